@@ -1,0 +1,226 @@
+"""`jbod-controller`: command line, data-dir identity, tokens, and the server's lifetime (§5).
+
+Guarantees:
+* Bad flags, an unusable data dir, a cluster id that differs from the stored one, an unreadable
+  token file or a port in use print one line `jbod-controller: error: ...` and exit 2 (usage) or
+  1 (environment); never a traceback.
+* The cluster id is stored in `<data-dir>/meta.properties` on first start. A token file that
+  does not exist is created with a fresh random token (mode 0600) and its path is printed.
+* Only one controller runs on a data dir at a time (an exclusive lock on `<data-dir>/.lock`).
+* The HTTP server answers `/healthz` while the log is recovered; `/readyz` turns 200 after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, NoReturn
+
+from aiohttp import web
+
+from jbod_controller.http_api import ControllerApi, Tokens
+from jbod_controller.metrics import ControllerMetrics
+from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
+from jbod_core import meta_properties
+
+PROG = "jbod-controller"
+CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CONTROLLER_NODE_ID = 0
+
+log = logging.getLogger("jbod_controller")
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host, int(port_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="The JBOD metadata controller (KIP-858 control plane).")
+    parser.add_argument(
+        "--data-dir", required=True, type=Path, help="where the metadata log and identity live"
+    )
+    parser.add_argument("--cluster-id", required=True, help="the cluster id (stored on first start)")
+    parser.add_argument(
+        "--listen", default="127.0.0.1:9093", type=parse_listen, help="HOST:PORT (port 0 = any free port)"
+    )
+    parser.add_argument(
+        "--cluster-token-file", type=Path, help="bearer token of brokers (default DATA_DIR/cluster.token)"
+    )
+    parser.add_argument(
+        "--admin-token-file", type=Path, help="bearer token of admins (default DATA_DIR/admin.token)"
+    )
+    parser.add_argument(
+        "--broker-session-timeout-ms",
+        type=int,
+        default=9000,
+        help="fence brokers not heard from for this long",
+    )
+    parser.add_argument(
+        "--snapshot-interval-records",
+        type=int,
+        default=200_000,
+        help="cut a snapshot after this many records",
+    )
+    parser.add_argument(
+        "--log-retention-bytes",
+        type=int,
+        default=1024**3,
+        help="delete log segments covered by a snapshot beyond this size",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def load_or_create_token(path: Path) -> str:
+    """The token in `path`; a missing file gets a fresh token (mode 0600) and its path printed."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        token = secrets.token_urlsafe(32)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise UsageError(f"cannot create token file {path}: {exc.strerror}") from exc
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+        print(f"Created token file {path}", flush=True)
+        return token
+    except OSError as exc:
+        raise UsageError(f"cannot read token file {path}: {exc.strerror}") from exc
+    if not token or any(c.isspace() for c in token):
+        raise UsageError(f"token file {path} is empty or holds whitespace inside the token")
+    return token
+
+
+def claim_data_dir(data_dir: Path, cluster_id: str) -> int:
+    """Create/lock the data dir and check (or store) its cluster id; returns the lock's fd."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot use data dir {data_dir}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise UsageError(f"data dir {data_dir} is in use by another controller") from exc
+    try:
+        stored = meta_properties.read(data_dir)
+    except FileNotFoundError:
+        meta_properties.write(
+            data_dir, meta_properties.MetaProperties(cluster_id=cluster_id, node_id=CONTROLLER_NODE_ID)
+        )
+        return lock_fd
+    except (OSError, meta_properties.MetaPropertiesError) as exc:
+        raise UsageError(f"cannot read {data_dir / meta_properties.FILE_NAME}: {exc}") from exc
+    if stored.cluster_id != cluster_id:
+        raise UsageError(f"data dir {data_dir} belongs to cluster {stored.cluster_id}, not {cluster_id}")
+    return lock_fd
+
+
+async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int]) -> int:
+    service = ControllerService(config)
+    metrics = ControllerMetrics(lambda: service.image, lambda: service.record_log.committed_offset)
+    api = ControllerApi(service, tokens, metrics)
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host=listen[0], port=listen[1], backlog=1024, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise UsageError(f"cannot listen on {listen[0]}:{listen[1]}: {exc.strerror}") from exc
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    port = sockets[0].getsockname()[1] if sockets else listen[1]
+    print(f"Listening on http://{listen[0]}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+    except RecoveryError as exc:
+        await runner.cleanup()
+        raise UsageError(str(exc)) from exc
+    log.info("Became the active controller of cluster %s", config.cluster_id)
+    await stop.wait()
+    log.info("Stopping the controller")
+    await runner.cleanup()
+    await service.stop()
+    return 0
+
+
+def run_event_loop(coro: Coroutine[Any, Any, int]) -> int:
+    """Run `coro` on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    result: int = uvloop.run(coro)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id):
+            raise UsageError(f"--cluster-id {args.cluster_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
+        if args.broker_session_timeout_ms < 1:
+            raise UsageError("--broker-session-timeout-ms must be at least 1")
+        if args.snapshot_interval_records < 1:
+            raise UsageError("--snapshot-interval-records must be at least 1")
+        data_dir: Path = args.data_dir
+        lock_fd = claim_data_dir(data_dir, args.cluster_id)
+        tokens = Tokens(
+            cluster=load_or_create_token(args.cluster_token_file or data_dir / "cluster.token"),
+            admin=load_or_create_token(args.admin_token_file or data_dir / "admin.token"),
+        )
+        config = ControllerConfig(
+            data_dir=data_dir,
+            cluster_id=args.cluster_id,
+            session_timeout_s=args.broker_session_timeout_ms / 1000,
+            snapshot_interval_records=args.snapshot_interval_records,
+            log_retention_bytes=args.log_retention_bytes,
+        )
+        try:
+            return run_event_loop(serve(config, tokens, args.listen))
+        finally:
+            os.close(lock_fd)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

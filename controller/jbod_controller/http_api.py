@@ -1,0 +1,344 @@
+"""The controller's HTTP API (protocol §2, §3): routing, authentication, validation, replies.
+
+Guarantees:
+* Every endpoint but `/healthz`, `/readyz` and `/metrics` needs a bearer token: the cluster token
+  (or the admin token) for broker calls, the admin token for everything else; tokens are
+  compared in constant time; a missing or wrong token gets HTTP 401 and errorCode 31.
+* A body that is not JSON or does not fit the schema gets HTTP 400, errorCode 42 and a message
+  naming the field; nothing is decided or written. No input yields HTTP 500: an unexpected
+  failure is logged and answered 500 only for a server bug, never for a request's content.
+* Protocol outcomes are HTTP 200 with `errorCode` (and `errorMessage` when not 0).
+* Reads (`GET`) are answered from the image without waiting for the writer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+
+from jbod_controller import views
+from jbod_controller.metrics import ControllerMetrics
+from jbod_controller.service import ControllerService
+from jbod_core.errors import ErrorCode
+from jbod_core.messages import (
+    AlterPartitionRequest,
+    AssignReplicasToDirsRequest,
+    BrokerHeartbeatRequest,
+    CreateTopicRequest,
+    Message,
+    RegisterBrokerRequest,
+    validation_message,
+)
+
+log = logging.getLogger("jbod_controller.http")
+
+M = TypeVar("M", bound=Message)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_WAIT_MS = 60_000
+MAX_RECORDS = 100_000
+DEFAULT_MAX_RECORDS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    cluster: str
+    admin: str
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def json_response(body: Any, *, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def reply_response(reply: Message) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(reply.model_dump(by_alias=True, mode="json", exclude_none=True)),
+        content_type="application/json",
+    )
+
+
+def error_body(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"errorCode": int(code), "errorMessage": message}
+
+
+def _token_matches(presented: str, expected: str) -> bool:
+    return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+
+
+class ControllerApi:
+    def __init__(self, service: ControllerService, tokens: Tokens, metrics: ControllerMetrics) -> None:
+        self.service = service
+        self.tokens = tokens
+        self.metrics = metrics
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _authorize(self, request: web.Request, *, cluster_call: bool) -> None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        presented = presented.strip()
+        if scheme.lower() != "bearer" or not presented:
+            raise ApiError(401, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Missing bearer token")
+        admin = _token_matches(presented, self.tokens.admin)
+        cluster = _token_matches(presented, self.tokens.cluster)
+        if admin or (cluster_call and cluster):
+            return
+        raise ApiError(
+            401,
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "Wrong token" if cluster_call or not cluster else "This call needs the admin token",
+        )
+
+    def _require_ready(self) -> None:
+        if not self.service.ready:
+            raise ApiError(
+                503, ErrorCode.NOT_CONTROLLER, "The controller is not active yet (recovering its log)"
+            )
+
+    @staticmethod
+    async def _parse(request: web.Request, model: type[M]) -> M:
+        body = await request.read()
+        try:
+            return model.model_validate_json(body)
+        except ValidationError as exc:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
+
+    def _timed(self, api: str, handler: Handler, *, auth: str | None) -> Handler:
+        histogram = self.metrics.request_seconds.labels(api=api)
+
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            try:
+                if auth is not None:
+                    self._authorize(request, cluster_call=auth == "cluster")
+                    self._require_ready()
+                return await handler(request)
+            finally:
+                histogram.observe(time.perf_counter() - started)
+
+        return wrapped
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return json_response(error_body(exc.code, exc.message), status=exc.status)
+        except web.HTTPRequestEntityTooLarge:
+            return json_response(
+                error_body(ErrorCode.INVALID_REQUEST, f"Request body is larger than {MAX_BODY_BYTES} bytes"),
+                status=413,
+            )
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return json_response(
+                    error_body(ErrorCode.INVALID_REQUEST, f"{exc.reason}: {request.method} {request.path}"),
+                    status=exc.status,
+                )
+            raise
+        except Exception:
+            log.exception("Failed serving %s %s", request.method, request.path)
+            return json_response(
+                error_body(ErrorCode.INVALID_REQUEST, "Internal error; see the controller log"), status=500
+            )
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        r = app.router
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/readyz", self.readyz)
+        r.add_get("/metrics", self.metrics_endpoint)
+        r.add_post("/v1/brokers/register", self._timed("register", self.register, auth="cluster"))
+        r.add_post("/v1/brokers/heartbeat", self._timed("heartbeat", self.heartbeat, auth="cluster"))
+        r.add_post("/v1/assignments", self._timed("assignments", self.assignments, auth="cluster"))
+        r.add_post(
+            "/v1/partitions/alter", self._timed("alter-partition", self.alter_partition, auth="cluster")
+        )
+        r.add_get("/v1/metadata", self._timed("metadata", self.metadata, auth="cluster"))
+        r.add_post("/v1/topics", self._timed("create-topic", self.create_topic, auth="admin"))
+        r.add_get("/v1/topics", self._timed("list-topics", self.list_topics, auth="admin"))
+        r.add_get("/v1/topics/{name}", self._timed("describe-topic", self.describe_topic, auth="admin"))
+        r.add_delete("/v1/topics/{name}", self._timed("delete-topic", self.delete_topic, auth="admin"))
+        r.add_get("/v1/brokers", self._timed("list-brokers", self.list_brokers, auth="admin"))
+        r.add_get("/v1/brokers/{id}", self._timed("describe-broker", self.describe_broker, auth="admin"))
+        r.add_delete("/v1/brokers/{id}", self._timed("unregister", self.unregister, auth="admin"))
+        r.add_get("/v1/cluster", self._timed("cluster", self.cluster, auth="admin"))
+        return app
+
+    # -- probes -------------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.service.ready:
+            return json_response(
+                {"status": "ready", "metadataEndOffset": self.service.record_log.committed_offset}
+            )
+        return json_response({"status": "recovering"}, status=503)
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- broker calls -------------------------------------------------------------------------
+
+    async def register(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, RegisterBrokerRequest)
+        return reply_response(await self.service.register_broker(parsed))
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, BrokerHeartbeatRequest)
+        return reply_response(await self.service.broker_heartbeat(parsed))
+
+    async def assignments(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, AssignReplicasToDirsRequest)
+        return reply_response(await self.service.assign_replicas_to_dirs(parsed))
+
+    async def alter_partition(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, AlterPartitionRequest)
+        return reply_response(await self.service.alter_partition(parsed))
+
+    @staticmethod
+    def _query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+        raw = request.query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(
+                400, ErrorCode.INVALID_REQUEST, f"{name}: must be an integer, got {raw!r}"
+            ) from None
+        if not low <= value <= high:
+            raise ApiError(
+                400, ErrorCode.INVALID_REQUEST, f"{name}: must be between {low} and {high}, got {value}"
+            )
+        return value
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        from_offset = self._query_int(request, "fromOffset", 0, 0, 2**63 - 1)
+        max_wait_ms = self._query_int(request, "maxWaitMs", 0, 0, MAX_WAIT_MS)
+        max_records = self._query_int(request, "maxRecords", DEFAULT_MAX_RECORDS, 1, MAX_RECORDS)
+        writer = self.service.writer
+        assert writer is not None
+        record_log = self.service.record_log
+        end = record_log.committed_offset
+        if from_offset > end:
+            return json_response(
+                {
+                    "errorCode": int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                    "errorMessage": f"fromOffset {from_offset} is past the end offset {end}",
+                    "records": [],
+                    "endOffset": end,
+                    "snapshot": False,
+                }
+            )
+        parts: list[bytes] = []
+        snapshot = False
+        if from_offset < record_log.start_offset:
+            found = self.service.snapshot_entries()
+            if found is not None:
+                snapshot_offset, entries = found
+                prefix = b'{"offset":%d,' % (snapshot_offset - 1)
+                parts.extend(prefix + entry[1:] for entry in entries)
+                from_offset = snapshot_offset
+                snapshot = True
+        if not parts and from_offset == end and max_wait_ms > 0:
+            await writer.wait_for_commit(from_offset, max_wait_ms / 1000)
+            end = record_log.committed_offset
+        parts.extend(record_log.read(from_offset, max_records))
+        end = record_log.committed_offset
+        body = b"".join(
+            [
+                b'{"errorCode":0,"records":[',
+                b",".join(parts),
+                b'],"endOffset":%d,"snapshot":%s}' % (end, b"true" if snapshot else b"false"),
+            ]
+        )
+        return web.Response(body=body, content_type="application/json")
+
+    # -- admin calls --------------------------------------------------------------------------
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, CreateTopicRequest)
+        return reply_response(await self.service.create_topic(parsed))
+
+    def _topic(self, name: str) -> Any:
+        image = self.service.image
+        topic_id = image.topic_ids_by_name.get(name)
+        if topic_id is None:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic '{name}'")
+        return image.topics[topic_id]
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        return json_response(views.describe_topics(self.service.image))
+
+    async def describe_topic(self, request: web.Request) -> web.Response:
+        return json_response(
+            views.describe_topic(self.service.image, self._topic(request.match_info["name"]))
+        )
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self._topic(name)
+        reply = await self.service.delete_topic(name)
+        if reply.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, reply.error_message or "Unknown topic")
+        return reply_response(reply)
+
+    @staticmethod
+    def _broker_id(request: web.Request) -> int:
+        raw = request.match_info["id"]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(
+                400, ErrorCode.INVALID_REQUEST, f"brokerId: must be an integer, got {raw!r}"
+            ) from None
+        if not 0 <= value <= 2**31 - 1:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"brokerId: out of range, got {value}")
+        return value
+
+    async def list_brokers(self, request: web.Request) -> web.Response:
+        return json_response(views.describe_brokers(self.service.image))
+
+    async def describe_broker(self, request: web.Request) -> web.Response:
+        broker_id = self._broker_id(request)
+        reg = self.service.image.brokers.get(broker_id)
+        if reg is None:
+            raise ApiError(404, ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {broker_id} is not registered")
+        return json_response(views.describe_broker(self.service.image, reg))
+
+    async def unregister(self, request: web.Request) -> web.Response:
+        broker_id = self._broker_id(request)
+        reply = await self.service.unregister_broker(broker_id)
+        if reply.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
+            raise ApiError(404, ErrorCode.BROKER_ID_NOT_REGISTERED, reply.error_message or "Unknown broker")
+        return reply_response(reply)
+
+    async def cluster(self, request: web.Request) -> web.Response:
+        return json_response(
+            views.describe_cluster(
+                self.service.image,
+                cluster_id=self.service.config.cluster_id,
+                metadata_end_offset=self.service.record_log.committed_offset,
+            )
+        )

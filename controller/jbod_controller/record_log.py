@@ -1,0 +1,373 @@
+"""The controller's metadata log: a small `RecordLog` interface and its file-backed implementation.
+
+Atomicity contract (what the writer relies on):
+* `append(entries)` buffers encoded records at consecutive offsets starting at `end_offset`;
+  nothing is durable until `flush()` returns, and only then do `read()` callers see the entries.
+* After a crash, `recover()` returns exactly the entries that were flushed, plus possibly a prefix
+  of the unflushed ones, always a gap-free prefix of what was appended: a torn or corrupt tail
+  frame in the last segment is truncated, never half-applied. Corruption before the last segment
+  refuses to recover (`LogCorruptError`).
+* A snapshot covers every record below its offset; a snapshot file is written atomically and is
+  only used when its checksum verifies.
+
+File format (`docs/decisions.md`): segments `<base offset>.log`; each frame is
+`u32 length | u32 crc32(payload) | payload`, payload = JSON `{"offset", "type", "data"}`.
+Snapshots `<offset>.snapshot` hold the image as frames of `{"type", "data"}` after a header frame.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import orjson
+
+from jbod_core.meta_properties import write_atomically
+
+_HEADER: Final = struct.Struct(">II")
+_INDEX_EVERY: Final = 64
+SEGMENT_BYTES: Final = 64 * 1024 * 1024
+MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
+_READ_CHUNK: Final = 1024 * 1024
+
+
+class LogCorruptError(RuntimeError):
+    """The log is damaged somewhere other than its tail."""
+
+
+def frame(payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def encode_entry(offset: int, record_type: str, data: dict[str, Any]) -> bytes:
+    return orjson.dumps({"offset": offset, "type": record_type, "data": data})
+
+
+@dataclass(slots=True)
+class Snapshot:
+    offset: int  # every record below this offset is in the snapshot
+    entries: list[bytes]  # payloads `{"type", "data"}`
+
+
+@dataclass(slots=True)
+class Recovery:
+    snapshot: Snapshot | None
+    entries: list[bytes]  # payloads after the snapshot (or from the start), in offset order
+    start_offset: int  # first offset still in the log
+    truncated_bytes: int
+
+
+class RecordLog(Protocol):
+    """What the controller needs from a durable, ordered record log."""
+
+    @property
+    def end_offset(self) -> int: ...
+
+    @property
+    def committed_offset(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    def recover(self) -> Recovery: ...
+
+    def append(self, entries: list[bytes]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def read(self, from_offset: int, max_records: int) -> list[bytes]: ...
+
+    def write_snapshot(self, offset: int, entries: list[bytes]) -> None: ...
+
+    def latest_snapshot(self) -> Snapshot | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Segment:
+    base_offset: int
+    path: Path
+    fd: int
+    size: int = 0
+    next_offset: int = 0
+    index_offsets: list[int] = field(default_factory=list)
+    index_positions: list[int] = field(default_factory=list)
+
+    def note(self, offset: int, position: int) -> None:
+        if (offset - self.base_offset) % _INDEX_EVERY == 0:
+            self.index_offsets.append(offset)
+            self.index_positions.append(position)
+
+
+def _scan(data: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """Yield (position, payload) for each intact frame; a final (position, None) marks a bad tail."""
+    position = 0
+    size = len(data)
+    header = _HEADER.size
+    while position < size:
+        if position + header > size:
+            yield position, None
+            return
+        length, crc = _HEADER.unpack_from(data, position)
+        end = position + header + length
+        if length > MAX_FRAME_BYTES or end > size:
+            yield position, None
+            return
+        payload = data[position + header : end]
+        if zlib.crc32(payload) != crc:
+            yield position, None
+            return
+        yield position, payload
+        position = end
+
+
+class FileRecordLog:
+    """`RecordLog` on local files: one process writes, fsync makes appends durable."""
+
+    def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._end = 0
+        self._committed = 0
+        self._pending: list[bytes] = []
+        self._pending_count = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        return self._end
+
+    @property
+    def committed_offset(self) -> int:
+        return self._committed
+
+    @property
+    def start_offset(self) -> int:
+        return self._segments[0].base_offset if self._segments else self._end
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def _segment_paths(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.glob("*.log"):
+            try:
+                found.append((int(path.stem), path))
+            except ValueError:
+                continue
+        return sorted(found)
+
+    def _snapshot_paths(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.glob("*.snapshot"):
+            try:
+                found.append((int(path.stem), path))
+            except ValueError:
+                continue
+        return sorted(found)
+
+    def latest_snapshot(self) -> Snapshot | None:
+        for offset, path in reversed(self._snapshot_paths()):
+            snapshot = self._read_snapshot(offset, path)
+            if snapshot is not None:
+                return snapshot
+        return None
+
+    @staticmethod
+    def _read_snapshot(offset: int, path: Path) -> Snapshot | None:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        frames = list(_scan(data))
+        if not frames or frames[-1][1] is None:
+            return None
+        header = orjson.loads(frames[0][1] or b"{}")
+        payloads = [p for _, p in frames[1:] if p is not None]
+        if header.get("offset") != offset or header.get("records") != len(payloads):
+            return None
+        return Snapshot(offset=offset, entries=payloads)
+
+    def recover(self) -> Recovery:
+        snapshot = self.latest_snapshot()
+        paths = self._segment_paths()
+        entries: list[bytes] = []
+        truncated = 0
+        expected: int | None = None
+        for number, (base, path) in enumerate(paths):
+            last = number == len(paths) - 1
+            if expected is not None and base != expected:
+                raise LogCorruptError(f"segment {path.name} starts at {base}, expected {expected}")
+            fd = os.open(path, os.O_RDWR)
+            data = os.pread(fd, os.fstat(fd).st_size, 0) if os.fstat(fd).st_size else b""
+            segment = _Segment(base_offset=base, path=path, fd=fd, next_offset=base)
+            keep_from = snapshot.offset if snapshot is not None else 0
+            for position, payload in _scan(data):
+                if payload is None or not payload.startswith(b'{"offset":'):
+                    if not last:
+                        raise LogCorruptError(f"segment {path.name} is damaged at byte {position}")
+                    truncated = len(data) - position
+                    os.ftruncate(fd, position)
+                    os.fsync(fd)
+                    data = data[:position]
+                    break
+                offset = segment.next_offset
+                segment.note(offset, position)
+                if offset >= keep_from:
+                    entries.append(payload)
+                segment.next_offset = offset + 1
+            segment.size = len(data)
+            expected = segment.next_offset
+            self._segments.append(segment)
+            self._bases.append(base)
+        self._end = expected if expected is not None else (snapshot.offset if snapshot else 0)
+        if snapshot is not None and self._end < snapshot.offset:
+            # The log was lost or truncated below the snapshot: continue from the snapshot.
+            for segment in self._segments:
+                os.close(segment.fd)
+                segment.path.unlink()
+            self._segments.clear()
+            self._bases.clear()
+            self._end = snapshot.offset
+            entries = []
+        if snapshot is not None and self._segments and self._segments[0].base_offset > snapshot.offset:
+            raise LogCorruptError(
+                f"log starts at {self._segments[0].base_offset}, after the snapshot at {snapshot.offset}"
+            )
+        self._committed = self._end
+        return Recovery(
+            snapshot=snapshot, entries=entries, start_offset=self.start_offset, truncated_bytes=truncated
+        )
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def _open_segment(self, base: int) -> _Segment:
+        path = self.directory / f"{base:020d}.log"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        segment = _Segment(base_offset=base, path=path, fd=fd, next_offset=base)
+        self._segments.append(segment)
+        self._bases.append(base)
+        return segment
+
+    def append(self, entries: list[bytes]) -> None:
+        """Buffer payloads at offsets end_offset, end_offset+1, ... (durable only after flush)."""
+        self._pending.extend(entries)
+        self._pending_count += len(entries)
+        self._end += len(entries)
+
+    def flush(self) -> None:
+        """Write buffered payloads and fsync; on return they are durable and readable."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._pending_count = 0
+        segment = self._segments[-1] if self._segments else None
+        if segment is None or segment.size >= self.segment_bytes:
+            segment = self._open_segment(self._committed)
+        chunks = []
+        position = segment.size
+        offset = segment.next_offset
+        for payload in pending:
+            chunk = frame(payload)
+            segment.note(offset, position)
+            chunks.append(chunk)
+            position += len(chunk)
+            offset += 1
+        blob = b"".join(chunks)
+        written = 0
+        while written < len(blob):
+            written += os.pwrite(segment.fd, blob[written:], segment.size + written)
+        os.fsync(segment.fd)
+        segment.size = position
+        segment.next_offset = offset
+        self._committed = offset
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, from_offset: int, max_records: int) -> list[bytes]:
+        """Durable payloads from `from_offset` (at most `max_records`); [] at or past the end."""
+        out: list[bytes] = []
+        if from_offset >= self._committed or from_offset < self.start_offset:
+            return out
+        number = bisect.bisect_right(self._bases, from_offset) - 1
+        header_size = _HEADER.size
+        while number < len(self._segments) and len(out) < max_records:
+            segment = self._segments[number]
+            slot = bisect.bisect_right(segment.index_offsets, from_offset) - 1
+            offset = segment.index_offsets[slot]
+            position = segment.index_positions[slot]
+            while offset < segment.next_offset and len(out) < max_records:
+                chunk = os.pread(segment.fd, min(_READ_CHUNK, segment.size - position), position)
+                cursor = 0
+                while (
+                    cursor + header_size <= len(chunk)
+                    and offset < segment.next_offset
+                    and len(out) < max_records
+                ):
+                    length, _crc = _HEADER.unpack_from(chunk, cursor)
+                    end = cursor + header_size + length
+                    if end > len(chunk):
+                        if cursor == 0:  # one frame larger than the chunk
+                            chunk = os.pread(segment.fd, header_size + length, position)
+                            end = header_size + length
+                        else:
+                            break
+                    if offset >= from_offset:
+                        out.append(chunk[cursor + header_size : end])
+                    cursor = end
+                    offset += 1
+                position += cursor
+            from_offset = offset
+            number += 1
+        return out
+
+    # -- snapshots and retention ------------------------------------------------------------
+
+    def write_snapshot(self, offset: int, entries: list[bytes]) -> None:
+        header = orjson.dumps({"offset": offset, "records": len(entries)})
+        blob = b"".join([frame(header), *(frame(e) for e in entries)])
+        write_atomically(self.directory / f"{offset:020d}.snapshot", blob)
+        snapshots = self._snapshot_paths()
+        for _, path in snapshots[:-2]:
+            path.unlink(missing_ok=True)
+
+    def delete_segments_before(self, offset: int, *, keep_bytes: int) -> int:
+        """Delete the oldest segments wholly below `offset` while the log exceeds `keep_bytes`."""
+        deleted = 0
+        while len(self._segments) > 1:
+            total = sum(s.size for s in self._segments)
+            first, second = self._segments[0], self._segments[1]
+            if total <= keep_bytes or second.base_offset > offset:
+                break
+            os.close(first.fd)
+            first.path.unlink(missing_ok=True)
+            self._segments.pop(0)
+            self._bases.pop(0)
+            deleted += 1
+        return deleted
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def close(self) -> None:
+        for segment in self._segments:
+            with contextlib.suppress(OSError):
+                os.close(segment.fd)
+        self._segments.clear()
+        self._bases.clear()

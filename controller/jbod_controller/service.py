@@ -1,0 +1,318 @@
+"""The metadata controller: recovery, the writer, broker sessions and snapshots, wired together.
+
+Guarantees:
+* `start()` recovers the image from the latest valid snapshot plus the log after it (a torn tail
+  is truncated by the log), checks every record's offset, then starts the writer; `ready` is true
+  only after that. Every registered unfenced broker then gets a fresh session (sessions are soft
+  state and never logged).
+* Every command goes through the one writer; sessions are only touched inside writer commands.
+* Expired sessions are fenced by a periodic writer command; snapshots are cut after every
+  `snapshot_interval_records` records from a cheap copy of the image, written off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jbod_controller.record_log import FileRecordLog, LogCorruptError, Recovery
+from jbod_controller.writer import Writer, exit_on_fatal
+from jbod_core import assignments, brokers, isr, records, topics
+from jbod_core.image import ClusterImage
+from jbod_core.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    AssignReplicasToDirsReply,
+    AssignReplicasToDirsRequest,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    CreateTopicReply,
+    CreateTopicRequest,
+    DeleteTopicReply,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+    UnregisterBrokerReply,
+)
+from jbod_core.sessions import Session
+
+log = logging.getLogger("jbod_controller")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    data_dir: Path
+    cluster_id: str
+    session_timeout_s: float = 9.0
+    snapshot_interval_records: int = 200_000
+    log_retention_bytes: int = 1024 * 1024 * 1024
+    segment_bytes: int = 64 * 1024 * 1024
+
+
+class RecoveryError(RuntimeError):
+    """The metadata log cannot be turned back into an image."""
+
+
+def replay_recovery(recovery: Recovery) -> ClusterImage:
+    """Build the image from a recovered snapshot and log (runs off the event loop)."""
+    image = ClusterImage()
+    loads = orjson.loads
+    decode = records.decode
+    if recovery.snapshot is not None:
+        last = recovery.snapshot.offset - 1
+        for payload in recovery.snapshot.entries:
+            entry = loads(payload)
+            image.replay(decode(entry["type"], entry["data"]), last)
+        image.end_offset = recovery.snapshot.offset
+    expected = image.end_offset
+    for payload in recovery.entries:
+        entry = loads(payload)
+        offset = entry["offset"]
+        if offset != expected:
+            raise RecoveryError(f"record offset {offset} found where {expected} was expected")
+        image.replay(decode(entry["type"], entry["data"]), offset)
+        expected += 1
+    return image
+
+
+class ControllerService:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        on_fatal: Callable[[BaseException], None] = exit_on_fatal,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.rng = rng or random.SystemRandom()
+        self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
+        self.image = ClusterImage()
+        self.sessions: dict[int, Session] = {}
+        self.writer: Writer | None = None
+        self.ready = False
+        self.recovery_seconds = 0.0
+        self.recovered_records = 0
+        self._on_fatal = on_fatal
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._snapshot_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            recovery = await loop.run_in_executor(None, self.record_log.recover)
+            self.image = await loop.run_in_executor(None, replay_recovery, recovery)
+        except (LogCorruptError, records.RecordError, ValueError) as exc:
+            raise RecoveryError(
+                f"Failed recovering the metadata log in {self.record_log.directory}: {exc}"
+            ) from exc
+        if self.image.end_offset != self.record_log.end_offset:
+            raise RecoveryError(
+                f"image ends at {self.image.end_offset} but the log at {self.record_log.end_offset}"
+            )
+        self.recovered_records = len(recovery.entries)
+        self.recovery_seconds = time.perf_counter() - started
+        if recovery.truncated_bytes:
+            log.warning("Truncated a torn tail of %d bytes from the metadata log", recovery.truncated_bytes)
+        log.info(
+            "Recovered the metadata log: %d records replayed%s in %.2f s, end offset %d",
+            self.recovered_records,
+            f" after a snapshot at {recovery.snapshot.offset}" if recovery.snapshot else "",
+            self.recovery_seconds,
+            self.image.end_offset,
+        )
+        now = self.clock()
+        for reg in self.image.brokers.values():
+            if not reg.fenced:
+                self.sessions[reg.broker_id] = Session(last_contact=now)
+        self.writer = Writer(self.image, self.record_log, on_fatal=self._on_fatal)
+        self.writer.after_commit.append(self._maybe_snapshot)
+        self.writer.start()
+        self._tasks.append(loop.create_task(self._expire_sessions_forever(), name="session-expiry"))
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        if self.writer is not None:
+            await self.writer.stop()
+        self.record_log.close()
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _writer(self) -> Writer:
+        assert self.writer is not None, "controller not started"
+        return self.writer
+
+    async def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], RegisterBrokerReply]:
+            now = self.clock()
+            produced, reply = brokers.register_broker(
+                image,
+                self.sessions,
+                request,
+                cluster_id=self.config.cluster_id,
+                now=now,
+                session_timeout=self.config.session_timeout_s,
+            )
+            if reply.error_code == 0:
+                self.sessions[request.broker_id] = Session(last_contact=now)
+                log.info("Registered broker %d with epoch %d", request.broker_id, reply.broker_epoch)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="register")
+
+    async def broker_heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], BrokerHeartbeatReply]:
+            before = image.brokers.get(request.broker_id)
+            produced, reply = brokers.broker_heartbeat(image, self.sessions, request)
+            if reply.error_code == 0:
+                session = self.sessions.get(request.broker_id)
+                if session is None:
+                    self.sessions[request.broker_id] = Session(
+                        last_contact=self.clock(), metadata_offset=request.current_metadata_offset
+                    )
+                else:
+                    session.last_contact = self.clock()
+                    session.metadata_offset = request.current_metadata_offset
+                if produced and before is not None:
+                    _log_transition(before.fenced, reply, request)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="heartbeat")
+
+    async def assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> AssignReplicasToDirsReply:
+        return await self._writer().submit(
+            lambda image: assignments.assign_replicas_to_dirs(image, request), name="assign-replicas-to-dirs"
+        )
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
+        return await self._writer().submit(
+            lambda image: isr.alter_partition(image, request), name="alter-partition"
+        )
+
+    async def create_topic(self, request: CreateTopicRequest) -> CreateTopicReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], CreateTopicReply]:
+            produced, reply = topics.create_topic(image, request, rng=self.rng)
+            if reply.error_code == 0:
+                log.info("Created topic %s with %d partitions", request.name, reply.num_partitions)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="create-topic")
+
+    async def delete_topic(self, name: str) -> DeleteTopicReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], DeleteTopicReply]:
+            produced, reply = topics.delete_topic(image, name)
+            if reply.error_code == 0:
+                log.info("Deleted topic %s", name)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="delete-topic")
+
+    async def unregister_broker(self, broker_id: int) -> UnregisterBrokerReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], UnregisterBrokerReply]:
+            produced, reply = brokers.unregister_broker(image, broker_id)
+            if reply.error_code == 0:
+                self.sessions.pop(broker_id, None)
+                log.info("Unregistered broker %d", broker_id)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="unregister")
+
+    async def expire_sessions(self) -> list[int]:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], list[int]]:
+            produced, fenced = brokers.expire_sessions(
+                image, self.sessions, now=self.clock(), session_timeout=self.config.session_timeout_s
+            )
+            for broker_id in fenced:
+                log.warning("Fenced broker %d: session expired", broker_id)
+            return produced, fenced
+
+        return await self._writer().submit(decide, name="expire-sessions")
+
+    async def _expire_sessions_forever(self) -> None:
+        period = min(1.0, max(0.05, self.config.session_timeout_s / 8))
+        while True:
+            await asyncio.sleep(period)
+            await self.expire_sessions()
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        writer = self._writer()
+        if writer.records_since_snapshot < self.config.snapshot_interval_records:
+            return
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        writer.records_since_snapshot = 0
+        copy = self.image.copy_for_snapshot()
+        loop = asyncio.get_running_loop()
+        self._snapshot_task = loop.create_task(self._write_snapshot(copy), name="snapshot")
+
+    async def _write_snapshot(self, copy: ClusterImage) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+
+        def work() -> int:
+            entries = [orjson.dumps({"type": r.TYPE, "data": r.to_data()}) for r in copy.to_records()]
+            self.record_log.write_snapshot(copy.end_offset, entries)
+            return len(entries)
+
+        try:
+            count = await loop.run_in_executor(None, work)
+        except OSError as exc:
+            log.error("Failed writing a metadata snapshot at offset %d: %s", copy.end_offset, exc)
+            return
+        deleted = self.record_log.delete_segments_before(
+            copy.end_offset, keep_bytes=self.config.log_retention_bytes
+        )
+        log.info(
+            "Wrote a metadata snapshot of %d records at offset %d in %.2f s%s",
+            count,
+            copy.end_offset,
+            time.perf_counter() - started,
+            f", deleted {deleted} old segment(s)" if deleted else "",
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def snapshot_entries(self) -> tuple[int, list[bytes]] | None:
+        snapshot = self.record_log.latest_snapshot()
+        if snapshot is None:
+            return None
+        return snapshot.offset, snapshot.entries
+
+
+def _log_transition(was_fenced: bool, reply: BrokerHeartbeatReply, request: BrokerHeartbeatRequest) -> None:
+    if reply.should_shut_down:
+        log.info("Shut down broker %d", request.broker_id)
+    elif was_fenced and not reply.is_fenced:
+        log.info("Unfenced broker %d", request.broker_id)
+    elif not was_fenced and reply.is_fenced:
+        log.info("Fenced broker %d: it asked to be fenced", request.broker_id)
+    if request.offline_log_dirs:
+        log.info(
+            "Broker %d reported offline dirs %s",
+            request.broker_id,
+            ", ".join(str(d) for d in request.offline_log_dirs),
+        )

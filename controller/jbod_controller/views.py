@@ -1,0 +1,72 @@
+"""Read views of the image in the contract's JSON shapes (protocol §3.5). Pure functions.
+
+Guarantees: topics sorted by name, partitions by index, brokers by id, online dirs in the
+contract's Uuid order; `offlineReplicas` lists exactly the §3.6 offline replicas in replica order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jbod_core.image import BrokerRegistration, ClusterImage, TopicImage
+
+
+def describe_topic(image: ClusterImage, topic: TopicImage) -> dict[str, Any]:
+    partitions = []
+    for index in sorted(topic.partitions):
+        part = topic.partitions[index]
+        partitions.append(
+            {
+                "partitionIndex": index,
+                "leader": part.leader,
+                "leaderEpoch": part.leader_epoch,
+                "partitionEpoch": part.partition_epoch,
+                "replicas": list(part.replicas),
+                "isr": list(part.isr),
+                "directories": [str(d) for d in part.directories],
+                "offlineReplicas": image.offline_replicas(part),
+            }
+        )
+    return {
+        "name": topic.name,
+        "topicId": str(topic.topic_id),
+        "configs": dict(topic.configs),
+        "partitions": partitions,
+    }
+
+
+def describe_topics(image: ClusterImage) -> list[dict[str, Any]]:
+    return [
+        describe_topic(image, image.topics[image.topic_ids_by_name[name]])
+        for name in sorted(image.topic_ids_by_name)
+    ]
+
+
+def describe_broker(image: ClusterImage, reg: BrokerRegistration) -> dict[str, Any]:
+    return {
+        "brokerId": reg.broker_id,
+        "brokerEpoch": reg.broker_epoch,
+        "incarnationId": str(reg.incarnation_id),
+        "fenced": reg.fenced,
+        "inControlledShutdown": reg.in_controlled_shutdown,
+        "logDirs": [str(d) for d in reg.log_dirs],
+        "offlineLogDirs": [str(d) for d in reg.offline_log_dirs],
+        "hasOfflineLogDirs": reg.has_offline_log_dirs,
+        "listeners": [listener.to_data() for listener in reg.listeners],
+        "rack": reg.rack,
+        "unassignedReplicas": image.unassigned_count(reg.broker_id),
+    }
+
+
+def describe_brokers(image: ClusterImage) -> list[dict[str, Any]]:
+    return [describe_broker(image, image.brokers[b]) for b in sorted(image.brokers)]
+
+
+def describe_cluster(image: ClusterImage, *, cluster_id: str, metadata_end_offset: int) -> dict[str, Any]:
+    return {
+        "clusterId": cluster_id,
+        "metadataEndOffset": metadata_end_offset,
+        "brokers": len(image.brokers),
+        "fencedBrokers": sum(1 for b in image.brokers.values() if b.fenced),
+        "offlinePartitions": len(image.leaderless),
+    }

@@ -1,0 +1,155 @@
+"""The controller's one writer: decide → append durably → replay → reply.
+
+Guarantees:
+* Every mutation runs inside the writer task, one command at a time, so decisions never race;
+  there are no locks.
+* Commands are taken in batches: each is decided against the image (which already holds the
+  effect of the commands before it), its records are replayed at once, and the batch is then
+  written and fsync'd together (group commit). Every reply of a batch is released only after the
+  batch is durable, so no reply reports (or depends on) state that a crash could lose.
+* The metadata readers (`wait_for_commit`, the log's `read`) only ever see fsync'd records.
+* A record that cannot be replayed or a log that cannot be written is fatal: the process exits
+  rather than run with an image the log does not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from jbod_controller.record_log import FileRecordLog, encode_entry
+from jbod_core import records
+from jbod_core.image import ClusterImage
+
+log = logging.getLogger("jbod_controller.writer")
+
+Reply = TypeVar("Reply")
+Decision = Callable[[ClusterImage], tuple[list[records.Record], Reply]]
+
+MAX_BATCH_COMMANDS = 2048
+
+
+@dataclass(slots=True)
+class _Command(Generic[Reply]):
+    decide: Decision[Reply]
+    future: asyncio.Future[Reply]
+    name: str
+
+
+class FatalWriterError(RuntimeError):
+    """The writer cannot go on without risking an image the log does not hold."""
+
+
+class Writer:
+    def __init__(
+        self, image: ClusterImage, record_log: FileRecordLog, *, on_fatal: Callable[[BaseException], None]
+    ) -> None:
+        self.image = image
+        self.record_log = record_log
+        self._queue: asyncio.Queue[_Command[Any]] = asyncio.Queue()
+        self._commit = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._on_fatal = on_fatal
+        self.records_since_snapshot = 0
+        self.batches = 0
+        self.after_commit: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller-writer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def submit(self, decide: Decision[Reply], *, name: str = "command") -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Command(decide=decide, future=future, name=name))
+        return await future
+
+    @property
+    def committed_offset(self) -> int:
+        return self.record_log.committed_offset
+
+    async def wait_for_commit(self, beyond: int, timeout: float) -> None:
+        """Return once a record at offset `beyond` is committed, or after `timeout` seconds."""
+        if self.record_log.committed_offset > beyond or timeout <= 0:
+            return
+        async with self._commit:
+            try:
+                await asyncio.wait_for(
+                    self._commit.wait_for(lambda: self.record_log.committed_offset > beyond), timeout
+                )
+            except TimeoutError:
+                return
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while len(batch) < MAX_BATCH_COMMANDS:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except asyncio.QueueEmpty:
+                    break
+            outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
+            entries: list[bytes] = []
+            try:
+                for command in batch:
+                    if command.future.cancelled():
+                        # The caller went away before its command was decided: nothing to do.
+                        continue
+                    try:
+                        produced, reply = command.decide(self.image)
+                    except Exception as exc:  # a decision bug must not stop the writer
+                        log.exception("Failed deciding %s", command.name)
+                        outcomes.append((command, None, exc))
+                        continue
+                    for record in produced:
+                        offset = self.image.end_offset
+                        entries.append(encode_entry(offset, record.TYPE, record.to_data()))
+                        self.image.replay(record, offset)
+                    outcomes.append((command, reply, None))
+                if entries:
+                    self.record_log.append(entries)
+                    started = time.perf_counter()
+                    await loop.run_in_executor(None, self.record_log.flush)
+                    self.records_since_snapshot += len(entries)
+                    self.batches += 1
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(
+                            "Committed %d records in %.1f ms",
+                            len(entries),
+                            (time.perf_counter() - started) * 1000,
+                        )
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                self._on_fatal(exc)
+                raise FatalWriterError(str(exc)) from exc
+            if entries:
+                async with self._commit:
+                    self._commit.notify_all()
+                for hook in self.after_commit:
+                    hook()
+            for command, reply, error in outcomes:
+                if command.future.done():
+                    continue
+                if error is not None:
+                    command.future.set_exception(error)
+                else:
+                    command.future.set_result(reply)
+
+
+def exit_on_fatal(exc: BaseException) -> None:
+    log.critical("Stopped the controller: the metadata log could not be written or replayed: %s", exc)
+    logging.shutdown()
+    os._exit(70)

@@ -1,0 +1,459 @@
+"""The cluster image: brokers, topics and partitions as the metadata log describes them.
+
+Guarantees:
+* `ClusterImage.replay(record, offset)` is the only way the image changes; it is used alike for
+  live writes, log recovery and snapshot loading. It raises `ReplayError` on an impossible record
+  (unknown broker, wrong epoch, unknown partition, skipped partition epoch, dir owned twice).
+* Registrations and partitions are frozen values: a change replaces the value, so a reader holding
+  an older value never sees it change, and a snapshot is a shallow copy of the dicts.
+* The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
+  broker, leaderless partitions, online-dir owner) are kept in step with every replay, so that
+  handling a failed dir costs the number of replicas in it, not the size of the cluster.
+  `check_indexes` rebuilds them from scratch and compares (used by tests).
+* `apply_broker_change` and `apply_partition_change` are the pure value transitions that replay
+  uses; decisions use the same functions to see the effect of records they have drafted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+from jbod_core import records
+from jbod_core.ids import UNASSIGNED_DIR, Uuid, is_online
+
+PartitionKey: TypeAlias = tuple[Uuid, int]
+
+
+class ReplayError(RuntimeError):
+    """A record that cannot apply to the image: the log and the image disagree."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: Uuid
+    log_dirs: tuple[Uuid, ...]  # online dirs, sorted in the contract's order
+    offline_log_dirs: tuple[Uuid, ...]  # dirs of this registration reported offline, sorted
+    has_offline_log_dirs: bool
+    fenced: bool
+    in_controlled_shutdown: bool
+    listeners: tuple[records.Listener, ...]
+    rack: str | None
+
+    @property
+    def is_multi_dir(self) -> bool:
+        """True when the registration listed more than one dir (the JBOD fencing gate applies)."""
+        return len(self.log_dirs) + len(self.offline_log_dirs) > 1
+
+    @property
+    def is_active(self) -> bool:
+        """Registered, unfenced and not shutting down: may lead and receive new replicas."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def has_online_dir(self, directory: Uuid) -> bool:
+        return is_online(directory, self.log_dirs)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    directories: tuple[Uuid, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    def directory_of(self, broker_id: int) -> Uuid:
+        return self.directories[self.replicas.index(broker_id)]
+
+
+@dataclass(slots=True)
+class TopicImage:
+    name: str
+    topic_id: Uuid
+    configs: Mapping[str, str]
+    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
+
+
+def registration_from_record(record: records.RegisterBrokerRecord) -> BrokerRegistration:
+    return BrokerRegistration(
+        broker_id=record.broker_id,
+        broker_epoch=record.broker_epoch,
+        incarnation_id=record.incarnation_id,
+        log_dirs=tuple(sorted(record.log_dirs)),
+        offline_log_dirs=tuple(sorted(record.offline_log_dirs)),
+        has_offline_log_dirs=record.has_offline_log_dirs,
+        fenced=record.fenced,
+        in_controlled_shutdown=record.in_controlled_shutdown,
+        listeners=record.listeners,
+        rack=record.rack,
+    )
+
+
+def apply_broker_change(
+    current: BrokerRegistration, record: records.BrokerRegistrationChangeRecord
+) -> BrokerRegistration:
+    """The registration after `record`; `ReplayError` if the epochs disagree."""
+    if current.broker_epoch != record.broker_epoch:
+        raise ReplayError(
+            f"BrokerRegistrationChangeRecord for broker {record.broker_id} carries epoch "
+            f"{record.broker_epoch}, registration has {current.broker_epoch}"
+        )
+    changes: dict[str, Any] = {}
+    if record.fenced is not None:
+        changes["fenced"] = record.fenced
+    if record.in_controlled_shutdown is not None:
+        changes["in_controlled_shutdown"] = record.in_controlled_shutdown
+    if record.log_dirs is not None:
+        changes["log_dirs"] = tuple(sorted(record.log_dirs))
+    if record.offline_log_dirs is not None:
+        changes["offline_log_dirs"] = tuple(sorted(record.offline_log_dirs))
+    return replace(current, **changes) if changes else current
+
+
+def partition_from_record(record: records.PartitionRecord) -> PartitionRegistration:
+    if len(record.directories) != len(record.replicas):
+        raise ReplayError(
+            f"PartitionRecord {record.topic_id}-{record.partition_id} has {len(record.directories)} "
+            f"directories for {len(record.replicas)} replicas"
+        )
+    return PartitionRegistration(
+        replicas=record.replicas,
+        isr=record.isr,
+        directories=record.directories,
+        leader=record.leader,
+        leader_epoch=record.leader_epoch,
+        partition_epoch=record.partition_epoch,
+    )
+
+
+def apply_partition_change(
+    current: PartitionRegistration, record: records.PartitionChangeRecord
+) -> PartitionRegistration:
+    """The partition after `record`; `ReplayError` if the record skips or repeats an epoch."""
+    if record.partition_epoch != current.partition_epoch + 1:
+        raise ReplayError(
+            f"PartitionChangeRecord {record.topic_id}-{record.partition_id} has partition epoch "
+            f"{record.partition_epoch}, expected {current.partition_epoch + 1}"
+        )
+    replicas = current.replicas if record.replicas is None else record.replicas
+    directories = current.directories if record.directories is None else record.directories
+    if record.replicas is not None and record.directories is None:
+        # Replicas kept keep their dir; new replicas start UNASSIGNED.
+        old = dict(zip(current.replicas, current.directories, strict=True))
+        directories = tuple(old.get(b, UNASSIGNED_DIR) for b in replicas)
+    if len(directories) != len(replicas):
+        raise ReplayError(
+            f"PartitionChangeRecord {record.topic_id}-{record.partition_id} leaves "
+            f"{len(directories)} directories for {len(replicas)} replicas"
+        )
+    leader = current.leader if record.leader is None else record.leader
+    leader_epoch = current.leader_epoch
+    if record.leader is not None:
+        leader_epoch = current.leader_epoch + 1 if record.leader_epoch is None else record.leader_epoch
+    return PartitionRegistration(
+        replicas=replicas,
+        isr=current.isr if record.isr is None else record.isr,
+        directories=directories,
+        leader=leader,
+        leader_epoch=leader_epoch,
+        partition_epoch=record.partition_epoch,
+    )
+
+
+class ClusterImage:
+    """The replayed state of the metadata log, with the indexes the decisions need."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics: dict[Uuid, TopicImage] = {}
+        self.topic_ids_by_name: dict[str, Uuid] = {}
+        self.end_offset = 0  # the offset the next record will get
+        # Indexes, maintained by replay.
+        self.replicas_by_broker: dict[int, set[PartitionKey]] = {}
+        self.replicas_by_dir: dict[tuple[int, Uuid], set[PartitionKey]] = {}
+        self.unassigned_by_broker: dict[int, set[PartitionKey]] = {}
+        self.leaders_by_broker: dict[int, set[PartitionKey]] = {}
+        self.leaderless: set[PartitionKey] = set()
+        self.dir_owner: dict[Uuid, int] = {}
+        self.partition_count = 0
+        # Offset of the record that put a broker into controlled shutdown (derived, not compared).
+        self.controlled_shutdown_offsets: dict[int, int] = {}
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def partition(self, key: PartitionKey) -> PartitionRegistration | None:
+        topic = self.topics.get(key[0])
+        return None if topic is None else topic.partitions.get(key[1])
+
+    def iter_partitions(self) -> Iterator[tuple[PartitionKey, PartitionRegistration]]:
+        for topic_id, topic in self.topics.items():
+            for index, part in topic.partitions.items():
+                yield (topic_id, index), part
+
+    def unassigned_count(self, broker_id: int) -> int:
+        return len(self.unassigned_by_broker.get(broker_id, ()))
+
+    def leader_count(self, broker_id: int) -> int:
+        return len(self.leaders_by_broker.get(broker_id, ()))
+
+    def offline_replicas(self, part: PartitionRegistration) -> list[int]:
+        """Protocol §3.6: replicas whose broker is unregistered or fenced, or whose dir is not online."""
+        offline = []
+        for broker_id, directory in zip(part.replicas, part.directories, strict=True):
+            reg = self.brokers.get(broker_id)
+            if reg is None or reg.fenced or not reg.has_online_dir(directory):
+                offline.append(broker_id)
+        return offline
+
+    # -- replay ------------------------------------------------------------------------------
+
+    def replay(self, record: records.Record, offset: int) -> None:
+        """Apply one record written at `offset` (the only mutation path)."""
+        if offset + 1 < self.end_offset:
+            # Snapshot records all carry the snapshot's last offset; anything older is a bug.
+            raise ReplayError(f"record at offset {offset} is behind the image end offset {self.end_offset}")
+        if isinstance(record, records.PartitionChangeRecord):
+            self._replay_partition_change(record)
+        elif isinstance(record, records.BrokerRegistrationChangeRecord):
+            self._replay_broker_change(record, offset)
+        elif isinstance(record, records.PartitionRecord):
+            self._replay_partition(record)
+        elif isinstance(record, records.RegisterBrokerRecord):
+            self._replay_register(record, offset)
+        elif isinstance(record, records.TopicRecord):
+            self._replay_topic(record)
+        elif isinstance(record, records.RemoveTopicRecord):
+            self._replay_remove_topic(record)
+        elif isinstance(record, records.UnregisterBrokerRecord):
+            self._replay_unregister(record)
+        else:  # pragma: no cover - the union is closed
+            raise ReplayError(f"unknown record {record!r}")
+        self.end_offset = offset + 1
+
+    def _set_dir_owner(self, broker_id: int, dirs: tuple[Uuid, ...], previous: tuple[Uuid, ...]) -> None:
+        for d in previous:
+            if self.dir_owner.get(d) == broker_id:
+                del self.dir_owner[d]
+        for d in dirs:
+            owner = self.dir_owner.get(d)
+            if owner is not None and owner != broker_id:
+                raise ReplayError(f"directory {d} of broker {broker_id} is already online in broker {owner}")
+        for d in dirs:
+            self.dir_owner[d] = broker_id
+
+    def _track_controlled_shutdown(self, reg: BrokerRegistration, offset: int) -> None:
+        if reg.in_controlled_shutdown and not reg.fenced:
+            self.controlled_shutdown_offsets.setdefault(reg.broker_id, offset)
+        else:
+            self.controlled_shutdown_offsets.pop(reg.broker_id, None)
+
+    def _replay_register(self, record: records.RegisterBrokerRecord, offset: int) -> None:
+        new = registration_from_record(record)
+        old = self.brokers.get(record.broker_id)
+        self._set_dir_owner(record.broker_id, new.log_dirs, old.log_dirs if old else ())
+        self.brokers[record.broker_id] = new
+        self._track_controlled_shutdown(new, offset)
+
+    def _replay_broker_change(self, record: records.BrokerRegistrationChangeRecord, offset: int) -> None:
+        old = self.brokers.get(record.broker_id)
+        if old is None:
+            raise ReplayError(f"BrokerRegistrationChangeRecord for unregistered broker {record.broker_id}")
+        new = apply_broker_change(old, record)
+        if new.log_dirs != old.log_dirs:
+            self._set_dir_owner(record.broker_id, new.log_dirs, old.log_dirs)
+        self.brokers[record.broker_id] = new
+        self._track_controlled_shutdown(new, offset)
+
+    def _replay_unregister(self, record: records.UnregisterBrokerRecord) -> None:
+        old = self.brokers.get(record.broker_id)
+        if old is None or old.broker_epoch != record.broker_epoch:
+            raise ReplayError(
+                f"UnregisterBrokerRecord for broker {record.broker_id} epoch {record.broker_epoch}"
+            )
+        self._set_dir_owner(record.broker_id, (), old.log_dirs)
+        del self.brokers[record.broker_id]
+        self.controlled_shutdown_offsets.pop(record.broker_id, None)
+
+    def _replay_topic(self, record: records.TopicRecord) -> None:
+        if record.topic_id in self.topics:
+            raise ReplayError(f"topic id {record.topic_id} exists already")
+        if record.name in self.topic_ids_by_name:
+            raise ReplayError(f"topic name {record.name} exists already")
+        self.topics[record.topic_id] = TopicImage(
+            name=record.name, topic_id=record.topic_id, configs=dict(record.configs)
+        )
+        self.topic_ids_by_name[record.name] = record.topic_id
+
+    def _replay_remove_topic(self, record: records.RemoveTopicRecord) -> None:
+        topic = self.topics.get(record.topic_id)
+        if topic is None:
+            raise ReplayError(f"RemoveTopicRecord for unknown topic id {record.topic_id}")
+        for index, part in topic.partitions.items():
+            self._unindex((record.topic_id, index), part)
+        self.partition_count -= len(topic.partitions)
+        del self.topics[record.topic_id]
+        del self.topic_ids_by_name[topic.name]
+
+    def _replay_partition(self, record: records.PartitionRecord) -> None:
+        topic = self.topics.get(record.topic_id)
+        if topic is None:
+            raise ReplayError(f"PartitionRecord for unknown topic id {record.topic_id}")
+        if record.partition_id in topic.partitions:
+            raise ReplayError(f"PartitionRecord {record.topic_id}-{record.partition_id} exists already")
+        part = partition_from_record(record)
+        topic.partitions[record.partition_id] = part
+        self.partition_count += 1
+        self._index((record.topic_id, record.partition_id), part)
+
+    def _replay_partition_change(self, record: records.PartitionChangeRecord) -> None:
+        topic = self.topics.get(record.topic_id)
+        old = None if topic is None else topic.partitions.get(record.partition_id)
+        if topic is None or old is None:
+            raise ReplayError(
+                f"PartitionChangeRecord for unknown partition {record.topic_id}-{record.partition_id}"
+            )
+        new = apply_partition_change(old, record)
+        topic.partitions[record.partition_id] = new
+        key = (record.topic_id, record.partition_id)
+        if new.replicas is not old.replicas or new.directories is not old.directories:
+            self._unindex_placement(key, old)
+            self._index_placement(key, new)
+        if new.leader != old.leader:
+            self._unindex_leader(key, old)
+            self._index_leader(key, new)
+
+    # -- index maintenance -------------------------------------------------------------------
+
+    def _index(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        self._index_placement(key, part)
+        self._index_leader(key, part)
+
+    def _unindex(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        self._unindex_placement(key, part)
+        self._unindex_leader(key, part)
+
+    def _index_placement(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        for broker_id, directory in zip(part.replicas, part.directories, strict=True):
+            self.replicas_by_broker.setdefault(broker_id, set()).add(key)
+            if directory == UNASSIGNED_DIR:
+                self.unassigned_by_broker.setdefault(broker_id, set()).add(key)
+            elif not directory.is_reserved:
+                self.replicas_by_dir.setdefault((broker_id, directory), set()).add(key)
+
+    def _unindex_placement(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        for broker_id, directory in zip(part.replicas, part.directories, strict=True):
+            _discard(self.replicas_by_broker, broker_id, key)
+            if directory == UNASSIGNED_DIR:
+                _discard(self.unassigned_by_broker, broker_id, key)
+            elif not directory.is_reserved:
+                _discard(self.replicas_by_dir, (broker_id, directory), key)
+
+    def _index_leader(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        if part.leader == records.NO_LEADER:
+            self.leaderless.add(key)
+        else:
+            self.leaders_by_broker.setdefault(part.leader, set()).add(key)
+
+    def _unindex_leader(self, key: PartitionKey, part: PartitionRegistration) -> None:
+        if part.leader == records.NO_LEADER:
+            self.leaderless.discard(key)
+        else:
+            _discard(self.leaders_by_broker, part.leader, key)
+
+    # -- snapshots and checks ----------------------------------------------------------------
+
+    def to_records(self) -> list[records.Record]:
+        """The image as records: replaying them into an empty image gives an equal image."""
+        out: list[records.Record] = []
+        for reg in sorted(self.brokers.values(), key=lambda r: r.broker_id):
+            out.append(
+                records.RegisterBrokerRecord(
+                    broker_id=reg.broker_id,
+                    broker_epoch=reg.broker_epoch,
+                    incarnation_id=reg.incarnation_id,
+                    log_dirs=reg.log_dirs,
+                    has_offline_log_dirs=reg.has_offline_log_dirs,
+                    fenced=reg.fenced,
+                    in_controlled_shutdown=reg.in_controlled_shutdown,
+                    listeners=reg.listeners,
+                    rack=reg.rack,
+                    offline_log_dirs=reg.offline_log_dirs,
+                )
+            )
+        for topic in self.topics.values():
+            out.append(
+                records.TopicRecord(name=topic.name, topic_id=topic.topic_id, configs=dict(topic.configs))
+            )
+            for index in sorted(topic.partitions):
+                part = topic.partitions[index]
+                out.append(
+                    records.PartitionRecord(
+                        topic_id=topic.topic_id,
+                        partition_id=index,
+                        replicas=part.replicas,
+                        isr=part.isr,
+                        leader=part.leader,
+                        leader_epoch=part.leader_epoch,
+                        partition_epoch=part.partition_epoch,
+                        directories=part.directories,
+                    )
+                )
+        return out
+
+    def copy_for_snapshot(self) -> ClusterImage:
+        """A copy sharing the frozen registrations and partitions (cheap), without indexes."""
+        copy = ClusterImage()
+        copy.brokers = dict(self.brokers)
+        copy.topics = {
+            topic_id: TopicImage(
+                name=t.name, topic_id=t.topic_id, configs=t.configs, partitions=dict(t.partitions)
+            )
+            for topic_id, t in self.topics.items()
+        }
+        copy.end_offset = self.end_offset
+        return copy
+
+    def canonical(self) -> tuple[Any, ...]:
+        """A comparable value of everything the log determines (excluding the end offset)."""
+        topics = sorted(
+            (t.name, t.topic_id, tuple(sorted(t.configs.items())), tuple(sorted(t.partitions.items())))
+            for t in self.topics.values()
+        )
+        return (tuple(sorted(self.brokers.items())), tuple(topics))
+
+    def check_indexes(self) -> None:
+        """Rebuild every index from scratch and raise `AssertionError` if any differs."""
+        fresh = ClusterImage()
+        fresh.brokers = dict(self.brokers)
+        for topic_id, topic in self.topics.items():
+            for index, part in topic.partitions.items():
+                fresh._index((topic_id, index), part)
+        for reg in self.brokers.values():
+            for d in reg.log_dirs:
+                fresh.dir_owner[d] = reg.broker_id
+
+        def nonempty(index: Mapping[Any, set[PartitionKey]]) -> dict[Any, set[PartitionKey]]:
+            return {k: v for k, v in index.items() if v}
+
+        for name in ("replicas_by_broker", "replicas_by_dir", "unassigned_by_broker", "leaders_by_broker"):
+            ours, theirs = nonempty(getattr(self, name)), nonempty(getattr(fresh, name))
+            if ours != theirs:
+                raise AssertionError(f"index {name} is out of step with the partitions")
+        if self.leaderless != fresh.leaderless:
+            raise AssertionError("index leaderless is out of step with the partitions")
+        if self.dir_owner != fresh.dir_owner:
+            raise AssertionError("index dir_owner is out of step with the registrations")
+        if self.partition_count != sum(len(t.partitions) for t in self.topics.values()):
+            raise AssertionError("partition_count is out of step")
+
+
+def _discard(index: dict[Any, set[PartitionKey]], key: Any, value: PartitionKey) -> None:
+    bucket = index.get(key)
+    if bucket is not None:
+        bucket.discard(value)
+        if not bucket:
+            del index[key]

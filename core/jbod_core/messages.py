@@ -1,0 +1,269 @@
+"""Requests and replies of the controller API (protocol §3) as strict, frozen pydantic models.
+
+Guarantees:
+* Field names are snake_case in Python and camelCase on the wire; unknown fields are ignored.
+* Validation is strict: no coercion between strings, numbers and booleans; int32 and int64 fields
+  are range-checked; Uuids must parse (§1); a request naming more than 10,000 partitions fails.
+* `validation_message` turns a pydantic `ValidationError` into one line that names the field,
+  e.g. `directories[0].topics[1].topicId: not a Uuid ('x' is not valid base64url)`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from jbod_core.ids import Uuid
+
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
+def _parse_uuid(value: Any) -> Uuid:
+    if isinstance(value, Uuid):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a Uuid string")
+    try:
+        return Uuid.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"not a Uuid ({exc})") from exc
+
+
+UuidField = Annotated[
+    Uuid,
+    PlainValidator(_parse_uuid),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"}),
+]
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=True,
+        frozen=True,
+        extra="ignore",
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line naming the first offending field and what is wrong with it."""
+    first = exc.errors()[0]
+    path = ""
+    for part in first["loc"]:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("function-plain", "function-after", "function-before"):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "missing":
+        message = "required field is missing"
+    return f"{path}: {message}" if path else message
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+class ListenerModel(Message):
+    name: str
+    host: str
+    port: Annotated[int, Field(ge=0, le=65535)]
+
+
+class RegisterBrokerRequest(Message):
+    broker_id: Annotated[int, Field(ge=0, le=INT32_MAX)]
+    cluster_id: str
+    incarnation_id: UuidField
+    log_dirs: list[UuidField]
+    has_offline_log_dirs: bool = False
+    listeners: list[ListenerModel] = []
+    rack: str | None = None
+    previous_broker_epoch: Int64 = -1
+
+
+class BrokerHeartbeatRequest(Message):
+    broker_id: Int32
+    broker_epoch: Int64
+    current_metadata_offset: Int64
+    want_fence: bool = False
+    want_shut_down: bool = False
+    offline_log_dirs: list[UuidField] = []
+
+
+class PartitionIndex(Message):
+    partition_index: Int32
+
+
+class AssignTopic(Message):
+    topic_id: UuidField
+    partitions: list[PartitionIndex]
+
+
+class AssignDirectory(Message):
+    id: UuidField
+    topics: list[AssignTopic]
+
+
+class AssignReplicasToDirsRequest(Message):
+    broker_id: Int32
+    broker_epoch: Int64
+    directories: list[AssignDirectory]
+
+    @model_validator(mode="after")
+    def _limit(self) -> AssignReplicasToDirsRequest:
+        count = sum(len(t.partitions) for d in self.directories for t in d.topics)
+        if count > MAX_PARTITIONS_PER_REQUEST:
+            raise ValueError(
+                f"directories: {count} partitions exceed the limit of {MAX_PARTITIONS_PER_REQUEST} per request"
+            )
+        return self
+
+
+class AlterPartitionData(Message):
+    partition_index: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    new_isr: list[Int32]
+
+
+class AlterPartitionTopic(Message):
+    topic_id: UuidField
+    partitions: list[AlterPartitionData]
+
+
+class AlterPartitionRequest(Message):
+    broker_id: Int32
+    broker_epoch: Int64
+    topics: list[AlterPartitionTopic]
+
+    @model_validator(mode="after")
+    def _limit(self) -> AlterPartitionRequest:
+        count = sum(len(t.partitions) for t in self.topics)
+        if count > MAX_PARTITIONS_PER_REQUEST:
+            raise ValueError(
+                f"topics: {count} partitions exceed the limit of {MAX_PARTITIONS_PER_REQUEST} per request"
+            )
+        return self
+
+
+class CreateTopicRequest(Message):
+    name: str
+    num_partitions: Int32 | None = None
+    replication_factor: Int32 | None = None
+    replica_assignment: list[list[Int32]] | None = None
+    configs: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _required_without_assignment(self) -> CreateTopicRequest:
+        min_isr = self.configs.get("min.insync.replicas")
+        if min_isr is not None and (not min_isr.isdigit() or not 1 <= int(min_isr) <= INT32_MAX):
+            raise ValueError(f"configs.min.insync.replicas: must be a positive integer, got {min_isr!r}")
+        if self.replica_assignment is None:
+            if self.num_partitions is None:
+                raise ValueError("numPartitions: required field is missing (no replicaAssignment given)")
+            if self.replication_factor is None:
+                raise ValueError("replicationFactor: required field is missing (no replicaAssignment given)")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies
+
+
+class RegisterBrokerReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    broker_epoch: int = -1
+
+
+class BrokerHeartbeatReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+class AssignPartitionResult(Message):
+    partition_index: int
+    error_code: int
+
+
+class AssignTopicResult(Message):
+    topic_id: UuidField
+    partitions: list[AssignPartitionResult]
+
+
+class AssignDirectoryResult(Message):
+    id: UuidField
+    topics: list[AssignTopicResult]
+
+
+class AssignReplicasToDirsReply(Message):
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    directories: list[AssignDirectoryResult] = []
+
+
+class AlterPartitionResult(Message):
+    partition_index: int
+    error_code: int
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    isr: list[int] = []
+
+
+class AlterPartitionTopicResult(Message):
+    topic_id: UuidField
+    partitions: list[AlterPartitionResult]
+
+
+class AlterPartitionReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    topics: list[AlterPartitionTopicResult] = []
+
+
+class CreateTopicReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    topic_id: UuidField | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+class DeleteTopicReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    topic_id: UuidField | None = None
+
+
+class UnregisterBrokerReply(Message):
+    error_code: int = 0
+    error_message: str | None = None

@@ -1,0 +1,336 @@
+"""Metadata log records (protocol §3.5) as frozen typed values, and their JSON codec.
+
+Guarantees:
+* Every record type of the contract is a frozen dataclass; `to_data` gives the contract's `data`
+  object (camelCase, Uuids as text) and `decode(type, data)` gives the record back, so that
+  `decode(r.TYPE, r.to_data()) == r` for every record.
+* Change records carry only what changed: a field left as `None` is omitted from `data` and means
+  "unchanged" on replay.
+* `decode` raises `RecordError` for an unknown type or a malformed field; readers ignore fields
+  they do not know (the contract allows records to carry more fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from jbod_core.ids import Uuid
+
+NO_LEADER: Final = -1
+
+
+class RecordError(ValueError):
+    """A record that cannot be decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "port": self.port}
+
+
+def _uuids(values: Sequence[Uuid]) -> list[str]:
+    return [str(v) for v in values]
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    TYPE: ClassVar[str] = "RegisterBrokerRecord"
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: Uuid
+    log_dirs: tuple[Uuid, ...]
+    has_offline_log_dirs: bool = False
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    listeners: tuple[Listener, ...] = ()
+    rack: str | None = None
+    # Extension (docs/decisions.md): dirs already known offline; non-empty only in snapshots and
+    # same-incarnation re-registrations.
+    offline_log_dirs: tuple[Uuid, ...] = ()
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "brokerId": self.broker_id,
+            "brokerEpoch": self.broker_epoch,
+            "incarnationId": str(self.incarnation_id),
+            "logDirs": _uuids(self.log_dirs),
+            "hasOfflineLogDirs": self.has_offline_log_dirs,
+            "fenced": self.fenced,
+            "inControlledShutdown": self.in_controlled_shutdown,
+            "listeners": [listener.to_data() for listener in self.listeners],
+            "rack": self.rack,
+            "offlineLogDirs": _uuids(self.offline_log_dirs),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    TYPE: ClassVar[str] = "BrokerRegistrationChangeRecord"
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+    log_dirs: tuple[Uuid, ...] | None = None
+    offline_log_dirs: tuple[Uuid, ...] | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"brokerId": self.broker_id, "brokerEpoch": self.broker_epoch}
+        if self.fenced is not None:
+            data["fenced"] = self.fenced
+        if self.in_controlled_shutdown is not None:
+            data["inControlledShutdown"] = self.in_controlled_shutdown
+        if self.log_dirs is not None:
+            data["logDirs"] = _uuids(self.log_dirs)
+        if self.offline_log_dirs is not None:
+            data["offlineLogDirs"] = _uuids(self.offline_log_dirs)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    TYPE: ClassVar[str] = "UnregisterBrokerRecord"
+    broker_id: int
+    broker_epoch: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {"brokerId": self.broker_id, "brokerEpoch": self.broker_epoch}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    TYPE: ClassVar[str] = "TopicRecord"
+    name: str
+    topic_id: Uuid
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"name": self.name, "topicId": str(self.topic_id), "configs": dict(self.configs)}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    TYPE: ClassVar[str] = "PartitionRecord"
+    topic_id: Uuid
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    directories: tuple[Uuid, ...]
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "topicId": str(self.topic_id),
+            "partitionId": self.partition_id,
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leaderEpoch": self.leader_epoch,
+            "partitionEpoch": self.partition_epoch,
+            "directories": _uuids(self.directories),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    TYPE: ClassVar[str] = "PartitionChangeRecord"
+    topic_id: Uuid
+    partition_id: int
+    partition_epoch: int
+    replicas: tuple[int, ...] | None = None
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    leader_epoch: int | None = None
+    directories: tuple[Uuid, ...] | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "topicId": str(self.topic_id),
+            "partitionId": self.partition_id,
+            "partitionEpoch": self.partition_epoch,
+        }
+        if self.replicas is not None:
+            data["replicas"] = list(self.replicas)
+        if self.isr is not None:
+            data["isr"] = list(self.isr)
+        if self.leader is not None:
+            data["leader"] = self.leader
+        if self.leader_epoch is not None:
+            data["leaderEpoch"] = self.leader_epoch
+        if self.directories is not None:
+            data["directories"] = _uuids(self.directories)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    TYPE: ClassVar[str] = "RemoveTopicRecord"
+    topic_id: Uuid
+
+    def to_data(self) -> dict[str, Any]:
+        return {"topicId": str(self.topic_id)}
+
+
+Record = (
+    RegisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data[key]
+    if type(value) is not int:
+        raise RecordError(f"{key} must be an integer")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str) -> bool:
+    value = data[key]
+    if type(value) is not bool:
+        raise RecordError(f"{key} must be a boolean")
+    return value
+
+
+def _uuid(data: Mapping[str, Any], key: str) -> Uuid:
+    try:
+        return Uuid.parse(data[key])
+    except ValueError as exc:
+        raise RecordError(f"{key}: {exc}") from exc
+
+
+def _uuid_list(data: Mapping[str, Any], key: str) -> tuple[Uuid, ...]:
+    try:
+        return tuple(Uuid.parse(v) for v in data[key])
+    except (ValueError, TypeError) as exc:
+        raise RecordError(f"{key}: {exc}") from exc
+
+
+def _int_list(data: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    values = data[key]
+    if not isinstance(values, list) or any(type(v) is not int for v in values):
+        raise RecordError(f"{key} must be a list of integers")
+    return tuple(values)
+
+
+def _opt(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], Any]) -> Any:
+    return read(data, key) if key in data else None
+
+
+def _decode_register(d: Mapping[str, Any]) -> RegisterBrokerRecord:
+    listeners = tuple(
+        Listener(name=str(x["name"]), host=str(x["host"]), port=int(x["port"]))
+        for x in d.get("listeners", [])
+    )
+    return RegisterBrokerRecord(
+        broker_id=_int(d, "brokerId"),
+        broker_epoch=_int(d, "brokerEpoch"),
+        incarnation_id=_uuid(d, "incarnationId"),
+        log_dirs=_uuid_list(d, "logDirs"),
+        has_offline_log_dirs=bool(d.get("hasOfflineLogDirs", False)),
+        fenced=bool(d.get("fenced", True)),
+        in_controlled_shutdown=bool(d.get("inControlledShutdown", False)),
+        listeners=listeners,
+        rack=d.get("rack"),
+        offline_log_dirs=_uuid_list(d, "offlineLogDirs") if "offlineLogDirs" in d else (),
+    )
+
+
+def _decode_change(d: Mapping[str, Any]) -> BrokerRegistrationChangeRecord:
+    return BrokerRegistrationChangeRecord(
+        broker_id=_int(d, "brokerId"),
+        broker_epoch=_int(d, "brokerEpoch"),
+        fenced=_opt(d, "fenced", _bool),
+        in_controlled_shutdown=_opt(d, "inControlledShutdown", _bool),
+        log_dirs=_opt(d, "logDirs", _uuid_list),
+        offline_log_dirs=_opt(d, "offlineLogDirs", _uuid_list),
+    )
+
+
+def _decode_unregister(d: Mapping[str, Any]) -> UnregisterBrokerRecord:
+    return UnregisterBrokerRecord(broker_id=_int(d, "brokerId"), broker_epoch=_int(d, "brokerEpoch"))
+
+
+def _decode_topic(d: Mapping[str, Any]) -> TopicRecord:
+    configs = d.get("configs") or {}
+    if not isinstance(configs, dict):
+        raise RecordError("configs must be an object")
+    return TopicRecord(
+        name=str(d["name"]),
+        topic_id=_uuid(d, "topicId"),
+        configs={str(k): str(v) for k, v in configs.items()},
+    )
+
+
+def _decode_partition(d: Mapping[str, Any]) -> PartitionRecord:
+    return PartitionRecord(
+        topic_id=_uuid(d, "topicId"),
+        partition_id=_int(d, "partitionId"),
+        replicas=_int_list(d, "replicas"),
+        isr=_int_list(d, "isr"),
+        leader=_int(d, "leader"),
+        leader_epoch=_int(d, "leaderEpoch"),
+        partition_epoch=_int(d, "partitionEpoch"),
+        directories=_uuid_list(d, "directories"),
+    )
+
+
+def _decode_partition_change(d: Mapping[str, Any]) -> PartitionChangeRecord:
+    return PartitionChangeRecord(
+        topic_id=_uuid(d, "topicId"),
+        partition_id=_int(d, "partitionId"),
+        partition_epoch=_int(d, "partitionEpoch"),
+        replicas=_opt(d, "replicas", _int_list),
+        isr=_opt(d, "isr", _int_list),
+        leader=_opt(d, "leader", _int),
+        leader_epoch=_opt(d, "leaderEpoch", _int),
+        directories=_opt(d, "directories", _uuid_list),
+    )
+
+
+def _decode_remove_topic(d: Mapping[str, Any]) -> RemoveTopicRecord:
+    return RemoveTopicRecord(topic_id=_uuid(d, "topicId"))
+
+
+_DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
+    RegisterBrokerRecord.TYPE: _decode_register,
+    BrokerRegistrationChangeRecord.TYPE: _decode_change,
+    UnregisterBrokerRecord.TYPE: _decode_unregister,
+    TopicRecord.TYPE: _decode_topic,
+    PartitionRecord.TYPE: _decode_partition,
+    PartitionChangeRecord.TYPE: _decode_partition_change,
+    RemoveTopicRecord.TYPE: _decode_remove_topic,
+}
+
+RECORD_TYPES: Final = tuple(_DECODERS)
+
+
+def decode(record_type: str, data: Mapping[str, Any]) -> Record:
+    """The record of `record_type` described by `data`; `RecordError` if it does not fit."""
+    decoder = _DECODERS.get(record_type)
+    if decoder is None:
+        raise RecordError(f"unknown record type {record_type!r}")
+    try:
+        return decoder(data)
+    except KeyError as exc:
+        raise RecordError(f"{record_type} is missing field {exc.args[0]}") from exc
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, RecordError):
+            raise
+        raise RecordError(f"{record_type}: {exc}") from exc

@@ -1,0 +1,169 @@
+"""Topic creation and deletion (protocol §3.5).
+
+Guarantees:
+* Checks run in this order and a rejection writes nothing: name 17, existing name 36, partition
+  count 37, replication factor 38, manual assignment 39.
+* Automatic placement stripes replicas over the active brokers (registered, unfenced, not
+  shutting down) in Kafka's rack-unaware pattern from a random start, so replicas of a partition
+  are on distinct brokers and leaders are spread evenly. Randomness is a parameter.
+* A new replica's dir is the broker's only online dir if it has exactly one, else UNASSIGNED.
+  ISR = the active replicas; leader = the first ISR member in replica order; epochs 0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from jbod_core import records
+from jbod_core.errors import ErrorCode
+from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
+from jbod_core.image import ClusterImage
+from jbod_core.messages import (
+    MAX_PARTITIONS_PER_REQUEST,
+    CreateTopicReply,
+    CreateTopicRequest,
+    DeleteTopicReply,
+)
+
+MAX_TOPIC_NAME_LENGTH: Final = 249
+_LEGAL_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why `name` is not a legal topic name, or None."""
+    if not name:
+        return "Topic name is empty"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if name in (".", ".."):
+        return "Topic name cannot be '.' or '..'"
+    if not _LEGAL_NAME.fullmatch(name):
+        return f"Topic name '{name}' contains characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def active_brokers(image: ClusterImage) -> list[int]:
+    return sorted(b.broker_id for b in image.brokers.values() if b.is_active)
+
+
+def default_directory(image: ClusterImage, broker_id: int) -> Uuid:
+    reg = image.brokers.get(broker_id)
+    if reg is not None and len(reg.log_dirs) == 1:
+        return reg.log_dirs[0]
+    return UNASSIGNED_DIR
+
+
+def stripe_replicas(
+    brokers: Sequence[int], *, partitions: int, replication_factor: int, rng: random.Random
+) -> list[list[int]]:
+    """Kafka's rack-unaware assignment: distinct brokers per partition, leaders round-robin."""
+    count = len(brokers)
+    start = rng.randrange(count)
+    shift = rng.randrange(count)
+    assignment: list[list[int]] = []
+    for p in range(partitions):
+        if p > 0 and p % count == 0:
+            shift += 1
+        first = (start + p) % count
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (count - 1)) % count])
+        assignment.append(replicas)
+    return assignment
+
+
+def _error(code: ErrorCode, message: str) -> tuple[list[records.Record], CreateTopicReply]:
+    return [], CreateTopicReply(error_code=code, error_message=message)
+
+
+def _manual_assignment_error(
+    image: ClusterImage, assignment: Sequence[Sequence[int]], request: CreateTopicRequest
+) -> str | None:
+    factor = len(assignment[0])
+    if request.num_partitions is not None and request.num_partitions != len(assignment):
+        return f"numPartitions {request.num_partitions} does not match the {len(assignment)} partitions of replicaAssignment"
+    if request.replication_factor is not None and request.replication_factor != factor:
+        return f"replicationFactor {request.replication_factor} does not match replicaAssignment"
+    for index, replicas in enumerate(assignment):
+        if not replicas:
+            return f"Partition {index} has no replicas"
+        if len(replicas) != factor:
+            return "All partitions must have the same number of replicas"
+        if len(set(replicas)) != len(replicas):
+            return f"Partition {index} lists a broker more than once"
+        unknown = [b for b in replicas if b not in image.brokers]
+        if unknown:
+            return f"Partition {index} names unregistered broker(s) {unknown}"
+        if not any(image.brokers[b].is_active for b in replicas):
+            return f"Partition {index} has no active replica"
+    return None
+
+
+def create_topic(
+    image: ClusterImage, request: CreateTopicRequest, *, rng: random.Random
+) -> tuple[list[records.Record], CreateTopicReply]:
+    name_error = topic_name_error(request.name)
+    if name_error is not None:
+        return _error(ErrorCode.INVALID_TOPIC_EXCEPTION, name_error)
+    if request.name in image.topic_ids_by_name:
+        return _error(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{request.name}' already exists")
+    if request.replica_assignment is not None:
+        assignment: list[list[int]] = [list(r) for r in request.replica_assignment]
+        if not assignment or len(assignment) > MAX_PARTITIONS_PER_REQUEST:
+            return _error(
+                ErrorCode.INVALID_PARTITIONS, f"A topic needs 1 to {MAX_PARTITIONS_PER_REQUEST} partitions"
+            )
+        problem = _manual_assignment_error(image, assignment, request)
+        if problem is not None:
+            return _error(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+    else:
+        partitions = request.num_partitions or 0
+        factor = request.replication_factor or 0
+        if partitions < 1 or partitions > MAX_PARTITIONS_PER_REQUEST:
+            return _error(
+                ErrorCode.INVALID_PARTITIONS,
+                f"numPartitions must be 1 to {MAX_PARTITIONS_PER_REQUEST}, got {partitions}",
+            )
+        brokers = active_brokers(image)
+        if factor < 1 or factor > len(brokers):
+            return _error(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor {factor} is not between 1 and the {len(brokers)} active broker(s)",
+            )
+        assignment = stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng)
+
+    topic_id = random_uuid(rng, avoid=image.topics.keys())
+    out: list[records.Record] = [
+        records.TopicRecord(name=request.name, topic_id=topic_id, configs=dict(request.configs))
+    ]
+    defaults: dict[int, Uuid] = {}
+    for index, replicas in enumerate(assignment):
+        isr = tuple(b for b in replicas if image.brokers[b].is_active)
+        directories = tuple(defaults.setdefault(b, default_directory(image, b)) for b in replicas)
+        out.append(
+            records.PartitionRecord(
+                topic_id=topic_id,
+                partition_id=index,
+                replicas=tuple(replicas),
+                isr=isr,
+                leader=isr[0],
+                leader_epoch=0,
+                partition_epoch=0,
+                directories=directories,
+            )
+        )
+    return out, CreateTopicReply(
+        topic_id=topic_id, num_partitions=len(assignment), replication_factor=len(assignment[0])
+    )
+
+
+def delete_topic(image: ClusterImage, name: str) -> tuple[list[records.Record], DeleteTopicReply]:
+    topic_id = image.topic_ids_by_name.get(name)
+    if topic_id is None:
+        return [], DeleteTopicReply(
+            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Unknown topic '{name}'"
+        )
+    return [records.RemoveTopicRecord(topic_id=topic_id)], DeleteTopicReply(topic_id=topic_id)
