@@ -1,0 +1,214 @@
+"""Benchmark 1: one heartbeat reporting an offline log dir, in a cluster of 300,000 replicas.
+
+Cluster: 3 brokers with 2 dirs each; 100,000 partitions with RF 3 (10 topics of 10,000, created
+through `POST /v1/topics` with a `replicaAssignment`, leaders rotated over the brokers); every
+placement confirmed through `POST /v1/assignments` in batches of 2,250, so that
+
+* broker 1 dir A hosts all 100,000 of its replicas (dir B none),
+* broker 2 dirs are split 90,000 / 10,000,
+* broker 3 dirs are split 50,000 / 50,000.
+
+That state is kept as a pristine data dir. Each measurement starts a fresh controller on a copy of
+it, warms the connection with a no-op heartbeat, then times one `POST /v1/brokers/heartbeat` with
+`offlineLogDirs=[dir]` from request sent to reply received: the decision, the encoding and replay of
+every record, and the fsync. Two cases: broker 1 dir A (100,000 replicas, goal < 1 s) and broker 2's
+small dir (10,000 replicas, goal < 100 ms). Same cluster, so the cost should follow the affected
+replicas, not the cluster size.
+
+    python -m bench.offline_dir [--quick] [--repeats N] [--profile]
+
+`--profile` also runs an in-process reproduction of the 100k case under cProfile (decision,
+encoding, replay, append, fsync) and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from dataclasses import dataclass
+
+from bench.common import (
+    Api,
+    BenchError,
+    Figure,
+    Workspace,
+    base_parser,
+    bench_main,
+    cpu_seconds,
+    log,
+    new_id,
+    print_table,
+    running,
+    summarise,
+)
+
+BROKERS = (1, 2, 3)
+TOPIC_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class Layout:
+    partitions: int
+    dirs: dict[int, tuple[str, str]]  # broker -> (dir A, dir B)
+
+    def topics(self) -> int:
+        return -(-self.partitions // TOPIC_PARTITIONS)
+
+    def directory(self, broker_id: int, index: int) -> str:
+        """The dir of broker `broker_id`'s replica of the partition with global index `index`."""
+        a, b = self.dirs[broker_id]
+        if broker_id == 1:
+            return a
+        if broker_id == 2:
+            return b if index >= self.partitions - self.partitions // 10 else a
+        return a if index % 2 == 0 else b
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    broker_id: int
+    directory: str
+    replicas: int
+    goal_s: float
+
+
+def build_cluster(ws: Workspace, layout: Layout, rng: random.Random) -> dict[int, int]:
+    """Create the pristine cluster in `ws/pristine`; returns broker epochs."""
+    proc = ws.controller("pristine")
+    with running(proc), Api(proc) as api:
+        epochs = {}
+        for broker_id in BROKERS:
+            epochs[broker_id] = api.register(broker_id, new_id(rng), layout.dirs[broker_id])
+            api.unfence(broker_id, epochs[broker_id])
+        started = time.perf_counter()
+        topic_ids: list[str] = []
+        for t in range(layout.topics()):
+            count = min(TOPIC_PARTITIONS, layout.partitions - t * TOPIC_PARTITIONS)
+            assignment = [
+                [BROKERS[(t * TOPIC_PARTITIONS + p + k) % 3] for k in range(3)] for p in range(count)
+            ]
+            topic_ids.append(api.create_topic(f"bench-{t}", assignment))
+        created = time.perf_counter()
+        log(f"  created {layout.partitions:,} partitions (RF 3) in {created - started:.1f} s")
+        requests = 0
+        for broker_id in BROKERS:
+            placements = []
+            for index in range(layout.partitions):
+                topic, partition = divmod(index, TOPIC_PARTITIONS)
+                placements.append((layout.directory(broker_id, index), topic_ids[topic], partition))
+            requests += api.assign(broker_id, epochs[broker_id], placements)
+        log(
+            f"  confirmed {3 * layout.partitions:,} placements in {requests} requests "
+            f"in {time.perf_counter() - created:.1f} s"
+        )
+        brokers = api.get("/v1/brokers")
+        if any(b["unassignedReplicas"] or b["fenced"] for b in brokers):
+            raise BenchError(f"setup left brokers fenced or with unassigned replicas: {brokers}")
+        log(f"  pristine log: {api.end_offset():,} records")
+    proc.stop()
+    return epochs
+
+
+def measure(ws: Workspace, case: Case, epoch: int, name: str) -> dict[str, float]:
+    ws.copy("pristine", name)
+    proc = ws.controller(name)
+    try:
+        with running(proc), Api(proc) as api:
+            before = api.end_offset()
+            warm = api.heartbeat(case.broker_id, epoch, before)  # no-op: warms the connection
+            if warm["isFenced"]:
+                raise BenchError(f"broker {case.broker_id} is fenced before the measurement")
+            body = {
+                "brokerId": case.broker_id,
+                "brokerEpoch": epoch,
+                "currentMetadataOffset": before,
+                "offlineLogDirs": [case.directory],
+            }
+            cpu_before = cpu_seconds(proc.pid)
+            started = time.perf_counter()
+            reply = api.post("/v1/brokers/heartbeat", body)
+            elapsed = time.perf_counter() - started
+            cpu = cpu_seconds(proc.pid) - cpu_before
+            after = api.end_offset()
+            state = api.get(f"/v1/brokers/{case.broker_id}")
+            if case.directory not in state["offlineLogDirs"] or reply["isFenced"]:
+                raise BenchError(f"dir {case.directory} not offline after the heartbeat: {state}")
+            return {
+                "seconds": elapsed,
+                "records": after - before,
+                "cpu": cpu,
+                "recovery": proc.ready_at - proc.started_at,
+            }
+    finally:
+        ws.remove(name)
+
+
+def run(args: argparse.Namespace) -> list[Figure]:
+    rng = random.Random(858)
+    partitions = 10_000 if args.quick else 100_000
+    repeats = args.repeats or (1 if args.quick else 3)
+    layout = Layout(
+        partitions=partitions, dirs={b: (new_id(rng), new_id(rng)) for b in BROKERS}
+    )
+    cases = [
+        Case(f"dir of {partitions:,} replicas", 1, layout.dirs[1][0], partitions, 1.0),
+        Case(f"dir of {partitions // 10:,} replicas", 2, layout.dirs[2][1], partitions // 10, 0.1),
+    ]
+    results: dict[str, list[dict[str, float]]] = {c.label: [] for c in cases}
+    with Workspace(keep=args.keep) as ws:
+        log(f"setting up {3 * partitions:,} replicas on 3 brokers x 2 dirs")
+        epochs = build_cluster(ws, layout, rng)
+        for rep in range(repeats):
+            for case in cases:
+                result = measure(ws, case, epochs[case.broker_id], f"rep{rep}-b{case.broker_id}")
+                results[case.label].append(result)
+                log(
+                    f"  run {rep + 1}/{repeats} {case.label}: {result['seconds'] * 1000:.1f} ms, "
+                    f"{result['records']:,.0f} records, controller CPU {result['cpu'] * 1000:.0f} ms "
+                    f"(controller ready {result['recovery']:.1f} s after start)"
+                )
+    rows = []
+    figures = []
+    for case in cases:
+        runs = results[case.label]
+        stats = summarise([r["seconds"] for r in runs])
+        records = runs[0]["records"]
+        rows.append(
+            [
+                f"broker {case.broker_id}, {case.label}",
+                f"{stats['median'] * 1000:.1f} ms",
+                f"{stats['max'] * 1000:.1f} ms",
+                f"{records:,.0f}",
+                f"{stats['median'] / case.replicas * 1e6:.1f} us",
+                len(runs),
+            ]
+        )
+        figures.append(
+            Figure(
+                name=f"offline-dir heartbeat, {case.replicas:,} of {3 * partitions:,} replicas (max)",
+                measured=stats["max"],
+                unit="s",
+                goal=case.goal_s,
+                detail=f"median {stats['median'] * 1000:.1f} ms, {records:,.0f} records",
+            )
+        )
+    print()
+    print_table(["offline dir", "median", "max", "records written", "per replica", "runs"], rows)
+    if args.profile:
+        from bench.profile_offline_dir import profile_offline_dir
+
+        profile_offline_dir(partitions)
+    return figures
+
+
+def main() -> int:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=0, help="measurements per case (default 3)")
+    parser.add_argument("--profile", action="store_true", help="also profile an in-process reproduction")
+    return bench_main("offline-dir heartbeat", parser, run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

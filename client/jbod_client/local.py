@@ -1,0 +1,119 @@
+"""Local processes: start a `jbod-controller` on this machine (the embedded default, no Kubernetes).
+
+Guarantees:
+* `LocalController.start()` returns once `/readyz` is 200, on the port the process printed (port
+  0 asks for any free loopback port, so runs never collide); it raises `ClientError` with the
+  process's last stderr lines if it exits or does not become ready in time.
+* `stop()` asks politely (SIGTERM) and kills after a grace period; `kill()` is a crash (SIGKILL).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from jbod_client.controller import ClientError
+
+_LISTENING = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
+
+
+def console_script(name: str) -> str:
+    """The path of one of our console scripts, preferring the running interpreter's environment."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        raise ClientError(f"cannot find the {name} command; is the jbod-operator package installed?")
+    return found
+
+
+@dataclass
+class LocalController:
+    data_dir: Path
+    cluster_id: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    url: str = ""
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "controller.log"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.data_dir / "admin.token"
+
+    @property
+    def cluster_token_file(self) -> Path:
+        return self.data_dir / "cluster.token"
+
+    def _tail(self, lines: int = 5) -> str:
+        try:
+            return " | ".join(self.log_path.read_text().strip().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def start(self, timeout: float = 60.0) -> LocalController:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            console_script("jbod-controller"),
+            "--data-dir",
+            str(self.data_dir),
+            "--cluster-id",
+            self.cluster_id,
+            "--listen",
+            f"{self.host}:{self.port}",
+            *self.extra_args,
+        ]
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        for line in self.process.stdout:
+            match = _LISTENING.search(line)
+            if match:
+                self.url, self.port = match.group(1), int(match.group(2))
+                break
+        else:
+            raise ClientError(f"jbod-controller exited with {self.process.wait()}: {self._tail()}")
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ClientError(f"jbod-controller exited with {self.process.returncode}: {self._tail()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2, trust_env=False).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise ClientError(f"jbod-controller did not become ready in {timeout:.0f} s: {self._tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
