@@ -110,6 +110,8 @@ def load_or_create_token(path: Path) -> str:
         return token
     except OSError as exc:
         raise UsageError(f"cannot read token file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read token file {path}: not UTF-8 text") from exc
     if not token or any(c.isspace() for c in token):
         raise UsageError(f"token file {path} is empty or holds whitespace inside the token")
     return token
@@ -134,7 +136,7 @@ def claim_data_dir(data_dir: Path, cluster_id: str) -> int:
             data_dir, meta_properties.MetaProperties(cluster_id=cluster_id, node_id=CONTROLLER_NODE_ID)
         )
         return lock_fd
-    except (OSError, meta_properties.MetaPropertiesError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: MetaPropertiesError, UnicodeDecodeError
         raise UsageError(f"cannot read {data_dir / meta_properties.FILE_NAME}: {exc}") from exc
     if stored.cluster_id != cluster_id:
         raise UsageError(f"data dir {data_dir} belongs to cluster {stored.cluster_id}, not {cluster_id}")
@@ -145,7 +147,7 @@ async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int
     service = ControllerService(config)
     metrics = ControllerMetrics(lambda: service.image, lambda: service.record_log.committed_offset)
     api = ControllerApi(service, tokens, metrics)
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
     site = web.TCPSite(runner, host=listen[0], port=listen[1], backlog=1024, reuse_address=True)
     try:
@@ -169,6 +171,9 @@ async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int
     log.info("Became the active controller of cluster %s", config.cluster_id)
     await stop.wait()
     log.info("Stopping the controller")
+    service.ready = False
+    if service.writer is not None:
+        await service.writer.release_waiters()
     await runner.cleanup()
     await service.stop()
     return 0

@@ -80,7 +80,9 @@ def error_body(code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 def _token_matches(presented: str, expected: str) -> bool:
-    return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+    # A header that is not UTF-8 arrives with surrogate escapes; "surrogatepass" never raises and
+    # yields bytes that are not UTF-8, so such a token never matches.
+    return hmac.compare_digest(presented.encode("utf-8", "surrogatepass"), expected.encode("utf-8"))
 
 
 class ControllerApi:

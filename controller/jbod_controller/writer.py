@@ -56,6 +56,7 @@ class Writer:
         self._commit = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._on_fatal = on_fatal
+        self._closing = False
         self.records_since_snapshot = 0
         self.batches = 0
         self.after_commit: list[Callable[[], None]] = []
@@ -63,7 +64,14 @@ class Writer:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller-writer")
 
+    async def release_waiters(self) -> None:
+        """Wake every long-poll waiter now (used at shutdown so no request holds it up)."""
+        self._closing = True
+        async with self._commit:
+            self._commit.notify_all()
+
     async def stop(self) -> None:
+        await self.release_waiters()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -80,12 +88,13 @@ class Writer:
 
     async def wait_for_commit(self, beyond: int, timeout: float) -> None:
         """Return once a record at offset `beyond` is committed, or after `timeout` seconds."""
-        if self.record_log.committed_offset > beyond or timeout <= 0:
+        if self.record_log.committed_offset > beyond or timeout <= 0 or self._closing:
             return
         async with self._commit:
             try:
                 await asyncio.wait_for(
-                    self._commit.wait_for(lambda: self.record_log.committed_offset > beyond), timeout
+                    self._commit.wait_for(lambda: self._closing or self.record_log.committed_offset > beyond),
+                    timeout,
                 )
             except TimeoutError:
                 return

@@ -73,7 +73,13 @@ class Api:
     # -- broker calls -------------------------------------------------------------------------
 
     def register(
-        self, broker_id: int, dirs: list[str], *, incarnation: str | None = None, expect: int = 0, **extra: Any
+        self,
+        broker_id: int,
+        dirs: list[str],
+        *,
+        incarnation: str | None = None,
+        expect: int = 0,
+        **extra: Any,
     ) -> int:
         body = {
             "brokerId": broker_id,
@@ -88,7 +94,9 @@ class Api:
         assert reply["errorCode"] == expect, reply
         return int(reply["brokerEpoch"])
 
-    def heartbeat(self, broker_id: int, epoch: int, *, offset: int | None = None, **extra: Any) -> dict[str, Any]:
+    def heartbeat(
+        self, broker_id: int, epoch: int, *, offset: int | None = None, **extra: Any
+    ) -> dict[str, Any]:
         body = {
             "brokerId": broker_id,
             "brokerEpoch": epoch,
@@ -123,7 +131,9 @@ class Api:
         reply: dict[str, Any] = response.json()
         return reply
 
-    def alter(self, broker_id: int, epoch: int, topic_id: str, partitions: list[dict[str, Any]]) -> dict[str, Any]:
+    def alter(
+        self, broker_id: int, epoch: int, topic_id: str, partitions: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         body = {
             "brokerId": broker_id,
             "brokerEpoch": epoch,
@@ -140,7 +150,9 @@ class Api:
         reply: dict[str, Any] = response.json()
         return reply
 
-    def all_records(self, from_offset: int = 0, *, max_records: int = 10_000) -> tuple[list[dict[str, Any]], bool]:
+    def all_records(
+        self, from_offset: int = 0, *, max_records: int = 10_000
+    ) -> tuple[list[dict[str, Any]], bool]:
         """Every record from `from_offset`, paged; returns (records, whether a snapshot led)."""
         out: list[dict[str, Any]] = []
         snapshot = False
@@ -339,7 +351,12 @@ class ReplayedImage:
                 p = topic["partitions"][index]
                 parts.append({"partitionIndex": index, **{k: p[k] for k in PARTITION_FIELDS}})
             out.append(
-                {"name": topic["name"], "topicId": topic["topicId"], "configs": topic["configs"], "partitions": parts}
+                {
+                    "name": topic["name"],
+                    "topicId": topic["topicId"],
+                    "configs": topic["configs"],
+                    "partitions": parts,
+                }
             )
         return out
 
@@ -367,14 +384,20 @@ def replay_records(records: list[dict[str, Any]]) -> ReplayedImage:
                 "partitions": {},
             }
         elif kind == "PartitionRecord":
+            assert data["isr"], record
+            assert len(data["directories"]) == len(data["replicas"]), record
             image.topics[data["topicId"]]["partitions"][data["partitionId"]] = {
                 k: data[k] for k in PARTITION_FIELDS
             }
         elif kind == "PartitionChangeRecord":
             part = image.topics[data["topicId"]]["partitions"][data["partitionId"]]
             assert data["partitionEpoch"] == part["partitionEpoch"] + 1, record
-            if "leader" in data and "leaderEpoch" not in data:
+            if "leader" in data:
+                # §3.6: a change that sets the leader bumps the leader epoch by exactly one.
+                assert data.get("leaderEpoch", part["leaderEpoch"] + 1) == part["leaderEpoch"] + 1, record
                 part["leaderEpoch"] += 1
+            if data.get("isr") == []:
+                raise AssertionError(f"an ISR became empty: {record}")
             if "replicas" in data and "directories" not in data:
                 old = dict(zip(part["replicas"], part["directories"], strict=True))
                 part["directories"] = [old.get(b, UNASSIGNED) for b in data["replicas"]]

@@ -9,6 +9,7 @@ with an independent replay of the metadata log.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.controller.conftest import (
@@ -24,8 +25,9 @@ from tests.controller.conftest import (
 
 def records_between(api: Api, start: int, end: int) -> list[dict[str, Any]]:
     page = api.metadata(start, maxRecords=end - start) if end > start else {"records": []}
-    assert [r["offset"] for r in page["records"]] == list(range(start, end))
-    return page["records"]
+    records: list[dict[str, Any]] = page["records"]
+    assert [r["offset"] for r in records] == list(range(start, end))
+    return records
 
 
 def partitions_by_index(api: Api, name: str) -> dict[int, dict[str, Any]]:
@@ -46,7 +48,9 @@ def test_full_broker_lifecycle(api: Api) -> None:
     assert api.cluster()["fencedBrokers"] == 0
 
     # -- create a topic: every replica of a multi-dir broker starts UNASSIGNED -------------------
-    created = api.create_topic("flow", numPartitions=3, replicationFactor=3, configs={"min.insync.replicas": "2"})
+    created = api.create_topic(
+        "flow", numPartitions=3, replicationFactor=3, configs={"min.insync.replicas": "2"}
+    )
     assert created["numPartitions"] == 3
     assert created["replicationFactor"] == 3
     topic_id = created["topicId"]
@@ -73,7 +77,10 @@ def test_full_broker_lifecycle(api: Api) -> None:
     assert reply["errorCode"] == 0
     assert reply["throttleTimeMs"] == 0
     echoed = {
-        d["id"]: {t["topicId"]: [(p["partitionIndex"], p["errorCode"]) for p in t["partitions"]] for t in d["topics"]}
+        d["id"]: {
+            t["topicId"]: [(p["partitionIndex"], p["errorCode"]) for p in t["partitions"]]
+            for t in d["topics"]
+        }
         for d in reply["directories"]
     }
     assert echoed == {
@@ -301,7 +308,11 @@ def test_assignment_errors_per_partition(api: Api) -> None:
     )
     assert reply["errorCode"] == 0
     [directory] = reply["directories"]
-    codes = {(t["topicId"], p["partitionIndex"]): p["errorCode"] for t in directory["topics"] for p in t["partitions"]}
+    codes = {
+        (t["topicId"], p["partitionIndex"]): p["errorCode"]
+        for t in directory["topics"]
+        for p in t["partitions"]
+    }
     assert codes == {(topic_id, 0): 6, (topic_id, 7): 3, (unknown_topic, 0): 100}
     stale = api.assign(2, brokers[2].epoch + 1000, {brokers[2].dirs[0]: {topic_id: [0]}})
     assert stale["errorCode"] == 77
@@ -418,4 +429,125 @@ def test_controlled_shutdown(api: Api) -> None:
     info = api.broker_info(1)
     assert (info["fenced"], info["inControlledShutdown"]) == (True, False)
     assert api.cluster()["fencedBrokers"] == 1
+    assert_read_api_matches_log(api)
+
+
+def test_fencing_state_machine_and_leaderless_elections(api: Api) -> None:
+    brokers = bring_up(api, [1, 2, 3], dirs_per_broker=1)
+    api.create_topic("pair", replicaAssignment=[[1, 2]])
+
+    # UNFENCED + wantFence → FENCED: leadership moves, the ISR shrinks.
+    assert api.heartbeat(1, brokers[1].epoch, wantFence=True)["isFenced"] is True
+    [part] = api.topic("pair")["partitions"]
+    assert (part["leader"], part["isr"], part["offlineReplicas"]) == (2, [2], [1])
+    # Fencing the last ISR member leaves the partition leaderless, the ISR never empty.
+    assert api.heartbeat(2, brokers[2].epoch, wantFence=True)["isFenced"] is True
+    [part] = api.topic("pair")["partitions"]
+    assert (part["leader"], part["isr"], part["offlineReplicas"]) == (-1, [2], [1, 2])
+    assert api.cluster()["offlinePartitions"] == 1
+    # Unfencing a broker outside the ISR elects nothing; unfencing the ISR member does.
+    assert api.heartbeat(1, brokers[1].epoch)["isFenced"] is False
+    assert api.topic("pair")["partitions"][0]["leader"] == -1
+    assert api.heartbeat(2, brokers[2].epoch)["isFenced"] is False
+    [after] = api.topic("pair")["partitions"]
+    assert (after["leader"], after["isr"]) == (2, [2])
+    assert after["leaderEpoch"] == part["leaderEpoch"] + 1
+    assert api.cluster()["offlinePartitions"] == 0
+
+    # FENCED + wantShutDown → shutdown now.
+    assert api.heartbeat(1, brokers[1].epoch, wantFence=True)["isFenced"] is True
+    fenced_stop = api.heartbeat(1, brokers[1].epoch, wantShutDown=True)
+    assert (fenced_stop["isFenced"], fenced_stop["shouldShutDown"]) == (True, True)
+    # UNFENCED + wantShutDown while leading nothing → shutdown now, fenced.
+    idle_stop = api.heartbeat(3, brokers[3].epoch, wantShutDown=True)
+    assert (idle_stop["isFenced"], idle_stop["shouldShutDown"]) == (True, True)
+    assert api.broker_info(3)["fenced"] is True
+    assert api.cluster()["fencedBrokers"] == 2
+    assert_read_api_matches_log(api)
+
+
+def test_alter_partition_rules(api: Api) -> None:
+    brokers = bring_up(api, [1, 2, 3])
+    topic_id = api.create_topic("isr", replicaAssignment=[[1, 2, 3], [1, 3, 2]])["topicId"]
+    for broker in brokers.values():
+        api.assign(broker.broker_id, broker.epoch, {broker.dirs[0]: {topic_id: [0, 1]}})
+    e1 = brokers[1].epoch
+
+    def alter_one(index: int, new_isr: list[int], *, topic: str = topic_id, **fields: Any) -> dict[str, Any]:
+        part = partitions_by_index(api, "isr").get(index, {"leaderEpoch": 0, "partitionEpoch": 0})
+        entry = {
+            "partitionIndex": index,
+            "leaderEpoch": part["leaderEpoch"],
+            "partitionEpoch": part["partitionEpoch"],
+            "newIsr": new_isr,
+            **fields,
+        }
+        reply = api.alter(1, e1, topic, [entry])
+        assert reply["errorCode"] == 0, reply
+        [result] = reply["topics"][0]["partitions"]
+        assert result["partitionIndex"] == index
+        return result
+
+    before = api.end_offset()
+    assert alter_one(0, [2, 3])["errorCode"] == 42, "the new ISR must hold the leader"
+    assert alter_one(0, [1, 4])["errorCode"] == 42, "the new ISR must be a subset of the replicas"
+    assert alter_one(7, [1])["errorCode"] == 3
+    assert alter_one(0, [1], topic=random_uuid())["errorCode"] == 100
+    stale = api.alter(1, e1 + 100, topic_id, [])
+    assert (stale["errorCode"], stale["topics"]) == (77, [])
+    assert api.end_offset() == before
+
+    shrunk = alter_one(0, [1])
+    assert (shrunk["errorCode"], shrunk["isr"], shrunk["leader"]) == (0, [1], 1)
+    assert api.end_offset() == before + 1
+    unchanged = alter_one(0, [1])
+    assert unchanged["errorCode"] == 0
+    assert api.end_offset() == before + 1, "an unchanged ISR writes nothing"
+
+    # Adding a fenced broker, or a replica whose dir is offline, is refused (107).
+    api.heartbeat(2, brokers[2].epoch, wantFence=True)
+    assert alter_one(0, [1, 2])["errorCode"] == 107
+    api.heartbeat(3, brokers[3].epoch, offlineLogDirs=[brokers[3].dirs[0]])
+    assert alter_one(0, [1, 3])["errorCode"] == 107
+    # ...and an unregistered one too.
+    api.admin.delete("/v1/brokers/2")
+    assert alter_one(1, [1, 2])["errorCode"] == 107
+    assert partitions_by_index(api, "isr")[0]["isr"] == [1]
+    assert_read_api_matches_log(api)
+
+
+def test_concurrent_creates_of_one_name_have_one_winner(api: Api) -> None:
+    bring_up(api, [1, 2])
+
+    def create(_: int) -> int:
+        with api.proc.admin() as admin:
+            reply = admin.post(
+                "/v1/topics", json={"name": "race", "numPartitions": 2, "replicationFactor": 2}
+            )
+            assert reply.status_code == 200
+            code: int = reply.json()["errorCode"]
+            return code
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        codes = list(pool.map(create, range(32)))
+    assert sorted(codes) == [0] + [36] * 31
+    assert [t["name"] for t in api.topics()] == ["race"]
+    assert_read_api_matches_log(api)
+
+
+def test_dirs_are_listed_in_signed_uuid_order_and_single_dirs_are_placed_at_once(api: Api) -> None:
+    positive, negative = "AQEBAQEBAQEBAQEBAQEBAQ", "_wEBAQEBAQEBAQEBAQEBAQ"  # msb > 0, msb < 0
+    epoch = api.register(1, [positive, negative])
+    assert api.broker_info(1)["logDirs"] == [negative, positive], "signed msb order, not text order"
+    assert api.heartbeat(1, epoch)["isFenced"] is False
+    single = random_uuid()
+    epoch2 = api.register(2, [single])
+    assert api.heartbeat(2, epoch2)["isFenced"] is False
+    # Broker 1 loses one of its two dirs: it now has exactly one online dir.
+    api.heartbeat(1, epoch, offlineLogDirs=[positive])
+    api.create_topic("placed", replicaAssignment=[[1, 2], [2, 1]])
+    parts = partitions_by_index(api, "placed")
+    assert parts[0]["directories"] == [negative, single]
+    assert parts[1]["directories"] == [single, negative]
+    assert api.broker_info(1)["unassignedReplicas"] == 0
     assert_read_api_matches_log(api)

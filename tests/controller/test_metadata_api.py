@@ -141,8 +141,10 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def test_metrics(api: Api) -> None:
     brokers = bring_up(api, [1, 2, 3])
-    api.create_topic("solo", replicaAssignment=[[3]])
+    topic_id = api.create_topic("solo", replicaAssignment=[[3]])["topicId"]
+    api.assign(3, brokers[3].epoch, {brokers[3].dirs[1]: {topic_id: [0]}})
     api.heartbeat(2, brokers[2].epoch, wantFence=True)
+    # Every dir of broker 3 offline: an empty online list means its placed replicas are offline.
     api.heartbeat(3, brokers[3].epoch, offlineLogDirs=brokers[3].dirs)
     api.metadata(0)
     cluster = api.cluster()
@@ -168,3 +170,15 @@ def test_probes_need_no_token(api: Api) -> None:
         response = httpx.get(f"{api.proc.url}{path}")
         assert response.status_code == 200, path
         assert response.headers["content-type"].startswith("application/json")
+
+
+def test_default_page_is_10000_records(api: Api) -> None:
+    bring_up(api, [1])
+    api.create_topic("wide", numPartitions=10_000, replicationFactor=1)
+    end = api.end_offset()
+    assert end == 2 + 1 + 10_000
+    first = api.metadata(0)
+    assert len(first["records"]) == 10_000
+    assert first["endOffset"] == end
+    rest = api.metadata(first["records"][-1]["offset"] + 1)
+    assert [r["offset"] for r in rest["records"]] == list(range(10_000, end))

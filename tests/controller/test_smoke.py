@@ -17,7 +17,9 @@ def test_register_heartbeat_and_recover_after_kill(controller: ControllerProcess
             },
         ).json()
         assert reply == {"errorCode": 0, "brokerEpoch": 0}
-        beat = broker.post("/v1/brokers/heartbeat", json={"brokerId": 1, "brokerEpoch": 0, "currentMetadataOffset": 0})
+        beat = broker.post(
+            "/v1/brokers/heartbeat", json={"brokerId": 1, "brokerEpoch": 0, "currentMetadataOffset": 0}
+        )
         assert beat.json()["isFenced"] is False
     controller.restart()
     with controller.admin() as admin:
