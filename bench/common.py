@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 import orjson
+from tests.harness import _LISTENING, ControllerProcess
 
 from jbod_core.ids import random_uuid
-from tests.harness import _LISTENING, ControllerProcess
 
 # Generous: a benchmark's setup can take minutes, and no broker should be fenced meanwhile
 # unless a benchmark asks for it.
@@ -120,10 +120,15 @@ def bench_main(
     title: str, parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], list[Figure]]
 ) -> int:
     args = parser.parse_args()
-    print(f"== {title}{' (quick)' if args.quick else ''}", flush=True)
+    print(f"== {title}{' (quick)' if args.quick else ''} ({machine_load()})", flush=True)
     started = time.perf_counter()
+    busy0, total0 = system_cpu()
     figures = run(args)
-    print(f"\n{title}: done in {time.perf_counter() - started:.1f} s")
+    busy1, total1 = system_cpu()
+    print(
+        f"\n{title}: done in {time.perf_counter() - started:.1f} s; machine CPU busy "
+        f"{(busy1 - busy0) / (total1 - total0) * 100:.0f}% over the run (all processes), {machine_load()}"
+    )
     print_figures(figures)
     if args.results_json:
         args.results_json.write_text(json.dumps([asdict(f) for f in figures], indent=2))
@@ -140,6 +145,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def system_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine, summed over cores (from /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = values
+    busy = user + nice + system + irq + softirq + steal
+    return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
+
+
+def machine_load() -> str:
+    """The load average and the busiest other processes, so readers can judge contention."""
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return f"load average {' '.join(load)} on {os.cpu_count()} cores"
+
+
 def memory(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of a process, in bytes (from /proc/<pid>/status)."""
     out = {}
@@ -150,17 +169,51 @@ def memory(pid: int) -> dict[str, int]:
     return out
 
 
+# Runs the controller's own entry point (what the `jbod-controller` console script runs) with a
+# `gc.callbacks` hook that logs every collection of the oldest generation, and any other one
+# longer than 5 ms, to stderr: "BENCH-GC <generation> <seconds> <unix time at its end>".
+GC_TRACE = """
+import gc, sys, time
+_started = [0.0]
+def _trace(phase, info):
+    if phase == "start":
+        _started[0] = time.perf_counter()
+        return
+    took = time.perf_counter() - _started[0]
+    if info["generation"] == 2 or took > 0.005:
+        sys.stderr.write(f"BENCH-GC {info['generation']} {took:.6f} {time.time():.6f}\\n")
+gc.callbacks.append(_trace)
+from jbod_controller.cli import main
+sys.exit(main())
+"""
+
+
 @dataclass
 class BenchController(ControllerProcess):
-    """`tests.harness.ControllerProcess`, with the start timed closely (10 ms polls of /readyz)."""
+    """`tests.harness.ControllerProcess`, with the start timed closely (10 ms polls of /readyz)
+    and, with `gc_trace`, the garbage collector's pauses logged (see `GC_TRACE`)."""
 
     started_at: float = 0.0
     listening_at: float = 0.0
     ready_at: float = 0.0
     log_level: str = "INFO"
+    gc_trace: bool = False
 
     def command(self) -> list[str]:
-        return [*super().command(), "--log-level", self.log_level]
+        command = [*super().command(), "--log-level", self.log_level]
+        if self.gc_trace:
+            return [sys.executable, "-c", GC_TRACE, *command[1:]]
+        return command
+
+    def gc_pauses(self, since: float, until: float) -> list[tuple[int, float]]:
+        """(generation, seconds) of the logged collections that ended between two `time.time()`s."""
+        out = []
+        for line in self.stderr().splitlines():
+            if line.startswith("BENCH-GC "):
+                _, generation, took, ended = line.split()
+                if since <= float(ended) <= until:
+                    out.append((int(generation), float(took)))
+        return out
 
     def start(self, timeout: float = 600.0) -> BenchController:
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
@@ -212,13 +265,19 @@ class Workspace:
     controllers: list[BenchController] = field(default_factory=list)
 
     def controller(
-        self, name: str, *, session_timeout_ms: int = LONG_SESSION_MS, extra_args: Sequence[str] = ()
+        self,
+        name: str,
+        *,
+        session_timeout_ms: int = LONG_SESSION_MS,
+        extra_args: Sequence[str] = (),
+        gc_trace: bool = False,
     ) -> BenchController:
         proc = BenchController(
             data_dir=self.root / name,
             cluster_id="bench",
             session_timeout_ms=session_timeout_ms,
             extra_args=list(extra_args),
+            gc_trace=gc_trace,
         )
         self.controllers.append(proc)
         return proc
@@ -304,12 +363,19 @@ class Api:
     def register(self, broker_id: int, incarnation: str, dirs: Sequence[str]) -> int:
         reply = self.post(
             "/v1/brokers/register",
-            {"brokerId": broker_id, "clusterId": "bench", "incarnationId": incarnation, "logDirs": list(dirs)},
+            {
+                "brokerId": broker_id,
+                "clusterId": "bench",
+                "incarnationId": incarnation,
+                "logDirs": list(dirs),
+            },
         )
         epoch: int = reply["brokerEpoch"]
         return epoch
 
-    def heartbeat(self, broker_id: int, epoch: int, offset: int | None = None, **extra: Any) -> dict[str, Any]:
+    def heartbeat(
+        self, broker_id: int, epoch: int, offset: int | None = None, **extra: Any
+    ) -> dict[str, Any]:
         body = {
             "brokerId": broker_id,
             "brokerEpoch": epoch,
@@ -329,7 +395,12 @@ class Api:
         return topic_id
 
     def assign(
-        self, broker_id: int, epoch: int, placements: Sequence[tuple[str, str, int]], *, batch: int = ASSIGN_BATCH
+        self,
+        broker_id: int,
+        epoch: int,
+        placements: Sequence[tuple[str, str, int]],
+        *,
+        batch: int = ASSIGN_BATCH,
     ) -> int:
         """Send (dir, topicId, partition) placements in batches, one request in flight; returns requests."""
         requests = 0

@@ -47,10 +47,14 @@ class ControllerProcess:
         return (self.data_dir / "cluster.token").read_text().strip()
 
     def admin(self, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=timeout)
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}, timeout=timeout
+        )
 
     def broker(self, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.cluster_token}"}, timeout=timeout)
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.cluster_token}"}, timeout=timeout
+        )
 
     def command(self) -> list[str]:
         return [
@@ -70,7 +74,11 @@ class ControllerProcess:
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
         stderr = open(self.stderr_path, "a")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         stderr.close()
         assert self.process.stdout is not None

@@ -22,14 +22,12 @@ import contextlib
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import orjson
-
-from jbod_core.meta_properties import write_atomically
 
 _HEADER: Final = struct.Struct(">II")
 _INDEX_EVERY: Final = 64
@@ -80,13 +78,17 @@ class RecordLog(Protocol):
 
     def append(self, entries: list[bytes]) -> None: ...
 
+    def append_one(self, payload: bytes) -> None: ...
+
     def flush(self) -> None: ...
 
     def read(self, from_offset: int, max_records: int) -> list[bytes]: ...
 
-    def write_snapshot(self, offset: int, entries: list[bytes]) -> None: ...
+    def write_snapshot(self, offset: int, entries: Iterable[bytes], *, count: int) -> None: ...
 
     def latest_snapshot(self) -> Snapshot | None: ...
+
+    def delete_segments_before(self, offset: int, *, keep_bytes: int) -> int: ...
 
     def close(self) -> None: ...
 
@@ -139,8 +141,8 @@ class FileRecordLog:
         self._bases: list[int] = []
         self._end = 0
         self._committed = 0
-        self._pending: list[bytes] = []
-        self._pending_count = 0
+        self._pending = bytearray()
+        self._pending_lengths: list[int] = []
         directory.mkdir(parents=True, exist_ok=True)
 
     # -- properties -------------------------------------------------------------------------
@@ -267,32 +269,35 @@ class FileRecordLog:
 
     def append(self, entries: list[bytes]) -> None:
         """Buffer payloads at offsets end_offset, end_offset+1, ... (durable only after flush)."""
-        self._pending.extend(entries)
-        self._pending_count += len(entries)
-        self._end += len(entries)
+        for payload in entries:
+            self.append_one(payload)
+
+    def append_one(self, payload: bytes) -> None:
+        """Buffer one payload; it is framed at once so the caller's bytes can be freed."""
+        self._pending.extend(_HEADER.pack(len(payload), zlib.crc32(payload)))
+        self._pending.extend(payload)
+        self._pending_lengths.append(_HEADER.size + len(payload))
+        self._end += 1
 
     def flush(self) -> None:
         """Write buffered payloads and fsync; on return they are durable and readable."""
-        if not self._pending:
+        if not self._pending_lengths:
             return
-        pending, self._pending = self._pending, []
-        self._pending_count = 0
+        blob, self._pending = self._pending, bytearray()
+        lengths, self._pending_lengths = self._pending_lengths, []
         segment = self._segments[-1] if self._segments else None
         if segment is None or segment.size >= self.segment_bytes:
             segment = self._open_segment(self._committed)
-        chunks = []
         position = segment.size
         offset = segment.next_offset
-        for payload in pending:
-            chunk = frame(payload)
+        for length in lengths:
             segment.note(offset, position)
-            chunks.append(chunk)
-            position += len(chunk)
+            position += length
             offset += 1
-        blob = b"".join(chunks)
+        view = memoryview(blob)
         written = 0
         while written < len(blob):
-            written += os.pwrite(segment.fd, blob[written:], segment.size + written)
+            written += os.pwrite(segment.fd, view[written:], segment.size + written)
         os.fsync(segment.fd)
         segment.size = position
         segment.next_offset = offset
@@ -339,13 +344,36 @@ class FileRecordLog:
 
     # -- snapshots and retention ------------------------------------------------------------
 
-    def write_snapshot(self, offset: int, entries: list[bytes]) -> None:
-        header = orjson.dumps({"offset": offset, "records": len(entries)})
-        blob = b"".join([frame(header), *(frame(e) for e in entries)])
-        write_atomically(self.directory / f"{offset:020d}.snapshot", blob)
-        snapshots = self._snapshot_paths()
-        for _, path in snapshots[:-2]:
-            path.unlink(missing_ok=True)
+    def write_snapshot(self, offset: int, entries: Iterable[bytes], *, count: int) -> None:
+        """Stream `count` entries into `<offset>.snapshot` (temp file, fsync, rename, fsync dir).
+
+        Entries are framed and written as they come, so a snapshot of a large image never sits
+        in memory whole; a count that does not match refuses the snapshot.
+        """
+        path = self.directory / f"{offset:020d}.snapshot"
+        tmp = path.with_name(path.name + ".tmp")
+        written = 0
+        try:
+            with open(tmp, "wb", buffering=1024 * 1024) as handle:
+                handle.write(frame(orjson.dumps({"offset": offset, "records": count})))
+                for entry in entries:
+                    handle.write(frame(entry))
+                    written += 1
+                handle.flush()
+                os.fsync(handle.fileno())
+            if written != count:
+                raise ValueError(f"snapshot at {offset} produced {written} records, expected {count}")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        for _, old in self._snapshot_paths()[:-2]:
+            old.unlink(missing_ok=True)
 
     def delete_segments_before(self, offset: int, *, keep_bytes: int) -> int:
         """Delete the oldest segments wholly below `offset` while the log exceeds `keep_bytes`."""

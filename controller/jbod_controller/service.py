@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from jbod_controller import memory
 from jbod_controller.record_log import FileRecordLog, LogCorruptError, Recovery
 from jbod_controller.writer import Writer, exit_on_fatal
 from jbod_core import assignments, brokers, isr, records, topics
@@ -114,6 +115,9 @@ class ControllerService:
         try:
             recovery = await loop.run_in_executor(None, self.record_log.recover)
             self.image = await loop.run_in_executor(None, replay_recovery, recovery)
+            recovered = len(recovery.entries)
+            snapshot_offset = recovery.snapshot.offset if recovery.snapshot else None
+            truncated = recovery.truncated_bytes
         except (LogCorruptError, records.RecordError, ValueError) as exc:
             raise RecoveryError(
                 f"Failed recovering the metadata log in {self.record_log.directory}: {exc}"
@@ -122,14 +126,17 @@ class ControllerService:
             raise RecoveryError(
                 f"image ends at {self.image.end_offset} but the log at {self.record_log.end_offset}"
             )
-        self.recovered_records = len(recovery.entries)
+        del recovery
+        memory.configure()
+        memory.full_collection()
+        self.recovered_records = recovered
         self.recovery_seconds = time.perf_counter() - started
-        if recovery.truncated_bytes:
-            log.warning("Truncated a torn tail of %d bytes from the metadata log", recovery.truncated_bytes)
+        if truncated:
+            log.warning("Truncated a torn tail of %d bytes from the metadata log", truncated)
         log.info(
             "Recovered the metadata log: %d records replayed%s in %.2f s, end offset %d",
             self.recovered_records,
-            f" after a snapshot at {recovery.snapshot.offset}" if recovery.snapshot else "",
+            f" after a snapshot at {snapshot_offset}" if snapshot_offset is not None else "",
             self.recovery_seconds,
             self.image.end_offset,
         )
@@ -141,6 +148,7 @@ class ControllerService:
         self.writer.after_commit.append(self._maybe_snapshot)
         self.writer.start()
         self._tasks.append(loop.create_task(self._expire_sessions_forever(), name="session-expiry"))
+        self._tasks.append(loop.create_task(self._collect_garbage_forever(), name="gc"))
         self.ready = True
 
     async def stop(self) -> None:
@@ -256,6 +264,11 @@ class ControllerService:
             await asyncio.sleep(period)
             await self.expire_sessions()
 
+    async def _collect_garbage_forever(self) -> None:
+        while True:
+            await asyncio.sleep(memory.FULL_COLLECTION_INTERVAL_S)
+            log.info("Ran a full garbage collection in %.2f s", memory.full_collection())
+
     # -- snapshots ----------------------------------------------------------------------------
 
     def _maybe_snapshot(self) -> None:
@@ -274,13 +287,14 @@ class ControllerService:
         started = time.perf_counter()
 
         def work() -> int:
-            entries = [orjson.dumps({"type": r.TYPE, "data": r.to_data()}) for r in copy.to_records()]
-            self.record_log.write_snapshot(copy.end_offset, entries)
-            return len(entries)
+            count = copy.record_count()
+            entries = (orjson.dumps({"type": r.TYPE, "data": r.to_data()}) for r in copy.iter_records())
+            self.record_log.write_snapshot(copy.end_offset, entries, count=count)
+            return count
 
         try:
             count = await loop.run_in_executor(None, work)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             log.error("Failed writing a metadata snapshot at offset %d: %s", copy.end_offset, exc)
             return
         deleted = self.record_log.delete_segments_before(

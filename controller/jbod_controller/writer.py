@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from jbod_controller.record_log import FileRecordLog, encode_entry
+from jbod_controller import memory
+from jbod_controller.record_log import RecordLog, encode_entry
 from jbod_core import records
 from jbod_core.image import ClusterImage
 
@@ -48,7 +49,7 @@ class FatalWriterError(RuntimeError):
 
 class Writer:
     def __init__(
-        self, image: ClusterImage, record_log: FileRecordLog, *, on_fatal: Callable[[BaseException], None]
+        self, image: ClusterImage, record_log: RecordLog, *, on_fatal: Callable[[BaseException], None]
     ) -> None:
         self.image = image
         self.record_log = record_log
@@ -110,7 +111,8 @@ class Writer:
                 except asyncio.QueueEmpty:
                     break
             outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
-            entries: list[bytes] = []
+            written = 0
+            append = self.record_log.append_one
             try:
                 for command in batch:
                     if command.future.cancelled():
@@ -124,19 +126,19 @@ class Writer:
                         continue
                     for record in produced:
                         offset = self.image.end_offset
-                        entries.append(encode_entry(offset, record.TYPE, record.to_data()))
+                        append(encode_entry(offset, record.TYPE, record.to_data()))
                         self.image.replay(record, offset)
+                    written += len(produced)
                     outcomes.append((command, reply, None))
-                if entries:
-                    self.record_log.append(entries)
+                if written:
                     started = time.perf_counter()
                     await loop.run_in_executor(None, self.record_log.flush)
-                    self.records_since_snapshot += len(entries)
+                    self.records_since_snapshot += written
                     self.batches += 1
                     if log.isEnabledFor(logging.DEBUG):
                         log.debug(
                             "Committed %d records in %.1f ms",
-                            len(entries),
+                            written,
                             (time.perf_counter() - started) * 1000,
                         )
             except BaseException as exc:
@@ -144,7 +146,9 @@ class Writer:
                     raise
                 self._on_fatal(exc)
                 raise FatalWriterError(str(exc)) from exc
-            if entries:
+            if written:
+                if written >= memory.FREEZE_AFTER_RECORDS:
+                    memory.freeze()
                 async with self._commit:
                     self._commit.notify_all()
                 for hook in self.after_commit:

@@ -119,6 +119,9 @@ def register_broker(
                 offline_log_dirs=current.offline_log_dirs,
             )
         )
+        if not current.fenced and not current.in_controlled_shutdown:
+            # Dirs may have come (back) online: leaderless partitions may now have a leader.
+            election.elect_unfenced_broker(draft, request.broker_id)
         return draft.records, RegisterBrokerReply(broker_epoch=existing.broker_epoch)
 
     if existing is not None and not existing.fenced:

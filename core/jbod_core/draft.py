@@ -23,13 +23,16 @@ from jbod_core.image import (
 
 
 class Draft:
-    __slots__ = ("_brokers", "_partitions", "image", "records")
+    __slots__ = ("_brokers", "_changes", "_partitions", "image", "records")
 
     def __init__(self, image: ClusterImage) -> None:
         self.image = image
         self.records: list[records.Record] = []
         self._brokers: dict[int, BrokerRegistration | None] = {}
         self._partitions: dict[PartitionKey, PartitionRegistration] = {}
+        # Partition changes not yet applied to the overlay: applied when the partition is read
+        # again, so a decision that touches each partition once never pays for the overlay.
+        self._changes: dict[PartitionKey, list[records.PartitionChangeRecord]] = {}
 
     @property
     def next_record_offset(self) -> int:
@@ -41,19 +44,27 @@ class Draft:
         return self.image.brokers.get(broker_id)
 
     def partition(self, key: PartitionKey) -> PartitionRegistration | None:
+        pending = self._changes.pop(key, None)
         part = self._partitions.get(key)
-        if part is not None:
-            return part
-        return self.image.partition(key)
+        if part is None:
+            part = self.image.partition(key)
+        if pending is not None:
+            if part is None:
+                raise ValueError(f"draft changes unknown partition {key}")
+            for change in pending:
+                part = apply_partition_change(part, change)
+            self._partitions[key] = part
+        return part
 
     def append(self, record: records.Record) -> None:
         self.records.append(record)
         if isinstance(record, records.PartitionChangeRecord):
             key = (record.topic_id, record.partition_id)
-            current = self.partition(key)
-            if current is None:
-                raise ValueError(f"draft changes unknown partition {key}")
-            self._partitions[key] = apply_partition_change(current, record)
+            pending = self._changes.get(key)
+            if pending is None:
+                self._changes[key] = [record]
+            else:
+                pending.append(record)
         elif isinstance(record, records.BrokerRegistrationChangeRecord):
             reg = self.broker(record.broker_id)
             if reg is None:

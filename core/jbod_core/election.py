@@ -18,38 +18,62 @@ from collections.abc import Iterable, Sequence
 
 from jbod_core import records
 from jbod_core.draft import Draft
-from jbod_core.ids import Uuid, is_online
+from jbod_core.ids import MIGRATING_DIR, UNASSIGNED_DIR, Uuid
 from jbod_core.image import PartitionKey, PartitionRegistration
 
+_ALWAYS_ONLINE = frozenset((UNASSIGNED_DIR, MIGRATING_DIR))
 
-def _acceptable(
-    draft: Draft, broker_id: int, directory: Uuid, isr: Sequence[int], remove: int | None
-) -> bool:
-    if broker_id == remove or broker_id not in isr:
-        return False
-    reg = draft.broker(broker_id)
-    return (
-        reg is not None
-        and not reg.fenced
-        and not reg.in_controlled_shutdown
-        and is_online(directory, reg.log_dirs)
-    )
+
+class Acceptor:
+    """Which (broker, dir) may lead, cached per broker for one decision step.
+
+    Brokers do not change while a step changes partitions, so the registration lookups are done
+    once per broker instead of once per replica.
+    """
+
+    __slots__ = ("_draft", "_online")
+
+    def __init__(self, draft: Draft) -> None:
+        self._draft = draft
+        self._online: dict[int, frozenset[Uuid] | None] = {}
+
+    def online_dirs(self, broker_id: int) -> frozenset[Uuid] | None:
+        """The broker's online dirs if it may lead at all (registered, unfenced, not shutting down)."""
+        try:
+            return self._online[broker_id]
+        except KeyError:
+            reg = self._draft.broker(broker_id)
+            dirs = (
+                None if reg is None or reg.fenced or reg.in_controlled_shutdown else frozenset(reg.log_dirs)
+            )
+            self._online[broker_id] = dirs
+            return dirs
+
+    def accepts(self, broker_id: int, directory: Uuid) -> bool:
+        dirs = self.online_dirs(broker_id)
+        if dirs is None:
+            return False
+        return directory in dirs or directory in _ALWAYS_ONLINE
 
 
 def elect_leader(
-    draft: Draft,
+    acceptor: Acceptor,
     part: PartitionRegistration,
     *,
     isr: Sequence[int],
     directories: Sequence[Uuid],
     remove: int | None,
 ) -> int:
-    if part.leader != records.NO_LEADER and part.leader in part.replicas:
-        index = part.replicas.index(part.leader)
-        if _acceptable(draft, part.leader, directories[index], isr, remove):
-            return part.leader
+    leader = part.leader
+    # The ISR is a subset of the replicas, so a leader in the target ISR is a replica.
+    if (
+        leader not in (records.NO_LEADER, remove)
+        and leader in isr
+        and acceptor.accepts(leader, directories[part.replicas.index(leader)])
+    ):
+        return leader
     for broker_id, directory in zip(part.replicas, directories, strict=True):
-        if _acceptable(draft, broker_id, directory, isr, remove):
+        if broker_id != remove and broker_id in isr and acceptor.accepts(broker_id, directory):
             return broker_id
     return records.NO_LEADER
 
@@ -62,17 +86,22 @@ def partition_change(
     isr: Sequence[int] | None = None,
     directories: Sequence[Uuid] | None = None,
     remove: int | None = None,
+    acceptor: Acceptor | None = None,
 ) -> records.PartitionChangeRecord | None:
-    """The change to `part` (target ISR, target dirs, broker to remove), or None if a no-op."""
-    target_isr = tuple(part.isr if isr is None else isr)
-    if remove is not None and remove in target_isr:
-        shrunk = tuple(b for b in target_isr if b != remove)
-        if shrunk:
-            target_isr = shrunk
-    target_dirs = tuple(part.directories if directories is None else directories)
-    leader = elect_leader(draft, part, isr=target_isr, directories=target_dirs, remove=remove)
-    isr_changed = target_isr != part.isr
-    dirs_changed = target_dirs != part.directories
+    """The change to `part` (target ISR, target dirs, broker to remove), or None if a no-op.
+
+    Pass one `acceptor` for a loop over many partitions within one step (no broker changes in
+    between); by default a fresh one is used.
+    """
+    target_isr = part.isr if isr is None else tuple(isr)
+    if remove is not None and remove in target_isr and len(target_isr) > 1:
+        target_isr = tuple(b for b in target_isr if b != remove)
+    target_dirs = part.directories if directories is None else tuple(directories)
+    leader = elect_leader(
+        acceptor or Acceptor(draft), part, isr=target_isr, directories=target_dirs, remove=remove
+    )
+    isr_changed = target_isr is not part.isr and target_isr != part.isr
+    dirs_changed = target_dirs is not part.directories and target_dirs != part.directories
     leader_changed = leader != part.leader
     if not (isr_changed or dirs_changed or leader_changed):
         return None
@@ -87,17 +116,13 @@ def partition_change(
     )
 
 
-def partition_order(key: PartitionKey) -> tuple[int, int, int]:
-    """Deterministic order of partitions in a decision (topic id in the contract's order, index)."""
-    return (key[0].msb, key[0].lsb, key[1])
-
-
 def _change_all(draft: Draft, keys: Iterable[PartitionKey], *, remove: int) -> None:
-    for key in sorted(keys, key=partition_order):
+    acceptor = Acceptor(draft)
+    for key in sorted(keys):
         part = draft.partition(key)
         if part is None:
             continue
-        record = partition_change(draft, key, part, remove=remove)
+        record = partition_change(draft, key, part, remove=remove, acceptor=acceptor)
         if record is not None:
             draft.append(record)
 
@@ -130,11 +155,12 @@ def elect_unfenced_broker(draft: Draft, broker_id: int) -> None:
     candidates = (
         hosted & image.leaderless if len(hosted) < len(image.leaderless) else image.leaderless & hosted
     )
-    for key in sorted(candidates, key=partition_order):
+    acceptor = Acceptor(draft)
+    for key in sorted(candidates):
         part = draft.partition(key)
         if part is None or broker_id not in part.isr:
             continue
-        record = partition_change(draft, key, part)
+        record = partition_change(draft, key, part, acceptor=acceptor)
         if record is not None:
             draft.append(record)
 

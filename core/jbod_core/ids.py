@@ -5,7 +5,8 @@ Guarantees:
   (msb big-endian, then lsb big-endian) in base64url without padding, always 22 characters.
 * `Uuid.parse` accepts exactly the strings that decode to 16 bytes with the base64url alphabet and
   raises `ValueError` naming the problem for anything else.
-* Ordering compares msb as a signed integer, then lsb as a signed integer (Kafka's order).
+* Ordering compares msb as a signed integer, then lsb as a signed integer (Kafka's order);
+  hashing and comparisons run in C (a tuple subclass), which the hot paths rely on.
 * `random_directory_id` never returns a reserved id, an id in `avoid`, or one whose text starts
   with `-`; it takes its randomness as a parameter.
 """
@@ -16,7 +17,6 @@ import base64
 import binascii
 import random as _random
 from collections.abc import Collection, Sequence
-from functools import total_ordering
 from typing import Final
 
 _MASK64: Final = (1 << 64) - 1
@@ -29,25 +29,25 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value & _SIGN64 else value
 
 
-@total_ordering
-class Uuid:
-    """A 128-bit identifier held as two signed 64-bit integers."""
+class Uuid(tuple[int, int]):
+    """A 128-bit identifier: the pair (msb, lsb) of signed 64-bit integers.
 
-    __slots__ = ("_hash", "_text", "lsb", "msb")
+    A tuple subclass, so hashing, equality and the contract's ordering (signed msb, then signed
+    lsb) run in C; it hashes and compares like the plain tuple (msb, lsb).
+    """
 
-    msb: int
-    lsb: int
-    _text: str | None
-    _hash: int
+    __slots__ = ()
 
-    def __init__(self, msb: int, lsb: int) -> None:
-        object.__setattr__(self, "msb", _signed64(msb))
-        object.__setattr__(self, "lsb", _signed64(lsb))
-        object.__setattr__(self, "_text", None)
-        object.__setattr__(self, "_hash", hash((self.msb, self.lsb)))
+    def __new__(cls, msb: int, lsb: int) -> Uuid:
+        return tuple.__new__(cls, (_signed64(msb), _signed64(lsb)))
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Uuid is immutable")
+    @property
+    def msb(self) -> int:
+        return self[0]
+
+    @property
+    def lsb(self) -> int:
+        return self[1]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Uuid:
@@ -65,6 +65,8 @@ class Uuid:
             return cached
         if len(text) > 24:
             raise ValueError(f"'{text[:24]}...' is too long to be a base64url Uuid")
+        if len(text) != 22 and not (len(text) == 24 and text.endswith("==")):
+            raise ValueError(f"'{text}' is not 22 base64url characters")
         if any(c in "+/" for c in text):
             raise ValueError(f"'{text}' is not base64url (uses '+' or '/')")
         padded = text + "=" * (-len(text) % 4)
@@ -78,48 +80,45 @@ class Uuid:
         if str(value) != text.rstrip("="):
             # Non-canonical trailing bits: refuse so that every Uuid has one text form.
             raise ValueError(f"'{text}' is not the canonical text of a Uuid")
-        if len(_PARSE_CACHE) < _PARSE_CACHE_LIMIT:
+        if len(_PARSE_CACHE) < _CACHE_LIMIT:
             _PARSE_CACHE[text] = value
         return value
 
     def to_bytes(self) -> bytes:
-        return (self.msb & _MASK64).to_bytes(8, "big") + (self.lsb & _MASK64).to_bytes(8, "big")
+        return (self[0] & _MASK64).to_bytes(8, "big") + (self[1] & _MASK64).to_bytes(8, "big")
 
     def __str__(self) -> str:
-        text: str | None = self._text
+        text = _TEXT_CACHE.get(self)
         if text is None:
             text = base64.urlsafe_b64encode(self.to_bytes()).decode("ascii").rstrip("=")
-            object.__setattr__(self, "_text", text)
+            if len(_TEXT_CACHE) < _CACHE_LIMIT:
+                _TEXT_CACHE[self] = text
         return text
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
     def __repr__(self) -> str:
         return f"Uuid({self})"
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Uuid):
-            return NotImplemented
-        return self.msb == other.msb and self.lsb == other.lsb
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Uuid):
-            return NotImplemented
-        return (self.msb, self.lsb) < (other.msb, other.lsb)
-
-    def __hash__(self) -> int:
-        h: int = self._hash
-        return h
-
     def __reduce__(self) -> tuple[type[Uuid], tuple[int, int]]:
-        return (Uuid, (self.msb, self.lsb))
+        return (Uuid, (self[0], self[1]))
+
+    def __copy__(self) -> Uuid:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Uuid:
+        return self
 
     @property
     def is_reserved(self) -> bool:
         """True for the first 100 ids (msb 0, 0 <= lsb < 100), which include the three named ones."""
-        return self.msb == 0 and 0 <= self.lsb < RESERVED_LSB_LIMIT
+        return self[0] == 0 and 0 <= self[1] < RESERVED_LSB_LIMIT
 
 
+_CACHE_LIMIT: Final = 200_000
 _PARSE_CACHE: dict[str, Uuid] = {}
-_PARSE_CACHE_LIMIT: Final = 200_000
+_TEXT_CACHE: dict[Uuid, str] = {}
 
 UNASSIGNED_DIR: Final = Uuid(0, 0)
 LOST_DIR: Final = Uuid(0, 1)

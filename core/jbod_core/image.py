@@ -319,9 +319,14 @@ class ClusterImage:
         new = apply_partition_change(old, record)
         topic.partitions[record.partition_id] = new
         key = (record.topic_id, record.partition_id)
-        if new.replicas is not old.replicas or new.directories is not old.directories:
+        if new.replicas is not old.replicas and new.replicas != old.replicas:
             self._unindex_placement(key, old)
             self._index_placement(key, new)
+        elif new.directories is not old.directories:
+            for broker_id, before, after in zip(new.replicas, old.directories, new.directories, strict=True):
+                if before != after:
+                    self._unindex_dir(key, broker_id, before)
+                    self._index_dir(key, broker_id, after)
         if new.leader != old.leader:
             self._unindex_leader(key, old)
             self._index_leader(key, new)
@@ -335,6 +340,18 @@ class ClusterImage:
     def _unindex(self, key: PartitionKey, part: PartitionRegistration) -> None:
         self._unindex_placement(key, part)
         self._unindex_leader(key, part)
+
+    def _index_dir(self, key: PartitionKey, broker_id: int, directory: Uuid) -> None:
+        if directory == UNASSIGNED_DIR:
+            self.unassigned_by_broker.setdefault(broker_id, set()).add(key)
+        elif not directory.is_reserved:
+            self.replicas_by_dir.setdefault((broker_id, directory), set()).add(key)
+
+    def _unindex_dir(self, key: PartitionKey, broker_id: int, directory: Uuid) -> None:
+        if directory == UNASSIGNED_DIR:
+            _discard(self.unassigned_by_broker, broker_id, key)
+        elif not directory.is_reserved:
+            _discard(self.replicas_by_dir, (broker_id, directory), key)
 
     def _index_placement(self, key: PartitionKey, part: PartitionRegistration) -> None:
         for broker_id, directory in zip(part.replicas, part.directories, strict=True):
@@ -368,9 +385,16 @@ class ClusterImage:
 
     def to_records(self) -> list[records.Record]:
         """The image as records: replaying them into an empty image gives an equal image."""
-        out: list[records.Record] = []
+        return list(self.iter_records())
+
+    def record_count(self) -> int:
+        """How many records `iter_records` yields."""
+        return len(self.brokers) + len(self.topics) + sum(len(t.partitions) for t in self.topics.values())
+
+    def iter_records(self) -> Iterator[records.Record]:
+        """`to_records` one at a time (for streaming a snapshot of a large image)."""
         for reg in sorted(self.brokers.values(), key=lambda r: r.broker_id):
-            out.append(
+            yield (
                 records.RegisterBrokerRecord(
                     broker_id=reg.broker_id,
                     broker_epoch=reg.broker_epoch,
@@ -385,12 +409,10 @@ class ClusterImage:
                 )
             )
         for topic in self.topics.values():
-            out.append(
-                records.TopicRecord(name=topic.name, topic_id=topic.topic_id, configs=dict(topic.configs))
-            )
+            yield records.TopicRecord(name=topic.name, topic_id=topic.topic_id, configs=dict(topic.configs))
             for index in sorted(topic.partitions):
                 part = topic.partitions[index]
-                out.append(
+                yield (
                     records.PartitionRecord(
                         topic_id=topic.topic_id,
                         partition_id=index,
@@ -402,7 +424,6 @@ class ClusterImage:
                         directories=part.directories,
                     )
                 )
-        return out
 
     def copy_for_snapshot(self) -> ClusterImage:
         """A copy sharing the frozen registrations and partitions (cheap), without indexes."""

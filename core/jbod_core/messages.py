@@ -180,7 +180,9 @@ class CreateTopicRequest(Message):
     @model_validator(mode="after")
     def _required_without_assignment(self) -> CreateTopicRequest:
         min_isr = self.configs.get("min.insync.replicas")
-        if min_isr is not None and (not min_isr.isdigit() or not 1 <= int(min_isr) <= INT32_MAX):
+        if min_isr is not None and (
+            not (min_isr.isascii() and min_isr.isdigit()) or not 1 <= int(min_isr) <= INT32_MAX
+        ):
             raise ValueError(f"configs.min.insync.replicas: must be a positive integer, got {min_isr!r}")
         if self.replica_assignment is None:
             if self.num_partitions is None:

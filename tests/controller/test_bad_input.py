@@ -582,14 +582,6 @@ def test_token_that_is_not_utf8_is_401_not_500(
     assert orjson.loads(body)["errorCode"] == 31
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core bug: CreateTopicRequest._required_without_assignment (jbod_core/messages.py) checks "
-        "min.insync.replicas with str.isdigit(), which accepts digits like '²' that int() refuses; "
-        "the ValueError escapes as 'invalid literal for int() ...' without naming the field"
-    ),
-)
 def test_min_insync_replicas_with_a_non_decimal_digit_names_the_field(
     cluster: tuple[Api, dict[int, Broker], str],
 ) -> None:

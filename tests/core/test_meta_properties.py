@@ -30,7 +30,9 @@ def test_render_without_directory_id() -> None:
 
 
 @given(
-    cluster_id=st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", min_size=1),
+    cluster_id=st.text(
+        alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", min_size=1
+    ),
     node_id=st.integers(min_value=0, max_value=2**31 - 1),
     directory=st.none() | st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)),
 )

@@ -31,8 +31,12 @@ EXAMPLES: list[records.Record] = [
     records.RegisterBrokerRecord(broker_id=2, broker_epoch=0, incarnation_id=Uuid(9, 10), log_dirs=(A,)),
     records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17),
     records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, fenced=True),
-    records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, fenced=False, in_controlled_shutdown=False),
-    records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, log_dirs=(), offline_log_dirs=(A, B)),
+    records.BrokerRegistrationChangeRecord(
+        broker_id=1, broker_epoch=17, fenced=False, in_controlled_shutdown=False
+    ),
+    records.BrokerRegistrationChangeRecord(
+        broker_id=1, broker_epoch=17, log_dirs=(), offline_log_dirs=(A, B)
+    ),
     records.UnregisterBrokerRecord(broker_id=1, broker_epoch=17),
     records.TopicRecord(name="orders", topic_id=TOPIC, configs={"min.insync.replicas": "2"}),
     records.TopicRecord(name="empty", topic_id=TOPIC),
@@ -47,7 +51,9 @@ EXAMPLES: list[records.Record] = [
         directories=(A, UNASSIGNED_DIR, LOST_DIR),
     ),
     records.PartitionChangeRecord(topic_id=TOPIC, partition_id=0, partition_epoch=1),
-    records.PartitionChangeRecord(topic_id=TOPIC, partition_id=0, partition_epoch=2, leader=-1, leader_epoch=3),
+    records.PartitionChangeRecord(
+        topic_id=TOPIC, partition_id=0, partition_epoch=2, leader=-1, leader_epoch=3
+    ),
     records.PartitionChangeRecord(
         topic_id=TOPIC,
         partition_id=0,
@@ -180,7 +186,10 @@ def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
         ("RegisterBrokerRecord", {**EXAMPLES[0].to_data(), "logDirs": ["AAAA"]}),
         ("RegisterBrokerRecord", {**EXAMPLES[0].to_data(), "logDirs": [None]}),
         ("RegisterBrokerRecord", {**EXAMPLES[0].to_data(), "listeners": [{"name": "x"}]}),
-        ("RegisterBrokerRecord", {**EXAMPLES[0].to_data(), "listeners": [{"name": "x", "host": "h", "port": "p"}]}),
+        (
+            "RegisterBrokerRecord",
+            {**EXAMPLES[0].to_data(), "listeners": [{"name": "x", "host": "h", "port": "p"}]},
+        ),
         ("RegisterBrokerRecord", {**EXAMPLES[0].to_data(), "listeners": [7]}),
         ("BrokerRegistrationChangeRecord", {"brokerId": 1}),
         ("BrokerRegistrationChangeRecord", {"brokerId": 1, "brokerEpoch": 2, "fenced": 1}),
@@ -194,8 +203,14 @@ def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
         ("PartitionRecord", {**EXAMPLES[9].to_data(), "isr": 1}),
         ("PartitionRecord", {**EXAMPLES[9].to_data(), "leader": None}),
         ("PartitionChangeRecord", {"topicId": str(TOPIC), "partitionId": 0}),
-        ("PartitionChangeRecord", {"topicId": str(TOPIC), "partitionId": 0, "partitionEpoch": 1, "isr": [True]}),
-        ("PartitionChangeRecord", {"topicId": str(TOPIC), "partitionId": 0, "partitionEpoch": 1, "leader": "1"}),
+        (
+            "PartitionChangeRecord",
+            {"topicId": str(TOPIC), "partitionId": 0, "partitionEpoch": 1, "isr": [True]},
+        ),
+        (
+            "PartitionChangeRecord",
+            {"topicId": str(TOPIC), "partitionId": 0, "partitionEpoch": 1, "leader": "1"},
+        ),
         ("RemoveTopicRecord", {}),
         ("RemoveTopicRecord", {"topicId": "AAAAAAAAAAAAAAAAAAAAA+"}),
         ("RemoveTopicRecord", None),
@@ -240,7 +255,8 @@ any_record = st.one_of(
         fenced=st.booleans(),
         in_controlled_shutdown=st.booleans(),
         listeners=st.lists(
-            st.builds(records.Listener, name=st.text(), host=st.text(), port=st.integers(0, 65535)), max_size=2
+            st.builds(records.Listener, name=st.text(), host=st.text(), port=st.integers(0, 65535)),
+            max_size=2,
         ).map(tuple),
         rack=_opt(st.text()),
         offline_log_dirs=uuid_tuples,
@@ -256,7 +272,10 @@ any_record = st.one_of(
     ),
     st.builds(records.UnregisterBrokerRecord, broker_id=ints, broker_epoch=epochs),
     st.builds(
-        records.TopicRecord, name=st.text(), topic_id=uuids, configs=st.dictionaries(st.text(), st.text(), max_size=3)
+        records.TopicRecord,
+        name=st.text(),
+        topic_id=uuids,
+        configs=st.dictionaries(st.text(), st.text(), max_size=3),
     ),
     st.builds(
         records.PartitionRecord,
