@@ -29,6 +29,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from jbod_core.meta_properties import fsync_directory
+
 _HEADER: Final = struct.Struct(">II")
 _INDEX_EVERY: Final = 64
 SEGMENT_BYTES: Final = 64 * 1024 * 1024
@@ -257,11 +259,7 @@ class FileRecordLog:
     def _open_segment(self, base: int) -> _Segment:
         path = self.directory / f"{base:020d}.log"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(self.directory)
         segment = _Segment(base_offset=base, path=path, fd=fd, next_offset=base)
         self._segments.append(segment)
         self._bases.append(base)
@@ -367,11 +365,7 @@ class FileRecordLog:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(self.directory)
         for _, old in self._snapshot_paths()[:-2]:
             old.unlink(missing_ok=True)
 

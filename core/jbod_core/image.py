@@ -141,26 +141,31 @@ def apply_partition_change(
         )
     replicas = current.replicas if record.replicas is None else record.replicas
     directories = current.directories if record.directories is None else record.directories
-    if record.replicas is not None and record.directories is None:
+    if record.replicas is None and record.directories is None:
+        pass  # the common case: only the ISR and/or the leader change
+    elif record.replicas is not None and record.directories is None:
         # Replicas kept keep their dir; new replicas start UNASSIGNED.
         old = dict(zip(current.replicas, current.directories, strict=True))
         directories = tuple(old.get(b, UNASSIGNED_DIR) for b in replicas)
-    if len(directories) != len(replicas):
+    elif len(directories) != len(replicas):
         raise ReplayError(
             f"PartitionChangeRecord {record.topic_id}-{record.partition_id} leaves "
             f"{len(directories)} directories for {len(replicas)} replicas"
         )
-    leader = current.leader if record.leader is None else record.leader
-    leader_epoch = current.leader_epoch
-    if record.leader is not None:
+    if record.leader is None:
+        leader = current.leader
+        leader_epoch = current.leader_epoch
+    else:
+        leader = record.leader
         leader_epoch = current.leader_epoch + 1 if record.leader_epoch is None else record.leader_epoch
+    # Positional: this runs once per replayed change, the hottest path of recovery.
     return PartitionRegistration(
-        replicas=replicas,
-        isr=current.isr if record.isr is None else record.isr,
-        directories=directories,
-        leader=leader,
-        leader_epoch=leader_epoch,
-        partition_epoch=record.partition_epoch,
+        replicas,
+        current.isr if record.isr is None else record.isr,
+        directories,
+        leader,
+        leader_epoch,
+        record.partition_epoch,
     )
 
 

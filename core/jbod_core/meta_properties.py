@@ -110,7 +110,12 @@ def write_atomically(path: Path, data: bytes) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file in `directory` durable."""
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
