@@ -17,14 +17,14 @@ demo: setup
 	$(BIN)/jbodctl local walkthrough
 
 test: setup
-	$(BIN)/ruff check core controller client tests bench
-	$(BIN)/mypy core controller client
+	$(BIN)/ruff check core controller client agent tests bench
+	$(BIN)/mypy core controller client agent
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check core controller client tests bench
-	$(BIN)/ruff format --check core controller client tests bench
-	$(BIN)/mypy core controller client
+	$(BIN)/ruff check core controller client agent tests bench
+	$(BIN)/ruff format --check core controller client agent tests bench
+	$(BIN)/mypy core controller client agent
 
 bench: setup
 	$(BIN)/python -m bench.run_all

@@ -1,0 +1,193 @@
+"""Broker configuration: `server.properties` with Kafka key names (protocol §4.2).
+
+Guarantees:
+* `parse_config` is pure: properties text plus `--set` overrides in, a frozen `BrokerConfig` out.
+* An unknown key, a value that does not parse, or a value out of range raises `ConfigError`
+  whose message names the key; nothing is half-applied.
+* Every numeric setting has a documented range (`docs/decisions.md`), checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from jbod_core.meta_properties import parse_properties
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: int
+    log_dirs: tuple[Path, ...]
+    metadata_log_dir: Path
+    controller_url: str
+    listener: Listener
+    cluster_token_file: Path
+    admin_token_file: Path | None = None
+    heartbeat_interval_ms: int = 2000
+    session_timeout_ms: int = 9000
+    log_dir_failure_timeout_ms: int = 30000
+    log_dir_probe_interval_ms: int = 1000
+    log_dir_probe_timeout_ms: int = 5000
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30000
+    rack: str | None = None
+    format_on_start: bool = False
+    cluster_id: str | None = None
+    telemetry_file: Path | None = None
+
+
+def _int(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(key: str, value: str) -> int:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise ConfigError(f"{key}: '{value}' is not an integer") from None
+        if not low <= number <= high:
+            raise ConfigError(f"{key}: {number} is out of range [{low}, {high}]")
+        return number
+
+    return parse
+
+
+def _path(key: str, value: str) -> Path:
+    if not value.strip():
+        raise ConfigError(f"{key}: must not be empty")
+    return Path(value.strip())
+
+
+def _paths(key: str, value: str) -> tuple[Path, ...]:
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or any(not p for p in parts):
+        raise ConfigError(f"{key}: expected a comma-separated list of directories, got '{value}'")
+    paths = tuple(Path(p) for p in parts)
+    if len({p.resolve() for p in paths}) != len(paths):
+        raise ConfigError(f"{key}: lists the same directory more than once")
+    return paths
+
+
+def _url(key: str, value: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{key}: '{value}' is not an http(s) URL")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"{key}: '{value}' has an invalid port") from None
+    return value.strip().rstrip("/")
+
+
+def _listener(key: str, value: str) -> Listener:
+    entries = [v.strip() for v in value.split(",") if v.strip()]
+    if len(entries) != 1:
+        raise ConfigError(f"{key}: expected exactly one listener like http://127.0.0.1:9092, got '{value}'")
+    parts = urlsplit(entries[0])
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{key}: '{value}' has an invalid port") from None
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise ConfigError(f"{key}: expected http://HOST:PORT, got '{value}'")
+    return Listener(scheme="http", host=parts.hostname, port=port)
+
+
+def _bool(key: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ConfigError(f"{key}: '{value}' is not true or false")
+
+
+def _text(key: str, value: str) -> str:
+    if not value.strip():
+        raise ConfigError(f"{key}: must not be empty")
+    return value.strip()
+
+
+_MAX_MS: Final = 2**31 - 1
+_KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
+    "node.id": ("node_id", _int(0, 2**31 - 1)),
+    "log.dirs": ("log_dirs", _paths),
+    "metadata.log.dir": ("metadata_log_dir", _path),
+    "controller.url": ("controller_url", _url),
+    "listeners": ("listener", _listener),
+    "cluster.token.file": ("cluster_token_file", _path),
+    "admin.token.file": ("admin_token_file", _path),
+    "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", _int(10, _MAX_MS)),
+    "broker.session.timeout.ms": ("session_timeout_ms", _int(100, _MAX_MS)),
+    "log.dir.failure.timeout.ms": ("log_dir_failure_timeout_ms", _int(1, _MAX_MS)),
+    "log.dir.probe.interval.ms": ("log_dir_probe_interval_ms", _int(10, _MAX_MS)),
+    "log.dir.probe.timeout.ms": ("log_dir_probe_timeout_ms", _int(10, _MAX_MS)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1, 2**31 - 1)),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1, _MAX_MS)),
+    "broker.rack": ("rack", _text),
+    "log.dirs.format.on.start": ("format_on_start", _bool),
+    "cluster.id": ("cluster_id", _text),
+    "log.dir.telemetry.file": ("telemetry_file", _path),
+}
+REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")
+DEFAULT_LISTENER: Final = "http://127.0.0.1:9092"
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """`--set key=value` arguments into a dict; `ConfigError` for an item without '='."""
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        overrides[key.strip()] = value
+    return overrides
+
+
+def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+    values = parse_properties(text)
+    values.update(overrides or {})
+    unknown = sorted(k for k in values if k not in _KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown configuration key")
+    for key in REQUIRED:
+        if key not in values:
+            raise ConfigError(f"{key}: required key is missing")
+    values.setdefault("listeners", DEFAULT_LISTENER)
+    fields = {_KEYS[key][0]: _KEYS[key][1](key, value) for key, value in values.items()}
+    config = BrokerConfig(**fields)
+    if config.heartbeat_interval_ms >= config.session_timeout_ms:
+        raise ConfigError(
+            f"broker.heartbeat.interval.ms: {config.heartbeat_interval_ms} must be below "
+            f"broker.session.timeout.ms ({config.session_timeout_ms})"
+        )
+    if config.metadata_log_dir.resolve() in {p.resolve() for p in config.log_dirs}:
+        raise ConfigError("metadata.log.dir: must not also be one of log.dirs")
+    if config.format_on_start and config.cluster_id is None:
+        raise ConfigError("cluster.id: required when log.dirs.format.on.start is true")
+    return config
+
+
+def load_config(path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read {path}: {reason}") from exc
+    return parse_config(text, overrides)

@@ -1,0 +1,83 @@
+"""`jbod-storage format`: give every empty log dir (and the metadata dir) a `directory.id` (§4.1).
+
+Guarantees: one line per dir saying what was done; any error is one line
+`jbod-storage: error: ...` on stderr and a non-zero exit (2 for usage); no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from jbod_agent import storage
+from jbod_agent.config import ConfigError, load_config
+
+PROG = "jbod-storage"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Format JBOD log directories.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    fmt = commands.add_parser(
+        "format", help="write meta.properties with a fresh directory.id into every empty dir"
+    )
+    fmt.add_argument("--config", required=True, type=Path, help="server.properties")
+    fmt.add_argument("--cluster-id", required=True, help="the cluster id the dirs belong to")
+    fmt.add_argument(
+        "--ignore-formatted", action="store_true", help="keep already formatted dirs as they are"
+    )
+    return parser
+
+
+def format_command(config_path: Path, cluster_id: str, *, ignore_formatted: bool) -> int:
+    config = load_config(config_path)
+    paths = sorted({*config.log_dirs, config.metadata_log_dir})
+    states = [storage.inspect(p) for p in paths]
+    for state in states:
+        if state.kind is storage.DirKind.ERROR:
+            print(f"I/O error trying to read log directory {state.path}: {state.error}. Ignoring...")
+    plan = storage.plan_format(
+        states,
+        cluster_id=cluster_id,
+        node_id=config.node_id,
+        ignore_formatted=ignore_formatted,
+        rng=random.SystemRandom(),
+    )
+    for path in plan.kept:
+        print(f"Kept formatted log directory {path}")
+    if not plan.writes:
+        print("All of the log directories are already formatted.")
+        return 0
+    failures = dict(storage.apply_format(plan))
+    for path, props in plan.writes:
+        if path in failures:
+            print(f"Failed formatting {path}: {failures[path]}")
+        else:
+            print(f"Formatted {path} with directory.id {props.directory_id}")
+    if failures:
+        raise storage.StorageError(f"{len(failures)} dir(s) could not be formatted")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if not args.cluster_id.strip():
+            raise storage.StorageError("--cluster-id must not be empty")
+        return format_command(args.config, args.cluster_id.strip(), ignore_formatted=args.ignore_formatted)
+    except (ConfigError, storage.StorageError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
