@@ -55,9 +55,16 @@ class AssignmentQueue:
         if self._due is None:
             self._due = now + self.batch_delay
 
+    def pending(self, key: PartitionKey) -> Uuid | None:
+        """The dir of the newest queued or in-flight placement of `key`, if any."""
+        placement = self.ready.get(key) or self.inflight.get(key)
+        return None if placement is None else placement.directory
+
     def cancel(self, key: PartitionKey) -> None:
         """Forget a queued placement (e.g. the replica was deleted); an in-flight one finishes."""
         self.ready.pop(key, None)
+        if not self.ready and not self.failures:
+            self._due = None  # the next placement starts a new batch_delay
 
     def next_send_time(self, now: float) -> float | None:
         """When the next request should go out, or None if there is nothing to send."""
@@ -120,6 +127,7 @@ class AssignmentQueue:
         retry, self.inflight = self.inflight, {}
         self.failures += 1
         self._requeue(retry)
-        delay = min(self.backoff_max, self.backoff_initial * float(2 ** (self.failures - 1)))
+        # The exponent is capped: 2.0 ** 1024 overflows a float after ~3 h of failures at 10 s.
+        delay = min(self.backoff_max, self.backoff_initial * 2.0 ** min(self.failures - 1, 64))
         self._due = now + delay
         return delay

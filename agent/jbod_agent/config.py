@@ -9,6 +9,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,17 @@ def _text(key: str, value: str) -> str:
     return value.strip()
 
 
+# The controller's rule (docs/decisions.md); anything else could never register, and a line break
+# would corrupt the meta.properties it is written into.
+CLUSTER_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _cluster_id(key: str, value: str) -> str:
+    if not CLUSTER_ID_PATTERN.fullmatch(value.strip()):
+        raise ConfigError(f"{key}: '{value}' is not 1-64 characters of A-Z a-z 0-9 _ -")
+    return value.strip()
+
+
 _MAX_MS: Final = 2**31 - 1
 _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "node.id": ("node_id", _int(0, 2**31 - 1)),
@@ -142,7 +154,7 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1, _MAX_MS)),
     "broker.rack": ("rack", _text),
     "log.dirs.format.on.start": ("format_on_start", _bool),
-    "cluster.id": ("cluster_id", _text),
+    "cluster.id": ("cluster_id", _cluster_id),
     "log.dir.telemetry.file": ("telemetry_file", _path),
 }
 REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")

@@ -6,7 +6,8 @@
 Guarantees:
 * A probe checks, in order: the path is still the mount it was at load (device id), the
   `meta.properties` under it still carries the same `directory.id`, and a probe file can be
-  written, fsync'd and read back byte for byte; then it reads the free space.
+  written (into newly allocated space), fsync'd, read back byte for byte and removed; then it
+  reads the free space.
 * ENOSPC / EDQUOT is `FULL` (not a failed disk); every other I/O error (EIO, EROFS, ENOTCONN,
   ESTALE, ...), a vanished or swapped volume, or bytes that do not read back is `FAILED`.
 * `classify_io_error` is the single rule, also used when real work (an append, a read) fails.
@@ -95,6 +96,9 @@ def probe_dir(path: Path, *, device: int, directory_id: Uuid, payload: bytes) ->
         with open(probe, "rb") as handle:
             if handle.read() != payload:
                 return result(ProbeOutcome.FAILED, "the probe file did not read back as written")
+        # Removed so that the next probe allocates fresh space: rewriting a file that already holds
+        # the payload reuses its blocks and would succeed on a full disk (never ENOSPC, never FULL).
+        os.unlink(probe)
         total, usable = free_space(path)
     except OSError as exc:
         outcome = classify_io_error(exc)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from jbod_agent import storage
-from jbod_agent.config import ConfigError, load_config
+from jbod_agent.config import CLUSTER_ID_PATTERN, ConfigError, load_config
 
 PROG = "jbod-storage"
 
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.cluster_id.strip():
             raise storage.StorageError("--cluster-id must not be empty")
+        if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id.strip()):
+            raise storage.StorageError(
+                f"--cluster-id {args.cluster_id!r} is not 1-64 characters of A-Z a-z 0-9 _ -"
+            )
         return format_command(args.config, args.cluster_id.strip(), ignore_formatted=args.ignore_formatted)
     except (ConfigError, storage.StorageError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

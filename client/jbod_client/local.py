@@ -117,3 +117,111 @@ class LocalController:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+@dataclass
+class LocalBroker:
+    """A `jbod-agent` process with its own `server.properties` (dirs formatted before start)."""
+
+    node_id: int
+    work_dir: Path
+    log_dirs: list[Path]
+    controller_url: str
+    cluster_token_file: Path
+    cluster_id: str
+    metadata_dir: Path | None = None
+    settings: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.work_dir / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "agent.log"
+
+    def write_config(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        metadata_dir = self.metadata_dir or self.work_dir / "metadata"
+        values = {
+            "node.id": str(self.node_id),
+            "log.dirs": ",".join(str(p) for p in self.log_dirs),
+            "metadata.log.dir": str(metadata_dir),
+            "controller.url": self.controller_url,
+            "listeners": "http://127.0.0.1:0",
+            "cluster.token.file": str(self.cluster_token_file),
+            "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "9000",
+            "log.dir.probe.interval.ms": "250",
+            **self.settings,
+        }
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+
+    def format(self) -> None:
+        self.write_config()
+        result = subprocess.run(
+            [
+                console_script("jbod-storage"),
+                "format",
+                "--config",
+                str(self.config_path),
+                "--cluster-id",
+                self.cluster_id,
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ClientError(
+                f"jbod-storage format failed for broker {self.node_id}: {result.stderr.strip()}"
+            )
+
+    def start(self, timeout: float = 30.0) -> LocalBroker:
+        if not self.config_path.exists():
+            self.format()
+        with open(self.log_path, "a") as log:
+            self.process = subprocess.Popen(
+                [console_script("jbod-agent"), "--config", str(self.config_path)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        for line in self.process.stdout:
+            match = _LISTENING.search(line)
+            if match:
+                self.url = match.group(1)
+                return self
+            if time.monotonic() > deadline:
+                break
+        code = self.process.poll()
+        raise ClientError(f"jbod-agent {self.node_id} did not start (exit {code}): {self._tail()}")
+
+    def _tail(self, lines: int = 5) -> str:
+        try:
+            return " | ".join(self.log_path.read_text().strip().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,114 @@
+"""`jbod-agent --config server.properties [--set key=value ...]`: the per-pod broker agent.
+
+Guarantees: a bad flag, a config error (naming the key), storage that must not start (duplicate
+ids, unreadable metadata dir, unformatted dir, ...) or a port in use print one line
+`jbod-agent: error: ...` and exit non-zero; no traceback. The exit code tells why a running
+agent stopped (0: asked by the controller or a signal; 3: an offline dir could not be reported
+in time while leading replicas in it; 4: storage lost; 5: registration refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from aiohttp import web
+
+from jbod_agent import storage
+from jbod_agent.agent import Agent
+from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
+from jbod_agent.http_api import AgentApi
+
+PROG = "jbod-agent"
+log = logging.getLogger("jbod_agent")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+class StartupError(Exception):
+    pass
+
+
+def _read_token(path: Path, key: str) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StartupError(f"{key}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not token:
+        raise StartupError(f"{key}: {path} is empty")
+    return token
+
+
+async def serve(config: BrokerConfig) -> int:
+    loaded = storage.load(
+        config.log_dirs,
+        config.metadata_log_dir,
+        node_id=config.node_id,
+        format_on_start=config.format_on_start,
+        cluster_id=config.cluster_id,
+    )
+    for path, reason in loaded.offline:
+        log.error("Started without log dir %s: %s", path, reason)
+    cluster_token = _read_token(config.cluster_token_file, "cluster.token.file")
+    tokens = [cluster_token]
+    if config.admin_token_file is not None:
+        tokens.append(_read_token(config.admin_token_file, "admin.token.file"))
+    agent = Agent(config, loaded, token=cluster_token)
+    api = AgentApi(agent, tuple(tokens))
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host=config.listener.host, port=config.listener.port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartupError(f"listeners: cannot listen on {config.listener.url}: {exc.strerror}") from exc
+    sockets = getattr(site._server, "sockets", None) or []
+    port = sockets[0].getsockname()[1] if sockets else config.listener.port
+    print(f"Listening on http://{config.listener.host}:{port}", flush=True)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.request_stop)
+    try:
+        return await agent.run()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog=PROG, description="The JBOD broker agent.")
+    parser.add_argument("--config", required=True, type=Path, help="server.properties")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        config = load_config(args.config, parse_overrides(args.set))
+        from jbod_controller.cli import run_event_loop
+
+        return run_event_loop(serve(config))
+    except (ConfigError, storage.StorageError, StartupError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

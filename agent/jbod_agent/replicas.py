@@ -1,0 +1,79 @@
+"""Local replicas on disk: one directory `<topic>-<partition>` per replica inside a log dir.
+
+Guarantees:
+* A replica directory holds `partition.metadata` (`version=0`, `topic_id=<uuid>`), written
+  atomically, so a replica found at startup is tied to its topic id and a topic recreated under
+  the same name is never mistaken for the old one.
+* `scan` reports every replica directory of a log dir with its topic id; directories without a
+  readable `partition.metadata` are reported as unreadable, never silently adopted.
+* `create` / `delete` raise `OSError` untouched so the caller can classify it (EIO → the dir
+  goes offline, ENOSPC → the dir is full).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from jbod_core.ids import Uuid
+from jbod_core.meta_properties import parse_properties, write_atomically
+
+METADATA_FILE: Final = "partition.metadata"
+_REPLICA_DIR: Final = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class FoundReplica:
+    topic: str
+    partition: int
+    topic_id: Uuid | None  # None: partition.metadata missing or unreadable
+    path: Path
+
+
+def replica_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def scan(log_dir: Path) -> Iterator[FoundReplica]:
+    """Every replica directory in `log_dir` (OSError if the dir cannot be listed)."""
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            match = _REPLICA_DIR.fullmatch(entry.name)
+            if match is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            topic_id: Uuid | None
+            try:
+                values = parse_properties((path / METADATA_FILE).read_text(encoding="utf-8"))
+                topic_id = Uuid.parse(values.get("topic_id", ""))
+            except (OSError, ValueError):
+                topic_id = None
+            yield FoundReplica(match["topic"], int(match["partition"]), topic_id, path)
+
+
+def create(log_dir: Path, *, topic: str, partition: int, topic_id: Uuid) -> Path:
+    path = log_dir / replica_dir_name(topic, partition)
+    path.mkdir(exist_ok=True)
+    write_atomically(path / METADATA_FILE, f"version=0\ntopic_id={topic_id}\n".encode())
+    return path
+
+
+def delete(path: Path) -> None:
+    shutil.rmtree(path)
+
+
+def size_bytes(path: Path) -> int:
+    total = 0
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+    return total
