@@ -92,6 +92,7 @@ class Agent:
         self.metadata_end = 0
         self.local: dict[PartitionKey, LocalReplica] = {}
         self.offline_local: dict[PartitionKey, LocalReplica] = {}
+        self.removed_topics: set[Uuid] = set()
         self.queue = AssignmentQueue()
         self.epoch = -1
         self.registered = False
@@ -331,6 +332,7 @@ class Agent:
             if isinstance(record, records.PartitionRecord | records.PartitionChangeRecord):
                 changed.add((record.topic_id, record.partition_id))
             elif isinstance(record, records.RemoveTopicRecord):
+                self.removed_topics.add(record.topic_id)
                 changed.update(k for k in self.local if k[0] == record.topic_id)
             elif isinstance(record, records.RegisterBrokerRecord | records.BrokerRegistrationChangeRecord):
                 full = full or record.broker_id == self.node_id
@@ -363,7 +365,7 @@ class Agent:
             local = self.local.get(key)
             if part is None or self.node_id not in part.replicas:
                 if local is not None:
-                    self._delete_local(key, local)
+                    self._retire_local(key, local, deleted_topic=key[0] in self.removed_topics)
                 continue
             if key in self.offline_local:
                 continue
@@ -401,17 +403,24 @@ class Agent:
         self.local[key] = LocalReplica(directory, path, topic.name)
         return True
 
-    def _delete_local(self, key: PartitionKey, local: LocalReplica) -> None:
+    def _retire_local(self, key: PartitionKey, local: LocalReplica, *, deleted_topic: bool) -> None:
+        """Delete the replica of a deleted topic; keep any other unknown replica as `-stray`."""
         try:
-            replicas.delete(local.path)
+            if deleted_topic:
+                replicas.delete(local.path)
+                log.info("Deleted replica %s: its topic was deleted", local.path.name)
+            else:
+                target = replicas.mark_stray(local.path, key[0])
+                log.warning(
+                    "Renamed replica %s to %s: this broker no longer hosts it", local.path.name, target.name
+                )
         except FileNotFoundError:
             pass
         except OSError as exc:
-            self.io_error(local.directory_id, exc, f"deleting replica {local.path.name}")
+            self.io_error(local.directory_id, exc, f"retiring replica {local.path.name}")
             return
         del self.local[key]
         self.queue.cancel(key)
-        log.info("Deleted replica %s: this broker no longer hosts it", local.path.name)
 
     def placement_valid(self, key: PartitionKey, directory: Uuid) -> bool:
         part = self.image.partition(key)

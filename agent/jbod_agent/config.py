@@ -53,7 +53,6 @@ class BrokerConfig:
     rack: str | None = None
     format_on_start: bool = False
     cluster_id: str | None = None
-    telemetry_file: Path | None = None
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -155,7 +154,6 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "broker.rack": ("rack", _text),
     "log.dirs.format.on.start": ("format_on_start", _bool),
     "cluster.id": ("cluster_id", _cluster_id),
-    "log.dir.telemetry.file": ("telemetry_file", _path),
 }
 REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")
 DEFAULT_LISTENER: Final = "http://127.0.0.1:9092"

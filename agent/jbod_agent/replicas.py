@@ -67,6 +67,13 @@ def delete(path: Path) -> None:
     shutil.rmtree(path)
 
 
+def mark_stray(path: Path, topic_id: Uuid) -> Path:
+    """Rename a replica the metadata does not know to `<name>.<topic id>-stray` (kept, not deleted)."""
+    target = path.with_name(f"{path.name}.{topic_id}-stray")
+    path.rename(target)
+    return target
+
+
 def size_bytes(path: Path) -> int:
     total = 0
     try:

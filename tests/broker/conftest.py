@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.fs import LoopMount, loop_ext4
 
 from jbod_client.controller import ControllerClient, read_token
 from jbod_client.local import LocalBroker, LocalController
+from tests.fs import LoopMount, loop_ext4
 
 UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"
 

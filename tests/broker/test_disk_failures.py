@@ -6,10 +6,9 @@ import shutil
 import subprocess
 import time
 
+from jbod_agent.probe import PROBE_FILE
 from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
 from tests.fs import loop_ext4, requires_root, tmpfs
-
-from jbod_agent.probe import PROBE_FILE
 
 pytestmark = requires_root
 
@@ -236,3 +235,15 @@ def test_multi_dir_broker_stays_fenced_until_placements_are_confirmed(cluster: C
     assert set(placed) == {0, 1, 2, 3}, "broker 3 must report every placement"
     assert max(placed.values()) < unfenced  # all placed before the controller unfenced it
     assert cluster.placed("pending")
+
+
+def test_deleting_a_topic_removes_its_replica_dirs(cluster: Cluster) -> None:
+    cluster.add_broker(1)
+    wait_for(lambda: cluster.all_unfenced(1), what="broker 1 unfenced")
+    cluster.create_placed_topic("doomed", partitions=4, rf=1)
+    names = lambda: {(r["topic"], r["partition"]) for d in cluster.log_dirs(1) for r in d["replicas"]}  # noqa: E731
+    assert names() == {("doomed", i) for i in range(4)}
+    assert cluster.admin.delete_topic("doomed")["errorCode"] == 0
+    wait_for(lambda: not names(), what="the replica dirs of the deleted topic to go")
+    for n in (0, 1):
+        assert not list(cluster.mounts[(1, n)].path.glob("doomed-*"))
