@@ -189,13 +189,13 @@ def plan_load(
     if metadata.kind is DirKind.ERROR:
         raise StorageError(f"metadata log dir {metadata.path} is unreadable: {metadata.error}")
     states = [*data, metadata]
-    expected = _check_identity(states, cluster_id=cluster_id, node_id=node_id)
     unformatted = [s for s in states if s.kind is DirKind.EMPTY]
     if unformatted and not format_on_start:
         raise StorageError(
             f"{unformatted[0].path} is not formatted (no meta.properties); run jbod-storage format "
             "or set log.dirs.format.on.start=true"
         )
+    expected = _check_identity(states, cluster_id=cluster_id, node_id=node_id)
     taken = {s.props.directory_id for s in states if s.props and s.props.directory_id}
     writes = []
     ids: dict[Path, Uuid] = {}

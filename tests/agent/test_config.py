@@ -1,0 +1,371 @@
+"""`server.properties` parsing (protocol §4.2, `jbod_agent.config`).
+
+Covers: every key with its default and with an explicit value; unknown keys, non-integers,
+out-of-range values (each numeric key at and beyond its bounds), missing required keys, bad URLs
+and listeners, bad booleans and cluster ids, empty paths, duplicate log dirs, the metadata dir
+listed in `log.dirs`, heartbeat >= session timeout, format-on-start without a cluster id — each a
+`ConfigError` whose message starts with the key; `--set` overrides beating the file; `load_config`
+of a missing, undecodable or directory path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jbod_agent import config
+from jbod_agent.config import BrokerConfig, ConfigError, Listener
+
+BASE = {
+    "node.id": "1",
+    "log.dirs": "/data/a,/data/b",
+    "metadata.log.dir": "/data/meta",
+    "controller.url": "http://127.0.0.1:9093",
+    "cluster.token.file": "/etc/jbod/cluster.token",
+}
+MAX_INT = 2**31 - 1
+
+
+def text(values: dict[str, str], *, drop: tuple[str, ...] = ()) -> str:
+    lines = ["# a broker", "! also a comment", ""]
+    lines += [f"{k}={v}" for k, v in values.items() if k not in drop]
+    return "\n".join(lines) + "\n"
+
+
+def parse(**changes: str) -> BrokerConfig:
+    return config.parse_config(text({**BASE, **{k.replace("_", "."): v for k, v in changes.items()}}))
+
+
+def expect_error(source: str, key: str, overrides: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        config.parse_config(source, overrides)
+    message = str(info.value)
+    assert message.startswith(f"{key}:"), message
+    return message
+
+
+def test_minimal_config_takes_every_default() -> None:
+    parsed = config.parse_config(text(BASE))
+    assert parsed == BrokerConfig(
+        node_id=1,
+        log_dirs=(Path("/data/a"), Path("/data/b")),
+        metadata_log_dir=Path("/data/meta"),
+        controller_url="http://127.0.0.1:9093",
+        listener=Listener(scheme="http", host="127.0.0.1", port=9092),
+        cluster_token_file=Path("/etc/jbod/cluster.token"),
+    )
+    # The defaults the contract names, spelled out.
+    assert parsed.listener.url == "http://127.0.0.1:9092"
+    assert parsed.admin_token_file is None
+    assert parsed.heartbeat_interval_ms == 2000
+    assert parsed.session_timeout_ms == 9000
+    assert parsed.log_dir_failure_timeout_ms == 30000
+    assert parsed.log_dir_probe_interval_ms == 1000
+    assert parsed.log_dir_probe_timeout_ms == 5000
+    assert parsed.min_insync_replicas == 1
+    assert parsed.replica_lag_time_max_ms == 30000
+    assert parsed.rack is None
+    assert parsed.format_on_start is False
+    assert parsed.cluster_id is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "attribute", "expected"),
+    [
+        ("node.id", "0", "node_id", 0),
+        ("node.id", str(MAX_INT), "node_id", MAX_INT),
+        ("log.dirs", " /d/x , /d/y,/d/z ", "log_dirs", (Path("/d/x"), Path("/d/y"), Path("/d/z"))),
+        ("log.dirs", "/d/only", "log_dirs", (Path("/d/only"),)),
+        ("metadata.log.dir", "/var/meta", "metadata_log_dir", Path("/var/meta")),
+        ("controller.url", "https://ctl.example:443/", "controller_url", "https://ctl.example:443"),
+        ("controller.url", "http://[::1]:9093", "controller_url", "http://[::1]:9093"),
+        ("listeners", "http://0.0.0.0:19092", "listener", Listener("http", "0.0.0.0", 19092)),
+        ("cluster.token.file", "/run/token", "cluster_token_file", Path("/run/token")),
+        ("admin.token.file", "/run/admin", "admin_token_file", Path("/run/admin")),
+        ("broker.heartbeat.interval.ms", "500", "heartbeat_interval_ms", 500),
+        ("broker.session.timeout.ms", "18000", "session_timeout_ms", 18000),
+        ("log.dir.failure.timeout.ms", "1", "log_dir_failure_timeout_ms", 1),
+        ("log.dir.probe.interval.ms", "250", "log_dir_probe_interval_ms", 250),
+        ("log.dir.probe.timeout.ms", "750", "log_dir_probe_timeout_ms", 750),
+        ("min.insync.replicas", "2", "min_insync_replicas", 2),
+        ("replica.lag.time.max.ms", "10000", "replica_lag_time_max_ms", 10000),
+        ("broker.rack", " rack-a ", "rack", "rack-a"),
+        ("log.dirs.format.on.start", "false", "format_on_start", False),
+        ("cluster.id", "Ab_9-z", "cluster_id", "Ab_9-z"),
+    ],
+)
+def test_each_key_parses(key: str, value: str, attribute: str, expected: object) -> None:
+    parsed = config.parse_config(text({**BASE, key: value}))
+    assert getattr(parsed, attribute) == expected
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "yes", "1", " True "])
+def test_format_on_start_true_spellings(value: str) -> None:
+    parsed = config.parse_config(text({**BASE, "log.dirs.format.on.start": value, "cluster.id": "c1"}))
+    assert parsed.format_on_start is True
+    assert parsed.cluster_id == "c1"
+
+
+def test_properties_syntax_colon_and_spaces() -> None:
+    source = "node.id : 4\nlog.dirs = /d/a\nmetadata.log.dir:/d/m\ncontroller.url=http://h:1\ncluster.token.file=/t\n"
+    parsed = config.parse_config(source)
+    assert (parsed.node_id, parsed.log_dirs, parsed.metadata_log_dir) == (4, (Path("/d/a"),), Path("/d/m"))
+
+
+# -- errors that name the key ------------------------------------------------------------------
+
+INT_BOUNDS = [
+    ("node.id", 0, MAX_INT),
+    ("broker.heartbeat.interval.ms", 10, MAX_INT),
+    ("broker.session.timeout.ms", 100, MAX_INT),
+    ("log.dir.failure.timeout.ms", 1, MAX_INT),
+    ("log.dir.probe.interval.ms", 10, MAX_INT),
+    ("log.dir.probe.timeout.ms", 10, MAX_INT),
+    ("min.insync.replicas", 1, MAX_INT),
+    ("replica.lag.time.max.ms", 1, MAX_INT),
+]
+
+
+def _consistent(key: str, value: int) -> dict[str, str]:
+    """The base config with `key=value`, keeping heartbeat < session timeout where possible."""
+    values = {**BASE, key: str(value)}
+    if key == "broker.session.timeout.ms":
+        values["broker.heartbeat.interval.ms"] = "10"
+    if key == "broker.heartbeat.interval.ms":
+        values["broker.session.timeout.ms"] = str(MAX_INT)
+        if value >= MAX_INT:
+            values[key] = str(MAX_INT - 1)
+    return values
+
+
+@pytest.mark.parametrize(("key", "low", "high"), INT_BOUNDS)
+def test_integer_bounds(key: str, low: int, high: int) -> None:
+    config.parse_config(text(_consistent(key, low)))
+    config.parse_config(text(_consistent(key, high)))
+    message = expect_error(text({**BASE, key: str(low - 1)}), key)
+    assert "out of range" in message
+    message = expect_error(text({**BASE, key: str(high + 1)}), key)
+    assert "out of range" in message
+
+
+@pytest.mark.parametrize(("key", "low", "high"), INT_BOUNDS)
+@pytest.mark.parametrize("value", ["abc", "1.5", "", "0x10", "1e3", "12 ms"])
+def test_non_integer(key: str, low: int, high: int, value: str) -> None:
+    message = expect_error(text({**BASE, key: value}), key)
+    assert "not an integer" in message
+
+
+def test_log_dir_failure_timeout_zero_is_out_of_range() -> None:
+    message = expect_error(text({**BASE, "log.dir.failure.timeout.ms": "0"}), "log.dir.failure.timeout.ms")
+    assert "out of range [1," in message
+
+
+@given(st.sampled_from(INT_BOUNDS), st.integers(min_value=-(2**40), max_value=2**40))
+def test_any_integer_is_accepted_iff_in_range(bound: tuple[str, int, int], value: int) -> None:
+    key, low, high = bound
+    values = {**BASE, key: str(value)}
+    if key == "broker.session.timeout.ms":
+        values["broker.heartbeat.interval.ms"] = "10"
+    source = text(values)
+    # A heartbeat interval at or above the (default 9000 ms) session timeout is refused too, by
+    # the same key.
+    if low <= value <= high and not (key == "broker.heartbeat.interval.ms" and value >= 9000):
+        config.parse_config(source)
+    else:
+        expect_error(source, key)
+
+
+@pytest.mark.parametrize("key", ["log.retention.hours", "node_id", "LOG.DIRS", "listener"])
+def test_unknown_key(key: str) -> None:
+    message = expect_error(text({**BASE, key: "1"}), key)
+    assert "unknown" in message
+
+
+def test_unknown_key_reported_before_bad_values() -> None:
+    expect_error(text({**BASE, "node.id": "x", "zzz.unknown": "1"}), "zzz.unknown")
+
+
+@pytest.mark.parametrize("key", config.REQUIRED)
+def test_missing_required_key(key: str) -> None:
+    message = expect_error(text(BASE, drop=(key,)), key)
+    assert "missing" in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "ftp://ctl:9093",
+        "ctl:9093",
+        "127.0.0.1:9093",
+        "http://",
+        "http://:9093",
+        "http://ctl:99999",
+        "http://ctl:port",
+        "",
+    ],
+)
+def test_bad_controller_url(value: str) -> None:
+    expect_error(text({**BASE, "controller.url": value}), "controller.url")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://127.0.0.1:9092",  # only plain http is served
+        "http://127.0.0.1",  # no port
+        "127.0.0.1:9092",
+        "http://127.0.0.1:70000",
+        "http://127.0.0.1:x",
+        "http://a:1,http://b:2",  # exactly one listener
+        "",
+        "PLAINTEXT://127.0.0.1:9092",
+    ],
+)
+def test_bad_listener(value: str) -> None:
+    expect_error(text({**BASE, "listeners": value}), "listeners")
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "2", "on"])
+def test_bad_boolean(value: str) -> None:
+    expect_error(
+        text({**BASE, "log.dirs.format.on.start": value, "cluster.id": "c"}), "log.dirs.format.on.start"
+    )
+
+
+@pytest.mark.parametrize("value", ["", "has space", "a" * 65, "dots.not.allowed", "tab\there", "é"])
+def test_bad_cluster_id(value: str) -> None:
+    expect_error(text({**BASE, "cluster.id": value}), "cluster.id")
+
+
+@pytest.mark.parametrize("key", ["metadata.log.dir", "cluster.token.file", "admin.token.file", "broker.rack"])
+def test_empty_value(key: str) -> None:
+    expect_error(text({**BASE, key: "  "}), key)
+
+
+@pytest.mark.parametrize("value", ["", "/d/a,", ",/d/a", "/d/a,,/d/b", " , "])
+def test_log_dirs_with_an_empty_entry(value: str) -> None:
+    expect_error(text({**BASE, "log.dirs": value}), "log.dirs")
+
+
+@pytest.mark.parametrize(
+    "value", ["/d/a,/d/a", "/d/a,/d/a/", "/d/a,/d/./a", "/d/a,/d/x/../a", "/d/a,/d/b,/d/a"]
+)
+def test_duplicate_log_dirs(value: str) -> None:
+    message = expect_error(text({**BASE, "log.dirs": value}), "log.dirs")
+    assert "more than once" in message
+
+
+def test_duplicate_log_dirs_through_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    expect_error(text({**BASE, "log.dirs": f"{tmp_path / 'real'},{tmp_path / 'link'}"}), "log.dirs")
+
+
+@pytest.mark.parametrize("metadata_dir", ["/data/a", "/data/b/", "/data/x/../a"])
+def test_metadata_dir_listed_in_log_dirs(metadata_dir: str) -> None:
+    message = expect_error(text({**BASE, "metadata.log.dir": metadata_dir}), "metadata.log.dir")
+    assert "log.dirs" in message
+
+
+@pytest.mark.parametrize(("heartbeat", "session"), [("9000", "9000"), ("10000", "9000"), ("2000", "2000")])
+def test_heartbeat_not_below_session_timeout(heartbeat: str, session: str) -> None:
+    values = {**BASE, "broker.heartbeat.interval.ms": heartbeat, "broker.session.timeout.ms": session}
+    message = expect_error(text(values), "broker.heartbeat.interval.ms")
+    assert "broker.session.timeout.ms" in message
+
+
+def test_default_heartbeat_against_a_short_session_timeout() -> None:
+    expect_error(text({**BASE, "broker.session.timeout.ms": "1500"}), "broker.heartbeat.interval.ms")
+
+
+def test_format_on_start_needs_a_cluster_id() -> None:
+    message = expect_error(text({**BASE, "log.dirs.format.on.start": "true"}), "cluster.id")
+    assert "log.dirs.format.on.start" in message
+
+
+# -- --set overrides -----------------------------------------------------------------------------
+
+
+def test_parse_overrides() -> None:
+    assert config.parse_overrides([]) == {}
+    assert config.parse_overrides(["node.id=7", " broker.rack =r1", "controller.url=http://h:1/?a=b"]) == {
+        "node.id": "7",
+        "broker.rack": "r1",
+        "controller.url": "http://h:1/?a=b",
+    }
+    # The last of two --set for one key wins.
+    assert config.parse_overrides(["node.id=1", "node.id=2"]) == {"node.id": "2"}
+    assert config.parse_overrides(["broker.rack="]) == {"broker.rack": ""}
+
+
+@pytest.mark.parametrize("item", ["node.id", "=5", " =5", ""])
+def test_parse_overrides_rejects_items_without_a_key(item: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.parse_overrides([item])
+    assert str(info.value).startswith("--set")
+
+
+def test_overrides_win_over_the_file() -> None:
+    overrides = config.parse_overrides(
+        ["node.id=7", "log.dirs=/o/a,/o/b,/o/c", "listeners=http://0.0.0.0:1234", "min.insync.replicas=3"]
+    )
+    parsed = config.parse_config(text({**BASE, "min.insync.replicas": "2"}), overrides)
+    assert parsed.node_id == 7
+    assert parsed.log_dirs == (Path("/o/a"), Path("/o/b"), Path("/o/c"))
+    assert parsed.listener == Listener("http", "0.0.0.0", 1234)
+    assert parsed.min_insync_replicas == 3
+    assert parsed.metadata_log_dir == Path("/data/meta")  # untouched keys come from the file
+
+
+def test_overrides_supply_a_missing_required_key() -> None:
+    parsed = config.parse_config(text(BASE, drop=("node.id",)), {"node.id": "5"})
+    assert parsed.node_id == 5
+
+
+def test_overrides_are_validated_like_the_file() -> None:
+    expect_error(text(BASE), "no.such.key", {"no.such.key": "1"})
+    expect_error(text(BASE), "node.id", {"node.id": "-1"})
+    expect_error(text(BASE), "broker.heartbeat.interval.ms", {"broker.session.timeout.ms": "2000"})
+    expect_error(text(BASE), "metadata.log.dir", {"metadata.log.dir": "/data/b"})
+    expect_error(text(BASE), "cluster.id", {"log.dirs.format.on.start": "true"})
+
+
+def test_an_override_can_fix_a_bad_file_value() -> None:
+    parsed = config.parse_config(text({**BASE, "node.id": "oops"}), {"node.id": "3"})
+    assert parsed.node_id == 3
+
+
+# -- load_config -----------------------------------------------------------------------------
+
+
+def test_load_config(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(text(BASE), encoding="utf-8")
+    assert config.load_config(path) == config.parse_config(text(BASE))
+    assert config.load_config(path, {"node.id": "9"}).node_id == 9
+
+
+def test_load_config_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.properties"
+    with pytest.raises(ConfigError) as info:
+        config.load_config(path)
+    assert str(path) in str(info.value)
+    assert "No such file" in str(info.value)
+
+
+def test_load_config_undecodable_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_bytes(b"node.id=1\nbroker.rack=\xff\xfe\n")
+    with pytest.raises(ConfigError) as info:
+        config.load_config(path)
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_load_config_of_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load_config(tmp_path)
+    assert str(tmp_path) in str(info.value)
