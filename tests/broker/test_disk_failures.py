@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import time
 
+import httpx
+
 from jbod_agent.probe import PROBE_FILE
 from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
 from tests.fs import loop_ext4, requires_root, tmpfs
@@ -55,7 +57,7 @@ def test_leader_dir_fails_at_runtime_with_eio(cluster: Cluster) -> None:
     view = {d["directoryId"]: d for d in cluster.log_dirs(1)}
     assert view[failed]["state"] == "offline" and "EIO" in (view[failed]["error"] or "")
     assert view[cluster.dir_id(1, 1)]["state"] == "online"
-    metrics = __import__("httpx").get(cluster.brokers[1].url + "/metrics").text
+    metrics = httpx.get(cluster.brokers[1].url + "/metrics").text
     assert "jbod_offline_log_directory_count 1.0" in metrics
     assert f"jbod_offline_replica_count {float(len(hosted))}" in metrics
 
@@ -128,11 +130,7 @@ def test_duplicate_directory_ids_refuse_to_start(cluster: Cluster) -> None:
     first, second = cluster.mounts[(1, 0)].path, cluster.mounts[(1, 1)].path
     shutil.copy(first / "meta.properties", second / "meta.properties")
     result = subprocess.run(
-        [
-            str(__import__("jbod_client.local", fromlist=["x"]).console_script("jbod-agent")),
-            "--config",
-            str(broker.config_path),
-        ],
+        [console_script("jbod-agent"), "--config", str(broker.config_path)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -193,7 +191,7 @@ def test_full_disk_is_not_a_failure_and_gets_no_new_replicas(cluster: Cluster) -
         for p in topic["partitions"]
     )
     assert not cluster.admin.broker(1)["offlineLogDirs"]
-    metrics = __import__("httpx").get(cluster.brokers[1].url + "/metrics").text
+    metrics = httpx.get(cluster.brokers[1].url + "/metrics").text
     assert f'jbod_log_directory_full{{directory_id="{small_id}",path="{small}"}} 1.0' in metrics
 
 
