@@ -246,3 +246,25 @@ def test_deleting_a_topic_removes_its_replica_dirs(cluster: Cluster) -> None:
     wait_for(lambda: not names(), what="the replica dirs of the deleted topic to go")
     for n in (0, 1):
         assert not list(cluster.mounts[(1, n)].path.glob("doomed-*"))
+
+
+def test_losing_the_last_data_dir_stops_the_broker(cluster: Cluster) -> None:
+    broker = cluster.add_broker(1, dirs=1)
+    wait_for(lambda: cluster.all_unfenced(1), what="broker 1 unfenced")
+    cluster.mounts[(1, 0)].shutdown()
+    assert broker.process is not None
+    assert broker.process.wait(timeout=15) == 4
+    assert "the last online log dir failed" in broker.log_path.read_text()
+
+
+def test_losing_the_metadata_dir_stops_the_broker(cluster: Cluster) -> None:
+    metadata = cluster.stack.enter_context(loop_ext4(cluster.base / "b1-metadata"))
+    broker = cluster.add_broker(1, start=False)
+    broker.metadata_dir = metadata.path
+    broker.format()
+    broker.start()
+    wait_for(lambda: cluster.all_unfenced(1), what="broker 1 unfenced")
+    metadata.shutdown()
+    assert broker.process is not None
+    assert broker.process.wait(timeout=15) == 4
+    assert "metadata log dir" in broker.log_path.read_text()
