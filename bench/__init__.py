@@ -1,4 +1,4 @@
-"""Benchmarks of the `jbod-controller` (run `python -m bench.run_all` or `make bench`).
+"""Benchmarks of the `jbod-controller` and the `jbod-agent` (run `python -m bench.run_all` or `make bench`).
 
 Benchmarks print figures; they are not tests and assert nothing about timing.
 """

@@ -9,25 +9,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 from tests.harness import _LISTENING, ControllerProcess
 
 from jbod_core.ids import random_uuid
+
+if TYPE_CHECKING:
+    from jbod_client.local import LocalBroker
 
 # Generous: a benchmark's setup can take minutes, and no broker should be fenced meanwhile
 # unless a benchmark asks for it.
@@ -440,3 +446,271 @@ def log(message: str) -> None:
 
 def python() -> str:
     return sys.executable
+
+
+# -- broker agents ----------------------------------------------------------------------------
+#
+# The agent benchmarks run real `jbod-agent` processes (`jbod_client.local.LocalBroker`) against a
+# `BenchController`. Their log dirs are plain directories or loop-mounted ext4 volumes
+# (`tests.fs.loop_ext4`, root only) that can really fail. Every agent is stopped and every volume
+# unmounted and detached when `agent_cluster` exits, also on an error, Ctrl-C or SIGTERM.
+
+UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"  # the reserved directory id of an unplaced replica
+AGENT_LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # logging's default asctime, as the agent writes it
+
+
+def can_loop_mount() -> bool:
+    """Root, and the tools `tests.fs.loop_ext4` needs."""
+    tools = ("mkfs.ext4", "losetup", "mount", "umount", "blockdev")
+    return os.geteuid() == 0 and all(shutil.which(t) for t in tools)
+
+
+def wait_until(
+    condition: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.02, what: str = "condition"
+) -> Any:
+    """Poll `condition` until it returns something truthy (returned); `BenchError` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    at: float  # unix time of the line (millisecond resolution)
+    text: str
+
+
+def agent_log(path: Path, *, offset: int = 0, contains: str = "") -> list[LogLine]:
+    """The lines of an agent log from byte `offset` that contain `contains`, with their times."""
+    out = []
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        for raw in handle:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if contains not in line:
+                continue
+            try:
+                at = datetime.datetime.strptime(line[:23], AGENT_LOG_TIME).timestamp()
+            except ValueError:
+                continue  # a continuation line (a traceback) has no time
+            out.append(LogLine(at, line))
+    return out
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+class AgentCluster:
+    """One `BenchController` and `jbod-agent` processes; see `agent_cluster`."""
+
+    def __init__(self, ws: Workspace, controller: BenchController, stack: contextlib.ExitStack) -> None:
+        from jbod_client.controller import ControllerClient
+
+        self.ws = ws
+        self.controller = controller
+        self.stack = stack
+        self.admin = ControllerClient(controller.url, token=controller.admin_token, timeout=600)
+        stack.callback(self.admin.close)
+        self.brokers: dict[int, LocalBroker] = {}
+        self.mounts: dict[tuple[int, int], Any] = {}  # (node, dir index) -> tests.fs.LoopMount
+        self._mount_stacks: dict[tuple[int, int], contextlib.ExitStack] = {}
+
+    # -- volumes ------------------------------------------------------------------------------
+
+    def _mount(self, key: tuple[int, int], path: Path, size_mb: int) -> None:
+        from tests.fs import loop_ext4
+
+        own = contextlib.ExitStack()
+        self.mounts[key] = own.enter_context(loop_ext4(path, size_mb=size_mb))
+        self._mount_stacks[key] = own
+
+    def _unmount(self, key: tuple[int, int]) -> None:
+        own = self._mount_stacks.pop(key, None)
+        self.mounts.pop(key, None)
+        if own is not None:
+            own.close()
+
+    def unmount_all(self) -> None:
+        for key in list(self._mount_stacks):
+            self._unmount(key)
+
+    def replace_volume(self, node_id: int, index: int, *, size_mb: int = 32) -> Path:
+        """Pull a loop volume out (lazy unmount, detach) and mount a new, empty one at its path."""
+        path = Path(self.mounts[(node_id, index)].path)
+        self._unmount((node_id, index))
+        self._mount((node_id, index), path, size_mb)
+        return path
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    def add_broker(
+        self,
+        node_id: int,
+        *,
+        dirs: int,
+        loop: bool = False,
+        size_mb: int = 32,
+        start: bool = True,
+        settings: dict[str, str] | None = None,
+    ) -> LocalBroker:
+        """A broker whose `dirs` log dirs are loop ext4 volumes (`loop`) or plain directories,
+        formatted, and started unless `start` is false. `settings` override `LocalBroker`'s
+        defaults (heartbeat 500 ms, probe interval 250 ms) by Kafka key name."""
+        from jbod_client.local import LocalBroker
+
+        work = self.ws.root / f"broker-{node_id}"
+        paths = []
+        for index in range(dirs):
+            path = work / f"d{index}"
+            if loop:
+                self._mount((node_id, index), path, size_mb)
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+            paths.append(path)
+        broker = LocalBroker(
+            node_id=node_id,
+            work_dir=work,
+            log_dirs=paths,
+            controller_url=self.controller.url,
+            cluster_token_file=self.controller.data_dir / "cluster.token",
+            cluster_id=self.controller.cluster_id,
+            settings=dict(settings or {}),
+        )
+        self.brokers[node_id] = broker
+        broker.format()
+        if start:
+            broker.start()
+        return broker
+
+    def stop_broker(self, node_id: int) -> int | None:
+        """SIGTERM (the agent does a controlled shutdown), SIGKILL after 30 s; the exit code."""
+        return self.brokers[node_id].stop(grace=30)
+
+    def stop_all(self) -> None:
+        for broker in self.brokers.values():
+            with contextlib.suppress(Exception):
+                broker.stop(grace=10)
+            broker.kill()
+
+    def pid(self, node_id: int) -> int:
+        process = self.brokers[node_id].process
+        assert process is not None
+        return process.pid
+
+    def token(self) -> str:
+        return self.controller.cluster_token
+
+    # -- the controller's view ----------------------------------------------------------------
+
+    def broker_info(self, node_id: int) -> dict[str, Any]:
+        return self.admin.broker(node_id)
+
+    def unfenced(self, node_id: int, *, not_incarnation: str | None = None) -> dict[str, Any] | None:
+        """The broker's registration if it is registered and unfenced (and, with
+        `not_incarnation`, a newer incarnation than that one), else None."""
+        from jbod_client.controller import ApiError
+
+        try:
+            info = self.broker_info(node_id)
+        except ApiError:
+            return None
+        if info["fenced"] or (not_incarnation is not None and info["incarnationId"] == not_incarnation):
+            return None
+        return info
+
+    def wait_unfenced(self, *nodes: int, timeout: float = 120.0) -> None:
+        for node in nodes:
+            wait_until(lambda n=node: self.unfenced(n), timeout=timeout, what=f"broker {node} unfenced")
+
+    def placed(self, topic: str) -> bool:
+        parts = self.admin.describe_topic(topic)["partitions"]
+        return all(d != UNASSIGNED for p in parts for d in p["directories"])
+
+    def log_dirs(self, node_id: int) -> list[dict[str, Any]]:
+        reply = httpx.get(
+            f"{self.brokers[node_id].url}/v1/log-dirs",
+            headers={"Authorization": f"Bearer {self.token()}"},
+            timeout=120,
+            trust_env=False,
+        )
+        if reply.status_code != 200:
+            raise BenchError(f"GET /v1/log-dirs of broker {node_id}: HTTP {reply.status_code}")
+        result: list[dict[str, Any]] = reply.json()
+        return result
+
+    def create_topics(self, prefix: str, assignment: Sequence[Sequence[int]]) -> list[str]:
+        """Topics `<prefix>-0`, `<prefix>-1`, ... of at most 10,000 partitions each (one create
+        request each) that together hold `assignment`; returns their names."""
+        names = []
+        for start in range(0, len(assignment), MAX_PER_REQUEST):
+            name = f"{prefix}-{start // MAX_PER_REQUEST}"
+            reply = self.admin.create_topic(
+                name, replica_assignment=assignment[start : start + MAX_PER_REQUEST]
+            )
+            if reply.get("errorCode", 0) != 0:
+                raise BenchError(f"create topic {name}: {reply}")
+            names.append(name)
+        return names
+
+
+@contextlib.contextmanager
+def agent_cluster(
+    ws: Workspace, name: str = "controller", *, session_timeout_ms: int = 9000
+) -> Iterator[AgentCluster]:
+    """A running controller for agents; on exit every agent is stopped (SIGTERM, then SIGKILL),
+    every loop volume unmounted and detached, and the controller killed. SIGTERM to the benchmark
+    is turned into KeyboardInterrupt meanwhile, so that the clean-up runs."""
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        with contextlib.ExitStack() as stack:
+            controller = ws.controller(name, session_timeout_ms=session_timeout_ms)
+            stack.callback(controller.kill)
+            controller.start()
+            cluster = AgentCluster(ws, controller, stack)
+            stack.callback(cluster.unmount_all)  # runs after the agents are stopped (LIFO)
+            stack.callback(cluster.stop_all)
+            yield cluster
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Responsiveness:
+    """Polls `GET <url>/healthz` (every 50 ms, in a thread) and keeps the longest time between two
+    answers: how long the agent's event loop was blocked, at most, while it ran."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.longest = 0.0
+        self.answers = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="responsiveness", daemon=True)
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        with httpx.Client(timeout=120, trust_env=False) as client:
+            while not self._stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    client.get(f"{self.url}/healthz")
+                    now = time.perf_counter()
+                    self.longest = max(self.longest, now - last)
+                    self.answers += 1
+                    last = now
+                self._stop.wait(0.05)
+
+    def __enter__(self) -> Responsiveness:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=130)

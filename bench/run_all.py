@@ -1,4 +1,4 @@
-"""Run every controller benchmark and print one summary table: figure, measured, goal, met?
+"""Run every benchmark (controller, broker agent) and print one summary table: figure, measured, goal, met?
 
     python -m bench.run_all [--quick] [--only offline_dir,heartbeats,...]   (also: make bench)
 
@@ -7,6 +7,9 @@ processes never leak into the next; its own report streams through as it runs. B
 figures; they assert nothing, and this script exits 0 even when a goal is missed (non-zero only
 if a benchmark fails to run). With `--quick` every benchmark runs scaled down (a smoke run): its
 figures are for the smaller sizes and are not comparable with the goals.
+
+The `agent_*` benchmarks run real `jbod-agent` processes; `agent_detection` needs root (it fails
+loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from pathlib import Path
 
 from bench.common import Figure, machine_load, print_table, system_cpu
 
-BENCHMARKS = ("offline_dir", "heartbeats", "restart", "recovery")
+BENCHMARKS = (
+    "offline_dir",
+    "heartbeats",
+    "restart",
+    "recovery",
+    "agent_detection",
+    "agent_restart",
+    "agent_idle",
+)
 
 
 def main() -> int:

@@ -93,6 +93,10 @@ class Agent:
         self.local: dict[PartitionKey, LocalReplica] = {}
         self.offline_local: dict[PartitionKey, LocalReplica] = {}
         self.removed_topics: set[Uuid] = set()
+        self.changed: set[PartitionKey] = set()
+        self.full_reconcile = False
+        self.creating: dict[PartitionKey, Uuid] = {}
+        self.creations_now = asyncio.Event()
         self.queue = AssignmentQueue()
         self.epoch = -1
         self.registered = False
@@ -105,7 +109,6 @@ class Agent:
         self.exit_code = 0
         self.heartbeat_now = asyncio.Event()
         self.placements_now = asyncio.Event()
-        self.probe_seconds: dict[Uuid, list[float]] = {}
         self.on_probe: list[Any] = []
         self._payload = os.urandom(512)
         self._http = httpx.AsyncClient(
@@ -143,6 +146,7 @@ class Agent:
         self._tasks.append(asyncio.create_task(self._lifecycle(), name="lifecycle"))
         self._tasks.append(asyncio.create_task(self._metadata_forever(), name="metadata"))
         self._tasks.append(asyncio.create_task(self._placements_forever(), name="placements"))
+        self._tasks.append(asyncio.create_task(self._creations_forever(), name="creations"))
         self._tasks.append(asyncio.create_task(self._failure_timeouts_forever(), name="failure-timeouts"))
         await self.stopping.wait()
         if self.controlled_shutdown_requested:
@@ -247,7 +251,13 @@ class Agent:
         )
 
     async def _heartbeat(self) -> None:
-        if not self.ready_to_unfence and self.caught_up() and self.reconciled_once and self.queue.size == 0:
+        if (
+            not self.ready_to_unfence
+            and self.caught_up()
+            and self.reconciled_once
+            and not self.creating
+            and self.queue.size == 0
+        ):
             self.ready_to_unfence = True
             log.info("Ready to be unfenced: caught up and every placement confirmed")
         offline = sorted(d for d in self.failed if d in self.registered_dirs)
@@ -319,32 +329,36 @@ class Agent:
             self.apply_metadata(reply)
 
     def apply_metadata(self, reply: dict[str, Any]) -> None:
-        entries = reply["records"]
-        full = False
-        changed: set[PartitionKey] = set()
+        """Replay a page of records; reconcile everything that changed once caught up.
+
+        Changes are remembered across pages, so a large change that arrives over several pages
+        is reconciled in full when the last page lands.
+        """
         if reply.get("snapshot"):
             self.image = ClusterImage()
-            full = True
-        for entry in entries:
+            self.full_reconcile = True
+        for entry in reply["records"]:
             record = records.decode(entry["type"], entry["data"])
             self.image.replay(record, entry["offset"])
             self.applied_offset = entry["offset"]
             if isinstance(record, records.PartitionRecord | records.PartitionChangeRecord):
-                changed.add((record.topic_id, record.partition_id))
+                self.changed.add((record.topic_id, record.partition_id))
             elif isinstance(record, records.RemoveTopicRecord):
                 self.removed_topics.add(record.topic_id)
-                changed.update(k for k in self.local if k[0] == record.topic_id)
-            elif isinstance(record, records.RegisterBrokerRecord | records.BrokerRegistrationChangeRecord):
-                full = full or record.broker_id == self.node_id
+                self.changed.update(k for k in self.local if k[0] == record.topic_id)
+            elif (
+                isinstance(record, records.RegisterBrokerRecord | records.BrokerRegistrationChangeRecord)
+                and record.broker_id == self.node_id
+            ):
+                self.full_reconcile = True
         self.metadata_end = int(reply["endOffset"])
         if self.caught_up():
-            if not self.reconciled_once:
-                full = True
-            keys = (
-                set(self.image.replicas_by_broker.get(self.node_id, ())) | set(self.local)
-                if full
-                else changed
-            )
+            if self.full_reconcile or not self.reconciled_once:
+                keys = set(self.image.replicas_by_broker.get(self.node_id, ())) | set(self.local)
+            else:
+                keys = self.changed
+            self.changed = set()
+            self.full_reconcile = False
             self.reconcile(keys)
             self.reconciled_once = True
 
@@ -367,7 +381,7 @@ class Agent:
                 if local is not None:
                     self._retire_local(key, local, deleted_topic=key[0] in self.removed_topics)
                 continue
-            if key in self.offline_local:
+            if key in self.offline_local or key in self.creating:
                 continue
             assigned = part.directory_of(self.node_id)
             action = placement.decide_replica(
@@ -383,25 +397,50 @@ class Agent:
             if action.kind is placement.ActionKind.REPORT and self.queue.pending(key) == action.directory:
                 continue  # already on its way to the controller
             if action.kind is placement.ActionKind.CREATE:
-                if not self._create_local(key, action.directory):
-                    continue
-                view = views[action.directory]
-                views[action.directory] = DirView(
-                    view.directory_id, view.health, view.usable_bytes, view.replicas + 1
-                )
+                if key not in self.creating:
+                    self.creating[key] = action.directory
+                    self.creations_now.set()
+                    view = views[action.directory]
+                    views[action.directory] = DirView(
+                        view.directory_id, view.health, view.usable_bytes, view.replicas + 1
+                    )
+                continue  # reported once it exists on disk
             self.queue.enqueue(key, action.directory, now=now, reason=action.reason)
             self.placements_now.set()
 
-    def _create_local(self, key: PartitionKey, directory: Uuid) -> bool:
-        topic = self.image.topics[key[0]]
-        state = self.dirs[directory]
-        try:
-            path = replicas.create(state.path, topic=topic.name, partition=key[1], topic_id=key[0])
-        except OSError as exc:
-            self.io_error(directory, exc, f"creating replica {topic.name}-{key[1]}")
-            return False
-        self.local[key] = LocalReplica(directory, path, topic.name)
-        return True
+    async def _creations_forever(self, batch_size: int = 1000) -> None:
+        """Create queued replica dirs in a worker thread, a batch at a time, then report them.
+
+        The event loop keeps heartbeating while disks work; a batch is made durable with one
+        sync before its placements are queued.
+        """
+        while not self.stopping.is_set():
+            if not self.creating:
+                self.creations_now.clear()
+                await self.creations_now.wait()
+                continue
+            batch = []
+            for key, directory in list(self.creating.items())[:batch_size]:
+                topic = self.image.topics.get(key[0])
+                state = self.dirs[directory]
+                if topic is None or state.health is DirHealth.OFFLINE:
+                    del self.creating[key]
+                    continue
+                batch.append((key, directory, state.path, topic.name))
+            if not batch:
+                continue
+            results = await asyncio.to_thread(_create_replicas, batch)
+            now = time.monotonic()
+            for (key, directory, _path, topic_name), outcome in zip(batch, results, strict=True):
+                self.creating.pop(key, None)
+                if isinstance(outcome, OSError):
+                    self.io_error(directory, outcome, f"creating replica {topic_name}-{key[1]}")
+                    continue
+                if self.dirs[directory].health is DirHealth.OFFLINE:
+                    continue
+                self.local[key] = LocalReplica(directory, outcome, topic_name)
+                self.queue.enqueue(key, directory, now=now, reason="created")
+            self.placements_now.set()
 
     def _retire_local(self, key: PartitionKey, local: LocalReplica, *, deleted_topic: bool) -> None:
         """Delete the replica of a deleted topic; keep any other unknown replica as `-stray`."""
@@ -545,7 +584,6 @@ class Agent:
                     state.directory_id, f"probe timed out after {self.config.log_dir_probe_timeout_ms} ms"
                 )
                 return
-            self.probe_seconds.setdefault(state.directory_id, []).append(result.seconds)
             for hook in self.on_probe:
                 hook(state.directory_id, result)
             if result.outcome is probe.ProbeOutcome.FAILED:
@@ -655,3 +693,17 @@ class Agent:
                 }
             )
         return out
+
+
+def _create_replicas(batch: list[tuple[PartitionKey, Uuid, Path, str]]) -> list[Path | OSError]:
+    """Create replica dirs (worker thread): no per-replica fsync, one sync for the batch."""
+    results: list[Path | OSError] = []
+    for key, _directory, log_dir, topic_name in batch:
+        try:
+            results.append(
+                replicas.create(log_dir, topic=topic_name, partition=key[1], topic_id=key[0], sync=False)
+            )
+        except OSError as exc:
+            results.append(exc)
+    os.sync()
+    return results
