@@ -26,6 +26,32 @@ from jbod_client.controller import ClientError
 _LISTENING = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
 
 
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text().strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _stop(process: subprocess.Popen[str] | None, grace: float) -> int | None:
+    """SIGTERM, then SIGKILL after `grace` seconds; the exit code (None if never started)."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def _kill(process: subprocess.Popen[str] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
+
+
 def console_script(name: str) -> str:
     """The path of one of our console scripts, preferring the running interpreter's environment."""
     found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
@@ -56,11 +82,8 @@ class LocalController:
     def cluster_token_file(self) -> Path:
         return self.data_dir / "cluster.token"
 
-    def _tail(self, lines: int = 5) -> str:
-        try:
-            return " | ".join(self.log_path.read_text().strip().splitlines()[-lines:])
-        except OSError:
-            return ""
+    def _tail(self) -> str:
+        return _tail(self.log_path)
 
     def start(self, timeout: float = 60.0) -> LocalController:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,18 +128,10 @@ class LocalController:
         raise ClientError(f"jbod-controller did not become ready in {timeout:.0f} s: {self._tail()}")
 
     def stop(self, grace: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        _stop(self.process, grace)
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        _kill(self.process)
 
 
 @dataclass
@@ -204,24 +219,11 @@ class LocalBroker:
         code = self.process.poll()
         raise ClientError(f"jbod-agent {self.node_id} did not start (exit {code}): {self._tail()}")
 
-    def _tail(self, lines: int = 5) -> str:
-        try:
-            return " | ".join(self.log_path.read_text().strip().splitlines()[-lines:])
-        except OSError:
-            return ""
+    def _tail(self) -> str:
+        return _tail(self.log_path)
 
     def stop(self, grace: float = 10.0) -> int | None:
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+        return _stop(self.process, grace)
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        _kill(self.process)
