@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from tests.harness import _LISTENING, ControllerProcess
+from tests.harness import ControllerProcess
 
+from jbod_client.local import LISTENING_LINE
 from jbod_core.ids import random_uuid
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ class BenchController(ControllerProcess):
             line = self.process.stdout.readline()
             if not line:
                 raise BenchError(f"jbod-controller exited early ({self.process.wait()}): {self.stderr()}")
-            match = _LISTENING.search(line)
+            match = LISTENING_LINE.search(line)
             if match:
                 self.url, self.port = match.group(1), int(match.group(2))
                 self.listening_at = time.perf_counter()

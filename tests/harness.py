@@ -10,8 +10,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,8 +21,9 @@ from typing import Any
 
 import httpx
 
+from jbod_client.local import await_listening, await_ready, spawn
+
 CONTROLLER = shutil.which("jbod-controller", path=str(Path(sys.executable).parent)) or "jbod-controller"
-_LISTENING = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
 
 
 @dataclass
@@ -72,37 +71,15 @@ class ControllerProcess:
 
     def start(self, timeout: float = 60.0) -> ControllerProcess:
         self.stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
-        stderr = open(self.stderr_path, "a")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        stderr.close()
-        assert self.process.stdout is not None
+        self.process = spawn(self.command(), log_path=self.stderr_path)
         deadline = time.monotonic() + timeout
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"jbod-controller exited early ({self.process.wait()}): {self.stderr()}")
-            match = _LISTENING.search(line)
-            if match:
-                self.url, self.port = match.group(1), int(match.group(2))
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError("jbod-controller did not print its address")
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"jbod-controller exited ({self.process.returncode}): {self.stderr()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"jbod-controller not ready: {self.stderr()}")
+        self.url, self.port = await_listening(
+            self.process, name="jbod-controller", log_path=self.stderr_path, deadline=deadline
+        )
+        await_ready(
+            self.process, self.url, name="jbod-controller", log_path=self.stderr_path, deadline=deadline
+        )
+        return self
 
     def stderr(self) -> str:
         return self.stderr_path.read_text() if self.stderr_path and self.stderr_path.exists() else ""

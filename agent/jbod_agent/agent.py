@@ -171,14 +171,7 @@ class Agent:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            body = {
-                "brokerId": self.node_id,
-                "brokerEpoch": self.epoch,
-                "currentMetadataOffset": self.applied_offset,
-                "wantFence": False,
-                "wantShutDown": True,
-                "offlineLogDirs": [str(d) for d in sorted(self.failed) if d in self.registered_dirs],
-            }
+            body = self._heartbeat_body(self.reported_offline_dirs(), want_shut_down=True)
             reply = await self._post("/v1/brokers/heartbeat", body)
             if reply is not None and reply.get("errorCode") == 0 and reply.get("shouldShutDown"):
                 log.info("Finished a controlled shutdown: leadership handed over")
@@ -243,6 +236,20 @@ class Agent:
             log.warning("Registration answered errorCode %s: %s", code, reply.get("errorMessage"))
         return False
 
+    def reported_offline_dirs(self) -> list[Uuid]:
+        """Every registered dir that failed since start: sent in every heartbeat until restart."""
+        return sorted(d for d in self.failed if d in self.registered_dirs)
+
+    def _heartbeat_body(self, offline: list[Uuid], *, want_shut_down: bool) -> dict[str, Any]:
+        return {
+            "brokerId": self.node_id,
+            "brokerEpoch": self.epoch,
+            "currentMetadataOffset": self.applied_offset,
+            "wantFence": not self.ready_to_unfence,
+            "wantShutDown": want_shut_down,
+            "offlineLogDirs": [str(d) for d in offline],
+        }
+
     def caught_up(self) -> bool:
         return (
             self.registered
@@ -260,16 +267,8 @@ class Agent:
         ):
             self.ready_to_unfence = True
             log.info("Ready to be unfenced: caught up and every placement confirmed")
-        offline = sorted(d for d in self.failed if d in self.registered_dirs)
-        body = {
-            "brokerId": self.node_id,
-            "brokerEpoch": self.epoch,
-            "currentMetadataOffset": self.applied_offset,
-            "wantFence": not self.ready_to_unfence,
-            "wantShutDown": False,
-            "offlineLogDirs": [str(d) for d in offline],
-        }
-        reply = await self._post("/v1/brokers/heartbeat", body)
+        offline = self.reported_offline_dirs()
+        reply = await self._post("/v1/brokers/heartbeat", self._heartbeat_body(offline, want_shut_down=False))
         if reply is None:
             return
         code = reply.get("errorCode", 0)

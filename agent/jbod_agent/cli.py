@@ -23,6 +23,8 @@ from jbod_agent import storage
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
+from jbod_client.controller import ClientError, read_token
+from jbod_client.serving import run_event_loop
 
 PROG = "jbod-agent"
 log = logging.getLogger("jbod_agent")
@@ -40,12 +42,9 @@ class StartupError(Exception):
 
 def _read_token(path: Path, key: str) -> str:
     try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StartupError(f"{key}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not token:
-        raise StartupError(f"{key}: {path} is empty")
-    return token
+        return read_token(path)
+    except ClientError as exc:
+        raise StartupError(f"{key}: {exc}") from exc
 
 
 async def serve(config: BrokerConfig) -> int:
@@ -100,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         config = load_config(args.config, parse_overrides(args.set))
-        from jbod_controller.cli import run_event_loop
-
         return run_event_loop(serve(config))
     except (ConfigError, storage.StorageError, StartupError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -51,6 +51,8 @@ def read_token(path: Path) -> str:
         token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ClientError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ClientError(f"cannot read token file {path}: not UTF-8 text") from exc
     if not token:
         raise ClientError(f"token file {path} is empty")
     return token

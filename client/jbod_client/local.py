@@ -23,7 +23,7 @@ import httpx
 
 from jbod_client.controller import ClientError
 
-_LISTENING = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
+LISTENING_LINE = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -50,6 +50,49 @@ def _kill(process: subprocess.Popen[str] | None) -> None:
     if process is not None and process.poll() is None:
         process.kill()
         process.wait()
+
+
+def spawn(command: list[str], *, log_path: Path) -> subprocess.Popen[str]:
+    """Start one of our commands: stdout piped (for its address), stderr appended to `log_path`."""
+    with open(log_path, "a") as log:
+        return subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+
+
+def await_listening(
+    process: subprocess.Popen[str], *, name: str, log_path: Path, deadline: float
+) -> tuple[str, int]:
+    """The (url, port) the process printed; `ClientError` if it exits or stays silent too long."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        match = LISTENING_LINE.search(line)
+        if match:
+            return match.group(1), int(match.group(2))
+        if time.monotonic() > deadline:
+            break
+    raise ClientError(f"{name} did not start (exit {process.poll()}): {_tail(log_path)}")
+
+
+def await_ready(
+    process: subprocess.Popen[str], url: str, *, name: str, log_path: Path, deadline: float
+) -> None:
+    """Return once `url`/readyz answers 200; `ClientError` if the process exits or time runs out."""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ClientError(f"{name} exited with {process.returncode}: {_tail(log_path)}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise ClientError(f"{name} did not become ready in time: {_tail(log_path)}")
 
 
 def console_script(name: str) -> str:
@@ -82,9 +125,6 @@ class LocalController:
     def cluster_token_file(self) -> Path:
         return self.data_dir / "cluster.token"
 
-    def _tail(self) -> str:
-        return _tail(self.log_path)
-
     def start(self, timeout: float = 60.0) -> LocalController:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
@@ -97,35 +137,19 @@ class LocalController:
             f"{self.host}:{self.port}",
             *self.extra_args,
         ]
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
+        self.process = spawn(command, log_path=self.log_path)
         deadline = time.monotonic() + timeout
-        for line in self.process.stdout:
-            match = _LISTENING.search(line)
-            if match:
-                self.url, self.port = match.group(1), int(match.group(2))
-                break
-        else:
-            raise ClientError(f"jbod-controller exited with {self.process.wait()}: {self._tail()}")
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ClientError(f"jbod-controller exited with {self.process.returncode}: {self._tail()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2, trust_env=False).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise ClientError(f"jbod-controller did not become ready in {timeout:.0f} s: {self._tail()}")
+        try:
+            self.url, self.port = await_listening(
+                self.process, name="jbod-controller", log_path=self.log_path, deadline=deadline
+            )
+            await_ready(
+                self.process, self.url, name="jbod-controller", log_path=self.log_path, deadline=deadline
+            )
+        except ClientError:
+            self.kill()
+            raise
+        return self
 
     def stop(self, grace: float = 10.0) -> None:
         _stop(self.process, grace)
@@ -198,29 +222,18 @@ class LocalBroker:
     def start(self, timeout: float = 30.0) -> LocalBroker:
         if not self.config_path.exists():
             self.format()
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                [console_script("jbod-agent"), "--config", str(self.config_path)],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
+        self.process = spawn(
+            [console_script("jbod-agent"), "--config", str(self.config_path)], log_path=self.log_path
+        )
         deadline = time.monotonic() + timeout
-        for line in self.process.stdout:
-            match = _LISTENING.search(line)
-            if match:
-                self.url = match.group(1)
-                return self
-            if time.monotonic() > deadline:
-                break
-        code = self.process.poll()
-        raise ClientError(f"jbod-agent {self.node_id} did not start (exit {code}): {self._tail()}")
-
-    def _tail(self) -> str:
-        return _tail(self.log_path)
+        try:
+            self.url, _port = await_listening(
+                self.process, name=f"jbod-agent {self.node_id}", log_path=self.log_path, deadline=deadline
+            )
+        except ClientError:
+            self.kill()
+            raise
+        return self
 
     def stop(self, grace: float = 10.0) -> int | None:
         return _stop(self.process, grace)

@@ -21,12 +21,12 @@ import re
 import secrets
 import signal
 import sys
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from aiohttp import web
 
+from jbod_client.serving import run_event_loop
 from jbod_controller.http_api import ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
@@ -177,16 +177,6 @@ async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int
     await runner.cleanup()
     await service.stop()
     return 0
-
-
-def run_event_loop(coro: Coroutine[Any, Any, int]) -> int:
-    """Run `coro` on uvloop when it is installed, else on asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: int = uvloop.run(coro)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:

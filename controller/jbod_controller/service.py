@@ -111,6 +111,7 @@ class ControllerService:
 
     async def start(self) -> None:
         started = time.perf_counter()
+        memory.configure()
         loop = asyncio.get_running_loop()
         try:
             recovery = await loop.run_in_executor(None, self.record_log.recover)
@@ -127,7 +128,6 @@ class ControllerService:
                 f"image ends at {self.image.end_offset} but the log at {self.record_log.end_offset}"
             )
         del recovery
-        memory.configure()
         memory.full_collection()
         self.recovered_records = recovered
         self.recovery_seconds = time.perf_counter() - started

@@ -124,19 +124,7 @@ def _without(
     isr = part.isr
     if remove in isr and len(isr) > 1:
         isr = tuple([b for b in isr if b != remove])
-    replicas = part.replicas
-    directories = part.directories
-    leader = part.leader
-    if (
-        leader in (records.NO_LEADER, remove)
-        or leader not in isr
-        or not acceptor.accepts(leader, directories[replicas.index(leader)])
-    ):
-        leader = records.NO_LEADER
-        for broker_id, directory in zip(replicas, directories, strict=True):
-            if broker_id != remove and broker_id in isr and acceptor.accepts(broker_id, directory):
-                leader = broker_id
-                break
+    leader = elect_leader(acceptor, part, isr=isr, directories=part.directories, remove=remove)
     isr_changed = isr is not part.isr
     leader_changed = leader != part.leader
     if isr_changed or leader_changed:
