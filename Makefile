@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 
 demo: setup
-	$(BIN)/jbodctl local walkthrough
+	$(BIN)/jbodctl local demo
 
 test: setup
 	$(BIN)/ruff check core controller client agent tests bench

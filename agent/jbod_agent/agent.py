@@ -30,10 +30,12 @@ from typing import Any
 import httpx
 import orjson
 
-from jbod_agent import placement, probe, replicas
+from jbod_agent import mover, placement, probe, replicas
 from jbod_agent.assignment_queue import AssignmentQueue
 from jbod_agent.config import BrokerConfig
+from jbod_agent.fetcher import Fetchers
 from jbod_agent.placement import DirHealth, DirView
+from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.storage import LoadedDir, LoadedStorage
 from jbod_core import records
 from jbod_core.errors import ErrorCode
@@ -118,11 +120,34 @@ class Agent:
             trust_env=False,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.token = token
+        self.listener_port = config.listener.port  # the bound port once listening (port 0 = any)
+        self.manager = ReplicaManager(self)
+        self.mover = mover.Mover(self)
+        self.fetchers: Fetchers | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- lifetime -----------------------------------------------------------------------------
 
+    def background(self, work: Any) -> None:
+        """Run a coroutine without waiting for it (kept referenced until done)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def scan_local_replicas(self) -> None:
         for state in list(self.dirs.values()):
+            try:
+                for line in mover.settle_leftovers(state.path):
+                    log.info("Interrupted move in %s: %s", state.path, line)
+            except OSError as exc:
+                self.fail_dir(state.directory_id, f"cannot list replicas: {probe.describe_os_error(exc)}")
+                continue
+        for line in mover.settle_abandoned_futures([s.path for s in self.dirs.values()]):
+            log.info("Interrupted move: %s", line)
+        for state in list(self.dirs.values()):
+            if state.health is DirHealth.OFFLINE:
+                continue
             try:
                 found = list(replicas.scan(state.path))
             except OSError as exc:
@@ -148,12 +173,19 @@ class Agent:
         self._tasks.append(asyncio.create_task(self._placements_forever(), name="placements"))
         self._tasks.append(asyncio.create_task(self._creations_forever(), name="creations"))
         self._tasks.append(asyncio.create_task(self._failure_timeouts_forever(), name="failure-timeouts"))
+        self.fetchers = Fetchers(self, self.manager, self.token)
+        self._tasks.append(asyncio.create_task(self.manager.isr_forever(), name="isr"))
+        self._tasks.append(asyncio.create_task(self.manager.flush_forever(), name="flush"))
+        self._tasks.append(asyncio.create_task(self.manager.retention_forever(), name="retention"))
         await self.stopping.wait()
         if self.controlled_shutdown_requested:
             await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.close()
+        await asyncio.to_thread(self._flush_all)
+        self.manager.close()
         await self._http.aclose()
         for state in self.dirs.values():
             if state.executor is not None:
@@ -172,12 +204,21 @@ class Agent:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             body = self._heartbeat_body(self.reported_offline_dirs(), want_shut_down=True)
-            reply = await self._post("/v1/brokers/heartbeat", body)
+            reply = await self.post("/v1/brokers/heartbeat", body)
             if reply is not None and reply.get("errorCode") == 0 and reply.get("shouldShutDown"):
                 log.info("Finished a controlled shutdown: leadership handed over")
                 return
             await asyncio.sleep(0.1)
         log.warning("Gave up the controlled shutdown after %.0f s", timeout)
+
+    def _flush_all(self) -> None:
+        for hosted in list(self.manager.partitions.values()):
+            if not hosted.dirty:
+                continue
+            try:
+                hosted.log.flush()
+            except (OSError, ValueError) as exc:
+                log.warning("Could not flush %s at shutdown: %s", hosted.name, exc)
 
     def shut_down(self, code: int, reason: str) -> None:
         if not self.stopping.is_set():
@@ -187,7 +228,7 @@ class Agent:
 
     # -- controller calls ---------------------------------------------------------------------
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         try:
             response = await self._http.post(
                 path, content=orjson.dumps(body), headers={"Content-Type": "application/json"}
@@ -213,12 +254,12 @@ class Agent:
             "logDirs": [str(d) for d in self.registered_dirs],
             "hasOfflineLogDirs": bool(self.startup_offline),
             "listeners": [
-                {"name": "http", "host": self.config.listener.host, "port": self.config.listener.port}
+                {"name": "http", "host": self.config.listener.host, "port": self.listener_port}
             ],
             "rack": self.config.rack,
             "previousBrokerEpoch": self.epoch,
         }
-        reply = await self._post("/v1/brokers/register", body)
+        reply = await self.post("/v1/brokers/register", body)
         if reply is None:
             return False
         code = reply.get("errorCode", 0)
@@ -268,7 +309,7 @@ class Agent:
             self.ready_to_unfence = True
             log.info("Ready to be unfenced: caught up and every placement confirmed")
         offline = self.reported_offline_dirs()
-        reply = await self._post("/v1/brokers/heartbeat", self._heartbeat_body(offline, want_shut_down=False))
+        reply = await self.post("/v1/brokers/heartbeat", self._heartbeat_body(offline, want_shut_down=False))
         if reply is None:
             return
         code = reply.get("errorCode", 0)
@@ -380,7 +421,7 @@ class Agent:
                 if local is not None:
                     self._retire_local(key, local, deleted_topic=key[0] in self.removed_topics)
                 continue
-            if key in self.offline_local or key in self.creating:
+            if key in self.offline_local or key in self.creating or self.mover.destination_of(key):
                 continue
             assigned = part.directory_of(self.node_id)
             action = placement.decide_replica(
@@ -406,6 +447,7 @@ class Agent:
                 continue  # reported once it exists on disk
             self.queue.enqueue(key, action.directory, now=now, reason=action.reason)
             self.placements_now.set()
+        self.manager.sync(keys)
 
     async def _creations_forever(self, batch_size: int = 1000) -> None:
         """Create queued replica dirs in a worker thread, a batch at a time, then report them.
@@ -430,6 +472,7 @@ class Agent:
                 continue
             results = await asyncio.to_thread(_create_replicas, batch)
             now = time.monotonic()
+            created: list[PartitionKey] = []
             for (key, directory, _path, topic_name), outcome in zip(batch, results, strict=True):
                 self.creating.pop(key, None)
                 if isinstance(outcome, OSError):
@@ -439,10 +482,14 @@ class Agent:
                     continue
                 self.local[key] = LocalReplica(directory, outcome, topic_name)
                 self.queue.enqueue(key, directory, now=now, reason="created")
+                created.append(key)
             self.placements_now.set()
+            self.manager.sync(created)
 
     def _retire_local(self, key: PartitionKey, local: LocalReplica, *, deleted_topic: bool) -> None:
         """Delete the replica of a deleted topic; keep any other unknown replica as `-stray`."""
+        self.mover.cancel(key, "the replica is no longer hosted here")
+        self.manager.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         try:
             if deleted_topic:
                 replicas.delete(local.path)
@@ -467,7 +514,7 @@ class Agent:
             part is not None
             and self.node_id in part.replicas
             and local is not None
-            and local.directory_id == directory
+            and (local.directory_id == directory or self.mover.destination_of(key) == directory)
             and self.dirs[directory].health is not DirHealth.OFFLINE
         )
 
@@ -504,7 +551,7 @@ class Agent:
                 for d, topics in by_dir.items()
             ],
         }
-        reply = await self._post("/v1/assignments", body)
+        reply = await self.post("/v1/assignments", body)
         now = time.monotonic()
         if reply is None or reply.get("errorCode", 0) != 0:
             delay = self.queue.on_failure(now=now)
@@ -552,6 +599,8 @@ class Agent:
             if local.directory_id == directory:
                 self.offline_local[key] = self.local.pop(key)
                 self.queue.cancel(key)
+        self.mover.dir_failed(directory)
+        self.manager.dir_failed(directory)
         log.error("Took log dir %s (%s) offline: %s", state.path, directory, error)
         self.heartbeat_now.set()
         if not any(s.health is not DirHealth.OFFLINE for s in self.dirs.values()):
@@ -654,6 +703,9 @@ class Agent:
         by_dir: dict[Uuid, list[tuple[PartitionKey, LocalReplica]]] = {}
         for key, local in [*self.local.items(), *self.offline_local.items()]:
             by_dir.setdefault(local.directory_id, []).append((key, local))
+        futures: dict[Uuid, list[mover.Move]] = {}
+        for move in self.mover.future_replicas():
+            futures.setdefault(move.destination, []).append(move)
         for directory, state in sorted(self.dirs.items(), key=lambda item: str(item[1].path)):
             hosted = sorted(by_dir.get(directory, []), key=lambda item: (item[1].topic, item[0][1]))
             out.append(
@@ -675,6 +727,17 @@ class Agent:
                             "future": False,
                         }
                         for key, local in hosted
+                    ]
+                    + [
+                        {
+                            "topic": move.topic,
+                            "partition": move.key[1],
+                            "sizeBytes": replicas.size_bytes(move.future_path),
+                            "future": True,
+                            "moveState": move.state.value,
+                            "copiedBytes": move.copied_bytes,
+                        }
+                        for move in futures.get(directory, [])
                     ],
                 }
             )

@@ -53,6 +53,15 @@ class BrokerConfig:
     rack: str | None = None
     format_on_start: bool = False
     cluster_id: str | None = None
+    log_segment_bytes: int = 64 * 1024 * 1024
+    log_retention_bytes: int = -1
+    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_check_interval_ms: int = 30_000
+    log_flush_interval_ms: int = 5_000
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_wait_max_ms: int = 500
+    replica_move_max_bytes_per_second: int = -1
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -154,6 +163,15 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "broker.rack": ("rack", _text),
     "log.dirs.format.on.start": ("format_on_start", _bool),
     "cluster.id": ("cluster_id", _cluster_id),
+    "log.segment.bytes": ("log_segment_bytes", _int(4096, 2**31 - 1)),
+    "log.retention.bytes": ("log_retention_bytes", _int(-1, 2**62)),
+    "log.retention.ms": ("log_retention_ms", _int(-1, 2**62)),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(10, _MAX_MS)),
+    "log.flush.interval.ms": ("log_flush_interval_ms", _int(10, _MAX_MS)),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1024, 2**31 - 1)),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1024, 2**31 - 1)),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0, 60_000)),
+    "replica.alter.log.dirs.io.max.bytes.per.second": ("replica_move_max_bytes_per_second", _int(-1, 2**62)),
 }
 REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")
 DEFAULT_LISTENER: Final = "http://127.0.0.1:9092"

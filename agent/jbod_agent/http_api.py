@@ -1,33 +1,74 @@
-"""The broker's own HTTP API (protocol §4.4, §4.5): log dirs, probes, metrics.
+"""The broker's own HTTP API (protocol §4.4, §4.5): produce, fetch, log dirs, moves, probes, metrics.
 
 Guarantees: `/healthz`, `/readyz` and `/metrics` need no token; everything else accepts the
 cluster or the admin token (401 + 31 otherwise); `/readyz` is 200 only while the broker is
 registered and unfenced. Metrics are computed from the agent's state when scraped.
+* A body or query that does not match the schema is answered HTTP 400 with errorCode 42 and a
+  message naming the field, before anything is appended or changed.
+* `POST /v1/replica/fetch` (extension) serves followers: JSON request, binary reply
+  (`fetcher.encode_reply`).
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from pydantic import BaseModel, ValidationError
 
 from jbod_agent import probe
 from jbod_agent.agent import Agent
+from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
+from jbod_core.broker_messages import MoveReplicaRequest, ProduceRequest, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
+from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
 
+M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PROBE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 def _json(body: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+class BadRequestError(Exception):
+    """Answered HTTP 400 with errorCode 42 (INVALID_REQUEST)."""
+
+
+def _bad(message: str) -> web.Response:
+    return _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": message}, 400)
+
+
+async def _parse(request: web.Request, model: type[M]) -> M:
+    body = await request.read()
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BadRequestError(validation_message(exc)) from exc
+
+
+def _query_int(request: web.Request, name: str, *, default: int | None, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        if default is None:
+            raise BadRequestError(f"{name}: required query parameter is missing")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequestError(f"{name}: {raw!r} is not an integer") from None
+    if not low <= value <= high:
+        raise BadRequestError(f"{name}: {value} is out of range [{low}, {high}]")
+    return value
 
 
 class _AgentCollector(Collector):
@@ -109,16 +150,23 @@ class AgentApi:
                     },
                     401,
                 )
-            return await handler(request)
+            try:
+                return await handler(request)
+            except BadRequestError as exc:
+                return _bad(str(exc))
 
         return wrapped
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/log-dirs", self._guarded(self.log_dirs))
+        app.router.add_post("/v1/log-dirs/move", self._guarded(self.move))
+        app.router.add_post("/v1/produce", self._guarded(self.produce))
+        app.router.add_get("/v1/fetch", self._guarded(self.fetch))
+        app.router.add_post("/v1/replica/fetch", self._guarded(self.replica_fetch))
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -137,3 +185,31 @@ class AgentApi:
 
     async def log_dirs(self, request: web.Request) -> web.Response:
         return _json(self.agent.log_dirs_view())
+
+    async def produce(self, request: web.Request) -> web.Response:
+        produce = await _parse(request, ProduceRequest)
+        try:
+            reply = await self.agent.manager.produce(produce)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from exc
+        return _json(reply)
+
+    async def fetch(self, request: web.Request) -> web.Response:
+        topic = request.query.get("topic")
+        if not topic:
+            raise BadRequestError("topic: required query parameter is missing")
+        partition = _query_int(request, "partition", default=None, low=0, high=INT32_MAX)
+        offset = _query_int(request, "offset", default=None, low=0, high=INT64_MAX)
+        max_bytes = _query_int(request, "maxBytes", default=1024 * 1024, low=1, high=INT32_MAX)
+        max_wait_ms = _query_int(request, "maxWaitMs", default=0, low=0, high=60_000)
+        reply = await self.agent.manager.fetch(topic, partition, offset, max_bytes, max_wait_ms)
+        return _json(reply)
+
+    async def replica_fetch(self, request: web.Request) -> web.Response:
+        fetch = await _parse(request, ReplicaFetchRequest)
+        header, payload = await self.agent.manager.serve_replica_fetch(fetch)
+        return web.Response(body=encode_reply(header, payload), content_type="application/octet-stream")
+
+    async def move(self, request: web.Request) -> web.Response:
+        move = await _parse(request, MoveReplicaRequest)
+        return _json(self.agent.mover.request_move(move))

@@ -39,6 +39,11 @@ def replica_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def parse_replica_dir_name(name: str) -> tuple[str, int] | None:
+    match = _REPLICA_DIR.fullmatch(name)
+    return None if match is None else (match["topic"], int(match["partition"]))
+
+
 def scan(log_dir: Path) -> Iterator[FoundReplica]:
     """Every replica directory in `log_dir` (OSError if the dir cannot be listed)."""
     with os.scandir(log_dir) as entries:

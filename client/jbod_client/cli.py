@@ -5,25 +5,38 @@ Guarantees:
 * Any error — bad flags, unreadable token file, unreachable controller, or a non-zero
   `errorCode` in the reply — prints one line `jbodctl: error: ...` on stderr and exits non-zero
   (2 for usage, 1 otherwise). No traceback for a user mistake.
+* Data-plane commands (`produce`, `consume`, `log-dirs`, `move-replica`) find brokers through the
+  controller (`GET /v1/topics/{name}`, `GET /v1/brokers`) and talk to them directly; `produce`
+  exits 0 only when every record was acknowledged (with the requested acks).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import json
 import os
 import sys
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from jbod_client import tables
+from jbod_client.broker import describe_error
+from jbod_client.consumer import ConsumedRecord, Consumer
 from jbod_client.controller import DEFAULT_URL, ClientError, ControllerClient, read_token
+from jbod_client.metadata import ClusterMetadata, UnknownBrokerError
+from jbod_client.producer import Producer, RecordMetadata
+from jbod_core.ids import Uuid
 
 PROG = "jbodctl"
 OUTPUTS = click.Choice(["table", "json"])
+T = TypeVar("T")
 
 
 @dataclass
@@ -32,10 +45,13 @@ class Settings:
     token_file: Path | None
     output: str
 
-    def client(self) -> ControllerClient:
+    def token(self) -> str:
         if self.token_file is None:
             raise ClientError("no token: pass --token-file FILE or set JBOD_TOKEN_FILE")
-        return ControllerClient(self.controller, token=read_token(self.token_file))
+        return read_token(self.token_file)
+
+    def client(self) -> ControllerClient:
+        return ControllerClient(self.controller, token=self.token())
 
 
 class CommandError(Exception):
@@ -101,7 +117,7 @@ def _parse_assignment(text: str) -> list[list[int]]:
 @click.option("--output", "-o", type=OUTPUTS, default="table", show_default=True, help="table or json")
 @click.pass_context
 def app(ctx: click.Context, controller: str, token_file: Path | None, output: str) -> None:
-    """Administer a JBOD cluster: topics, brokers, metadata; run a local walk-through."""
+    """Administer a JBOD cluster: topics, brokers, log dirs, metadata; produce and consume; run it locally."""
     ctx.obj = Settings(controller=controller, token_file=token_file, output=output)
 
 
@@ -276,6 +292,391 @@ def metadata_export(ctx: click.Context, out: Path, from_offset: int) -> None:
     click.echo(f"Exported {count} records{span} to {out}", err=True)
 
 
+# -- data plane: produce, consume, log dirs, moves -------------------------------------------
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _decode_arg(text: str, *, what: str, b64: bool) -> bytes:
+    if not b64:
+        return text.encode("utf-8", "surrogateescape")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CommandError(f"{what} is not valid base64: {text[:40]!r}") from exc
+
+
+def _stdin_values() -> list[bytes]:
+    """One value per line of stdin (a final newline ends the last line; a CR before it is dropped)."""
+    data = sys.stdin.buffer.read()
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def _show(data: bytes | None, *, b64: bool) -> str | None:
+    if data is None:
+        return None
+    return base64.b64encode(data).decode("ascii") if b64 else data.decode("utf-8", "replace")
+
+
+async def _produce_all(
+    settings: Settings,
+    topic: str,
+    values: Sequence[bytes],
+    *,
+    key: bytes | None,
+    partition: int | None,
+    acks: int,
+    timeout: float,
+) -> list[RecordMetadata | BaseException]:
+    timeout_ms = max(1, int(timeout * 1000))
+    async with Producer(
+        settings.controller,
+        token=settings.token(),
+        acks=acks,
+        delivery_timeout_ms=timeout_ms,
+        request_timeout_ms=min(15_000, timeout_ms),
+    ) as producer:
+        futures = [await producer.send(topic, value, key=key, partition=partition) for value in values]
+        await producer.flush()
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+
+@app.command("produce")
+@click.argument("topic")
+@click.option(
+    "--partition",
+    "-p",
+    type=click.IntRange(min=0),
+    default=None,
+    help="partition (default: by key, else sticky)",
+)
+@click.option(
+    "--acks",
+    type=click.Choice(["-1", "0", "1", "all"]),
+    default="-1",
+    show_default=True,
+    help="-1/all: every ISR replica; 1: leader; 0: no wait",
+)
+@click.option("--key", "-k", default=None, help="key of every record")
+@click.option(
+    "--value",
+    "-v",
+    "values",
+    multiple=True,
+    help="a record value, repeatable (default: one per line of stdin)",
+)
+@click.option("--base64", "b64", is_flag=True, help="--key and the values are base64")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.001),
+    default=30.0,
+    show_default=True,
+    help="seconds to keep retrying a record before failing",
+)
+@output_option
+@click.pass_context
+def produce(
+    ctx: click.Context,
+    topic: str,
+    partition: int | None,
+    acks: str,
+    key: str | None,
+    values: tuple[str, ...],
+    b64: bool,
+    timeout: float,
+    output: str | None,
+) -> None:
+    """Write records to a topic: --value V (repeatable) or one record per line of stdin."""
+    settings = _settings(ctx, output)
+    key_bytes = None if key is None else _decode_arg(key, what="--key", b64=b64)
+    if values:
+        payloads = [_decode_arg(v, what="--value", b64=b64) for v in values]
+    elif b64:
+        payloads = [
+            _decode_arg(line.decode("ascii", "replace"), what="a stdin line", b64=True)
+            for line in _stdin_values()
+        ]
+    else:
+        payloads = _stdin_values()
+    if not payloads:
+        raise CommandError("nothing to produce: give --value or lines on stdin")
+    results = _run(
+        _produce_all(
+            settings,
+            topic,
+            payloads,
+            key=key_bytes,
+            partition=partition,
+            acks=-1 if acks == "all" else int(acks),
+            timeout=timeout,
+        )
+    )
+    failed = [r for r in results if isinstance(r, BaseException)]
+    done = [r for r in results if isinstance(r, RecordMetadata)]
+    if failed:
+        first = failed[0]
+        raise CommandError(
+            f"{len(failed)} of {len(results)} records not produced to {topic}"
+            f"{f' ({len(done)} were)' if done else ''}: {first}"
+        )
+    offsets: dict[int, list[int]] = {}
+    for r in done:
+        offsets.setdefault(r.partition, []).append(r.offset)
+    per_partition: list[dict[str, Any]] = [
+        {
+            "partition": p,
+            "count": len(offs),
+            "firstOffset": min(offs) if min(offs) >= 0 else None,
+            "lastOffset": max(offs) if min(offs) >= 0 else None,
+        }
+        for p, offs in sorted(offsets.items())
+    ]
+    if settings.output == "json":
+        summary = {
+            "topic": topic,
+            "count": len(done),
+            "partitions": per_partition,
+            "records": [{"partition": r.partition, "offset": r.offset} for r in done],
+        }
+        click.echo(json.dumps(summary, indent=2))
+        return
+    parts = ", ".join(
+        f"partition {p['partition']} offsets {p['firstOffset']}-{p['lastOffset']}"
+        if p["firstOffset"] is not None
+        else f"partition {p['partition']} ({p['count']} records, offsets unknown with acks=0)"
+        for p in per_partition
+    )
+    click.echo(f"Produced {len(done)} records to {topic}: {parts}")
+
+
+async def _consume(
+    settings: Settings,
+    topic: str,
+    *,
+    partitions: Sequence[int] | None,
+    start: str | dict[int, int],
+    offset: int | None,
+    max_messages: int | None,
+    idle_timeout: float,
+    emit: Any,
+) -> int:
+    token = settings.token()
+    if offset is not None:
+        async with ClusterMetadata(settings.controller, token=token) as metadata:
+            leaders = await metadata.partitions(topic)
+        start = dict.fromkeys(partitions if partitions is not None else sorted(leaders), offset)
+    count = 0
+    async with Consumer(
+        settings.controller, token=token, topic=topic, partitions=partitions, start=start
+    ) as consumer:
+        loop = asyncio.get_running_loop()
+        last_new = loop.time()
+        while max_messages is None or count < max_messages:
+            remaining = idle_timeout - (loop.time() - last_new)
+            if remaining <= 0:
+                break
+            records = await consumer.poll(timeout=min(remaining, 1.0))
+            if records:
+                last_new = loop.time()
+            for record in records:
+                emit(record)
+                count += 1
+                if max_messages is not None and count >= max_messages:
+                    break
+        failing = consumer.failing() if max_messages is None or count < max_messages else {}
+    if failing:
+        reasons = "; ".join(f"{topic}-{p}: {why}" for p, why in sorted(failing.items()))
+        raise CommandError(f"consumed {count} records, but could not fetch {reasons}")
+    return count
+
+
+@app.command("consume")
+@click.argument("topic")
+@click.option(
+    "--partition",
+    "-p",
+    "partitions",
+    type=click.IntRange(min=0),
+    multiple=True,
+    help="partition to read, repeatable (default: all)",
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=None, help="start every partition at this offset"
+)
+@click.option("--from-beginning", is_flag=True, help="start at the log start offset (the default)")
+@click.option("--latest", is_flag=True, help="start at the high watermark: only new records")
+@click.option("--max-messages", "-n", type=click.IntRange(min=1), default=None, help="stop after N records")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="stop when nothing new arrived for this many seconds",
+)
+@click.option("--print-offsets", is_flag=True, help="prefix each value with PARTITION:OFFSET and a tab")
+@click.option("--base64", "b64", is_flag=True, help="print keys and values as base64")
+@output_option
+@click.pass_context
+def consume(
+    ctx: click.Context,
+    topic: str,
+    partitions: tuple[int, ...],
+    offset: int | None,
+    from_beginning: bool,
+    latest: bool,
+    max_messages: int | None,
+    timeout: float,
+    print_offsets: bool,
+    b64: bool,
+    output: str | None,
+) -> None:
+    """Print a topic's records, one value per line (JSON lines with --output json)."""
+    settings = _settings(ctx, output)
+    if sum((offset is not None, from_beginning, latest)) > 1:
+        raise CommandError("give at most one of --offset, --from-beginning and --latest")
+    json_lines = settings.output == "json"
+    out = sys.stdout
+
+    def emit(record: ConsumedRecord) -> None:
+        if json_lines:
+            line = json.dumps(
+                {
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "key": _show(record.key, b64=b64),
+                    "value": _show(record.value, b64=b64),
+                }
+            )
+        elif print_offsets:
+            line = f"{record.partition}:{record.offset}\t{_show(record.value, b64=b64)}"
+        else:
+            line = str(_show(record.value, b64=b64))
+        out.write(line + "\n")
+        out.flush()
+
+    count = _run(
+        _consume(
+            settings,
+            topic,
+            partitions=list(dict.fromkeys(partitions)) or None,
+            start="latest" if latest else "earliest",
+            offset=offset,
+            max_messages=max_messages,
+            idle_timeout=timeout,
+            emit=emit,
+        )
+    )
+    click.echo(f"Consumed {count} records from {topic}", err=True)
+
+
+async def _log_dirs(
+    settings: Settings, broker_ids: Sequence[int]
+) -> tuple[dict[int, list[dict[str, Any]]], list[str]]:
+    """Log dirs of the given brokers (all registered ones if none given) and one error per broker
+    that could not be asked. A broker named on the command line that is unknown fails at once."""
+    async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
+        ids = list(broker_ids) or [int(b["brokerId"]) for b in await metadata.brokers()]
+        errors: list[str] = []
+        clients = {}
+        for broker_id in ids:
+            try:
+                clients[broker_id] = await metadata.broker(broker_id)
+            except UnknownBrokerError as exc:
+                if broker_ids:
+                    raise
+                errors.append(f"broker {broker_id}: {exc}")
+        replies = await asyncio.gather(*(c.log_dirs() for c in clients.values()), return_exceptions=True)
+    found: dict[int, list[dict[str, Any]]] = {}
+    for broker_id, reply in zip(clients, replies, strict=True):
+        if isinstance(reply, ClientError):
+            errors.append(f"broker {broker_id}: {reply}")
+        elif isinstance(reply, BaseException):
+            raise reply
+        else:
+            found[broker_id] = reply
+    return found, errors
+
+
+@app.command("log-dirs")
+@click.option(
+    "--broker",
+    "-b",
+    "broker_ids",
+    type=int,
+    multiple=True,
+    help="broker id, repeatable (default: all registered)",
+)
+@output_option
+@click.pass_context
+def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], output: str | None) -> None:
+    """Show each broker's log dirs: state, space, replicas and moves in progress."""
+    settings = _settings(ctx, output)
+    found, errors = _run(_log_dirs(settings, list(dict.fromkeys(broker_ids))))
+    if settings.output == "json":
+        click.echo(json.dumps({str(b): dirs for b, dirs in found.items()}, indent=2))
+    elif not found and not errors:
+        click.echo("No brokers registered")
+    else:
+        console = Console()
+        for broker_id, dirs in found.items():
+            console.print(tables.log_dirs_table(broker_id, dirs))
+    if errors:
+        raise CommandError("cannot read log dirs of " + "; ".join(errors))
+
+
+async def _move(
+    settings: Settings, topic: str, partition: int, broker_id: int, directory_id: str, rate: int | None
+) -> dict[str, Any]:
+    async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
+        client = await metadata.broker(broker_id)
+        return await client.move(topic, partition, directory_id, max_bytes_per_second=rate)
+
+
+@app.command("move-replica")
+@click.argument("topic")
+@click.argument("partition", type=click.IntRange(min=0))
+@click.option("--broker", "-b", "broker_id", type=int, required=True, help="the broker hosting the replica")
+@click.option("--to", "directory_id", required=True, help="id of the destination log dir on that broker")
+@click.option("--max-bytes-per-second", type=click.IntRange(min=1), default=None, help="throttle the copy")
+@output_option
+@click.pass_context
+def move_replica(
+    ctx: click.Context,
+    topic: str,
+    partition: int,
+    broker_id: int,
+    directory_id: str,
+    max_bytes_per_second: int | None,
+    output: str | None,
+) -> None:
+    """Move a broker's replica of a partition to another of its log dirs (runs in the background)."""
+    settings = _settings(ctx, output)
+    try:
+        Uuid.parse(directory_id)
+    except ValueError as exc:
+        raise CommandError(f"--to: {exc}") from exc
+    reply = _run(_move(settings, topic, partition, broker_id, directory_id, max_bytes_per_second))
+    code = int(reply.get("errorCode", 0))
+    if code != 0:
+        raise CommandError(
+            f"cannot move {topic}-{partition} on broker {broker_id} to {directory_id}: "
+            f"{describe_error(code, reply.get('errorMessage'))}"
+        )
+    _emit(
+        settings,
+        reply,
+        f"Moving {topic}-{partition} on broker {broker_id} to dir {directory_id}; "
+        f"follow it with: jbodctl log-dirs --broker {broker_id}",
+    )
+
+
 # -- local -------------------------------------------------------------------------------------
 
 
@@ -299,6 +700,14 @@ def local_walkthrough(data_dir: Path | None, keep: bool) -> None:
     walkthrough.run(data_dir=data_dir, keep=keep)
 
 
+try:
+    from jbod_client import local_cli
+except ImportError:  # pragma: no cover - during development only
+    local_cli = None  # type: ignore[assignment]
+if local_cli is not None:
+    local_cli.register(local_group)
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -315,10 +724,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
         return 1
     except (ClientError, CommandError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`jbodctl consume ... | head`): not an error; keep Python quiet at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return result if isinstance(result, int) else 0
 
 

@@ -5,6 +5,7 @@ Guarantees:
   0 asks for any free loopback port, so runs never collide); it raises `ClientError` with the
   process's last stderr lines if it exits or does not become ready in time.
 * `stop()` asks politely (SIGTERM) and kills after a grace period; `kill()` is a crash (SIGKILL).
+* `spawn_detached` starts a process in its own session that outlives the caller (`jbodctl local up`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ def spawn(command: list[str], *, log_path: Path) -> subprocess.Popen[str]:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
+
+
+def spawn_detached(command: list[str], *, log_path: Path) -> int:
+    """Start a process that outlives us: its own session, stdin closed, stdout and stderr
+    appended to `log_path`; returns its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+    return process.pid
 
 
 def await_listening(
@@ -198,18 +215,22 @@ class LocalBroker:
         }
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
 
+    def format_command(self) -> list[str]:
+        """`jbod-storage format` of this broker's dirs, keeping the dirs already formatted."""
+        return [
+            console_script("jbod-storage"),
+            "format",
+            "--config",
+            str(self.config_path),
+            "--cluster-id",
+            self.cluster_id,
+            "--ignore-formatted",
+        ]
+
     def format(self) -> None:
         self.write_config()
         result = subprocess.run(
-            [
-                console_script("jbod-storage"),
-                "format",
-                "--config",
-                str(self.config_path),
-                "--cluster-id",
-                self.cluster_id,
-                "--ignore-formatted",
-            ],
+            self.format_command(),
             capture_output=True,
             text=True,
             check=False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from jbod_core import ids
@@ -121,4 +122,60 @@ def records_table(records: Sequence[Mapping[str, Any]], title: str = "Metadata l
         data = dict(r["data"])
         summary = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("listeners",))
         table.add_row(str(r["offset"]), r["type"], summary)
+    return table
+
+
+def human_bytes(value: int | None) -> str:
+    """`1536` -> `1.5 KiB`; None (unknown) -> `-`."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"  # pragma: no cover - the loop always returns
+
+
+def log_dirs_table(broker_id: int, dirs: Sequence[Mapping[str, Any]]) -> Table:
+    """One broker's `GET /v1/log-dirs`: a row per dir, future replicas (moves in progress) by name."""
+    table = Table(title=f"Broker {broker_id} log dirs", title_justify="left")
+    for column in ("path", "directory id", "state", "usable", "total", "replicas", "future replicas"):
+        table.add_column(column, justify="right" if column in ("usable", "total", "replicas") else "left")
+    for d in dirs:
+        state = str(d.get("state") or "-")
+        if state == "offline":
+            error = d.get("error")
+            state = "[red]offline[/]" + (f"\n{escape(str(error))}" if error else "")
+        elif state == "online":
+            state = "[green]online[/]"
+        else:
+            state = f"[yellow]{escape(state)}[/]"
+        replicas = d.get("replicas") or []
+        future = [r for r in replicas if r.get("future")]
+        table.add_row(
+            escape(str(d.get("path") or "-")),
+            str(d.get("directoryId") or "-"),
+            state,
+            human_bytes(d.get("usableBytes")),
+            human_bytes(d.get("totalBytes")),
+            str(len(replicas) - len(future)),
+            "\n".join(escape(f"{r['topic']}-{r['partition']}") for r in future) or "-",
+        )
+    return table
+
+
+def produced_table(topic: str, offsets: Mapping[int, Sequence[int]]) -> Table:
+    """What `jbodctl produce` wrote: per partition the record count and offset range."""
+    table = Table(title=f"Produced to {topic}", title_justify="left")
+    for column in ("partition", "records", "first offset", "last offset"):
+        table.add_column(column, justify="right")
+    for partition in sorted(offsets):
+        known = [o for o in offsets[partition] if o >= 0]
+        table.add_row(
+            str(partition),
+            str(len(offsets[partition])),
+            str(min(known)) if known else "-",
+            str(max(known)) if known else "-",
+        )
     return table

@@ -1,0 +1,315 @@
+"""Intra-broker replica moves (`POST /v1/log-dirs/move`; the design's "Intra-broker replica movement").
+
+Guarantees:
+* A move copies the replica into a future replica `<topic>-<partition>.<move id>-future` in the
+  destination dir, throttled to a byte rate (request `maxBytesPerSecond`, else
+  `replica.alter.log.dirs.io.max.bytes.per.second`, -1 = unthrottled), and keeps copying while
+  the partition takes writes.
+* Once the future replica has caught up, the destination is reported with AssignReplicasToDirs;
+  the switch happens only after the controller has confirmed it (the metadata image names the
+  destination dir). The switch runs on the event loop without yielding: the last records are
+  copied, the current replica is renamed `-delete`, the future one takes the replica's name, and
+  the partition is served from the new log with no acknowledged record lost.
+* A move that is cancelled (a new move of the same replica, a move back to its current dir, the
+  topic deleted) or whose destination fails is reverted: the future replica is dropped and, if the
+  destination had been reported, the original dir is reported again.
+* At startup, leftovers of interrupted moves are settled: a `-delete` replica is deleted; a future
+  replica whose current replica is missing (crash between the two renames) is promoted; any other
+  future replica is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jbod_agent import replicas
+from jbod_agent.partition_log import PartitionLog
+from jbod_agent.placement import DirHealth
+from jbod_core.broker_messages import MoveReplicaRequest
+from jbod_core.errors import ErrorCode
+from jbod_core.ids import Uuid
+from jbod_core.image import PartitionKey
+from jbod_core.meta_properties import write_atomically
+
+if TYPE_CHECKING:
+    from jbod_agent.agent import Agent
+
+log = logging.getLogger("jbod_agent.mover")
+
+_FUTURE = re.compile(r"(?P<name>[a-zA-Z0-9._-]+-\d+)\.(?P<id>[0-9a-f]{32})-future")
+_DELETE = re.compile(r"(?P<name>[a-zA-Z0-9._-]+-\d+)\.(?P<id>[0-9a-f]{32})-delete")
+_CHUNK = 1024 * 1024
+
+
+class MoveState(enum.Enum):
+    COPYING = "copying"
+    QUEUED = "queued"  # caught up, destination reported, waiting for the controller
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+@dataclass(eq=False)
+class Move:
+    key: PartitionKey
+    topic: str
+    source: Uuid
+    destination: Uuid
+    future_path: Path
+    rate: int  # bytes per second, <= 0: unthrottled
+    state: MoveState = MoveState.COPYING
+    future_log: PartitionLog | None = None
+    copied_bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    reported: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.state in (MoveState.COPYING, MoveState.QUEUED)
+
+
+def settle_leftovers(log_dir: Path) -> list[str]:
+    """Startup: finish or drop what interrupted moves left in `log_dir` (see the module doc)."""
+    done: list[str] = []
+    with os.scandir(log_dir) as entries:
+        names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    present = set(names)
+    for name in names:
+        if match := _DELETE.fullmatch(name):
+            shutil.rmtree(log_dir / name, ignore_errors=True)
+            done.append(f"deleted {name}")
+        elif match := _FUTURE.fullmatch(name):
+            current = match["name"]
+            if current not in present:
+                (log_dir / name).rename(log_dir / current)
+                present.add(current)
+                done.append(f"promoted {name}")
+            else:
+                shutil.rmtree(log_dir / name, ignore_errors=True)
+                done.append(f"deleted {name}")
+    return done
+
+
+def settle_abandoned_futures(dirs: list[Path]) -> list[str]:
+    """Across dirs: a future replica whose current replica exists in another dir is dropped."""
+    current: set[str] = set()
+    futures: list[tuple[Path, str]] = []
+    for d in dirs:
+        with contextlib.suppress(OSError), os.scandir(d) as entries:
+            for e in entries:
+                if (m := _FUTURE.fullmatch(e.name)) is not None:
+                    futures.append((d / e.name, m["name"]))
+                elif replicas.parse_replica_dir_name(e.name) is not None:
+                    current.add(e.name)
+    done = []
+    for path, name in futures:
+        if name in current:
+            shutil.rmtree(path, ignore_errors=True)
+            done.append(f"deleted {path}")
+    return done
+
+
+class Mover:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.moves: dict[PartitionKey, Move] = {}
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def request_move(self, request: MoveReplicaRequest) -> dict[str, Any]:
+        agent = self.agent
+        destination = request.directory_id
+        state = agent.dirs.get(destination)
+        if state is None:
+            return _error(ErrorCode.LOG_DIR_NOT_FOUND, f"broker {agent.node_id} has no log dir {destination}")
+        if state.health is DirHealth.OFFLINE:
+            return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is offline")
+        topic_id = agent.image.topic_ids_by_name.get(request.topic)
+        key = (topic_id, request.partition) if topic_id is not None else None
+        if key is not None and key in agent.offline_local:
+            return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir")
+        local = agent.local.get(key) if key is not None else None
+        if key is None or local is None or key not in agent.manager.partitions:
+            return _error(
+                ErrorCode.REPLICA_NOT_AVAILABLE,
+                f"broker {agent.node_id} does not host {request.topic}-{request.partition}",
+            )
+        current = self.moves.get(key)
+        if local.directory_id == destination:
+            if current is not None and current.active:
+                self.cancel(key, "moved back to its current dir")
+            return {"errorCode": 0}
+        if state.health is DirHealth.FULL:
+            return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is full")
+        if current is not None and current.active:
+            if current.destination == destination:
+                if request.max_bytes_per_second is not None:
+                    current.rate = request.max_bytes_per_second
+                return {"errorCode": 0}
+            self.cancel(key, f"replaced by a move to {destination}")
+        rate = request.max_bytes_per_second or agent.config.replica_move_max_bytes_per_second
+        name = replicas.replica_dir_name(local.topic, key[1])
+        move = Move(
+            key=key,
+            topic=local.topic,
+            source=local.directory_id,
+            destination=destination,
+            future_path=state.path / f"{name}.{uuid.uuid4().hex}-future",
+            rate=rate,
+        )
+        self.moves[key] = move
+        move.task = asyncio.create_task(self._run(move), name=f"move-{name}")
+        log.info(
+            "Moving %s from %s to %s (%s)",
+            name,
+            move.source,
+            destination,
+            "unthrottled" if rate <= 0 else f"{rate} B/s",
+        )
+        return {"errorCode": 0}
+
+    def destination_of(self, key: PartitionKey) -> Uuid | None:
+        move = self.moves.get(key)
+        return move.destination if move is not None and move.active else None
+
+    def future_replicas(self) -> list[Move]:
+        return [m for m in self.moves.values() if m.active]
+
+    def cancel(self, key: PartitionKey, reason: str) -> None:
+        move = self.moves.pop(key, None)
+        if move is None or not move.active:
+            return
+        move.state = MoveState.CANCELLED
+        if move.task is not None and move.task is not asyncio.current_task():
+            move.task.cancel()
+        self._drop_future(move)
+        if move.reported and key in self.agent.local:
+            self.agent.queue.enqueue(key, self.agent.local[key].directory_id, now=time.monotonic(), reason="move reverted")
+            self.agent.placements_now.set()
+        log.warning("Move of %s-%d to %s reverted: %s", move.topic, key[1], move.destination, reason)
+
+    def dir_failed(self, directory: Uuid) -> None:
+        for key, move in list(self.moves.items()):
+            if move.active and directory in (move.source, move.destination):
+                self.cancel(key, f"log dir {directory} failed")
+
+    def _drop_future(self, move: Move) -> None:
+        if move.future_log is not None:
+            with contextlib.suppress(OSError, ValueError):
+                move.future_log.close()
+            move.future_log = None
+        if self.agent.dirs[move.destination].health is not DirHealth.OFFLINE:
+            path = move.future_path
+            self.agent.background(asyncio.to_thread(shutil.rmtree, path, True))
+
+    # -- the copy ------------------------------------------------------------------------------
+
+    async def _run(self, move: Move) -> None:
+        agent = self.agent
+        try:
+            await asyncio.to_thread(self._create_future, move)
+            while move.active and not agent.stopping.is_set():
+                hosted = agent.manager.partitions.get(move.key)
+                if hosted is None:
+                    self.cancel(move.key, "the replica is no longer served here")
+                    return
+                future = move.future_log
+                assert future is not None
+                source = hosted.log
+                if future.end_offset < source.end_offset:
+                    chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
+                    data = source.read(future.end_offset, chunk)
+                    started = time.monotonic()
+                    await asyncio.to_thread(future.append_replicated, data)
+                    move.copied_bytes += len(data)
+                    if move.rate > 0:
+                        pause = len(data) / move.rate - (time.monotonic() - started)
+                        if pause > 0:
+                            await asyncio.sleep(pause)
+                    continue
+                if move.state is MoveState.COPYING:
+                    move.state = MoveState.QUEUED
+                    move.reported = True
+                    agent.queue.enqueue(move.key, move.destination, now=time.monotonic(), reason="move caught up")
+                    agent.placements_now.set()
+                    log.info("Move of %s-%d caught up; reported %s", move.topic, move.key[1], move.destination)
+                if self._confirmed(move):
+                    self._promote(move)
+                    return
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            raise
+        except OSError as exc:
+            move_dir = move.destination
+            self.cancel(move.key, f"I/O error: {exc}")
+            agent.io_error(move_dir, exc, f"copying {move.topic}-{move.key[1]} into its future replica")
+        except Exception as exc:  # a move must never take the broker down
+            log.exception("Move of %s-%d failed", move.topic, move.key[1])
+            self.cancel(move.key, f"failed: {exc}")
+
+    def _create_future(self, move: Move) -> None:
+        path = move.future_path
+        path.mkdir()
+        write_atomically(path / replicas.METADATA_FILE, f"version=0\ntopic_id={move.key[0]}\n".encode())
+        future = PartitionLog.open(path)
+        hosted = self.agent.manager.partitions.get(move.key)
+        if hosted is not None and hosted.log.log_start_offset > 0:
+            future.truncate_fully_and_start_at(hosted.log.log_start_offset)
+        move.future_log = future
+
+    def _confirmed(self, move: Move) -> bool:
+        part = self.agent.image.partition(move.key)
+        return part is not None and self.agent.node_id in part.replicas and part.directory_of(
+            self.agent.node_id
+        ) == move.destination and self.agent.queue.pending(move.key) is None
+
+    def _promote(self, move: Move) -> None:
+        """Switch to the future replica; runs without yielding, so no append slips in between."""
+        agent = self.agent
+        hosted = agent.manager.partitions[move.key]
+        future = move.future_log
+        assert future is not None
+        source = hosted.log
+        while future.end_offset < source.end_offset:
+            future.append_replicated(source.read(future.end_offset, 16 * _CHUNK))
+        for epoch, start in source.epoch_entries():
+            if epoch > future.latest_epoch and start >= future.end_offset:
+                future.assign_epoch_start(epoch)
+        future.flush()
+        future.close()
+        old_path = agent.local[move.key].path
+        name = old_path.name
+        source.close()
+        deleted = old_path.with_name(f"{name}.{uuid.uuid4().hex}-delete")
+        old_path.rename(deleted)
+        new_path = move.future_path.with_name(name)
+        move.future_path.rename(new_path)
+        new_log = PartitionLog.open(new_path)
+        new_log.high_watermark = source.high_watermark
+        agent.local[move.key] = type(agent.local[move.key])(move.destination, new_path, move.topic)
+        agent.manager.swap_log(move.key, new_log, move.destination)
+        move.state = MoveState.DONE
+        self.moves.pop(move.key, None)
+        agent.background(asyncio.to_thread(shutil.rmtree, deleted, True))
+        log.info(
+            "Moved %s to %s (%d bytes copied in %.1f s)",
+            name,
+            move.destination,
+            move.copied_bytes,
+            time.monotonic() - move.started,
+        )
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"errorCode": int(code), "errorMessage": message}

@@ -1,0 +1,1048 @@
+"""The on-disk log of one replica: segments of record batches, sparse offset indexes, epoch cache.
+
+Durability stance: appends go to the page cache (one `os.write` per segment touched); `flush`
+fsyncs (the broker calls it periodically and on segment roll). Acknowledged data survives a
+process kill -9 because it is in the page cache, and survives the loss of one disk because
+acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what was not flushed;
+recovery then cuts the torn tail.
+
+Files in the replica dir `<logdir>/<topic>-<partition>/` (its `partition.metadata` is left alone):
+* `{base_offset:020d}.log`: concatenated frames (`jbod_agent.record_batch`), offsets contiguous
+  within and across segments;
+* `{base_offset:020d}.index`: sparse entries (relative offset u32, byte position u32), big-endian,
+  one for the first frame of the segment and then one each time `index_interval_bytes` or more
+  were appended since the last entry; derived data, checked and rebuilt on open when needed;
+* `leader-epoch-checkpoint`: Kafka's text format (`0`, the count, then `epoch start_offset`
+  lines), replaced atomically (temp file, fsync, rename, fsync of the dir) whenever it changes.
+
+Guarantees:
+* Recovery on open keeps every whole, valid frame of the last segment up to the first damage and
+  cuts the rest (logged at WARNING with the bytes dropped); damage in any older segment, a frame
+  with an unexpected offset, or a gap between segments raises `CorruptBatchError` naming the file:
+  data in the middle of a log is never dropped silently.
+* A replica dir without segments is an empty log starting at 0; opening it creates no file and
+  keeps no fd. At most the active segment's log and index fds are open for writing; read fds are
+  cached for at most `MAX_READ_FDS` segments.
+* `append_replicated` and the append methods validate everything before writing anything: a gap,
+  an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged.
+* The epoch cache holds strictly increasing epochs with strictly increasing start offsets, all
+  below the end offset after recovery and truncation, and answers OffsetsForLeaderEpoch exactly
+  as Kafka's `LeaderEpochFileCache.endOffsetFor` does.
+* OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
+  failed write the segment is cut back to what was acknowledged before the next append. An
+  OSError from writing an index entry is raised after its batch was appended (the index file is
+  rewritten from memory before its next write, and checked on open anyway).
+* Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
+  it opens its own fds by path (fsync works per file on Linux) and only updates counters.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import operator
+import os
+import re
+import struct
+import sys
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from jbod_agent import record_batch
+from jbod_agent.record_batch import HEADER_SIZE, BatchHeader, CorruptBatchError
+
+log = logging.getLogger("jbod_agent.partition_log")
+
+EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
+MAX_READ_FDS: Final = 8  # read fds cached per log
+MAX_SEGMENT_BYTES: Final = (1 << 31) - 1  # positions must fit the index's u32
+
+_LOG_NAME: Final = re.compile(r"(\d{20})\.log")
+_INDEX_NAME: Final = re.compile(r"(\d{20})\.index")
+_TEMP_NAME: Final = re.compile(r"(?:\d{20}\.(?:log|index)|leader-epoch-checkpoint)\.tmp")
+_INDEX_ENTRY: Final = struct.Struct(">II")
+_MAX_RELATIVE_OFFSET: Final = 0xFFFFFFFF
+_RECOVERY_CHUNK: Final = 1 << 20  # bytes read at a time when scanning a whole segment
+_WALK_CHUNK: Final = 16 << 10  # bytes read at a time when walking headers from an index entry
+_NO_TIMESTAMP: Final = -(1 << 63)
+_OPEN_READ: Final = os.O_RDONLY | os.O_CLOEXEC
+_OPEN_APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+if array("I").itemsize != 4:  # pragma: no cover - every platform we run on
+    raise ImportError("array typecode 'I' is not 4 bytes here")
+
+
+class OffsetOutOfRangeError(ValueError):
+    """An offset outside [log_start_offset, end_offset]."""
+
+
+class CorruptCheckpointError(ValueError):
+    """A `leader-epoch-checkpoint` that cannot be parsed or is not monotonic."""
+
+
+class _Segment:
+    """In-memory state of one segment; `size` and `next_offset` count only acknowledged frames."""
+
+    __slots__ = (
+        "base_offset",
+        "bytes_since_index",
+        "index_file_ok",
+        "index_offsets",
+        "index_path",
+        "index_positions",
+        "log_path",
+        "max_timestamp_ms",
+        "next_offset",
+        "size",
+    )
+
+    def __init__(self, directory: Path, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self.next_offset = base_offset
+        self.size = 0
+        self.max_timestamp_ms: int | None = _NO_TIMESTAMP  # None: not known yet (computed on demand)
+        self.index_offsets: array[int] = array("I")
+        self.index_positions: array[int] = array("I")
+        self.bytes_since_index = 0
+        self.index_file_ok = True  # False after a failed index write: rewritten before the next one
+        self.log_path = directory / f"{base_offset:020d}.log"
+        self.index_path = directory / f"{base_offset:020d}.index"
+
+    def set_index(self, headers: Sequence[BatchHeader], interval: int) -> None:
+        offsets: array[int] = array("I")
+        positions: array[int] = array("I")
+        since = 0
+        for header in headers:
+            if not offsets or since >= interval:
+                offsets.append(header.base_offset - self.base_offset)
+                positions.append(header.position)
+                since = 0
+            since += header.size
+        self.index_offsets, self.index_positions, self.bytes_since_index = offsets, positions, since
+
+    def index_bytes(self) -> bytes:
+        return _index_bytes(self.index_offsets, self.index_positions)
+
+
+def _index_bytes(offsets: array[int], positions: array[int]) -> bytes:
+    entries: array[int] = array("I", bytes(8 * len(offsets)))
+    entries[0::2] = offsets
+    entries[1::2] = positions
+    if sys.byteorder == "little":
+        entries.byteswap()
+    return entries.tobytes()
+
+
+def _parse_index(data: bytes, log_size: int) -> tuple[array[int], array[int]] | None:
+    """The entries of an index file, or None when they are not plausible for a log of `log_size`."""
+    if not data or len(data) % 8:
+        return None
+    entries: array[int] = array("I")
+    entries.frombytes(data)
+    if sys.byteorder == "little":
+        entries.byteswap()
+    offsets, positions = entries[0::2], entries[1::2]
+    if offsets[0] != 0 or positions[0] != 0 or positions[-1] >= log_size:
+        return None
+    if not all(map(operator.lt, offsets, offsets[1:])) or not all(map(operator.lt, positions, positions[1:])):
+        return None
+    return offsets, positions
+
+
+def _scan_file(
+    fd: int, start: int, end: int, *, verify_crc: bool
+) -> tuple[list[BatchHeader], int, CorruptBatchError | None]:
+    """`record_batch.scan_frames` over the file bytes [start, end), read in chunks: the frames up to
+    the first damage (absolute positions), the file position where the valid part ends, and the
+    error there (None when all is valid). Reads never go past `end`."""
+    headers: list[BatchHeader] = []
+    pos = start
+    want = _RECOVERY_CHUNK
+    while pos < end:
+        chunk = os.pread(fd, min(want, end - pos), pos)
+        if not chunk:
+            return headers, pos, CorruptBatchError(f"File ends at byte {pos}", position=pos, incomplete=True)
+        found, valid, error = record_batch.scan_frames(chunk, verify_crc=verify_crc, position_base=pos)
+        headers.extend(found)
+        if error is None:
+            pos += valid
+            want = _RECOVERY_CHUNK
+            continue
+        if not error.incomplete or pos + len(chunk) >= end:
+            return headers, pos + valid, error
+        # The frame at `valid` continues after this chunk: read again from its start, whole.
+        needed = HEADER_SIZE
+        if len(chunk) - valid >= 4:
+            needed = max(needed, int.from_bytes(chunk[valid : valid + 4], "big") + 4)
+        pos += valid
+        if pos + needed > end:
+            return headers, pos, error  # torn: the file ends inside this frame
+        want = max(_RECOVERY_CHUNK, needed)
+    return headers, pos, None
+
+
+def _walk_headers(fd: int, start: int, end: int, chunk_size: int = _WALK_CHUNK) -> Iterator[BatchHeader]:
+    """Headers of the frames in the file bytes [start, end) (already verified data: no crc)."""
+    buffer = b""
+    buffer_pos = start
+    pos = start
+    while pos < end:
+        local = pos - buffer_pos
+        if local + HEADER_SIZE > len(buffer):
+            buffer = os.pread(fd, min(chunk_size, end - pos), pos)
+            buffer_pos = pos
+            local = 0
+        header = record_batch.read_header(buffer, local, position_base=buffer_pos)
+        if pos + header.size > end:
+            raise CorruptBatchError(f"Frame at byte {pos} overruns the segment end {end}", position=pos)
+        yield header
+        pos += header.size
+
+
+def _check_contiguous(path: Path, headers: Sequence[BatchHeader], expected: int) -> None:
+    for header in headers:
+        if header.base_offset != expected:
+            raise CorruptBatchError(
+                f"{path}: frame at byte {header.position} has base offset {header.base_offset}, "
+                f"expected {expected}",
+                position=header.position,
+            )
+        expected = header.next_offset
+
+
+def _write_file_atomically(path: Path, data: bytes, *, sync: bool) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        _fsync_path(path.parent)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        count = os.write(fd, view[written:])
+        if count <= 0:
+            raise OSError(f"write returned {count}")
+        written += count
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync `path` (a file or a dir) through a fd of our own; a file deleted meanwhile has
+    nothing left to make durable."""
+    try:
+        fd = os.open(path, _OPEN_READ)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_checkpoint(path: Path) -> list[tuple[int, int]]:
+    try:
+        text = path.read_bytes().decode("ascii")
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise CorruptCheckpointError(f"{path}: not ASCII text") from None
+    lines = text.split("\n")
+    try:
+        if lines[0] != "0":
+            raise ValueError(f"unknown version {lines[0]!r}")
+        count = int(lines[1])
+        if count < 0 or lines[2 + count :] != [""]:
+            raise ValueError(f"count {count} does not match {len(lines) - 3} entry lines")
+        entries: list[tuple[int, int]] = []
+        for line in lines[2 : 2 + count]:
+            epoch_text, start_text = line.split(" ")
+            epoch, start = int(epoch_text), int(start_text)
+            if epoch < 0 or start < 0:
+                raise ValueError(f"negative entry {line!r}")
+            if entries and (epoch <= entries[-1][0] or start < entries[-1][1]):
+                raise ValueError(f"entry {line!r} is not after {entries[-1]}")
+            entries.append((epoch, start))
+    except (ValueError, IndexError) as exc:
+        raise CorruptCheckpointError(f"{path}: {exc}") from None
+    return entries
+
+
+def _epoch_end_offset(entries: Sequence[tuple[int, int]], epoch: int, end_offset: int) -> tuple[int, int]:
+    """Kafka's `LeaderEpochFileCache.endOffsetFor`."""
+    if epoch < 0 or not entries:
+        return -1, -1
+    if entries[-1][0] == epoch:
+        return epoch, end_offset
+    higher = bisect.bisect_right(entries, (epoch, 1 << 63))  # first entry with a larger epoch
+    if higher == len(entries):
+        return -1, -1  # above every known epoch
+    if higher == 0:
+        return epoch, entries[0][1]  # below every known epoch: the data was deleted
+    return entries[higher - 1][0], entries[higher][1]
+
+
+class PartitionLog:
+    """The log of one replica (see the module docstring); build it with `PartitionLog.open`."""
+
+    def __init__(
+        self,
+        path: Path,
+        segments: list[_Segment],
+        epochs: list[tuple[int, int]],
+        *,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        retention_bytes: int,
+        retention_ms: int,
+    ) -> None:
+        self._path = path
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._epochs = epochs
+        self._segment_bytes = segment_bytes
+        self._index_interval = index_interval_bytes
+        self.retention_bytes = retention_bytes
+        self.retention_ms = retention_ms
+        self._log_start = segments[0].base_offset if segments else 0
+        self._end = segments[-1].next_offset if segments else 0
+        self._size = sum(segment.size for segment in segments)
+        self._high_watermark = self._log_start
+        self._write_fd: int | None = None  # the active segment's log, O_APPEND
+        self._index_fd: int | None = None  # the active segment's index, O_APPEND
+        self._read_fds: OrderedDict[int, int] = OrderedDict()  # base offset -> fd, least recent first
+        self._tail_dirty = False  # a failed write may have left bytes after the active segment's size
+        self._closed = False
+        # Flush bookkeeping: `_change_seq` counts changes to files; `_pending` holds files that are
+        # no longer the active segment (and the dir, after entries changed) with the change that
+        # made them pending; a flush that read `_change_seq` == n makes all changes <= n durable.
+        self._change_seq = 0
+        self._flushed_seq = 0
+        self._pending: list[tuple[int, Path]] = []
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        segment_bytes: int = 64 * 1024 * 1024,
+        index_interval_bytes: int = 4096,
+        retention_bytes: int = -1,
+        retention_ms: int = -1,
+    ) -> PartitionLog:
+        """Recover the log in the replica dir `path` (see the module docstring)."""
+        if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
+        if index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
+        path = Path(path)
+        bases: list[int] = []
+        index_bases: set[int] = set()
+        for name in os.listdir(path):
+            if match := _LOG_NAME.fullmatch(name):
+                bases.append(int(match[1]))
+            elif match := _INDEX_NAME.fullmatch(name):
+                index_bases.add(int(match[1]))
+            elif _TEMP_NAME.fullmatch(name):
+                os.unlink(path / name)  # an interrupted atomic write or full truncation
+        bases.sort()
+        for base in sorted(index_bases.difference(bases)):
+            os.unlink(path / f"{base:020d}.index")  # its segment was deleted
+        segments: list[_Segment] = []
+        for number, base in enumerate(bases):
+            segment = _load_segment(path, base, last=number == len(bases) - 1, interval=index_interval_bytes)
+            if segments and segment.base_offset != segments[-1].next_offset:
+                previous = segments[-1]
+                raise CorruptBatchError(
+                    f"Offsets are not contiguous: {previous.log_path} ends at offset {previous.next_offset}, "
+                    f"{segment.log_path} starts at {segment.base_offset}",
+                    position=0,
+                )
+            segments.append(segment)
+        epochs = _read_checkpoint(path / EPOCH_CHECKPOINT)
+        partition_log = cls(
+            path,
+            segments,
+            epochs,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+        )
+        trimmed = partition_log._truncate_epochs_from_start(partition_log._log_start)
+        trimmed |= partition_log._truncate_epochs_from_end(partition_log._end)
+        if trimmed:
+            partition_log._write_checkpoint()
+        return partition_log
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset (LEO): the offset the next record gets."""
+        return self._end
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self._log_start), self._end)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1][0] if self._epochs else -1
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of every epoch in the cache, oldest first."""
+        return list(self._epochs)
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch, as Kafka answers it: (the largest cached epoch <= `epoch`, the
+        start offset of the next cached epoch, or `end_offset` for the latest); (`epoch`, the first
+        cached start offset) when `epoch` is below every cached epoch; (-1, -1) when the cache is
+        empty, `epoch` is negative or above every cached epoch."""
+        return _epoch_end_offset(self._epochs, epoch, self._end)
+
+    def segment_paths(self) -> list[Path]:
+        """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
+        paths: list[Path] = []
+        for segment in self._segments:
+            paths.append(segment.log_path)
+            if segment.index_path.exists():
+                paths.append(segment.index_path)
+        return paths
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: Sequence[tuple[bytes | None, bytes]],
+        *,
+        leader_epoch: int,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """Append `records` as one batch at the end offset; returns its base offset.
+
+        `timestamp_ms` defaults to the wall clock. An epoch above the latest is first recorded in
+        the epoch cache at the end offset; an epoch below it is a ValueError.
+        """
+        self._check_leader_epoch(leader_epoch)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        base_offset = self._end
+        frame = record_batch.encode_frame(base_offset, leader_epoch, timestamp_ms, records)
+        header = BatchHeader(0, len(frame), base_offset, len(records), leader_epoch, timestamp_ms)
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch_start(leader_epoch)
+        self._append(frame, (header,))
+        return base_offset
+
+    def append_as_leader_frame(self, frame: bytes | memoryview, *, leader_epoch: int) -> int:
+        """Append one client-encoded frame (verified, then given the end offset as base offset and
+        `leader_epoch`); returns its base offset."""
+        headers = list(record_batch.iter_headers(frame))
+        if len(headers) != 1:
+            raise ValueError(f"Expected exactly one frame, got {len(headers)}")
+        self._check_leader_epoch(leader_epoch)
+        base_offset = self._end
+        rewritten = record_batch.with_base_offset(frame, base_offset, leader_epoch=leader_epoch)
+        original = headers[0]
+        header = BatchHeader(
+            0, original.size, base_offset, original.record_count, leader_epoch, original.max_timestamp_ms
+        )
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch_start(leader_epoch)
+        self._append(rewritten, (header,))
+        return base_offset
+
+    def append_replicated(self, data: bytes | memoryview) -> int:
+        """Append frames fetched from the leader (contiguous, starting at the end offset); returns
+        the new end offset. Epochs above the latest are recorded at their frame's base offset.
+
+        Raises ValueError (`CorruptBatchError` for damage) without writing anything when a frame
+        is damaged, the frames do not start at the end offset or are not contiguous, or an epoch
+        goes backwards.
+        """
+        self._check_open()
+        headers = list(record_batch.iter_headers(data))
+        expected = self._end
+        latest = self.latest_epoch
+        new_epochs: list[tuple[int, int]] = []
+        for header in headers:
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"Frame at byte {header.position} has base offset {header.base_offset}, expected {expected}"
+                )
+            if header.leader_epoch < latest:
+                raise ValueError(
+                    f"Frame at offset {header.base_offset} has leader epoch {header.leader_epoch}, "
+                    f"below the latest epoch {latest}"
+                )
+            if header.leader_epoch > latest:
+                latest = header.leader_epoch
+                new_epochs.append((header.leader_epoch, header.base_offset))
+            expected = header.next_offset
+        if not headers:
+            return self._end
+        if new_epochs:
+            for epoch, start in new_epochs:
+                self._assign_epoch(epoch, start)
+            self._write_checkpoint()
+        self._append(data, headers)
+        return self._end
+
+    def assign_epoch_start(self, leader_epoch: int) -> None:
+        """Record that `leader_epoch` starts at the end offset (a new leader does this before its
+        first append, as Kafka's `maybeAssignEpochStartOffset`); a no-op for the latest epoch."""
+        self._check_leader_epoch(leader_epoch)
+        if leader_epoch > self.latest_epoch:
+            self._assign_epoch(leader_epoch, self._end)
+            self._write_checkpoint()
+
+    def _check_leader_epoch(self, leader_epoch: int) -> None:
+        self._check_open()
+        if leader_epoch < 0:
+            raise ValueError(f"Leader epoch must be >= 0, got {leader_epoch}")
+        if leader_epoch < self.latest_epoch:
+            raise ValueError(f"Leader epoch {leader_epoch} is below the latest epoch {self.latest_epoch}")
+
+    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Write validated, contiguous frames (positions relative to `data`), rolling segments so
+        that no frame is split; one write per segment touched."""
+        if self._tail_dirty:
+            active = self._segments[-1]
+            os.truncate(active.log_path, active.size)
+            self._tail_dirty = False
+        view = memoryview(data)
+        interval = self._index_interval
+        first = 0
+        while first < len(headers):
+            segment = self._segments[-1] if self._segments else None
+            header = headers[first]
+            if segment is None or (segment.size > 0 and self._must_roll(segment, segment.size, header)):
+                segment = self._roll(header.base_offset)
+            base = segment.base_offset
+            size = segment.size
+            since = segment.bytes_since_index
+            max_ts = segment.max_timestamp_ms
+            entries: list[tuple[int, int]] = []
+            stop = first
+            while stop < len(headers):
+                header = headers[stop]
+                if size > 0 and self._must_roll(segment, size, header):
+                    break
+                if size == 0 or since >= interval:
+                    entries.append((header.base_offset - base, size))
+                    since = 0
+                since += header.size
+                size += header.size
+                if max_ts is not None and header.max_timestamp_ms > max_ts:
+                    max_ts = header.max_timestamp_ms
+                stop += 1
+            last = headers[stop - 1]
+            self._write_run(segment, view[headers[first].position : last.position + last.size])
+            self._size += size - segment.size
+            segment.size = size
+            segment.next_offset = last.next_offset
+            segment.bytes_since_index = since
+            segment.max_timestamp_ms = max_ts
+            self._end = last.next_offset
+            self._change_seq += 1
+            if entries:
+                self._add_index_entries(segment, entries)
+            first = stop
+
+    def _must_roll(self, segment: _Segment, size: int, header: BatchHeader) -> bool:
+        return (
+            size + header.size > self._segment_bytes
+            or header.base_offset - segment.base_offset > _MAX_RELATIVE_OFFSET
+        )
+
+    def _write_run(self, segment: _Segment, run: memoryview) -> None:
+        if self._write_fd is None:
+            self._open_write_fds(segment)
+        fd = self._write_fd
+        assert fd is not None
+        try:
+            _write_all(fd, run)
+        except OSError:
+            self._tail_dirty = True
+            try:
+                os.ftruncate(fd, segment.size)
+                self._tail_dirty = False
+            except OSError:
+                pass  # retried before the next append; the first error is the one to report
+            raise
+
+    def _add_index_entries(self, segment: _Segment, entries: Sequence[tuple[int, int]]) -> None:
+        for relative_offset, position in entries:
+            segment.index_offsets.append(relative_offset)
+            segment.index_positions.append(position)
+        if not segment.index_file_ok:
+            return  # rewritten whole when the write fds are next opened
+        if self._index_fd is None:
+            self._open_write_fds(segment)
+            return  # opening wrote the whole index, these entries included
+        try:
+            _write_all(self._index_fd, b"".join(_INDEX_ENTRY.pack(o, p) for o, p in entries))
+        except OSError:
+            segment.index_file_ok = False
+            raise
+
+    def _open_write_fds(self, segment: _Segment) -> None:
+        """Open the active segment's files for appending, making its index file match memory."""
+        self._close_write_fds()
+        self._write_fd = os.open(segment.log_path, _OPEN_APPEND, 0o644)
+        index_fd = os.open(segment.index_path, _OPEN_APPEND, 0o644)
+        self._index_fd = index_fd
+        expected = 8 * len(segment.index_offsets)
+        actual = os.fstat(index_fd).st_size
+        if actual != expected or not segment.index_file_ok:
+            if segment.index_file_ok and actual > expected:
+                os.ftruncate(index_fd, expected)  # entries past a truncation
+            else:
+                os.ftruncate(index_fd, 0)
+                _write_all(index_fd, segment.index_bytes())
+            segment.index_file_ok = True
+
+    def _close_write_fds(self) -> None:
+        fds = (self._write_fd, self._index_fd)
+        self._write_fd = self._index_fd = None
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+
+    def _roll(self, base_offset: int) -> _Segment:
+        """Start a new active segment at `base_offset` (the end offset)."""
+        self._change_seq += 1
+        if self._segments:
+            previous = self._segments[-1]
+            self._pending.append((self._change_seq, previous.log_path))
+            self._pending.append((self._change_seq, previous.index_path))
+        self._pending.append((self._change_seq, self._path))  # a new dir entry
+        self._prune_pending()
+        self._close_write_fds()
+        segment = _Segment(self._path, base_offset)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        return segment
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """Raw whole frames from the one containing `offset`, at most `max_bytes` of them but at
+        least one when one is available, and only frames whose base offset is below `max_offset`
+        (when given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it
+        raises OffsetOutOfRangeError."""
+        self._check_open()
+        if not self._log_start <= offset <= self._end:
+            raise OffsetOutOfRangeError(
+                f"Offset {offset} is outside [{self._log_start}, {self._end}] of {self._path}"
+            )
+        limit = self._end if max_offset is None else min(max_offset, self._end)
+        if offset >= limit:
+            return b""
+        number = bisect.bisect_right(self._bases, offset) - 1
+        segment = self._segments[number]
+        start = self._locate(segment, offset)
+        if start.base_offset >= limit:
+            return b""
+        parts: list[bytes] = []
+        total = 0
+        position = start.position
+        while True:
+            part, stopped = self._read_segment(
+                segment, position, max_bytes - total, limit, must_return=not parts
+            )
+            if part:
+                parts.append(part)
+                total += len(part)
+            number += 1
+            if stopped or total >= max_bytes or number == len(self._segments):
+                break
+            segment = self._segments[number]
+            if segment.base_offset >= limit:
+                break
+            position = 0
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _read_segment(
+        self, segment: _Segment, position: int, budget: int, limit: int, *, must_return: bool
+    ) -> tuple[bytes, bool]:
+        """Whole frames of `segment` from `position` within `budget` bytes and below offset
+        `limit` (the first one regardless of the budget when `must_return`); and whether reading
+        must stop here (rather than go on in the next segment)."""
+        fd = self._reader(segment)
+        want = min(segment.size - position, max(budget, 0))
+        buffer = os.pread(fd, want, position) if want > 0 else b""
+        used = 0
+        stopped = False
+        while used + HEADER_SIZE <= len(buffer):
+            header = record_batch.read_header(buffer, used, position_base=position)
+            if header.base_offset >= limit:
+                stopped = True
+                break
+            if used + header.size > len(buffer):
+                break
+            used += header.size
+        if used == 0:
+            if stopped or not must_return:
+                return b"", True
+            header = record_batch.read_header(os.pread(fd, HEADER_SIZE, position), position_base=position)
+            if header.base_offset >= limit:
+                return b"", True
+            return os.pread(fd, header.size, position), True
+        if used < len(buffer):
+            return buffer[:used], True
+        return buffer, stopped or position + used < segment.size
+
+    def _locate(self, segment: _Segment, offset: int) -> BatchHeader:
+        """The header of the frame of `segment` holding `offset` (found through the index)."""
+        entry = bisect.bisect_right(segment.index_offsets, offset - segment.base_offset) - 1
+        expected = segment.base_offset + segment.index_offsets[entry]
+        checked = False
+        for header in _walk_headers(self._reader(segment), segment.index_positions[entry], segment.size):
+            if not checked:
+                if header.base_offset != expected:
+                    raise CorruptBatchError(
+                        f"{segment.index_path}: entry {entry} points at byte {header.position} holding offset "
+                        f"{header.base_offset}, expected {expected}",
+                        position=header.position,
+                    )
+                checked = True
+            if header.next_offset > offset:
+                return header
+        raise CorruptBatchError(f"{segment.log_path}: offset {offset} not found", position=segment.size)
+
+    def _reader(self, segment: _Segment) -> int:
+        fds = self._read_fds
+        fd = fds.get(segment.base_offset)
+        if fd is not None:
+            fds.move_to_end(segment.base_offset)
+            return fd
+        fd = os.open(segment.log_path, _OPEN_READ)
+        fds[segment.base_offset] = fd
+        if len(fds) > MAX_READ_FDS:
+            _base, oldest = fds.popitem(last=False)
+            os.close(oldest)
+        return fd
+
+    def _forget_reader(self, base_offset: int) -> None:
+        fd = self._read_fds.pop(base_offset, None)
+        if fd is not None:
+            os.close(fd)
+
+    # -- truncation and retention --------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= `offset` (or >= the base offset of the frame holding it)."""
+        self._check_open()
+        if not self._log_start <= offset <= self._end:
+            raise OffsetOutOfRangeError(
+                f"Cannot truncate to {offset}: outside [{self._log_start}, {self._end}] of {self._path}"
+            )
+        if offset < self._end:
+            number = bisect.bisect_right(self._bases, offset) - 1
+            segment = self._segments[number]
+            cut = self._locate(segment, offset)
+            keep = number if cut.position > 0 or number == 0 else number - 1
+            self._change_seq += 1
+            if keep < len(self._segments) - 1 or self._tail_dirty:
+                self._close_write_fds()
+                self._tail_dirty = False  # the cut below removes whatever a failed write left
+            for doomed in reversed(self._segments[keep + 1 :]):
+                self._delete_segment_files(doomed)
+                self._size -= doomed.size
+            del self._segments[keep + 1 :]
+            del self._bases[keep + 1 :]
+            if keep == number:
+                self._cut_segment(segment, cut.position, cut.base_offset)
+            self._end = self._segments[-1].next_offset
+            self._pending.append((self._change_seq, self._path))
+            self._prune_pending()
+        self._high_watermark = min(self._high_watermark, self._end)
+        if self._truncate_epochs_from_end(self._end):
+            self._write_checkpoint()
+
+    def _cut_segment(self, segment: _Segment, position: int, next_offset: int) -> None:
+        os.truncate(segment.log_path, position)
+        kept = bisect.bisect_left(segment.index_positions, position)
+        del segment.index_offsets[kept:]
+        del segment.index_positions[kept:]
+        segment.bytes_since_index = position - segment.index_positions[-1] if kept else 0
+        if self._index_fd is not None:
+            os.ftruncate(self._index_fd, 8 * kept)
+        self._size -= segment.size - position
+        segment.size = position
+        segment.next_offset = next_offset
+        segment.max_timestamp_ms = None if position else _NO_TIMESTAMP
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and the epoch cache; the log is empty and starts at `offset`, also
+        after reopening (an empty segment file with that base offset records it)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"Log start offset must be >= 0, got {offset}")
+        self._close_fds()
+        self._tail_dirty = False
+        self._change_seq += 1
+        segment = _Segment(self._path, offset)
+        tmp = segment.log_path.with_name(segment.log_path.name + ".tmp")
+        if offset > 0:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+        # Newest first: a crash in between leaves a shorter but contiguous log.
+        for doomed in reversed(self._segments):
+            self._delete_segment_files(doomed)
+        if offset > 0:
+            os.replace(tmp, segment.log_path)
+            self._segments = [segment]
+            self._bases = [offset]
+        else:
+            self._segments = []  # no file needed: a replica dir without segments starts at 0
+            self._bases = []
+        _fsync_path(self._path)
+        self._log_start = self._end = self._high_watermark = offset
+        self._size = 0
+        if self._epochs or (self._path / EPOCH_CHECKPOINT).exists():
+            self._epochs = []
+            self._write_checkpoint()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments while the log is over `retention_bytes` (when >= 0) or their
+        newest batch is older than `retention_ms` (when >= 0); never the active segment nor one
+        holding offsets at or above the high watermark. Returns how many were deleted."""
+        self._check_open()
+        deleted = 0
+        while len(self._segments) > 1:
+            segment = self._segments[0]
+            if segment.next_offset > self._high_watermark:
+                break
+            over_size = 0 <= self.retention_bytes < self._size
+            if not over_size and not (
+                self.retention_ms >= 0 and self._max_timestamp(segment) < now_ms - self.retention_ms
+            ):
+                break
+            self._change_seq += 1
+            self._delete_segment_files(segment)
+            self._size -= segment.size
+            del self._segments[0]
+            del self._bases[0]
+            deleted += 1
+        if deleted:
+            self._log_start = self._segments[0].base_offset
+            self._pending.append((self._change_seq, self._path))
+            self._prune_pending()
+            if self._truncate_epochs_from_start(self._log_start):
+                self._write_checkpoint()
+        return deleted
+
+    def _max_timestamp(self, segment: _Segment) -> int:
+        if segment.max_timestamp_ms is None:
+            newest = _NO_TIMESTAMP
+            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+                newest = max(newest, header.max_timestamp_ms)
+            segment.max_timestamp_ms = newest
+        return segment.max_timestamp_ms
+
+    def _delete_segment_files(self, segment: _Segment) -> None:
+        self._forget_reader(segment.base_offset)
+        if self._segments and segment is self._segments[-1]:
+            self._close_write_fds()
+        segment.log_path.unlink(missing_ok=True)
+        segment.index_path.unlink(missing_ok=True)
+
+    # -- epoch cache ---------------------------------------------------------------------------
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Kafka's `assign`: entries at or after `start_offset` (or with an epoch >= `epoch`) give
+        way to the new one."""
+        epochs = self._epochs
+        while epochs and (epochs[-1][0] >= epoch or epochs[-1][1] >= start_offset):
+            epochs.pop()
+        epochs.append((epoch, start_offset))
+
+    def _truncate_epochs_from_end(self, end_offset: int) -> bool:
+        epochs = self._epochs
+        changed = False
+        while epochs and epochs[-1][1] >= end_offset:
+            epochs.pop()
+            changed = True
+        return changed
+
+    def _truncate_epochs_from_start(self, start_offset: int) -> bool:
+        """Kafka's `truncateFromStart`: the entry covering `start_offset` now starts there."""
+        epochs = self._epochs
+        covering = bisect.bisect_right([start for _epoch, start in epochs], start_offset)
+        if covering == 0 or (covering == 1 and epochs[0][1] == start_offset):
+            return False
+        epoch = epochs[covering - 1][0]
+        del epochs[:covering]
+        epochs.insert(0, (epoch, start_offset))
+        return True
+
+    def _write_checkpoint(self) -> None:
+        lines = [f"{epoch} {start}\n" for epoch, start in self._epochs]
+        content = f"0\n{len(lines)}\n{''.join(lines)}".encode("ascii")
+        _write_file_atomically(self._path / EPOCH_CHECKPOINT, content, sync=True)
+
+    # -- durability and lifecycle --------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync what was appended since the last flush: the active segment and its index, the
+        segments rolled since, and the dir when entries changed. Safe to call from a worker thread
+        while the event loop appends (see the module docstring)."""
+        self._check_open()
+        segments = self._segments
+        active = segments[-1] if segments else None  # read before the counter: see `_roll`
+        seq = self._change_seq
+        if seq == self._flushed_seq:
+            return
+        paths = [path for change, path in list(self._pending) if change <= seq]
+        if active is not None:
+            paths[:0] = (active.log_path, active.index_path)
+        for path in dict.fromkeys(sorted(paths, key=lambda p: p == self._path)):
+            _fsync_path(path)
+        self._flushed_seq = seq
+
+    def _prune_pending(self) -> None:
+        flushed = self._flushed_seq
+        if self._pending and self._pending[0][0] <= flushed:
+            self._pending = [entry for entry in self._pending if entry[0] > flushed]
+
+    def close(self) -> None:
+        """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        self._close_write_fds()
+        while self._read_fds:
+            _base, fd = self._read_fds.popitem()
+            os.close(fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"The log of {self._path} is closed")
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({str(self._path)!r}, start={self._log_start}, end={self._end})"
+
+
+def _load_segment(directory: Path, base_offset: int, *, last: bool, interval: int) -> _Segment:
+    segment = _Segment(directory, base_offset)
+    fd = os.open(segment.log_path, _OPEN_READ)
+    try:
+        size = os.fstat(fd).st_size
+        if last:
+            _recover_last_segment(segment, fd, size, interval)
+        elif not _load_index(segment, fd, size):
+            _rebuild_segment(segment, fd, size, interval)
+    finally:
+        os.close(fd)
+    return segment
+
+
+def _recover_last_segment(segment: _Segment, fd: int, size: int, interval: int) -> None:
+    """Keep the valid prefix of the last segment (a torn tail is cut) and rebuild its index."""
+    headers, valid, error = _scan_file(fd, 0, size, verify_crc=True)
+    _check_contiguous(segment.log_path, headers, segment.base_offset)
+    if error is not None:
+        log.warning(
+            "Truncated torn tail of %s: dropped %d bytes from byte %d (%s)",
+            segment.log_path,
+            size - valid,
+            valid,
+            error,
+        )
+        os.truncate(segment.log_path, valid)
+    _set_scanned(segment, headers, valid, interval)
+    expected = segment.index_bytes()
+    try:
+        current = segment.index_path.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != expected and (current is not None or expected):
+        _write_file_atomically(segment.index_path, expected, sync=False)
+
+
+def _set_scanned(segment: _Segment, headers: Sequence[BatchHeader], size: int, interval: int) -> None:
+    segment.size = size
+    segment.next_offset = headers[-1].next_offset if headers else segment.base_offset
+    segment.max_timestamp_ms = max((h.max_timestamp_ms for h in headers), default=_NO_TIMESTAMP)
+    segment.set_index(headers, interval)
+
+
+def _load_index(segment: _Segment, fd: int, size: int) -> bool:
+    """Adopt an older segment's index file when it is consistent with the segment: entries
+    increasing, within the file, the last one pointing at a frame with the right offset, and the
+    frames from there to the end valid and contiguous. False when it must be rebuilt."""
+    try:
+        entries = _parse_index(segment.index_path.read_bytes(), size)
+    except FileNotFoundError:
+        entries = None
+    if entries is None:
+        return False
+    offsets, positions = entries
+    headers, _valid, error = _scan_file(fd, positions[-1], size, verify_crc=True)
+    if error is not None or not headers:
+        return False
+    try:
+        _check_contiguous(segment.log_path, headers, segment.base_offset + offsets[-1])
+        if positions[-1] != 0:
+            first = record_batch.read_header(os.pread(fd, HEADER_SIZE, 0))
+            if first.base_offset != segment.base_offset:
+                return False
+    except CorruptBatchError:
+        return False
+    segment.size = size
+    segment.next_offset = headers[-1].next_offset
+    segment.max_timestamp_ms = None  # only the tail was read
+    segment.index_offsets, segment.index_positions = offsets, positions
+    segment.bytes_since_index = size - positions[-1]
+    return True
+
+
+def _rebuild_segment(segment: _Segment, fd: int, size: int, interval: int) -> None:
+    """Scan a whole older segment (any damage is an error: it is not a torn tail) and rewrite its
+    index."""
+    headers, _valid, error = _scan_file(fd, 0, size, verify_crc=True)
+    if error is not None:
+        raise CorruptBatchError(f"{segment.log_path}: {error}", position=error.position)
+    _check_contiguous(segment.log_path, headers, segment.base_offset)
+    _set_scanned(segment, headers, size, interval)
+    log.info("Rebuilt index %s (%d entries)", segment.index_path, len(segment.index_offsets))
+    _write_file_atomically(segment.index_path, segment.index_bytes(), sync=False)

@@ -1,0 +1,382 @@
+"""`jbodctl local up|down|status|fail-disk|restore-disk|demo`: a local cluster of real processes.
+
+`register(group)` adds the commands to the existing `jbodctl local` group; the logic lives in
+`jbod_client.local_cluster`, the demo scenario in `jbod_client.demo`; this module parses flags
+and renders tables.
+
+Guarantees:
+* Every command takes `--dir DIR` (default `./.jbod-local`, or `JBOD_LOCAL_DIR`).
+* A user mistake or a cluster that misbehaves raises `LocalClusterError` (a `ClientError`), which
+  `jbodctl` prints as one line `jbodctl: error: ...` with exit status 1; nothing was changed.
+* `status --output json` prints exactly one JSON document on stdout (the `--output` of `jbodctl`
+  itself is honoured too); `status --watch` refreshes every second until Ctrl-C.
+* `python -m jbod_client.local_cli ARGS` is `jbodctl local ARGS`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from jbod_client import local_cluster, tables
+from jbod_client.local_cluster import ClusterStatus, LocalClusterError
+
+DIR_OPTION_HELP = "the local cluster's directory"
+
+
+def dir_option(command: Any) -> Any:
+    return click.option(
+        "--dir",
+        "root",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=local_cluster.DEFAULT_DIR,
+        envvar="JBOD_LOCAL_DIR",
+        show_default=True,
+        help=DIR_OPTION_HELP,
+    )(command)
+
+
+def _output(ctx: click.Context, output: str | None) -> str:
+    if output is not None:
+        return output
+    root_output = ctx.find_root().params.get("output")
+    return root_output if isinstance(root_output, str) else "table"
+
+
+def _say(console: Console) -> local_cluster.Report:
+    def report(message: str) -> None:
+        console.print(f"[dim]•[/] {message}", highlight=False)
+
+    return report
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(value)
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+def layout_table(layout: local_cluster.ClusterLayout) -> Table:
+    kind = f", disks: loop-mounted ext4, {layout.loop_disk_mib} MiB each" if layout.loop else ""
+    table = Table(title=f"Local cluster {layout.cluster_id} in {layout.root}{kind}", title_justify="left")
+    for column in ("process", "pid", "url", "disks", "log"):
+        table.add_column(column)
+    table.add_row(
+        "controller",
+        str(layout.controller_pid or "-"),
+        layout.controller_url,
+        "-",
+        str(layout.controller_log.relative_to(layout.root)),
+    )
+    for broker in layout.brokers:
+        disks = "\n".join(
+            f"{d.name}{' [red](failed)[/]' if broker.disk_failed(i) else ''}"
+            for i, d in enumerate(broker.disks, start=1)
+        )
+        table.add_row(
+            f"broker {broker.broker_id}",
+            str(broker.pid or "-"),
+            broker.url,
+            disks,
+            str(layout.broker_log(broker.broker_id).relative_to(layout.root)),
+        )
+    return table
+
+
+def processes_table(snapshot: ClusterStatus) -> Table:
+    layout = snapshot.layout
+    table = Table(title=f"Processes ({layout.root})", title_justify="left")
+    for column in ("process", "pid", "state", "url"):
+        table.add_column(column)
+
+    def state(running: bool) -> str:
+        return "[green]running[/]" if running else "[red]stopped[/]"
+
+    table.add_row(
+        "controller",
+        str(layout.controller_pid or "-"),
+        state(snapshot.controller_running),
+        layout.controller_url,
+    )
+    for broker in layout.brokers:
+        table.add_row(
+            f"broker {broker.broker_id}",
+            str(broker.pid or "-"),
+            state(snapshot.brokers_running[broker.broker_id]),
+            broker.url,
+        )
+    return table
+
+
+def log_dirs_table(snapshot: ClusterStatus) -> Table:
+    table = Table(title="Log dirs (each broker's own view)", title_justify="left")
+    for column in ("broker", "disk", "path", "directory id", "state", "replicas", "usable", "error"):
+        table.add_column(column)
+    for broker in snapshot.layout.brokers:
+        dirs = snapshot.log_dirs.get(broker.broker_id)
+        if dirs is None:
+            table.add_row(
+                str(broker.broker_id), "-", "-", "-", "[dim]unknown (not running)[/]", "-", "-", "-"
+            )
+            continue
+        for d in dirs:
+            state = str(d["state"])
+            style = {"online": "green", "offline": "red"}.get(state, "yellow")
+            table.add_row(
+                str(broker.broker_id),
+                snapshot.disk_label(broker.broker_id, d["path"]),
+                d["path"],
+                d.get("directoryId") or "-",
+                f"[{style}]{state}[/]",
+                str(len(d["replicas"])),
+                _size(d.get("usableBytes")),
+                Text(d.get("error") or "-"),
+            )
+    return table
+
+
+def status_view(snapshot: ClusterStatus) -> RenderableType:
+    parts: list[RenderableType] = [processes_table(snapshot)]
+    aliases = snapshot.aliases()
+    if snapshot.controller_running:
+        parts.append(tables.brokers_table(snapshot.brokers, aliases))
+    parts.append(log_dirs_table(snapshot))
+    if snapshot.topics:
+        parts.extend(tables.partitions_table(topic, aliases) for topic in snapshot.topics)
+    elif snapshot.controller_running:
+        parts.append(Text("No topics yet", style="dim"))
+    for error in snapshot.errors:
+        parts.append(Text(f"! {error}", style="yellow"))
+    return Group(*parts)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@click.command("up")
+@dir_option
+@click.option("--brokers", type=click.IntRange(1, 9), default=None, help="number of brokers (default 3)")
+@click.option("--disks", type=click.IntRange(1, 8), default=None, help="log dirs per broker (default 3)")
+@click.option("--fresh", is_flag=True, help="delete an existing cluster in DIR first")
+@click.option("--loop", is_flag=True, help="make each disk a loop-mounted ext4 image (root only)")
+@click.option(
+    "--disk-size",
+    "disk_size_mib",
+    type=click.IntRange(min=8),
+    default=local_cluster.DEFAULT_DISK_MIB,
+    show_default=True,
+    help="MiB per loop-mounted disk",
+)
+@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds")
+def up_command(
+    root: Path,
+    brokers: int | None,
+    disks: int | None,
+    fresh: bool,
+    loop: bool,
+    disk_size_mib: int,
+    timeout: float,
+) -> None:
+    """Start a local controller and brokers (created the first time) and wait until all are unfenced."""
+    console = Console()
+    result = local_cluster.up(
+        root,
+        brokers=brokers,
+        disks=disks,
+        fresh=fresh,
+        loop=loop,
+        disk_size_mib=disk_size_mib,
+        timeout=timeout,
+        report=_say(console),
+    )
+    for note in result.notes:
+        console.print(f"[yellow]![/] {note}", highlight=False)
+    layout = result.layout
+    if result.already_up:
+        console.print(f"The local cluster in {layout.root} is already up", highlight=False)
+    else:
+        console.print(
+            f"Up in {result.seconds:.1f} s: started {', '.join(result.started)}; every broker is unfenced",
+            highlight=False,
+        )
+    console.print(layout_table(layout))
+    console.print(
+        "Next:\n"
+        f"  export JBOD_CONTROLLER_URL={layout.controller_url} JBOD_TOKEN_FILE={layout.admin_token_file}\n"
+        f"  jbodctl local status --dir {layout.root}\n"
+        f"  jbodctl local fail-disk 2 1 --dir {layout.root}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@click.command("down")
+@dir_option
+@click.option("--purge", is_flag=True, help="also delete DIR (all data)")
+@click.option(
+    "--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="seconds before SIGKILL"
+)
+def down_command(root: Path, purge: bool, grace: float) -> None:
+    """Stop the brokers, then the controller (SIGTERM, then SIGKILL after a grace period)."""
+    result = local_cluster.down(root, purge=purge, grace=grace)
+    if result.stopped:
+        click.echo(f"Stopped {', '.join(result.stopped)}")
+    else:
+        click.echo(f"The local cluster in {result.root} is already down")
+    if result.purged:
+        click.echo(f"Deleted {result.root}")
+
+
+@click.command("status")
+@dir_option
+@click.option("--watch", "-w", is_flag=True, help="refresh every second until Ctrl-C")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default=None, help="table or json")
+@click.pass_context
+def status_command(ctx: click.Context, root: Path, watch: bool, output: str | None) -> None:
+    """Show processes, brokers, each broker's log dirs, and partitions (leader, ISR, offline replicas)."""
+    snapshot = local_cluster.status(root)
+    if not snapshot.running:
+        raise LocalClusterError(
+            f"the local cluster in {snapshot.layout.root} is not running (start it with: jbodctl local up)"
+        )
+    if _output(ctx, output) == "json":
+        click.echo(json.dumps(snapshot.to_json(), indent=2))
+        return
+    console = Console()
+    if not watch:
+        console.print(status_view(snapshot))
+        return
+    try:
+        with Live(status_view(snapshot), console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                time.sleep(1.0)
+                live.update(status_view(local_cluster.status(root)), refresh=True)
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("fail-disk")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@click.argument("disk", metavar="DISK")
+@dir_option
+@click.option("--wait", type=click.FloatRange(min=0), default=15.0, show_default=True, help="seconds")
+def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> None:
+    """Make disk DISK (1..n or its path) of broker BROKER fail, and show where leadership went."""
+    console = Console()
+    failure = local_cluster.fail_disk(root, broker_id, disk, wait=wait, report=_say(console))
+    if failure.offline_after is None:
+        raise LocalClusterError(
+            f"disk {failure.index} of broker {broker_id} is failed, but the controller did not show its dir "
+            f"{failure.directory_id} offline within {wait:.0f} s (see the broker's log; undo with: "
+            f"jbodctl local restore-disk {broker_id} {failure.index})"
+        )
+    console.print(
+        f"The controller took dir {failure.directory_id} of broker {broker_id} offline "
+        f"{failure.offline_after:.1f} s after the disk failed",
+        highlight=False,
+    )
+    if not failure.leader_moves:
+        console.print(f"No leader moved: broker {broker_id} led no partition on that disk", highlight=False)
+        return
+    table = Table(title="Leaders moved", title_justify="left")
+    for column in ("topic", "partition", "old leader", "new leader"):
+        table.add_column(column)
+    for move in failure.leader_moves:
+        new = "[red]none[/]" if move.new_leader == -1 else str(move.new_leader)
+        table.add_row(move.topic, str(move.partition), str(move.old_leader), new)
+    console.print(table)
+
+
+@click.command("restore-disk")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@click.argument("disk", metavar="DISK")
+@dir_option
+@click.option("--timeout", type=click.FloatRange(min=1), default=45.0, show_default=True, help="seconds")
+def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) -> None:
+    """Put back a disk failed by fail-disk and restart its broker until it is unfenced again."""
+    console = Console()
+    restored = local_cluster.restore_disk(root, broker_id, disk, timeout=timeout, report=_say(console))
+    if restored.restarted:
+        console.print(
+            f"Broker {broker_id} is unfenced again (epoch {restored.broker_epoch}) with dir "
+            f"{restored.directory_id} online, {restored.seconds:.1f} s after the restore",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"Broker {broker_id} is not running; it will use the disk when started", highlight=False
+        )
+
+
+@click.command("demo")
+@click.option(
+    "--dir",
+    "root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="cluster directory (default: a temp dir)",
+)
+@click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--keep", is_flag=True, help="leave the cluster running at the end")
+def demo_command(root: Path | None, records: int, keep: bool) -> None:
+    """Produce to a 3-broker JBOD cluster, fail a disk under a leader, and verify nothing is lost."""
+    from jbod_client import demo as scenario
+
+    scenario.main(root=root, records=records, keep=keep)
+
+
+@click.command("env")
+@dir_option
+def env_command(root: Path) -> None:
+    """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)"."""
+    layout = local_cluster.read_layout(root)
+    click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
+    click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
+
+
+COMMANDS = (
+    up_command,
+    down_command,
+    status_command,
+    env_command,
+    fail_disk_command,
+    restore_disk_command,
+    demo_command,
+)
+
+
+def register(group: click.Group) -> None:
+    """Add `up`, `down`, `status`, `fail-disk`, `restore-disk` and `demo` to `group`."""
+    for command in COMMANDS:
+        group.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`jbodctl local ARGS`, with the same error handling as `jbodctl`."""
+    from jbod_client import cli
+
+    if "up" not in cli.local_group.commands:
+        register(cli.local_group)
+    return cli.main(["local", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""What the data-plane clients know about the cluster, refreshed from the controller (protocol §3.5).
+
+Guarantees:
+* `partitions(topic)` and `broker(id)` answer from a cache; `refresh=True` (or a miss) asks the
+  controller. Concurrent refreshes of the same thing share one request, so a leader move seen by
+  hundreds of partitions at once costs one `GET /v1/topics/{name}`, not hundreds.
+* One `BrokerClient` per broker id, reused by every caller. A broker whose advertised URL changed
+  (it restarted on another port) gets a new client; the old one is closed by `aclose()`, never
+  under a request still using it.
+* Errors are one line: `UnknownTopicError` (controller answered 404 / errorCode 3),
+  `UnknownBrokerError` (not registered, or no listener), `ControllerUnreachableError`
+  (transport), `ApiError` (any other error status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from jbod_client.broker import BrokerClient
+from jbod_client.controller import ApiError, ClientError, ControllerUnreachableError
+from jbod_core.errors import ErrorCode
+
+T = TypeVar("T")
+
+
+class UnknownTopicError(ClientError):
+    def __init__(self, topic: str, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"unknown topic {topic} (UNKNOWN_TOPIC_OR_PARTITION, errorCode {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})"
+        )
+        self.topic = topic
+
+
+class UnknownBrokerError(ClientError):
+    def __init__(self, broker_id: int, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"broker {broker_id} is not registered "
+            f"(BROKER_ID_NOT_REGISTERED, errorCode {ErrorCode.BROKER_ID_NOT_REGISTERED})"
+        )
+        self.broker_id = broker_id
+
+
+def listener_url(broker: dict[str, Any]) -> str | None:
+    """The base URL of a registered broker's first listener (`http://host:port`), if it has one."""
+    listeners = broker.get("listeners") or []
+    if not listeners:
+        return None
+    first = listeners[0]
+    return f"http://{first['host']}:{int(first['port'])}"
+
+
+def leaders_of(topic: dict[str, Any]) -> dict[int, int]:
+    """partition index -> leader broker id (-1 = none) of a `GET /v1/topics/{name}` reply."""
+    return {int(p["partitionIndex"]): int(p["leader"]) for p in topic["partitions"]}
+
+
+class ClusterMetadata:
+    def __init__(self, controller_url: str, *, token: str, timeout: float = 30.0) -> None:
+        self.controller_url = controller_url.rstrip("/")
+        self._token = token
+        self._http = httpx.AsyncClient(
+            base_url=self.controller_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            trust_env=False,
+        )
+        self._leaders: dict[str, dict[int, int]] = {}
+        self._broker_urls: dict[int, str | None] | None = None
+        self._brokers: list[dict[str, Any]] = []
+        self._clients: dict[int, BrokerClient] = {}
+        self._retired: list[BrokerClient] = []
+        self._inflight: dict[str, asyncio.Task[Any]] = {}
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _get(self, path: str) -> Any:
+        try:
+            response = await self._http.get(path)
+        except httpx.TimeoutException as exc:
+            raise ControllerUnreachableError(
+                f"controller at {self.controller_url} did not answer GET {path} in time"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ControllerUnreachableError(
+                f"cannot reach the controller at {self.controller_url}: {exc or type(exc).__name__}"
+            ) from exc
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            data = None
+        if response.status_code >= 400:
+            if isinstance(data, dict) and "errorCode" in data:
+                raise ApiError(
+                    response.status_code, int(data["errorCode"]), str(data.get("errorMessage") or "")
+                )
+            raise ApiError(response.status_code, -1, f"GET {path} failed")
+        if data is None:
+            raise ClientError(
+                f"controller at {self.controller_url} answered GET {path} with a body that is not JSON"
+            )
+        return data
+
+    async def _shared(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        """Run `fetch` once for every concurrent caller asking for `key`."""
+        task = self._inflight.get(key)
+        if task is None:
+
+            async def run() -> T:
+                try:
+                    return await fetch()
+                finally:
+                    self._inflight.pop(key, None)
+
+            task = asyncio.get_running_loop().create_task(run())
+            # A refresh nobody waits for any more must not log "exception never retrieved".
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._inflight[key] = task
+        result: T = await asyncio.shield(task)
+        return result
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def describe_topic(self, topic: str) -> dict[str, Any]:
+        """The controller's current view of a topic (always asks; refreshes the leader cache)."""
+        return await self._shared(f"topic:{topic}", lambda: self._describe(topic))
+
+    async def _describe(self, topic: str) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = await self._get(f"/v1/topics/{quote(topic, safe='')}")
+        except ApiError as exc:
+            if exc.status == 404 or exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._leaders.pop(topic, None)
+                raise UnknownTopicError(topic) from exc
+            raise
+        self._leaders[topic] = leaders_of(data)
+        return data
+
+    def cached_partitions(self, topic: str) -> dict[int, int] | None:
+        """The cached partition -> leader map, without asking anyone (None if never loaded)."""
+        return self._leaders.get(topic)
+
+    async def partitions(self, topic: str, *, refresh: bool = False) -> dict[int, int]:
+        """partition -> leader id (-1 = no leader). Raises `UnknownTopicError` for an unknown topic."""
+        cached = self._leaders.get(topic)
+        if cached is not None and not refresh:
+            return cached
+        await self.describe_topic(topic)
+        return self._leaders[topic]
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    async def brokers(self, *, refresh: bool = False) -> list[dict[str, Any]]:
+        """Every registered broker as the controller describes it (`GET /v1/brokers`)."""
+        if self._broker_urls is None or refresh:
+            await self._shared("brokers", self._load_brokers)
+        return self._brokers
+
+    async def _load_brokers(self) -> None:
+        data: list[dict[str, Any]] = await self._get("/v1/brokers")
+        self._brokers = data
+        self._broker_urls = {int(b["brokerId"]): listener_url(b) for b in data}
+
+    async def broker(self, broker_id: int, *, refresh: bool = False) -> BrokerClient:
+        """The client of a broker (cached per id; its URL comes from its first listener)."""
+        client = self._clients.get(broker_id)
+        if client is not None and not refresh:
+            return client
+        if refresh or self._broker_urls is None or broker_id not in self._broker_urls:
+            await self.brokers(refresh=True)
+        assert self._broker_urls is not None
+        if broker_id not in self._broker_urls:
+            raise UnknownBrokerError(broker_id)
+        url = self._broker_urls[broker_id]
+        if url is None:
+            raise UnknownBrokerError(broker_id, f"broker {broker_id} advertises no listener")
+        client = self._clients.get(broker_id)
+        if client is not None and client.url == url:
+            return client
+        if client is not None:
+            self._retired.append(client)
+        client = BrokerClient(url, token=self._token)
+        self._clients[broker_id] = client
+        return client
+
+    async def aclose(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        clients = [*self._clients.values(), *self._retired]
+        self._clients.clear()
+        self._retired.clear()
+        for client in clients:
+            await client.aclose()
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ClusterMetadata:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,90 @@
+"""Requests of the broker's data-plane API (protocol §4.4 plus the replication extension).
+
+Guarantees:
+* Same conventions as `jbod_core.messages`: strict, frozen, camelCase on the wire, unknown fields
+  ignored, int32/int64 ranges checked, Uuids parsed; `validation_message` names the field.
+* `decode_produce_records` turns the base64 keys and values of a produce request into bytes, or
+  raises `ValueError` naming the first bad field (`records[3].value: not base64`); nothing is
+  appended unless every record decodes.
+* A request may carry at most `MAX_RECORDS_PER_PRODUCE` records and `MAX_PARTITIONS_PER_REQUEST`
+  partitions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Final, Literal
+
+from pydantic import Field, model_validator
+
+from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST, Int32, Int64, Message, UuidField
+
+MAX_RECORDS_PER_PRODUCE: Final = 100_000
+MAX_TIMEOUT_MS: Final = 300_000
+
+
+class ProduceRecordModel(Message):
+    key: str | None = None
+    value: str
+
+
+class ProduceRequest(Message):
+    topic: str
+    partition: Int32
+    acks: Literal[-1, 0, 1]
+    records: list[ProduceRecordModel] = Field(max_length=MAX_RECORDS_PER_PRODUCE)
+    timeout_ms: int = Field(default=30_000, ge=1, le=MAX_TIMEOUT_MS)
+
+
+def _b64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+def decode_produce_records(request: ProduceRequest) -> list[tuple[bytes | None, bytes]]:
+    out: list[tuple[bytes | None, bytes]] = []
+    field = "value"
+    index = 0
+    try:
+        for index, record in enumerate(request.records):  # noqa: B007 - used in the message
+            field = "key"
+            key = None if record.key is None else _b64(record.key)
+            field = "value"
+            out.append((key, _b64(record.value)))
+    except (binascii.Error, ValueError):
+        raise ValueError(f"records[{index}].{field}: not base64") from None
+    return out
+
+
+class MoveReplicaRequest(Message):
+    topic: str
+    partition: Int32
+    directory_id: UuidField
+    max_bytes_per_second: Int64 | None = Field(default=None, ge=1)
+
+
+class ReplicaFetchPartition(Message):
+    topic_id: UuidField
+    partition: Int32
+    fetch_offset: Int64 = Field(ge=0)
+    last_fetched_epoch: Int32 = -1
+    current_leader_epoch: Int32
+
+
+class ReplicaFetchRequest(Message):
+    """A follower's fetch (extension `POST /v1/replica/fetch`): one request per leader."""
+
+    replica_id: Int32 = Field(ge=0)
+    broker_epoch: Int64 = -1
+    max_wait_ms: int = Field(default=500, ge=0, le=60_000)
+    max_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=2**31 - 1)
+    partition_max_bytes: int = Field(default=1024 * 1024, ge=1, le=2**31 - 1)
+    partitions: list[ReplicaFetchPartition]
+
+    @model_validator(mode="after")
+    def _limit(self) -> ReplicaFetchRequest:
+        if len(self.partitions) > MAX_PARTITIONS_PER_REQUEST:
+            raise ValueError(
+                f"partitions: {len(self.partitions)} exceed the limit of {MAX_PARTITIONS_PER_REQUEST} per request"
+            )
+        return self

@@ -1,0 +1,246 @@
+"""`jbodctl local up|down|status|fail-disk|restore-disk` against real processes, and the demo's
+verification rules (pure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jbod_client import local_cluster
+from jbod_client.demo import Consumed, DeliveryLog, parse_value, record_value, verify
+
+JBODCTL = str(Path(sys.executable).parent / "jbodctl")
+
+
+def run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """`jbodctl local ARGS` as a real process."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([JBODCTL, "local", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def ok(*args: str) -> str:
+    result = run(*args)
+    assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def status(root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(ok("status", "--dir", str(root), "--output", "json"))
+    return data
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jbodctl: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "cluster"
+    yield path
+    if (path / local_cluster.STATE_FILE).exists():  # never leave processes behind
+        local_cluster.down(path, grace=2)
+
+
+def running(pid: int) -> bool:
+    """A live process (a zombie has an empty command line)."""
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False
+
+
+def disk_ids(data: dict[str, Any]) -> dict[int, list[str]]:
+    return {b["brokerId"]: [d["directoryId"] for d in b["disks"]] for b in data["brokers"]}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_lifecycle_up_fail_restore_down_up(root: Path) -> None:
+    out = ok("up", "--dir", str(root))
+    assert "every broker is unfenced" in out
+    first = status(root)
+    assert first["running"] and first["controller"]["running"]
+    assert [b["brokerId"] for b in first["brokers"]] == [1, 2, 3]
+    for broker in first["brokers"]:
+        assert broker["running"] and broker["registered"] and broker["fenced"] is False
+        assert [d["path"] for d in broker["disks"]] == [
+            str(root / f"broker-{broker['brokerId']}" / f"disk-{k}") for k in (1, 2, 3)
+        ]
+        assert all(d["state"] == "online" for d in broker["disks"])
+        assert sorted(broker["logDirs"]) == sorted(d["directoryId"] for d in broker["disks"])
+        assert broker["offlineLogDirs"] == []
+    ids = disk_ids(first)
+    assert len({i for dirs in ids.values() for i in dirs}) == 9
+
+    assert "already up" in ok("up", "--dir", str(root))
+
+    # Bad input changes nothing.
+    state_before = (root / local_cluster.STATE_FILE).read_text()
+    assert "no broker 7" in one_line_error(run("fail-disk", "7", "1", "--dir", str(root)))
+    assert "disks 1..3, not 4" in one_line_error(run("fail-disk", "2", "4", "--dir", str(root)))
+    assert "not a disk of broker 2" in one_line_error(run("fail-disk", "2", "/nowhere", "--dir", str(root)))
+    assert "is not failed" in one_line_error(run("restore-disk", "2", "1", "--dir", str(root)))
+    with local_cluster.exclusive(root):
+        assert "another jbodctl local command" in one_line_error(
+            run("fail-disk", "2", "1", "--dir", str(root))
+        )
+    assert (root / local_cluster.STATE_FILE).read_text() == state_before
+    assert all((root / "broker-2" / f"disk-{k}").is_dir() for k in (1, 2, 3))
+
+    failed_id = ids[2][0]
+    out = ok("fail-disk", "2", "1", "--dir", str(root))
+    assert f"took dir {failed_id} of broker 2 offline" in out
+    assert (root / "broker-2" / ".failed-disk-1").is_dir()
+    after_failure = status(root)
+    broker2 = after_failure["brokers"][1]
+    assert broker2["offlineLogDirs"] == [failed_id]
+    assert failed_id not in broker2["logDirs"]
+    assert broker2["disks"][0]["state"] == "offline" and broker2["disks"][0]["failedByFailDisk"]
+    assert "already failed" in one_line_error(run("fail-disk", "2", "disk-1", "--dir", str(root)))
+
+    out = ok("restore-disk", "2", str(root / "broker-2" / "disk-1"), "--dir", str(root))
+    assert "unfenced again" in out
+    restored = status(root)["brokers"][1]
+    assert restored["fenced"] is False and restored["offlineLogDirs"] == []
+    assert sorted(restored["logDirs"]) == sorted(ids[2])
+    assert all(d["state"] == "online" for d in restored["disks"])
+
+    current = status(root)
+    pids = [current["controller"]["pid"], *(b["pid"] for b in current["brokers"])]
+    out = ok("down", "--dir", str(root))
+    assert "Stopped broker 1, broker 2, broker 3, controller" in out
+    assert not any(running(pid) for pid in pids)
+    assert "not running" in one_line_error(run("status", "--dir", str(root)))
+    assert "already down" in ok("down", "--dir", str(root))
+
+    ok("up", "--dir", str(root))
+    again = status(root)
+    assert again["clusterId"] == first["clusterId"]
+    assert disk_ids(again) == ids
+    assert all(b["fenced"] is False for b in again["brokers"])
+
+    ok("down", "--dir", str(root), "--purge")
+    assert not root.exists()
+
+
+def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
+    for args in (("status",), ("down",), ("fail-disk", "1", "1"), ("restore-disk", "1", "1")):
+        line = one_line_error(run(*args, "--dir", str(tmp_path)))
+        assert f"no local cluster in {tmp_path}" in line
+    (tmp_path / "precious").write_text("keep me")
+    line = one_line_error(run("up", "--fresh", "--dir", str(tmp_path)))
+    assert "refusing" in line
+    assert (tmp_path / "precious").exists()
+
+
+# -- the demo's verification (pure) ---------------------------------------------------------------
+
+
+def test_record_values_carry_their_identity() -> None:
+    value = record_value(4, 17)
+    assert len(value) == 1024
+    assert parse_value(value) == (4, 17)
+    assert parse_value(b"hello") is None
+    assert parse_value(None) is None
+
+
+def _consumed(*rows: tuple[int, int, int]) -> list[Consumed]:
+    """(partition, offset, seq) rows."""
+    return [Consumed(p, o, record_value(p, s, size=32)) for p, o, s in rows]
+
+
+def test_verify_accepts_a_clean_read() -> None:
+    acked = {(0, 0): 0, (0, 1): 1, (1, 0): 0}
+    result = verify(acked, _consumed((0, 0, 0), (0, 1, 1), (1, 0, 0)), sent={0: 2, 1: 1}, retried=set())
+    assert result.ok and result.problems() == []
+    assert (result.acknowledged, result.consumed, result.unique) == (3, 3, 3)
+
+
+def test_verify_reports_lost_misplaced_and_reordered_records() -> None:
+    acked = {(0, 0): 0, (0, 1): 1, (0, 2): 2}
+    lost = verify(acked, _consumed((0, 0, 0), (0, 1, 1)), sent={0: 3}, retried=set())
+    assert lost.lost == ((0, 2),) and not lost.ok
+    moved = verify(acked, _consumed((0, 0, 0), (0, 1, 1), (0, 5, 2)), sent={0: 3}, retried=set())
+    assert moved.misplaced == (((0, 2), 2),) and not moved.ok
+    reordered = verify(
+        {(0, 0): 0, (0, 1): 2, (0, 2): 1},
+        _consumed((0, 0, 0), (0, 1, 2), (0, 2, 1)),
+        sent={0: 3},
+        retried=set(),
+    )
+    assert reordered.out_of_order == ((0, 2, 1),)
+    foreign = verify({}, [Consumed(0, 0, b"garbage")], sent={0: 0}, retried=set())
+    assert foreign.foreign == ((0, 0),) and not foreign.ok
+
+
+def test_verify_allows_duplicates_only_of_retried_records() -> None:
+    # Sequences 1-2 were written at offsets 1-2, not acknowledged, retried, acknowledged at 3-4.
+    acked = {(0, 0): 0, (0, 1): 3, (0, 2): 4}
+    rows = _consumed((0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 1), (0, 4, 2))
+    allowed = verify(acked, rows, sent={0: 3}, retried={(0, 1), (0, 2)})
+    assert allowed.ok and allowed.allowed_duplicates == 2
+    unexpected = verify(acked, rows, sent={0: 3}, retried={(0, 1)})
+    assert unexpected.unexpected_duplicates == ((0, 2),) and not unexpected.ok
+
+
+def test_delivery_log_marks_pending_records_of_a_retried_partition() -> None:
+    now = [0.0]
+    log = DeliveryLog(clock=lambda: now[0])
+    seqs = [log.send(0), log.send(0), log.send(1)]
+    assert seqs == [0, 1, 0]
+    log.on_ack(0, 0, 0)
+    log.on_retry("demo", 0, 56)
+    log.on_retry("other", 1, 6)
+    assert log.retried == {(0, 1)}
+    now[0] = 2.0
+    log.on_ack(0, 1, 1)
+    assert log.first_ack_after([0], 1.0) == 2.0
+    assert log.first_ack_after([1], 0.0) is None
+    assert log.retry_codes == {56: 1}
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in local_cluster.LOOP_TOOLS),
+    reason="needs root and mkfs.ext4/losetup/mount (CI runs as root)",
+)
+def test_loop_disks_fail_for_real_and_survive_restarts(root: Path) -> None:
+    ok("up", "--dir", str(root), "--loop", "--disk-size", "16", "--disks", "2")
+    disks = [root / f"broker-{b}" / f"disk-{k}" for b in (1, 2, 3) for k in (1, 2)]
+    assert all(local_cluster.mount_of(d) is not None for d in disks)
+    ids = disk_ids(status(root))
+
+    out = ok("fail-disk", "1", "2", "--dir", str(root))
+    assert "EXT4_IOC_SHUTDOWN" in out
+    broker1 = status(root)["brokers"][0]
+    assert broker1["offlineLogDirs"] == [ids[1][1]]
+    assert broker1["disks"][1]["state"] == "offline" and "EIO" in broker1["disks"][1]["error"]
+
+    ok("down", "--dir", str(root))
+    assert not any(local_cluster.mount_of(d) for d in disks)
+    ok("up", "--dir", str(root))  # the failed disk stays failed: shut down again at mount
+    broker1 = status(root)["brokers"][0]
+    assert broker1["disks"][1]["state"] == "offline" and ids[1][1] not in broker1["logDirs"]
+
+    ok("restore-disk", "1", "2", "--dir", str(root))
+    broker1 = status(root)["brokers"][0]
+    assert sorted(broker1["logDirs"]) == sorted(ids[1]) and broker1["fenced"] is False
+    assert disk_ids(status(root)) == ids
+
+    ok("down", "--dir", str(root), "--purge")
+    assert not any(local_cluster.mount_of(d) for d in disks)
+    assert not root.exists()
