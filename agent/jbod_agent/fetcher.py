@@ -203,7 +203,7 @@ class Fetchers:
                 local_end_offset=log_.end_offset,
                 high_watermark=log_.high_watermark,
             )
-            target = max(target, log_.log_start_offset)
+            target = min(max(target, log_.log_start_offset), log_.end_offset)
             if target < log_.end_offset:
                 log.info(
                     "%s: truncating %d record(s) to offset %d (diverged from the leader at epoch %d)",
@@ -212,7 +212,10 @@ class Fetchers:
                     target,
                     diverging["epoch"],
                 )
-                log_.truncate_to(target)
+                self.agent.mover.source_truncated(hosted.key, target)
+            # Even with nothing to cut, epochs that start at or after the target go (an epoch this
+            # broker recorded as leader but never wrote in), or the next fetch would diverge again.
+            log_.truncate_to(target)
             return
         if len(data) and log_.end_offset == offset:
             log_.append_replicated(bytes(data))
@@ -228,6 +231,8 @@ class Fetchers:
         if offset < start:
             log.warning("%s: the leader's log starts at %d; starting over there", hosted.name, start)
             log_.truncate_fully_and_start_at(start)
+            self.agent.mover.source_truncated(hosted.key, start)
         elif offset > end:
             log.warning("%s: ahead of the leader's end offset %d; truncating", hosted.name, end)
             log_.truncate_to(max(end, log_.log_start_offset))
+            self.agent.mover.source_truncated(hosted.key, max(end, log_.log_start_offset))

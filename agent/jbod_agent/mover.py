@@ -73,6 +73,7 @@ class Move:
     started: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     reported: bool = False
+    truncated_to: int | None = None  # the current replica was truncated (a follower diverged)
 
     @property
     def active(self) -> bool:
@@ -199,6 +200,12 @@ class Mover:
             self.agent.placements_now.set()
         log.warning("Move of %s-%d to %s reverted: %s", move.topic, key[1], move.destination, reason)
 
+    def source_truncated(self, key: PartitionKey, offset: int) -> None:
+        """The current replica lost its records from `offset` on: the copy must drop them too."""
+        move = self.moves.get(key)
+        if move is not None and move.active:
+            move.truncated_to = offset if move.truncated_to is None else min(offset, move.truncated_to)
+
     def dir_failed(self, directory: Uuid) -> None:
         for key, move in list(self.moves.items()):
             if move.active and directory in (move.source, move.destination):
@@ -227,6 +234,11 @@ class Mover:
                 future = move.future_log
                 assert future is not None
                 source = hosted.log
+                if future.end_offset < source.log_start_offset:  # retention ran ahead of the copy
+                    move.truncated_to = source.log_start_offset
+                if move.truncated_to is not None:
+                    await asyncio.to_thread(_follow_truncation, move, source)
+                    continue
                 if future.end_offset < source.end_offset:
                     chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
                     data = source.read(future.end_offset, chunk)
@@ -281,6 +293,8 @@ class Mover:
         future = move.future_log
         assert future is not None
         source = hosted.log
+        if move.truncated_to is not None:
+            _follow_truncation(move, source)
         while future.end_offset < source.end_offset:
             future.append_replicated(source.read(future.end_offset, 16 * _CHUNK))
         for epoch, start in source.epoch_entries():
@@ -309,6 +323,17 @@ class Mover:
             move.copied_bytes,
             time.monotonic() - move.started,
         )
+
+
+def _follow_truncation(move: Move, source: PartitionLog) -> None:
+    future = move.future_log
+    assert future is not None and move.truncated_to is not None
+    offset = move.truncated_to
+    move.truncated_to = None
+    if source.log_start_offset > future.end_offset or offset < future.log_start_offset:
+        future.truncate_fully_and_start_at(source.log_start_offset)
+    elif offset < future.end_offset:
+        future.truncate_to(offset)
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""Divergence handling on real partition logs: the leader's check and the follower's truncation
+(the same calls `replica_manager` and `fetcher` make), until the follower's log is a prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jbod_agent.fetcher import decode_reply, encode_reply
+from jbod_agent.partition_log import PartitionLog
+from jbod_core.replication import diverging_epoch, truncation_offset
+
+
+def _log(path: Path) -> PartitionLog:
+    path.mkdir()
+    return PartitionLog.open(path)
+
+
+def _converge(leader: PartitionLog, follower: PartitionLog) -> int:
+    """Run fetch rounds as the fetcher does; returns how many truncations it took."""
+    rounds = 0
+    while True:
+        diverging = diverging_epoch(follower.end_offset, follower.latest_epoch, leader.epoch_end_offset)
+        if diverging is None:
+            break
+        rounds += 1
+        assert rounds < 10, "divergence never resolves"
+        target = truncation_offset(
+            diverging,
+            follower.epoch_end_offset,
+            local_end_offset=follower.end_offset,
+            high_watermark=follower.high_watermark,
+        )
+        follower.truncate_to(min(max(target, follower.log_start_offset), follower.end_offset))
+    if follower.end_offset < leader.end_offset:
+        follower.append_replicated(leader.read(follower.end_offset, 1 << 20))
+    return rounds
+
+
+def _values(log: PartitionLog) -> list[bytes]:
+    from jbod_agent.record_batch import decode_records, iter_headers
+
+    data = log.read(log.log_start_offset, 1 << 20) if log.end_offset > log.log_start_offset else b""
+    out = []
+    for header in iter_headers(data):
+        out += [v for _, _, v in decode_records(data[header.position : header.position + header.size])]
+    return out
+
+
+def test_follower_drops_an_unacknowledged_suffix_of_an_old_epoch(tmp_path: Path) -> None:
+    old_leader = _log(tmp_path / "a")
+    new_leader = _log(tmp_path / "b")
+    for log in (old_leader, new_leader):
+        log.append_as_leader([(None, b"committed")], leader_epoch=0)
+    old_leader.append_as_leader([(None, b"lost-1"), (None, b"lost-2")], leader_epoch=0)
+    new_leader.assign_epoch_start(1)
+    new_leader.append_as_leader([(None, b"new-1")], leader_epoch=1)
+    assert _converge(new_leader, old_leader) == 1
+    assert _values(old_leader) == [b"committed", b"new-1"]
+
+
+def test_an_epoch_led_without_writes_does_not_make_the_follower_diverge_forever(tmp_path: Path) -> None:
+    leader = _log(tmp_path / "a")
+    follower = _log(tmp_path / "b")
+    for log in (leader, follower):
+        log.append_as_leader([(None, b"x")], leader_epoch=0)
+    follower.assign_epoch_start(1)  # led briefly at epoch 1, wrote nothing
+    leader.assign_epoch_start(2)
+    leader.append_as_leader([(None, b"y")], leader_epoch=2)
+    assert _converge(leader, follower) == 1
+    assert follower.latest_epoch == 2 and _values(follower) == [b"x", b"y"]
+
+
+def test_replica_fetch_reply_codec_round_trips() -> None:
+    header = {"errorCode": 0, "partitions": [{"size": 3}, {"size": 2}]}
+    decoded, payload = decode_reply(encode_reply(header, [b"abc", b"de"]))
+    assert decoded == header and bytes(payload) == b"abcde"
+    for broken in (b"", b"\x00\x00\x00\x10{}"):
+        try:
+            decode_reply(broken)
+        except ValueError:
+            continue
+        raise AssertionError(f"{broken!r} was accepted")
