@@ -616,12 +616,11 @@ class Agent:
                 state.path, device=state.device, directory_id=state.directory_id, payload=self._payload
             ),
         )
-        try:
-            return await asyncio.wait_for(future, self.config.log_dir_probe_timeout_ms / 1000)
-        except TimeoutError:
+        result = await _bounded_by_running_time(future, self.config.log_dir_probe_timeout_ms / 1000)
+        if result is None:
             state.executor.shutdown(wait=False)
             state.executor = None
-            return None
+        return result
 
     async def _probe_forever(self, state: LogDirState) -> None:
         interval = self.config.log_dir_probe_interval_ms / 1000
@@ -755,6 +754,29 @@ class Agent:
                 }
             )
         return out
+
+
+async def _bounded_by_running_time(
+    future: asyncio.Future[probe.ProbeResult], timeout: float
+) -> probe.ProbeResult | None:
+    """The future's result, or None once it has taken `timeout` seconds of this process's time.
+
+    Time during which the whole process was frozen (SIGSTOP, a VM pause) is not counted: each
+    step counts at most twice its nominal length, so a paused process does not mistake a healthy
+    disk for a hung one, while a disk that hangs the probe thread is still caught in time.
+    """
+    step = max(0.005, min(0.1, timeout / 10))
+    counted = 0.0
+    last = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({future}, timeout=step)
+        if done:
+            return future.result()
+        now = time.monotonic()
+        counted += min(now - last, 2 * step)
+        last = now
+        if counted >= timeout:
+            return None
 
 
 def _create_replicas(batch: list[tuple[PartitionKey, Uuid, Path, str]]) -> list[Path | OSError]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import time
 
@@ -268,3 +269,21 @@ def test_losing_the_metadata_dir_stops_the_broker(cluster: Cluster) -> None:
     assert broker.process is not None
     assert broker.process.wait(timeout=15) == 4
     assert "metadata log dir" in broker.log_path.read_text()
+
+
+def test_a_paused_broker_does_not_take_its_healthy_dirs_for_hung_ones(cluster: Cluster) -> None:
+    """A process frozen longer than the probe timeout (SIGSTOP, VM pause) while a probe is in
+    flight: the frozen time is not the disk's, so no dir goes offline and the broker stays up."""
+    broker = cluster.add_broker(1, log_dir_probe_interval_ms="10", log_dir_probe_timeout_ms="500")
+    wait_for(lambda: cluster.all_unfenced(1), what="broker 1 unfenced")
+    process = broker.process
+    assert process is not None
+    for _ in range(4):
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)  # twice the probe timeout, far below the 9 s session timeout
+        process.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+    time.sleep(0.5)
+    assert process.poll() is None, broker.log_path.read_text()[-2000:]
+    assert cluster.admin.broker(1)["offlineLogDirs"] == []
+    assert all(d["state"] == "online" for d in cluster.log_dirs(1))
