@@ -9,13 +9,11 @@ moves → finish producing → consume everything → verify → summary → res
 (unless `--keep`; a failed verification stops the cluster but keeps its directory and logs).
 
 Guarantees:
-* The verdict is `verify`, a pure function of what was acknowledged (partition, sequence number,
-  offset), what was consumed, and which records were pending when their partition was retried.
-  It fails if an acknowledged record is missing or not at its acknowledged offset, if a
-  partition's records are out of order, if a record appears twice without its batch having been
-  retried, or if a record was never sent.
-* Each record's value starts with `partition:sequence:` so that it can be identified when read.
-* The command exits non-zero (`DemoError`) whenever `verify` fails, and never leaves processes
+* The verdict is the shared history checker (`jbod_client.history`): it fails if an acknowledged
+  record is missing or not at its acknowledged offset, if a partition's acknowledged records are
+  out of order, if a record appears twice without its batch having been retried, or if a record
+  was never sent.
+* The command exits non-zero (`DemoError`) whenever the check fails, and never leaves processes
   running unless `--keep` is given.
 """
 
@@ -26,7 +24,7 @@ import contextlib
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,7 @@ from rich.text import Text
 
 from jbod_client import local_cluster, tables
 from jbod_client.controller import ClientError
+from jbod_client.history import Consumed, History, RecordId, Report, make_value
 from jbod_core.ids import UNASSIGNED_DIR
 
 TOPIC = "demo"
@@ -57,178 +56,51 @@ MIN_INSYNC_REPLICAS = 2
 RECORD_BYTES = 1024
 FAIL_AFTER_FRACTION = 1 / 3  # take the disk away once this share of the records is acknowledged
 
-RecordId = tuple[int, int]  # (partition, sequence number within the partition)
-
-
 class DemoError(ClientError):
     """The demo found lost, misplaced, reordered or unexpected records (or could not run)."""
 
 
-# -- records and their verification (pure) ------------------------------------------------------
-
-
-def record_value(partition: int, seq: int, *, size: int = RECORD_BYTES) -> bytes:
-    """`partition:sequence:` followed by filler up to `size` bytes."""
-    head = f"{partition}:{seq:08d}:".encode()
-    return head + b"x" * max(0, size - len(head))
-
-
-def parse_value(value: bytes | None) -> RecordId | None:
-    """The (partition, sequence) a demo value carries; None for anything else."""
-    if value is None:
-        return None
-    parts = value.split(b":", 2)
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-@dataclass(frozen=True)
-class Consumed:
-    partition: int
-    offset: int
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class Verification:
-    acknowledged: int
-    consumed: int
-    unique: int
-    lost: tuple[RecordId, ...]  # acknowledged, never read
-    misplaced: tuple[tuple[RecordId, int], ...]  # acknowledged, not read at its acknowledged offset
-    out_of_order: tuple[tuple[int, int, int], ...]  # (partition, offset, sequence) read after a later one
-    allowed_duplicates: int  # extra copies of records that were pending when their partition retried
-    unexpected_duplicates: tuple[RecordId, ...]
-    foreign: tuple[tuple[int, int], ...]  # (partition, offset) of values the demo never sent there
-
-    @property
-    def ok(self) -> bool:
-        return not (
-            self.lost or self.misplaced or self.out_of_order or self.unexpected_duplicates or self.foreign
-        )
-
-    def problems(self) -> list[str]:
-        found = []
-        if self.lost:
-            found.append(f"{len(self.lost)} acknowledged records missing (first: {_rid(self.lost[0])})")
-        if self.misplaced:
-            rid, offset = self.misplaced[0]
-            found.append(
-                f"{len(self.misplaced)} acknowledged records not at their acknowledged offset "
-                f"(first: {_rid(rid)}, acknowledged at offset {offset})"
-            )
-        if self.out_of_order:
-            partition, offset, seq = self.out_of_order[0]
-            found.append(
-                f"{len(self.out_of_order)} records out of order (first: partition {partition} "
-                f"offset {offset} holds sequence {seq} after a later one)"
-            )
-        if self.unexpected_duplicates:
-            found.append(
-                f"{len(self.unexpected_duplicates)} records duplicated although their batch was never "
-                f"retried (first: {_rid(self.unexpected_duplicates[0])})"
-            )
-        if self.foreign:
-            partition, offset = self.foreign[0]
-            found.append(
-                f"{len(self.foreign)} records the demo did not send (first: partition {partition} offset {offset})"
-            )
-        return found
-
-
-def _rid(rid: RecordId) -> str:
-    return f"partition {rid[0]} sequence {rid[1]}"
-
-
-def verify(
-    acked: Mapping[RecordId, int],
-    consumed: Iterable[Consumed],
-    *,
-    sent: Mapping[int, int],
-    retried: set[RecordId],
-) -> Verification:
-    """Check what was read against what was acknowledged. `acked`: record → acknowledged offset;
-    `sent`: partition → number of records sent to it; `retried`: records pending in their
-    partition when it was retried (the only ones that may appear twice)."""
-    by_offset: dict[tuple[int, int], RecordId | None] = {}
-    copies: dict[RecordId, int] = Counter()
-    foreign: list[tuple[int, int]] = []
-    for record in consumed:
-        rid = parse_value(record.value)
-        if rid is None or rid[0] != record.partition or rid[1] >= sent.get(record.partition, 0):
-            foreign.append((record.partition, record.offset))
-            rid = None
-        if (record.partition, record.offset) in by_offset:
-            continue  # the same offset read twice is one record, not a duplicate
-        by_offset[(record.partition, record.offset)] = rid
-        if rid is not None:
-            copies[rid] += 1
-    lost = []
-    misplaced = []
-    for rid, offset in sorted(acked.items()):
-        if copies.get(rid, 0) == 0:
-            lost.append(rid)
-        elif by_offset.get((rid[0], offset)) != rid:
-            misplaced.append((rid, offset))
-    out_of_order = []
-    highest: dict[int, int] = {}
-    seen: set[RecordId] = set()
-    for (partition, offset), rid in sorted(by_offset.items()):
-        if rid is None or rid in seen:
-            continue  # order is judged on first copies; later copies are duplicates
-        seen.add(rid)
-        if rid[1] < highest.get(partition, -1):
-            out_of_order.append((partition, offset, rid[1]))
-        highest[partition] = max(highest.get(partition, -1), rid[1])
-    allowed = sum(n - 1 for rid, n in copies.items() if n > 1 and rid in retried)
-    unexpected = sorted(rid for rid, n in copies.items() if n > 1 and rid not in retried)
-    return Verification(
-        acknowledged=len(acked),
-        consumed=len(by_offset),
-        unique=len(copies),
-        lost=tuple(lost),
-        misplaced=tuple(misplaced),
-        out_of_order=tuple(out_of_order),
-        allowed_duplicates=allowed,
-        unexpected_duplicates=tuple(unexpected),
-        foreign=tuple(foreign),
-    )
+# -- what the producer reported ------------------------------------------------------------------
 
 
 @dataclass
 class DeliveryLog:
-    """What the producer reported, record by record (filled by future callbacks and hooks)."""
+    """What the producer reported, record by record (filled by future callbacks and hooks), kept
+    in the shared `History` checker plus the timings the summary needs."""
 
     clock: Callable[[], float] = time.monotonic
+    history: History = field(default_factory=History)
     next_seq: dict[int, int] = field(default_factory=dict)
-    pending: dict[int, set[int]] = field(default_factory=dict)
-    acked: dict[RecordId, int] = field(default_factory=dict)
     ack_times: dict[int, list[float]] = field(default_factory=dict)
-    failed: dict[RecordId, int] = field(default_factory=dict)
-    retried: set[RecordId] = field(default_factory=set)
     retry_codes: Counter[int] = field(default_factory=Counter)
 
-    def send(self, partition: int) -> int:
+    def send(self, partition: int) -> RecordId:
         seq = self.next_seq.get(partition, 0)
         self.next_seq[partition] = seq + 1
-        self.pending.setdefault(partition, set()).add(seq)
-        return seq
+        rid = (f"p{partition}", seq)
+        self.history.on_send(rid, TOPIC, partition)
+        return rid
 
-    def on_ack(self, partition: int, seq: int, offset: int) -> None:
-        self.pending.get(partition, set()).discard(seq)
-        self.acked[(partition, seq)] = offset
+    def on_ack(self, rid: RecordId, partition: int, offset: int) -> None:
+        self.history.on_ack(rid, offset)
         self.ack_times.setdefault(partition, []).append(self.clock())
 
-    def on_failure(self, partition: int, seq: int, code: int) -> None:
-        self.pending.get(partition, set()).discard(seq)
-        self.failed[(partition, seq)] = code
+    def on_failure(self, rid: RecordId, code: int) -> None:
+        self.history.on_failure(rid, code)
 
     def on_retry(self, topic: str, partition: int, code: int) -> None:
         if topic != TOPIC:
             return
         self.retry_codes[code] += 1
-        self.retried.update((partition, seq) for seq in self.pending.get(partition, ()))
+        self.history.on_partition_retry(topic, partition)
+
+    @property
+    def acked(self) -> dict[RecordId, int]:
+        return self.history.acked
+
+    @property
+    def failed(self) -> dict[RecordId, int]:
+        return self.history.failed
 
     @property
     def sent(self) -> int:
@@ -238,9 +110,6 @@ class DeliveryLog:
         """The earliest acknowledgement at or after `moment` in any of `partitions`."""
         times = [t for p in partitions for t in self.ack_times.get(p, []) if t >= moment]
         return min(times) if times else None
-
-
-# -- the scenario --------------------------------------------------------------------------------
 
 
 class _RateColumn(ProgressColumn):
@@ -264,7 +133,7 @@ def _progress() -> Progress:
 class DemoReport:
     records: int
     log: DeliveryLog
-    verification: Verification
+    verification: Report
     failure: local_cluster.DiskFailure | None
     failover_seconds: float | None
     produce_seconds: float
@@ -321,26 +190,26 @@ async def _pick_disk(layout: local_cluster.ClusterLayout, token: str) -> tuple[i
 async def _produce(producer: Any, log: DeliveryLog, *, records: int) -> None:
     from jbod_client.producer import ProduceError
 
-    def done(partition: int, seq: int) -> Callable[[asyncio.Future[Any]], None]:
+    def done(rid: RecordId, partition: int) -> Callable[[asyncio.Future[Any]], None]:
         def callback(future: asyncio.Future[Any]) -> None:
             if future.cancelled():
-                log.on_failure(partition, seq, -1)
+                log.on_failure(rid, -1)
             elif (exc := future.exception()) is not None:
-                log.on_failure(partition, seq, int(getattr(exc, "code", -1)))
+                log.on_failure(rid, int(getattr(exc, "code", -1)))
             else:
-                log.on_ack(partition, seq, int(future.result().offset))
+                log.on_ack(rid, partition, int(future.result().offset))
 
         return callback
 
     for i in range(records):
         partition = i % PARTITIONS
-        seq = log.send(partition)
+        rid = log.send(partition)
         try:
-            future = await producer.send(TOPIC, record_value(partition, seq), partition=partition)
+            future = await producer.send(TOPIC, make_value(*rid), partition=partition)
         except ProduceError as exc:
-            log.on_failure(partition, seq, exc.code)
+            log.on_failure(rid, exc.code)
             continue
-        future.add_done_callback(done(partition, seq))
+        future.add_done_callback(done(rid, partition))
     await producer.flush()
 
 
@@ -350,7 +219,8 @@ async def _consume(
     from jbod_client.consumer import Consumer
 
     wanted: dict[int, int] = {}
-    for (partition, _seq), offset in log.acked.items():
+    for rid, offset in log.acked.items():
+        partition = log.history.sent[rid][1]
         wanted[partition] = max(wanted.get(partition, -1), offset)
     task = progress.add_task("Consuming", total=len(log.acked))
     reached: dict[int, int] = {}
@@ -361,7 +231,7 @@ async def _consume(
         while time.monotonic() < deadline:
             batch = await consumer.poll(timeout=1.0)
             for r in batch:
-                out.append(Consumed(int(r.partition), int(r.offset), r.value))
+                out.append(Consumed(TOPIC, int(r.partition), int(r.offset), r.value))
                 reached[r.partition] = max(reached.get(r.partition, -1), int(r.offset))
             progress.update(task, completed=min(len(out), len(log.acked)))
             caught_up = all(reached.get(p, -1) >= o for p, o in wanted.items())
@@ -471,7 +341,7 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
     with Live(consume_progress, console=console, refresh_per_second=8):
         consumed = await _consume(layout, token, log, consume_progress, timeout=30.0)
     _end_live(console)
-    verification = verify(log.acked, consumed, sent=log.next_seq, retried=log.retried)
+    verification = log.history.check(consumed)
 
     failover: float | None = None
     if failure is not None and failure.offline_after is not None:
@@ -501,7 +371,7 @@ def summary_table(report: DemoReport) -> Table:
     table.add_row("records failed (not acknowledged)", f"{len(log.failed):,}")
     table.add_row("producer retries", f"{sum(log.retry_codes.values()):,}")
     table.add_row("records consumed", f"{v.consumed:,} ({v.unique:,} distinct)")
-    table.add_row("duplicates from retried batches", f"{v.allowed_duplicates:,}")
+    table.add_row("duplicates from retried batches", f"{v.retried_duplicates:,}")
     if report.failure is not None:
         f = report.failure
         table.add_row("failed disk", f"broker {f.broker_id} disk-{f.index} ({f.directory_id})")

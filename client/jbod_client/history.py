@@ -1,36 +1,46 @@
-"""A history checker for produce/consume runs: every acknowledged record consumed once, in order.
+"""The history checker of produce/consume runs: every acknowledged record consumed once, in order.
+
+One checker for the demo, the KIP-112 system tests and the benchmarks.
 
 Guarantees:
 * Values carry a unique id (`make_value` / `record_id`), so a consumed record is matched to the
   send that produced it whatever offset it landed at.
-* `History.check` reports, per run:
+* `History` records sends, acknowledgements (with their offsets), failures and retries. A retry
+  of a partition (`on_partition_retry`) marks every record of it not yet acknowledged or failed
+  as retried: the producer is not idempotent, so a retried batch may legitimately land twice.
+* `History.check` reads the consumed records (the same offset read twice counts once) and reports:
   - `missing`: acknowledged ids never consumed (data loss);
-  - `moved`: acknowledged ids consumed at another offset than the one acknowledged (history was
+  - `moved`: acknowledged ids not found at the offset they were acknowledged at (history was
     rewritten under a committed record);
-  - `duplicated`: ids consumed more than once whose batch was never retried (a retried batch may
-    legitimately land twice: the producer is not idempotent) — those are counted apart as
-    `retried_duplicates`;
-  - `reordered`: pairs of acknowledged records of one partition consumed in an order other than
-    the order they were sent in;
-  - `unknown`: consumed values that no producer sent.
-  `Report.ok` is true only when the first five lists are empty.
+  - `duplicated`: ids consumed more than once that were never retried; the extra copies of
+    retried ids are only counted (`retried_duplicates`);
+  - `reordered`: acknowledged records of one partition whose first copy comes after the first
+    copy of an acknowledged record sent later to that partition (records that were never
+    acknowledged carry no order promise: a request abandoned in transit may land late);
+  - `unknown`: consumed values no producer sent to that topic and partition.
+  `Report.ok` is true only when all five are empty.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 PREFIX = b"jbod:"
+RecordId = tuple[str, int]  # (run, sequence)
 
 
 def make_value(run: str, sequence: int, size: int = 1024) -> bytes:
+    """`jbod:<run>:<sequence>:` followed by filler up to `size` bytes."""
     head = PREFIX + f"{run}:{sequence}:".encode()
     return head + b"x" * max(0, size - len(head))
 
 
-def record_id(value: bytes) -> tuple[str, int] | None:
-    if not value.startswith(PREFIX):
+def record_id(value: bytes | None) -> RecordId | None:
+    """The (run, sequence) a value carries; None for anything else."""
+    if value is None or not value.startswith(PREFIX):
         return None
     parts = value[len(PREFIX) :].split(b":", 2)
     if len(parts) < 3:
@@ -41,78 +51,136 @@ def record_id(value: bytes) -> tuple[str, int] | None:
         return None
 
 
+class Consumed(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
 @dataclass
 class Report:
     acknowledged: int = 0
     consumed: int = 0
-    missing: list[tuple[str, int]] = field(default_factory=list)
-    moved: list[tuple[tuple[str, int], int, int]] = field(default_factory=list)
-    duplicated: list[tuple[str, int]] = field(default_factory=list)
+    unique: int = 0
+    missing: list[RecordId] = field(default_factory=list)
+    moved: list[tuple[RecordId, int]] = field(default_factory=list)  # (id, acknowledged offset)
+    duplicated: list[RecordId] = field(default_factory=list)
     retried_duplicates: int = 0
-    reordered: list[tuple[tuple[str, int], tuple[str, int]]] = field(default_factory=list)
-    unknown: int = 0
+    reordered: list[tuple[str, int, int, RecordId]] = field(default_factory=list)  # topic, partition, offset, id
+    unknown: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, offset
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.moved or self.duplicated or self.reordered or self.unknown)
 
+    def problems(self) -> list[str]:
+        found = []
+        if self.missing:
+            found.append(f"{len(self.missing)} acknowledged records missing (first: {self.missing[0]})")
+        if self.moved:
+            rid, offset = self.moved[0]
+            found.append(
+                f"{len(self.moved)} acknowledged records not at their acknowledged offset "
+                f"(first: {rid}, acknowledged at offset {offset})"
+            )
+        if self.reordered:
+            topic, partition, offset, rid = self.reordered[0]
+            found.append(
+                f"{len(self.reordered)} records out of order (first: {topic}-{partition} offset {offset} "
+                f"holds {rid} after a record sent later)"
+            )
+        if self.duplicated:
+            found.append(
+                f"{len(self.duplicated)} records duplicated although never retried (first: {self.duplicated[0]})"
+            )
+        if self.unknown:
+            topic, partition, offset = self.unknown[0]
+            found.append(f"{len(self.unknown)} records nobody sent there (first: {topic}-{partition} offset {offset})")
+        return found
+
     def summary(self) -> str:
         return (
-            f"acknowledged={self.acknowledged} consumed={self.consumed} missing={len(self.missing)} "
-            f"moved={len(self.moved)} duplicated={len(self.duplicated)} "
-            f"retried_duplicates={self.retried_duplicates} reordered={len(self.reordered)} unknown={self.unknown}"
+            f"acknowledged={self.acknowledged} consumed={self.consumed} unique={self.unique} "
+            f"missing={len(self.missing)} moved={len(self.moved)} duplicated={len(self.duplicated)} "
+            f"retried_duplicates={self.retried_duplicates} reordered={len(self.reordered)} "
+            f"unknown={len(self.unknown)}"
         )
 
 
 @dataclass
 class History:
-    """What the producers did: sends, acknowledgements and retries."""
+    """What the producers did: sends, acknowledgements, failures and retries."""
 
-    sent: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)  # id -> (topic, partition)
-    acked: dict[tuple[str, int], int] = field(default_factory=dict)  # id -> acknowledged offset
-    retried: set[tuple[str, int]] = field(default_factory=set)
-    order: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)  # per partition
+    sent: dict[RecordId, tuple[str, int, int]] = field(default_factory=dict)  # id -> topic, partition, index
+    acked: dict[RecordId, int] = field(default_factory=dict)  # id -> acknowledged offset
+    failed: dict[RecordId, int] = field(default_factory=dict)  # id -> error code
+    retried: set[RecordId] = field(default_factory=set)
+    pending: dict[tuple[str, int], dict[RecordId, None]] = field(default_factory=dict)
+    _sent_to: Counter[tuple[str, int]] = field(default_factory=Counter)
 
-    def on_send(self, rid: tuple[str, int], topic: str, partition: int) -> None:
-        self.sent[rid] = (topic, partition)
-        self.order.setdefault((topic, partition), []).append(rid)
+    def on_send(self, rid: RecordId, topic: str, partition: int) -> None:
+        where = (topic, partition)
+        self.sent[rid] = (topic, partition, self._sent_to[where])
+        self._sent_to[where] += 1
+        self.pending.setdefault(where, {})[rid] = None
 
-    def on_ack(self, rid: tuple[str, int], offset: int) -> None:
+    def on_ack(self, rid: RecordId, offset: int) -> None:
         self.acked[rid] = offset
+        self._settle(rid)
 
-    def on_retry(self, rids: Iterable[tuple[str, int]]) -> None:
+    def on_failure(self, rid: RecordId, code: int) -> None:
+        self.failed[rid] = code
+        self._settle(rid)
+
+    def _settle(self, rid: RecordId) -> None:
+        topic, partition, _ = self.sent[rid]
+        self.pending.get((topic, partition), {}).pop(rid, None)
+
+    def on_partition_retry(self, topic: str, partition: int) -> None:
+        """The producer retried a request of this partition: whatever is unsettled may repeat."""
+        self.retried.update(self.pending.get((topic, partition), {}))
+
+    def on_retry(self, rids: Iterable[RecordId]) -> None:
         self.retried.update(rids)
 
-    def check(self, consumed: Iterable[tuple[str, int, int, bytes]]) -> Report:
-        """`consumed`: (topic, partition, offset, value) as read back."""
+    def check(self, consumed: Iterable[tuple[str, int, int, bytes | None]]) -> Report:
+        """`consumed`: (topic, partition, offset, value) as read back, in any order."""
+        by_offset: dict[tuple[str, int, int], RecordId | None] = {}
         report = Report(acknowledged=len(self.acked))
-        seen: dict[tuple[str, int], list[int]] = {}
-        for _topic, _partition, offset, value in consumed:
-            report.consumed += 1
+        copies: Counter[RecordId] = Counter()
+        for topic, partition, offset, value in consumed:
+            if (topic, partition, offset) in by_offset:
+                continue  # the same offset read twice is one record
             rid = record_id(value)
-            if rid is None or rid not in self.sent:
-                report.unknown += 1
-                continue
-            seen.setdefault(rid, []).append(offset)
+            origin = self.sent.get(rid) if rid is not None else None
+            if rid is None or origin is None or origin[:2] != (topic, partition):
+                report.unknown.append((topic, partition, offset))
+                rid = None
+            by_offset[(topic, partition, offset)] = rid
+            if rid is not None:
+                copies[rid] += 1
+        report.consumed = len(by_offset)
+        report.unique = len(copies)
         for rid, offset in self.acked.items():
-            offsets = seen.get(rid)
-            if not offsets:
+            if not copies.get(rid):
                 report.missing.append(rid)
-            elif offset >= 0 and offset not in offsets:
-                report.moved.append((rid, offset, offsets[0]))
-        for rid, offsets in seen.items():
-            if len(offsets) > 1:
+            elif offset >= 0 and by_offset.get((*self.sent[rid][:2], offset)) != rid:
+                report.moved.append((rid, offset))
+        highest: dict[tuple[str, int], int] = {}
+        first_seen: set[RecordId] = set()
+        for (topic, partition, offset), rid in sorted(by_offset.items()):
+            if rid is None or rid in first_seen or rid not in self.acked:
+                continue  # order is judged on first copies of acknowledged records
+            first_seen.add(rid)
+            index = self.sent[rid][2]
+            if index < highest.get((topic, partition), -1):
+                report.reordered.append((topic, partition, offset, rid))
+            highest[(topic, partition)] = max(highest.get((topic, partition), -1), index)
+        for rid, count in copies.items():
+            if count > 1:
                 if rid in self.retried:
-                    report.retried_duplicates += 1
+                    report.retried_duplicates += count - 1
                 else:
                     report.duplicated.append(rid)
-        for sequence in self.order.values():
-            previous: tuple[tuple[str, int], int] | None = None
-            for rid in sequence:
-                if rid not in self.acked or rid not in seen:
-                    continue
-                first = min(seen[rid])
-                if previous is not None and first < previous[1]:
-                    report.reordered.append((previous[0], rid))
-                previous = (rid, first)
         return report

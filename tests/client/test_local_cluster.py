@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jbod_client import local_cluster
-from jbod_client.demo import Consumed, DeliveryLog, parse_value, record_value, verify
+from jbod_client.demo import DeliveryLog
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
@@ -145,67 +145,20 @@ def test_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
     assert (tmp_path / "precious").exists()
 
 
-# -- the demo's verification (pure) ---------------------------------------------------------------
-
-
-def test_record_values_carry_their_identity() -> None:
-    value = record_value(4, 17)
-    assert len(value) == 1024
-    assert parse_value(value) == (4, 17)
-    assert parse_value(b"hello") is None
-    assert parse_value(None) is None
-
-
-def _consumed(*rows: tuple[int, int, int]) -> list[Consumed]:
-    """(partition, offset, seq) rows."""
-    return [Consumed(p, o, record_value(p, s, size=32)) for p, o, s in rows]
-
-
-def test_verify_accepts_a_clean_read() -> None:
-    acked = {(0, 0): 0, (0, 1): 1, (1, 0): 0}
-    result = verify(acked, _consumed((0, 0, 0), (0, 1, 1), (1, 0, 0)), sent={0: 2, 1: 1}, retried=set())
-    assert result.ok and result.problems() == []
-    assert (result.acknowledged, result.consumed, result.unique) == (3, 3, 3)
-
-
-def test_verify_reports_lost_misplaced_and_reordered_records() -> None:
-    acked = {(0, 0): 0, (0, 1): 1, (0, 2): 2}
-    lost = verify(acked, _consumed((0, 0, 0), (0, 1, 1)), sent={0: 3}, retried=set())
-    assert lost.lost == ((0, 2),) and not lost.ok
-    moved = verify(acked, _consumed((0, 0, 0), (0, 1, 1), (0, 5, 2)), sent={0: 3}, retried=set())
-    assert moved.misplaced == (((0, 2), 2),) and not moved.ok
-    reordered = verify(
-        {(0, 0): 0, (0, 1): 2, (0, 2): 1},
-        _consumed((0, 0, 0), (0, 1, 2), (0, 2, 1)),
-        sent={0: 3},
-        retried=set(),
-    )
-    assert reordered.out_of_order == ((0, 2, 1),)
-    foreign = verify({}, [Consumed(0, 0, b"garbage")], sent={0: 0}, retried=set())
-    assert foreign.foreign == ((0, 0),) and not foreign.ok
-
-
-def test_verify_allows_duplicates_only_of_retried_records() -> None:
-    # Sequences 1-2 were written at offsets 1-2, not acknowledged, retried, acknowledged at 3-4.
-    acked = {(0, 0): 0, (0, 1): 3, (0, 2): 4}
-    rows = _consumed((0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 1), (0, 4, 2))
-    allowed = verify(acked, rows, sent={0: 3}, retried={(0, 1), (0, 2)})
-    assert allowed.ok and allowed.allowed_duplicates == 2
-    unexpected = verify(acked, rows, sent={0: 3}, retried={(0, 1)})
-    assert unexpected.unexpected_duplicates == ((0, 2),) and not unexpected.ok
+# -- the demo's delivery log (pure) -------------------------------------------------------------
 
 
 def test_delivery_log_marks_pending_records_of_a_retried_partition() -> None:
     now = [0.0]
     log = DeliveryLog(clock=lambda: now[0])
-    seqs = [log.send(0), log.send(0), log.send(1)]
-    assert seqs == [0, 1, 0]
-    log.on_ack(0, 0, 0)
+    rids = [log.send(0), log.send(0), log.send(1)]
+    assert rids == [("p0", 0), ("p0", 1), ("p1", 0)]
+    log.on_ack(rids[0], 0, 0)
     log.on_retry("demo", 0, 56)
     log.on_retry("other", 1, 6)
-    assert log.retried == {(0, 1)}
+    assert log.history.retried == {("p0", 1)}
     now[0] = 2.0
-    log.on_ack(0, 1, 1)
+    log.on_ack(rids[1], 0, 1)
     assert log.first_ack_after([0], 1.0) == 2.0
     assert log.first_ack_after([1], 0.0) is None
     assert log.retry_codes == {56: 1}
