@@ -60,17 +60,6 @@ def _say(console: Console) -> local_cluster.Report:
     return report
 
 
-def _size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(value)
-
-
 # -- tables ------------------------------------------------------------------------------------
 
 
@@ -147,7 +136,7 @@ def log_dirs_table(snapshot: ClusterStatus) -> Table:
                 d.get("directoryId") or "-",
                 f"[{style}]{state}[/]",
                 str(len(d["replicas"])),
-                _size(d.get("usableBytes")),
+                tables.human_bytes(d.get("usableBytes")),
                 Text(d.get("error") or "-"),
             )
     return table

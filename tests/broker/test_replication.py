@@ -42,6 +42,13 @@ def test_acks_all_is_replicated_to_every_isr_member_and_fetchable(cluster: Clust
     assert (second["errorCode"], second["baseOffset"]) == (0, 250)
     wait_for(lambda: fetch(cluster, lead, "orders", 0, 0)["highWatermark"] == 500, what="HW 500")
     assert fetch_all(cluster, lead, "orders", 0) == list(enumerate(values))
+    # acks=0: answered without an offset, yet appended and replicated like the others.
+    fire = produce(cluster, lead, "orders", 0, [b"fire-and-forget"], acks=0)
+    assert (fire["errorCode"], fire["baseOffset"]) == (0, -1)
+    wait_for(lambda: fetch(cluster, lead, "orders", 0, 0)["highWatermark"] == 501, what="HW 501")
+    assert fetch_all(cluster, lead, "orders", 0)[-1] == (500, b"fire-and-forget")
+    # A long-poll fetch at the end waits for new data and returns it.
+    assert fetch(cluster, lead, "orders", 0, 501, max_wait_ms=200)["records"] == []
     # Every follower holds the data on disk.
     for node in (1, 2, 3):
         sizes = [
