@@ -68,6 +68,8 @@ class Figure:
         return self.measured < self.goal if self.better == "lower" else self.measured >= self.goal
 
     def goal_text(self) -> str:
+        if self.goal == float("inf"):
+            return "(no goal)"  # a figure printed for reference: always "met"
         return f"{'<' if self.better == 'lower' else '>='} {fmt_value(self.goal, self.unit)}"
 
     def measured_text(self) -> str:
@@ -715,3 +717,265 @@ class Responsiveness:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join(timeout=130)
+
+
+# -- data plane -------------------------------------------------------------------------------
+#
+# Helpers of the data-plane benchmarks (produce_throughput, failover, replica_move): where a
+# replica sits, and a light producer that times every record.
+
+
+def admin_token_setting(cluster: AgentCluster) -> dict[str, str]:
+    """The broker setting that makes agents accept the controller's admin token, which
+    `jbod_client.producer.Producer` sends to the controller and the brokers alike."""
+    return {"admin.token.file": str(cluster.controller.data_dir / "admin.token")}
+
+
+def create_topic(
+    cluster: AgentCluster, name: str, *, partitions: int, rf: int, configs: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Create a topic, wait until every replica is placed and every ISR is full; its description."""
+    reply = cluster.admin.create_topic(name, partitions=partitions, replication_factor=rf, configs=configs)
+    if reply.get("errorCode", 0) != 0:
+        raise BenchError(f"create topic {name}: {reply}")
+    wait_until(lambda: cluster.placed(name), timeout=120, what=f"placements of {name}")
+    return full_isr(cluster, name, timeout=120)
+
+
+def full_isr(cluster: AgentCluster, name: str, *, timeout: float = 120.0) -> dict[str, Any]:
+    """Wait until every partition of `name` has a leader and all its replicas in the ISR."""
+
+    def check() -> dict[str, Any] | None:
+        topic = cluster.admin.describe_topic(name)
+        ok = all(p["leader"] >= 0 and set(p["isr"]) == set(p["replicas"]) for p in topic["partitions"])
+        return topic if ok else None
+
+    found: dict[str, Any] = wait_until(check, timeout=timeout, interval=0.05, what=f"full ISRs of {name}")
+    return found
+
+
+def replica_dir(topic: dict[str, Any], partition: int, broker: int) -> str:
+    """The directory id the controller names for `broker`'s replica of a partition."""
+    part = topic["partitions"][partition]
+    directory: str = part["directories"][part["replicas"].index(broker)]
+    return directory
+
+
+def dir_index(cluster: AgentCluster, node_id: int, directory: str) -> int:
+    """The index (in the broker's `log_dirs`) of the dir with this id, as the broker reports it."""
+    paths = {str(p): i for i, p in enumerate(cluster.brokers[node_id].log_dirs)}
+    for entry in cluster.log_dirs(node_id):
+        if entry["directoryId"] == directory and entry["path"] in paths:
+            return paths[entry["path"]]
+    raise BenchError(f"broker {node_id} reports no log dir {directory}")
+
+
+@dataclass(slots=True)
+class TimedRecord:
+    """One record of a `PacedProducer`: when it was sent and acknowledged (time.monotonic(); NaN
+    while pending or when it failed), its offset, and the leader the producer sent it to."""
+
+    sent_at: float
+    acked_at: float = float("nan")
+    offset: int = -1
+    leader: int = -1
+    error: int | None = None
+
+
+class PacedProducer:
+    """A `jbod_client.producer.Producer` (acks=-1, product defaults otherwise) in its own thread
+    and event loop, sending one `record_bytes` record to one partition every `interval` seconds
+    (open loop: a stall is not made up with a burst) and timing every record (`records`).
+
+    The leader a record went to is the producer's metadata cache when the ack arrives: with one
+    partition and one request in flight, that is the leader the acknowledged request was sent to."""
+
+    def __init__(
+        self,
+        cluster: AgentCluster,
+        topic: str,
+        partition: int,
+        *,
+        interval: float,
+        record_bytes: int = 1024,
+    ) -> None:
+        self.url = cluster.controller.url
+        self.token = cluster.controller.admin_token
+        self.topic = topic
+        self.partition = partition
+        self.interval = interval
+        self.value = os.urandom(record_bytes)
+        self.records: list[TimedRecord] = []
+        self.retries: list[tuple[float, int]] = []  # (time.monotonic(), errorCode)
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paced-producer", daemon=True)
+
+    def start(self) -> PacedProducer:
+        self._thread.start()
+        if not self._ready.wait(60) or self.error is not None:
+            raise BenchError(f"the producer did not start: {self.error!r}")
+        return self
+
+    def stop(self) -> None:
+        """Stop sending, wait for the records in flight (at most the delivery timeout)."""
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def __enter__(self) -> PacedProducer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        import asyncio
+
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported by `start` / the benchmark
+            self.error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        import asyncio
+        import functools
+
+        from jbod_client.producer import ProduceError, Producer
+
+        loop = asyncio.get_running_loop()
+        producer = Producer(self.url, token=self.token, acks=-1)
+        producer.on_retry.append(lambda _t, _p, code: self.retries.append((time.monotonic(), code)))
+
+        def done(record: TimedRecord, future: asyncio.Future[Any]) -> None:
+            if future.cancelled():
+                record.error = -2
+                return
+            error = future.exception()
+            if error is not None:
+                record.error = error.code if isinstance(error, ProduceError) else -1
+                return
+            record.acked_at = loop.time()
+            record.offset = future.result().offset
+            leaders = producer.metadata.cached_partitions(self.topic) or {}
+            record.leader = leaders.get(self.partition, -1)
+
+        try:
+            await producer.metadata.partitions(self.topic)
+            self._ready.set()
+            next_at = loop.time()
+            while not self._stop.is_set():
+                now = loop.time()
+                if now < next_at:
+                    await asyncio.sleep(next_at - now)
+                    continue
+                next_at = max(next_at + self.interval, now)
+                record = TimedRecord(sent_at=loop.time())
+                future = await producer.send(self.topic, self.value, partition=self.partition)
+                self.records.append(record)
+                future.add_done_callback(functools.partial(done, record))
+        finally:
+            await producer.close()
+
+    def settled(self, start: float, end: float, *, timeout: float = 120.0) -> list[TimedRecord]:
+        """The records sent in [start, end), once each is acknowledged or failed (waits for them:
+        a record still in flight when a window ends is often the slowest one)."""
+        wait_until(
+            lambda: all(r.acked_at == r.acked_at or r.error is not None for r in self.window(start, end)),
+            timeout=timeout,
+            interval=0.01,
+            what="the records of the window to be acknowledged",
+        )
+        return self.window(start, end)
+
+    def window(self, start: float, end: float) -> list[TimedRecord]:
+        """The records sent in [start, end) (time.monotonic())."""
+        return [r for r in list(self.records) if start <= r.sent_at < end]
+
+
+def latency_stats(records: Sequence[TimedRecord]) -> dict[str, float]:
+    """p50 / p99 / max send → ack seconds of the acknowledged records; counts of all and failed."""
+    values = sorted(r.acked_at - r.sent_at for r in records if r.acked_at == r.acked_at)
+    return {
+        "p50": percentile(values, 0.5),
+        "p99": percentile(values, 0.99),
+        "max": values[-1] if values else float("nan"),
+        "count": float(len(records)),
+        "failed": float(sum(1 for r in records if r.error is not None)),
+    }
+
+
+PF_KTHREAD = 0x00200000  # the `flags` bit of a kernel thread in /proc/<pid>/stat
+
+
+def all_process_cpu() -> dict[int, tuple[float, bool]]:
+    """pid → (user + system CPU seconds so far, is a kernel thread) of every process on the machine."""
+    out: dict[int, tuple[float, bool]] = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                text = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            fields = text[text.rindex(")") + 2 :].split()
+            cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+            out[int(entry.name)] = (cpu, bool(int(fields[6]) & PF_KTHREAD))
+    return out
+
+
+class CpuMeter:
+    """Where the machine's CPU went between `start` and `stop`: the named processes (the
+    benchmark's own), every other process (other users' work on this shared machine), kernel
+    threads (page-cache writeback, loop devices...), and the unattributed rest (interrupts, and
+    processes that started or exited inside the window)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.used: dict[str, float] = {}
+        self.other_processes = 0.0
+        self.kernel_threads = 0.0
+        self.unattributed = 0.0
+        self.machine_busy = 0.0  # share of all cores
+        self.seconds = 0.0
+
+    def start(self) -> None:
+        self._before = all_process_cpu()
+        self._busy, self._total = system_cpu()
+        self._at = time.monotonic()
+
+    def stop(self) -> None:
+        after = all_process_cpu()
+        busy, total = system_cpu()
+        self.seconds = time.monotonic() - self._at
+        self.machine_busy = (busy - self._busy) / max(1e-9, total - self._total)
+        ours = set(self.pids.values())
+        self.used = {
+            name: after.get(pid, (0.0, False))[0] - self._before.get(pid, (0.0, False))[0]
+            for name, pid in self.pids.items()
+        }
+        self.other_processes = self.kernel_threads = 0.0
+        for pid, (cpu, kthread) in after.items():
+            if pid in ours or pid not in self._before:
+                continue
+            delta = cpu - self._before[pid][0]
+            if kthread:
+                self.kernel_threads += delta
+            else:
+                self.other_processes += delta
+        accounted = sum(self.used.values()) + self.other_processes + self.kernel_threads
+        self.unattributed = max(0.0, (busy - self._busy) - accounted)
+
+    def share(self, seconds: float) -> str:
+        """CPU seconds as a share of one core over the window."""
+        return f"{seconds / max(1e-9, self.seconds) * 100:.0f}%"
+
+    def text(self) -> str:
+        parts = [f"{name} {used:.1f} s ({self.share(used)})" for name, used in self.used.items()]
+        return (
+            f"CPU over {self.seconds:.1f} s: {', '.join(parts)}; other processes {self.other_processes:.1f} s, "
+            f"kernel threads {self.kernel_threads:.1f} s, unattributed {self.unattributed:.1f} s; "
+            f"machine {self.machine_busy * 100:.0f}% busy"
+        )

@@ -9,7 +9,9 @@ if a benchmark fails to run). With `--quick` every benchmark runs scaled down (a
 figures are for the smaller sizes and are not comparable with the goals.
 
 The `agent_*` benchmarks run real `jbod-agent` processes; `agent_detection` needs root (it fails
-loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can.
+loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can. The data-plane
+benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and producers;
+`failover` needs root (loop volumes), `replica_move` writes 4 x 1 GiB to the temp dir's disk.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ BENCHMARKS = (
     "agent_detection",
     "agent_restart",
     "agent_idle",
+    "produce_throughput",
+    "failover",
+    "replica_move",
 )
 
 

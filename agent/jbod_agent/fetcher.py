@@ -21,7 +21,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import aiohttp
 import orjson
 
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
@@ -106,10 +106,11 @@ class Fetchers:
         config = agent.config
         backoff = 0.05
         last_warning = 0.0
-        async with httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=httpx.Timeout(10.0, read=config.replica_fetch_wait_max_ms / 1000 + 10),
-            trust_env=False,
+        # aiohttp's client: about twice as cheap per request as httpx on this hot path.
+        async with aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=config.replica_fetch_wait_max_ms / 1000 + 10),
+            connector=aiohttp.TCPConnector(limit=4),
         ) as http:
             while not agent.stopping.is_set():
                 parts = self._followed(leader)
@@ -144,15 +145,12 @@ class Fetchers:
                     ],
                 }
                 try:
-                    response = await http.post(
-                        f"{url}/v1/replica/fetch",
-                        content=orjson.dumps(body),
-                        headers={"Content-Type": "application/json"},
-                    )
-                    if response.status_code != 200:
-                        raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
-                    header, payload = decode_reply(response.content)
-                except (httpx.HTTPError, ValueError) as exc:
+                    async with http.post(f"{url}/v1/replica/fetch", data=orjson.dumps(body)) as response:
+                        content = await response.read()
+                        if response.status != 200:
+                            raise ValueError(f"HTTP {response.status}: {content[:200]!r}")
+                    header, payload = decode_reply(content)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     now = time.monotonic()
                     if now - last_warning > 10:
                         log.warning("Fetching from broker %d failed: %s", leader, exc)

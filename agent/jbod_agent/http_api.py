@@ -26,7 +26,7 @@ from jbod_agent import probe
 from jbod_agent.agent import Agent
 from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
-from jbod_core.broker_messages import MoveReplicaRequest, ProduceRequest, ReplicaFetchRequest
+from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, parse_produce
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
@@ -187,12 +187,14 @@ class AgentApi:
         return _json(self.agent.log_dirs_view())
 
     async def produce(self, request: web.Request) -> web.Response:
-        produce = await _parse(request, ProduceRequest)
+        body = await request.read()
         try:
-            reply = await self.agent.manager.produce(produce)
+            produce = parse_produce(body)
+        except ValidationError as exc:
+            raise BadRequestError(validation_message(exc)) from exc
         except ValueError as exc:
             raise BadRequestError(str(exc)) from exc
-        return _json(reply)
+        return _json(await self.agent.manager.produce(produce))
 
     async def fetch(self, request: web.Request) -> web.Response:
         topic = request.query.get("topic")

@@ -257,8 +257,12 @@ class Mover:
                     agent.placements_now.set()
                     log.info("Move of %s-%d caught up; reported %s", move.topic, move.key[1], move.destination)
                 if self._confirmed(move):
-                    self._promote(move)
-                    return
+                    # The big fsync happens here, off the loop; the switch then syncs only the tail.
+                    await asyncio.to_thread(future.flush)
+                    if move.active and self._confirmed(move) and move.truncated_to is None:
+                        self._promote(move)
+                        return
+                    continue
                 await asyncio.sleep(0.05)
         except asyncio.CancelledError:
             raise
@@ -274,8 +278,9 @@ class Mover:
         path = move.future_path
         path.mkdir()
         write_atomically(path / replicas.METADATA_FILE, f"version=0\ntopic_id={move.key[0]}\n".encode())
-        future = PartitionLog.open(path)
         hosted = self.agent.manager.partitions.get(move.key)
+        topic = self.agent.image.topics.get(move.key[0])
+        future = self.agent.manager.open_log(path, topic.configs if topic is not None else {})
         if hosted is not None and hosted.log.log_start_offset > 0:
             future.truncate_fully_and_start_at(hosted.log.log_start_offset)
         move.future_log = future
@@ -301,7 +306,6 @@ class Mover:
             if epoch > future.latest_epoch and start >= future.end_offset:
                 future.assign_epoch_start(epoch)
         future.flush()
-        future.close()
         old_path = agent.local[move.key].path
         name = old_path.name
         source.close()
@@ -309,7 +313,9 @@ class Mover:
         old_path.rename(deleted)
         new_path = move.future_path.with_name(name)
         move.future_path.rename(new_path)
-        new_log = PartitionLog.open(new_path)
+        future.relocate(new_path)
+        new_log = future
+        move.future_log = None
         new_log.high_watermark = source.high_watermark
         agent.local[move.key] = type(agent.local[move.key])(move.destination, new_path, move.topic)
         agent.manager.swap_log(move.key, new_log, move.destination)

@@ -935,6 +935,23 @@ class PartitionLog:
         if self._pending and self._pending[0][0] <= flushed:
             self._pending = [entry for entry in self._pending if entry[0] > flushed]
 
+    def relocate(self, path: Path) -> None:
+        """The replica directory was renamed to `path` on the same filesystem: follow it.
+
+        Open fds stay valid across a rename, so nothing is reopened or rescanned (an
+        intra-broker move switches to its copy this way, in microseconds).
+        """
+        self._check_open()
+        old = self._path
+        self._path = path
+        for segment in self._segments:
+            segment.log_path = path / segment.log_path.name
+            segment.index_path = path / segment.index_path.name
+        self._pending = [
+            (change, path if entry == old else path / entry.name if entry.parent == old else entry)
+            for change, entry in self._pending
+        ]
+
     def close(self) -> None:
         """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
         if self._closed:

@@ -32,7 +32,7 @@ from jbod_agent import record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_core import replication
-from jbod_core.broker_messages import ProduceRequest, ReplicaFetchRequest, decode_produce_records
+from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey, PartitionRegistration
@@ -268,8 +268,8 @@ class ReplicaManager:
 
     # -- produce -------------------------------------------------------------------------------
 
-    async def produce(self, request: ProduceRequest) -> dict[str, Any]:
-        records = decode_produce_records(request)  # ValueError → 400 by the caller
+    async def produce(self, request: ProduceCall) -> dict[str, Any]:
+        records = request.records
         hosted, code, message = self.lookup(request.topic, request.partition)
         if hosted is None:
             return {"errorCode": int(code), "errorMessage": message, "baseOffset": -1}
@@ -383,7 +383,12 @@ class ReplicaManager:
                     continue  # retention moved the start: answer again
                 except OSError as exc:
                     self._io_error(hosted, exc, "reading")
-                    continue
+                    return {
+                        "errorCode": int(ErrorCode.KAFKA_STORAGE_ERROR),
+                        "errorMessage": f"{hosted.name}: reading failed: {exc.strerror or exc}",
+                        "highWatermark": -1,
+                        "records": [],
+                    }
                 out = _client_records(data, offset, hw, max_bytes)
             remaining = deadline - time.monotonic()
             if out or remaining <= 0:

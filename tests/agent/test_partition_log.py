@@ -986,3 +986,23 @@ LogMachine.TestCase.settings = settings(
     max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestLogMachine = LogMachine.TestCase
+
+
+def test_relocate_follows_a_renamed_directory_without_reopening(tmp_path: Path) -> None:
+    first = tmp_path / "t-0.future"
+    first.mkdir()
+    log = PartitionLog.open(first, segment_bytes=4096)
+    log.append_as_leader([(None, b"a" * 1000)] * 3, leader_epoch=0)
+    moved = tmp_path / "t-0"
+    first.rename(moved)
+    log.relocate(moved)
+    for _ in range(5):  # rolls new segments in the new place
+        log.append_as_leader([(None, b"b" * 1000)] * 3, leader_epoch=1)
+    log.flush()
+    assert log.read(0, 100_000)
+    end = log.end_offset
+    log.close()
+    assert not first.exists()
+    reopened = PartitionLog.open(moved, segment_bytes=4096)
+    assert reopened.end_offset == end and reopened.epoch_entries() == [(0, 0), (1, 3)]
+    reopened.close()
