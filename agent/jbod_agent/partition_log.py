@@ -227,6 +227,23 @@ def _write_file_atomically(path: Path, data: bytes, *, sync: bool) -> None:
         _fsync_path(path.parent)
 
 
+def _epochs_from_segments(segments: list[_Segment]) -> list[tuple[int, int]]:
+    """The leader-epoch history read from the batch headers (one small read per batch)."""
+    epochs: list[tuple[int, int]] = []
+    for segment in segments:
+        fd = os.open(segment.log_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            position = 0
+            while position < segment.size:
+                header = record_batch.read_header(os.pread(fd, record_batch.HEADER_SIZE, position))
+                if not epochs or header.leader_epoch > epochs[-1][0]:
+                    epochs.append((header.leader_epoch, header.base_offset))
+                position += header.size
+        finally:
+            os.close(fd)
+    return epochs
+
+
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     written = 0
@@ -371,7 +388,15 @@ class PartitionLog:
                     position=0,
                 )
             segments.append(segment)
-        epochs = _read_checkpoint(path / EPOCH_CHECKPOINT)
+        try:
+            epochs = _read_checkpoint(path / EPOCH_CHECKPOINT)
+            rebuilt = False
+        except CorruptCheckpointError as exc:
+            # The checkpoint is written without fsync (flush syncs it): after a power loss it
+            # may be empty or torn. The batches carry their epochs, so the history is rebuilt.
+            log.warning("%s; rebuilding the leader epochs from the log", exc)
+            epochs = _epochs_from_segments(segments)
+            rebuilt = True
         partition_log = cls(
             path,
             segments,
@@ -383,7 +408,7 @@ class PartitionLog:
         )
         trimmed = partition_log._truncate_epochs_from_start(partition_log._log_start)
         trimmed |= partition_log._truncate_epochs_from_end(partition_log._end)
-        if trimmed:
+        if trimmed or rebuilt:
             partition_log._write_checkpoint()
         return partition_log
 
@@ -907,9 +932,16 @@ class PartitionLog:
         return True
 
     def _write_checkpoint(self) -> None:
+        """Replace the checkpoint (temp file + rename) without fsync: a new epoch must not cost
+        an fsync on the request path (a leader change of 20,000 partitions would take seconds);
+        `flush` syncs it with the data, and `open` rebuilds a checkpoint a crash damaged."""
         lines = [f"{epoch} {start}\n" for epoch, start in self._epochs]
         content = f"0\n{len(lines)}\n{''.join(lines)}".encode("ascii")
-        _write_file_atomically(self._path / EPOCH_CHECKPOINT, content, sync=True)
+        checkpoint = self._path / EPOCH_CHECKPOINT
+        _write_file_atomically(checkpoint, content, sync=False)
+        self._change_seq += 1
+        self._pending.append((self._change_seq, checkpoint))
+        self._pending.append((self._change_seq, self._path))
 
     # -- durability and lifecycle --------------------------------------------------------------
 

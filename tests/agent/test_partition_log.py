@@ -505,15 +505,14 @@ def test_assign_epoch_start_records_a_new_leader_epoch(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
+def test_a_damaged_checkpoint_is_rebuilt_not_trusted(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
     log.append_as_leader(batch(2), leader_epoch=1)
     log.close()
     for text in ("0\n2\n1 0\n", "1\n0\n", "0\n1\n1 x\n", "0\n2\n3 0\n2 1\n", "\xff"):
         (path / EPOCH_CHECKPOINT).write_bytes(text.encode("latin-1"))
-        with pytest.raises(ValueError, match=EPOCH_CHECKPOINT):
-            PartitionLog.open(path)
+        assert PartitionLog.open(path).epoch_entries() == [(1, 0)]
 
 
 # -- truncation --------------------------------------------------------------------------------
@@ -1006,3 +1005,37 @@ def test_relocate_follows_a_renamed_directory_without_reopening(tmp_path: Path) 
     reopened = PartitionLog.open(moved, segment_bytes=4096)
     assert reopened.end_offset == end and reopened.epoch_entries() == [(0, 0), (1, 3)]
     reopened.close()
+
+
+def test_a_damaged_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path) -> None:
+    path = tmp_path / "t-0"
+    path.mkdir()
+    log = PartitionLog.open(path, segment_bytes=4096)
+    for epoch in (0, 0, 2, 2, 5):
+        log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=epoch)
+    expected = log.epoch_entries()
+    log.flush()
+    log.close()
+    for damage in (b"", b"0\n3\n0 0\n2", b"\xff\xfe"):
+        (path / "leader-epoch-checkpoint").write_bytes(damage)
+        reopened = PartitionLog.open(path, segment_bytes=4096)
+        assert reopened.epoch_entries() == expected == [(0, 0), (2, 4), (5, 8)]
+        reopened.close()
+        assert PartitionLog.open(path).epoch_entries() == expected  # and rewritten
+
+
+def test_a_new_epoch_costs_no_fsync_until_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t-0"
+    path.mkdir()
+    log = PartitionLog.open(path)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    log.assign_epoch_start(3)
+    log.append_as_leader([(None, b"x")], leader_epoch=4)
+    assert synced == []
+    log.flush()
+    assert synced  # the checkpoint, the segment and the dir
+    entries = log.epoch_entries()
+    log.close()
+    assert PartitionLog.open(path).epoch_entries() == entries
