@@ -346,6 +346,7 @@ class PartitionLog:
         self._change_seq = 0
         self._flushed_seq = 0
         self._pending: list[tuple[int, Path]] = []
+        self._checkpoint_dirty = False  # an epoch of an empty log, not written yet
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -548,7 +549,13 @@ class PartitionLog:
         self._check_leader_epoch(leader_epoch)
         if leader_epoch > self.latest_epoch:
             self._assign_epoch(leader_epoch, self._end)
-            self._write_checkpoint()
+            if self._end == self._log_start:
+                # Nothing in the log to disagree about: persisted with the first append or at
+                # close (a broker taking over thousands of empty partitions writes no files).
+                self._checkpoint_dirty = True
+                self._change_seq += 1
+            else:
+                self._write_checkpoint()
 
     def _check_leader_epoch(self, leader_epoch: int) -> None:
         self._check_open()
@@ -560,6 +567,8 @@ class PartitionLog:
     def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
         """Write validated, contiguous frames (positions relative to `data`), rolling segments so
         that no frame is split; one write per segment touched."""
+        if self._checkpoint_dirty:
+            self._write_checkpoint()
         if self._tail_dirty:
             active = self._segments[-1]
             os.truncate(active.log_path, active.size)
@@ -935,6 +944,7 @@ class PartitionLog:
         """Replace the checkpoint (temp file + rename) without fsync: a new epoch must not cost
         an fsync on the request path (a leader change of 20,000 partitions would take seconds);
         `flush` syncs it with the data, and `open` rebuilds a checkpoint a crash damaged."""
+        self._checkpoint_dirty = False
         lines = [f"{epoch} {start}\n" for epoch, start in self._epochs]
         content = f"0\n{len(lines)}\n{''.join(lines)}".encode("ascii")
         checkpoint = self._path / EPOCH_CHECKPOINT
@@ -988,8 +998,12 @@ class PartitionLog:
         """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
         if self._closed:
             return
-        self._closed = True
-        self._close_fds()
+        try:
+            if self._checkpoint_dirty:
+                self._write_checkpoint()
+        finally:
+            self._closed = True
+            self._close_fds()
 
     def _close_fds(self) -> None:
         self._close_write_fds()

@@ -171,7 +171,7 @@ class ReplicaManager:
         if hosted.role is Role.LEADER:
             hosted.fail_ack_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hosted.wake_data_waiters()
-            log.info("%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch)
+            log.debug("%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch)
         hosted.role = Role.FOLLOWER
         hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
@@ -197,7 +197,7 @@ class ReplicaManager:
             r: FollowerProgress(last_caught_up_ms=now) for r in part.replicas if r != self.agent.node_id
         }
         hosted.wake_data_waiters()
-        log.info(
+        log.debug(
             "%s: now the leader at epoch %d (end offset %d, ISR %s)",
             hosted.name,
             part.leader_epoch,
