@@ -565,7 +565,9 @@ class ReplicaManager:
 
     async def isr_forever(self) -> None:
         agent = self.agent
-        period = min(agent.config.replica_lag_time_max_ms / 2000, 1.0)
+        # Kafka's isr-expiration period (lag / 2): a full scan; expansions are also triggered at
+        # once by a follower's fetch (`alter_now`).
+        period = agent.config.replica_lag_time_max_ms / 2000
         while not agent.stopping.is_set():
             self.alter_now.clear()
             with contextlib.suppress(TimeoutError):
