@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,16 +101,36 @@ def await_ready(
     process: subprocess.Popen[str], url: str, *, name: str, log_path: Path, deadline: float
 ) -> None:
     """Return once `url`/readyz answers 200; `ClientError` if the process exits or time runs out."""
+    await_readyz(
+        url,
+        name=name,
+        log_path=log_path,
+        deadline=deadline,
+        exited=lambda: None if process.poll() is None else f"exited with {process.returncode}",
+    )
+
+
+def await_readyz(
+    url: str,
+    *,
+    name: str,
+    log_path: Path,
+    deadline: float,
+    exited: Callable[[], str | None],
+    error: type[ClientError] = ClientError,
+) -> None:
+    """Return once `url`/readyz answers 200; `error` (with the log's last lines) once `exited()`
+    says why the process is gone, or when time runs out. For children and detached processes."""
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ClientError(f"{name} exited with {process.returncode}: {_tail(log_path)}")
+        if (why := exited()) is not None:
+            raise error(f"{name} {why}: {_tail(log_path)}")
         try:
             if httpx.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    raise ClientError(f"{name} did not become ready in time: {_tail(log_path)}")
+    raise error(f"{name} did not become ready in time: {_tail(log_path)}")
 
 
 def console_script(name: str) -> str:

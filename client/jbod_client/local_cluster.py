@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 
 from jbod_client.controller import ClientError, ControllerClient, read_token
-from jbod_client.local import LocalBroker, console_script, spawn_detached
+from jbod_client.local import LocalBroker, await_readyz, console_script, spawn_detached
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
 
@@ -635,19 +635,6 @@ def _start_controller(layout: ClusterLayout) -> ClusterLayout:
     return replace(layout, controller_pid=pid)
 
 
-def _await_controller(layout: ClusterLayout, *, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if not controller_alive(layout):
-            raise LocalClusterError(f"jbod-controller exited: {_tail(layout.controller_log)}")
-        try:
-            if httpx.get(f"{layout.controller_url}/readyz", timeout=2, trust_env=False).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise LocalClusterError(f"jbod-controller did not become ready in time: {_tail(layout.controller_log)}")
-
-
 def _start_broker(layout: ClusterLayout, broker: BrokerLayout) -> BrokerLayout:
     pid = spawn_detached(
         [console_script("jbod-agent"), "--config", str(broker.config_path)],
@@ -826,7 +813,14 @@ def _up(
             started.append("controller")
             assert layout.controller_pid is not None
             started_processes.append((layout.controller_pid, layout.controller_dir))
-            _await_controller(layout, deadline=deadline)
+            await_readyz(
+                layout.controller_url,
+                name="jbod-controller",
+                log_path=layout.controller_log,
+                deadline=deadline,
+                exited=lambda: None if controller_alive(layout) else "exited",
+                error=LocalClusterError,
+            )
             report(f"Started the controller (pid {layout.controller_pid}) on {layout.controller_url}")
         for stopped in to_start:
             broker = _start_broker(layout, layout.broker(stopped.broker_id))
