@@ -189,7 +189,7 @@ class Fetchers:
                 else:
                     hosted.fetch_retry_at = time.monotonic() + 0.2
             except OSError as exc:
-                self.manager._io_error(hosted, exc, "replicating")
+                self.manager.storage_error(hosted, exc, "replicating")
 
     def _apply_data(self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview) -> None:
         log_ = hosted.log

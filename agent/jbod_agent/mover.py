@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -317,7 +318,7 @@ class Mover:
         new_log = future
         move.future_log = None
         new_log.high_watermark = source.high_watermark
-        agent.local[move.key] = type(agent.local[move.key])(move.destination, new_path, move.topic)
+        agent.local[move.key] = dataclasses.replace(agent.local[move.key], directory_id=move.destination, path=new_path)
         agent.manager.swap_log(move.key, new_log, move.destination)
         move.state = MoveState.DONE
         self.moves.pop(move.key, None)

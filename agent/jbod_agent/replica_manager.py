@@ -32,7 +32,7 @@ from jbod_agent import record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_core import replication
-from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
+from jbod_core.broker_messages import ProduceCall, ReplicaFetchPartition, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey, PartitionRegistration
@@ -90,6 +90,16 @@ class HostedPartition:
             if not waiter.done():
                 waiter.set_result(code)
         self.ack_waiters.clear()
+
+
+@dataclass(eq=False)
+class _FetchState:
+    """One partition of a follower's fetch, checked once per request."""
+
+    request: ReplicaFetchPartition
+    hosted: HostedPartition | None  # None: answered with `code`
+    code: ErrorCode
+    diverging: replication.DivergingEpoch | None
 
 
 def _now_ms() -> float:
@@ -190,7 +200,7 @@ class ReplicaManager:
         try:
             hosted.log.assign_epoch_start(part.leader_epoch)
         except OSError as exc:
-            self._io_error(hosted, exc, "recording the new leader epoch")
+            self.storage_error(hosted, exc, "recording the new leader epoch")
             return
         # Followers get the lag allowance from now on, as in Kafka.
         hosted.followers = {
@@ -235,7 +245,8 @@ class ReplicaManager:
         for key in list(self.partitions):
             self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
-    def _io_error(self, hosted: HostedPartition, exc: OSError, doing: str) -> None:
+    def storage_error(self, hosted: HostedPartition, exc: OSError, doing: str) -> None:
+        """An I/O error on this partition's log: classified by the agent; an offline dir stops serving it."""
         self.agent.io_error(hosted.directory_id, exc, f"{doing} for {hosted.name}")
         if self.agent.dirs[hosted.directory_id].health is not DirHealth.OFFLINE:
             # A full disk keeps its replicas: this request fails, the log is still served.
@@ -286,7 +297,7 @@ class ReplicaManager:
         try:
             base = hosted.log.append_as_leader(records, leader_epoch=hosted.leader_epoch)
         except OSError as exc:
-            self._io_error(hosted, exc, "appending")
+            self.storage_error(hosted, exc, "appending")
             return {
                 "errorCode": int(ErrorCode.KAFKA_STORAGE_ERROR),
                 "errorMessage": f"{hosted.name}: the log dir failed while appending",
@@ -382,7 +393,7 @@ class ReplicaManager:
                 except OffsetOutOfRangeError:
                     continue  # retention moved the start: answer again
                 except OSError as exc:
-                    self._io_error(hosted, exc, "reading")
+                    self.storage_error(hosted, exc, "reading")
                     return {
                         "errorCode": int(ErrorCode.KAFKA_STORAGE_ERROR),
                         "errorMessage": f"{hosted.name}: reading failed: {exc.strerror or exc}",
@@ -416,10 +427,14 @@ class ReplicaManager:
     # -- replica fetch (leader side) -----------------------------------------------------------
 
     async def serve_replica_fetch(self, request: ReplicaFetchRequest) -> tuple[dict[str, Any], list[bytes]]:
-        """Answer a follower: a JSON header per partition plus the raw frames, in order."""
+        """Answer a follower: a JSON header per partition plus the raw frames, in order.
+
+        Each partition is checked once (error code, divergence); a long-poll only re-reads data.
+        A divergence found here is answered at once, so it cannot go stale while waiting.
+        """
         now = _now_ms()
         replica = request.replica_id
-        states: list[tuple[Any, HostedPartition | None, ErrorCode]] = []
+        states: list[_FetchState] = []
         for p in request.partitions:
             key = (p.topic_id, p.partition)
             hosted = self.partitions.get(key)
@@ -434,19 +449,18 @@ class ReplicaManager:
                 code = ErrorCode.FENCED_LEADER_EPOCH
             elif p.current_leader_epoch > hosted.leader_epoch or replica not in hosted.replicas:
                 code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if code is not ErrorCode.NONE:
-                hosted = None
-            states.append((p, hosted, code))
+            if code is not ErrorCode.NONE or hosted is None:
+                states.append(_FetchState(p, None, code, None))
+                continue
+            diverging = replication.diverging_epoch(p.fetch_offset, p.last_fetched_epoch, hosted.log.epoch_end_offset)
+            states.append(_FetchState(p, hosted, code, diverging))
         # Progress first: a fetch at offset N proves the follower holds everything below N.
         expand = False
-        for p, hosted, _code in states:
+        for state in states:
+            p, hosted = state.request, state.hosted
             if hosted is None:
                 continue
-            if p.fetch_offset <= hosted.log.end_offset and (
-                p.last_fetched_epoch < 0
-                or replication.diverging_epoch(p.fetch_offset, p.last_fetched_epoch, hosted.log.epoch_end_offset)
-                is None
-            ):
+            if p.fetch_offset <= hosted.log.end_offset and state.diverging is None:
                 progress = hosted.followers.setdefault(replica, FollowerProgress(last_caught_up_ms=now))
                 progress.on_fetch(p.fetch_offset, hosted.log.end_offset, now)
                 self._update_high_watermark(hosted)
@@ -460,25 +474,26 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if has_data or remaining <= 0:
                 return header, payload
-            live = [h for _, h, _ in states if h is not None and h.role is Role.LEADER]
+            live = [s.hosted for s in states if s.hosted is not None and s.hosted.role is Role.LEADER]
             if not live:
                 return header, payload
             await self._wait_for_data(live, remaining)
-            states = [
-                (p, h if h is not None and self.partitions.get(h.key) is h and h.role is Role.LEADER else None,
-                 c if h is None or (self.partitions.get(h.key) is h and h.role is Role.LEADER)
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                for p, h, c in states
-            ]
+            for state in states:  # leadership may have moved while waiting
+                if state.hosted is not None and not self._still_leading(state.hosted):
+                    state.hosted, state.code = None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def _still_leading(self, hosted: HostedPartition) -> bool:
+        return self.partitions.get(hosted.key) is hosted and hosted.role is Role.LEADER
 
     def _replica_fetch_answer(
-        self, request: ReplicaFetchRequest, states: list[tuple[Any, HostedPartition | None, ErrorCode]]
+        self, request: ReplicaFetchRequest, states: list[_FetchState]
     ) -> tuple[dict[str, Any], list[bytes], bool]:
         parts: list[dict[str, Any]] = []
         payload: list[bytes] = []
         budget = request.max_bytes
         has_data = False
-        for p, hosted, code in states:
+        for state in states:
+            p, hosted, code = state.request, state.hosted, state.code
             entry: dict[str, Any] = {
                 "topicId": str(p.topic_id),
                 "partition": p.partition,
@@ -493,7 +508,7 @@ class ReplicaManager:
             entry["highWatermark"] = log_.high_watermark
             entry["logStartOffset"] = log_.log_start_offset
             entry["endOffset"] = log_.end_offset
-            diverging = replication.diverging_epoch(p.fetch_offset, p.last_fetched_epoch, log_.epoch_end_offset)
+            diverging = state.diverging
             if diverging is not None:
                 entry["divergingEpoch"] = {"epoch": diverging.epoch, "endOffset": diverging.end_offset}
                 has_data = True
@@ -511,7 +526,7 @@ class ReplicaManager:
                 has_data = True
                 continue
             except OSError as exc:
-                self._io_error(hosted, exc, "reading for a follower")
+                self.storage_error(hosted, exc, "reading for a follower")
                 entry["errorCode"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
                 has_data = True
                 continue
@@ -632,7 +647,7 @@ class ReplicaManager:
                     await asyncio.to_thread(hosted.log.flush)
                 except OSError as exc:
                     if self.partitions.get(hosted.key) is hosted:
-                        self._io_error(hosted, exc, "flushing")
+                        self.storage_error(hosted, exc, "flushing")
                 except ValueError:
                     pass  # closed meanwhile
 
@@ -648,7 +663,7 @@ class ReplicaManager:
                 try:
                     deleted = hosted.log.apply_retention(now_ms)
                 except OSError as exc:
-                    self._io_error(hosted, exc, "applying retention")
+                    self.storage_error(hosted, exc, "applying retention")
                     continue
                 if deleted:
                     log.info("%s: retention deleted %d segment(s)", hosted.name, deleted)
