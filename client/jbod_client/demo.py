@@ -140,13 +140,6 @@ class DemoReport:
     final_topic: dict[str, Any]
 
 
-def _say(console: Console) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        console.print(f"[dim]•[/] {message}", highlight=False)
-
-    return say
-
-
 async def _describe(layout: local_cluster.ClusterLayout) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         with layout.controller(timeout=5.0) as client:
@@ -255,7 +248,7 @@ def _events_text(events: Sequence[str]) -> Text:
 async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, console: Console) -> DemoReport:
     from jbod_client.producer import Producer
 
-    say = _say(console)
+    say = tables.bullets(console)
     token = layout.admin_token()
     console.print(Rule(f"2. Create topic {TOPIC}"))
     local_cluster.create_topic(
@@ -393,7 +386,7 @@ def summary_table(report: DemoReport) -> Table:
 def main(*, root: Path | None, records: int, keep: bool) -> None:
     """Run the whole demo; `DemoError` (exit status 1) if the verification fails."""
     console = Console()
-    say = _say(console)
+    say = tables.bullets(console)
     begun = time.monotonic()
     directory = root if root is not None else Path(tempfile.mkdtemp(prefix="jbod-demo-"))
     console.print(Rule("1. Start a local cluster: 1 controller, 3 brokers x 3 disks"))

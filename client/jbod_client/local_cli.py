@@ -53,13 +53,6 @@ def _output(ctx: click.Context, output: str | None) -> str:
     return root_output if isinstance(root_output, str) else "table"
 
 
-def _say(console: Console) -> local_cluster.Report:
-    def report(message: str) -> None:
-        console.print(f"[dim]•[/] {message}", highlight=False)
-
-    return report
-
-
 # -- tables ------------------------------------------------------------------------------------
 
 
@@ -194,7 +187,7 @@ def up_command(
         loop=loop,
         disk_size_mib=disk_size_mib,
         timeout=timeout,
-        report=_say(console),
+        report=tables.bullets(console),
     )
     for note in result.notes:
         console.print(f"[yellow]![/] {note}", highlight=False)
@@ -270,7 +263,7 @@ def status_command(ctx: click.Context, root: Path, watch: bool, output: str | No
 def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> None:
     """Make disk DISK (1..n or its path) of broker BROKER fail, and show where leadership went."""
     console = Console()
-    failure = local_cluster.fail_disk(root, broker_id, disk, wait=wait, report=_say(console))
+    failure = local_cluster.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
     if failure.offline_after is None:
         raise LocalClusterError(
             f"disk {failure.index} of broker {broker_id} is failed, but the controller did not show its dir "
@@ -302,7 +295,7 @@ def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> Non
 def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) -> None:
     """Put back a disk failed by fail-disk and restart its broker until it is unfenced again."""
     console = Console()
-    restored = local_cluster.restore_disk(root, broker_id, disk, timeout=timeout, report=_say(console))
+    restored = local_cluster.restore_disk(root, broker_id, disk, timeout=timeout, report=tables.bullets(console))
     if restored.restarted:
         console.print(
             f"Broker {broker_id} is unfenced again (epoch {restored.broker_epoch}) with dir "

@@ -6,9 +6,10 @@ name (UNASSIGNED, LOST, MIGRATING); fenced / offline states are highlighted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -179,3 +180,12 @@ def produced_table(topic: str, offsets: Mapping[int, Sequence[int]]) -> Table:
             str(max(known)) if known else "-",
         )
     return table
+
+
+def bullets(console: Console) -> Callable[[str], None]:
+    """A function printing one dimmed-bullet progress line per message (local cluster, demo)."""
+
+    def say(message: str) -> None:
+        console.print(f"[dim]•[/] {message}", highlight=False)
+
+    return say
