@@ -246,6 +246,12 @@ class Agent:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    def _registered_listener(self) -> dict[str, Any]:
+        advertised = self.config.advertised_listener
+        if advertised is not None:
+            return {"name": "http", "host": advertised.host, "port": advertised.port}
+        return {"name": "http", "host": self.config.listener.host, "port": self.listener_port}
+
     async def _register(self) -> bool:
         body = {
             "brokerId": self.node_id,
@@ -254,7 +260,7 @@ class Agent:
             "logDirs": [str(d) for d in self.registered_dirs],
             "hasOfflineLogDirs": bool(self.startup_offline),
             "listeners": [
-                {"name": "http", "host": self.config.listener.host, "port": self.listener_port}
+                self._registered_listener()
             ],
             "rack": self.config.rack,
             "previousBrokerEpoch": self.epoch,

@@ -62,6 +62,7 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
     replica_move_max_bytes_per_second: int = -1
+    advertised_listener: Listener | None = None
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -151,6 +152,7 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "metadata.log.dir": ("metadata_log_dir", _path),
     "controller.url": ("controller_url", _url),
     "listeners": ("listener", _listener),
+    "advertised.listeners": ("advertised_listener", _listener),
     "cluster.token.file": ("cluster_token_file", _path),
     "admin.token.file": ("admin_token_file", _path),
     "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", _int(10, _MAX_MS)),

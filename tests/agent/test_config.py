@@ -83,6 +83,12 @@ def test_minimal_config_takes_every_default() -> None:
         ("controller.url", "https://ctl.example:443/", "controller_url", "https://ctl.example:443"),
         ("controller.url", "http://[::1]:9093", "controller_url", "http://[::1]:9093"),
         ("listeners", "http://0.0.0.0:19092", "listener", Listener("http", "0.0.0.0", 19092)),
+        (
+            "advertised.listeners",
+            "http://broker-0.brokers.ns.svc:9092",
+            "advertised_listener",
+            Listener("http", "broker-0.brokers.ns.svc", 9092),
+        ),
         ("cluster.token.file", "/run/token", "cluster_token_file", Path("/run/token")),
         ("admin.token.file", "/run/admin", "admin_token_file", Path("/run/admin")),
         ("broker.heartbeat.interval.ms", "500", "heartbeat_interval_ms", 500),
