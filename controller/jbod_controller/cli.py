@@ -89,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=1024**3,
         help="delete log segments covered by a snapshot beyond this size",
     )
+    parser.add_argument(
+        "--default-replication-factor",
+        type=int,
+        help="replication factor of a topic created without one (Kafka's default.replication.factor)",
+    )
+    parser.add_argument(
+        "--default-min-insync-replicas",
+        type=int,
+        help="min.insync.replicas written into a new topic's configs when the create sets none",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -191,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--cluster-id {args.cluster_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
         if args.broker_session_timeout_ms < 1:
             raise UsageError("--broker-session-timeout-ms must be at least 1")
+        for flag, value in (
+            ("--default-replication-factor", args.default_replication_factor),
+            ("--default-min-insync-replicas", args.default_min_insync_replicas),
+        ):
+            if value is not None and not 1 <= value <= 2**31 - 1:
+                raise UsageError(f"{flag} must be a positive 32-bit integer, got {value}")
         if args.snapshot_interval_records < 1:
             raise UsageError("--snapshot-interval-records must be at least 1")
         data_dir: Path = args.data_dir
@@ -205,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             session_timeout_s=args.broker_session_timeout_ms / 1000,
             snapshot_interval_records=args.snapshot_interval_records,
             log_retention_bytes=args.log_retention_bytes,
+            default_replication_factor=args.default_replication_factor,
+            default_min_insync_replicas=args.default_min_insync_replicas,
         )
         try:
             return run_event_loop(serve(config, tokens, args.listen))

@@ -280,8 +280,36 @@ class ControllerApi:
     # -- admin calls --------------------------------------------------------------------------
 
     async def create_topic(self, request: web.Request) -> web.Response:
-        parsed = await self._parse(request, CreateTopicRequest)
+        body = await request.read()
+        try:
+            raw = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raw = None  # the model reports the malformed body
+        if isinstance(raw, dict):
+            body = orjson.dumps(self._with_topic_defaults(raw))
+        try:
+            parsed = CreateTopicRequest.model_validate_json(body)
+        except ValidationError as exc:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
         return reply_response(await self.service.create_topic(parsed))
+
+    def _with_topic_defaults(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The create body with the controller's defaults filled in where the request left them out."""
+        config = self.service.config
+        filled = dict(raw)
+        if (
+            config.default_replication_factor is not None
+            and raw.get("replicaAssignment") is None
+            and raw.get("replicationFactor") is None
+        ):
+            filled["replicationFactor"] = config.default_replication_factor
+        configs = raw.get("configs")
+        if config.default_min_insync_replicas is not None and (configs is None or isinstance(configs, dict)):
+            filled["configs"] = {
+                "min.insync.replicas": str(config.default_min_insync_replicas),
+                **(configs or {}),
+            }
+        return filled
 
     def _topic(self, name: str) -> Any:
         image = self.service.image

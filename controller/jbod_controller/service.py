@@ -56,6 +56,10 @@ class ControllerConfig:
     snapshot_interval_records: int = 200_000
     log_retention_bytes: int = 1024 * 1024 * 1024
     segment_bytes: int = 64 * 1024 * 1024
+    # Kafka's default.replication.factor: used when a create names neither an RF nor an assignment.
+    default_replication_factor: int | None = None
+    # Written into a new topic's configs when the create does not set min.insync.replicas.
+    default_min_insync_replicas: int | None = None
 
 
 class RecoveryError(RuntimeError):

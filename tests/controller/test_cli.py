@@ -62,6 +62,8 @@ def base_args(data_dir: Path, cluster_id: str = "cli-cluster") -> list[str]:
         (["{base}", "--broker-session-timeout-ms", "soon"], "--broker-session-timeout-ms"),
         (["{base}", "--broker-session-timeout-ms", "0"], "--broker-session-timeout-ms"),
         (["{base}", "--broker-session-timeout-ms", "-5"], "--broker-session-timeout-ms"),
+        (["{base}", "--default-replication-factor", "0"], "--default-replication-factor"),
+        (["{base}", "--default-min-insync-replicas", "three"], "--default-min-insync-replicas"),
         (["{base}", "--snapshot-interval-records", "0"], "--snapshot-interval-records"),
         (["{base}", "--snapshot-interval-records", "1.5"], "--snapshot-interval-records"),
         (["{base}", "--log-retention-bytes", "lots"], "--log-retention-bytes"),
