@@ -17,14 +17,14 @@ demo: setup
 	$(BIN)/jbodctl local demo
 
 test: setup
-	$(BIN)/ruff check core controller client agent tests bench
-	$(BIN)/mypy core controller client agent
+	$(BIN)/ruff check core controller client agent operator tests bench
+	$(BIN)/mypy core controller client agent operator
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check core controller client agent tests bench
-	$(BIN)/ruff format --check core controller client agent tests bench
-	$(BIN)/mypy core controller client agent
+	$(BIN)/ruff check core controller client agent operator tests bench
+	$(BIN)/ruff format --check core controller client agent operator tests bench
+	$(BIN)/mypy core controller client agent operator
 
 bench: setup
 	$(BIN)/python -m bench.run_all

@@ -1,0 +1,414 @@
+"""Pure builders of the Kubernetes objects of a cluster: same inputs, same manifests (as dicts).
+
+Guarantees:
+* Every object carries the cluster's labels and, except data volume claims, an owner reference, so
+  deleting a `JbodCluster` garbage-collects its controller, Services, Secret, brokers and pods.
+  Data and metadata claims have no owner: deleting a cluster never deletes volumes holding
+  replicas (remove them by label when you mean it).
+* A broker pod carries the readiness gate `jbod.dev/unfenced` and an annotation hashing its spec
+  and configuration; a different hash means the pod must be recreated (bare pods cannot be
+  patched in place).
+* Processes run as non-root with a read-only root filesystem; everything they write is a volume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from jbod_operator import model, names
+
+Manifest = dict[str, Any]
+RUN_AS: int = 10001
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(
+    name: str, namespace: str, labels: dict[str, str], owner: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner is not None:
+        meta["ownerReferences"] = [owner_reference(owner)]
+    return meta
+
+
+def _resources(resources: model.Resources) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if resources.limits:
+        out["limits"] = dict(resources.limits)
+    if resources.requests:
+        out["requests"] = dict(resources.requests)
+    return out
+
+
+def spec_hash(*parts: Any) -> str:
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+_CONTAINER_SECURITY: dict[str, Any] = {
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _probe(path: str, port: int, *, period: int, failures: int = 3) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": 2,
+        "failureThreshold": failures,
+    }
+
+
+def _claim_template(name: str, volume: model.Volume) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": volume.size}},
+    }
+    if volume.storage_class:
+        spec["storageClassName"] = volume.storage_class
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster-wide objects
+
+
+def tokens_secret(
+    cluster: str,
+    namespace: str,
+    *,
+    cluster_id: str,
+    cluster_token: str,
+    admin_token: str,
+    owner: Mapping[str, Any],
+) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(names.secret(cluster), namespace, names.cluster_labels(cluster, "tokens"), owner),
+        "type": "Opaque",
+        "stringData": {
+            names.SECRET_CLUSTER_ID: cluster_id,
+            names.SECRET_CLUSTER_TOKEN: cluster_token,
+            names.SECRET_ADMIN_TOKEN: admin_token,
+        },
+    }
+
+
+def controller_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(
+            names.controller(cluster), namespace, names.cluster_labels(cluster, "controller"), owner
+        ),
+        "spec": {
+            "selector": names.controller_selector(cluster),
+            "ports": [{"name": "http", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}],
+        },
+    }
+
+
+def _tokens_volume(cluster: str) -> dict[str, Any]:
+    return {"name": "tokens", "secret": {"secretName": names.secret(cluster), "defaultMode": 0o440}}
+
+
+def _cluster_id_env(cluster: str) -> dict[str, Any]:
+    return {
+        "name": "JBOD_CLUSTER_ID",
+        "valueFrom": {"secretKeyRef": {"name": names.secret(cluster), "key": names.SECRET_CLUSTER_ID}},
+    }
+
+
+def controller_statefulset(
+    spec: model.ClusterSpec, cluster: str, namespace: str, *, image: str, owner: Mapping[str, Any]
+) -> Manifest:
+    labels = names.cluster_labels(cluster, "controller")
+    args = [
+        f"--data-dir={names.CONTROLLER_MOUNT}/data",
+        "--cluster-id=$(JBOD_CLUSTER_ID)",
+        f"--listen=0.0.0.0:{names.CONTROLLER_PORT}",
+        f"--cluster-token-file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",
+        f"--admin-token-file={names.TOKENS_DIR}/{names.SECRET_ADMIN_TOKEN}",
+        f"--broker-session-timeout-ms={spec.config.session_timeout_ms}",
+        f"--default-replication-factor={spec.replication_factor()}",
+        f"--default-min-insync-replicas={spec.config.min_insync_replicas}",
+    ]
+    container = {
+        "name": "controller",
+        "image": image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["jbod-controller"],
+        "args": args,
+        "env": [_cluster_id_env(cluster)],
+        "ports": [{"name": "http", "containerPort": names.CONTROLLER_PORT}],
+        "readinessProbe": _probe("/readyz", names.CONTROLLER_PORT, period=2),
+        "livenessProbe": _probe("/healthz", names.CONTROLLER_PORT, period=10, failures=6),
+        "volumeMounts": [
+            {"name": "data", "mountPath": names.CONTROLLER_MOUNT},
+            {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
+        ],
+        "securityContext": _CONTAINER_SECURITY,
+        "resources": _resources(spec.controller.resources),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(names.controller(cluster), namespace, labels, owner),
+        "spec": {
+            "replicas": 1,
+            "serviceName": names.controller(cluster),
+            "selector": {"matchLabels": names.controller_selector(cluster)},
+            "podManagementPolicy": "Parallel",
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "securityContext": _POD_SECURITY,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": [_tokens_volume(cluster)],
+                },
+            },
+            "volumeClaimTemplates": [_claim_template("data", spec.controller.storage)],
+        },
+    }
+
+
+def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    """Headless: per-pod DNS names for every broker, published before they are ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(
+            names.brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
+        ),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.broker_selector(cluster),
+            "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
+        },
+    }
+
+
+def ready_brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    """Only Ready brokers: a pod is Ready once its process is up and the controller has unfenced it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(
+            names.ready_brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
+        ),
+        "spec": {
+            "selector": names.broker_selector(cluster),
+            "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
+        },
+    }
+
+
+def broker_disruption_budget(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(
+            names.brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
+        ),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.broker_selector(cluster)}},
+    }
+
+
+def disk_entry(disk: model.Disk) -> dict[str, Any]:
+    """A disk as written into a JbodBroker's spec."""
+    entry: dict[str, Any] = {"name": disk.name, "size": disk.size}
+    if disk.storage_class:
+        entry["storageClass"] = disk.storage_class
+    if disk.removed:
+        entry["removed"] = True
+    return entry
+
+
+def jbod_broker(
+    cluster: str, namespace: str, broker_id: int, disks: Sequence[model.Disk], owner: Mapping[str, Any]
+) -> Manifest:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "JbodBroker",
+        "metadata": _meta(
+            names.broker(cluster, broker_id), namespace, names.broker_labels(cluster, broker_id), owner
+        ),
+        "spec": {
+            "clusterName": cluster,
+            "brokerId": broker_id,
+            "disks": [disk_entry(disk) for disk in disks],
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-broker objects
+
+
+def server_properties(
+    spec: model.ClusterSpec, cluster: str, namespace: str, broker_id: int, disks: Sequence[model.Disk]
+) -> str:
+    """The broker's `server.properties` (protocol §4.2 keys)."""
+    settings = spec.config
+    lines = [
+        f"node.id={broker_id}",
+        "log.dirs=" + ",".join(names.log_dir(d.name) for d in disks),
+        f"metadata.log.dir={names.metadata_log_dir()}",
+        f"controller.url={names.controller_url(cluster, namespace)}",
+        f"listeners=http://0.0.0.0:{names.BROKER_PORT}",
+        f"advertised.listeners=http://{names.broker_host(cluster, namespace, broker_id)}:{names.BROKER_PORT}",
+        f"cluster.token.file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",
+        f"admin.token.file={names.TOKENS_DIR}/{names.SECRET_ADMIN_TOKEN}",
+        f"broker.heartbeat.interval.ms={settings.heartbeat_interval_ms}",
+        f"broker.session.timeout.ms={settings.session_timeout_ms}",
+        f"log.dir.failure.timeout.ms={settings.log_dir_failure_timeout_ms}",
+        f"log.dir.probe.interval.ms={settings.log_dir_probe_interval_ms}",
+        f"min.insync.replicas={settings.min_insync_replicas}",
+        f"replica.lag.time.max.ms={settings.replica_lag_time_max_ms}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def broker_config_map(
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_id: int,
+    disks: Sequence[model.Disk],
+    owner: Mapping[str, Any],
+) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(
+            names.broker(cluster, broker_id), namespace, names.broker_labels(cluster, broker_id), owner
+        ),
+        "data": {"server.properties": server_properties(spec, cluster, namespace, broker_id, disks)},
+    }
+
+
+def volume_claim(
+    cluster: str,
+    namespace: str,
+    broker_id: int,
+    *,
+    disk: str,
+    volume: model.Volume,
+    generation: int | None,
+) -> Manifest:
+    """A broker's data claim (`generation` set) or metadata claim (`generation` None); never owned."""
+    labels = {**names.broker_labels(cluster, broker_id), names.LABEL_DISK: disk}
+    if generation is None:
+        name = names.metadata_claim(cluster, broker_id)
+    else:
+        name = names.claim(cluster, broker_id, disk, generation)
+        labels[names.LABEL_GENERATION] = str(generation)
+    template = _claim_template(name, volume)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(name, namespace, labels, None),
+        "spec": template["spec"],
+    }
+
+
+def broker_pod(
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_id: int,
+    *,
+    disks: Sequence[model.Disk],
+    claims: Mapping[str, str],
+    image: str,
+    owner: Mapping[str, Any],
+) -> Manifest:
+    """The broker pod: a `format` init container, then the agent; `claims` maps disk name → claim name."""
+    config = server_properties(spec, cluster, namespace, broker_id, disks)
+    data_mounts = [{"name": f"disk-{d.name}", "mountPath": names.disk_mount(d.name)} for d in disks]
+    mounts = [
+        {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
+        {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
+        {"name": "metadata", "mountPath": names.METADATA_MOUNT},
+        *data_mounts,
+    ]
+    volumes = [
+        {"name": "config", "configMap": {"name": names.broker(cluster, broker_id)}},
+        _tokens_volume(cluster),
+        {
+            "name": "metadata",
+            "persistentVolumeClaim": {"claimName": names.metadata_claim(cluster, broker_id)},
+        },
+        *({"name": f"disk-{d.name}", "persistentVolumeClaim": {"claimName": claims[d.name]}} for d in disks),
+    ]
+    properties = f"{names.CONFIG_DIR}/server.properties"
+    common = {
+        "image": image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "securityContext": _CONTAINER_SECURITY,
+    }
+    init = {
+        "name": "format",
+        **common,
+        "command": ["jbod-storage"],
+        "args": ["format", f"--config={properties}", "--cluster-id=$(JBOD_CLUSTER_ID)", "--ignore-formatted"],
+        "env": [_cluster_id_env(cluster)],
+        "volumeMounts": mounts,
+    }
+    agent = {
+        "name": "agent",
+        **common,
+        "command": ["jbod-agent"],
+        "args": [f"--config={properties}"],
+        "ports": [{"name": "http", "containerPort": names.BROKER_PORT}],
+        "readinessProbe": _probe("/readyz", names.BROKER_PORT, period=2),
+        "livenessProbe": _probe("/healthz", names.BROKER_PORT, period=10, failures=6),
+        "volumeMounts": mounts,
+        "resources": _resources(spec.resources),
+    }
+    pod_spec = {
+        "hostname": names.broker(cluster, broker_id),
+        "subdomain": names.brokers_service(cluster),
+        "readinessGates": [{"conditionType": names.READINESS_GATE}],
+        "securityContext": _POD_SECURITY,
+        "terminationGracePeriodSeconds": max(30, spec.config.session_timeout_ms // 1000 * 2),
+        "restartPolicy": "Always",
+        "initContainers": [init],
+        "containers": [agent],
+        "volumes": volumes,
+    }
+    labels = names.broker_labels(cluster, broker_id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **_meta(names.broker(cluster, broker_id), namespace, labels, owner),
+            "annotations": {names.ANNOTATION_SPEC_HASH: spec_hash(pod_spec, config)},
+        },
+        "spec": pod_spec,
+    }

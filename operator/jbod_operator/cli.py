@@ -1,0 +1,123 @@
+"""`jbod-operator`: runs the kopf operator (protocol §5) with the handlers of `jbod_operator.handlers`.
+
+Bad flags or missing Kubernetes credentials print one line and exit non-zero. The operator runs
+standalone (one replica, `strategy: Recreate` in the chart), so kopf's peering is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+import kopf
+from kubernetes import config as kube_config
+from prometheus_client import start_http_server
+
+PROG = "jbod-operator"
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+@click.command(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--namespace", "-n", "namespaces", multiple=True, help="watch this namespace (repeatable)")
+@click.option(
+    "--all-namespaces", "-A", is_flag=True, help="watch every namespace (the default without --namespace)"
+)
+@click.option("--image", envvar="JBOD_IMAGE", help="default image of controllers and brokers")
+@click.option(
+    "--metrics-address", default="0.0.0.0:8000", show_default=True, help="HOST:PORT of /metrics ('' = off)"
+)
+@click.option(
+    "--health-address",
+    default="0.0.0.0:8080",
+    show_default=True,
+    help="HOST:PORT of the liveness probe /healthz",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(0.1, 600),
+    default=2.0,
+    show_default=True,
+    help="how often to ask each cluster's controller and brokers for their view",
+)
+@click.option(
+    "--endpoints-file",
+    envvar="JBOD_ENDPOINTS_FILE",
+    type=click.Path(dir_okay=False),
+    help="JSON map of host:port to reachable host:port, for an operator outside the cluster",
+)
+@click.option("--verbose", "-v", is_flag=True, help="debug logging")
+def command(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    image: str | None,
+    metrics_address: str,
+    health_address: str,
+    poll_seconds: float,
+    endpoints_file: str | None,
+    verbose: bool,
+) -> None:
+    """Run the JBOD operator: reconcile JbodCluster and JbodBroker resources."""
+    if namespaces and all_namespaces:
+        raise click.UsageError("--namespace and --all-namespaces exclude each other")
+    health = _listen(health_address)
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        try:
+            kube_config.load_kube_config()
+        except (kube_config.ConfigException, OSError) as exc:
+            raise click.ClickException(f"no Kubernetes credentials: {exc}".splitlines()[0]) from None
+    if endpoints_file:
+        os.environ["JBOD_ENDPOINTS_FILE"] = endpoints_file
+    from jbod_operator import handlers, views  # importing handlers registers them with kopf
+
+    handlers.ENDPOINTS = views.Endpoints(endpoints_file)
+    handlers.SETTINGS["poll_seconds"] = poll_seconds
+    if image:
+        handlers.SETTINGS["image"] = image
+    if metrics_address:
+        host, port = _listen(metrics_address)
+        try:
+            start_http_server(port, addr=host)
+        except OSError as exc:
+            raise click.ClickException(f"cannot serve metrics on {metrics_address}: {exc.strerror}") from None
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    kwargs: dict[str, Any] = {
+        "standalone": True,
+        "liveness_endpoint": f"http://{health[0]}:{health[1]}/healthz",
+    }
+    if namespaces:
+        kwargs["namespaces"] = list(namespaces)
+    else:
+        kwargs["clusterwide"] = True
+    asyncio.run(kopf.operator(**kwargs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        command.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.ClickException as exc:
+        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code or 1
+    except click.Abort:
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

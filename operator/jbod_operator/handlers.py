@@ -1,0 +1,544 @@
+"""kopf handlers: observe, decide with the pure modules, act through `kube`. Nothing clever lives here.
+
+* Indexes keep the actual state of pods, volume claims, PVs, VolumeAttachments and JbodBrokers.
+* One daemon per `JbodCluster` polls the controller and the brokers (`views.poll_cluster`) and
+  keeps the latest `ClusterView` in memory; handlers read it, never dial on their own.
+* `reconcile_cluster` and `reconcile_broker` run on create/update/resume and on a timer; both are
+  idempotent, so running them again converges, and "not yet" is a `TemporaryError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from jbod_core import ids
+from jbod_operator import builders, health, kube, metrics, model, names, plan, views
+
+log = logging.getLogger("jbod_operator")
+
+DEFAULT_IMAGE = "ghcr.io/jbod-dev/jbod:0.1.0"
+SETTINGS: dict[str, Any] = {"image": DEFAULT_IMAGE, "poll_seconds": 2.0, "broker_interval": 2.0}
+VIEWS: dict[tuple[str, str], views.ClusterView] = {}
+ENDPOINTS = views.Endpoints()
+BROKER_TIMER_INTERVAL = 2.0
+CLUSTER_TIMER_INTERVAL = 5.0
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(body)
+
+
+def _first(store: Iterable[Any] | None) -> Any:
+    for item in store or ():
+        return item
+    return None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="jbod.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="jbod.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    settings.execution.max_workers = 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexes: the actual state
+
+
+@kopf.index("persistentvolumeclaims", labels={names.LABEL_CLUSTER: kopf.PRESENT})
+def claims_index(namespace: str | None, labels: Mapping[str, str], body: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, labels[names.LABEL_CLUSTER], labels.get(names.LABEL_BROKER)): _plain(body)}
+
+
+@kopf.index("persistentvolumes")
+def volumes_index(name: str, body: Mapping[str, Any], **_: Any) -> Any:
+    return {name: _plain(body)}
+
+
+@kopf.index("storage.k8s.io", "v1", "volumeattachments")
+def attachments_index(spec: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> Any:
+    volume = (spec.get("source") or {}).get("persistentVolumeName")
+    return {volume: _plain(body)} if volume else None
+
+
+@kopf.index("pods", labels={names.LABEL_CLUSTER: kopf.PRESENT})
+def pods_index(namespace: str | None, name: str, body: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, name): _plain(body)}
+
+
+@kopf.index(names.GROUP, names.VERSION, names.BROKERS)
+def brokers_index(namespace: str | None, spec: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, spec.get("clusterName")): _plain(body)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller's and brokers' view, one poller per cluster
+
+
+def _tokens(cluster: str, namespace: str) -> dict[str, str] | None:
+    secret = kube.get("v1", "Secret", names.secret(cluster), namespace)
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+@kopf.daemon(names.GROUP, names.VERSION, names.CLUSTERS, cancellation_timeout=5.0)
+async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    namespace = namespace or "default"
+    key = (namespace, name)
+    try:
+        while not stopped:
+            tokens = await asyncio.to_thread(_tokens, name, namespace)
+            if tokens and names.SECRET_ADMIN_TOKEN in tokens:
+                view = await views.poll_cluster(
+                    names.controller_url(name, namespace), tokens[names.SECRET_ADMIN_TOKEN], ENDPOINTS
+                )
+                if not view.reachable:
+                    metrics.VIEW_ERRORS.labels(cluster=name).inc()
+                VIEWS[key] = view
+            await asyncio.sleep(float(SETTINGS["poll_seconds"]))
+    finally:
+        VIEWS.pop(key, None)
+
+
+def _view(namespace: str, cluster: str) -> views.ClusterView:
+    return VIEWS.get((namespace, cluster)) or views.ClusterView(reachable=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# JbodCluster
+
+
+def _ensure_secret(cluster: str, namespace: str, owner: Mapping[str, Any]) -> str:
+    tokens = _tokens(cluster, namespace)
+    if tokens is None:
+        cluster_id = str(ids.random_uuid(secrets.SystemRandom()))
+        kube.create(
+            builders.tokens_secret(
+                cluster,
+                namespace,
+                cluster_id=cluster_id,
+                cluster_token=secrets.token_urlsafe(32),
+                admin_token=secrets.token_urlsafe(32),
+                owner=owner,
+            )
+        )
+        tokens = _tokens(cluster, namespace) or {names.SECRET_CLUSTER_ID: cluster_id}
+    return tokens[names.SECRET_CLUSTER_ID]
+
+
+def _parse_cluster(
+    name: str, spec: Mapping[str, Any], patch: kopf.Patch, status_: Mapping[str, Any]
+) -> model.ClusterSpec:
+    try:
+        return model.parse_cluster(name, dict(spec))
+    except model.SpecError as exc:
+        patch.status["conditions"] = [
+            health.condition(
+                "Ready", False, "InvalidSpec", str(exc), previous=status_.get("conditions"), now=_now()
+            )
+        ]
+        raise kopf.PermanentError(str(exc)) from None
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.CLUSTERS)
+@kopf.on.create(names.GROUP, names.VERSION, names.CLUSTERS)
+@kopf.on.update(names.GROUP, names.VERSION, names.CLUSTERS)
+@kopf.timer(names.GROUP, names.VERSION, names.CLUSTERS, interval=CLUSTER_TIMER_INTERVAL, initial_delay=1.0)
+def reconcile_cluster(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    **kwargs: Any,
+) -> None:
+    namespace = namespace or "default"
+    brokers_index: kopf.Index[Any, Any] = kwargs["brokers_index"]
+    started = time.perf_counter()
+    with metrics.reconcile("JbodCluster"):
+        if meta.get("deletionTimestamp"):
+            return
+        cluster_spec = _parse_cluster(name, spec, patch, status)
+        owner = _plain(body)
+        image = cluster_spec.image or str(SETTINGS["image"])
+        cluster_id = _ensure_secret(name, namespace, owner)
+        for manifest in (
+            builders.controller_service(name, namespace, owner),
+            builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
+            builders.brokers_service(name, namespace, owner),
+            builders.ready_brokers_service(name, namespace, owner),
+            builders.broker_disruption_budget(name, namespace, owner),
+        ):
+            kube.apply(manifest)
+
+        existing: dict[int, model.BrokerSpec] = {}
+        statuses: dict[int, Mapping[str, Any]] = {}
+        for broker in brokers_index.get((namespace, name), []):
+            try:
+                parsed = model.parse_broker(broker.get("spec") or {})
+            except model.SpecError:
+                continue
+            existing[parsed.broker_id] = parsed
+            statuses[parsed.broker_id] = broker.get("status") or {}
+        view = _view(namespace, name)
+        broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
+        for broker_id, disks in broker_plan.brokers.items():
+            kube.apply(builders.jbod_broker(name, namespace, broker_id, disks, owner))
+        for broker_id in broker_plan.delete:
+            kube.delete(names.API_VERSION, "JbodBroker", names.broker(name, broker_id), namespace)
+            for claim in kube.list_objects(
+                "v1", "PersistentVolumeClaim", namespace, names.broker_labels(name, broker_id)
+            ):
+                kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], namespace)
+            kopf.info(
+                body, reason="BrokerRemoved", message=f"Removed broker {broker_id}: it hosted no replicas"
+            )
+        _unregister_removed(name, namespace, cluster_spec, existing, view)
+
+        previous_refusals = {
+            c.get("message") for c in status.get("conditions") or [] if c.get("reason") == "Blocked"
+        }
+        for line in broker_plan.refused:
+            if not any(line in (m or "") for m in previous_refusals):
+                kopf.warn(body, reason="RemovalRefused", message=line)
+        broker_statuses = [statuses.get(i, {}) for i in range(cluster_spec.brokers)]
+        computed = plan.cluster_status(
+            cluster_spec,
+            broker_statuses,
+            refused=broker_plan.refused,
+            controller_ready=view.reachable and view.ready,
+            previous=status,
+            now=_now(),
+        )
+        patch.status.update(
+            {
+                **computed,
+                "observedGeneration": meta.get("generation"),
+                "clusterId": cluster_id,
+                "controllerEndpoint": names.controller_url(name, namespace),
+            }
+        )
+    log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
+
+
+def _unregister_removed(
+    cluster: str,
+    namespace: str,
+    spec: model.ClusterSpec,
+    existing: Mapping[int, model.BrokerSpec],
+    view: views.ClusterView,
+) -> None:
+    """Unregister brokers that were scaled away once their pod is gone and the controller fenced them."""
+    if not view.reachable:
+        return
+    for broker_id, registration in view.registrations.items():
+        if broker_id < spec.brokers or broker_id in existing or not registration.get("fenced"):
+            continue
+        tokens = _tokens(cluster, namespace) or {}
+        error = views.unregister(
+            names.controller_url(cluster, namespace),
+            tokens.get(names.SECRET_ADMIN_TOKEN, ""),
+            ENDPOINTS,
+            broker_id,
+        )
+        if error is not None:
+            log.warning("Failed to unregister broker %d of %s/%s: %s", broker_id, namespace, cluster, error)
+
+
+# ---------------------------------------------------------------------------------------------
+# JbodBroker
+
+
+def _replace_requested(meta: Mapping[str, Any]) -> frozenset[str]:
+    text = (meta.get("annotations") or {}).get(names.ANNOTATION_REPLACE_DISKS, "")
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+def _pod_condition(pod: Mapping[str, Any] | None, condition_type: str) -> str | None:
+    for condition in (pod or {}).get("status", {}).get("conditions") or []:
+        if condition.get("type") == condition_type:
+            return str(condition.get("status"))
+    return None
+
+
+def _others_ready(
+    pods_index: kopf.Index[Any, Any], namespace: str, cluster: str, broker_id: int, brokers: int
+) -> bool:
+    for other in range(brokers):
+        if other == broker_id:
+            continue
+        pod = _first(pods_index.get((namespace, names.broker(cluster, other))))
+        if _pod_condition(pod, "Ready") != "True":
+            return False
+    return True
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.BROKERS)
+@kopf.on.create(names.GROUP, names.VERSION, names.BROKERS)
+@kopf.on.update(names.GROUP, names.VERSION, names.BROKERS)
+@kopf.timer(names.GROUP, names.VERSION, names.BROKERS, interval=BROKER_TIMER_INTERVAL, initial_delay=0.5)
+def reconcile_broker(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    **kwargs: Any,
+) -> None:
+    namespace = namespace or "default"
+    claims_index: kopf.Index[Any, Any] = kwargs["claims_index"]
+    volumes_index: kopf.Index[Any, Any] = kwargs["volumes_index"]
+    attachments_index: kopf.Index[Any, Any] = kwargs["attachments_index"]
+    pods_index: kopf.Index[Any, Any] = kwargs["pods_index"]
+    with metrics.reconcile("JbodBroker"):
+        if meta.get("deletionTimestamp"):
+            patch.status["phase"] = "Terminating"
+            return
+        try:
+            broker = model.parse_broker(dict(spec))
+        except model.SpecError as exc:
+            raise kopf.PermanentError(str(exc)) from None
+        cluster = broker.cluster_name
+        cluster_body = kube.get(names.API_VERSION, "JbodCluster", cluster, namespace)
+        if cluster_body is None:
+            raise kopf.TemporaryError(f"JbodCluster {cluster} not found", delay=10)
+        try:
+            cluster_spec = model.parse_cluster(cluster, cluster_body.get("spec") or {})
+        except model.SpecError as exc:
+            raise kopf.TemporaryError(f"JbodCluster {cluster} has an invalid spec: {exc}", delay=30) from None
+        owner = _plain(body)
+        broker_id = broker.broker_id
+        pod_name = names.broker(cluster, broker_id)
+        claims = list(claims_index.get((namespace, cluster, str(broker_id)), []))
+        pod = _first(pods_index.get((namespace, pod_name)))
+        view = _view(namespace, cluster)
+        volume_names = {c.get("spec", {}).get("volumeName") for c in claims} - {None}
+        observation = health.Observation(
+            broker_id=broker_id,
+            disks=broker.disks,
+            policy=cluster_spec.disk_failure_policy,
+            replace_requested=_replace_requested(meta),
+            pod=pod,
+            claims=claims,
+            volumes={v: _first(volumes_index.get(v)) for v in volume_names if volumes_index.get(v)},
+            attachments={v: list(attachments_index.get(v, [])) for v in volume_names},
+            controller_reachable=view.reachable,
+            registration=view.registrations.get(broker_id),
+            placements=view.placements.get(broker_id, {}),
+            log_dirs=view.log_dirs.get(broker_id),
+            previous=status,
+            now=_now(),
+        )
+        decision = health.decide(observation)
+        for event in decision.events:
+            (kopf.warn if event.type == "Warning" else kopf.info)(
+                body, reason=event.reason, message=event.message
+            )
+
+        choices = health.choose_claims(broker.disks, claims, pod)
+        existing_claims = {c["metadata"]["name"]: c for c in claims}
+        _ensure_claims(cluster_spec, cluster, namespace, broker, choices, existing_claims)
+        for claim_name, directory_id in decision.directory_ids.items():
+            kube.merge_patch(
+                "v1",
+                "PersistentVolumeClaim",
+                claim_name,
+                namespace,
+                {"metadata": {"annotations": {names.ANNOTATION_DIRECTORY_ID: directory_id}}},
+            )
+        restart = decision.restart_pod
+        for disk in decision.replace:
+            choice = choices[disk]
+            _replace_volume(cluster_spec, cluster, namespace, broker, disk, choice, existing_claims)
+            metrics.REPLACEMENTS.labels(cluster=cluster).inc()
+            restart = f"disk {disk} gets a new volume"
+        if decision.replace:
+            remaining = _replace_requested(meta) - set(decision.replace)
+            kube.merge_patch(
+                names.API_VERSION,
+                "JbodBroker",
+                name,
+                namespace,
+                {
+                    "metadata": {
+                        "annotations": {names.ANNOTATION_REPLACE_DISKS: ",".join(sorted(remaining)) or None}
+                    }
+                },
+            )
+        for claim_name in decision.delete_claims:
+            kube.delete("v1", "PersistentVolumeClaim", claim_name, namespace)
+
+        kube.apply(
+            builders.broker_config_map(cluster_spec, cluster, namespace, broker_id, broker.disks, owner)
+        )
+        if pod is not None and decision.unfenced is not None:
+            wanted = "True" if decision.unfenced else "False"
+            if _pod_condition(pod, names.READINESS_GATE) != wanted:
+                kube.set_pod_condition(
+                    pod_name,
+                    namespace,
+                    names.READINESS_GATE,
+                    decision.unfenced,
+                    "Unfenced" if decision.unfenced else "Fenced",
+                    "the controller has unfenced the broker: its placements are confirmed"
+                    if decision.unfenced
+                    else "the controller keeps the broker fenced",
+                )
+        patch.status.update({**decision.status, "observedGeneration": meta.get("generation")})
+        metrics.observe_broker(cluster, broker_id, decision.status)
+        _converge_pod(cluster_spec, cluster, namespace, broker, pod, owner, restart, claims, pods_index)
+
+
+def _ensure_claims(
+    cluster_spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker: model.BrokerSpec,
+    choices: Mapping[str, health.ClaimChoice],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """First claims of new disks, the metadata claim, and growth of claims smaller than the spec."""
+    metadata = builders.volume_claim(
+        cluster,
+        namespace,
+        broker.broker_id,
+        disk=names.METADATA_DISK,
+        volume=cluster_spec.metadata_disk,
+        generation=None,
+    )
+    _create_or_grow(metadata, existing.get(metadata["metadata"]["name"]), cluster_spec.metadata_disk)
+    for disk in broker.disks:
+        choice = choices[disk.name]
+        target = choice.newest or choice.current
+        if target is None and choice.next_generation == 0:
+            kube.create(
+                builders.volume_claim(
+                    cluster, namespace, broker.broker_id, disk=disk.name, volume=disk, generation=0
+                )
+            )
+        elif target is not None and target in existing:
+            generation = health.generation_of(target)
+            manifest = builders.volume_claim(
+                cluster, namespace, broker.broker_id, disk=disk.name, volume=disk, generation=generation
+            )
+            _create_or_grow(manifest, existing[target], disk)
+
+
+def _create_or_grow(
+    manifest: Mapping[str, Any], current: Mapping[str, Any] | None, volume: model.Volume
+) -> None:
+    if current is None:
+        kube.create(manifest)
+        return
+    requested = (current.get("spec", {}).get("resources", {}).get("requests") or {}).get("storage")
+    if requested is not None and model.quantity_bytes(str(requested)) < volume.size_bytes:
+        kube.merge_patch(
+            "v1",
+            "PersistentVolumeClaim",
+            current["metadata"]["name"],
+            current["metadata"]["namespace"],
+            {"spec": {"resources": {"requests": {"storage": volume.size}}}},
+        )
+
+
+def _replace_volume(
+    cluster_spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker: model.BrokerSpec,
+    disk: str,
+    choice: health.ClaimChoice,
+    existing: Mapping[str, Mapping[str, Any]],
+) -> None:
+    volume = broker.disk(disk) or next(d for d in cluster_spec.disks if d.name == disk)
+    kube.create(
+        builders.volume_claim(
+            cluster, namespace, broker.broker_id, disk=disk, volume=volume, generation=choice.next_generation
+        )
+    )
+    if choice.current is not None and choice.current in existing:
+        stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        kube.merge_patch(
+            "v1",
+            "PersistentVolumeClaim",
+            choice.current,
+            namespace,
+            {"metadata": {"annotations": {names.ANNOTATION_RETIRED: stamp}}},
+        )
+
+
+def _converge_pod(
+    cluster_spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker: model.BrokerSpec,
+    pod: Mapping[str, Any] | None,
+    owner: Mapping[str, Any],
+    restart: str | None,
+    claims: list[Mapping[str, Any]],
+    pods_index: kopf.Index[Any, Any],
+) -> None:
+    """Create the pod once every claim exists; recreate it for a new volume or a changed spec."""
+    pod_name = names.broker(cluster, broker.broker_id)
+    if pod is not None and pod.get("metadata", {}).get("deletionTimestamp"):
+        raise kopf.TemporaryError(f"waiting for pod {pod_name} to terminate", delay=2)
+    if pod is not None and restart is not None:
+        log.info("Restarting pod %s/%s: %s", namespace, pod_name, restart)
+        kube.delete("v1", "Pod", pod_name, namespace)
+        return
+    choices = health.choose_claims(broker.disks, claims, None)
+    wanted: dict[str, str] = {}
+    for disk in broker.disks:
+        target = choices[disk.name].newest
+        if target is None:
+            if pod is None:
+                raise kopf.TemporaryError(f"waiting for a volume claim of disk {disk.name}", delay=2)
+            return  # the running pod keeps its (detached) claim until the volume is replaced
+        wanted[disk.name] = target
+    image = cluster_spec.image or str(SETTINGS["image"])
+    desired = builders.broker_pod(
+        cluster_spec,
+        cluster,
+        namespace,
+        broker.broker_id,
+        disks=broker.disks,
+        claims=wanted,
+        image=image,
+        owner=owner,
+    )
+    if pod is None:
+        kube.create(desired)
+        return
+    current_hash = (pod.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH)
+    if current_hash == desired["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]:
+        return
+    if not _others_ready(pods_index, namespace, cluster, broker.broker_id, cluster_spec.brokers):
+        raise kopf.TemporaryError(
+            f"pod {pod_name} needs a restart; waiting for the other brokers to be Ready", delay=5
+        )
+    log.info("Restarting pod %s/%s: its spec or configuration changed", namespace, pod_name)
+    kube.delete("v1", "Pod", pod_name, namespace)

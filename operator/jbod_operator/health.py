@@ -1,0 +1,486 @@
+"""Per-disk health of a broker and what to do about it: a pure function of one observation.
+
+`decide(observation)` turns what the operator saw (the pod, the broker's volume claims, PVs and
+VolumeAttachments, the controller's registration and placements, the broker's own log-dir view, and
+the previous status) into the `JbodBroker` status plus the actions to take. It never does I/O.
+
+Guarantees:
+* A disk's state is `Detached` when its volume is gone at the Kubernetes level (claim deleted or
+  lost, PV missing, released or failed, or its VolumeAttachment removed after one was seen),
+  else `Offline` when the broker or the controller report its log dir offline, else `Full`,
+  else `Draining` (left the spec but still holds replicas), else `Online` once the broker reports
+  it, else `Pending`.
+* A volume is replaced only when the disk is `Detached` or `Offline`, the policy is `Automatic`
+  or the disk is named in `jbod.dev/replace-disks`, the controller is reachable, and it shows no
+  partition led from that log dir (leadership has moved off it). Never twice for one failure: a
+  newer claim for the disk means a replacement is under way.
+* A retired claim is deleted only when the controller is reachable and no replica is placed in
+  the directory it held; a retired claim whose directory id was never seen is kept.
+* The readiness gate follows the controller's view: True only while the broker is registered,
+  unfenced and not shutting down; left alone while the controller cannot be reached.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from jbod_operator import model, names
+
+_GENERATION: Final = re.compile(r"-g([0-9]+)$")
+TROUBLED: Final = frozenset({"Offline", "Detached"})
+
+
+@dataclass(frozen=True)
+class DirPlacements:
+    """From the controller's partitions: replicas of this broker placed in one directory, and leaders."""
+
+    replicas: int = 0
+    leaders: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # "Normal" | "Warning"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    broker_id: int
+    disks: tuple[model.Disk, ...]
+    policy: str
+    replace_requested: frozenset[str]
+    pod: Mapping[str, Any] | None
+    claims: Sequence[Mapping[str, Any]]
+    volumes: Mapping[str, Mapping[str, Any]]
+    attachments: Mapping[str, Sequence[Mapping[str, Any]]]
+    controller_reachable: bool
+    registration: Mapping[str, Any] | None
+    placements: Mapping[str, DirPlacements]
+    log_dirs: Sequence[Mapping[str, Any]] | None
+    previous: Mapping[str, Any]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: dict[str, Any]
+    unfenced: bool | None
+    events: tuple[Event, ...] = ()
+    replace: tuple[str, ...] = ()
+    delete_claims: tuple[str, ...] = ()
+    directory_ids: Mapping[str, str] = field(default_factory=dict)  # claim name → directory id to record
+    restart_pod: str | None = None  # the reason the pod must be recreated
+
+
+def generation_of(claim_name: str) -> int | None:
+    match = _GENERATION.search(claim_name)
+    return int(match.group(1)) if match else None
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj.get("metadata", {}).get("annotations") or {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj.get("metadata", {}).get("labels") or {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def is_retired(claim: Mapping[str, Any]) -> bool:
+    return names.ANNOTATION_RETIRED in _annotations(claim)
+
+
+def pod_claims(pod: Mapping[str, Any] | None) -> dict[str, str]:
+    """Disk name → claim name, as mounted by the pod."""
+    if pod is None:
+        return {}
+    out: dict[str, str] = {}
+    for volume in pod.get("spec", {}).get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        volume_name = str(volume.get("name", ""))
+        if claim and volume_name.startswith("disk-"):
+            out[volume_name[len("disk-") :]] = claim
+    return out
+
+
+def _data_claims(claims: Sequence[Mapping[str, Any]], disk: str) -> list[Mapping[str, Any]]:
+    return [
+        c for c in claims if _labels(c).get(names.LABEL_DISK) == disk and names.LABEL_GENERATION in _labels(c)
+    ]
+
+
+@dataclass(frozen=True)
+class ClaimChoice:
+    """The claim a disk uses now (`current`), the newest live one, and the next free generation."""
+
+    current: str | None
+    newest: str | None
+    next_generation: int
+
+
+def choose_claims(
+    disks: Sequence[model.Disk], claims: Sequence[Mapping[str, Any]], pod: Mapping[str, Any] | None
+) -> dict[str, ClaimChoice]:
+    mounted = pod_claims(pod)
+    out: dict[str, ClaimChoice] = {}
+    for disk in disks:
+        candidates = _data_claims(claims, disk.name)
+        live = [c for c in candidates if not is_retired(c) and not c["metadata"].get("deletionTimestamp")]
+        live.sort(key=lambda c: int(_labels(c)[names.LABEL_GENERATION]))
+        newest = _name(live[-1]) if live else None
+        generations = [int(_labels(c)[names.LABEL_GENERATION]) for c in candidates]
+        in_pod = mounted.get(disk.name)
+        if in_pod is not None and (generation := generation_of(in_pod)) is not None:
+            generations.append(generation)
+        current = in_pod if in_pod is not None else newest
+        out[disk.name] = ClaimChoice(current, newest, max(generations, default=-1) + 1)
+    return out
+
+
+def _detached_reason(
+    claim_name: str | None,
+    claims: Mapping[str, Mapping[str, Any]],
+    volumes: Mapping[str, Mapping[str, Any]],
+    attachments: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    node: str | None,
+    was_attached: bool,
+) -> tuple[str | None, str | None, bool]:
+    """(why the volume is detached or None, the PV name, attached now)."""
+    if claim_name is None:
+        return None, None, False
+    claim = claims.get(claim_name)
+    if claim is None:
+        return f"PVC {claim_name} was deleted", None, False
+    if claim["metadata"].get("deletionTimestamp"):
+        return f"PVC {claim_name} is being deleted", None, False
+    if claim.get("status", {}).get("phase") == "Lost":
+        return f"PVC {claim_name} lost its volume", None, False
+    pv_name = claim.get("spec", {}).get("volumeName")
+    if not pv_name:
+        return None, None, False
+    volume = volumes.get(pv_name)
+    if volume is None:
+        return f"PV {pv_name} was deleted", pv_name, False
+    phase = volume.get("status", {}).get("phase")
+    if phase in ("Released", "Failed"):
+        return f"PV {pv_name} is {phase}", pv_name, False
+    attached = any(
+        (a.get("status") or {}).get("attached")
+        and (node is None or a.get("spec", {}).get("nodeName") == node)
+        for a in attachments.get(pv_name, ())
+    )
+    if was_attached and not attached:
+        return f"VolumeAttachment of PV {pv_name} was removed", pv_name, False
+    return None, pv_name, attached
+
+
+def _since(previous: Mapping[str, Any] | None, state: str, now: str) -> str:
+    if previous is not None and previous.get("state") == state and previous.get("since"):
+        return str(previous["since"])
+    return now
+
+
+def decide(obs: Observation) -> Decision:
+    now = obs.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    claims_by_name = {_name(c): c for c in obs.claims}
+    choices = choose_claims(obs.disks, obs.claims, obs.pod)
+    previous_dirs = {d.get("name"): d for d in obs.previous.get("logDirs") or []}
+    node = (obs.pod or {}).get("spec", {}).get("nodeName")
+    broker_dirs = {
+        disk_name: entry
+        for entry in obs.log_dirs or []
+        if (disk_name := names.disk_of_log_dir(str(entry.get("path", "")))) is not None
+    }
+    registration = obs.registration
+    controller_offline = set((registration or {}).get("offlineLogDirs") or [])
+    events: list[Event] = []
+    replace: list[str] = []
+    directory_ids: dict[str, str] = {}
+    restart: str | None = None
+    log_dirs: list[dict[str, Any]] = []
+
+    for disk in obs.disks:
+        choice = choices[disk.name]
+        before = previous_dirs.get(disk.name)
+        seen = broker_dirs.get(disk.name)
+        claim = claims_by_name.get(choice.current or "")
+        directory_id = (seen or {}).get("directoryId") or (_annotations(claim) if claim else {}).get(
+            names.ANNOTATION_DIRECTORY_ID
+        )
+        if directory_id is None and before is not None and before.get("pvc") == choice.current:
+            directory_id = before.get("directoryId")
+        if (
+            claim is not None
+            and seen is not None
+            and directory_id
+            and (_annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) != directory_id)
+        ):
+            directory_ids[_name(claim)] = str(directory_id)
+        detached, pv_name, attached = _detached_reason(
+            choice.current,
+            claims_by_name,
+            obs.volumes,
+            obs.attachments,
+            node=node,
+            was_attached=bool(before and before.get("attached") and before.get("pvc") == choice.current),
+        )
+        error: str | None = None
+        if detached is not None:
+            state, error = "Detached", detached
+        elif (seen is not None and seen.get("state") == "offline") or (directory_id in controller_offline):
+            state = "Offline"
+            error = (seen or {}).get("error") or "the controller lists the log dir offline"
+        elif seen is not None and seen.get("state") == "full":
+            state, error = "Full", (seen.get("error") or "no space left on the volume")
+        elif disk.removed:
+            state = "Draining"
+        elif seen is not None:
+            state = "Online"
+        else:
+            state = "Pending"
+        placed = obs.placements.get(str(directory_id)) if directory_id else None
+        entry: dict[str, Any] = {
+            "name": disk.name,
+            "mountPath": names.disk_mount(disk.name),
+            "state": state,
+            "since": _since(before, state, now),
+            "attached": attached,
+        }
+        for key, value in (
+            ("pvc", choice.current),
+            ("pv", pv_name),
+            ("directoryId", directory_id),
+            ("usableBytes", (seen or {}).get("usableBytes")),
+            ("totalBytes", (seen or {}).get("totalBytes")),
+            (
+                "replicas",
+                placed.replicas if placed else (0 if directory_id and obs.controller_reachable else None),
+            ),
+            (
+                "leaders",
+                placed.leaders if placed else (0 if directory_id and obs.controller_reachable else None),
+            ),
+            ("lastError", error or (before or {}).get("lastError")),
+        ):
+            if value is not None:
+                entry[key] = value
+        log_dirs.append(entry)
+
+        old_state = (before or {}).get("state")
+        if state != old_state:
+            where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {directory_id})"
+            if state == "Detached":
+                events.append(Event("Warning", "VolumeDetached", f"Detached {where}: {error}"))
+            elif state == "Offline":
+                events.append(Event("Warning", "LogDirOffline", f"Took {where} offline: {error}"))
+            elif state == "Full":
+                events.append(Event("Warning", "LogDirFull", f"Filled {where}: {error}"))
+            elif state == "Online" and old_state in TROUBLED | {"Full"}:
+                events.append(Event("Normal", "LogDirOnline", f"Brought {where} back online"))
+
+        newer = (
+            choice.newest is not None
+            and choice.current is not None
+            and (generation_of(choice.newest) or 0) > (generation_of(choice.current) or 0)
+        )
+        if newer and obs.pod is not None:
+            restart = f"disk {disk.name} moves to its replacement volume {choice.newest}"
+        wants = obs.policy == "Automatic" or disk.name in obs.replace_requested
+        if state in TROUBLED and not disk.removed and not newer:
+            leaders = placed.leaders if placed else 0
+            if wants and obs.controller_reachable and leaders == 0:
+                replace.append(disk.name)
+                events.append(
+                    Event(
+                        "Normal",
+                        "ReplacingVolume",
+                        f"Replacing the volume of disk {disk.name} of broker {obs.broker_id} "
+                        f"(PVC {choice.current}): {error}",
+                    )
+                )
+            elif not wants and state != old_state:
+                events.append(
+                    Event(
+                        "Warning",
+                        "VolumeNeedsReplacement",
+                        f"Disk {disk.name} of broker {obs.broker_id} needs a new volume: annotate the "
+                        f"JbodBroker with {names.ANNOTATION_REPLACE_DISKS}={disk.name} once leadership has moved",
+                    )
+                )
+
+    delete_claims = _retired_claims_to_delete(obs, choices)
+    for claim_name in delete_claims:
+        events.append(
+            Event("Normal", "DeletedClaim", f"Deleted retired PVC {claim_name}: it holds no replicas")
+        )
+
+    status = _broker_status(obs, log_dirs, replacing=bool(replace) or restart is not None)
+    unfenced: bool | None
+    if not obs.controller_reachable:
+        unfenced = None
+    else:
+        unfenced = bool(
+            registration is not None
+            and not registration.get("fenced")
+            and not registration.get("inControlledShutdown")
+        )
+    was_fenced = obs.previous.get("fenced")
+    if "fenced" in status and was_fenced is not None and status["fenced"] != was_fenced:
+        events.append(
+            Event("Warning", "BrokerFenced", f"Broker {obs.broker_id} was fenced by the controller")
+            if status["fenced"]
+            else Event(
+                "Normal", "BrokerUnfenced", f"Broker {obs.broker_id} was unfenced: placements confirmed"
+            )
+        )
+    return Decision(
+        status=status,
+        unfenced=unfenced,
+        events=tuple(events),
+        replace=tuple(replace),
+        delete_claims=delete_claims,
+        directory_ids=directory_ids,
+        restart_pod=restart,
+    )
+
+
+def _retired_claims_to_delete(obs: Observation, choices: Mapping[str, ClaimChoice]) -> tuple[str, ...]:
+    if not obs.controller_reachable:
+        return ()
+    in_use = set(pod_claims(obs.pod).values()) | {c.current for c in choices.values() if c.current}
+    out: list[str] = []
+    for claim in obs.claims:
+        name = _name(claim)
+        if not is_retired(claim) or name in in_use or claim["metadata"].get("deletionTimestamp"):
+            continue
+        directory_id = _annotations(claim).get(names.ANNOTATION_DIRECTORY_ID)
+        if directory_id is None:
+            continue
+        placed = obs.placements.get(directory_id)
+        if placed is None or placed.replicas == 0:
+            out.append(name)
+    return tuple(sorted(out))
+
+
+def _pod_ready(pod: Mapping[str, Any] | None) -> bool:
+    for condition in (pod or {}).get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacing: bool) -> dict[str, Any]:
+    registration = obs.registration
+    pod = obs.pod
+    running = pod is not None and pod.get("status", {}).get("phase") == "Running"
+    troubled = [d for d in log_dirs if d["state"] in TROUBLED | {"Full"}]
+    if pod is None or not running:
+        phase = "Pending"
+    elif replacing:
+        phase = "Replacing"
+    elif registration is None:
+        phase = "Starting"
+    elif registration.get("fenced"):
+        phase = "Fenced"
+    elif troubled:
+        phase = "Degraded"
+    else:
+        phase = "Running"
+    status: dict[str, Any] = {
+        "phase": phase,
+        "logDirs": log_dirs,
+        "onlineDirs": sum(1 for d in log_dirs if d["state"] in ("Online", "Full", "Draining")),
+        "offlineDirs": sum(1 for d in log_dirs if d["state"] in TROUBLED),
+    }
+    if pod is not None:
+        status["podName"] = _name(pod)
+    if registration is not None:
+        status["fenced"] = bool(registration.get("fenced"))
+        status["brokerEpoch"] = int(registration.get("brokerEpoch", -1))
+        status["queuedPlacements"] = int(registration.get("unassignedReplicas", 0))
+    elif obs.controller_reachable:
+        status["fenced"] = True
+    ready = _pod_ready(pod)
+    degraded = [f"{d['name']} is {d['state']}" for d in troubled]
+    stamps: dict[str, Any] = {"previous": obs.previous.get("conditions"), "now": obs.now}
+    status["conditions"] = [
+        condition(
+            "Ready",
+            ready,
+            "BrokerReady" if ready else phase,
+            "the pod is Ready: the broker runs and the controller has unfenced it"
+            if ready
+            else f"the broker is {phase}",
+            **stamps,
+        ),
+        condition(
+            "Progressing",
+            phase in ("Pending", "Starting", "Fenced", "Replacing")
+            or any(d["state"] == "Draining" for d in log_dirs),
+            phase,
+            f"the broker is {phase}",
+            **stamps,
+        ),
+        condition(
+            "Degraded",
+            bool(degraded),
+            "LogDirsUnavailable" if degraded else "AllLogDirsOnline",
+            "; ".join(degraded) if degraded else "every log dir is online",
+            **stamps,
+        ),
+    ]
+    return status
+
+
+def condition(
+    type_: str,
+    value: bool,
+    reason: str,
+    message: str,
+    *,
+    previous: Sequence[Mapping[str, Any]] | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """A status condition; keeps the previous `lastTransitionTime` while its status does not change."""
+    status = "True" if value else "False"
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    before = next((c for c in previous or () if c.get("type") == type_), None)
+    if before is not None and before.get("status") == status and before.get("lastTransitionTime"):
+        stamp = str(before["lastTransitionTime"])
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp,
+    }
+
+
+def placements_by_broker(topics: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, DirPlacements]]:
+    """Broker id → directory id → replicas and leaders there, from the controller's `GET /v1/topics`."""
+    counts: dict[int, dict[str, list[int]]] = {}
+    for topic in topics:
+        for partition in topic.get("partitions") or []:
+            replicas = partition.get("replicas") or []
+            directories = partition.get("directories") or []
+            leader = partition.get("leader")
+            for index, broker_id in enumerate(replicas):
+                directory = str(directories[index]) if index < len(directories) else ""
+                slot = counts.setdefault(int(broker_id), {}).setdefault(directory, [0, 0])
+                slot[0] += 1
+                if leader == broker_id:
+                    slot[1] += 1
+    return {
+        broker: {d: DirPlacements(r, leaders) for d, (r, leaders) in dirs.items()}
+        for broker, dirs in counts.items()
+    }

@@ -1,0 +1,154 @@
+"""Typed, validated specs of `JbodCluster` and `JbodBroker` (the CRDs in `crds/` are the source of truth).
+
+The API server already enforces the CRD schema; these models parse the same shapes into frozen
+values and add the checks a schema cannot express (a cluster name short enough for the names it
+derives, a replication factor the broker count can hold). `SpecError` carries one line naming
+the field, used for the `PermanentError` and the `Ready=False, reason InvalidSpec` condition.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MAX_CLUSTER_NAME: Final = 40  # keeps `<cluster>-broker-<id>` a DNS label (63) for up to 10 digits of id
+_QUANTITY: Final = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL: Final = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 1e-3}
+RESERVED_DISK_NAMES: Final = frozenset({"metadata"})
+
+
+class SpecError(ValueError):
+    """An invalid spec; `str()` is one line naming the field."""
+
+
+def quantity_bytes(text: str) -> int:
+    """A Kubernetes quantity (`100Gi`, `1.5G`, `500M`) in bytes, rounded up; `SpecError` if it is not one."""
+    match = _QUANTITY.fullmatch(text.strip())
+    if not match:
+        raise SpecError(f"'{text}' is not a quantity such as 100Gi")
+    number = float(match.group(1))
+    suffix = match.group(3) or ""
+    scale = _BINARY.get(suffix) or _DECIMAL.get(suffix) or 1
+    value = number * scale
+    return int(value) if value == int(value) else int(value) + 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+
+class Volume(_Frozen):
+    size: str = "1Gi"
+    storage_class: str | None = Field(default=None, alias="storageClass")
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if quantity_bytes(value) <= 0:
+            raise SpecError(f"'{value}' must be positive")
+        return value
+
+    @property
+    def size_bytes(self) -> int:
+        return quantity_bytes(self.size)
+
+
+class Disk(Volume):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=20)
+    removed: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_DISK_NAMES:
+            raise SpecError(f"'{value}' is reserved for the metadata disk")
+        return value
+
+
+class Resources(_Frozen):
+    limits: dict[str, int | str] = {}
+    requests: dict[str, int | str] = {}
+
+
+class ControllerSpec(_Frozen):
+    storage: Volume = Volume()
+    resources: Resources = Resources()
+
+
+class BrokerSettings(_Frozen):
+    heartbeat_interval_ms: int = Field(default=2000, ge=10, alias="heartbeatIntervalMs")
+    session_timeout_ms: int = Field(default=9000, ge=100, alias="sessionTimeoutMs")
+    log_dir_failure_timeout_ms: int = Field(default=30000, ge=1, alias="logDirFailureTimeoutMs")
+    log_dir_probe_interval_ms: int = Field(default=1000, ge=10, alias="logDirProbeIntervalMs")
+    min_insync_replicas: int = Field(default=1, ge=1, alias="minInsyncReplicas")
+    default_replication_factor: int | None = Field(default=None, ge=1, alias="defaultReplicationFactor")
+    replica_lag_time_max_ms: int = Field(default=30000, ge=1, alias="replicaLagTimeMaxMs")
+
+
+DiskFailurePolicy = Literal["Manual", "Automatic"]
+
+
+class ClusterSpec(_Frozen):
+    brokers: int = Field(ge=1, le=1000)
+    image: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", alias="imagePullPolicy"
+    )
+    disks: tuple[Disk, ...] = Field(min_length=1, max_length=32)
+    metadata_disk: Volume = Field(default=Volume(), alias="metadataDisk")
+    controller: ControllerSpec = ControllerSpec()
+    resources: Resources = Resources()
+    config: BrokerSettings = BrokerSettings()
+    disk_failure_policy: DiskFailurePolicy = Field(default="Manual", alias="diskFailurePolicy")
+
+    def replication_factor(self) -> int:
+        """The default replication factor of new topics: the spec's, else min(3, brokers)."""
+        return self.config.default_replication_factor or min(3, self.brokers)
+
+
+class BrokerSpec(_Frozen):
+    cluster_name: str = Field(alias="clusterName")
+    broker_id: int = Field(ge=0, alias="brokerId")
+    disks: tuple[Disk, ...]
+
+    def disk(self, name: str) -> Disk | None:
+        return next((d for d in self.disks if d.name == name), None)
+
+
+def _one_line(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "spec"
+    message = str(error.get("ctx", {}).get("error") or error["msg"])
+    return f"spec.{where}: {message}"
+
+
+def parse_cluster(name: str, spec: dict[str, Any]) -> ClusterSpec:
+    """The cluster's spec; `SpecError` naming the field for anything the operator cannot build."""
+    if len(name) > MAX_CLUSTER_NAME:
+        raise SpecError(f"metadata.name: '{name}' is longer than {MAX_CLUSTER_NAME} characters")
+    try:
+        parsed = ClusterSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise SpecError(_one_line(exc)) from None
+    names = [d.name for d in parsed.disks]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise SpecError(f"spec.disks: disk '{duplicate}' is listed twice")
+    if parsed.config.default_replication_factor and parsed.config.default_replication_factor > parsed.brokers:
+        raise SpecError(
+            f"spec.config.defaultReplicationFactor: {parsed.config.default_replication_factor} "
+            f"exceeds brokers ({parsed.brokers})"
+        )
+    if parsed.config.heartbeat_interval_ms >= parsed.config.session_timeout_ms:
+        raise SpecError("spec.config.heartbeatIntervalMs: must be below sessionTimeoutMs")
+    return parsed
+
+
+def parse_broker(spec: dict[str, Any]) -> BrokerSpec:
+    try:
+        return BrokerSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise SpecError(_one_line(exc)) from None

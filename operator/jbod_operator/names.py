@@ -1,0 +1,126 @@
+"""Names, labels and well-known paths of everything the operator creates for a cluster.
+
+Every object of a cluster carries `jbod.dev/cluster`; broker objects add `jbod.dev/broker-id`;
+volume claims add `jbod.dev/disk` and `jbod.dev/generation` (a replaced disk's claim gets the
+next generation, so a new volume never reuses an old claim's name).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "jbod.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CLUSTERS: Final = "jbodclusters"
+BROKERS: Final = "jbodbrokers"
+
+LABEL_CLUSTER: Final = "jbod.dev/cluster"
+LABEL_BROKER: Final = "jbod.dev/broker-id"
+LABEL_DISK: Final = "jbod.dev/disk"
+LABEL_GENERATION: Final = "jbod.dev/generation"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+MANAGED_BY: Final = "jbod-operator"
+
+ANNOTATION_SPEC_HASH: Final = "jbod.dev/spec-hash"
+ANNOTATION_DIRECTORY_ID: Final = "jbod.dev/directory-id"
+ANNOTATION_RETIRED: Final = "jbod.dev/retired"
+ANNOTATION_REPLACE_DISKS: Final = "jbod.dev/replace-disks"
+
+READINESS_GATE: Final = "jbod.dev/unfenced"
+METADATA_DISK: Final = "metadata"
+
+CONTROLLER_PORT: Final = 9093
+BROKER_PORT: Final = 9092
+CONFIG_DIR: Final = "/etc/jbod/config"
+TOKENS_DIR: Final = "/etc/jbod/tokens"
+DISKS_DIR: Final = "/var/lib/jbod/disks"
+METADATA_MOUNT: Final = "/var/lib/jbod/metadata"
+CONTROLLER_MOUNT: Final = "/var/lib/jbod/controller"
+SECRET_CLUSTER_ID: Final = "cluster-id"
+SECRET_CLUSTER_TOKEN: Final = "cluster-token"
+SECRET_ADMIN_TOKEN: Final = "admin-token"
+
+
+def controller(cluster: str) -> str:
+    """The controller's StatefulSet and Service."""
+    return f"{cluster}-controller"
+
+
+def secret(cluster: str) -> str:
+    return f"{cluster}-tokens"
+
+
+def brokers_service(cluster: str) -> str:
+    """Headless Service giving every broker pod a DNS name, ready or not."""
+    return f"{cluster}-brokers"
+
+
+def ready_brokers_service(cluster: str) -> str:
+    """Service over the Ready (unfenced) brokers only."""
+    return f"{cluster}-broker"
+
+
+def broker(cluster: str, broker_id: int) -> str:
+    """The JbodBroker object, its pod and its ConfigMap."""
+    return f"{cluster}-broker-{broker_id}"
+
+
+def claim(cluster: str, broker_id: int, disk: str, generation: int) -> str:
+    return f"{cluster}-{broker_id}-{disk}-g{generation}"
+
+
+def metadata_claim(cluster: str, broker_id: int) -> str:
+    return f"{cluster}-{broker_id}-{METADATA_DISK}"
+
+
+def disk_mount(disk: str) -> str:
+    return f"{DISKS_DIR}/{disk}"
+
+
+def log_dir(disk: str) -> str:
+    """The log directory inside a disk's volume (a subdirectory, so a vanished mount is noticed)."""
+    return f"{disk_mount(disk)}/log"
+
+
+def metadata_log_dir() -> str:
+    return f"{METADATA_MOUNT}/log"
+
+
+def disk_of_log_dir(path: str) -> str | None:
+    """The disk name of a log dir path the broker reports, or None for another path."""
+    prefix = f"{DISKS_DIR}/"
+    if not path.startswith(prefix) or not path.endswith("/log"):
+        return None
+    name = path[len(prefix) : -len("/log")]
+    return name if name and "/" not in name else None
+
+
+def controller_url(cluster: str, namespace: str) -> str:
+    return f"http://{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+
+
+def broker_host(cluster: str, namespace: str, broker_id: int) -> str:
+    return f"{broker(cluster, broker_id)}.{brokers_service(cluster)}.{namespace}.svc"
+
+
+def cluster_labels(cluster: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "jbod",
+        "app.kubernetes.io/instance": cluster,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_COMPONENT: component,
+        LABEL_CLUSTER: cluster,
+    }
+
+
+def broker_labels(cluster: str, broker_id: int) -> dict[str, str]:
+    return {**cluster_labels(cluster, "broker"), LABEL_BROKER: str(broker_id)}
+
+
+def broker_selector(cluster: str) -> dict[str, str]:
+    return {LABEL_CLUSTER: cluster, LABEL_COMPONENT: "broker"}
+
+
+def controller_selector(cluster: str) -> dict[str, str]:
+    return {LABEL_CLUSTER: cluster, LABEL_COMPONENT: "controller"}

@@ -1,0 +1,130 @@
+"""What a `JbodCluster` should consist of, and its status: pure functions of the spec and what was seen.
+
+Guarantees (the data-loss traps this refuses to walk into):
+* A disk removed from the spec leaves a broker only once that broker's log dir on it is known to
+  hold no replicas; until then it stays mounted, marked `removed` (state `Draining`), and the
+  refusal is reported with the number of replicas left.
+* A broker beyond `spec.brokers` is removed only once the controller shows it hosts no replica;
+  an unknown count (controller unreachable) is treated as "not empty".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jbod_operator import health, model
+
+
+@dataclass(frozen=True)
+class BrokerPlan:
+    brokers: dict[int, tuple[model.Disk, ...]]  # JbodBrokers to keep or create, with their disks
+    delete: tuple[int, ...]  # JbodBrokers to delete: beyond the count and empty
+    refused: tuple[str, ...]  # one line per refused removal (disk or broker)
+
+
+def _disk_replicas(broker_status: Mapping[str, Any] | None, disk: str) -> int | None:
+    for entry in (broker_status or {}).get("logDirs") or []:
+        if entry.get("name") == disk:
+            replicas = entry.get("replicas")
+            return int(replicas) if replicas is not None else None
+    return None
+
+
+def plan_brokers(
+    spec: model.ClusterSpec,
+    existing: Mapping[int, model.BrokerSpec],
+    statuses: Mapping[int, Mapping[str, Any]],
+    hosted: Mapping[int, int] | None,
+) -> BrokerPlan:
+    """`existing`/`statuses`: current JbodBrokers by id; `hosted`: replicas per broker id from the
+    controller (None when it could not be reached)."""
+    wanted = {d.name: d for d in spec.disks}
+    brokers: dict[int, tuple[model.Disk, ...]] = {}
+    refused: list[str] = []
+    for broker_id in range(spec.brokers):
+        disks = list(spec.disks)
+        current = existing.get(broker_id)
+        for disk in current.disks if current else ():
+            if disk.name in wanted:
+                continue
+            replicas = _disk_replicas(statuses.get(broker_id), disk.name)
+            if replicas == 0:
+                continue
+            disks.append(disk.model_copy(update={"removed": True}))
+            left = "an unknown number of" if replicas is None else str(replicas)
+            refused.append(
+                f"Refused to remove disk {disk.name} from broker {broker_id}: it holds {left} replicas; "
+                "move them to other disks first (jbodctl move-replica, or jbod-pipeline plan --drain)"
+            )
+        brokers[broker_id] = tuple(disks)
+    delete: list[int] = []
+    for broker_id in sorted(existing):
+        if broker_id < spec.brokers:
+            continue
+        count = None if hosted is None else hosted.get(broker_id, 0)
+        if count == 0:
+            delete.append(broker_id)
+        else:
+            left = "an unknown number of" if count is None else str(count)
+            refused.append(
+                f"Refused to remove broker {broker_id}: it hosts {left} replicas; "
+                "reassign them or delete their topics first"
+            )
+    return BrokerPlan(brokers=brokers, delete=tuple(delete), refused=tuple(refused))
+
+
+def cluster_status(
+    spec: model.ClusterSpec,
+    broker_statuses: Sequence[Mapping[str, Any]],
+    *,
+    refused: Sequence[str],
+    controller_ready: bool,
+    previous: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    """The JbodCluster status from its brokers' statuses (conditions Ready, Progressing, Degraded)."""
+    ready = sum(
+        1
+        for s in broker_statuses
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in s.get("conditions") or [])
+    )
+    fenced = sum(1 for s in broker_statuses if s.get("fenced"))
+    offline = sum(int(s.get("offlineDirs") or 0) for s in broker_statuses)
+    all_ready = controller_ready and ready >= spec.brokers
+    stamps: dict[str, Any] = {"previous": previous.get("conditions"), "now": now}
+    if not controller_ready:
+        ready_reason, ready_message = "ControllerNotReady", "the metadata controller is not ready"
+    elif all_ready:
+        ready_reason, ready_message = "AllBrokersReady", f"{ready} of {spec.brokers} brokers ready"
+    else:
+        ready_reason, ready_message = "BrokersNotReady", f"{ready} of {spec.brokers} brokers ready"
+    degraded = []
+    if offline:
+        degraded.append(f"{offline} log dirs offline or detached")
+    if fenced:
+        degraded.append(f"{fenced} brokers fenced")
+    return {
+        "readyBrokers": ready,
+        "fencedBrokers": fenced,
+        "offlineDirs": offline,
+        "conditions": [
+            health.condition("Ready", all_ready, ready_reason, ready_message, **stamps),
+            health.condition(
+                "Progressing",
+                not all_ready or bool(refused),
+                "Blocked" if refused else ("Reconciling" if not all_ready else "Reconciled"),
+                "; ".join(refused) if refused else ready_message,
+                **stamps,
+            ),
+            health.condition(
+                "Degraded",
+                bool(degraded),
+                "LogDirsOrBrokersUnavailable" if degraded else "Healthy",
+                "; ".join(degraded) if degraded else "every log dir online and every broker unfenced",
+                **stamps,
+            ),
+        ],
+    }

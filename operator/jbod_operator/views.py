@@ -1,0 +1,138 @@
+"""What the metadata controller and the brokers say about a cluster, fetched over the wire contract.
+
+`poll_cluster` asks the controller for its brokers and partitions and every registered broker for
+its log dirs, and returns one immutable `ClusterView`. Failures never raise: an unreachable
+controller gives `reachable=False` (callers then leave readiness gates and volumes alone); an
+unreachable broker gives `None` for its log dirs.
+
+Addresses: the operator dials the controller Service's DNS name and the listeners brokers
+registered. An operator running outside the cluster (development, the e2e tests) maps those to
+reachable addresses with `JBOD_ENDPOINTS_FILE`: a JSON object `{"host:port": "host2:port2"}`,
+re-read whenever it changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from jbod_client.broker import BrokerClient
+from jbod_client.controller import ClientError, ControllerClient
+from jbod_operator import health
+
+ENDPOINTS_ENV = "JBOD_ENDPOINTS_FILE"
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    reachable: bool
+    ready: bool = False
+    registrations: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    placements: Mapping[int, Mapping[str, health.DirPlacements]] = field(default_factory=dict)
+    log_dirs: Mapping[int, list[dict[str, Any]] | None] = field(default_factory=dict)
+    error: str | None = None
+    fetched_at: float = 0.0
+
+    def hosted(self) -> dict[int, int] | None:
+        """Replicas per broker id, or None when the controller could not be reached."""
+        if not self.reachable:
+            return None
+        return {broker: sum(p.replicas for p in dirs.values()) for broker, dirs in self.placements.items()}
+
+
+class Endpoints:
+    """Maps `host:port` to where the operator can actually reach it (identity without a map file)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = (
+            Path(path)
+            if path
+            else (Path(os.environ[ENDPOINTS_ENV]) if os.environ.get(ENDPOINTS_ENV) else None)
+        )
+        self._mtime: float | None = None
+        self._map: dict[str, str] = {}
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            mtime = self.path.stat().st_mtime
+            if mtime == self._mtime:
+                return
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict):
+            self._map = {str(k): str(v) for k, v in data.items()}
+            self._mtime = mtime
+
+    def resolve(self, url: str) -> str:
+        self._load()
+        parts = urlsplit(url)
+        target = self._map.get(parts.netloc)
+        if target is None:
+            return url
+        return urlunsplit((parts.scheme, target, parts.path, parts.query, parts.fragment))
+
+
+def listener_url(registration: Mapping[str, Any]) -> str | None:
+    for listener in registration.get("listeners") or []:
+        host, port = listener.get("host"), listener.get("port")
+        if host and port:
+            return f"http://{host}:{port}"
+    return None
+
+
+def _controller_snapshot(
+    url: str, token: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    with ControllerClient(url, token=token, timeout=5.0) as client:
+        return client.cluster(), client.brokers(), client.list_topics()
+
+
+async def _log_dirs(url: str, token: str) -> list[dict[str, Any]] | None:
+    try:
+        async with BrokerClient(url, token=token, timeout=5.0) as client:
+            return await client.log_dirs()
+    except ClientError:
+        return None
+
+
+async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) -> ClusterView:
+    started = time.time()
+    try:
+        _cluster, brokers, topics = await asyncio.to_thread(
+            _controller_snapshot, endpoints.resolve(controller_url), token
+        )
+    except ClientError as exc:
+        return ClusterView(reachable=False, error=str(exc), fetched_at=started)
+    registrations = {int(b["brokerId"]): b for b in brokers}
+    urls = {b: listener_url(r) for b, r in registrations.items()}
+    broker_ids = [b for b, u in urls.items() if u is not None]
+    answers = await asyncio.gather(*(_log_dirs(endpoints.resolve(str(urls[b])), token) for b in broker_ids))
+    return ClusterView(
+        reachable=True,
+        ready=True,
+        registrations=registrations,
+        placements=health.placements_by_broker(topics),
+        log_dirs=dict(zip(broker_ids, answers, strict=True)),
+        fetched_at=started,
+    )
+
+
+def unregister(controller_url: str, token: str, endpoints: Endpoints, broker_id: int) -> str | None:
+    """Unregister a removed broker; the error line, or None on success."""
+    try:
+        with ControllerClient(endpoints.resolve(controller_url), token=token, timeout=5.0) as client:
+            reply = client.unregister_broker(broker_id)
+    except ClientError as exc:
+        return str(exc)
+    code = int(reply.get("errorCode", 0))
+    return None if code == 0 else f"errorCode {code}: {reply.get('errorMessage', '')}"

@@ -1,0 +1,245 @@
+"""Per-disk health and the decisions taken from it (`jbod_operator.health.decide`), on built observations.
+
+Covers: a healthy broker (Online, gate True, Running); a broker the controller keeps fenced (gate
+False); each way a volume can go away (claim deleted, PV released, VolumeAttachment removed)
+shows `Detached` with an event; a broker-reported offline dir shows `Offline`; Automatic policy
+replaces only after leadership has moved, Manual waits for the annotation; a replacement under
+way restarts the pod instead of replacing again; retired claims are deleted only when empty and
+with a known directory id; nothing is decided about fencing while the controller is unreachable.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from jbod_operator import health, model, names
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+DIR0, DIR1 = "AAAAAAAAAAAAAAAAAAAAZA", "AAAAAAAAAAAAAAAAAAAAZQ"
+DISKS = (model.Disk(name="d0", size="1Gi"), model.Disk(name="d1", size="1Gi"))
+
+
+def claim(disk: str, generation: int, *, pv: str | None = None, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": names.claim("c", 0, disk, generation),
+            "labels": {names.LABEL_DISK: disk, names.LABEL_GENERATION: str(generation)},
+            "annotations": annotations,
+        },
+        "spec": {"volumeName": pv or f"pv-{disk}-{generation}"},
+        "status": {"phase": "Bound"},
+    }
+
+
+def volume(name: str, phase: str = "Bound") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+
+def attachment(pv: str, node: str = "node-0") -> dict[str, Any]:
+    return {"spec": {"nodeName": node, "source": {"persistentVolumeName": pv}}, "status": {"attached": True}}
+
+
+def pod(claims: dict[str, str], *, ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "c-broker-0"},
+        "spec": {
+            "nodeName": "node-0",
+            "volumes": [
+                {"name": f"disk-{d}", "persistentVolumeClaim": {"claimName": c}} for d, c in claims.items()
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def log_dir(disk: str, directory: str, state: str = "online", error: str | None = None) -> dict[str, Any]:
+    return {
+        "path": f"/var/lib/jbod/disks/{disk}/log",
+        "directoryId": directory,
+        "state": state,
+        "error": error,
+        "usableBytes": 10,
+        "totalBytes": 20,
+    }
+
+
+def observe(**overrides: Any) -> health.Observation:
+    claims = [claim("d0", 0), claim("d1", 0)]
+    base: dict[str, Any] = {
+        "broker_id": 0,
+        "disks": DISKS,
+        "policy": "Automatic",
+        "replace_requested": frozenset(),
+        "pod": pod({"d0": "c-0-d0-g0", "d1": "c-0-d1-g0"}),
+        "claims": claims,
+        "volumes": {"pv-d0-0": volume("pv-d0-0"), "pv-d1-0": volume("pv-d1-0")},
+        "attachments": {"pv-d0-0": [attachment("pv-d0-0")], "pv-d1-0": [attachment("pv-d1-0")]},
+        "controller_reachable": True,
+        "registration": {"brokerId": 0, "fenced": False, "brokerEpoch": 7, "unassignedReplicas": 0},
+        "placements": {DIR0: health.DirPlacements(4, 2), DIR1: health.DirPlacements(3, 1)},
+        "log_dirs": [log_dir("d0", DIR0), log_dir("d1", DIR1)],
+        "previous": {},
+        "now": NOW,
+    }
+    base.update(overrides)
+    return health.Observation(**base)
+
+
+def states(decision: health.Decision) -> dict[str, str]:
+    return {d["name"]: d["state"] for d in decision.status["logDirs"]}
+
+
+def previous_of(decision: health.Decision) -> dict[str, Any]:
+    return decision.status
+
+
+def test_healthy_broker() -> None:
+    decision = health.decide(observe())
+    assert states(decision) == {"d0": "Online", "d1": "Online"}
+    assert decision.unfenced is True
+    assert decision.status["phase"] == "Running"
+    d0 = decision.status["logDirs"][0]
+    assert (d0["directoryId"], d0["replicas"], d0["leaders"], d0["attached"]) == (DIR0, 4, 2, True)
+    assert decision.replace == () and decision.delete_claims == () and decision.restart_pod is None
+    assert decision.directory_ids == {"c-0-d0-g0": DIR0, "c-0-d1-g0": DIR1}
+
+
+def test_fenced_broker_keeps_its_gate_false() -> None:
+    decision = health.decide(observe(registration={"brokerId": 0, "fenced": True, "unassignedReplicas": 12}))
+    assert decision.unfenced is False
+    assert decision.status["phase"] == "Fenced"
+    assert decision.status["queuedPlacements"] == 12
+
+
+def test_unreachable_controller_decides_nothing_about_fencing_or_volumes() -> None:
+    obs = observe(
+        controller_reachable=False,
+        registration=None,
+        placements={},
+        volumes={"pv-d0-0": volume("pv-d0-0", "Released"), "pv-d1-0": volume("pv-d1-0")},
+    )
+    decision = health.decide(obs)
+    assert decision.unfenced is None
+    assert states(decision)["d0"] == "Detached"
+    assert decision.replace == ()
+
+
+def test_each_way_a_volume_goes_away_is_detached() -> None:
+    ready = health.decide(observe())
+    variants = {
+        "claim deleted": {"claims": [claim("d1", 0)]},
+        "pv released": {"volumes": {"pv-d0-0": volume("pv-d0-0", "Released"), "pv-d1-0": volume("pv-d1-0")}},
+        "pv deleted": {"volumes": {"pv-d1-0": volume("pv-d1-0")}},
+        "attachment removed": {"attachments": {"pv-d1-0": [attachment("pv-d1-0")]}},
+    }
+    for why, change in variants.items():
+        decision = health.decide(observe(previous=previous_of(ready), **change))
+        assert states(decision)["d0"] == "Detached", why
+        assert states(decision)["d1"] == "Online", why
+        [event] = [e for e in decision.events if e.reason == "VolumeDetached"]
+        assert event.type == "Warning" and "d0" in event.message, why
+        assert decision.status["phase"] == "Degraded"
+
+
+def test_attachment_never_seen_is_not_a_detach() -> None:
+    decision = health.decide(observe(attachments={}))
+    assert states(decision) == {"d0": "Online", "d1": "Online"}
+
+
+def test_offline_dir_waits_for_leadership_to_move_then_is_replaced() -> None:
+    offline = [log_dir("d0", DIR0, "offline", "Input/output error"), log_dir("d1", DIR1)]
+    registration = {"brokerId": 0, "fenced": False, "offlineLogDirs": [DIR0]}
+    leading = health.decide(observe(log_dirs=offline, registration=registration))
+    assert states(leading)["d0"] == "Offline"
+    assert leading.status["logDirs"][0]["lastError"] == "Input/output error"
+    assert leading.replace == ()
+    moved = health.decide(
+        observe(
+            log_dirs=offline,
+            registration=registration,
+            placements={DIR0: health.DirPlacements(4, 0), DIR1: health.DirPlacements(3, 3)},
+            previous=previous_of(leading),
+        )
+    )
+    assert moved.replace == ("d0",)
+    assert any(e.reason == "ReplacingVolume" for e in moved.events)
+    assert not any(e.reason == "LogDirOffline" for e in moved.events), "no repeated event for the same state"
+
+
+def test_manual_policy_waits_for_the_annotation() -> None:
+    offline = [log_dir("d0", DIR0, "offline", "gone"), log_dir("d1", DIR1)]
+    moved = {DIR0: health.DirPlacements(4, 0), DIR1: health.DirPlacements(3, 3)}
+    waiting = health.decide(observe(policy="Manual", log_dirs=offline, placements=moved))
+    assert waiting.replace == ()
+    assert any(e.reason == "VolumeNeedsReplacement" for e in waiting.events)
+    asked = health.decide(
+        observe(policy="Manual", log_dirs=offline, placements=moved, replace_requested=frozenset({"d0"}))
+    )
+    assert asked.replace == ("d0",)
+
+
+def test_replacement_under_way_restarts_the_pod_instead_of_replacing_again() -> None:
+    claims = [claim("d0", 0, **{names.ANNOTATION_RETIRED: "t"}), claim("d0", 1), claim("d1", 0)]
+    decision = health.decide(
+        observe(
+            claims=claims,
+            log_dirs=[log_dir("d0", DIR0, "offline", "gone"), log_dir("d1", DIR1)],
+            placements={DIR0: health.DirPlacements(4, 0)},
+        )
+    )
+    assert decision.replace == ()
+    assert decision.restart_pod is not None and "c-0-d0-g1" in decision.restart_pod
+    assert decision.status["phase"] == "Replacing"
+    choice = health.choose_claims(DISKS, claims, None)["d0"]
+    assert (choice.current, choice.newest, choice.next_generation) == ("c-0-d0-g1", "c-0-d0-g1", 2)
+
+
+def test_retired_claims_are_deleted_only_when_empty_and_known() -> None:
+    retired_known = claim("d0", 0, **{names.ANNOTATION_RETIRED: "t", names.ANNOTATION_DIRECTORY_ID: DIR0})
+    retired_unknown = claim("d1", 0, **{names.ANNOTATION_RETIRED: "t"})
+    claims = [retired_known, claim("d0", 1), retired_unknown, claim("d1", 1)]
+    new_pod = pod({"d0": "c-0-d0-g1", "d1": "c-0-d1-g1"})
+    still_placed = health.decide(
+        observe(claims=claims, pod=new_pod, placements={DIR0: health.DirPlacements(2, 0)})
+    )
+    assert still_placed.delete_claims == ()
+    empty = health.decide(observe(claims=claims, pod=new_pod, placements={}))
+    assert empty.delete_claims == ("c-0-d0-g0",)
+    unreachable = health.decide(
+        observe(claims=claims, pod=new_pod, placements={}, controller_reachable=False)
+    )
+    assert unreachable.delete_claims == ()
+
+
+def test_removed_disk_is_draining_and_counts_as_online() -> None:
+    disks = (DISKS[0], DISKS[1].model_copy(update={"removed": True}))
+    decision = health.decide(observe(disks=disks))
+    assert states(decision) == {"d0": "Online", "d1": "Draining"}
+    assert decision.status["onlineDirs"] == 2
+
+
+def test_since_and_transition_times_hold_while_nothing_changes() -> None:
+    first = health.decide(observe())
+    later = health.decide(observe(previous=previous_of(first), now=NOW.replace(hour=13)))
+    assert later.status["logDirs"][0]["since"] == first.status["logDirs"][0]["since"]
+    assert later.status["conditions"] == first.status["conditions"]
+
+
+def test_placements_by_broker_counts_replicas_and_leaders_per_dir() -> None:
+    topics = [
+        {
+            "partitions": [
+                {"replicas": [0, 1], "directories": [DIR0, DIR1], "leader": 0},
+                {"replicas": [1, 0], "directories": [DIR1, DIR0], "leader": 1},
+                {"replicas": [0], "directories": ["AAAAAAAAAAAAAAAAAAAAAA"], "leader": -1},
+            ]
+        }
+    ]
+    counts = health.placements_by_broker(topics)
+    assert counts[0][DIR0] == health.DirPlacements(2, 1)
+    assert counts[0]["AAAAAAAAAAAAAAAAAAAAAA"] == health.DirPlacements(1, 0)
+    assert counts[1][DIR1] == health.DirPlacements(2, 1)

@@ -1,0 +1,144 @@
+"""Spec parsing and manifest builders of the operator (pure functions, no API server).
+
+Covers: the example cluster parses; invalid specs name the field; the broker pod carries the
+readiness gate, the format init container, a mount per disk and a config pointing at them; the
+spec hash changes with a disk and not with nothing; data claims have no owner; the CRD files
+describe the fields the models read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jbod_operator import builders, model, names
+
+ROOT = Path(__file__).resolve().parents[2]
+OWNER = {"apiVersion": "jbod.dev/v1alpha1", "kind": "JbodCluster", "metadata": {"name": "demo", "uid": "u-1"}}
+
+
+def example() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "jbodcluster.yaml").read_text())
+    return data
+
+
+def test_example_parses() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    assert [d.name for d in spec.disks] == ["d0", "d1", "d2"]
+    assert spec.disk_failure_policy == "Automatic"
+    assert spec.replication_factor() == 3
+    assert spec.disks[0].size_bytes == 100 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("name", "patch", "needle"),
+    [
+        ("demo", {"brokers": 0}, "spec.brokers"),
+        ("demo", {"disks": []}, "spec.disks"),
+        ("demo", {"disks": [{"name": "D0", "size": "1Gi"}]}, "spec.disks.0.name"),
+        ("demo", {"disks": [{"name": "metadata", "size": "1Gi"}]}, "reserved"),
+        ("demo", {"disks": [{"name": "d0", "size": "lots"}]}, "spec.disks.0.size"),
+        ("demo", {"disks": [{"name": "d0", "size": "1Gi"}, {"name": "d0", "size": "2Gi"}]}, "listed twice"),
+        ("demo", {"brokers": 2, "config": {"defaultReplicationFactor": 3}}, "defaultReplicationFactor"),
+        ("demo", {"config": {"heartbeatIntervalMs": 9000}}, "heartbeatIntervalMs"),
+        ("demo", {"diskFailurePolicy": "Sometimes"}, "diskFailurePolicy"),
+        ("x" * 41, {}, "metadata.name"),
+    ],
+)
+def test_invalid_specs_name_the_field(name: str, patch: dict[str, Any], needle: str) -> None:
+    spec = {**example()["spec"], **patch}
+    with pytest.raises(model.SpecError) as raised:
+        model.parse_cluster(name, spec)
+    assert needle in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1Gi", 2**30), ("1.5Ki", 1536), ("2G", 2 * 10**9), ("10", 10)]
+)
+def test_quantities(text: str, expected: int) -> None:
+    assert model.quantity_bytes(text) == expected
+
+
+def _pod(spec: model.ClusterSpec, disks: tuple[model.Disk, ...]) -> dict[str, Any]:
+    claims = {d.name: names.claim("demo", 1, d.name, 0) for d in disks}
+    return builders.broker_pod(spec, "demo", "ns", 1, disks=disks, claims=claims, image="img:1", owner=OWNER)
+
+
+def test_broker_pod_shape() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    pod = _pod(spec, spec.disks)
+    pod_spec = pod["spec"]
+    assert pod_spec["readinessGates"] == [{"conditionType": "jbod.dev/unfenced"}]
+    assert pod_spec["hostname"] == "demo-broker-1" and pod_spec["subdomain"] == "demo-brokers"
+    [init] = pod_spec["initContainers"]
+    assert init["command"] == ["jbod-storage"] and "--ignore-formatted" in init["args"]
+    [agent] = pod_spec["containers"]
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    for disk in ("d0", "d1", "d2"):
+        assert mounts[f"/var/lib/jbod/disks/{disk}"] == f"disk-{disk}"
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in pod_spec["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    assert claims["disk-d1"] == "demo-1-d1-g0" and claims["metadata"] == "demo-1-metadata"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    config = builders.server_properties(spec, "demo", "ns", 1, spec.disks)
+    assert (
+        "log.dirs=/var/lib/jbod/disks/d0/log,/var/lib/jbod/disks/d1/log,/var/lib/jbod/disks/d2/log\n"
+        in config
+    )
+    assert "advertised.listeners=http://demo-broker-1.demo-brokers.ns.svc:9092\n" in config
+    assert "controller.url=http://demo-controller.ns.svc:9093\n" in config
+    assert "min.insync.replicas=2\n" in config
+
+
+def test_spec_hash_follows_disks_and_config() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    same = _pod(spec, spec.disks)["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]
+    assert same == _pod(spec, spec.disks)["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]
+    fewer = _pod(spec, spec.disks[:2])["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]
+    other = model.parse_cluster("demo", {**example()["spec"], "config": {"minInsyncReplicas": 1}})
+    changed = _pod(other, other.disks)["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]
+    assert len({same, fewer, changed}) == 3
+
+
+def test_claims_are_never_owned() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    claim = builders.volume_claim("demo", "ns", 2, disk="d1", volume=spec.disks[1], generation=3)
+    assert claim["metadata"]["name"] == "demo-2-d1-g3"
+    assert "ownerReferences" not in claim["metadata"]
+    assert claim["metadata"]["labels"][names.LABEL_GENERATION] == "3"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "100Gi"
+
+
+def test_controller_statefulset_passes_topic_defaults() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--default-replication-factor=3" in args and "--default-min-insync-replicas=2" in args
+    assert "--cluster-id=$(JBOD_CLUSTER_ID)" in args
+
+
+def _schema(path: str) -> dict[str, Any]:
+    crd = yaml.safe_load((ROOT / "crds" / path).read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_crds_describe_what_the_models_read() -> None:
+    cluster = _schema("jbod.dev_jbodclusters.yaml")["properties"]["spec"]["properties"]
+    aliases = {f.alias or n for n, f in model.ClusterSpec.model_fields.items()}
+    assert aliases == set(cluster), aliases ^ set(cluster)
+    settings = {f.alias for f in model.BrokerSettings.model_fields.values()}
+    assert settings == set(cluster["config"]["properties"])
+    broker = _schema("jbod.dev_jbodbrokers.yaml")["properties"]
+    assert {f.alias or n for n, f in model.BrokerSpec.model_fields.items()} == set(
+        broker["spec"]["properties"]
+    )
+    states = set(broker["status"]["properties"]["logDirs"]["items"]["properties"]["state"]["enum"])
+    assert {"Online", "Offline", "Detached", "Full", "Draining"} <= states

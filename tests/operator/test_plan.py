@@ -1,0 +1,97 @@
+"""Cluster planning (`jbod_operator.plan`): scaling and disk removal never drop replicas.
+
+Covers: a removed disk that still holds replicas (or an unknown number) stays, marked removed,
+with a refusal naming the count; an empty one leaves; a broker beyond the count is deleted only
+when the controller shows it empty; the cluster status counts ready and fenced brokers and
+offline dirs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from jbod_operator import model, plan
+
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def cluster(brokers: int, disks: tuple[str, ...]) -> model.ClusterSpec:
+    return model.parse_cluster(
+        "c", {"brokers": brokers, "disks": [{"name": d, "size": "1Gi"} for d in disks]}
+    )
+
+
+def broker(broker_id: int, disks: tuple[str, ...]) -> model.BrokerSpec:
+    return model.parse_broker(
+        {"clusterName": "c", "brokerId": broker_id, "disks": [{"name": d, "size": "1Gi"} for d in disks]}
+    )
+
+
+def with_replicas(**per_disk: int | None) -> dict[str, Any]:
+    return {
+        "logDirs": [
+            {"name": d, "state": "Online", **({} if n is None else {"replicas": n})}
+            for d, n in per_disk.items()
+        ]
+    }
+
+
+def test_non_empty_disk_removal_is_refused_and_kept_draining() -> None:
+    spec = cluster(1, ("d0",))
+    existing = {0: broker(0, ("d0", "d1"))}
+    result = plan.plan_brokers(spec, existing, {0: with_replicas(d0=3, d1=5)}, {0: 8})
+    assert [(d.name, d.removed) for d in result.brokers[0]] == [("d0", False), ("d1", True)]
+    [line] = result.refused
+    assert "disk d1" in line and "5 replicas" in line
+
+
+def test_unknown_count_is_not_empty() -> None:
+    spec = cluster(1, ("d0",))
+    result = plan.plan_brokers(spec, {0: broker(0, ("d0", "d1"))}, {0: with_replicas(d0=3, d1=None)}, None)
+    assert [d.name for d in result.brokers[0]] == ["d0", "d1"]
+    assert "unknown number" in result.refused[0]
+
+
+def test_empty_disk_leaves() -> None:
+    spec = cluster(1, ("d0",))
+    result = plan.plan_brokers(spec, {0: broker(0, ("d0", "d1"))}, {0: with_replicas(d0=3, d1=0)}, {0: 3})
+    assert [d.name for d in result.brokers[0]] == ["d0"]
+    assert result.refused == ()
+
+
+def test_scale_down_only_removes_empty_brokers() -> None:
+    spec = cluster(1, ("d0",))
+    existing = {i: broker(i, ("d0",)) for i in range(3)}
+    result = plan.plan_brokers(spec, existing, {}, {0: 10, 1: 0, 2: 4})
+    assert list(result.brokers) == [0]
+    assert result.delete == (1,)
+    assert len(result.refused) == 1 and "broker 2" in result.refused[0] and "4 replicas" in result.refused[0]
+    unreachable = plan.plan_brokers(spec, existing, {}, None)
+    assert unreachable.delete == () and len(unreachable.refused) == 2
+
+
+def test_scale_up_creates_brokers() -> None:
+    result = plan.plan_brokers(cluster(3, ("d0", "d1")), {0: broker(0, ("d0", "d1"))}, {}, {0: 0})
+    assert sorted(result.brokers) == [0, 1, 2]
+    assert all([d.name for d in disks] == ["d0", "d1"] for disks in result.brokers.values())
+
+
+def test_cluster_status_counts() -> None:
+    ready = {"conditions": [{"type": "Ready", "status": "True"}], "offlineDirs": 0, "fenced": False}
+    fenced = {"conditions": [{"type": "Ready", "status": "False"}], "offlineDirs": 1, "fenced": True}
+    status = plan.cluster_status(
+        cluster(2, ("d0",)), [ready, fenced], refused=[], controller_ready=True, previous={}, now=NOW
+    )
+    assert (status["readyBrokers"], status["fencedBrokers"], status["offlineDirs"]) == (1, 1, 1)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Degraded"]["status"] == "True"
+    healthy = plan.cluster_status(
+        cluster(1, ("d0",)), [ready], refused=[], controller_ready=True, previous={}, now=NOW
+    )
+    assert {c["type"]: c["status"] for c in healthy["conditions"]} == {
+        "Ready": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+    }
