@@ -291,6 +291,13 @@ class ControllerApi:
             parsed = CreateTopicRequest.model_validate_json(body)
         except ValidationError as exc:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
+        if parsed.replication_factor is None and parsed.replica_assignment is None:
+            raise ApiError(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                "replicationFactor: required field is missing (no replicaAssignment given and no "
+                "--default-replication-factor)",
+            )
         return reply_response(await self.service.create_topic(parsed))
 
     def _with_topic_defaults(self, raw: dict[str, Any]) -> dict[str, Any]:

@@ -184,11 +184,8 @@ class CreateTopicRequest(Message):
             not (min_isr.isascii() and min_isr.isdigit()) or not 1 <= int(min_isr) <= INT32_MAX
         ):
             raise ValueError(f"configs.min.insync.replicas: must be a positive integer, got {min_isr!r}")
-        if self.replica_assignment is None:
-            if self.num_partitions is None:
-                raise ValueError("numPartitions: required field is missing (no replicaAssignment given)")
-            if self.replication_factor is None:
-                raise ValueError("replicationFactor: required field is missing (no replicaAssignment given)")
+        if self.replica_assignment is None and self.num_partitions is None:
+            raise ValueError("numPartitions: required field is missing (no replicaAssignment given)")
         return self
 
 
