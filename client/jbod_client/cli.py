@@ -132,7 +132,13 @@ def topics_group() -> None:
 @topics_group.command("create")
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=None, help="number of partitions")
-@click.option("--replication-factor", "-r", type=int, default=None, help="replicas per partition")
+@click.option(
+    "--replication-factor",
+    "-r",
+    type=int,
+    default=None,
+    help="replicas per partition (default: the controller's)",
+)
 @click.option("--assignment", default=None, help="manual replicas, e.g. '1,2;2,3' (one partition per ';')")
 @click.option("--config", "-c", "configs", multiple=True, help="KEY=VALUE, repeatable")
 @output_option
@@ -149,8 +155,10 @@ def topics_create(
     """Create a topic (automatic placement, or --assignment)."""
     settings = _settings(ctx, output)
     replica_assignment = _parse_assignment(assignment) if assignment else None
-    if replica_assignment is None and (partitions is None or replication_factor is None):
-        raise CommandError("give --partitions and --replication-factor, or --assignment")
+    if replica_assignment is None and partitions is None:
+        raise CommandError(
+            "give --partitions (and --replication-factor unless the controller has a default), or --assignment"
+        )
     with settings.client() as client:
         reply = client.create_topic(
             name,
