@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from tests.harness import ControllerProcess
 
 from jbod_client.local import LISTENING_LINE
 from jbod_core.ids import random_uuid
+from tests.harness import ControllerProcess
 
 if TYPE_CHECKING:
     from jbod_client.local import LocalBroker

@@ -72,6 +72,11 @@ _CONTAINER_SECURITY: dict[str, Any] = {
 }
 
 
+# The root filesystem is read-only: /tmp is a small emptyDir for anything a library writes there.
+_TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}
+_TMP_MOUNT: dict[str, Any] = {"name": "tmp", "mountPath": "/tmp"}
+
+
 def _probe(path: str, port: int, *, period: int, failures: int = 3) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": port},
@@ -125,6 +130,7 @@ def controller_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -
             names.controller(cluster), namespace, names.cluster_labels(cluster, "controller"), owner
         ),
         "spec": {
+            "clusterIP": "None",  # also the StatefulSet's governing Service, which must be headless
             "selector": names.controller_selector(cluster),
             "ports": [{"name": "http", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}],
         },
@@ -169,6 +175,7 @@ def controller_statefulset(
         "volumeMounts": [
             {"name": "data", "mountPath": names.CONTROLLER_MOUNT},
             {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
+            _TMP_MOUNT,
         ],
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.resources),
@@ -186,9 +193,10 @@ def controller_statefulset(
                 "metadata": {"labels": labels},
                 "spec": {
                     "securityContext": _POD_SECURITY,
+                    "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": [_tokens_volume(cluster)],
+                    "volumes": [_tokens_volume(cluster), _TMP_VOLUME],
                 },
             },
             "volumeClaimTemplates": [_claim_template("data", spec.controller.storage)],
@@ -228,14 +236,21 @@ def ready_brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]
     }
 
 
-def broker_disruption_budget(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+def broker_disruption_budget(
+    brokers: int, cluster: str, namespace: str, owner: Mapping[str, Any]
+) -> Manifest:
+    """At most one broker down by eviction. An integer `minAvailable`, because the pods' owner
+    (`JbodBroker`) has no scale subresource for the disruption controller to count from."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(
             names.brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
         ),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.broker_selector(cluster)}},
+        "spec": {
+            "minAvailable": max(0, brokers - 1),
+            "selector": {"matchLabels": names.broker_selector(cluster)},
+        },
     }
 
 
@@ -355,11 +370,13 @@ def broker_pod(
         {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
         {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
         {"name": "metadata", "mountPath": names.METADATA_MOUNT},
+        _TMP_MOUNT,
         *data_mounts,
     ]
     volumes = [
         {"name": "config", "configMap": {"name": names.broker(cluster, broker_id)}},
         _tokens_volume(cluster),
+        _TMP_VOLUME,
         {
             "name": "metadata",
             "persistentVolumeClaim": {"claimName": names.metadata_claim(cluster, broker_id)},
@@ -396,6 +413,7 @@ def broker_pod(
         "subdomain": names.brokers_service(cluster),
         "readinessGates": [{"conditionType": names.READINESS_GATE}],
         "securityContext": _POD_SECURITY,
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": max(30, spec.config.session_timeout_ms // 1000 * 2),
         "restartPolicy": "Always",
         "initContainers": [init],
@@ -408,7 +426,10 @@ def broker_pod(
         "kind": "Pod",
         "metadata": {
             **_meta(names.broker(cluster, broker_id), namespace, labels, owner),
-            "annotations": {names.ANNOTATION_SPEC_HASH: spec_hash(pod_spec, config)},
+            "annotations": {
+                names.ANNOTATION_SPEC_HASH: spec_hash(pod_spec, config),
+                names.ANNOTATION_CONFIG_HASH: spec_hash(config),
+            },
         },
         "spec": pod_spec,
     }

@@ -31,6 +31,7 @@ VIEWS: dict[tuple[str, str], views.ClusterView] = {}
 ENDPOINTS = views.Endpoints()
 BROKER_TIMER_INTERVAL = 2.0
 CLUSTER_TIMER_INTERVAL = 5.0
+CLUSTER_FULL_INTERVAL = 60.0
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,6 +82,11 @@ def attachments_index(spec: Mapping[str, Any], body: Mapping[str, Any], **_: Any
 
 @kopf.index("pods", labels={names.LABEL_CLUSTER: kopf.PRESENT})
 def pods_index(namespace: str | None, name: str, body: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, name): _plain(body)}
+
+
+@kopf.index(names.GROUP, names.VERSION, names.CLUSTERS)
+def clusters_index(namespace: str | None, name: str, body: Mapping[str, Any], **_: Any) -> Any:
     return {(namespace, name): _plain(body)}
 
 
@@ -163,7 +169,13 @@ def _parse_cluster(
 @kopf.on.resume(names.GROUP, names.VERSION, names.CLUSTERS)
 @kopf.on.create(names.GROUP, names.VERSION, names.CLUSTERS)
 @kopf.on.update(names.GROUP, names.VERSION, names.CLUSTERS)
-@kopf.timer(names.GROUP, names.VERSION, names.CLUSTERS, interval=CLUSTER_TIMER_INTERVAL, initial_delay=1.0)
+@kopf.timer(
+    names.GROUP,
+    names.VERSION,
+    names.CLUSTERS,
+    interval=CLUSTER_FULL_INTERVAL,
+    initial_delay=CLUSTER_FULL_INTERVAL,
+)
 def reconcile_cluster(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -174,8 +186,45 @@ def reconcile_cluster(
     patch: kopf.Patch,
     **kwargs: Any,
 ) -> None:
-    namespace = namespace or "default"
-    brokers_index: kopf.Index[Any, Any] = kwargs["brokers_index"]
+    """Everything: the cluster's own objects (applied), its brokers, its status."""
+    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=True)
+
+
+@kopf.timer(
+    names.GROUP,
+    names.VERSION,
+    names.CLUSTERS,
+    interval=CLUSTER_TIMER_INTERVAL,
+    initial_delay=1.0,
+    backoff=5.0,
+)
+def refresh_cluster(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    **kwargs: Any,
+) -> None:
+    """Brokers and status only (objects that follow the spec are applied by `reconcile_cluster`)."""
+    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=False)
+
+
+def _reconcile_cluster(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    indexes: Mapping[str, Any],
+    *,
+    full: bool,
+) -> None:
+    brokers_index: kopf.Index[Any, Any] = indexes["brokers_index"]
     started = time.perf_counter()
     with metrics.reconcile("JbodCluster"):
         if meta.get("deletionTimestamp"):
@@ -183,18 +232,22 @@ def reconcile_cluster(
         cluster_spec = _parse_cluster(name, spec, patch, status)
         owner = _plain(body)
         image = cluster_spec.image or str(SETTINGS["image"])
-        cluster_id = _ensure_secret(name, namespace, owner)
-        for manifest in (
-            builders.controller_service(name, namespace, owner),
-            builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
-            builders.brokers_service(name, namespace, owner),
-            builders.ready_brokers_service(name, namespace, owner),
-            builders.broker_disruption_budget(name, namespace, owner),
-        ):
-            kube.apply(manifest)
+        cluster_id = status.get("clusterId")
+        if full or not cluster_id:
+            cluster_id = _ensure_secret(name, namespace, owner)
+        if full:
+            for manifest in (
+                builders.controller_service(name, namespace, owner),
+                builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
+                builders.brokers_service(name, namespace, owner),
+                builders.ready_brokers_service(name, namespace, owner),
+                builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
+            ):
+                kube.apply(manifest)
 
         existing: dict[int, model.BrokerSpec] = {}
         statuses: dict[int, Mapping[str, Any]] = {}
+        current_disks: dict[int, Any] = {}
         for broker in brokers_index.get((namespace, name), []):
             try:
                 parsed = model.parse_broker(broker.get("spec") or {})
@@ -202,10 +255,13 @@ def reconcile_cluster(
                 continue
             existing[parsed.broker_id] = parsed
             statuses[parsed.broker_id] = broker.get("status") or {}
+            current_disks[parsed.broker_id] = (broker.get("spec") or {}).get("disks")
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         for broker_id, disks in broker_plan.brokers.items():
-            kube.apply(builders.jbod_broker(name, namespace, broker_id, disks, owner))
+            desired = builders.jbod_broker(name, namespace, broker_id, disks, owner)
+            if full or current_disks.get(broker_id) != desired["spec"]["disks"]:
+                kube.apply(desired)
         for broker_id in broker_plan.delete:
             kube.delete(names.API_VERSION, "JbodBroker", names.broker(name, broker_id), namespace)
             for claim in kube.list_objects(
@@ -298,7 +354,9 @@ def _others_ready(
 @kopf.on.resume(names.GROUP, names.VERSION, names.BROKERS)
 @kopf.on.create(names.GROUP, names.VERSION, names.BROKERS)
 @kopf.on.update(names.GROUP, names.VERSION, names.BROKERS)
-@kopf.timer(names.GROUP, names.VERSION, names.BROKERS, interval=BROKER_TIMER_INTERVAL, initial_delay=0.5)
+@kopf.timer(
+    names.GROUP, names.VERSION, names.BROKERS, interval=BROKER_TIMER_INTERVAL, initial_delay=0.5, backoff=5.0
+)
 def reconcile_broker(
     body: kopf.Body,
     spec: kopf.Spec,
@@ -323,7 +381,7 @@ def reconcile_broker(
         except model.SpecError as exc:
             raise kopf.PermanentError(str(exc)) from None
         cluster = broker.cluster_name
-        cluster_body = kube.get(names.API_VERSION, "JbodCluster", cluster, namespace)
+        cluster_body = _first(kwargs["clusters_index"].get((namespace, cluster)))
         if cluster_body is None:
             raise kopf.TemporaryError(f"JbodCluster {cluster} not found", delay=10)
         try:
@@ -373,7 +431,12 @@ def reconcile_broker(
         restart = decision.restart_pod
         for disk in decision.replace:
             choice = choices[disk]
-            _replace_volume(cluster_spec, cluster, namespace, broker, disk, choice, existing_claims)
+            replaced_id: str | None = next(
+                (d.get("directoryId") for d in decision.status["logDirs"] if d["name"] == disk), None
+            )
+            _replace_volume(
+                cluster_spec, cluster, namespace, broker, disk, choice, existing_claims, replaced_id
+            )
             metrics.REPLACEMENTS.labels(cluster=cluster).inc()
             restart = f"disk {disk} gets a new volume"
         if decision.replace:
@@ -409,8 +472,14 @@ def reconcile_broker(
                     else "the controller keeps the broker fenced",
                 )
         patch.status.update({**decision.status, "observedGeneration": meta.get("generation")})
-        metrics.observe_broker(cluster, broker_id, decision.status)
+        metrics.observe_broker(namespace, cluster, broker_id, decision.status)
         _converge_pod(cluster_spec, cluster, namespace, broker, pod, owner, restart, claims, pods_index)
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.BROKERS, optional=True)
+def forget_broker(spec: kopf.Spec, namespace: str | None, **_: Any) -> None:
+    """No finalizer (optional): only drops the broker's metric series once it is gone."""
+    metrics.forget_broker(namespace or "default", str(spec.get("clusterName")), int(spec.get("brokerId", -1)))
 
 
 def _ensure_claims(
@@ -473,6 +542,7 @@ def _replace_volume(
     disk: str,
     choice: health.ClaimChoice,
     existing: Mapping[str, Mapping[str, Any]],
+    directory_id: str | None,
 ) -> None:
     volume = broker.disk(disk) or next(d for d in cluster_spec.disks if d.name == disk)
     kube.create(
@@ -481,13 +551,15 @@ def _replace_volume(
         )
     )
     if choice.current is not None and choice.current in existing:
-        stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        annotations = {names.ANNOTATION_RETIRED: _now().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        if directory_id:  # so a stale view of the old volume is never taken for the new one
+            annotations[names.ANNOTATION_DIRECTORY_ID] = directory_id
         kube.merge_patch(
             "v1",
             "PersistentVolumeClaim",
             choice.current,
             namespace,
-            {"metadata": {"annotations": {names.ANNOTATION_RETIRED: stamp}}},
+            {"metadata": {"annotations": annotations}},
         )
 
 

@@ -184,6 +184,24 @@ def _detached_reason(
     return None, pv_name, attached
 
 
+def _stale(
+    seen: Mapping[str, Any], claim: Mapping[str, Any] | None, disk_claims: Sequence[Mapping[str, Any]]
+) -> bool:
+    """True when the log dir the broker reports is the one another claim of this disk held."""
+    seen_id = seen.get("directoryId")
+    if not seen_id:
+        return False
+    own = _annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) if claim is not None else None
+    if own == seen_id:
+        return False
+    others = {
+        _annotations(c).get(names.ANNOTATION_DIRECTORY_ID)
+        for c in disk_claims
+        if claim is None or _name(c) != _name(claim)
+    }
+    return seen_id in others
+
+
 def _since(previous: Mapping[str, Any] | None, state: str, now: str) -> str:
     if previous is not None and previous.get("state") == state and previous.get("since"):
         return str(previous["since"])
@@ -196,6 +214,11 @@ def decide(obs: Observation) -> Decision:
     choices = choose_claims(obs.disks, obs.claims, obs.pod)
     previous_dirs = {d.get("name"): d for d in obs.previous.get("logDirs") or []}
     node = (obs.pod or {}).get("spec", {}).get("nodeName")
+    pod_uid = (obs.pod or {}).get("metadata", {}).get("uid")
+    # A missing VolumeAttachment means a detach only for the running pod that had it attached: a
+    # recreated pod (new uid) gets its attachments anew, possibly on another node.
+    running = (obs.pod or {}).get("status", {}).get("phase") == "Running"
+    same_pod = running and pod_uid is not None and obs.previous.get("podUid") == pod_uid
     broker_dirs = {
         disk_name: entry
         for entry in obs.log_dirs or []
@@ -214,6 +237,8 @@ def decide(obs: Observation) -> Decision:
         before = previous_dirs.get(disk.name)
         seen = broker_dirs.get(disk.name)
         claim = claims_by_name.get(choice.current or "")
+        if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
+            seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
         directory_id = (seen or {}).get("directoryId") or (_annotations(claim) if claim else {}).get(
             names.ANNOTATION_DIRECTORY_ID
         )
@@ -232,7 +257,9 @@ def decide(obs: Observation) -> Decision:
             obs.volumes,
             obs.attachments,
             node=node,
-            was_attached=bool(before and before.get("attached") and before.get("pvc") == choice.current),
+            was_attached=bool(
+                same_pod and before and before.get("attached") and before.get("pvc") == choice.current
+            ),
         )
         error: str | None = None
         if detached is not None:
@@ -404,6 +431,8 @@ def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacin
     }
     if pod is not None:
         status["podName"] = _name(pod)
+        if pod.get("metadata", {}).get("uid"):
+            status["podUid"] = pod["metadata"]["uid"]
     if registration is not None:
         status["fenced"] = bool(registration.get("fenced"))
         status["brokerEpoch"] = int(registration.get("brokerEpoch", -1))

@@ -23,9 +23,13 @@ VIEW_ERRORS = Counter(
     "Polls that could not reach a cluster's controller",
     ["cluster"],
 )
-LOG_DIRS = Gauge("jbod_operator_log_dirs", "Log dirs of a broker by state", ["cluster", "broker", "state"])
+LOG_DIRS = Gauge(
+    "jbod_operator_log_dirs", "Log dirs of a broker by state", ["namespace", "cluster", "broker", "state"]
+)
 FENCED = Gauge(
-    "jbod_operator_broker_fenced", "1 while the controller keeps the broker fenced", ["cluster", "broker"]
+    "jbod_operator_broker_fenced",
+    "1 while the controller keeps the broker fenced",
+    ["namespace", "cluster", "broker"],
 )
 
 STATES = ("Online", "Offline", "Detached", "Full", "Draining", "Pending")
@@ -43,10 +47,21 @@ def reconcile(kind: str) -> Iterator[None]:
         RECONCILE_SECONDS.labels(kind=kind).observe(time.perf_counter() - started)
 
 
-def observe_broker(cluster: str, broker_id: int, status: Mapping[str, Any]) -> None:
+def observe_broker(namespace: str, cluster: str, broker_id: int, status: Mapping[str, Any]) -> None:
     counts = dict.fromkeys(STATES, 0)
     for entry in status.get("logDirs") or []:
         counts[entry["state"]] = counts.get(entry["state"], 0) + 1
     for state, count in counts.items():
-        LOG_DIRS.labels(cluster=cluster, broker=str(broker_id), state=state).set(count)
-    FENCED.labels(cluster=cluster, broker=str(broker_id)).set(1 if status.get("fenced") else 0)
+        LOG_DIRS.labels(namespace=namespace, cluster=cluster, broker=str(broker_id), state=state).set(count)
+    FENCED.labels(namespace=namespace, cluster=cluster, broker=str(broker_id)).set(
+        1 if status.get("fenced") else 0
+    )
+
+
+def forget_broker(namespace: str, cluster: str, broker_id: int) -> None:
+    """Drop a deleted broker's series, so they do not linger as stale values."""
+    for state in STATES:
+        with contextlib.suppress(KeyError):
+            LOG_DIRS.remove(namespace, cluster, str(broker_id), state)
+    with contextlib.suppress(KeyError):
+        FENCED.remove(namespace, cluster, str(broker_id))

@@ -23,6 +23,7 @@ LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 MANAGED_BY: Final = "jbod-operator"
 
 ANNOTATION_SPEC_HASH: Final = "jbod.dev/spec-hash"
+ANNOTATION_CONFIG_HASH: Final = "jbod.dev/config-hash"
 ANNOTATION_DIRECTORY_ID: Final = "jbod.dev/directory-id"
 ANNOTATION_RETIRED: Final = "jbod.dev/retired"
 ANNOTATION_REPLACE_DISKS: Final = "jbod.dev/replace-disks"

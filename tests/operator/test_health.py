@@ -40,9 +40,9 @@ def attachment(pv: str, node: str = "node-0") -> dict[str, Any]:
     return {"spec": {"nodeName": node, "source": {"persistentVolumeName": pv}}, "status": {"attached": True}}
 
 
-def pod(claims: dict[str, str], *, ready: bool = True) -> dict[str, Any]:
+def pod(claims: dict[str, str], *, ready: bool = True, uid: str = "uid-1") -> dict[str, Any]:
     return {
-        "metadata": {"name": "c-broker-0"},
+        "metadata": {"name": "c-broker-0", "uid": uid},
         "spec": {
             "nodeName": "node-0",
             "volumes": [
@@ -243,3 +243,35 @@ def test_placements_by_broker_counts_replicas_and_leaders_per_dir() -> None:
     assert counts[0][DIR0] == health.DirPlacements(2, 1)
     assert counts[0]["AAAAAAAAAAAAAAAAAAAAAA"] == health.DirPlacements(1, 0)
     assert counts[1][DIR1] == health.DirPlacements(2, 1)
+
+
+def test_a_stale_view_of_the_replaced_volume_never_triggers_another_replacement() -> None:
+    """Right after a replacement the poller may still hold the old broker's view: the old dir id,
+    offline. It belongs to the retired claim, so the new claim is Pending, not Offline."""
+    old = claim("d0", 0, **{names.ANNOTATION_RETIRED: "t", names.ANNOTATION_DIRECTORY_ID: DIR0})
+    claims = [old, claim("d0", 1), claim("d1", 0)]
+    decision = health.decide(
+        observe(
+            claims=claims,
+            pod=pod({"d0": "c-0-d0-g1", "d1": "c-0-d1-g0"}),
+            volumes={"pv-d0-1": volume("pv-d0-1"), "pv-d1-0": volume("pv-d1-0")},
+            attachments={},
+            log_dirs=[log_dir("d0", DIR0, "offline", "gone"), log_dir("d1", DIR1)],
+            registration={"brokerId": 0, "fenced": True, "offlineLogDirs": [DIR0]},
+            placements={DIR0: health.DirPlacements(4, 0)},
+        )
+    )
+    assert states(decision)["d0"] == "Pending"
+    assert decision.replace == ()
+    assert "c-0-d0-g1" not in decision.directory_ids
+
+
+def test_a_recreated_pod_without_attachments_yet_is_not_detached() -> None:
+    first = health.decide(observe())
+    assert first.status["podUid"] == "uid-1"
+    recreated = observe(
+        previous=previous_of(first),
+        pod=pod({"d0": "c-0-d0-g0", "d1": "c-0-d1-g0"}, uid="uid-2"),
+        attachments={},
+    )
+    assert states(health.decide(recreated)) == {"d0": "Online", "d1": "Online"}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from jbod_operator import builders, model, names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,3 +143,22 @@ def test_crds_describe_what_the_models_read() -> None:
     )
     states = set(broker["status"]["properties"]["logDirs"]["items"]["properties"]["state"]["enum"])
     assert {"Online", "Offline", "Detached", "Full", "Draining"} <= states
+
+
+def _mounts_resolve(pod_spec: dict[str, Any]) -> None:
+    declared = {v["name"] for v in pod_spec["volumes"]}
+    for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+        for mount in container["volumeMounts"]:
+            assert mount["name"] in declared, f"{container['name']} mounts undeclared volume {mount['name']}"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert any(m["mountPath"] == "/tmp" for m in container["volumeMounts"]), "a read-only root needs /tmp"
+
+
+def test_every_mount_names_a_declared_volume() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    _mounts_resolve(_pod(spec, spec.disks)["spec"])
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    template = sts["spec"]["template"]["spec"]
+    claim_templates = [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]]
+    _mounts_resolve({**template, "volumes": [*template["volumes"], *({"name": n} for n in claim_templates)]})
+    assert template["automountServiceAccountToken"] is False
