@@ -13,6 +13,7 @@ import asyncio
 import base64
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -258,6 +259,19 @@ def _reconcile_cluster(
             current_disks[parsed.broker_id] = (broker.get("spec") or {}).get("disks")
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
+        if plan.removes_something(broker_plan, existing):
+            # Removing a broker or a disk rests on "it holds no replica": ask the controller now
+            # rather than trust the poller's last view (a topic may have been created since).
+            tokens = _tokens(name, namespace) or {}
+            fresh = views.fresh_placements(
+                names.controller_url(name, namespace), tokens.get(names.SECRET_ADMIN_TOKEN, ""), ENDPOINTS
+            )
+            broker_plan = plan.plan_brokers(
+                cluster_spec,
+                existing,
+                plan.with_replica_counts(statuses, fresh),
+                None if fresh is None else plan.hosted(fresh),
+            )
         for broker_id, disks in broker_plan.brokers.items():
             desired = builders.jbod_broker(name, namespace, broker_id, disks, owner)
             if full or current_disks.get(broker_id) != desired["spec"]["disks"]:
@@ -607,10 +621,48 @@ def _converge_pod(
         return
     current_hash = (pod.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH)
     if current_hash == desired["metadata"]["annotations"][names.ANNOTATION_SPEC_HASH]:
+        _ROLLING.release(namespace, cluster, broker.broker_id, pod)
         return
     if not _others_ready(pods_index, namespace, cluster, broker.broker_id, cluster_spec.brokers):
         raise kopf.TemporaryError(
             f"pod {pod_name} needs a restart; waiting for the other brokers to be Ready", delay=5
         )
+    holder = _ROLLING.acquire(namespace, cluster, broker.broker_id)
+    if holder != broker.broker_id:
+        raise kopf.TemporaryError(f"pod {pod_name} needs a restart; broker {holder} restarts first", delay=5)
     log.info("Restarting pod %s/%s: its spec or configuration changed", namespace, pod_name)
     kube.delete("v1", "Pod", pod_name, namespace)
+
+
+class _RollingRestarts:
+    """One rolling restart at a time per cluster (the operator runs as a single replica, so an
+    in-memory token is enough; the pods index alone lags behind a deletion). A broker holds the
+    token from the deletion of its pod until its new pod is Ready; a holder silent for
+    `timeout_s` loses it (its JbodBroker may be gone)."""
+
+    def __init__(self, timeout_s: float = 600.0) -> None:
+        self._lock = threading.Lock()
+        self._holders: dict[tuple[str, str], tuple[int, float]] = {}
+        self.timeout_s = timeout_s
+
+    def acquire(self, namespace: str, cluster: str, broker_id: int) -> int:
+        """The broker holding the token after the call (`broker_id` if it got it)."""
+        now = time.monotonic()
+        with self._lock:
+            holder = self._holders.get((namespace, cluster))
+            if holder is None or holder[0] == broker_id or now - holder[1] > self.timeout_s:
+                self._holders[(namespace, cluster)] = (broker_id, now)
+                return broker_id
+            return holder[0]
+
+    def release(self, namespace: str, cluster: str, broker_id: int, pod: Mapping[str, Any]) -> None:
+        """Give the token back once the broker's recreated pod is Ready."""
+        if _pod_condition(pod, "Ready") != "True":
+            return
+        with self._lock:
+            holder = self._holders.get((namespace, cluster))
+            if holder is not None and holder[0] == broker_id:
+                del self._holders[(namespace, cluster)]
+
+
+_ROLLING = _RollingRestarts()

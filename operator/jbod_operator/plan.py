@@ -76,6 +76,39 @@ def plan_brokers(
     return BrokerPlan(brokers=brokers, delete=tuple(delete), refused=tuple(refused))
 
 
+def removes_something(broker_plan: BrokerPlan, existing: Mapping[int, model.BrokerSpec]) -> bool:
+    """Whether the plan deletes a broker or drops a disk a broker has now."""
+    if broker_plan.delete:
+        return True
+    for broker_id, current in existing.items():
+        kept = {d.name for d in broker_plan.brokers.get(broker_id, ())}
+        if broker_id in broker_plan.brokers and any(d.name not in kept for d in current.disks):
+            return True
+    return False
+
+
+def hosted(placements: Mapping[int, Mapping[str, health.DirPlacements]]) -> dict[int, int]:
+    return {broker: sum(p.replicas for p in dirs.values()) for broker, dirs in placements.items()}
+
+
+def with_replica_counts(
+    statuses: Mapping[int, Mapping[str, Any]],
+    placements: Mapping[int, Mapping[str, health.DirPlacements]] | None,
+) -> dict[int, dict[str, Any]]:
+    """The statuses with each log dir's `replicas` recounted from `placements` (None: unknown)."""
+    out: dict[int, dict[str, Any]] = {}
+    for broker_id, status in statuses.items():
+        dirs = []
+        for entry in status.get("logDirs") or []:
+            directory = entry.get("directoryId")
+            counted: int | None = None
+            if placements is not None and directory:
+                counted = placements.get(broker_id, {}).get(directory, health.DirPlacements()).replicas
+            dirs.append({**entry, "replicas": counted})
+        out[broker_id] = {**status, "logDirs": dirs}
+    return out
+
+
 def cluster_status(
     spec: model.ClusterSpec,
     broker_statuses: Sequence[Mapping[str, Any]],

@@ -127,6 +127,17 @@ async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) ->
     )
 
 
+def fresh_placements(
+    controller_url: str, token: str, endpoints: Endpoints
+) -> dict[int, dict[str, health.DirPlacements]] | None:
+    """The controller's placements right now (None when it cannot be reached)."""
+    try:
+        with ControllerClient(endpoints.resolve(controller_url), token=token, timeout=5.0) as client:
+            return health.placements_by_broker(client.list_topics())
+    except ClientError:
+        return None
+
+
 def unregister(controller_url: str, token: str, endpoints: Endpoints, broker_id: int) -> str | None:
     """Unregister a removed broker; the error line, or None on success."""
     try:

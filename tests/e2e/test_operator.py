@@ -15,6 +15,8 @@ One cluster for the module, in test order:
 3. Removing a disk that holds replicas is refused (kept `Draining`, condition `Blocked`, Event).
 4. Scaling up adds a Ready broker; scaling down is refused while it hosts a replica and
    proceeds (JbodBroker, claims and registration gone) once its topic is deleted.
+5. Adding a disk rolls it out one broker at a time; growing a disk grows its claims; the
+   operator's /metrics shows the log dirs by state.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,8 +91,11 @@ def cluster_spec() -> dict[str, Any]:
 class Env:
     """The running pieces shared by the module's tests."""
 
-    def __init__(self, cluster: Cluster, operator: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(
+        self, cluster: Cluster, operator: subprocess.Popen[bytes], log_path: Path, metrics_port: int
+    ) -> None:
         self.cluster = cluster
+        self.metrics_port = metrics_port
         self.operator = operator
         self.log_path = log_path
         self.endpoints = Endpoints(str(cluster.endpoints_file))
@@ -176,12 +182,13 @@ def env(e2e_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cluster.create_namespace(NS)
     log_path = work / "operator.log"
     kubeconfig = _sa_kubeconfig(cluster, work / "kubeconfig")
+    metrics_port = _free_port()
     operator = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("jbod-operator")),
             "--all-namespaces",
             "--health-address", f"127.0.0.1:{_free_port()}",
-            "--metrics-address", f"127.0.0.1:{_free_port()}",
+            "--metrics-address", f"127.0.0.1:{metrics_port}",
             "--endpoints-file", str(cluster.endpoints_file),
             "--poll-seconds", "1",
         ],
@@ -189,7 +196,7 @@ def env(e2e_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    running = Env(cluster, operator, log_path)
+    running = Env(cluster, operator, log_path, metrics_port)
     try:
         cluster.apply(cluster_spec())
         yield running
@@ -386,3 +393,53 @@ def test_scale_up_then_down_only_when_empty(env: Env) -> None:
         return len(brokers) == 3 and not claims and 3 not in env.brokers()
 
     wait_for(gone, timeout=180, what=f"broker 3 removed and unregistered; log:\n{env.operator_log()}")
+
+
+def test_add_and_grow_disks(env: Env) -> None:
+    """A new disk reaches every broker through a rolling restart (one broker at a time); a bigger
+    size reaches the claims."""
+    spec = cluster_spec()
+    spec["spec"]["disks"][0]["size"] = "128Mi"
+    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": "jbod-e2e"})
+    env.cluster.apply(spec)
+    max_unready = 0
+
+    def rolled() -> bool:
+        nonlocal max_unready
+        unready = sum(1 for b in range(3) if not _pod_ready(env.pod(b)))
+        max_unready = max(max_unready, unready)
+        return all(env.log_dir(b, "d2").get("state") == "Online" for b in range(3)) and unready == 0
+
+    wait_for(rolled, timeout=600, what=f"d2 online on every broker; log:\n{env.operator_log()}", interval=0.5)
+    assert max_unready <= 1, "brokers were restarted one at a time"
+    for broker_id in range(3):
+        [claim] = get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk=d0")["items"]
+        assert claim["spec"]["resources"]["requests"]["storage"] == "128Mi"
+    metrics_text = httpx.get(f"http://127.0.0.1:{env.metrics_port}/metrics", timeout=5).text
+    assert 'jbod_operator_log_dirs{broker="0",cluster="demo",namespace="jbod-e2e",state="Online"} 3.0' in metrics_text
+
+
+def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
+    spec = cluster_spec()
+    spec["spec"]["diskFailurePolicy"] = "Manual"
+    spec["spec"]["disks"][0]["size"] = "128Mi"
+    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": "jbod-e2e"})
+    env.cluster.apply(spec)
+    broker_id, disk = 2, "d2"
+    before = env.log_dir(broker_id, disk)
+    env.cluster.kubelet.fail_volume(before["pv"])  # type: ignore[union-attr]  # EIO on every access
+    wait_for(lambda: env.log_dir(broker_id, disk).get("state") == "Offline", timeout=60, what="d2 Offline")
+    wait_for(lambda: env.events("VolumeNeedsReplacement"), timeout=30, what="a VolumeNeedsReplacement event")
+    time.sleep(5)  # Manual: nothing is replaced without the annotation
+    assert env.log_dir(broker_id, disk)["pvc"] == before["pvc"]
+    env.cluster.kubectl(
+        "annotate", "jbodbroker", f"{CLUSTER}-broker-{broker_id}", "-n", NS, f"jbod.dev/replace-disks={disk}"
+    )
+
+    def replaced() -> bool:
+        entry = env.log_dir(broker_id, disk)
+        return entry.get("state") == "Online" and entry.get("pvc") != before["pvc"]
+
+    wait_for(replaced, timeout=300, what=f"d2 replaced after the annotation; log:\n{env.operator_log()}")
+    annotations = env.jbod_broker(broker_id)["metadata"].get("annotations") or {}
+    assert "jbod.dev/replace-disks" not in annotations, "the request is consumed"

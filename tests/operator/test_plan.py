@@ -95,3 +95,31 @@ def test_cluster_status_counts() -> None:
         "Progressing": "False",
         "Degraded": "False",
     }
+
+
+def test_removals_are_rechecked_against_fresh_placements() -> None:
+    from jbod_operator import health
+
+    spec = cluster(1, ("d0",))
+    existing = {0: broker(0, ("d0", "d1")), 1: broker(1, ("d0",))}
+    stale = {
+        0: {
+            "logDirs": [
+                {"name": "d0", "directoryId": "A", "replicas": 1},
+                {"name": "d1", "directoryId": "B", "replicas": 0},
+            ]
+        }
+    }
+    first = plan.plan_brokers(spec, existing, stale, {0: 1, 1: 0})
+    assert plan.removes_something(first, existing)
+    assert [d.name for d in first.brokers[0]] == ["d0"] and first.delete == (1,)
+    fresh = {
+        0: {"A": health.DirPlacements(1, 1), "B": health.DirPlacements(2, 0)},
+        1: {"C": health.DirPlacements(1, 0)},
+    }
+    second = plan.plan_brokers(spec, existing, plan.with_replica_counts(stale, fresh), plan.hosted(fresh))
+    assert [(d.name, d.removed) for d in second.brokers[0]] == [("d0", False), ("d1", True)]
+    assert second.delete == ()
+    assert not plan.removes_something(second, existing)
+    unknown = plan.plan_brokers(spec, existing, plan.with_replica_counts(stale, None), None)
+    assert unknown.delete == () and [d.name for d in unknown.brokers[0]] == ["d0", "d1"]
