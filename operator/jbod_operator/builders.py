@@ -204,36 +204,31 @@ def controller_statefulset(
     }
 
 
-def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
-    """Headless: per-pod DNS names for every broker, published before they are ready."""
+def _broker_service(
+    name: str, cluster: str, namespace: str, owner: Mapping[str, Any], *, headless: bool
+) -> Manifest:
+    spec: dict[str, Any] = {
+        "selector": names.broker_selector(cluster),
+        "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
+    }
+    if headless:
+        spec |= {"clusterIP": "None", "publishNotReadyAddresses": True}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(
-            names.brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
-        ),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": names.broker_selector(cluster),
-            "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
-        },
+        "metadata": _meta(name, namespace, names.cluster_labels(cluster, "broker"), owner),
+        "spec": spec,
     }
+
+
+def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    """Headless: per-pod DNS names for every broker, published before they are ready."""
+    return _broker_service(names.brokers_service(cluster), cluster, namespace, owner, headless=True)
 
 
 def ready_brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
     """Only Ready brokers: a pod is Ready once its process is up and the controller has unfenced it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(
-            names.ready_brokers_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
-        ),
-        "spec": {
-            "selector": names.broker_selector(cluster),
-            "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
-        },
-    }
+    return _broker_service(names.ready_brokers_service(cluster), cluster, namespace, owner, headless=False)
 
 
 def broker_disruption_budget(

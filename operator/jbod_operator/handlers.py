@@ -174,8 +174,19 @@ def _parse_cluster(
     names.GROUP,
     names.VERSION,
     names.CLUSTERS,
+    id="full",
     interval=CLUSTER_FULL_INTERVAL,
     initial_delay=CLUSTER_FULL_INTERVAL,
+)
+@kopf.timer(
+    names.GROUP,
+    names.VERSION,
+    names.CLUSTERS,
+    id="refresh",
+    param="refresh",
+    interval=CLUSTER_TIMER_INTERVAL,
+    initial_delay=1.0,
+    backoff=5.0,
 )
 def reconcile_cluster(
     body: kopf.Body,
@@ -185,32 +196,13 @@ def reconcile_cluster(
     meta: kopf.Meta,
     status: kopf.Status,
     patch: kopf.Patch,
+    param: Any = None,
     **kwargs: Any,
 ) -> None:
-    """Everything: the cluster's own objects (applied), its brokers, its status."""
-    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=True)
-
-
-@kopf.timer(
-    names.GROUP,
-    names.VERSION,
-    names.CLUSTERS,
-    interval=CLUSTER_TIMER_INTERVAL,
-    initial_delay=1.0,
-    backoff=5.0,
-)
-def refresh_cluster(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    **kwargs: Any,
-) -> None:
-    """Brokers and status only (objects that follow the spec are applied by `reconcile_cluster`)."""
-    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=False)
+    """Everything on a spec change and every minute: the cluster's own objects (applied), its
+    brokers, its status; every few seconds (`param="refresh"`) only its brokers and status."""
+    full = param != "refresh"
+    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=full)
 
 
 def _reconcile_cluster(
