@@ -10,6 +10,8 @@ Run by the kubelet as `unshare --mount --propagation private -- python -m e2e.po
   other mounts, nor contains the pod directory) is covered by an overlayfs whose upper layer lives in
   the pod directory, so nothing is created on the host; failing that the directory is created on the
   host and listed in `<plan.created_file>` for the kubelet to remove later;
+* the plan's `image` paths (interpreter, venv, source tree) stay visible: one that a volume hides
+  (an emptyDir at /tmp over a checkout in /tmp) is bind-mounted back at its own path;
 * it then prints `ready` on stdout and sleeps until SIGTERM/SIGINT; any failure is printed on
   stderr and exits with status 1 before `ready`.
 Container processes join this namespace with `nsenter --mount=/proc/<shim pid>/ns/mnt`.
@@ -53,6 +55,11 @@ def setup(plan: dict[str, Any]) -> list[str]:
     pod_dir = plan["pod_dir"]
     mounts = sorted(plan["mounts"], key=lambda m: (m["target"].count("/"), m["target"]))
     fds = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in mounts]
+    image = [
+        (path, os.open(path, os.O_PATH | os.O_CLOEXEC))
+        for path in plan.get("image", [])
+        if os.path.isdir(path)
+    ]
     mounted: list[str] = []
     overlays: list[str] = []
     created: list[str] = []
@@ -98,6 +105,12 @@ def setup(plan: dict[str, Any]) -> list[str]:
         if m.get("readOnly"):
             _mount("-o", "remount,bind,ro", target)
         mounted.append(target)
+    for path, fd in image:
+        # A volume mounted above a piece of the "image" hides it: bind that piece back in place.
+        if any(_under(path, t) and path != t for t in mounted):
+            os.makedirs(path, exist_ok=True)
+            _mount("--bind", f"/proc/self/fd/{fd}", path, pass_fds=(fd,))
+        os.close(fd)
     for fd in fds:
         os.close(fd)
     return created

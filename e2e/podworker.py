@@ -416,6 +416,7 @@ class PodWorker:
                     "pod_dir": str(cdir),
                     "created_file": str(cdir / "created.json"),
                     "mounts": self.mount_plan(c),
+                    "image": image_paths(self.kubelet.endpoints_file),
                 }
             )
         )
@@ -805,3 +806,16 @@ def write_atomic_dir(target: Path, files: podspec.Files) -> None:
             link.symlink_to(f"..data/{top}")
     if old_dir is not None and old_dir != data_dir:
         shutil.rmtree(old_dir, ignore_errors=True)
+
+
+def image_paths(endpoints_file: Path) -> list[str]:
+    """What stands in for the container image: the interpreter, the venv with the console scripts,
+    the source tree (an editable install) and the endpoint map. A volume mounted above one of them
+    (an emptyDir at /tmp while the checkout lives in /tmp) must not hide it (`podshim`)."""
+    paths = {
+        sys.base_prefix,
+        sys.prefix,
+        str(Path(__file__).resolve().parents[1]),
+        str(endpoints_file.parent),
+    }
+    return sorted(paths)
