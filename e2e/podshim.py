@@ -109,7 +109,7 @@ def setup(plan: dict[str, Any]) -> list[str]:
         # A volume mounted above a piece of the "image" hides it: bind that piece back in place.
         if any(_under(path, t) and path != t for t in mounted):
             os.makedirs(path, exist_ok=True)
-            _mount("--bind", f"/proc/self/fd/{fd}", path, pass_fds=(fd,))
+            _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", path, pass_fds=(fd,))
         os.close(fd)
     for fd in fds:
         os.close(fd)
