@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
 	touch $@
 
 setup: $(BIN)/.installed
@@ -17,14 +17,14 @@ demo: setup
 	$(BIN)/jbodctl local demo
 
 test: setup e2e-toolchain
-	$(BIN)/ruff check core controller client agent operator e2e tests bench
-	$(BIN)/mypy core controller client agent operator e2e
+	$(BIN)/ruff check core controller client agent operator pipeline e2e tests bench
+	$(BIN)/mypy core controller client agent operator pipeline e2e
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check core controller client agent operator e2e tests bench
-	$(BIN)/ruff format --check core controller client agent operator e2e tests bench
-	$(BIN)/mypy core controller client agent operator e2e
+	$(BIN)/ruff check core controller client agent operator pipeline e2e tests bench
+	$(BIN)/ruff format --check core controller client agent operator pipeline e2e tests bench
+	$(BIN)/mypy core controller client agent operator pipeline e2e
 
 bench: setup
 	$(BIN)/python -m bench.run_all

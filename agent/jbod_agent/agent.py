@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import orjson
 
-from jbod_agent import mover, placement, probe, replicas
+from jbod_agent import mover, placement, probe, replicas, telemetry
 from jbod_agent.assignment_queue import AssignmentQueue
 from jbod_agent.config import BrokerConfig
 from jbod_agent.fetcher import Fetchers
@@ -165,6 +165,11 @@ class Agent:
 
     async def run(self) -> int:
         self.scan_local_replicas()
+        if self.config.telemetry_dir is not None:
+            writer = telemetry.TelemetryWriter(
+                self, self.config.telemetry_dir, interval_ms=self.config.telemetry_interval_ms
+            )
+            self._tasks.append(asyncio.create_task(writer.run_forever(), name="telemetry"))
         for state in self.dirs.values():
             self._tasks.append(asyncio.create_task(self._probe_forever(state), name=f"probe-{state.path}"))
         self._tasks.append(asyncio.create_task(self._probe_metadata_dir_forever(), name="probe-metadata"))

@@ -63,6 +63,8 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_move_max_bytes_per_second: int = -1
     advertised_listener: Listener | None = None
+    telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
+    telemetry_interval_ms: int = 60_000
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -174,6 +176,8 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0, 60_000)),
     "replica.alter.log.dirs.io.max.bytes.per.second": ("replica_move_max_bytes_per_second", _int(-1, 2**62)),
+    "telemetry.dir": ("telemetry_dir", _path),
+    "telemetry.interval.ms": ("telemetry_interval_ms", _int(100, _MAX_MS)),
 }
 REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")
 DEFAULT_LISTENER: Final = "http://127.0.0.1:9092"

@@ -275,10 +275,20 @@ def metadata_group() -> None:
 @metadata_group.command("export")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="JSON-lines file to write")
 @click.option("--from-offset", type=click.IntRange(min=0), default=0, help="first offset to export")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "parquet"]),
+    default=None,
+    help="jsonl (default) or parquet (columns offset, type, data as JSON text; default for *.parquet)",
+)
 @click.pass_context
-def metadata_export(ctx: click.Context, out: Path, from_offset: int) -> None:
+def metadata_export(ctx: click.Context, out: Path, from_offset: int, fmt: str | None) -> None:
     """Write the whole metadata log as JSON lines, one {offset, type, data} record per line."""
     settings = _settings(ctx, None)
+    if fmt == "parquet" or (fmt is None and out.suffix == ".parquet"):
+        _metadata_export_parquet(settings, out, from_offset)
+        return
     tmp = out.with_name(out.name + ".tmp")
     count = 0
     first = last = None
@@ -298,6 +308,49 @@ def metadata_export(ctx: click.Context, out: Path, from_offset: int) -> None:
         raise
     span = f" (offsets {first}-{last})" if count else ""
     click.echo(f"Exported {count} records{span} to {out}", err=True)
+
+
+def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) -> None:
+    """`metadata export --format parquet` (needs pyarrow): columns offset, type, data (JSON text)."""
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise CommandError("--format parquet needs pyarrow (pip install pyarrow)") from exc
+    schema = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string())])
+    tmp = out.with_name(out.name + ".tmp")
+    count = 0
+    try:
+        with settings.client() as client, pq.ParquetWriter(tmp, schema) as writer:
+            batch: list[dict[str, Any]] = []
+            for record in client.iter_metadata(from_offset=from_offset):
+                batch.append(record)
+                if len(batch) == 50_000:
+                    count += _write_batch(writer, schema, batch)
+            count += _write_batch(writer, schema, batch)
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    click.echo(f"Exported {count} records to {out}", err=True)
+
+
+def _write_batch(writer: Any, schema: Any, batch: list[dict[str, Any]]) -> int:
+    import pyarrow as pa
+
+    columns = {
+        "offset": [r["offset"] for r in batch],
+        "type": [r["type"] for r in batch],
+        "data": [json.dumps(r["data"], separators=(",", ":")) for r in batch],
+    }
+    if batch:
+        writer.write_table(pa.table(columns, schema=schema))
+    count = len(batch)
+    batch.clear()
+    return count
 
 
 # -- data plane: produce, consume, log dirs, moves -------------------------------------------
@@ -714,6 +767,10 @@ except ImportError:  # pragma: no cover - during development only
     local_cli = None  # type: ignore[assignment]
 if local_cli is not None:
     local_cli.register(local_group)
+
+from jbod_client import apply_plan as _apply_plan  # noqa: E402
+
+_apply_plan.register(app)
 
 
 # -- entry point -------------------------------------------------------------------------------

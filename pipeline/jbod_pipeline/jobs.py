@@ -1,0 +1,438 @@
+"""The jobs at their edges: read the inputs once, run the transforms, write Parquet, JSON and HTML.
+
+Guarantees:
+* One `Run` reads and replays the metadata log once and shares the result (persisted) between
+  the jobs it runs, so `jbod-pipeline all` costs one replay.
+* Every job writes `OUT/<table>` (Parquet, overwritten) with exactly the §6 columns; `plan` also
+  writes `OUT/plan.json` (the input of `jbodctl apply-plan`). `OUT/report.html` holds a section
+  per job run plus the input report; `OUT/input_errors.json` lists the bad lines found.
+* Bad input lines are skipped and reported (stderr, report, `input_errors.json`); with
+  `strict=True` any bad line stops the run before a job starts (`JobError`).
+* Reports are drawn from the tables read back from their Parquet: they show what was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
+
+from jbod_pipeline import blast_radius, disks, inputs, plan, planner, replay, report, timeline
+
+PLAN_VERSION = 1
+
+
+class JobError(Exception):
+    """A run that cannot go on (missing input, strict mode and bad lines); one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    metadata: str
+    out: Path
+    telemetry: str | None = None
+    strict: bool = False
+    goals: planner.Goals = field(default_factory=planner.Goals)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a job wrote, for the command's summary line."""
+
+    job: str
+    summary: str
+    section: report.Section
+
+
+class Run:
+    def __init__(self, spark: SparkSession, options: Options) -> None:
+        self.spark = spark
+        self.options = options
+        self._persisted: list[DataFrame] = []
+        self.warnings: list[str] = []
+        self.log: Callable[[str], None] = lambda message: None
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def _keep(self, frame: DataFrame) -> DataFrame:
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(frame)
+        return frame
+
+    @cached_property
+    def metadata(self) -> inputs.MetadataInput:
+        read = inputs.read_metadata(self.spark, self.options.metadata)
+        self._check(read.report)
+        return read
+
+    @cached_property
+    def telemetry(self) -> inputs.TelemetryInput | None:
+        if self.options.telemetry is None:
+            return None
+        read = inputs.read_telemetry(self.spark, self.options.telemetry)
+        self._check(read.report)
+        return read
+
+    def _check(self, found: inputs.InputReport) -> None:
+        if found.bad_lines:
+            self.log(found.summary())
+            if self.options.strict:
+                raise JobError(f"{found.summary()} (--strict)")
+
+    def require_telemetry(self, job: str) -> inputs.TelemetryInput:
+        if self.telemetry is None:
+            raise JobError(f"{job} needs --telemetry (the agents' disk samples)")
+        return self.telemetry
+
+    @cached_property
+    def cluster(self) -> replay.ClusterFrames:
+        frames = replay.replay(self.metadata.records, keep=self._keep)
+        orphans = frames.orphan_changes.count()
+        if orphans:
+            self.warnings.append(
+                f"{orphans} partition(s) have PartitionChangeRecords but no PartitionRecord: left out"
+            )
+            self.log(self.warnings[-1])
+        return frames
+
+    @cached_property
+    def replicas(self) -> DataFrame:
+        return self._keep(replay.replicas(self.cluster.partitions, self.cluster.brokers))
+
+    @cached_property
+    def latest(self) -> DataFrame:
+        return self._keep(inputs.latest_samples(self.require_telemetry("this job").samples))
+
+    @cached_property
+    def disks(self) -> DataFrame:
+        self.require_telemetry("disks")
+        return self._keep(disks.disks(self.cluster.brokers, self.replicas, self.latest))
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def write(self, name: str, frame: DataFrame, *, files: int | None = 1) -> pd.DataFrame:
+        path = str(self.options.out / name)
+        (frame.coalesce(files) if files else frame).write.mode("overwrite").parquet(path)
+        return self.spark.read.parquet(path).toPandas()
+
+    def input_section(self) -> report.Section:
+        section = report.Section("Inputs")
+        reports = [self.metadata.report] + ([self.telemetry.report] if self.telemetry else [])
+        section.facts([(r.source, f"{r.bad_lines} bad line(s) skipped") for r in reports])
+        for warning in self.warnings:
+            section.text(warning)
+        bad = [
+            {
+                "source": r.source,
+                "file": inputs._short(b.file),
+                "line": b.line,
+                "offset": b.offset,
+                "problem": b.problem,
+            }
+            for r in reports
+            for b in r.examples
+        ]
+        if bad:
+            section.table(pd.DataFrame(bad), "Bad lines (first ones per input)")
+        return section
+
+    def write_input_errors(self) -> None:
+        reports = [self.metadata.report] + ([self.telemetry.report] if self.telemetry else [])
+        data = [
+            {
+                "source": r.source,
+                "badLines": r.bad_lines,
+                "examples": [
+                    {"file": inputs._short(b.file), "line": b.line, "offset": b.offset, "problem": b.problem}
+                    for b in r.examples
+                ],
+            }
+            for r in reports
+        ]
+        (self.options.out / "input_errors.json").write_text(
+            json.dumps(data, indent=2) + "\n", encoding="utf-8"
+        )
+
+    def close(self) -> None:
+        for frame in self._persisted:
+            frame.unpersist()
+        self._persisted.clear()
+        for name in ("metadata", "telemetry"):
+            read = self.__dict__.get(name)
+            if read is not None:
+                read.unpersist()
+
+
+# -- the jobs ------------------------------------------------------------------------------------
+
+
+def run_disks(run: Run) -> Outcome:
+    table = run.write("disks", run.disks)
+    section = report.Section("Disks: load per broker and dir")
+    known = table["utilisation"].notna()
+    threshold = run.options.goals.threshold
+    over = table[known & (table["utilisation"] > threshold)]
+    section.facts(
+        [
+            ("dirs", len(table)),
+            ("brokers", table["brokerId"].nunique()),
+            ("offline dirs", int((table["state"] == "offline").sum())),
+            ("full dirs", int((table["state"] == "full").sum())),
+            (f"dirs over {threshold:.0%}", len(over)),
+            ("largest skew", f"{table['skew'].max():.1%}" if table["skew"].notna().any() else "n/a"),
+        ]
+    )
+    worst = table.sort_values(["utilisation"], ascending=False, na_position="last")
+    hot_brokers = worst["brokerId"].drop_duplicates().head(report.HEATMAP_BROKERS).tolist()
+    section.figure(
+        report.heatmap(
+            table[table["brokerId"].isin(hot_brokers)],
+            "utilisation",
+            title="Utilisation (hottest brokers)",
+            vmax=1.0,
+            cmap="magma",
+        ),
+        f"Utilisation of every dir of the {len(hot_brokers)} brokers with the fullest dirs (blank: unknown).",
+    )
+    if table["brokerId"].nunique() > len(hot_brokers):
+        section.figure(
+            report.heatmap(table, "utilisation", title="Utilisation (all brokers)", vmax=1.0, cmap="magma"),
+            "Every broker, one row each.",
+        )
+    section.figure(
+        report.histogram(
+            table["utilisation"], title="Utilisation of dirs", xlabel="utilisation", marker=threshold
+        ),
+        "How full the dirs are.",
+    )
+    section.figure(
+        report.histogram(table["skew"], title="Skew against the broker's mean", xlabel="skew"),
+        "Utilisation minus the mean of the broker's online dirs.",
+    )
+    section.table(worst, "Fullest dirs")
+    skewed = table.reindex(table["skew"].abs().sort_values(ascending=False).index)
+    section.table(skewed, "Most skewed dirs")
+    return Outcome("disks", f"disks: {len(table)} dirs, {len(over)} over {threshold:.0%}", section)
+
+
+def run_blast_radius(run: Run) -> Outcome:
+    frame = blast_radius.blast_radius(run.cluster.brokers, run.replicas)
+    table = run.write("blast_radius", frame).sort_values("rank")
+    totals = (
+        table.groupby("brokerId")[["replicas", "leadersLost", "offlinePartitions", "underMinIsr"]]
+        .sum()
+        .reset_index()
+        .sort_values(
+            ["offlinePartitions", "underMinIsr", "leadersLost", "brokerId"],
+            ascending=[False, False, False, True],
+        )
+    )
+    section = report.Section("Blast radius: what each dir's failure would do now")
+    worst = table.head(1)
+    section.facts(
+        [
+            ("online dirs", len(table)),
+            ("dirs whose failure takes partitions offline", int((table["offlinePartitions"] > 0).sum())),
+            (
+                "dirs whose failure puts partitions under min.insync.replicas",
+                int((table["underMinIsr"] > 0).sum()),
+            ),
+            (
+                "worst dir",
+                f"broker {int(worst['brokerId'].iloc[0])} dir {worst['directoryId'].iloc[0]}"
+                if len(worst)
+                else "n/a",
+            ),
+        ]
+    )
+    top = table.head(25)
+    section.figure(
+        report.bars(
+            [f"{b}/{d[:6]}" for b, d in zip(top["brokerId"], top["directoryId"], strict=True)],
+            {k: top[k].tolist() for k in ("offlinePartitions", "underMinIsr", "leadersLost")},
+            title="The 25 worst dirs",
+        ),
+        "Partitions that would go offline, fall under min.insync.replicas, or lose their leader.",
+    )
+    hot = totals["brokerId"].head(report.HEATMAP_BROKERS).tolist()
+    section.figure(
+        report.heatmap(
+            table[table["brokerId"].isin(hot)],
+            "underMinIsr",
+            title="Partitions under min ISR if the dir failed",
+            cmap="Reds",
+        ),
+        "Per dir of the brokers with the largest blast radius.",
+    )
+    section.table(table, "Ranked dirs")
+    section.table(totals, "Totals per broker")
+    offline = int(table["offlinePartitions"].max()) if len(table) else 0
+    return Outcome(
+        "blast-radius",
+        f"blast-radius: {len(table)} dirs ranked, worst takes {offline} partition(s) offline",
+        section,
+    )
+
+
+def run_plan(run: Run) -> Outcome:
+    goals = run.options.goals
+    sizes = plan.replica_sizes(run.replicas, run.latest)
+    result = run._keep(plan.moves(run.disks, sizes, goals))
+    moves = run.write("plan", plan.table(result))
+    issues = (
+        result.where(F.col("kind") != "move")
+        .select("brokerId", "kind", F.col("fromDirectoryId").alias("directoryId"), "detail")
+        .orderBy("brokerId", "directoryId")
+        .toPandas()
+    )
+    document = {
+        "version": PLAN_VERSION,
+        "threshold": goals.threshold,
+        "balanceMargin": goals.balance_margin,
+        "drain": sorted(goals.drain),
+        "moves": [
+            {
+                "topic": str(m["topic"]),
+                "partition": int(m["partition"]),
+                "brokerId": int(m["brokerId"]),
+                "fromDirectoryId": str(m["fromDirectoryId"]),
+                "toDirectoryId": str(m["toDirectoryId"]),
+                "bytes": int(m["bytes"]),
+            }
+            for m in moves.to_dict("records")
+        ],
+    }
+    tmp = run.options.out / "plan.json.tmp"
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, run.options.out / "plan.json")
+    dirs = run.disks.select(
+        "brokerId", "directoryId", "state", "bytes", "totalBytes", "utilisation"
+    ).toPandas()
+    after = utilisation_after(dirs, moves)
+    section = report.Section("Plan: intra-broker moves")
+    section.facts(
+        [
+            ("moves", len(moves)),
+            ("bytes to move", f"{int(moves['bytes'].sum()) if len(moves) else 0:,}"),
+            ("brokers touched", moves["brokerId"].nunique() if len(moves) else 0),
+            ("threshold", f"{goals.threshold:.0%}"),
+            ("balance margin", f"{goals.balance_margin:.0%}"),
+            ("drained dirs", ", ".join(sorted(goals.drain)) or "none"),
+            (f"dirs over {goals.threshold:.0%} before", int((dirs["utilisation"] > goals.threshold).sum())),
+            (
+                f"dirs over {goals.threshold:.0%} after",
+                int((after["utilisationAfter"] > goals.threshold).sum()),
+            ),
+            ("goals not met", len(issues)),
+        ]
+    )
+    section.figure(
+        report.before_after(
+            after["utilisation"],
+            after["utilisationAfter"],
+            title="Utilisation before and after",
+            threshold=goals.threshold,
+        ),
+        "Every dir with a known capacity.",
+    )
+    if len(moves):
+        section.figure(
+            report.heatmap(
+                after[
+                    after["brokerId"].isin(
+                        moves.groupby("brokerId")["bytes"].sum().nlargest(report.HEATMAP_BROKERS).index
+                    )
+                ],
+                "utilisationAfter",
+                title="Utilisation after the plan (brokers moving the most)",
+                vmax=1.0,
+                cmap="magma",
+            ),
+            "Per dir after the moves.",
+        )
+    section.table(moves, "Moves")
+    if len(issues):
+        section.table(issues, "Goals not met")
+    summary = f"plan: {len(moves)} move(s) on {moves['brokerId'].nunique() if len(moves) else 0} broker(s)"
+    if len(issues):
+        summary += f", {len(issues)} goal(s) not met"
+        run.log(
+            f"{len(issues)} goal(s) not met, e.g. broker {int(issues['brokerId'].iloc[0])} dir {issues['directoryId'].iloc[0]}: {issues['kind'].iloc[0]}: {issues['detail'].iloc[0]}"
+        )
+    return Outcome("plan", summary, section)
+
+
+def utilisation_after(dirs: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
+    """`dirs` (brokerId, directoryId, bytes, totalBytes, utilisation) with `bytesAfter` and
+    `utilisationAfter` once `moves` (the plan table) have run."""
+    out = dirs.copy()
+    delta = pd.Series(0, index=pd.MultiIndex.from_frame(out[["brokerId", "directoryId"]]), dtype="int64")
+    if len(moves):
+        leaving = moves.groupby(["brokerId", "fromDirectoryId"])["bytes"].sum()
+        arriving = moves.groupby(["brokerId", "toDirectoryId"])["bytes"].sum()
+        delta = delta.sub(leaving.rename_axis(["brokerId", "directoryId"]), fill_value=0)
+        delta = delta.add(arriving.rename_axis(["brokerId", "directoryId"]), fill_value=0)
+    keys = pd.MultiIndex.from_frame(out[["brokerId", "directoryId"]])
+    out["bytesAfter"] = out["bytes"].to_numpy() + delta.reindex(keys).fillna(0).to_numpy()
+    total = out["totalBytes"].astype("float64")
+    out["utilisationAfter"] = (out["bytesAfter"] / total).where(total > 0)
+    return out
+
+
+def run_timeline(run: Run) -> Outcome:
+    table = run.write("timeline", timeline.timeline(run.metadata.records))
+    section = report.Section("Timeline: incidents in the metadata log")
+    counts = table["type"].value_counts()
+    section.facts(
+        [
+            (kind, int(counts.get(kind, 0)))
+            for kind in ("dir-offline", "broker-fenced", "broker-unfenced", "leader-change")
+        ]
+    )
+    if len(table):
+        shown = (
+            table if len(table) <= 200_000 else table.sample(200_000, random_state=0).sort_values("offset")
+        )
+        section.figure(
+            report.timeline_scatter(shown, title="Incidents by metadata offset"), "One dot per incident."
+        )
+    section.table(table[table["type"] != "leader-change"], "Dir and broker incidents")
+    section.table(table[table["type"] == "leader-change"], "Leader changes")
+    return Outcome("timeline", f"timeline: {len(table)} incident(s)", section)
+
+
+JOBS: dict[str, Callable[[Run], Outcome]] = {
+    "disks": run_disks,
+    "blast-radius": run_blast_radius,
+    "plan": run_plan,
+    "timeline": run_timeline,
+}
+
+
+def execute(
+    spark: SparkSession, options: Options, jobs: Sequence[str], *, log: Callable[[str], None]
+) -> list[Outcome]:
+    """Run `jobs` (names of `JOBS`) into `options.out`; returns what each wrote."""
+    options.out.mkdir(parents=True, exist_ok=True)
+    run = Run(spark, options)
+    run.log = log
+    try:
+        _ = run.metadata  # read (and check) before any job
+        if options.telemetry is not None:
+            _ = run.telemetry
+        outcomes = [JOBS[job](run) for job in jobs]
+        run.write_input_errors()
+        sections = [run.input_section(), *(o.section for o in outcomes)]
+        page = report.render(f"jbod-pipeline: {', '.join(jobs)}", sections)
+        (options.out / "report.html").write_text(page, encoding="utf-8")
+        return outcomes
+    finally:
+        run.close()

@@ -1,0 +1,59 @@
+"""The Spark session of a pipeline run: local mode by default, any master on request.
+
+Guarantees:
+* In local mode the driver binds and advertises 127.0.0.1 only and the UI is off, so a run
+  opens no port reachable from elsewhere.
+* Python workers run the interpreter of the driver (`PYSPARK_PYTHON`, unless already set), so the
+  planner's dependencies (pandas, pyarrow, `jbod_core`) are the ones installed here. On a cluster
+  master the executors need the same packages installed (docs/pipeline.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def build(
+    *,
+    master: str = DEFAULT_MASTER,
+    app_name: str = "jbod-pipeline",
+    shuffle_partitions: int | None = None,
+    driver_memory: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A new (or the running) Spark session with the pipeline's settings."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    if is_local(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if driver_memory is not None:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,53 @@
+"""One local Spark session for the whole pipeline tier (startup is the slow part), plus
+generated clusters shared by the tests that only read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from jbod_pipeline import session, synthetic  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    spark = session.build(master="local[2]", app_name="jbod-pipeline-tests", shuffle_partitions=2)
+    yield spark
+    spark.stop()
+
+
+SPECS = {
+    "mixed": synthetic.ClusterSpec(),
+    "skewed": synthetic.ClusterSpec(
+        brokers=5,
+        dirs_per_broker=5,
+        partitions=400,
+        topics=4,
+        offline_dirs=3,
+        fenced_brokers=1,
+        unregistered_brokers=1,
+        skewed_dirs=6,
+        unassigned_fraction=0.05,
+        lost_fraction=0.03,
+        leader_moves=20,
+        reassignments=4,
+        telemetry_missing_dirs=2,
+    ),
+}
+
+
+@pytest.fixture(scope="session", params=sorted(SPECS))
+def generated(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, Path]:
+    name = request.param
+    root = tmp_path_factory.mktemp(f"cluster-{name}")
+    metadata, telemetry = root / "metadata.jsonl", root / "telemetry.jsonl"
+    synthetic.generate(SPECS[name], seed=7, metadata=metadata, telemetry=telemetry)
+    return name, metadata, telemetry

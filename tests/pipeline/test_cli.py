@@ -1,0 +1,120 @@
+"""`jbod-pipeline` and `jbodctl metadata export --format parquet` from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jbod_pipeline.cli import main as pipeline
+from tests.harness import ControllerProcess
+
+DIR_A = "ECfE0cOGu8QeL-uJQUw0PA"
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("jbod-pipeline: error: "), err
+    return err
+
+
+def test_user_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert pipeline(["disks", "--metadata", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 1
+    assert "does not exist" in _one_line_error(capsys)
+    (tmp_path / "m.jsonl").write_text("{}\n")
+    assert pipeline(["plan", "--metadata", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "o")]) == 1
+    assert "plan needs --telemetry" in _one_line_error(capsys)
+    args = ["plan", "--metadata", str(tmp_path / "m.jsonl"), "--telemetry", str(tmp_path / "m.jsonl")]
+    assert pipeline([*args, "--out", str(tmp_path / "o"), "--drain", "nope"]) == 2
+    assert "--drain" in _one_line_error(capsys)
+    assert pipeline([*args, "--out", str(tmp_path / "o"), "--threshold", "1.5"]) == 2
+    _one_line_error(capsys)
+
+
+def test_generate_writes_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert pipeline(["generate", "--out", str(tmp_path), "--brokers", "3", "--partitions", "30"]) == 0
+    lines = (tmp_path / "metadata.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["type"] == "RegisterBrokerRecord"
+    assert (tmp_path / "telemetry.jsonl").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
+    assert pipeline(["generate", "--out", str(tmp_path / "in"), "--brokers", "4", "--partitions", "120"]) == 0
+    with (tmp_path / "in" / "metadata.jsonl").open("a") as handle:
+        handle.write("this line is corrupt\n")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jbod_pipeline.cli",
+            "all",
+            "--master",
+            "local[2]",
+            "--shuffle-partitions",
+            "2",
+            "--metadata",
+            str(tmp_path / "in" / "metadata.jsonl"),
+            "--telemetry",
+            str(tmp_path / "in" / "telemetry.jsonl"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "skipped 1 bad line(s)" in done.stderr and "line " in done.stderr
+    for table in ("disks", "blast_radius", "plan", "timeline"):
+        assert pq.read_table(out / table).num_rows > 0, table
+    assert pq.read_table(out / "plan").column_names == [
+        "topic",
+        "partition",
+        "brokerId",
+        "fromDirectoryId",
+        "toDirectoryId",
+        "bytes",
+    ]
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 6 and "<script" not in page
+    assert json.loads((out / "input_errors.json").read_text())[0]["badLines"] == 1
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["version"] == 1 and plan["moves"]
+
+
+def test_metadata_export_as_parquet(tmp_path: Path, controller: ControllerProcess) -> None:
+    with controller.broker() as client:
+        reply = client.post(
+            "/v1/brokers/register",
+            json={
+                "brokerId": 1,
+                "clusterId": controller.cluster_id,
+                "incarnationId": "ws5vRH7U1Xt45RBhcxHYow",
+                "logDirs": [DIR_A],
+            },
+        ).json()
+    token = tmp_path / "token"
+    token.write_text(controller.admin_token)
+    base = [
+        sys.executable,
+        "-m",
+        "jbod_client.cli",
+        "--controller",
+        controller.url,
+        "--token-file",
+        str(token),
+    ]
+    for out in (tmp_path / "log.parquet", tmp_path / "log.jsonl"):
+        subprocess.run(
+            [*base, "metadata", "export", "--out", str(out)], check=True, capture_output=True, timeout=60
+        )
+    table = pq.read_table(tmp_path / "log.parquet").to_pylist()
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [{**r, "data": json.loads(r["data"])} for r in table] == lines
+    assert lines and lines[0]["type"] == "RegisterBrokerRecord", reply

@@ -1,0 +1,245 @@
+"""Every job against the independent computation (`reference`) on generated clusters with
+offline dirs, LOST and UNASSIGNED placements, fenced and unregistered brokers and skewed disks."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jbod_pipeline import jobs, planner
+from tests.pipeline import reference
+
+
+def _run(
+    spark: SparkSession, tmp_path: Path, metadata: Path, telemetry: Path | None, **goals: Any
+) -> jobs.Run:
+    options = jobs.Options(
+        metadata=str(metadata),
+        telemetry=None if telemetry is None else str(telemetry),
+        out=tmp_path,
+        goals=planner.Goals(**goals),
+    )
+    return jobs.Run(spark, options)
+
+
+@pytest.fixture(scope="session")
+def computed(
+    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """Every job's result on one generated cluster, computed once for the tests that read them."""
+    from jbod_pipeline import blast_radius
+
+    _, metadata, telemetry = generated
+    out = tmp_path_factory.mktemp("jobs")
+    run = _run(spark, out, metadata, telemetry)
+    try:
+        result = {
+            "brokers": {r["brokerId"]: r for r in run.cluster.brokers.collect()},
+            "partitions": {(r["topicId"], r["partition"]): r for r in run.cluster.partitions.collect()},
+            "orphans": run.cluster.orphan_changes.count(),
+            "disks": {(r["brokerId"], r["directoryId"]): r.asDict() for r in run.disks.collect()},
+            "blast": {
+                (r["brokerId"], r["directoryId"]): r
+                for r in blast_radius.blast_radius(run.cluster.brokers, run.replicas).collect()
+            },
+            "plan_summary": jobs.run_plan(run).summary,
+            "plan": json.loads((out / "plan.json").read_text()),
+        }
+    finally:
+        run.close()
+    return result
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_replayed_state_matches_the_controllers_image(
+    generated: tuple[str, Path, Path], computed: dict[str, Any]
+) -> None:
+    _, metadata, _telemetry = generated
+    image = reference.replay(metadata)
+    brokers = computed["brokers"]
+    assert set(brokers) == set(image.brokers)
+    for broker_id, reg in image.brokers.items():
+        row = brokers[broker_id]
+        assert row["fenced"] == reg.fenced
+        assert sorted(row["logDirs"]) == sorted(str(d) for d in reg.log_dirs)
+        assert sorted(row["offlineLogDirs"]) == sorted(str(d) for d in reg.offline_log_dirs)
+        assert row["brokerEpoch"] == reg.broker_epoch
+    parts = computed["partitions"]
+    expected = dict(image.iter_partitions())
+    assert set(parts) == {(str(t), i) for t, i in expected}
+    for (topic_id, index), part in expected.items():
+        row = parts[(str(topic_id), index)]
+        assert tuple(row["replicas"]) == part.replicas
+        assert tuple(row["isr"]) == part.isr
+        assert row["leader"] == part.leader
+        assert row["leaderEpoch"] == part.leader_epoch
+        assert row["partitionEpoch"] == part.partition_epoch
+        assert tuple(row["directories"]) == tuple(str(d) for d in part.directories)
+        assert row["minIsr"] == int(image.topics[topic_id].configs.get("min.insync.replicas", "1"))
+    assert computed["orphans"] == 0
+
+
+def test_disks_match_the_reference(generated: tuple[str, Path, Path], computed: dict[str, Any]) -> None:
+    _, metadata, telemetry = generated
+    expected = reference.disks(reference.replay(metadata), reference.latest_samples(telemetry))
+    rows = computed["disks"]
+    assert set(rows) == set(expected)
+    states = Counter(r["state"] for r in rows.values())
+    assert states["offline"] and states["online"]  # the generated clusters exercise both
+    for key, want in expected.items():
+        got = rows[key]
+        for column in ("state", "replicas", "leaders", "bytes", "totalBytes"):
+            assert got[column] == want[column], (key, column)
+        assert _close(got["utilisation"], want["utilisation"]), key
+        assert _close(got["skew"], want["skew"]), key
+
+
+def test_blast_radius_matches_the_reference(
+    generated: tuple[str, Path, Path], computed: dict[str, Any]
+) -> None:
+    _, metadata, _telemetry = generated
+    expected = reference.blast_radius(reference.replay(metadata))
+    got = computed["blast"]
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        for column in ("replicas", "leadersLost", "offlinePartitions", "underMinIsr"):
+            assert got[key][column] == getattr(want, column), (key, column)
+    assert sum(w.offlinePartitions + w.underMinIsr for w in expected.values()) > 0
+    ranked = sorted(got.values(), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
+    keys = [(-r["offlinePartitions"], -r["underMinIsr"], -r["leadersLost"]) for r in ranked]
+    assert keys == sorted(keys)
+
+
+def _apply(
+    state: dict[tuple[int, str], dict[str, Any]], moves: list[dict[str, Any]]
+) -> dict[tuple[int, str], int]:
+    used = {k: v["bytes"] for k, v in state.items()}
+    for m in moves:
+        used[(m["brokerId"], m["fromDirectoryId"])] -= m["bytes"]
+        used[(m["brokerId"], m["toDirectoryId"])] += m["bytes"]
+    return used
+
+
+def test_plan_meets_the_goals_on_the_generated_state(
+    generated: tuple[str, Path, Path], computed: dict[str, Any]
+) -> None:
+    _, metadata, telemetry = generated
+    threshold = planner.DEFAULT_THRESHOLD
+    image = reference.replay(metadata)
+    latest = reference.latest_samples(telemetry)
+    state = reference.disks(image, latest)
+    outcome_summary = computed["plan_summary"]
+    moves = computed["plan"]["moves"]
+    assert moves, outcome_summary
+    # Where each replica sits according to the metadata, and its size according to telemetry.
+    placed = {}
+    for (topic_id, index), part in image.iter_partitions():
+        for broker, directory in zip(part.replicas, part.directories, strict=True):
+            placed[(image.topics[topic_id].name, index, broker)] = str(directory)
+    sizes = {
+        (r["topic"], r["partition"], b): r["sizeBytes"]
+        for (b, _d), s in latest.items()
+        for r in s["replicas"]
+    }
+    seen = set()
+    for m in moves:
+        key = (m["topic"], m["partition"], m["brokerId"])
+        assert key not in seen, "a replica moves at most once"
+        seen.add(key)
+        assert placed[key] == m["fromDirectoryId"], "moves start where the metadata places the replica"
+        assert m["bytes"] == sizes[key]
+        target = state[(m["brokerId"], m["toDirectoryId"])]
+        assert target["state"] == "online", "never to an offline or full dir"
+        assert state[(m["brokerId"], m["fromDirectoryId"])]["state"] in ("online", "full")
+    used = _apply(state, moves)
+    for key, row in state.items():
+        if row["totalBytes"]:
+            after = used[key] / row["totalBytes"]
+            before = row["utilisation"]
+            if row["state"] == "online" and before <= threshold:
+                assert after <= threshold + 1e-9, "no move pushes a dir over the threshold"
+            if before > threshold and row["state"] != "offline":
+                # Either fixed, or nothing else on the broker had room (reported).
+                room = [
+                    threshold * r["totalBytes"] - used[k]
+                    for k, r in state.items()
+                    if k[0] == key[0] and k != key and r["state"] == "online" and r["totalBytes"]
+                ]
+                smallest = min(
+                    (
+                        s
+                        for (t, p, b), s in sizes.items()
+                        if b == key[0] and placed.get((t, p, b)) == key[1] and (t, p, b) not in seen
+                    ),
+                    default=None,
+                )
+                assert after <= threshold + 1e-9 or smallest is None or smallest > max(room, default=0)
+
+
+def test_drain_empties_the_named_dir(spark: SparkSession, tmp_path: Path) -> None:
+    from jbod_pipeline import synthetic
+
+    spec = synthetic.ClusterSpec(
+        brokers=3,
+        dirs_per_broker=4,
+        partitions=200,
+        topics=2,
+        offline_dirs=0,
+        fenced_brokers=0,
+        skewed_dirs=0,
+        telemetry_missing_dirs=0,
+        lost_fraction=0,
+        unassigned_fraction=0,
+        mean_utilisation=0.3,
+    )
+    metadata, telemetry = tmp_path / "m.jsonl", tmp_path / "t.jsonl"
+    synthetic.generate(spec, seed=5, metadata=metadata, telemetry=telemetry)
+    image = reference.replay(metadata)
+    broker = 2
+    drained = str(sorted(image.brokers[broker].log_dirs)[0])
+    hosted = {
+        (image.topics[t].name, i)
+        for (t, i), p in image.iter_partitions()
+        if broker in p.replicas and str(p.directory_of(broker)) == drained
+    }
+    (tmp_path / "out").mkdir()
+    run = _run(spark, tmp_path / "out", metadata, telemetry, drain=frozenset({drained}), balance=False)
+    try:
+        jobs.run_plan(run)
+    finally:
+        run.close()
+    moves = json.loads((tmp_path / "out" / "plan.json").read_text())["moves"]
+    out_of_drained = {(m["topic"], m["partition"]) for m in moves if m["fromDirectoryId"] == drained}
+    assert out_of_drained == hosted
+    assert all(m["toDirectoryId"] != drained for m in moves)
+    assert all(m["brokerId"] == broker for m in moves if m["fromDirectoryId"] == drained)
+
+
+@pytest.mark.slow
+def test_plan_is_deterministic(
+    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    _, metadata, telemetry = generated
+    plans = []
+    for attempt in ("a", "b"):
+        out = tmp_path / attempt
+        out.mkdir()
+        run = _run(spark, out, metadata, telemetry)
+        try:
+            jobs.run_plan(run)
+        finally:
+            run.close()
+        plans.append((out / "plan.json").read_text())
+    assert plans[0] == plans[1]
