@@ -367,8 +367,8 @@ def register(group: click.Group) -> None:
         counts = {
             s: sum(o.status == s for o in outcomes) for s in ("done", "already-done", "skipped", "failed")
         }
-        click.echo("Applied plan: " + ", ".join(f"{n} {s}" for s, n in counts.items()), err=True)
-        if failed:
+        if failed:  # the error is the one stderr line (jbodctl's contract); it carries the count
             raise cli.CommandError(
                 f"{len(failed)} of {len(outcomes)} moves failed, first: {failed[0].move.name}: {failed[0].detail}"
             )
+        click.echo("Applied plan: " + ", ".join(f"{n} {s}" for s, n in counts.items()), err=True)
