@@ -8,8 +8,17 @@ Guarantees:
   offset) and only while the partition still follows the same leader at the same epoch as when
   the request was sent; anything else is dropped and fetched again.
 * An I/O error while appending or truncating takes the dir offline (through the manager).
+* Each loop keeps an incremental fetch session with its leader (`jbod_core.fetch_session`,
+  KIP-227): after one full request, a request carries only the partitions whose position
+  changed or that were added (at most `MAX_PARTITIONS_PER_REQUEST`, the rest in the next one)
+  and `forgotten` for those no longer followed. What changed is learned from the replica
+  manager's `on_partition_change` hook and from the loop's own appends and truncations, never by
+  scanning every partition; a full request (after a start, a failed request, or the leader's
+  70 / 71) does scan them. A partition answered with an error leaves the session and is added
+  back after 0.2 s. A leader without sessions gets sessionless full requests, as before.
 * The wire format of `POST /v1/replica/fetch` replies: `u32 length | JSON header | frames`; each
-  header partition entry says how many bytes of frames follow for it (`size`), in order.
+  header partition entry (named by `topicId` and `partition`) says how many bytes of frames
+  follow for it (`size`), in order.
 """
 
 from __future__ import annotations
@@ -25,8 +34,11 @@ import aiohttp
 import orjson
 
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
-from jbod_core import replication
+from jbod_core import fetch_session, replication
 from jbod_core.errors import ErrorCode
+from jbod_core.ids import Uuid
+from jbod_core.image import PartitionKey
+from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
 
 if TYPE_CHECKING:
     from jbod_agent.agent import Agent
@@ -34,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jbod_agent.fetcher")
 
 _LENGTH = struct.Struct(">I")
+RETRY_AFTER_ERROR_S = 0.2
 
 
 def encode_reply(header: dict[str, Any], payload: list[bytes]) -> bytes:
@@ -56,6 +69,18 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("Fetcher %s failed", task.get_name(), exc_info=task.exception())
 
 
+class _LeaderLoop:
+    """What one fetch loop keeps between requests."""
+
+    def __init__(self) -> None:
+        self.session: fetch_session.FetchSessionBuilder[PartitionKey] = fetch_session.FetchSessionBuilder(
+            max_partitions=MAX_PARTITIONS_PER_REQUEST
+        )
+        self.changed: set[PartitionKey] = set()  # partitions whose position may have moved
+        self.retry: dict[PartitionKey, float] = {}  # answered with an error: back in the session then
+        self.wake = asyncio.Event()
+
+
 class Fetchers:
     """Starts and stops one fetch loop per leader this broker follows."""
 
@@ -64,8 +89,10 @@ class Fetchers:
         self.manager = manager
         self.token = token
         self.loops: dict[int, asyncio.Task[None]] = {}
-        self.changed: dict[int, asyncio.Event] = {}
+        self.state: dict[int, _LeaderLoop] = {}
+        self._topic_ids: dict[str, Uuid] = {}
         manager.on_follow_change.append(self.replan)
+        manager.on_partition_change.append(self.touch)
 
     def replan(self) -> None:
         leaders = {
@@ -74,12 +101,19 @@ class Fetchers:
             if h.role is Role.FOLLOWER and h.leader_id >= 0
         }
         for leader in leaders - set(self.loops):
-            self.changed[leader] = asyncio.Event()
+            self.state[leader] = _LeaderLoop()
             task = asyncio.create_task(self._loop(leader), name=f"fetch-from-{leader}")
             task.add_done_callback(_log_failure)
             self.loops[leader] = task
         for leader in leaders:
-            self.changed[leader].set()
+            self.state[leader].wake.set()
+
+    def touch(self, key: PartitionKey) -> None:
+        """`key`'s role, leader, epoch or log may have changed: every loop re-reads its position."""
+        for state in self.state.values():
+            if not state.changed:  # the first change since the loop last planned wakes it
+                state.wake.set()
+            state.changed.add(key)
 
     async def close(self) -> None:
         for task in self.loops.values():
@@ -93,17 +127,51 @@ class Fetchers:
         listener = reg.listeners[0]
         return f"http://{listener.host}:{listener.port}"
 
-    def _followed(self, leader: int) -> list[HostedPartition]:
+    def _position(
+        self, hosted: HostedPartition | None, leader: int, now: float
+    ) -> fetch_session.FetchPosition | None:
+        """Where to fetch `hosted` from `leader` now; None when it is not fetched from there now."""
+        if (
+            hosted is None
+            or hosted.role is not Role.FOLLOWER
+            or hosted.leader_id != leader
+            or hosted.fetch_retry_at > now
+        ):
+            return None
+        log_ = hosted.log
+        return fetch_session.FetchPosition(log_.end_offset, log_.latest_epoch, hosted.leader_epoch)
+
+    def _plan(self, leader: int, state: _LeaderLoop) -> fetch_session.FetchPlan[PartitionKey]:
         now = time.monotonic()
-        return [
-            h
-            for h in self.manager.partitions.values()
-            if h.role is Role.FOLLOWER and h.leader_id == leader and h.fetch_retry_at <= now
-        ]
+        for key, at in list(state.retry.items()):
+            if at <= now:
+                del state.retry[key]
+                state.changed.add(key)
+        session = state.session
+        partitions = self.manager.partitions
+        if session.needs_full:
+            state.changed.clear()
+            wanted: dict[PartitionKey, fetch_session.FetchPosition] = {}
+            for key, hosted in partitions.items():
+                position = self._position(hosted, leader, now)
+                if position is not None:
+                    wanted[key] = position
+            return session.full(wanted)
+        changes = {key: self._position(partitions.get(key), leader, now) for key in state.changed}
+        state.changed.clear()
+        return session.incremental(changes)
+
+    def _follows(self, leader: int) -> bool:
+        state = self.state[leader]
+        if state.retry or not state.session.idle:
+            return True
+        hosted = self.manager.partitions.values()
+        return any(h.role is Role.FOLLOWER and h.leader_id == leader for h in hosted)
 
     async def _loop(self, leader: int) -> None:
         agent = self.agent
         config = agent.config
+        state = self.state[leader]
         backoff = 0.05
         last_warning = 0.0
         # aiohttp's client: about twice as cheap per request as httpx on this hot path.
@@ -113,37 +181,38 @@ class Fetchers:
             connector=aiohttp.TCPConnector(limit=4),
         ) as http:
             while not agent.stopping.is_set():
-                parts = self._followed(leader)
                 url = self._leader_url(leader)
-                if not parts or url is None:
-                    event = self.changed[leader]
-                    event.clear()
+                plan = self._plan(leader, state) if url is not None else None
+                if plan is None or (plan.empty and state.session.idle):
+                    state.wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), 0.2)
-                    if not any(
-                        h.role is Role.FOLLOWER and h.leader_id == leader for h in self.manager.partitions.values()
-                    ):
+                        await asyncio.wait_for(state.wake.wait(), RETRY_AFTER_ERROR_S)
+                    if not self._follows(leader):
                         del self.loops[leader]
+                        del self.state[leader]
                         return
                     continue
-                sent = [(h, h.leader_epoch, h.log.end_offset) for h in parts]
                 body = {
                     "replicaId": agent.node_id,
                     "brokerEpoch": agent.epoch,
                     "maxWaitMs": config.replica_fetch_wait_max_ms,
                     "maxBytes": config.replica_fetch_response_max_bytes,
                     "partitionMaxBytes": config.replica_fetch_max_bytes,
+                    "sessionId": plan.session_id,
+                    "sessionEpoch": plan.epoch,
                     "partitions": [
                         {
-                            "topicId": str(h.key[0]),
-                            "partition": h.key[1],
-                            "fetchOffset": offset,
-                            "lastFetchedEpoch": h.log.latest_epoch,
-                            "currentLeaderEpoch": epoch,
+                            "topicId": str(key[0]),
+                            "partition": key[1],
+                            "fetchOffset": position.fetch_offset,
+                            "lastFetchedEpoch": position.last_fetched_epoch,
+                            "currentLeaderEpoch": position.current_leader_epoch,
                         }
-                        for h, epoch, offset in sent
+                        for key, position in plan.partitions
                     ],
                 }
+                if plan.forgotten:
+                    body["forgotten"] = [{"topicId": str(k[0]), "partition": k[1]} for k in plan.forgotten]
                 try:
                     async with http.post(f"{url}/v1/replica/fetch", data=orjson.dumps(body)) as response:
                         content = await response.read()
@@ -151,6 +220,7 @@ class Fetchers:
                             raise ValueError(f"HTTP {response.status}: {content[:200]!r}")
                     header, payload = decode_reply(content)
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    state.session.on_failure()
                     now = time.monotonic()
                     if now - last_warning > 10:
                         log.warning("Fetching from broker %d failed: %s", leader, exc)
@@ -159,37 +229,67 @@ class Fetchers:
                     backoff = min(backoff * 2, 1.0)
                     continue
                 backoff = 0.05
-                self._apply(sent, header, payload)
+                code = int(header.get("errorCode", 0))
+                session_id = int(header.get("sessionId", fetch_session.INVALID_SESSION_ID))
+                if not state.session.on_reply(plan, session_id=session_id, error_code=code):
+                    log.info(
+                        "Fetch session with broker %d ended (errorCode %d); fetching in full", leader, code
+                    )
+                    continue
+                self._apply(leader, state, plan, header, payload)
+
+    def _key(self, entry: dict[str, Any]) -> PartitionKey:
+        text = entry["topicId"]
+        topic_id = self._topic_ids.get(text)
+        if topic_id is None:
+            topic_id = self._topic_ids[text] = Uuid.parse(text)
+        return (topic_id, int(entry["partition"]))
 
     def _apply(
         self,
-        sent: list[tuple[HostedPartition, int, int]],
+        leader: int,
+        state: _LeaderLoop,
+        plan: fetch_session.FetchPlan[PartitionKey],
         header: dict[str, Any],
         payload: memoryview,
     ) -> None:
+        positions = state.session.answered_positions(plan)
         position = 0
-        entries = header.get("partitions", [])
-        for (hosted, epoch, offset), entry in zip(sent, entries, strict=False):
+        dropped: list[PartitionKey] = []
+        for entry in header.get("partitions", []):
             size = int(entry.get("size", 0))
             data = payload[position : position + size]
             position += size
-            current = (
-                self.manager.partitions.get(hosted.key) is hosted
-                and hosted.role is Role.FOLLOWER
-                and hosted.leader_epoch == epoch
-            )
-            if not current:
-                continue
+            key = self._key(entry)
             code = entry.get("errorCode", 0)
+            if fetch_session.leaves_session(code):
+                dropped.append(key)
+            sent = positions.get(key)
+            hosted = self.manager.partitions.get(key)
+            current = (
+                sent is not None
+                and hosted is not None
+                and hosted.role is Role.FOLLOWER
+                and hosted.leader_id == leader
+                and hosted.leader_epoch == sent.current_leader_epoch
+            )
+            if not current or hosted is None or sent is None:
+                state.changed.add(key)  # the session's view is stale: say where it stands now
+                continue
+            offset = sent.fetch_offset
             try:
                 if code == ErrorCode.NONE:
                     self._apply_data(hosted, offset, entry, data)
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(hosted, offset, entry)
                 else:
-                    hosted.fetch_retry_at = time.monotonic() + 0.2
+                    hosted.fetch_retry_at = time.monotonic() + RETRY_AFTER_ERROR_S
+                    state.retry[key] = hosted.fetch_retry_at
             except OSError as exc:
                 self.manager.storage_error(hosted, exc, "replicating")
+            if size or code != ErrorCode.NONE or "divergingEpoch" in entry or hosted.log.end_offset != offset:
+                state.changed.add(key)
+        state.session.dropped(dropped)
 
     def _apply_data(self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview) -> None:
         log_ = hosted.log

@@ -6,7 +6,9 @@ registered and unfenced. Metrics are computed from the agent's state when scrape
 * A body or query that does not match the schema is answered HTTP 400 with errorCode 42 and a
   message naming the field, before anything is appended or changed.
 * `POST /v1/replica/fetch` (extension) serves followers: JSON request, binary reply
-  (`fetcher.encode_reply`).
+  (`fetcher.encode_reply`), with incremental fetch sessions (`jbod_core.fetch_session`); the
+  `jbod_replica_fetch_*` metrics count the sessions this broker holds as a leader and the
+  requests it served by kind.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TypeVar
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 
@@ -75,7 +77,7 @@ class _AgentCollector(Collector):
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         agent = self.agent
         yield GaugeMetricFamily(
             "jbod_queued_replica_to_dir_assignments",
@@ -113,6 +115,34 @@ class _AgentCollector(Collector):
         yield per_dir
         yield full
         yield usable
+        manager = agent.manager
+        sessions = manager.fetch_sessions.sessions
+        yield GaugeMetricFamily(
+            "jbod_replica_fetch_sessions",
+            "Incremental fetch sessions this broker holds for its followers",
+            value=len(sessions),
+        )
+        yield GaugeMetricFamily(
+            "jbod_replica_fetch_session_partitions",
+            "Partitions held in those sessions",
+            value=sum(len(s.partitions) for s in sessions.values()),
+        )
+        requests = CounterMetricFamily(
+            "jbod_replica_fetch_requests",
+            "Follower fetches served, by kind (rejected: unknown session or wrong epoch)",
+            labels=["kind"],
+        )
+        for kind, count in manager.replica_fetches.items():
+            requests.add_metric([kind], count)
+        yield requests
+        listed = CounterMetricFamily(
+            "jbod_replica_fetch_request_partitions",
+            "Partitions listed in the follower fetches served, by kind",
+            labels=["kind"],
+        )
+        for kind, count in manager.replica_fetch_partitions.items():
+            listed.add_metric([kind], count)
+        yield listed
 
 
 class AgentApi:

@@ -15,6 +15,15 @@ Guarantees:
   `replica.lag.time.max.ms` are removed, followers that reached the high watermark are added.
   While a change is in flight the maximal ISR (old plus new) holds the high watermark.
 * Followers truncate divergent history using leader epochs before appending (`fetcher.py`).
+* Follower fetches use incremental fetch sessions (`jbod_core.fetch_session`, KIP-227): a
+  session's idle partitions cost nothing per request. Every event that can change a follower's
+  answer (an append, a high watermark or log start change, a leadership change, a removal, a
+  log swap) marks the partition in each session holding it (`HostedPartition.fetch_sessions`),
+  which wakes that session's long-poll; a request looks only at the partitions it lists, the
+  marked ones and those whose follower is behind. A caught-up idle partition counts as fetched
+  at every request of its session for the ISR lag rule (`replication.SessionClock`).
+* `on_partition_change` hooks hear of every partition whose role, leader, epoch or log may have
+  changed (a sync, a removal, a log swap): the fetchers' view of what to send.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -31,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 from jbod_agent import record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
-from jbod_core import replication
-from jbod_core.broker_messages import ProduceCall, ReplicaFetchPartition, ReplicaFetchRequest
+from jbod_core import fetch_session, replication
+from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey, PartitionRegistration
@@ -67,6 +77,9 @@ class HostedPartition:
     min_isr: int = 1
     ack_waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = field(default_factory=list)
     data_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    # Follower sessions holding this partition (leaders only; created on first use: most hosted
+    # partitions of a large broker are followers and never need one).
+    fetch_sessions: set[fetch_session.LeaderSession[PartitionKey]] | None = None
     dirty: bool = False
     fetch_retry_at: float = 0.0
 
@@ -80,10 +93,14 @@ class HostedPartition:
         return tuple(dict.fromkeys((*self.isr, *self.pending_isr)))
 
     def wake_data_waiters(self) -> None:
+        """Something a fetch may want moved: wake client fetches, mark the follower sessions."""
         for waiter in self.data_waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self.data_waiters.clear()
+        if self.fetch_sessions:
+            for session in self.fetch_sessions:
+                session.mark(self.key)
 
     def fail_ack_waiters(self, code: ErrorCode) -> None:
         for _, waiter in self.ack_waiters:
@@ -92,14 +109,24 @@ class HostedPartition:
         self.ack_waiters.clear()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _FetchState:
-    """One partition of a follower's fetch, checked once per request."""
+    """One partition of a follower's fetch, checked once per request (again if marked meanwhile)."""
 
-    request: ReplicaFetchPartition
+    key: PartitionKey
+    position: fetch_session.FetchPosition
     hosted: HostedPartition | None  # None: answered with `code`
     code: ErrorCode
     diverging: replication.DivergingEpoch | None
+
+
+@dataclass(eq=False, slots=True)
+class _Answer:
+    """What the reply would say of one partition now."""
+
+    entry: dict[str, Any]
+    data: bytes
+    news: bool  # data, an error or a divergence: ends the long-poll
 
 
 def _now_ms() -> float:
@@ -111,6 +138,14 @@ class ReplicaManager:
         self.agent = agent
         self.partitions: dict[PartitionKey, HostedPartition] = {}
         self.on_follow_change: list[Any] = []  # hooks: fetchers re-plan
+        self.on_partition_change: list[Callable[[PartitionKey], None]] = []  # hooks: fetch sessions
+        self.fetch_sessions: fetch_session.FetchSessionCache[PartitionKey] = fetch_session.FetchSessionCache(
+            new_id=lambda: 1 + secrets.randbelow(2**31 - 1)
+        )
+        # Served follower fetches by kind (sessionless, full, incremental, rejected: 70 / 71) and
+        # the partitions they listed: the metrics of `http_api`.
+        self.replica_fetches = dict.fromkeys(("sessionless", "full", "incremental", "rejected"), 0)
+        self.replica_fetch_partitions = dict.fromkeys(("sessionless", "full", "incremental"), 0)
         self.alter_now = asyncio.Event()
         self._alter_in_flight = False
 
@@ -157,9 +192,14 @@ class ReplicaManager:
                 )
                 self.partitions[key] = hosted
             changed_following |= self._apply(hosted, part)
+            self._changed(key)
         if changed_following:
             for hook in self.on_follow_change:
                 hook()
+
+    def _changed(self, key: PartitionKey) -> None:
+        for hook in self.on_partition_change:
+            hook(key)
 
     def _apply(self, hosted: HostedPartition, part: PartitionRegistration) -> bool:
         """Apply the image's view of the partition; True when the set of followed leaders moved."""
@@ -223,6 +263,7 @@ class ReplicaManager:
         hosted.directory_id = directory
         hosted.dirty = False
         hosted.wake_data_waiters()
+        self._changed(key)
 
     def remove(self, key: PartitionKey, code: ErrorCode) -> None:
         hosted = self.partitions.pop(key, None)
@@ -230,6 +271,7 @@ class ReplicaManager:
             return
         hosted.fail_ack_waiters(code)
         hosted.wake_data_waiters()
+        self._changed(key)
         with contextlib.suppress(OSError):
             hosted.log.close()
 
@@ -427,115 +469,260 @@ class ReplicaManager:
     # -- replica fetch (leader side) -----------------------------------------------------------
 
     async def serve_replica_fetch(self, request: ReplicaFetchRequest) -> tuple[dict[str, Any], list[bytes]]:
-        """Answer a follower: a JSON header per partition plus the raw frames, in order.
+        """Answer a follower: a JSON header (an entry per partition answered) plus the raw frames.
 
-        Each partition is checked once (error code, divergence); a long-poll only re-reads data.
-        A divergence found here is answered at once, so it cannot go stale while waiting.
+        Sessionless and full requests answer every listed partition; an incremental one looks at
+        `LeaderSession.to_check` only and answers what changed (`jbod_core.fetch_session`). An
+        unknown session or a wrong epoch answers the header errorCode 70 / 71 and nothing else.
         """
         now = _now_ms()
         replica = request.replica_id
-        states: list[_FetchState] = []
-        for p in request.partitions:
-            key = (p.topic_id, p.partition)
-            hosted = self.partitions.get(key)
-            code = ErrorCode.NONE
-            if key in self.agent.offline_local:
-                code = ErrorCode.KAFKA_STORAGE_ERROR
-            elif self.agent.image.partition(key) is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif hosted is None or hosted.role is not Role.LEADER:
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif p.current_leader_epoch < hosted.leader_epoch:
-                code = ErrorCode.FENCED_LEADER_EPOCH
-            elif p.current_leader_epoch > hosted.leader_epoch or replica not in hosted.replicas:
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if code is not ErrorCode.NONE or hosted is None:
-                states.append(_FetchState(p, None, code, None))
-                continue
-            diverging = replication.diverging_epoch(p.fetch_offset, p.last_fetched_epoch, hosted.log.epoch_end_offset)
-            states.append(_FetchState(p, hosted, code, diverging))
+        cache = self.fetch_sessions
+        kind = {fetch_session.FINAL_EPOCH: "sessionless", fetch_session.INITIAL_EPOCH: "full"}.get(
+            request.session_epoch, "incremental"
+        )
+        self.replica_fetches[kind] += 1
+        self.replica_fetch_partitions[kind] += len(request.partitions)
+        session: fetch_session.LeaderSession[PartitionKey] | None
+        if request.session_epoch == fetch_session.FINAL_EPOCH:
+            if request.session_id:
+                self._close_session(cache.close(request.session_id, replica))
+            session = None
+        elif request.session_epoch == fetch_session.INITIAL_EPOCH:
+            session, closed = cache.create(replica, now)
+            for old in closed:
+                self._close_session(old)
+            if session is not None:
+                log.debug("Opened fetch session %d for broker %d", session.session_id, replica)
+        else:
+            found = cache.lookup(request.session_id, request.session_epoch, replica, now)
+            if isinstance(found, fetch_session.SessionError):
+                self.replica_fetches["rejected"] += 1
+                return {"errorCode": int(found), "sessionId": 0, "partitions": []}, []
+            session = found
+        if session is not None:
+            return await self._serve_session(session, request, full=request.session_epoch <= 0, now=now)
+        # Sessionless (a follower without sessions, or no slots): a session for this request only.
+        once: fetch_session.LeaderSession[PartitionKey] = fetch_session.LeaderSession(
+            fetch_session.INVALID_SESSION_ID, replica
+        )
+        try:
+            return await self._serve_session(once, request, full=True, now=now, cached=False)
+        finally:
+            self._close_session(once)
+
+    async def _serve_session(
+        self,
+        session: fetch_session.LeaderSession[PartitionKey],
+        request: ReplicaFetchRequest,
+        *,
+        full: bool,
+        now: float,
+        cached: bool = True,
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        replica = request.replica_id
+        listed, gone = session.update(
+            (
+                (
+                    (p.topic_id, p.partition),
+                    fetch_session.FetchPosition(p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch),
+                )
+                for p in request.partitions
+            ),
+            ((f.topic_id, f.partition) for f in request.forgotten),
+        )
+        for key in gone:
+            self._leave_session(session, key)
+        keys = listed if full else session.to_check(listed)
+        states = {key: self._check(session, key) for key in keys}
         # Progress first: a fetch at offset N proves the follower holds everything below N.
+        clock = session.clock if cached else None
         expand = False
-        for state in states:
-            p, hosted = state.request, state.hosted
+        for state in states.values():
+            hosted = state.hosted
             if hosted is None:
                 continue
-            if p.fetch_offset <= hosted.log.end_offset and state.diverging is None:
+            offset = state.position.fetch_offset
+            if offset <= hosted.log.end_offset and state.diverging is None:
                 progress = hosted.followers.setdefault(replica, FollowerProgress(last_caught_up_ms=now))
-                progress.on_fetch(p.fetch_offset, hosted.log.end_offset, now)
+                progress.on_fetch(offset, hosted.log.end_offset, now, session=clock)
                 self._update_high_watermark(hosted)
-                if replica not in hosted.maximal_isr() and p.fetch_offset >= hosted.log.high_watermark:
+                if replica not in hosted.maximal_isr() and offset >= hosted.log.high_watermark:
                     expand = True
+            else:
+                behind = hosted.followers.get(replica)
+                if behind is not None:
+                    behind.detach()
+        if clock is not None:
+            # Every partition whose state moved was looked at above: the idle rest, attached to
+            # the clock, were caught up at this request too.
+            clock.last_fetch_ms = now
+        session.take_dirty()  # marks from the progress above concern partitions answered below
         if expand:
             self.alter_now.set()
         deadline = time.monotonic() + request.max_wait_ms / 1000
+        answers: dict[PartitionKey, _Answer] = {}
+        budget = request.max_bytes
+        fresh = list(states)
         while True:
-            header, payload, has_data = self._replica_fetch_answer(request, states)
+            news = False
+            for key in fresh:
+                answer = self._answer(request, states[key], budget)
+                answers[key] = answer
+                budget -= len(answer.data)
+                news = news or answer.news
             remaining = deadline - time.monotonic()
-            if has_data or remaining <= 0:
-                return header, payload
-            live = [s.hosted for s in states if s.hosted is not None and s.hosted.role is Role.LEADER]
-            if not live:
-                return header, payload
-            await self._wait_for_data(live, remaining)
-            for state in states:  # leadership may have moved while waiting
-                if state.hosted is not None and not self._still_leading(state.hosted):
-                    state.hosted, state.code = None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if news or remaining <= 0 or not session.partitions:
+                break
+            await self._wait_for_session(session, remaining)
+            # Partitions marked while waiting (data, leadership, ...) are checked again.
+            fresh = [key for key in session.take_dirty() if key in session.partitions]
+            for key in fresh:
+                states[key] = self._check(session, key)
+        return self._reply(session, states, answers, full=full)
 
-    def _still_leading(self, hosted: HostedPartition) -> bool:
-        return self.partitions.get(hosted.key) is hosted and hosted.role is Role.LEADER
+    def _check(self, session: fetch_session.LeaderSession[PartitionKey], key: PartitionKey) -> _FetchState:
+        position = session.partitions[key].position
+        replica = session.replica_id
+        hosted = self.partitions.get(key)
+        code = ErrorCode.NONE
+        if key in self.agent.offline_local:
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+        elif self.agent.image.partition(key) is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif hosted is None or hosted.role is not Role.LEADER:
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif position.current_leader_epoch < hosted.leader_epoch:
+            code = ErrorCode.FENCED_LEADER_EPOCH
+        elif position.current_leader_epoch > hosted.leader_epoch or replica not in hosted.replicas:
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if code is not ErrorCode.NONE or hosted is None:
+            return _FetchState(key, position, None, code, None)
+        if not session.closed:
+            if hosted.fetch_sessions is None:
+                hosted.fetch_sessions = set()
+            hosted.fetch_sessions.add(session)
+        diverging = replication.diverging_epoch(
+            position.fetch_offset, position.last_fetched_epoch, hosted.log.epoch_end_offset
+        )
+        return _FetchState(key, position, hosted, code, diverging)
 
-    def _replica_fetch_answer(
-        self, request: ReplicaFetchRequest, states: list[_FetchState]
-    ) -> tuple[dict[str, Any], list[bytes], bool]:
+    def _answer(self, request: ReplicaFetchRequest, state: _FetchState, budget: int) -> _Answer:
+        p, hosted, code = state.position, state.hosted, state.code
+        key = state.key
+        entry: dict[str, Any] = {"topicId": str(key[0]), "partition": key[1], "errorCode": int(code)}
+        entry["size"] = 0
+        if hosted is None:
+            return _Answer(entry, b"", code is not ErrorCode.NONE)
+        log_ = hosted.log
+        entry["highWatermark"] = log_.high_watermark
+        entry["logStartOffset"] = log_.log_start_offset
+        entry["endOffset"] = log_.end_offset
+        diverging = state.diverging
+        if diverging is not None:
+            entry["divergingEpoch"] = {"epoch": diverging.epoch, "endOffset": diverging.end_offset}
+            return _Answer(entry, b"", True)
+        if p.fetch_offset < log_.log_start_offset or p.fetch_offset > log_.end_offset:
+            entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+            return _Answer(entry, b"", True)
+        if p.fetch_offset == log_.end_offset or budget <= 0:
+            return _Answer(entry, b"", False)
+        try:
+            data = log_.read(p.fetch_offset, min(request.partition_max_bytes, budget))
+        except OffsetOutOfRangeError:
+            entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
+            return _Answer(entry, b"", True)
+        except OSError as exc:
+            self.storage_error(hosted, exc, "reading for a follower")
+            entry["errorCode"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            return _Answer(entry, b"", True)
+        entry["size"] = len(data)
+        return _Answer(entry, data, bool(data))
+
+    def _reply(
+        self,
+        session: fetch_session.LeaderSession[PartitionKey],
+        states: dict[PartitionKey, _FetchState],
+        answers: dict[PartitionKey, _Answer],
+        *,
+        full: bool,
+    ) -> tuple[dict[str, Any], list[bytes]]:
         parts: list[dict[str, Any]] = []
         payload: list[bytes] = []
-        budget = request.max_bytes
-        has_data = False
-        for state in states:
-            p, hosted, code = state.request, state.hosted, state.code
-            entry: dict[str, Any] = {
-                "topicId": str(p.topic_id),
-                "partition": p.partition,
-                "errorCode": int(code),
-                "size": 0,
-            }
+        for key, answer in answers.items():
+            state = states[key]
+            part = session.partitions.get(key)
+            if part is None:
+                continue
+            entry = answer.entry
+            code = entry["errorCode"]
+            hosted = state.hosted
+            if (
+                code == ErrorCode.NONE
+                and hosted is not None
+                and state.diverging is None
+                and state.position.fetch_offset < hosted.log.end_offset
+            ):
+                session.keep_checking(key)  # behind (or past the byte budget): look again next time
+            high_watermark = entry.get("highWatermark", -1)
+            log_start_offset = entry.get("logStartOffset", -1)
+            if not part.answer_needed(
+                full=full,
+                has_data=bool(answer.data),
+                error_code=code,
+                diverging=state.diverging is not None,
+                high_watermark=high_watermark,
+                log_start_offset=log_start_offset,
+            ):
+                continue
             parts.append(entry)
-            if hosted is None:
-                has_data = has_data or code is not ErrorCode.NONE
-                continue
-            log_ = hosted.log
-            entry["highWatermark"] = log_.high_watermark
-            entry["logStartOffset"] = log_.log_start_offset
-            entry["endOffset"] = log_.end_offset
-            diverging = state.diverging
-            if diverging is not None:
-                entry["divergingEpoch"] = {"epoch": diverging.epoch, "endOffset": diverging.end_offset}
-                has_data = True
-                continue
-            if p.fetch_offset < log_.log_start_offset or p.fetch_offset > log_.end_offset:
-                entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-                has_data = True
-                continue
-            if p.fetch_offset == log_.end_offset or budget <= 0:
-                continue
-            try:
-                data = log_.read(p.fetch_offset, min(request.partition_max_bytes, budget))
-            except OffsetOutOfRangeError:
-                entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-                has_data = True
-                continue
-            except OSError as exc:
-                self.storage_error(hosted, exc, "reading for a follower")
-                entry["errorCode"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
-                has_data = True
-                continue
-            if data:
-                entry["size"] = len(data)
-                payload.append(data)
-                budget -= len(data)
-                has_data = True
-        return {"errorCode": 0, "partitions": parts}, payload, has_data
+            if answer.data:
+                payload.append(answer.data)
+            part.sent(high_watermark=high_watermark, log_start_offset=log_start_offset)
+            if fetch_session.leaves_session(code):
+                session.drop(key)
+                self._leave_session(session, key)
+        return {"errorCode": 0, "sessionId": session.session_id, "partitions": parts}, payload
+
+    async def _wait_for_session(
+        self, session: fetch_session.LeaderSession[PartitionKey], timeout: float
+    ) -> None:
+        if session.dirty:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        session.on_dirty = wake
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            if session.on_dirty is wake:
+                session.on_dirty = None
+
+    def _leave_session(self, session: fetch_session.LeaderSession[PartitionKey], key: PartitionKey) -> None:
+        """`key` left `session`: the partition stops marking it and stops counting its requests."""
+        hosted = self.partitions.get(key)
+        if hosted is None:
+            return
+        if hosted.fetch_sessions is not None:
+            hosted.fetch_sessions.discard(session)
+        progress = hosted.followers.get(session.replica_id)
+        if progress is not None and progress.idle_in is session.clock:
+            progress.detach()
+
+    def _close_session(self, session: fetch_session.LeaderSession[PartitionKey] | None) -> None:
+        if session is None:
+            return
+        session.closed = True
+        for key in session.partitions:
+            self._leave_session(session, key)
+        if session.session_id != fetch_session.INVALID_SESSION_ID:
+            log.debug("Closed fetch session %d of broker %d", session.session_id, session.replica_id)
 
     # -- ISR maintenance -----------------------------------------------------------------------
 
@@ -667,6 +854,7 @@ class ReplicaManager:
                     continue
                 if deleted:
                     log.info("%s: retention deleted %d segment(s)", hosted.name, deleted)
+                    hosted.wake_data_waiters()  # the log start offset moved
 
 
 def _client_records(data: bytes, offset: int, high_watermark: int, max_bytes: int) -> list[dict[str, Any]]:

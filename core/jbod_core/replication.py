@@ -8,6 +8,11 @@ Guarantees (no I/O, no clocks: callers pass `now_ms`):
 * `FollowerProgress.on_fetch` keeps Kafka's "last caught up" rule: a fetch at or beyond the
   leader's end offset proves the follower caught up now; a fetch at or beyond the end offset of
   the previous fetch proves it was caught up then.
+* Incremental fetch sessions (KIP-227, `jbod_core.fetch_session`): a partition left out of a
+  session request was fetched again at the same offset. A caught-up partition is attached to its
+  session's `SessionClock`, so every later request of that session counts as a caught-up fetch
+  (`caught_up_ms`) without touching the partition — valid because the leader re-checks (and so
+  detaches) a partition whenever its end offset moves, before the clock advances.
 * `isr_to_shrink` names ISR followers that have not caught up for longer than
   `replica.lag.time.max.ms`; `isr_to_expand` names eligible replicas outside the ISR that have
   reached the high watermark and the leader's current epoch.
@@ -28,6 +33,17 @@ from jbod_core.errors import ErrorCode
 UNKNOWN_OFFSET = -1
 
 
+@dataclass(eq=False, slots=True)
+class SessionClock:
+    """The time of the latest request of one incremental fetch session (leader side).
+
+    The leader advances it once per request, after it has re-checked every session partition
+    whose state moved; partitions attached to it were caught up and unchanged since.
+    """
+
+    last_fetch_ms: float = 0.0
+
+
 @dataclass(slots=True)
 class FollowerProgress:
     """What a leader knows of one follower of one partition."""
@@ -36,15 +52,41 @@ class FollowerProgress:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     leader_end_at_last_fetch: int = UNKNOWN_OFFSET
+    # Set while the follower is caught up and idle in an incremental session: each request of
+    # that session is a caught-up fetch of this partition (Kafka's session semantics).
+    idle_in: SessionClock | None = None
 
-    def on_fetch(self, fetch_offset: int, leader_end_offset: int, now_ms: float) -> None:
+    def caught_up_ms(self) -> float:
+        """When the follower was last known caught up, counting idle session requests."""
+        if self.idle_in is None:
+            return self.last_caught_up_ms
+        return max(self.last_caught_up_ms, self.idle_in.last_fetch_ms)
+
+    def on_fetch(
+        self, fetch_offset: int, leader_end_offset: int, now_ms: float, *, session: SessionClock | None = None
+    ) -> None:
+        """A fetch at `fetch_offset`; `session`: the incremental session it came through, if any.
+
+        Call it before advancing `session` to `now_ms`: the session's previous request time is
+        the last fetch an idle attached partition took part in.
+        """
+        self.detach()  # count the session's requests since the last explicit fetch first
         if fetch_offset >= leader_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+            self.idle_in = session
         elif fetch_offset >= self.leader_end_at_last_fetch >= 0:
             self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
         self.end_offset = fetch_offset
         self.last_fetch_ms = now_ms
         self.leader_end_at_last_fetch = leader_end_offset
+
+    def detach(self) -> None:
+        """Stop counting the session's requests (the partition is looked at again, was forgotten,
+        or was answered with an error), keeping the ones counted so far."""
+        if self.idle_in is not None:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.idle_in.last_fetch_ms)
+            self.last_fetch_ms = max(self.last_fetch_ms, self.idle_in.last_fetch_ms)
+            self.idle_in = None
 
 
 def high_watermark(
@@ -79,7 +121,7 @@ def isr_to_shrink(
         if member == leader_id:
             continue
         progress = followers.get(member)
-        if progress is None or now_ms - progress.last_caught_up_ms > lag_time_max_ms:
+        if progress is None or now_ms - progress.caught_up_ms() > lag_time_max_ms:
             out.add(member)
     return out
 

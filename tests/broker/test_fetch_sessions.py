@@ -1,0 +1,196 @@
+"""Incremental follower fetch sessions (KIP-227) with real processes: idle followers stay in the
+ISR, new data on one of many partitions is replicated at once, forgotten partitions leave the
+sessions, a lost session falls back to a full fetch, and a leader restart recovers."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from jbod_agent.fetcher import decode_reply
+from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
+from tests.broker.data import fetch, isr, leader, produce, wait_for_isr
+from tests.fs import requires_root
+
+pytestmark = requires_root
+
+_SAMPLE = re.compile(r"^(jbod_replica_fetch_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+
+
+def _metrics(cluster: Cluster, node: int) -> dict[str, float]:
+    text = httpx.get(f"{cluster.brokers[node].url}/metrics", timeout=10).text
+    return {name + (labels or ""): float(value) for name, labels, value in _SAMPLE.findall(text)}
+
+
+def _total(cluster: Cluster, nodes: tuple[int, ...], name: str) -> float:
+    return sum(_metrics(cluster, n).get(name, 0.0) for n in nodes)
+
+
+def _placed(cluster: Cluster, name: str, **kwargs: Any) -> dict[str, Any]:
+    reply = cluster.admin.create_topic(name, **kwargs)
+    assert reply["errorCode"] == 0, reply
+    wait_for(
+        lambda: all(
+            d != UNASSIGNED
+            for p in cluster.admin.describe_topic(name)["partitions"]
+            for d in p["directories"]
+        ),
+        what=f"placements of {name}",
+    )
+    return cluster.admin.describe_topic(name)
+
+
+def _replica_fetch(cluster: Cluster, node: int, body: dict[str, Any]) -> dict[str, Any]:
+    reply = httpx.post(
+        f"{cluster.brokers[node].url}/v1/replica/fetch",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {cluster.cluster_token}", "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    header, _ = decode_reply(reply.content)
+    return header
+
+
+def _epochs(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[int]]]:
+    return {
+        p["partitionIndex"]: (p["partitionEpoch"], sorted(p["isr"]))
+        for p in cluster.admin.describe_topic(topic)["partitions"]
+    }
+
+
+def test_idle_followers_stay_in_the_isr_new_data_flows_at_once_and_forgotten_partitions_leave(
+    cluster: Cluster,
+) -> None:
+    nodes = (1, 2, 3)
+    for node in nodes:
+        cluster.add_broker(node, replica_lag_time_max_ms="1500")
+    wait_for(lambda: cluster.all_unfenced(3), what="three unfenced brokers")
+    many = _placed(cluster, "many", partitions=30, replication_factor=3, configs={"min.insync.replicas": "3"})
+    _placed(cluster, "gone", partitions=6, replication_factor=3)
+    # Every follower of every partition sits in its leader's session: 2 per partition.
+    wait_for(
+        lambda: _total(cluster, nodes, "jbod_replica_fetch_session_partitions") == (30 + 6) * 2,
+        what="36 partitions x 2 followers in the leaders' sessions",
+    )
+    assert (
+        _total(cluster, nodes, "jbod_replica_fetch_sessions") == 6
+    )  # each broker: one per leader it follows
+
+    # Idle for 4 lag allowances: the followers send empty requests, and stay in the ISR.
+    before = _epochs(cluster, "many")
+    assert all(members == [1, 2, 3] for _, members in before.values()), before
+    listed = _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}')
+    requests = _total(cluster, nodes, 'jbod_replica_fetch_requests_total{kind="incremental"}')
+    time.sleep(6.0)
+    assert _epochs(cluster, "many") == before  # no ISR shrink (nor shrink + expand) meanwhile
+    assert _total(cluster, nodes, 'jbod_replica_fetch_requests_total{kind="incremental"}') - requests >= 6 * 6
+    assert _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}') == listed
+
+    # New data on one partition at a time: acks=-1 (every replica) without waiting out a long-poll.
+    latencies = []
+    for index in range(0, 30, 2):
+        lead = many["partitions"][index]["leader"]
+        started = time.monotonic()
+        reply = produce(cluster, lead, "many", index, [f"record-{index}".encode()])
+        latencies.append(time.monotonic() - started)
+        assert reply["errorCode"] == 0, (index, reply)
+    assert statistics.median(latencies) < 0.4, latencies  # a missed wake-up costs the 500 ms long-poll
+    for index in range(0, 30, 2):
+        lead = many["partitions"][index]["leader"]
+        assert fetch(cluster, lead, "many", index, 0)["highWatermark"] == 1
+
+    # A deleted topic's partitions are forgotten: they leave every session.
+    assert cluster.admin.delete_topic("gone")["errorCode"] == 0
+    wait_for(
+        lambda: _total(cluster, nodes, "jbod_replica_fetch_session_partitions") == 30 * 2,
+        what="the deleted topic's partitions to leave the sessions",
+    )
+    listed = _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}')
+    time.sleep(2.0)
+    assert _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}') == listed
+    assert all(sorted(isr(cluster, "many", i)) == [1, 2, 3] for i in range(30))
+    for node in nodes:
+        text = cluster.brokers[node].log_path.read_text()
+        assert "Fetching from broker" not in text and "Fetcher " not in text, text[-3000:]
+
+
+def test_a_lost_session_falls_back_to_a_full_fetch_and_a_leader_restart_recovers(cluster: Cluster) -> None:
+    for node in (1, 2):
+        cluster.add_broker(node, replica_lag_time_max_ms="1500", broker_session_timeout_ms="3000")
+    wait_for(lambda: cluster.all_unfenced(2), what="two unfenced brokers")
+    topic = _placed(cluster, "t", replica_assignment=[[1, 2]] * 20, configs={"min.insync.replicas": "2"})
+    topic_id = topic["topicId"]
+    wait_for(
+        lambda: _total(cluster, (1,), "jbod_replica_fetch_session_partitions") == 20,
+        what="broker 2's session",
+    )
+
+    # The leader refuses an unknown session (70), another follower's session (70) and a wrong
+    # epoch (71); a session's epochs count from 1.
+    stranger = {"replicaId": 99, "maxWaitMs": 0, "partitions": []}
+    assert _replica_fetch(cluster, 1, {**stranger, "sessionId": 12345, "sessionEpoch": 1})["errorCode"] == 70
+    opened = _replica_fetch(cluster, 1, {**stranger, "sessionId": 0, "sessionEpoch": 0})
+    assert opened["errorCode"] == 0 and opened["sessionId"] > 0 and opened["partitions"] == []
+    theirs = {**stranger, "sessionId": opened["sessionId"]}
+    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 5})["errorCode"] == 71
+    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 1})["errorCode"] == 0
+    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 1})["errorCode"] == 71
+    assert _replica_fetch(cluster, 1, {**theirs, "replicaId": 2, "sessionEpoch": 2})["errorCode"] == 70
+    # Without session fields (a follower that predates sessions): a sessionless fetch, every
+    # listed partition answered (6 here: broker 99 is no replica), no session kept.
+    sessionless = _replica_fetch(
+        cluster,
+        1,
+        {
+            "replicaId": 99,
+            "maxWaitMs": 0,
+            "partitions": [{"topicId": topic_id, "partition": 3, "fetchOffset": 0, "currentLeaderEpoch": 0}],
+        },
+    )
+    assert sessionless["sessionId"] == 0
+    assert [(e["partition"], e["errorCode"]) for e in sessionless["partitions"]] == [(3, 6)]
+    # A full request in broker 2's name replaces broker 2's own session on the leader, as a
+    # restarted leader would have lost it: broker 2's next request is answered 70.
+    base = {"replicaId": 2, "maxWaitMs": 0, "partitions": []}
+    opened = _replica_fetch(cluster, 1, {**base, "sessionId": 0, "sessionEpoch": 0})
+    ours = {**base, "sessionId": opened["sessionId"]}
+    log_2 = cluster.brokers[2].log_path
+    wait_for(
+        lambda: "Fetch session with broker 1 ended (errorCode 70)" in log_2.read_text(),
+        what="broker 2 to find its session gone",
+    )
+    # ... and it fell back to a full fetch: its new session holds every partition again, and
+    # acks=-1 (min.insync.replicas 2) needs it.
+    wait_for(
+        lambda: _total(cluster, (1,), "jbod_replica_fetch_session_partitions") == 20, what="a new session"
+    )
+    assert _replica_fetch(cluster, 1, {**ours, "sessionEpoch": 1})["errorCode"] == 70  # ours was replaced
+    for index in (0, 7, 19):
+        assert produce(cluster, 1, "t", index, [b"after-70"], timeout_ms=5000)["errorCode"] == 0
+
+    # The leader restarts (kill -9): broker 2 leads, broker 1 comes back as its follower.
+    cluster.brokers[1].kill()
+    wait_for(
+        lambda: all(leader(cluster, "t", i) == 2 for i in range(20)), timeout=30, what="broker 2 to lead"
+    )
+    cluster.brokers[1].start()
+    for index in range(20):
+        wait_for_isr(cluster, "t", index, {1, 2}, timeout=30)
+    wait_for(
+        lambda: _total(cluster, (2,), "jbod_replica_fetch_session_partitions") == 20,
+        what="broker 1's session",
+    )
+    for index in (0, 7, 19):
+        reply = produce(cluster, 2, "t", index, [b"after-restart"], timeout_ms=5000)
+        assert reply["errorCode"] == 0, reply
+        assert fetch(cluster, 2, "t", index, 0)["highWatermark"] == 2
+    # Idle again for a few lag allowances: the restarted follower stays in the ISR.
+    epochs = _epochs(cluster, "t")
+    time.sleep(4.0)
+    assert _epochs(cluster, "t") == epochs
