@@ -262,7 +262,7 @@ def _reconcile_cluster(
                 cluster_spec,
                 existing,
                 plan.with_replica_counts(statuses, fresh),
-                None if fresh is None else plan.hosted(fresh),
+                None if fresh is None else health.hosted_replicas(fresh),
             )
         for broker_id, disks in broker_plan.brokers.items():
             desired = builders.jbod_broker(name, namespace, broker_id, disks, owner)
@@ -338,13 +338,6 @@ def _replace_requested(meta: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
-def _pod_condition(pod: Mapping[str, Any] | None, condition_type: str) -> str | None:
-    for condition in (pod or {}).get("status", {}).get("conditions") or []:
-        if condition.get("type") == condition_type:
-            return str(condition.get("status"))
-    return None
-
-
 def _others_ready(
     pods_index: kopf.Index[Any, Any], namespace: str, cluster: str, broker_id: int, brokers: int
 ) -> bool:
@@ -352,7 +345,7 @@ def _others_ready(
         if other == broker_id:
             continue
         pod = _first(pods_index.get((namespace, names.broker(cluster, other))))
-        if _pod_condition(pod, "Ready") != "True":
+        if health.pod_condition(pod, "Ready") != "True":
             return False
     return True
 
@@ -466,7 +459,7 @@ def reconcile_broker(
         )
         if pod is not None and decision.unfenced is not None:
             wanted = "True" if decision.unfenced else "False"
-            if _pod_condition(pod, names.READINESS_GATE) != wanted:
+            if health.pod_condition(pod, names.READINESS_GATE) != wanted:
                 kube.set_pod_condition(
                     pod_name,
                     namespace,
@@ -649,7 +642,7 @@ class _RollingRestarts:
 
     def release(self, namespace: str, cluster: str, broker_id: int, pod: Mapping[str, Any]) -> None:
         """Give the token back once the broker's recreated pod is Ready."""
-        if _pod_condition(pod, "Ready") != "True":
+        if health.pod_condition(pod, "Ready") != "True":
             return
         with self._lock:
             holder = self._holders.get((namespace, cluster))

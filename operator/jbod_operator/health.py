@@ -399,11 +399,12 @@ def _retired_claims_to_delete(obs: Observation, choices: Mapping[str, ClaimChoic
     return tuple(sorted(out))
 
 
-def _pod_ready(pod: Mapping[str, Any] | None) -> bool:
+def pod_condition(pod: Mapping[str, Any] | None, condition_type: str) -> str | None:
+    """The status ("True", "False", "Unknown") of one pod condition, or None if the pod has none."""
     for condition in (pod or {}).get("status", {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
+        if condition.get("type") == condition_type:
+            return str(condition.get("status"))
+    return None
 
 
 def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacing: bool) -> dict[str, Any]:
@@ -439,7 +440,7 @@ def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacin
         status["queuedPlacements"] = int(registration.get("unassignedReplicas", 0))
     elif obs.controller_reachable:
         status["fenced"] = True
-    ready = _pod_ready(pod)
+    ready = pod_condition(pod, "Ready") == "True"
     degraded = [f"{d['name']} is {d['state']}" for d in troubled]
     stamps: dict[str, Any] = {"previous": obs.previous.get("conditions"), "now": obs.now}
     status["conditions"] = [
@@ -493,6 +494,11 @@ def condition(
         "message": message,
         "lastTransitionTime": stamp,
     }
+
+
+def hosted_replicas(placements: Mapping[int, Mapping[str, DirPlacements]]) -> dict[int, int]:
+    """Broker id → replicas placed on it, in any directory."""
+    return {broker: sum(p.replicas for p in dirs.values()) for broker, dirs in placements.items()}
 
 
 def placements_by_broker(topics: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, DirPlacements]]:

@@ -87,10 +87,6 @@ def removes_something(broker_plan: BrokerPlan, existing: Mapping[int, model.Brok
     return False
 
 
-def hosted(placements: Mapping[int, Mapping[str, health.DirPlacements]]) -> dict[int, int]:
-    return {broker: sum(p.replicas for p in dirs.values()) for broker, dirs in placements.items()}
-
-
 def with_replica_counts(
     statuses: Mapping[int, Mapping[str, Any]],
     placements: Mapping[int, Mapping[str, health.DirPlacements]] | None,

@@ -44,7 +44,7 @@ class ClusterView:
         """Replicas per broker id, or None when the controller could not be reached."""
         if not self.reachable:
             return None
-        return {broker: sum(p.replicas for p in dirs.values()) for broker, dirs in self.placements.items()}
+        return health.hosted_replicas(self.placements)
 
 
 class Endpoints:

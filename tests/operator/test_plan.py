@@ -117,7 +117,9 @@ def test_removals_are_rechecked_against_fresh_placements() -> None:
         0: {"A": health.DirPlacements(1, 1), "B": health.DirPlacements(2, 0)},
         1: {"C": health.DirPlacements(1, 0)},
     }
-    second = plan.plan_brokers(spec, existing, plan.with_replica_counts(stale, fresh), plan.hosted(fresh))
+    second = plan.plan_brokers(
+        spec, existing, plan.with_replica_counts(stale, fresh), health.hosted_replicas(fresh)
+    )
     assert [(d.name, d.removed) for d in second.brokers[0]] == [("d0", False), ("d1", True)]
     assert second.delete == ()
     assert not plan.removes_something(second, existing)
