@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -289,16 +290,25 @@ def metadata_export(ctx: click.Context, out: Path, from_offset: int, fmt: str | 
     if fmt == "parquet" or (fmt is None and out.suffix == ".parquet"):
         _metadata_export_parquet(settings, out, from_offset)
         return
-    tmp = out.with_name(out.name + ".tmp")
     count = 0
     first = last = None
+    with _atomic_output(out) as tmp, settings.client() as client, open(tmp, "w", encoding="utf-8") as handle:
+        for record in client.iter_metadata(from_offset=from_offset):
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+            count += 1
+            first = record["offset"] if first is None else first
+            last = record["offset"]
+    span = f" (offsets {first}-{last})" if count else ""
+    click.echo(f"Exported {count} records{span} to {out}", err=True)
+
+
+@contextlib.contextmanager
+def _atomic_output(out: Path) -> Iterator[Path]:
+    """A temporary path next to `out`, renamed over it if the block succeeds and removed if not;
+    an OSError becomes one `cannot write OUT` line."""
+    tmp = out.with_name(out.name + ".tmp")
     try:
-        with settings.client() as client, open(tmp, "w", encoding="utf-8") as handle:
-            for record in client.iter_metadata(from_offset=from_offset):
-                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-                count += 1
-                first = record["offset"] if first is None else first
-                last = record["offset"]
+        yield tmp
         os.replace(tmp, out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -306,8 +316,6 @@ def metadata_export(ctx: click.Context, out: Path, from_offset: int, fmt: str | 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    span = f" (offsets {first}-{last})" if count else ""
-    click.echo(f"Exported {count} records{span} to {out}", err=True)
 
 
 def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) -> None:
@@ -318,23 +326,14 @@ def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) ->
     except ImportError as exc:
         raise CommandError("--format parquet needs pyarrow (pip install pyarrow)") from exc
     schema = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string())])
-    tmp = out.with_name(out.name + ".tmp")
     count = 0
-    try:
-        with settings.client() as client, pq.ParquetWriter(tmp, schema) as writer:
-            batch: list[dict[str, Any]] = []
-            for record in client.iter_metadata(from_offset=from_offset):
-                batch.append(record)
-                if len(batch) == 50_000:
-                    count += _write_batch(writer, schema, batch)
-            count += _write_batch(writer, schema, batch)
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _atomic_output(out) as tmp, settings.client() as client, pq.ParquetWriter(tmp, schema) as writer:
+        batch: list[dict[str, Any]] = []
+        for record in client.iter_metadata(from_offset=from_offset):
+            batch.append(record)
+            if len(batch) == 50_000:
+                count += _write_batch(writer, schema, batch)
+        count += _write_batch(writer, schema, batch)
     click.echo(f"Exported {count} records to {out}", err=True)
 
 
