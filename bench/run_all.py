@@ -1,4 +1,4 @@
-"""Run every benchmark (controller, broker agent) and print one summary table: figure, measured, goal, met?
+"""Run every benchmark (controller, broker agent, pipeline) and print one summary table: figure, measured, goal, met?
 
     python -m bench.run_all [--quick] [--only offline_dir,heartbeats,...]   (also: make bench)
 
@@ -12,6 +12,7 @@ The `agent_*` benchmarks run real `jbod-agent` processes; `agent_detection` need
 loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can. The data-plane
 benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and producers;
 `failover` needs root (loop volumes), `replica_move` writes 4 x 1 GiB to the temp dir's disk.
+`pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ BENCHMARKS = (
     "produce_throughput",
     "failover",
     "replica_move",
+    "pipeline_scale",
 )
 
 

@@ -20,13 +20,16 @@ from pyspark.sql.window import Window
 from jbod_pipeline import replay, schemas
 
 
-def blast_radius(brokers: DataFrame, replicas: DataFrame) -> DataFrame:
+def blast_radius(brokers: DataFrame, counts: DataFrame) -> DataFrame:
+    """The table from the replayed brokers and the per-dir counts (`replay.dir_counts`)."""
     online = brokers.select("brokerId", F.explode("logDirs").alias("directoryId"))
-    counted = replicas.groupBy("brokerId", "directoryId").agg(
-        F.count(F.lit(1)).alias("replicas"),
-        F.count(F.when(F.col("isLeader"), 1)).alias("leadersLost"),
-        F.count(F.when(F.col("isLeader") & ~F.col("otherAcceptableInIsr"), 1)).alias("offlinePartitions"),
-        F.count(F.when(F.col("inIsr") & (F.col("isrSize") - 1 < F.col("minIsr")), 1)).alias("underMinIsr"),
+    counted = counts.select(
+        "brokerId",
+        "directoryId",
+        "replicas",
+        F.col("leaders").alias("leadersLost"),
+        "offlinePartitions",
+        "underMinIsr",
     )
     rows = online.join(counted, ["brokerId", "directoryId"], "left").select(
         F.col("brokerId").cast("int").alias("brokerId"),

@@ -3,6 +3,9 @@
     jbod-pipeline disks|blast-radius|plan|timeline|all --metadata PATH [--telemetry PATH] --out DIR
     jbod-pipeline generate --out DIR [--brokers N --dirs N --partitions N --seed N]
 
+`--metadata PATH`: a `jbodctl metadata export` (JSON lines or Parquet), or the controller's data
+dir (or its `metadata/` dir) whose log files are read directly (`segments`).
+
 Guarantees: Spark local mode unless `--master` says otherwise; every user mistake (bad flag,
 missing input, bad lines with `--strict`, a Spark analysis error on the input) prints one line
 `jbod-pipeline: error: ...` on stderr and exits non-zero (2 for usage, 1 otherwise), no traceback.
@@ -27,7 +30,10 @@ PROG = "jbod-pipeline"
 def _common(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option(
-            "--metadata", required=True, help="metadata log export (JSON lines or Parquet; file or dir)"
+            "--metadata",
+            required=True,
+            help="metadata log export (JSON lines or Parquet; file or dir), or the controller's "
+            "log files read directly (its data dir or DATA_DIR/metadata)",
         ),
         click.option("--telemetry", default=None, help="agent telemetry JSON lines (file or dir)"),
         click.option("--out", required=True, type=click.Path(path_type=Path), help="output directory"),

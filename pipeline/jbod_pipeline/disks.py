@@ -37,19 +37,14 @@ def dir_usage(latest: DataFrame) -> DataFrame:
     )
 
 
-def disks(brokers: DataFrame, replicas: DataFrame, latest: DataFrame) -> DataFrame:
-    """The `disks` table from the replayed brokers, the replica rows (`replay.replicas`) and the
-    latest telemetry samples (`inputs.latest_samples`)."""
+def disks(brokers: DataFrame, counts: DataFrame, latest: DataFrame) -> DataFrame:
+    """The `disks` table from the replayed brokers, the per-dir counts of the replica rows
+    (`replay.dir_counts`) and the latest telemetry samples (`inputs.latest_samples`)."""
     registered = brokers.select(
         "brokerId", F.explode(F.array_union("logDirs", "offlineLogDirs")).alias("directoryId")
     )
-    placed = (
-        replicas.where(~replay.is_reserved(F.col("directoryId")))
-        .groupBy("brokerId", "directoryId")
-        .agg(
-            F.count(F.lit(1)).alias("replicas"),
-            F.count(F.when(F.col("isLeader"), 1)).alias("leaders"),
-        )
+    placed = counts.where(~replay.is_reserved(F.col("directoryId"))).select(
+        "brokerId", "directoryId", "replicas", "leaders"
     )
     usage = dir_usage(latest)
     keys = (

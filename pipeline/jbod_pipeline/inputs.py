@@ -3,7 +3,9 @@
 Guarantees:
 * `--metadata` is a JSON-lines export (`jbodctl metadata export`, plain or .gz), a Parquet export
   (`jbodctl metadata export --format parquet`: columns `offset`, `type`, `data` as JSON text),
-  or a directory of such files. `--telemetry` is JSON lines (a file or a directory).
+  a directory of such files, or the controller's log files read directly (its data dir or
+  `metadata/` dir: `segments`, the same records as an export; a line is a frame and its number
+  the frame's number in its file). `--telemetry` is JSON lines (a file or a directory).
 * Every line is parsed against a declared schema (`schemas`). A line that is not a JSON object,
   misses a required field, carries a known field of the wrong type or a malformed Uuid, or names an
   unknown record type is a *bad line*: it never reaches a job; it is counted and reported with its
@@ -31,7 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from pyspark.sql import types as T  # noqa: N812
 
-from jbod_pipeline import schemas
+from jbod_pipeline import schemas, segments
 
 #: The canonical text of a Uuid: 22 base64url characters whose last one carries 2 bits (protocol §1).
 UUID_PATTERN: Final = r"^[A-Za-z0-9_-]{21}[AQgw]$"
@@ -58,12 +60,14 @@ class InputReport:
     source: str
     bad_lines: int = 0
     examples: list[BadLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what was dropped without being bad lines
 
     def summary(self) -> str:
+        notes = "".join(f"; {w}" for w in self.warnings)
         if not self.bad_lines:
-            return f"{self.source}: no bad lines"
+            return f"{self.source}: no bad lines{notes}"
         first = "; ".join(_describe(b) for b in self.examples[:3])
-        return f"{self.source}: skipped {self.bad_lines} bad line(s): {first}"
+        return f"{self.source}: skipped {self.bad_lines} bad line(s): {first}{notes}"
 
 
 def _describe(bad: BadLine) -> str:
@@ -122,9 +126,11 @@ def _scanned(df: DataFrame) -> DataFrame:
 
 
 def _line_numbers(scanned: DataFrame) -> dict[tuple[str, int], int]:
-    """(file, scan partition) -> the number to add to `pos` to get the 1-based line number."""
+    """(file, scan partition) -> the number to add to `pos` to get the 1-based line number.
+    Rows whose `_pid` is null (the controller's log files) carry their line number in `pos`."""
     stats = (
-        scanned.groupBy("file", "_pid")
+        scanned.where(F.col("_pid").isNotNull())
+        .groupBy("file", "_pid")
         .agg(F.count(F.lit(1)).alias("n"), F.min("pos").alias("first"))
         .collect()
     )
@@ -164,7 +170,7 @@ def _bad_lines(df: DataFrame, source: str, *, with_offset: bool) -> InputReport:
         report.examples = [
             BadLine(
                 file=r["file"],
-                line=r["pos"] + bases[(r["file"], r["_pid"])],
+                line=r["pos"] if r["_pid"] is None else r["pos"] + bases[(r["file"], r["_pid"])],
                 offset=r["offset"] if with_offset else None,
                 problem=r["problem"],
             )
@@ -206,10 +212,18 @@ def _presence(value: Column, record_type: Column) -> Column:
     return by_type.otherwise(F.array().cast("array<string>"))
 
 
-def _metadata_lines(spark: SparkSession, path: str) -> DataFrame:
-    """`file`, `_pid`, `pos`, `blank`, `offset`, `type`, `d` (the typed data) and `present` of
-    every line (or Parquet row)."""
-    if is_parquet(path):
+def _metadata_lines(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
+    """`file`, `_pid`, `pos`, `blank`, `framing` (the problem of a damaged frame of the
+    controller's log files, else null), `offset`, `type`, `d` (the typed data) and `present` of
+    every line (or Parquet row, or log frame); and the warnings of reading them."""
+    warnings: list[str] = []
+    if segments.is_controller_log(path):
+        try:
+            log = segments.read(spark, path)
+        except segments.LogError as exc:
+            raise InputError(f"metadata {path}: {exc}") from None
+        lines, warnings = log.lines, list(log.warnings)
+    elif is_parquet(path):
         raw = spark.read.parquet(path)
         missing = [c for c in ("offset", "type", "data") if c not in raw.columns]
         if missing:
@@ -220,25 +234,30 @@ def _metadata_lines(spark: SparkSession, path: str) -> DataFrame:
             "_pid",
             "pos",
             F.lit(False).alias("blank"),
+            F.lit(None).cast("string").alias("framing"),
             F.col("offset").cast("long").alias("offset"),
             F.col("type").cast("string").alias("type"),
             F.from_json(data, schemas.RECORD_DATA).alias("d"),
             _presence(data, F.col("type")).alias("present"),
-        )
+        ), warnings
+    else:
+        lines = _scanned(spark.read.text(path)).withColumn("framing", F.lit(None).cast("string"))
     top = F.from_json("value", schemas.METADATA_RECORD)
+    blank = F.coalesce(F.trim("value") == "", F.lit(False))  # a damaged frame has no value
+    parsed = lines.select("file", "_pid", "pos", blank.alias("blank"), "framing", top.alias("top"), "value")
     return (
-        _scanned(spark.read.text(path))
-        .select("file", "_pid", "pos", (F.trim("value") == "").alias("blank"), top.alias("top"), "value")
-        .select(
+        parsed.select(
             "file",
             "_pid",
             "pos",
             "blank",
+            "framing",
             F.col("top.offset").alias("offset"),
             F.col("top.type").alias("type"),
             F.col("top.data").alias("d"),
             _presence(F.col("value"), F.col("top.type")).alias("present"),
-        )
+        ),
+        warnings,
     )
 
 
@@ -294,12 +313,12 @@ def _record_problem(present: str, typed: str) -> Column:
 def read_metadata(spark: SparkSession, path: str) -> MetadataInput:
     """The good records of a metadata export and the report of its bad lines.
 
-    The parsed lines are persisted before the checks run (the checks read many fields, and
-    without that barrier Spark would re-parse the JSON for every field it reads), and the checked
-    lines after, so the checks run once.
+    The checked lines are persisted, so that the parsing and the checks run once however often
+    the records are read. Spark parses each line once for all the checks (it does not inline the
+    `from_json` into each field it reads: `tests/pipeline/test_inputs.py` checks the plan).
     """
     check_exists(path, what="metadata")
-    parsed = _metadata_lines(spark, path).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed, warnings = _metadata_lines(spark, path)
     known = F.col("type").isin(*schemas.RECORD_TYPES)
     checks: list[tuple[Column, str | Column]] = [
         (
@@ -314,7 +333,7 @@ def read_metadata(spark: SparkSession, path: str) -> MetadataInput:
     ]
     # A second cache after the checks, so that they run once however often the records are read.
     checked = (
-        parsed.withColumn("problem", F.when(~F.col("blank"), _first_problem(checks)))
+        parsed.withColumn("problem", F.when(~F.col("blank"), F.coalesce("framing", _first_problem(checks))))
         .select(
             "file",
             "_pid",
@@ -328,7 +347,7 @@ def read_metadata(spark: SparkSession, path: str) -> MetadataInput:
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     report = _bad_lines(checked, f"metadata {path}", with_offset=True)
-    parsed.unpersist()
+    report.warnings.extend(warnings)
     good = checked.where(F.col("problem").isNull() & ~F.col("blank")).select(
         "offset", "type", "file", "pos", *[f.name for f in schemas.RECORD_DATA.fields]
     )

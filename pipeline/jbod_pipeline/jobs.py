@@ -28,6 +28,18 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from jbod_pipeline import blast_radius, disks, inputs, plan, planner, replay, report, timeline
 
 PLAN_VERSION = 1
+#: The columns of `replay.replicas` that the jobs read (`dir_counts`, `plan.planner_rows`).
+REPLICA_COLUMNS = (
+    "topic",
+    "partition",
+    "brokerId",
+    "directoryId",
+    "isLeader",
+    "inIsr",
+    "isrSize",
+    "minIsr",
+    "otherAcceptableInIsr",
+)
 
 
 class JobError(Exception):
@@ -82,9 +94,9 @@ class Run:
         return read
 
     def _check(self, found: inputs.InputReport) -> None:
-        if found.bad_lines:
+        if found.bad_lines or found.warnings:
             self.log(found.summary())
-            if self.options.strict:
+            if self.options.strict and found.bad_lines:
                 raise JobError(f"{found.summary()} (--strict)")
 
     def require_telemetry(self, job: str) -> inputs.TelemetryInput:
@@ -105,7 +117,13 @@ class Run:
 
     @cached_property
     def replicas(self) -> DataFrame:
-        return self._keep(replay.replicas(self.cluster.partitions, self.cluster.brokers))
+        """The replica rows, persisted with the columns the jobs read."""
+        rows = replay.replicas(self.cluster.partitions, self.cluster.brokers)
+        return self._keep(rows.select(*REPLICA_COLUMNS))
+
+    @cached_property
+    def dir_counts(self) -> DataFrame:
+        return self._keep(replay.dir_counts(self.replicas))
 
     @cached_property
     def latest(self) -> DataFrame:
@@ -114,7 +132,7 @@ class Run:
     @cached_property
     def disks(self) -> DataFrame:
         self.require_telemetry("disks")
-        return self._keep(disks.disks(self.cluster.brokers, self.replicas, self.latest))
+        return self._keep(disks.disks(self.cluster.brokers, self.dir_counts, self.latest))
 
     # -- outputs -------------------------------------------------------------------------------
 
@@ -127,7 +145,7 @@ class Run:
         section = report.Section("Inputs")
         reports = [self.metadata.report] + ([self.telemetry.report] if self.telemetry else [])
         section.facts([(r.source, f"{r.bad_lines} bad line(s) skipped") for r in reports])
-        for warning in self.warnings:
+        for warning in [*(f"{r.source}: {w}" for r in reports for w in r.warnings), *self.warnings]:
             section.text(warning)
         bad = [
             {
@@ -150,6 +168,7 @@ class Run:
             {
                 "source": r.source,
                 "badLines": r.bad_lines,
+                "warnings": r.warnings,
                 "examples": [
                     {"file": inputs._short(b.file), "line": b.line, "offset": b.offset, "problem": b.problem}
                     for b in r.examples
@@ -224,7 +243,7 @@ def run_disks(run: Run) -> Outcome:
 
 
 def run_blast_radius(run: Run) -> Outcome:
-    frame = blast_radius.blast_radius(run.cluster.brokers, run.replicas)
+    frame = blast_radius.blast_radius(run.cluster.brokers, run.dir_counts)
     table = run.write("blast_radius", frame).sort_values("rank")
     totals = (
         table.groupby("brokerId")[["replicas", "leadersLost", "offlinePartitions", "underMinIsr"]]
@@ -284,8 +303,7 @@ def run_blast_radius(run: Run) -> Outcome:
 
 def run_plan(run: Run) -> Outcome:
     goals = run.options.goals
-    sizes = plan.replica_sizes(run.replicas, run.latest)
-    result = run._keep(plan.moves(run.disks, sizes, goals))
+    result = run._keep(plan.moves(run.disks, plan.planner_rows(run.replicas, run.latest), goals))
     moves = run.write("plan", plan.table(result))
     issues = (
         result.where(F.col("kind") != "move")

@@ -1,17 +1,28 @@
 """The `plan` job's transform: intra-broker moves, planned per broker inside Spark.
 
-`moves(disks, replica_sizes, goals)` cogroups each broker's dirs (from the `disks` table) with its
-movable replicas and runs `planner.plan_broker` on every group (`applyInPandas`): no data leaves
-its broker's group, so the plan scales out with the number of brokers. The result holds both the
-moves (`kind = 'move'`, in the order the planner chose them per broker) and what could not be
-achieved (`kind` = the issue kind); `table` keeps the moves with the §6 columns.
+`moves(disks, planner_rows(replicas, latest), goals)` hashes brokers into buckets and cogroups
+each bucket's dirs (from the `disks` table) with the rows its planner needs — the replicas the
+controller places in real dirs, and the replica sizes of the latest telemetry samples — and runs
+`planner.plan_broker` on every broker of the bucket (`applyInArrow`). Inside a bucket the
+placements are joined with the sizes, and sorted in the planner's order, by Arrow (C++), so the
+Python planner gets plain lists and builds no object per replica. No data leaves its broker's
+bucket, so the plan scales out with the number of brokers. The result holds both the moves
+(`kind = 'move'`, in the order the planner chose them per broker) and what could not be achieved
+(`kind` = the issue kind); `table` keeps the moves with the §6 columns.
+
+A replica's size is the largest size the latest sample of its dir lists for it (null when the
+sample does not list it, or the dir has no sample).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Final
 
-import pandas as pd
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
@@ -21,119 +32,155 @@ RESULT_SCHEMA: Final = (
     "kind string, step int, brokerId int, topic string, partition int, fromDirectoryId string, "
     "toDirectoryId string, bytes long, reason string, detail string"
 )
-_COLUMNS: Final = [c.split()[0] for c in RESULT_SCHEMA.split(", ")]
+_ARROW_RESULT: Final = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("step", pa.int32()),
+        ("brokerId", pa.int32()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("fromDirectoryId", pa.string()),
+        ("toDirectoryId", pa.string()),
+        ("bytes", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
+_KEY: Final = ["brokerId", "directoryId", "topic", "partition"]
 
 
-def replica_sizes(replicas: DataFrame, latest: DataFrame) -> DataFrame:
-    """Every replica placed in a real dir, with its size from that dir's latest telemetry sample
-    (`sizeBytes` null when the sample does not list it): `brokerId`, `directoryId`, `topic`,
-    `partition`, `sizeBytes`."""
-    sizes = latest.select("brokerId", "directoryId", F.explode("replicas").alias("r")).select(
-        "brokerId",
+def planner_rows(replicas: DataFrame, latest: DataFrame) -> DataFrame:
+    """What the planner reads besides the dirs, as one frame: `brokerId`, `directoryId`, `topic`,
+    `partition`, `sizeBytes`, `sampled`. Rows with `sampled = false` are the replicas placed in a
+    real dir (`sizeBytes` null); rows with `sampled = true` are the replica entries of the latest
+    telemetry samples."""
+    placed = replicas.where(~replay.is_reserved(F.col("directoryId"))).select(
+        F.col("brokerId").cast("int").alias("brokerId"),
+        "directoryId",
+        "topic",
+        F.col("partition").cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("sizeBytes"),
+        F.lit(False).alias("sampled"),
+    )
+    sampled = latest.select("brokerId", "directoryId", F.explode("replicas").alias("r")).select(
+        F.col("brokerId").cast("int").alias("brokerId"),
         "directoryId",
         F.col("r.topic").alias("topic"),
-        F.col("r.partition").alias("partition"),
-        F.col("r.sizeBytes").alias("sizeBytes"),
+        F.col("r.partition").cast("int").alias("partition"),
+        F.col("r.sizeBytes").cast("long").alias("sizeBytes"),
+        F.lit(True).alias("sampled"),
     )
-    sizes = sizes.groupBy("brokerId", "directoryId", "topic", "partition").agg(
-        F.max("sizeBytes").alias("sizeBytes")
-    )
-    placed = replicas.where(~replay.is_reserved(F.col("directoryId"))).select(
-        "brokerId", "directoryId", "topic", "partition"
-    )
-    return placed.join(sizes, ["brokerId", "directoryId", "topic", "partition"], "left")
+    return placed.unionByName(sampled)
 
 
-def _plan_group(goals: planner.Goals):  # type: ignore[no-untyped-def]
-    def run(dirs: pd.DataFrame, reps: pd.DataFrame) -> pd.DataFrame:
-        if dirs.empty:
-            return pd.DataFrame(columns=_COLUMNS)
-        broker_id = int(dirs["brokerId"].tolist()[0])
-        dir_values = [
-            planner.Dir(
-                directory_id=str(directory),
-                state=str(state),
-                used_bytes=int(used),
-                total_bytes=None if pd.isna(total) else int(total),
-            )
-            for directory, state, used, total in zip(
-                dirs["directoryId"].tolist(),
-                dirs["state"].tolist(),
-                dirs["bytes"].tolist(),
-                dirs["totalBytes"].tolist(),
-                strict=True,
-            )
-        ]
-        replica_values = [
-            planner.Replica(
-                topic=str(topic),
-                partition=int(partition),
-                directory_id=str(directory),
-                size_bytes=None if pd.isna(size) else int(size),
-            )
-            for topic, partition, directory, size in zip(
-                reps["topic"].tolist(),
-                reps["partition"].tolist(),
-                reps["directoryId"].tolist(),
-                reps["sizeBytes"].tolist(),
-                strict=True,
-            )
-        ]
-        result = planner.plan_broker(dir_values, replica_values, goals)
-        rows: list[tuple[object, ...]] = [
-            (
-                "move",
-                step,
-                broker_id,
-                m.topic,
-                m.partition,
-                m.from_dir,
-                m.to_dir,
-                m.size_bytes,
-                m.reason,
-                None,
-            )
-            for step, m in enumerate(result.moves)
-        ]
-        rows += [
-            (i.kind, None, broker_id, None, None, i.directory_id, None, None, None, i.detail)
-            for i in result.issues
-        ]
-        frame = pd.DataFrame(rows, columns=_COLUMNS)
-        return frame.astype({"step": "Int32", "partition": "Int32", "bytes": "Int64", "brokerId": "int32"})
-
-    return run
+def _sized_placements(rows: pa.Table) -> pa.Table:
+    """The placed replicas of `rows` with their sizes, sorted by broker, dir and then the
+    planner's order (size, topic, partition; unknown sizes last)."""
+    sampled = rows.filter(pc.field("sampled"))
+    placed = rows.filter(~pc.field("sampled")).select(_KEY)
+    sizes = sampled.group_by(_KEY).aggregate([("sizeBytes", "max")]).rename_columns([*_KEY, "sizeBytes"])
+    joined = placed.join(sizes, keys=_KEY, join_type="left outer")
+    joined = joined.append_column("unknown", pc.is_null(joined.column("sizeBytes")))
+    order = ("brokerId", "directoryId", "unknown", "sizeBytes", "topic", "partition")
+    return joined.sort_by([(c, "ascending") for c in order])
 
 
-def _plan_bucket(goals: planner.Goals):  # type: ignore[no-untyped-def]
-    """Plan every broker of a bucket: one pandas call per bucket instead of per broker (the
+def _runs(*columns: pa.ChunkedArray | pa.Array) -> list[int]:
+    """Start indices of the runs of equal values across `columns` (sorted rows), plus the end."""
+    n = len(columns[0])
+    if n == 0:
+        return [0]
+    change = np.zeros(n - 1, dtype=bool)
+    for column in columns:
+        flat = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        change |= pc.not_equal(flat.slice(1), flat.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return [0, *(np.flatnonzero(change) + 1).tolist(), n]
+
+
+def _placements_by_broker(sorted_rows: pa.Table) -> dict[int, planner.Placements]:
+    topics = sorted_rows.column("topic")
+    partitions = sorted_rows.column("partition")
+
+    def name(ref: int) -> tuple[str, int]:
+        return str(topics[ref].as_py()), int(partitions[ref].as_py())
+
+    brokers = sorted_rows.column("brokerId").to_numpy()
+    dirs = sorted_rows.column("directoryId")
+    sizes = sorted_rows.column("sizeBytes")
+    known = sizes.is_valid().to_numpy(zero_copy_only=False)
+    size_values = pc.fill_null(sizes, 0).to_numpy()
+    by_broker: dict[int, tuple[dict[str, tuple[list[int], list[int]]], dict[str, list[int]]]] = {}
+    bounds = _runs(sorted_rows.column("brokerId"), dirs)
+    for start, end in itertools.pairwise(bounds):
+        broker = int(brokers[start])
+        directory = str(dirs[start].as_py())
+        sized, unknown = by_broker.setdefault(broker, ({}, {}))
+        split = start + int(known[start:end].sum())  # unknown sizes sort last
+        if split > start:
+            sized[directory] = (size_values[start:split].tolist(), list(range(start, split)))
+        if end > split:
+            unknown[directory] = list(range(split, end))
+    return {
+        broker: planner.Placements(sized=sized, unknown=unknown, name=name)
+        for broker, (sized, unknown) in by_broker.items()
+    }
+
+
+def _plan_bucket(goals: planner.Goals) -> Callable[[pa.Table, pa.Table], pa.Table]:
+    """Plan every broker of a bucket: one Python call per bucket instead of per broker (the
     per-call overhead dominates a broker's planning time)."""
-    plan_one = _plan_group(goals)
 
-    def run(dirs: pd.DataFrame, reps: pd.DataFrame) -> pd.DataFrame:
-        frames = []
-        rep_groups = dict(tuple(reps.groupby("brokerId", sort=False))) if len(reps) else {}
-        for broker_id, broker_dirs in dirs.groupby("brokerId", sort=True):
-            broker_reps = rep_groups.get(broker_id, reps.iloc[0:0])
-            frames.append(plan_one(broker_dirs, broker_reps))
-        if not frames:
-            return pd.DataFrame(columns=_COLUMNS)
-        combined: pd.DataFrame = pd.concat(frames, ignore_index=True)
-        return combined
+    def run(dirs: pa.Table, rows: pa.Table) -> pa.Table:
+        placements = _placements_by_broker(_sized_placements(rows))
+        empty = planner.Placements(sized={}, unknown={}, name=lambda ref: ("", 0))
+        out: dict[str, list[object]] = {name: [] for name in _ARROW_RESULT.names}
+
+        def emit(*values: object) -> None:
+            for column, value in zip(_ARROW_RESULT.names, values, strict=True):
+                out[column].append(value)
+
+        by_broker: dict[int, list[planner.Dir]] = {}
+        for d in dirs.select(["brokerId", "directoryId", "state", "bytes", "totalBytes"]).to_pylist():
+            by_broker.setdefault(int(d["brokerId"]), []).append(
+                planner.Dir(
+                    directory_id=str(d["directoryId"]),
+                    state=str(d["state"]),
+                    used_bytes=int(d["bytes"]),
+                    total_bytes=None if d["totalBytes"] is None else int(d["totalBytes"]),
+                )
+            )
+        for broker_id in sorted(by_broker):
+            result = planner.plan_broker(by_broker[broker_id], placements.get(broker_id, empty), goals)
+            for step, m in enumerate(result.moves):
+                emit(
+                    "move",
+                    step,
+                    broker_id,
+                    m.topic,
+                    m.partition,
+                    m.from_dir,
+                    m.to_dir,
+                    m.size_bytes,
+                    m.reason,
+                    None,
+                )
+            for i in result.issues:
+                emit(i.kind, None, broker_id, None, None, i.directory_id, None, None, None, i.detail)
+        return pa.Table.from_pydict(out, schema=_ARROW_RESULT)
 
     return run
 
 
-def moves(disks: DataFrame, sizes: DataFrame, goals: planner.Goals, *, buckets: int = 64) -> DataFrame:
-    """Moves and issues of every broker (`RESULT_SCHEMA`). Brokers are hashed into `buckets`
-    groups; each broker is planned alone, inside its bucket's call."""
-    bucket = F.pmod(F.hash("brokerId"), F.lit(buckets)).alias("bucket")
+def moves(disks: DataFrame, rows: DataFrame, goals: planner.Goals, *, buckets: int = 64) -> DataFrame:
+    """Moves and issues of every broker (`RESULT_SCHEMA`) from the `disks` table and
+    `planner_rows`. Brokers are spread over `buckets` groups by id; each broker is planned
+    alone, inside its bucket's call."""
+    bucket = F.pmod(F.col("brokerId"), F.lit(buckets)).alias("bucket")
     dirs = disks.select(bucket, "brokerId", "directoryId", "state", "bytes", "totalBytes")
-    reps = sizes.select(bucket, "brokerId", "topic", "partition", "directoryId", "sizeBytes")
     return (
         dirs.groupBy("bucket")
-        .cogroup(reps.groupBy("bucket"))
-        .applyInPandas(_plan_bucket(goals), schema=RESULT_SCHEMA)
+        .cogroup(rows.select(bucket, *rows.columns).groupBy("bucket"))
+        .applyInArrow(_plan_bucket(goals), schema=RESULT_SCHEMA)
     )
 
 

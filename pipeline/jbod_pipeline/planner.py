@@ -1,6 +1,6 @@
 """The intra-broker move planner: one broker's dirs and replicas in, moves out (pure, deterministic).
 
-`plan.py` runs `plan_broker` once per broker inside Spark (`cogroup().applyInPandas`), so the
+`plan.py` runs `plan_broker` once per broker inside Spark (`cogroup().applyInArrow`), so the
 plan scales with the number of brokers while each call stays small (a broker's replicas).
 
 Definitions: `used(d)` is the dir's bytes (telemetry), `cap(d)` its total bytes, `util = used / cap`.
@@ -32,7 +32,7 @@ O(R log R + M · D) for R replicas, M moves and D dirs.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -98,19 +98,20 @@ def _uuid_key(text: str) -> tuple[int, ...]:
 
 
 class _Candidates:
-    """A dir's movable replicas, sorted by (size, topic, partition), searchable by size."""
+    """A dir's movable replicas, sorted by (size, topic, partition), searchable by size.
 
-    def __init__(self, replicas: Iterable[Replica]) -> None:
-        entries = sorted((r.size_bytes or 0, r.topic, r.partition) for r in replicas)
-        self.keys = entries
-        self.sizes = [e[0] for e in entries]
+    `refs[i]` names the replica of `sizes[i]` (see `Placements.name`)."""
+
+    def __init__(self, sizes: list[int], refs: list[int]) -> None:
+        self.sizes = sizes
+        self.refs = refs
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.sizes)
 
-    def take(self, index: int) -> tuple[int, str, int]:
-        del self.sizes[index]
-        return self.keys.pop(index)
+    def take(self, index: int) -> tuple[int, int]:
+        """Remove the replica at `index`: (size, ref)."""
+        return self.sizes.pop(index), self.refs.pop(index)
 
     def smallest_at_least(self, size: float, *, limit: float) -> int | None:
         """Index of the smallest replica with `size <= s <= limit`."""
@@ -133,23 +134,51 @@ class _Candidates:
         return min(options, key=lambda k: (abs(self.sizes[k] - ideal), self.sizes[k]))
 
 
+@dataclass(frozen=True, slots=True)
+class Placements:
+    """A broker's replicas by dir, in the planner's order, without one object per replica.
+
+    * `sized[d]`: (sizes, refs) of the replicas of known size in dir `d`, sorted by
+      (size, topic, partition) — the caller sorts (`plan.py` sorts a whole bucket in Arrow);
+    * `unknown[d]`: refs of the replicas of `d` whose size is unknown;
+    * `name(ref)`: (topic, partition) of a ref.
+    """
+
+    sized: Mapping[str, tuple[list[int], list[int]]]
+    unknown: Mapping[str, list[int]]
+    name: Callable[[int], tuple[str, int]]
+
+    @classmethod
+    def of(cls, replicas: Sequence[Replica]) -> Placements:
+        """From replica objects (any order)."""
+        keyed = sorted(
+            (r.directory_id, r.size_bytes is None, r.size_bytes or 0, r.topic, r.partition) for r in replicas
+        )
+        names = [(topic, partition) for _, _, _, topic, partition in keyed]
+        sized: dict[str, tuple[list[int], list[int]]] = {}
+        unknown: dict[str, list[int]] = {}
+        for ref, (directory, no_size, size, _, _) in enumerate(keyed):
+            if no_size:
+                unknown.setdefault(directory, []).append(ref)
+            else:
+                sizes, refs = sized.setdefault(directory, ([], []))
+                sizes.append(size)
+                refs.append(ref)
+        return cls(sized=sized, unknown=unknown, name=names.__getitem__)
+
+
 class _Broker:
-    def __init__(self, dirs: Sequence[Dir], replicas: Sequence[Replica], goals: Goals) -> None:
+    def __init__(self, dirs: Sequence[Dir], placements: Placements, goals: Goals) -> None:
         self.goals = goals
         self.dirs = {d.directory_id: d for d in sorted(dirs, key=lambda d: _uuid_key(d.directory_id))}
         self.used = {d.directory_id: d.used_bytes for d in dirs}
         self.order = {d: i for i, d in enumerate(self.dirs)}
-        by_dir: dict[str, list[Replica]] = {}
-        self.unknown_size: dict[str, list[Replica]] = {}
-        for r in replicas:
-            if r.directory_id not in self.dirs:
-                continue
-            if r.size_bytes is None:
-                self.unknown_size.setdefault(r.directory_id, []).append(r)
-            else:
-                by_dir.setdefault(r.directory_id, []).append(r)
+        self.name = placements.name
+        self.unknown_size = placements.unknown
         self.movable = {
-            d: _Candidates(by_dir.get(d, ())) for d, info in self.dirs.items() if info.state in READABLE
+            d: _Candidates(*(list(c) for c in placements.sized.get(d, ([], []))))
+            for d, info in self.dirs.items()
+            if info.state in READABLE
         }
         self.plan = BrokerPlan()
 
@@ -183,7 +212,8 @@ class _Broker:
         return min(fits, key=lambda t: ((self.used[t] + size) / self.cap(t), self.order[t]))
 
     def move(self, source: str, index: int, target: str, reason: str) -> None:
-        size, topic, partition = self.movable[source].take(index)
+        size, ref = self.movable[source].take(index)
+        topic, partition = self.name(ref)
         self.used[source] -= size
         self.used[target] += size
         self.plan.moves.append(Move(topic, partition, source, target, size, reason))
@@ -197,9 +227,10 @@ class _Broker:
                     Issue(d, "offline-drain", "the dir is offline: its replicas cannot be copied")
                 )
                 continue
-            for r in self.unknown_size.get(d, []):
+            for ref in self.unknown_size.get(d, []):
+                topic, partition = self.name(ref)
                 self.plan.issues.append(
-                    Issue(d, "unplaced", f"{r.topic}-{r.partition}: size unknown (no telemetry for it)")
+                    Issue(d, "unplaced", f"{topic}-{partition}: size unknown (no telemetry for it)")
                 )
             candidates = self.movable[d]
             # Largest first: the big ones are the hardest to place.
@@ -207,7 +238,7 @@ class _Broker:
                 size = candidates.sizes[index]
                 target = self.best_target(size, exclude=d)
                 if target is None:
-                    _, topic, partition = candidates.keys[index]
+                    topic, partition = self.name(candidates.refs[index])
                     self.plan.issues.append(
                         Issue(
                             d,
@@ -255,22 +286,21 @@ class _Broker:
         targets = [t for t in self.targets() if t in members]
         exhausted: set[tuple[str, str]] = set()
         while True:
-            mean = sum(self.util(d) for d in members) / len(members)
-            sources = sorted(members, key=lambda d: (-self.util(d), self.order[d]))
-            sinks = sorted(targets, key=lambda d: (self.util(d), self.order[d]))
+            util = {d: self.used[d] / self.cap(d) for d in members}  # fixed until the next move
+            mean = sum(util.values()) / len(members)
+            sources = sorted(members, key=lambda d: (-util[d], self.order[d]))
+            sinks = sorted(targets, key=lambda d: (util[d], self.order[d]))
             if not sinks:
                 return
-            if self.util(sources[0]) - mean <= margin and mean - self.util(sinks[0]) <= margin:
+            if util[sources[0]] - mean <= margin and mean - util[sinks[0]] <= margin:
                 return
             moved = False
             for source in sources:
                 for sink in sinks:
-                    if sink == source or self.util(sink) >= self.util(source) or (source, sink) in exhausted:
+                    if sink == source or util[sink] >= util[source] or (source, sink) in exhausted:
                         continue
                     # The size that would equalise the two dirs; strictly below twice it narrows the gap.
-                    ideal = (self.util(source) - self.util(sink)) / (
-                        1 / self.cap(source) + 1 / self.cap(sink)
-                    )
+                    ideal = (util[source] - util[sink]) / (1 / self.cap(source) + 1 / self.cap(sink))
                     limit = min(2 * ideal - 1, self.room(sink))
                     index = self.movable[source].closest(ideal, limit=limit)
                     if index is None:
@@ -282,7 +312,7 @@ class _Broker:
                 if moved:
                     break
             if not moved:
-                worst = max(abs(self.util(d) - mean) for d in members)
+                worst = max(abs(util[d] - mean) for d in members)
                 if worst > margin:
                     self.plan.issues.append(
                         Issue(
@@ -295,9 +325,11 @@ class _Broker:
                 return
 
 
-def plan_broker(dirs: Sequence[Dir], replicas: Sequence[Replica], goals: Goals) -> BrokerPlan:
-    """The moves for one broker (see the module doc for the goals and guarantees)."""
-    broker = _Broker(dirs, replicas, goals)
+def plan_broker(dirs: Sequence[Dir], replicas: Sequence[Replica] | Placements, goals: Goals) -> BrokerPlan:
+    """The moves for one broker (see the module doc for the goals and guarantees); `replicas`
+    as objects, or as `Placements` already sorted by the caller."""
+    placements = replicas if isinstance(replicas, Placements) else Placements.of(replicas)
+    broker = _Broker(dirs, placements, goals)
     broker.drain()
     broker.capacity()
     if goals.balance:

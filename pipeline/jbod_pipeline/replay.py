@@ -36,9 +36,12 @@ def _uuid_hex(uuid_text: Column) -> Column:
 
 def is_reserved(directory: Column) -> Column:
     """True for the reserved dir ids (msb 0, 0 <= lsb < 100), UNASSIGNED / LOST / MIGRATING included."""
+    # The first 15 bytes are zero exactly when the text starts with 20 'A's: a cheap test that
+    # spares decoding the millions of real dir ids.
     hexed = _uuid_hex(directory)
-    return (F.substring(hexed, 1, 30) == "0" * 30) & (
-        F.conv(F.substring(hexed, 31, 2), 16, 10).cast("int") < 100
+    return F.when(~directory.startswith("A" * 20), F.lit(False)).otherwise(
+        (F.substring(hexed, 1, 30) == "0" * 30)
+        & (F.conv(F.substring(hexed, 31, 2), 16, 10).cast("int") < 100)
     )
 
 
@@ -102,7 +105,11 @@ def replay_partitions(
     key = ["topicId", "partitionId"]
     # Most partitions have one record (their PartitionRecord): find the keys with more, on narrow
     # rows, and gather and fold (interpreted, slower) only those.
-    several = parts.groupBy(*key).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1).select(*key)
+    # The keys are few (the partitions that changed), so they are broadcast: the wide rows are
+    # never shuffled to split them.
+    several = F.broadcast(
+        parts.groupBy(*key).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1).select(*key)
+    )
     one = parts.join(several, key, "left_anti").select(
         "topicId",
         F.col("partitionId").alias("partition"),
@@ -311,7 +318,11 @@ def replicas(partitions: DataFrame, brokers: DataFrame) -> DataFrame:
     """One row per replica: `topicId`, `topic`, `partition`, `brokerId`, `directoryId`, `isLeader`,
     `inIsr`, `isrSize`, `minIsr`, `acceptable` (its broker is registered and unfenced and its dir
     is online for it: it could lead if in the ISR), `otherAcceptableInIsr` (another ISR member is
-    acceptable)."""
+    acceptable).
+
+    Cost: the replica rows are never shuffled. The acceptable ISR members of a partition are its
+    ISR replicas minus the unacceptable ones, and only those — few: the controller drops fenced
+    brokers and offline dirs from the ISR — are grouped and broadcast back."""
     exploded = partitions.select(
         "topicId",
         "topic",
@@ -319,6 +330,7 @@ def replicas(partitions: DataFrame, brokers: DataFrame) -> DataFrame:
         "leader",
         "isr",
         "minIsr",
+        F.size(F.array_intersect("replicas", "isr")).alias("isrReplicas"),
         F.posexplode(F.arrays_zip("replicas", "directories")).alias("position", "r"),
     ).select(
         "topicId",
@@ -327,27 +339,59 @@ def replicas(partitions: DataFrame, brokers: DataFrame) -> DataFrame:
         "leader",
         "isr",
         "minIsr",
+        "isrReplicas",
         F.col("r.replicas").alias("brokerId"),
         F.col("r.directories").alias("directoryId"),
     )
     state = brokers.select("brokerId", "fenced", "logDirs")
-    joined = exploded.join(F.broadcast(state), "brokerId", "left")
     acceptable = (
         F.col("fenced").isNotNull() & ~F.col("fenced") & is_online(F.col("directoryId"), F.col("logDirs"))
     )
-    in_isr = F.array_contains("isr", F.col("brokerId"))
-    per_partition = Window.partitionBy("topicId", "partition")
-    ok_in_isr = F.when(acceptable & in_isr, 1).otherwise(0)
-    return joined.select(
+    flagged = exploded.join(F.broadcast(state), "brokerId", "left").select(
         "topicId",
         "topic",
         "partition",
         "brokerId",
         "directoryId",
         (F.col("leader") == F.col("brokerId")).alias("isLeader"),
-        in_isr.alias("inIsr"),
+        F.array_contains("isr", F.col("brokerId")).alias("inIsr"),
         F.size("isr").alias("isrSize"),
         "minIsr",
         acceptable.alias("acceptable"),
-        ((F.sum(ok_in_isr).over(per_partition) - ok_in_isr) > 0).alias("otherAcceptableInIsr"),
+        "isrReplicas",
+    )
+    key = ["topicId", "partition"]
+    unacceptable = (
+        flagged.where(F.col("inIsr") & ~F.col("acceptable"))
+        .groupBy(*key)
+        .agg(F.count(F.lit(1)).alias("unacceptableInIsr"))
+    )
+    acceptable_in_isr = F.col("isrReplicas") - F.coalesce("unacceptableInIsr", F.lit(0))
+    itself = F.when(F.col("acceptable") & F.col("inIsr"), 1).otherwise(0)
+    return flagged.join(F.broadcast(unacceptable), key, "left").select(
+        "topicId",
+        "topic",
+        "partition",
+        "brokerId",
+        "directoryId",
+        "isLeader",
+        "inIsr",
+        "isrSize",
+        "minIsr",
+        "acceptable",
+        ((acceptable_in_isr - itself) > 0).alias("otherAcceptableInIsr"),
+    )
+
+
+def dir_counts(replicas: DataFrame) -> DataFrame:
+    """Per (`brokerId`, `directoryId`) of the replica rows — reserved dir ids included — the
+    counts the `disks` and `blast-radius` tables are made of: `replicas`, `leaders`,
+    `offlinePartitions` (led there, with no other acceptable leader in the ISR) and `underMinIsr`
+    (in the ISR there, and the ISR minus one would be under `min.insync.replicas`). One
+    aggregation over the replica rows serves both tables."""
+    return replicas.groupBy("brokerId", "directoryId").agg(
+        F.count(F.lit(1)).alias("replicas"),
+        F.count(F.when(F.col("isLeader"), 1)).alias("leaders"),
+        F.count(F.when(F.col("isLeader") & ~F.col("otherAcceptableInIsr"), 1)).alias("offlinePartitions"),
+        F.count(F.when(F.col("inIsr") & (F.col("isrSize") - 1 < F.col("minIsr")), 1)).alias("underMinIsr"),
     )

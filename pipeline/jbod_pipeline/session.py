@@ -6,6 +6,9 @@ Guarantees:
 * Python workers run the interpreter of the driver (`PYSPARK_PYTHON`, unless already set), so the
   planner's dependencies (pandas, pyarrow, `jbod_core`) are the ones installed here. On a cluster
   master the executors need the same packages installed (docs/pipeline.md).
+* In local mode with N cores, input files are split into at least 4N scan tasks and shuffles
+  default to 4N partitions (not Spark's cluster-sized 128 MB splits and 200 partitions), so no
+  core idles behind one big task and no stage runs hundreds of tiny ones.
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ DEFAULT_MASTER = "local[*]"
 
 def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
+
+
+def local_cores(master: str) -> int:
+    """The cores of a local master: `local` 1, `local[N]` N, `local[*]` every core."""
+    inside = master[len("local[") : -1] if master.startswith("local[") else "1"
+    if inside == "*":
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(inside.split(",")[0]))
+    except ValueError:
+        return 1
 
 
 def build(
@@ -45,9 +59,15 @@ def build(
     )
     if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
+        builder = (
+            builder.config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            # Split input files into at least 4 scan tasks per core (not 128 MB splits), so
+            # that no core idles while one finishes the last big split.
+            .config("spark.sql.files.minPartitionNum", str(4 * local_cores(master)))
         )
+    if shuffle_partitions is None and is_local(master):
+        shuffle_partitions = 4 * local_cores(master)  # not 200 tiny tasks per shuffle on one machine
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if driver_memory is not None:

@@ -217,3 +217,17 @@ def test_missing_inputs_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(inputs.InputError, match="empty directory"):
         inputs.check_exists(str(tmp_path / "empty"), what="metadata")
+
+
+def test_each_line_is_parsed_once_for_all_its_checks(spark: SparkSession, tmp_path: Path) -> None:
+    """The checks read ~100 fields of the parsed line; Spark must not inline `from_json` into
+    each of them (the read persists no intermediate frame to prevent it)."""
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    read = inputs.read_metadata(spark, str(path))
+    try:
+        plan = read.cache._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("from_json(") == 1, plan
+        assert read.records.count() == len(GOOD)
+    finally:
+        read.unpersist()

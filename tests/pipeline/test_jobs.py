@@ -46,7 +46,7 @@ def computed(
             "disks": {(r["brokerId"], r["directoryId"]): r.asDict() for r in run.disks.collect()},
             "blast": {
                 (r["brokerId"], r["directoryId"]): r
-                for r in blast_radius.blast_radius(run.cluster.brokers, run.replicas).collect()
+                for r in blast_radius.blast_radius(run.cluster.brokers, run.dir_counts).collect()
             },
             "plan_summary": jobs.run_plan(run).summary,
             "plan": json.loads((out / "plan.json").read_text()),
