@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import orjson
 import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -329,7 +330,7 @@ def run_plan(run: Run) -> Outcome:
         ],
     }
     tmp = run.options.out / "plan.json.tmp"
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     os.replace(tmp, run.options.out / "plan.json")
     dirs = run.disks.select(
         "brokerId", "directoryId", "state", "bytes", "totalBytes", "utilisation"
