@@ -321,8 +321,8 @@ def _atomic_output(out: Path) -> Iterator[Path]:
 def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) -> None:
     """`metadata export --format parquet` (needs pyarrow): columns offset, type, data (JSON text)."""
     try:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow as pa
+        import pyarrow.parquet as pq
     except ImportError as exc:
         raise CommandError("--format parquet needs pyarrow (pip install pyarrow)") from exc
     schema = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string())])

@@ -3,6 +3,8 @@ generated clusters shared by the tests that only read them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,33 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
 
 from jbod_pipeline import session, synthetic  # noqa: E402
+from tests.harness import ControllerProcess  # noqa: E402
+
+
+def jbodctl_export(controller: ControllerProcess, out: Path) -> Path:
+    """`jbodctl metadata export --out OUT` of the running controller (the format follows the
+    suffix of `out`: .parquet or JSON lines)."""
+    token = out.with_name(f"{out.name}.token")
+    token.write_text(controller.admin_token)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jbod_client.cli",
+            "--controller",
+            controller.url,
+            "--token-file",
+            str(token),
+            "metadata",
+            "export",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import pytest
 
 from jbod_pipeline.cli import main as pipeline
 from tests.harness import ControllerProcess
+from tests.pipeline.conftest import jbodctl_export
 
 DIR_A = "ECfE0cOGu8QeL-uJQUw0PA"
 
@@ -99,21 +100,8 @@ def test_metadata_export_as_parquet(tmp_path: Path, controller: ControllerProces
                 "logDirs": [DIR_A],
             },
         ).json()
-    token = tmp_path / "token"
-    token.write_text(controller.admin_token)
-    base = [
-        sys.executable,
-        "-m",
-        "jbod_client.cli",
-        "--controller",
-        controller.url,
-        "--token-file",
-        str(token),
-    ]
     for out in (tmp_path / "log.parquet", tmp_path / "log.jsonl"):
-        subprocess.run(
-            [*base, "metadata", "export", "--out", str(out)], check=True, capture_output=True, timeout=60
-        )
+        jbodctl_export(controller, out)
     table = pq.read_table(tmp_path / "log.parquet").to_pylist()
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [{**r, "data": json.loads(r["data"])} for r in table] == lines

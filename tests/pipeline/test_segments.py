@@ -6,8 +6,6 @@ segment is cut with a warning, a log that starts after offset 0 without a snapsh
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from jbod_core.image import ClusterImage
 from jbod_pipeline import inputs, jobs, replay, segments, synthetic
 from tests.controller.conftest import Api, bring_up, random_uuid
 from tests.harness import ControllerProcess
+from tests.pipeline.conftest import jbodctl_export
 
 SMALL = synthetic.ClusterSpec(brokers=3, dirs_per_broker=2, partitions=30, topics=3, samples_per_dir=1)
 
@@ -29,36 +28,11 @@ SMALL = synthetic.ClusterSpec(brokers=3, dirs_per_broker=2, partitions=30, topic
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _export(controller: ControllerProcess, out: Path) -> Path:
-    """`jbodctl metadata export` of the running controller, as JSON lines."""
-    token = out.with_name("admin.token")
-    token.write_text(controller.admin_token)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jbod_client.cli",
-            "--controller",
-            controller.url,
-            "--token-file",
-            str(token),
-            "metadata",
-            "export",
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return out
-
-
 def _restart_and_export(data_dir: Path, out: Path) -> Path:
     """Start a controller on `data_dir`, export its log at once and kill it (the session timeout
     is long, so no broker is fenced, which would append records, before the export)."""
     with ControllerProcess(data_dir=data_dir, session_timeout_ms=600_000) as controller:
-        return _export(controller, out)
+        return jbodctl_export(controller, out)
 
 
 def _records(read: inputs.MetadataInput) -> list[dict[str, Any]]:
