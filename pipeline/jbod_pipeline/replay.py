@@ -24,6 +24,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from pyspark.sql.window import Window
 
+from jbod_pipeline import schemas
+
 UNASSIGNED: Final = "AAAAAAAAAAAAAAAAAAAAAA"
 LOST: Final = "AAAAAAAAAAAAAAAAAAAAAQ"
 MIGRATING: Final = "AAAAAAAAAAAAAAAAAAAAAg"
@@ -70,6 +72,22 @@ def is_online(directory: Column, online_dirs: Column) -> Column:
 
 
 _ORDER: Final = ("offset", "file", "pos")
+#: The fields a partition's fold carries (`replicas` .. `directories`), and a broker's.
+_PARTITION_STATE: Final = ("replicas", "isr", "leader", "leaderEpoch", "partitionEpoch", "directories")
+_BROKER_STATE: Final = (
+    "brokerEpoch",
+    "fenced",
+    "inControlledShutdown",
+    "logDirs",
+    "offlineLogDirs",
+    "listeners",
+    "rack",
+)
+
+
+def _nulls(fields: tuple[str, ...]) -> list[Column]:
+    """Typed nulls for `fields`, typed as the record schema types them (`schemas.RECORD_DATA`)."""
+    return [F.lit(None).cast(schemas.RECORD_DATA[f].dataType).alias(f) for f in fields]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,39 +128,14 @@ def replay_partitions(
     several = F.broadcast(
         parts.groupBy(*key).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1).select(*key)
     )
+    base = (F.col("type") == "PartitionRecord").alias("base")
     one = parts.join(several, key, "left_anti").select(
         "topicId",
         F.col("partitionId").alias("partition"),
-        F.struct(
-            (F.col("type") == "PartitionRecord").alias("base"),
-            *[
-                F.col(c)
-                for c in ("replicas", "isr", "leader", "leaderEpoch", "partitionEpoch", "directories")
-            ],
-        ).alias("s"),
+        F.struct(base, *_PARTITION_STATE).alias("s"),
     )
-    grouped = _sorted_records(
-        parts.join(several, key, "left_semi"),
-        ["topicId", "partitionId"],
-        [
-            (F.col("type") == "PartitionRecord").alias("base"),
-            "replicas",
-            "isr",
-            "leader",
-            "leaderEpoch",
-            "partitionEpoch",
-            "directories",
-        ],
-    )
-    initial = F.struct(
-        F.lit(False).alias("base"),
-        F.lit(None).cast("array<int>").alias("replicas"),
-        F.lit(None).cast("array<int>").alias("isr"),
-        F.lit(None).cast("int").alias("leader"),
-        F.lit(None).cast("int").alias("leaderEpoch"),
-        F.lit(None).cast("int").alias("partitionEpoch"),
-        F.lit(None).cast("array<string>").alias("directories"),
-    )
+    grouped = _sorted_records(parts.join(several, key, "left_semi"), key, [base, *_PARTITION_STATE])
+    initial = F.struct(F.lit(False).alias("base"), *_nulls(_PARTITION_STATE))
 
     def step(acc: Column, r: Column) -> Column:
         kept = F.map_from_arrays(acc["replicas"], acc["directories"])
@@ -161,15 +154,7 @@ def replay_partitions(
             .otherwise(acc["directories"])
             .alias("directories"),
         )
-        created = F.struct(
-            F.lit(True).alias("base"),
-            r["replicas"].alias("replicas"),
-            r["isr"].alias("isr"),
-            r["leader"].alias("leader"),
-            r["leaderEpoch"].alias("leaderEpoch"),
-            r["partitionEpoch"].alias("partitionEpoch"),
-            r["directories"].alias("directories"),
-        )
+        created = F.struct(F.lit(True).alias("base"), *[r[c].alias(c) for c in _PARTITION_STATE])
         return F.when(r["base"], created).otherwise(change)
 
     folded = keep(
@@ -182,14 +167,7 @@ def replay_partitions(
         )
     )
     state = folded.where(F.col("s.base")).select(
-        "topicId",
-        "partition",
-        "s.replicas",
-        "s.isr",
-        "s.leader",
-        "s.leaderEpoch",
-        "s.partitionEpoch",
-        "s.directories",
+        "topicId", "partition", *[f"s.{c}" for c in _PARTITION_STATE]
     )
     orphans = folded.where(~F.col("s.base")).select("topicId", "partition")
     return state, orphans
@@ -200,31 +178,9 @@ def replay_brokers(records: DataFrame) -> DataFrame:
     regs = records.where(
         F.col("type").isin("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "UnregisterBrokerRecord")
     )
-    grouped = _sorted_records(
-        regs,
-        ["brokerId"],
-        [
-            F.col("type").alias("kind"),
-            "brokerEpoch",
-            "fenced",
-            "inControlledShutdown",
-            "logDirs",
-            "offlineLogDirs",
-            "listeners",
-            "rack",
-        ],
-    )
-    listeners_type = "array<struct<name:string,host:string,port:int>>"
-    initial = F.struct(
-        F.lit(False).alias("registered"),
-        F.lit(None).cast("long").alias("brokerEpoch"),
-        F.lit(None).cast("boolean").alias("fenced"),
-        F.lit(None).cast("boolean").alias("inControlledShutdown"),
-        F.lit(None).cast("array<string>").alias("logDirs"),
-        F.lit(None).cast("array<string>").alias("offlineLogDirs"),
-        F.lit(None).cast(listeners_type).alias("listeners"),
-        F.lit(None).cast("string").alias("rack"),
-    )
+    grouped = _sorted_records(regs, ["brokerId"], [F.col("type").alias("kind"), *_BROKER_STATE])
+    listeners_type = schemas.RECORD_DATA["listeners"].dataType
+    initial = F.struct(F.lit(False).alias("registered"), *_nulls(_BROKER_STATE))
 
     def step(acc: Column, r: Column) -> Column:
         registered = F.struct(
