@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
@@ -34,6 +33,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from pyspark.sql import types as T  # noqa: N812
 
 from jbod_pipeline import schemas, segments
+from jbod_pipeline.paths import local_path
 
 #: The canonical text of a Uuid: 22 base64url characters whose last one carries 2 bits (protocol §1).
 UUID_PATTERN: Final = r"^[A-Za-z0-9_-]{21}[AQgw]$"
@@ -83,25 +83,18 @@ def _short(uri: str) -> str:
 # -- files and line numbers ------------------------------------------------------------------
 
 
-def _local_path(path: str) -> Path | None:
-    parts = urlsplit(path)
-    if parts.scheme in ("", "file"):
-        return Path(unquote(parts.path) if parts.scheme else path)
-    return None
-
-
 def is_parquet(path: str) -> bool:
     """Parquet if the path ends in .parquet or is a local directory holding .parquet files."""
     if path.rstrip("/").endswith(".parquet"):
         return True
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None and local.is_dir():
         return any(p.suffix == ".parquet" for p in local.iterdir())
     return False
 
 
 def check_exists(path: str, *, what: str) -> None:
-    local = _local_path(path)
+    local = local_path(path)
     if local is None:
         return  # a remote file system: Spark reports it
     if not local.exists():

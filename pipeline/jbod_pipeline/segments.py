@@ -43,11 +43,12 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, Literal
-from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T  # noqa: N812 (the PySpark convention)
+
+from jbod_pipeline.paths import local_path
 
 HEADER: Final = struct.Struct(">II")
 #: The controller's limit (`record_log.MAX_FRAME_BYTES`): a longer length is a damaged header.
@@ -225,13 +226,6 @@ def snapshot_rows(data: bytes, *, file: str, offset: int) -> Iterator[Row]:
 # -- the files of a log --------------------------------------------------------------------------
 
 
-def _local(path: str) -> Path | None:
-    parts = urlsplit(path)
-    if parts.scheme in ("", "file"):
-        return Path(unquote(parts.path) if parts.scheme else path)
-    return None
-
-
 def _numbered(directory: Path, suffix: str) -> list[tuple[int, Path]]:
     """The files `<digits><suffix>` of `directory`, by number (the controller's naming)."""
     found = []
@@ -245,7 +239,7 @@ def _numbered(directory: Path, suffix: str) -> list[tuple[int, Path]]:
 def log_directory(path: str) -> Path | None:
     """The dir holding the log files when `path` is a local controller metadata dir (one holding
     segment or snapshot files) or a controller data dir (one with a `metadata/` subdir); absolute."""
-    local = _local(path)
+    local = local_path(path)
     if local is None or not local.is_dir():
         return None
     local = local.absolute()  # the files' URIs name them to the executors
