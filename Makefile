@@ -1,32 +1,57 @@
 # Developer entry points. `make demo` and `make test` are the README's two quick-start commands.
+#
+# `make demo` needs only the core install (about 230 MB); `make test` adds the dev and pipeline
+# extras to the same venv. A venv made by a Python older than 3.11 is replaced, not reused.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+SOURCES := core controller client agent operator pipeline e2e tests bench
+TYPED := core controller client agent operator pipeline e2e
 
-.PHONY: setup demo test lint bench clean e2e-toolchain e2e
+.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e python-check
 
-$(BIN)/.installed: pyproject.toml
+python-check:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+	  || { echo "error: $(PYTHON) is $$($(PYTHON) -V 2>&1); jbod-operator needs Python 3.11 or newer (make PYTHON=python3.11 ...)"; exit 1; }
+
+# Decided when the Makefile is read, before any target looks at the venv's stamp files.
+ifneq ($(wildcard $(BIN)/python*),)
+ifneq ($(shell $(BIN)/python -c 'import sys; print(int(sys.version_info >= (3, 11)))' 2>/dev/null),1)
+$(info $(VENV) was made by an unsupported or missing Python; recreating it)
+$(shell rm -rf $(VENV))
+endif
+endif
+
+$(BIN)/.installed: pyproject.toml | python-check
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(BIN)/.installed-dev: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
 	touch $@
 
-setup: $(BIN)/.installed
+setup: python-check $(BIN)/.installed
+
+setup-dev: python-check $(BIN)/.installed-dev
 
 demo: setup
 	$(BIN)/jbodctl local demo
 
-test: setup e2e-toolchain
-	$(BIN)/ruff check core controller client agent operator pipeline e2e tests bench
-	$(BIN)/mypy core controller client agent operator pipeline e2e
+test: lint e2e-toolchain
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest
 
-lint: setup
-	$(BIN)/ruff check core controller client agent operator pipeline e2e tests bench
-	$(BIN)/ruff format --check core controller client agent operator pipeline e2e tests bench
-	$(BIN)/mypy core controller client agent operator pipeline e2e
+lint: setup-dev
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/mypy $(TYPED)
 
-bench: setup
+format: setup-dev
+	$(BIN)/ruff format $(SOURCES)
+	$(BIN)/ruff check --fix $(SOURCES)
+
+bench: setup-dev
 	$(BIN)/python -m bench.run_all
 
 clean:
@@ -34,7 +59,7 @@ clean:
 
 # The e2e control plane (etcd, kube-apiserver, controller-manager, scheduler, kubectl, kwok, helm)
 # built from Go modules once and cached in ~/.cache/jbod-e2e (a cold build takes ~20 min).
-e2e-toolchain: setup
+e2e-toolchain: setup-dev
 	$(BIN)/python -m e2e.toolchain build
 
 e2e: e2e-toolchain

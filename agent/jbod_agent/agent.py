@@ -264,9 +264,7 @@ class Agent:
             "incarnationId": str(self.incarnation),
             "logDirs": [str(d) for d in self.registered_dirs],
             "hasOfflineLogDirs": bool(self.startup_offline),
-            "listeners": [
-                self._registered_listener()
-            ],
+            "listeners": [self._registered_listener()],
             "rack": self.config.rack,
             "previousBrokerEpoch": self.epoch,
         }

@@ -291,7 +291,9 @@ class Fetchers:
                 state.changed.add(key)
         state.session.dropped(dropped)
 
-    def _apply_data(self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview) -> None:
+    def _apply_data(
+        self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview
+    ) -> None:
         log_ = hosted.log
         diverging = entry.get("divergingEpoch")
         if diverging is not None:

@@ -140,7 +140,9 @@ class Mover:
         topic_id = agent.image.topic_ids_by_name.get(request.topic)
         key = (topic_id, request.partition) if topic_id is not None else None
         if key is not None and key in agent.offline_local:
-            return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir")
+            return _error(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir"
+            )
         local = agent.local.get(key) if key is not None else None
         if key is None or local is None or key not in agent.manager.partitions:
             return _error(
@@ -197,7 +199,9 @@ class Mover:
             move.task.cancel()
         self._drop_future(move)
         if move.reported and key in self.agent.local:
-            self.agent.queue.enqueue(key, self.agent.local[key].directory_id, now=time.monotonic(), reason="move reverted")
+            self.agent.queue.enqueue(
+                key, self.agent.local[key].directory_id, now=time.monotonic(), reason="move reverted"
+            )
             self.agent.placements_now.set()
         log.warning("Move of %s-%d to %s reverted: %s", move.topic, key[1], move.destination, reason)
 
@@ -254,9 +258,13 @@ class Mover:
                 if move.state is MoveState.COPYING:
                     move.state = MoveState.QUEUED
                     move.reported = True
-                    agent.queue.enqueue(move.key, move.destination, now=time.monotonic(), reason="move caught up")
+                    agent.queue.enqueue(
+                        move.key, move.destination, now=time.monotonic(), reason="move caught up"
+                    )
                     agent.placements_now.set()
-                    log.info("Move of %s-%d caught up; reported %s", move.topic, move.key[1], move.destination)
+                    log.info(
+                        "Move of %s-%d caught up; reported %s", move.topic, move.key[1], move.destination
+                    )
                 if self._confirmed(move):
                     # The big fsync happens here, off the loop; the switch then syncs only the tail.
                     await asyncio.to_thread(future.flush)
@@ -288,9 +296,12 @@ class Mover:
 
     def _confirmed(self, move: Move) -> bool:
         part = self.agent.image.partition(move.key)
-        return part is not None and self.agent.node_id in part.replicas and part.directory_of(
-            self.agent.node_id
-        ) == move.destination and self.agent.queue.pending(move.key) is None
+        return (
+            part is not None
+            and self.agent.node_id in part.replicas
+            and part.directory_of(self.agent.node_id) == move.destination
+            and self.agent.queue.pending(move.key) is None
+        )
 
     def _promote(self, move: Move) -> None:
         """Switch to the future replica; runs without yielding, so no append slips in between."""
@@ -318,7 +329,9 @@ class Mover:
         new_log = future
         move.future_log = None
         new_log.high_watermark = source.high_watermark
-        agent.local[move.key] = dataclasses.replace(agent.local[move.key], directory_id=move.destination, path=new_path)
+        agent.local[move.key] = dataclasses.replace(
+            agent.local[move.key], directory_id=move.destination, path=new_path
+        )
         agent.manager.swap_log(move.key, new_log, move.destination)
         move.state = MoveState.DONE
         self.moves.pop(move.key, None)

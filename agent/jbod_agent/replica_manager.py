@@ -221,7 +221,9 @@ class ReplicaManager:
         if hosted.role is Role.LEADER:
             hosted.fail_ack_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hosted.wake_data_waiters()
-            log.debug("%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch)
+            log.debug(
+                "%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch
+            )
         hosted.role = Role.FOLLOWER
         hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
@@ -313,9 +315,15 @@ class ReplicaManager:
             if hosted is None and agent.node_id in part.replicas and part.leader == agent.node_id:
                 directory = part.directory_of(agent.node_id)
                 if not directory.is_reserved and directory not in agent.dirs:
-                    return None, ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is in an offline log dir"
-            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER, (
-                f"broker {agent.node_id} is not the leader of {topic}-{partition} (leader {part.leader})"
+                    return (
+                        None,
+                        ErrorCode.KAFKA_STORAGE_ERROR,
+                        f"{topic}-{partition} is in an offline log dir",
+                    )
+            return (
+                None,
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                (f"broker {agent.node_id} is not the leader of {topic}-{partition} (leader {part.leader})"),
             )
         return hosted, ErrorCode.NONE, ""
 
@@ -396,9 +404,7 @@ class ReplicaManager:
         if hosted.ack_waiters:
             # As Kafka: a batch the HW covers while the ISR is below min.insync.replicas is not
             # acknowledged (NOT_ENOUGH_REPLICAS_AFTER_APPEND in Kafka; 19 in this contract).
-            outcome = (
-                ErrorCode.NONE if len(hosted.isr) >= hosted.min_isr else ErrorCode.NOT_ENOUGH_REPLICAS
-            )
+            outcome = ErrorCode.NONE if len(hosted.isr) >= hosted.min_isr else ErrorCode.NOT_ENOUGH_REPLICAS
             still: list[tuple[int, asyncio.Future[ErrorCode]]] = []
             for required, waiter in hosted.ack_waiters:
                 if required <= after:
@@ -759,7 +765,9 @@ class ReplicaManager:
             )
             if not shrink and not expand:
                 continue
-            new_isr = tuple(r for r in hosted.replicas if (r in hosted.isr and r not in shrink) or r in expand)
+            new_isr = tuple(
+                r for r in hosted.replicas if (r in hosted.isr and r not in shrink) or r in expand
+            )
             if self.agent.node_id not in new_isr:
                 continue
             out.append((hosted, new_isr))
@@ -814,7 +822,10 @@ class ReplicaManager:
             if result["errorCode"] != 0:
                 log.info("%s: AlterPartition answered errorCode %s", hosted.name, result["errorCode"])
                 continue
-            if result["leaderEpoch"] == hosted.leader_epoch and result["partitionEpoch"] > hosted.partition_epoch:
+            if (
+                result["leaderEpoch"] == hosted.leader_epoch
+                and result["partitionEpoch"] > hosted.partition_epoch
+            ):
                 hosted.isr = tuple(result["isr"])
                 hosted.partition_epoch = result["partitionEpoch"]
             self._update_high_watermark(hosted)

@@ -56,6 +56,7 @@ MIN_INSYNC_REPLICAS = 2
 RECORD_BYTES = 1024
 FAIL_AFTER_FRACTION = 1 / 3  # take the disk away once this share of the records is acknowledged
 
+
 class DemoError(ClientError):
     """The demo found lost, misplaced, reordered or unexpected records (or could not run)."""
 

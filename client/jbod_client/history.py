@@ -67,7 +67,9 @@ class Report:
     moved: list[tuple[RecordId, int]] = field(default_factory=list)  # (id, acknowledged offset)
     duplicated: list[RecordId] = field(default_factory=list)
     retried_duplicates: int = 0
-    reordered: list[tuple[str, int, int, RecordId]] = field(default_factory=list)  # topic, partition, offset, id
+    reordered: list[tuple[str, int, int, RecordId]] = field(
+        default_factory=list
+    )  # topic, partition, offset, id
     unknown: list[tuple[str, int, int]] = field(default_factory=list)  # topic, partition, offset
 
     @property
@@ -96,7 +98,9 @@ class Report:
             )
         if self.unknown:
             topic, partition, offset = self.unknown[0]
-            found.append(f"{len(self.unknown)} records nobody sent there (first: {topic}-{partition} offset {offset})")
+            found.append(
+                f"{len(self.unknown)} records nobody sent there (first: {topic}-{partition} offset {offset})"
+            )
         return found
 
     def summary(self) -> str:

@@ -295,7 +295,9 @@ def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> Non
 def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) -> None:
     """Put back a disk failed by fail-disk and restart its broker until it is unfenced again."""
     console = Console()
-    restored = local_cluster.restore_disk(root, broker_id, disk, timeout=timeout, report=tables.bullets(console))
+    restored = local_cluster.restore_disk(
+        root, broker_id, disk, timeout=timeout, report=tables.bullets(console)
+    )
     if restored.restarted:
         console.print(
             f"Broker {broker_id} is unfenced again (epoch {restored.broker_epoch}) with dir "

@@ -162,7 +162,9 @@ def parse_produce(body: bytes) -> ProduceCall:
         data = None
     if not _well_formed(data):
         model = ProduceRequest.model_validate_json(body)  # raises with the field named
-        return ProduceCall(model.topic, model.partition, model.acks, model.timeout_ms, decode_produce_records(model))
+        return ProduceCall(
+            model.topic, model.partition, model.acks, model.timeout_ms, decode_produce_records(model)
+        )
     out: list[tuple[bytes | None, bytes]] = []
     a2b = binascii.a2b_base64
     index = 0

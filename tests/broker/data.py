@@ -82,7 +82,9 @@ def isr(cluster: Cluster, topic: str, partition: int) -> list[int]:
     return members
 
 
-def wait_for_isr(cluster: Cluster, topic: str, partition: int, expected: set[int], *, timeout: float = 20) -> None:
+def wait_for_isr(
+    cluster: Cluster, topic: str, partition: int, expected: set[int], *, timeout: float = 20
+) -> None:
     wait_for(
         lambda: set(isr(cluster, topic, partition)) == expected,
         timeout=timeout,

@@ -44,7 +44,8 @@ def _setup(cluster: Cluster, records: int = 2000) -> tuple[str, str, list[bytes]
 def _where(cluster: Cluster) -> dict[str, list[bool]]:
     """directoryId → [future flag of each replica of `t`] as the broker reports it."""
     return {
-        d["directoryId"]: [r["future"] for r in d["replicas"] if r["topic"] == "t"] for d in cluster.log_dirs(1)
+        d["directoryId"]: [r["future"] for r in d["replicas"] if r["topic"] == "t"]
+        for d in cluster.log_dirs(1)
     }
 
 
@@ -81,7 +82,9 @@ def test_move_back_to_the_current_dir_cancels_and_keeps_the_placement(cluster: C
     assert _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": source}).json() == {"errorCode": 0}
     wait_for(lambda: _where(cluster) == {source: [False], other: []}, what="the future replica dropped")
     other_path = next(d["path"] for d in cluster.log_dirs(1) if d["directoryId"] == other)
-    wait_for(lambda: not [n for n in os.listdir(other_path) if n.startswith("t-0")], what="future files deleted")
+    wait_for(
+        lambda: not [n for n in os.listdir(other_path) if n.startswith("t-0")], what="future files deleted"
+    )
     assert _assigned(cluster) == source
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == values
 
@@ -93,7 +96,9 @@ def test_destination_failure_reverts_the_move(cluster: Cluster) -> None:
     wait_for(lambda: _where(cluster)[other] == [True], what="a future replica in the destination")
     index = next(i for i in (0, 1) if str(cluster.mounts[(1, i)].path) in _paths(cluster, other))
     cluster.mounts[(1, index)].shutdown()
-    wait_for(lambda: _where(cluster)[source] == [False] and not _where(cluster)[other], what="the move reverted")
+    wait_for(
+        lambda: _where(cluster)[source] == [False] and not _where(cluster)[other], what="the move reverted"
+    )
     assert _assigned(cluster) == source
     assert produce(cluster, 1, "t", 0, [b"after"])["errorCode"] == 0
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == [*values, b"after"]
@@ -117,9 +122,9 @@ def test_move_errors(cluster: Cluster) -> None:
     )
     bad = _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": "not-a-uuid"})
     assert bad.status_code == 400 and "directoryId" in bad.json()["errorMessage"]
-    assert _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": unknown_dir}).json()["errorCode"] == (
-        ErrorCode.LOG_DIR_NOT_FOUND
-    )
+    assert _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": unknown_dir}).json()[
+        "errorCode"
+    ] == (ErrorCode.LOG_DIR_NOT_FOUND)
     index = next(i for i in (0, 1) if str(cluster.mounts[(1, i)].path) == _paths(cluster, other))
     cluster.mounts[(1, index)].shutdown()
     wait_for(

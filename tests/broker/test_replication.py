@@ -24,7 +24,9 @@ def _placed(cluster: Cluster, name: str, **kwargs: object) -> dict:
     assert reply["errorCode"] == 0, reply
     wait_for(
         lambda: all(
-            d != UNASSIGNED for p in cluster.admin.describe_topic(name)["partitions"] for d in p["directories"]
+            d != UNASSIGNED
+            for p in cluster.admin.describe_topic(name)["partitions"]
+            for d in p["directories"]
         ),
         what=f"placements of {name}",
     )
@@ -157,9 +159,7 @@ def test_offline_dir_answers_56_and_healthy_dir_keeps_serving(cluster: Cluster) 
     topic = _placed(cluster, "t", partitions=6, replication_factor=3)
     failed = cluster.dir_id(1, 0)
     in_failed = [
-        p["partitionIndex"]
-        for p in topic["partitions"]
-        if p["directories"][p["replicas"].index(1)] == failed
+        p["partitionIndex"] for p in topic["partitions"] if p["directories"][p["replicas"].index(1)] == failed
     ]
     healthy = [p["partitionIndex"] for p in topic["partitions"] if p["partitionIndex"] not in in_failed]
     assert in_failed and healthy

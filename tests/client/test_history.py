@@ -46,7 +46,9 @@ def test_lost_moved_reordered_and_unknown_records_are_reported() -> None:
         reordered.on_send(("r", seq), "t", 0)
     for seq, offset in ((0, 0), (1, 2), (2, 1)):
         reordered.on_ack(("r", seq), offset)
-    assert reordered.check(_read((0, 0, "r", 0), (0, 2, "r", 1), (0, 1, "r", 2))).reordered == [("t", 0, 2, ("r", 1))]
+    assert reordered.check(_read((0, 0, "r", 0), (0, 2, "r", 1), (0, 1, "r", 2))).reordered == [
+        ("t", 0, 2, ("r", 1))
+    ]
     unknown = history.check([("t", 0, 0, b"garbage"), ("t", 1, 0, make_value("r", 0, size=32))])
     assert unknown.unknown == [("t", 0, 0), ("t", 1, 0)] and not unknown.ok  # wrong partition counts too
 

@@ -25,7 +25,9 @@ def test_defaults_fill_what_the_create_leaves_out(make_controller: Any) -> None:
         assert described["configs"] == {"min.insync.replicas": "2"}
         assert all(len(p["replicas"]) == 2 for p in described["partitions"])
 
-        api.create_topic("explicit", numPartitions=1, replicationFactor=3, configs={"min.insync.replicas": "1"})
+        api.create_topic(
+            "explicit", numPartitions=1, replicationFactor=3, configs={"min.insync.replicas": "1"}
+        )
         explicit = api.topic("explicit")
         assert explicit["configs"] == {"min.insync.replicas": "1"}
         assert len(explicit["partitions"][0]["replicas"]) == 3

@@ -18,7 +18,10 @@ def _body(**fields: object) -> bytes:
 
 
 def test_a_good_body_decodes_like_the_model() -> None:
-    records = [{"key": base64.b64encode(b"k").decode(), "value": base64.b64encode(b"v" * 100).decode()}, {"value": ""}]
+    records = [
+        {"key": base64.b64encode(b"k").decode(), "value": base64.b64encode(b"v" * 100).decode()},
+        {"value": ""},
+    ]
     body = _body(records=records, timeoutMs=500, extra="ignored")
     call = parse_produce(body)
     model = ProduceRequest.model_validate_json(body)

@@ -99,7 +99,10 @@ def test_more_than_ten_thousand_partitions_is_rejected() -> None:
 def test_create_topic_needs_counts_without_an_assignment() -> None:
     assert "numPartitions" in _error(messages.CreateTopicRequest, {"name": "t", "replicationFactor": 1})
     # The replication factor may be left out: the controller fills its default or answers 400/42.
-    assert messages.CreateTopicRequest.model_validate({"name": "t", "numPartitions": 1}).replication_factor is None
+    assert (
+        messages.CreateTopicRequest.model_validate({"name": "t", "numPartitions": 1}).replication_factor
+        is None
+    )
     messages.CreateTopicRequest.model_validate({"name": "t", "replicaAssignment": [[1]]})
     assert "min.insync.replicas" in _error(
         messages.CreateTopicRequest,

@@ -67,7 +67,10 @@ def test_caught_up_time_follows_kafka_rule() -> None:
 
 
 def test_shrink_names_followers_lagging_longer_than_allowed() -> None:
-    followers = {2: FollowerProgress(end_offset=5, last_caught_up_ms=1000), 3: FollowerProgress(last_caught_up_ms=9500)}
+    followers = {
+        2: FollowerProgress(end_offset=5, last_caught_up_ms=1000),
+        3: FollowerProgress(last_caught_up_ms=9500),
+    }
     assert isr_to_shrink((1, 2, 3), 1, followers, now_ms=10_000, lag_time_max_ms=5000) == {2}
     assert isr_to_shrink((1, 2, 3), 1, followers, now_ms=5_900, lag_time_max_ms=5000) == set()
     assert isr_to_shrink((1, 4), 1, followers, now_ms=0, lag_time_max_ms=5000) == {4}  # never fetched
@@ -76,7 +79,12 @@ def test_shrink_names_followers_lagging_longer_than_allowed() -> None:
 def test_expand_needs_the_high_watermark_the_epoch_start_and_eligibility() -> None:
     followers = {2: _at(10), 3: _at(8), 4: _at(12)}
     out = isr_to_expand(
-        (1, 2, 3, 4), (1,), followers, high_watermark=9, leader_epoch_start_offset=10, eligible=lambda b: b != 4
+        (1, 2, 3, 4),
+        (1,),
+        followers,
+        high_watermark=9,
+        leader_epoch_start_offset=10,
+        eligible=lambda b: b != 4,
     )
     assert out == {2}
 

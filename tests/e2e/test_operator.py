@@ -149,7 +149,9 @@ def _pod_ready(pod: dict[str, Any] | None) -> bool:
 
 def _sa_kubeconfig(cluster: Cluster, path: Path) -> Path:
     """A kubeconfig holding only the chart's operator ServiceAccount token (its RBAC, nothing more)."""
-    [deployment] = get(cluster, "deployment", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/component=operator")["items"]
+    [deployment] = get(
+        cluster, "deployment", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/component=operator"
+    )["items"]
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     token = cluster.kubectl("create", "token", account, "-n", OPERATOR_NS, "--duration", "3h").stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
@@ -172,13 +174,23 @@ def env(e2e_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     cluster = e2e_cluster
     work = tmp_path_factory.mktemp("operator")
     cluster.helm(
-        "install", "jbod", str(ROOT / "charts" / "jbod"), "--namespace", OPERATOR_NS, "--create-namespace",
-        "--set", "image.repository=jbod", "--set", "image.tag=e2e", "--wait=false",
+        "install",
+        "jbod",
+        str(ROOT / "charts" / "jbod"),
+        "--namespace",
+        OPERATOR_NS,
+        "--create-namespace",
+        "--set",
+        "image.repository=jbod",
+        "--set",
+        "image.tag=e2e",
+        "--wait=false",
     )
     # The chart's operator Deployment would be run by the e2e kubelet too; the test runs the same
     # command itself (to read its log and stop it), with the chart's ServiceAccount and RBAC.
-    cluster.kubectl("scale", "deployment", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/component=operator",
-                    "--replicas=0")
+    cluster.kubectl(
+        "scale", "deployment", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/component=operator", "--replicas=0"
+    )
     cluster.create_namespace(NS)
     log_path = work / "operator.log"
     kubeconfig = _sa_kubeconfig(cluster, work / "kubeconfig")
@@ -187,10 +199,14 @@ def env(e2e_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         [
             str(Path(sys.executable).with_name("jbod-operator")),
             "--all-namespaces",
-            "--health-address", f"127.0.0.1:{_free_port()}",
-            "--metrics-address", f"127.0.0.1:{metrics_port}",
-            "--endpoints-file", str(cluster.endpoints_file),
-            "--poll-seconds", "1",
+            "--health-address",
+            f"127.0.0.1:{_free_port()}",
+            "--metrics-address",
+            f"127.0.0.1:{metrics_port}",
+            "--endpoints-file",
+            str(cluster.endpoints_file),
+            "--poll-seconds",
+            "1",
         ],
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         stdout=log_path.open("wb"),
@@ -230,12 +246,17 @@ def test_brokers_turn_ready_only_once_unfenced(env: Env) -> None:
                     violations.append(f"broker {broker_id} Ready while the controller shows {registration}")
         return ready == 3
 
-    wait_for(all_ready, timeout=300, what=f"3 Ready brokers; operator log:\n{env.operator_log()}", interval=0.3)
+    wait_for(
+        all_ready, timeout=300, what=f"3 Ready brokers; operator log:\n{env.operator_log()}", interval=0.3
+    )
     assert not violations, violations
     assert seen_fenced == {0, 1, 2}, "every broker was seen fenced before it turned Ready"
     cluster = get(env.cluster, "jbodcluster", CLUSTER, "-n", NS)
-    wait_for(lambda: get(env.cluster, "jbodcluster", CLUSTER, "-n", NS)["status"].get("readyBrokers") == 3,
-             timeout=60, what="JbodCluster status readyBrokers=3")
+    wait_for(
+        lambda: get(env.cluster, "jbodcluster", CLUSTER, "-n", NS)["status"].get("readyBrokers") == 3,
+        timeout=60,
+        what="JbodCluster status readyBrokers=3",
+    )
     assert cluster["status"]["clusterId"]
     for broker_id in range(3):
         status = env.jbod_broker(broker_id)["status"]
@@ -243,7 +264,9 @@ def test_brokers_turn_ready_only_once_unfenced(env: Env) -> None:
         assert [d["state"] for d in status["logDirs"]] == ["Online", "Online"]
         assert all(d["directoryId"] and d["pvc"] and d["pv"] for d in status["logDirs"])
     gate = [
-        c for c in env.pod(0)["status"]["conditions"] if c["type"] == "jbod.dev/unfenced"  # type: ignore[index]
+        c
+        for c in env.pod(0)["status"]["conditions"]
+        if c["type"] == "jbod.dev/unfenced"  # type: ignore[index]
     ]
     assert gate and gate[0]["status"] == "True"
 
@@ -303,10 +326,16 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
     old_claim, old_pv, old_dir = before["pvc"], before["pv"], before["directoryId"]
     env.cluster.kubelet.detach_volume(old_pv)  # type: ignore[union-attr]
 
-    wait_for(lambda: env.log_dir(broker_id, disk).get("state") in ("Detached", "Offline"),
-             timeout=60, what=f"log dir {disk} of broker {broker_id} Detached or Offline")
-    wait_for(lambda: env.events("VolumeDetached") or env.events("LogDirOffline"), timeout=30,
-             what="a VolumeDetached or LogDirOffline event")
+    wait_for(
+        lambda: env.log_dir(broker_id, disk).get("state") in ("Detached", "Offline"),
+        timeout=60,
+        what=f"log dir {disk} of broker {broker_id} Detached or Offline",
+    )
+    wait_for(
+        lambda: env.events("VolumeDetached") or env.events("LogDirOffline"),
+        timeout=30,
+        what="a VolumeDetached or LogDirOffline event",
+    )
 
     def leadership_moved() -> bool:
         with env.controller() as client:
@@ -321,10 +350,16 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
 
     def replaced() -> dict[str, Any] | None:
         entry = env.log_dir(broker_id, disk)
-        ok = entry.get("state") == "Online" and entry.get("pvc") != old_claim and entry.get("directoryId") not in (None, old_dir)
+        ok = (
+            entry.get("state") == "Online"
+            and entry.get("pvc") != old_claim
+            and entry.get("directoryId") not in (None, old_dir)
+        )
         return entry if ok else None
 
-    after = wait_for(replaced, timeout=300, what=f"a replaced, online volume for {disk}; log:\n{env.operator_log()}")
+    after = wait_for(
+        replaced, timeout=300, what=f"a replaced, online volume for {disk}; log:\n{env.operator_log()}"
+    )
     assert after["pvc"].endswith("-g1")
     assert env.events("ReplacingVolume")
 
@@ -333,10 +368,17 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
             return all(len(p["isr"]) == 3 for p in client.describe_topic(topic)["partitions"])
 
     wait_for(caught_up, timeout=180, what="every partition back to a full ISR")
-    wait_for(lambda: get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk={disk}")
-             and all(c["metadata"]["name"] != old_claim
-                     for c in get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"]),
-             timeout=120, what=f"retired claim {old_claim} deleted")
+    wait_for(
+        lambda: (
+            get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk={disk}")
+            and all(
+                c["metadata"]["name"] != old_claim
+                for c in get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"]
+            )
+        ),
+        timeout=120,
+        what=f"retired claim {old_claim} deleted",
+    )
     workload.wait_progress(300, timeout=120, what="records acknowledged after the replacement")
     workload.stop()
 
@@ -355,8 +397,10 @@ def test_removing_a_non_empty_disk_is_refused(env: Env) -> None:
 
     def refused() -> bool:
         conditions = get(env.cluster, "jbodcluster", CLUSTER, "-n", NS)["status"].get("conditions") or []
-        return any(c["type"] == "Progressing" and c.get("reason") == "Blocked" and "disk d1" in c["message"]
-                   for c in conditions)
+        return any(
+            c["type"] == "Progressing" and c.get("reason") == "Blocked" and "disk d1" in c["message"]
+            for c in conditions
+        )
 
     wait_for(refused, timeout=60, what="Progressing=Blocked naming disk d1")
     assert env.events("RemovalRefused")
@@ -413,10 +457,15 @@ def test_add_and_grow_disks(env: Env) -> None:
     wait_for(rolled, timeout=600, what=f"d2 online on every broker; log:\n{env.operator_log()}", interval=0.5)
     assert max_unready <= 1, "brokers were restarted one at a time"
     for broker_id in range(3):
-        [claim] = get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk=d0")["items"]
+        [claim] = get(env.cluster, "pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk=d0")[
+            "items"
+        ]
         assert claim["spec"]["resources"]["requests"]["storage"] == "128Mi"
     metrics_text = httpx.get(f"http://127.0.0.1:{env.metrics_port}/metrics", timeout=5).text
-    assert 'jbod_operator_log_dirs{broker="0",cluster="demo",namespace="jbod-e2e",state="Online"} 3.0' in metrics_text
+    assert (
+        'jbod_operator_log_dirs{broker="0",cluster="demo",namespace="jbod-e2e",state="Online"} 3.0'
+        in metrics_text
+    )
 
 
 def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
