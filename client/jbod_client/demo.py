@@ -3,16 +3,23 @@ while a producer writes with acks=-1, leadership moves off the failed disk, and 
 acknowledged record is read back.
 
 Steps: `up --fresh` (3 brokers x 3 disks) → create topic `demo` (6 partitions, RF 3,
-min.insync.replicas=2) → produce N records of ~1 KB with acks=-1 → take away the disk that holds
-the replica of partition 0's leader while production continues → show partitions as leadership
-moves → finish producing → consume everything → verify → summary → restore the disk → `down --purge`
-(unless `--keep`; a failed verification stops the cluster but keeps its directory and logs).
+min.insync.replicas=2) → produce N records of ~1 KB with acks=-1, paced evenly over S seconds →
+take away the disk that holds the replica of partition 0's leader once a third of them is
+acknowledged → show partitions as leadership moves → finish producing → consume everything →
+verify → summary → restore the disk → `down --purge` (unless `--keep`; a failed verification stops
+the cluster but keeps its directory and logs).
 
 Guarantees:
 * The verdict is the shared history checker (`jbod_client.history`): it fails if an acknowledged
   record is missing or not at its acknowledged offset, if a partition's acknowledged records are
   out of order, if a record appears twice without its batch having been retried, or if a record
   was never sent.
+* The failover figure (disk failure → first acknowledged write on a new leader) is measured on
+  every run: production is paced, so it is still running when the disk fails, and it does not stop
+  at N records while that figure is missing — it keeps going at the same pace until a write to a
+  partition whose leader moved is acknowledged (or the failure task ends without a move, or
+  `FAILOVER_GRACE_SECONDS` pass).
+* The summary fits 80 columns with its verdict on one line.
 * The command exits non-zero (`DemoError`) whenever the check fails, and never leaves processes
   running unless `--keep` is given.
 """
@@ -55,6 +62,9 @@ REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 RECORD_BYTES = 1024
 FAIL_AFTER_FRACTION = 1 / 3  # take the disk away once this share of the records is acknowledged
+PRODUCE_SECONDS = 10.0  # production is paced evenly over this many seconds
+FAILOVER_GRACE_SECONDS = 30.0  # at most this long past N records, waiting for the failover figure
+VERDICT_OK = "every acknowledged record read back, in order"
 
 
 class DemoError(ClientError):
@@ -181,7 +191,40 @@ async def _pick_disk(layout: local_cluster.ClusterLayout, token: str) -> tuple[i
     raise DemoError(f"broker {leader} does not list {TOPIC}-0 in any of its log dirs")
 
 
-async def _produce(producer: Any, log: DeliveryLog, *, records: int) -> None:
+def failover_seconds(log: DeliveryLog, failure: local_cluster.DiskFailure | None) -> float | None:
+    """Disk failure → first acknowledged write, after the controller took the dir offline, to a
+    partition whose leader moved to a live broker; None while there is none (or nothing moved)."""
+    if failure is None or failure.offline_after is None:
+        return None
+    moved = {m.partition for m in failure.leader_moves if m.new_leader >= 0}
+    first = log.first_ack_after(moved, failure.failed_at + failure.offline_after)
+    return None if first is None else first - failure.failed_at
+
+
+def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[local_cluster.DiskFailure] | None) -> bool:
+    """True while production should go on to measure the failover: the disk failure has not been
+    triggered or is still under way, or it moved a leader and no write to it is acknowledged yet."""
+    if fail_task is None or not fail_task.done():
+        return True
+    if fail_task.cancelled() or fail_task.exception() is not None:
+        return False
+    failure = fail_task.result()
+    if failure.offline_after is None or not any(m.new_leader >= 0 for m in failure.leader_moves):
+        return False
+    return failover_seconds(log, failure) is None
+
+
+async def _produce(
+    producer: Any,
+    log: DeliveryLog,
+    *,
+    records: int,
+    seconds: float,
+    keep_going: Callable[[], bool] = lambda: False,
+    grace: float = FAILOVER_GRACE_SECONDS,
+) -> None:
+    """Send `records` records paced evenly over `seconds`, then more at the same pace while
+    `keep_going()` (at most `grace` seconds longer); then flush."""
     from jbod_client.producer import ProduceError
 
     def done(rid: RecordId, partition: int) -> Callable[[asyncio.Future[Any]], None]:
@@ -195,8 +238,15 @@ async def _produce(producer: Any, log: DeliveryLog, *, records: int) -> None:
 
         return callback
 
-    for i in range(records):
+    interval = seconds / records
+    started = time.monotonic()
+    i = 0
+    while i < records or (keep_going() and time.monotonic() < started + seconds + grace):
+        ahead = started + i * interval - time.monotonic()
+        if ahead > 0.005:
+            await asyncio.sleep(ahead)
         partition = i % PARTITIONS
+        i += 1
         rid = log.send(partition)
         try:
             future = await producer.send(TOPIC, make_value(*rid), partition=partition)
@@ -246,7 +296,9 @@ def _events_text(events: Sequence[str]) -> Text:
     return Text("\n".join(events[-6:]) if events else "", style="dim")
 
 
-async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, console: Console) -> DemoReport:
+async def _scenario(
+    layout: local_cluster.ClusterLayout, *, records: int, seconds: float, console: Console
+) -> DemoReport:
     from jbod_client.producer import Producer
 
     say = tables.bullets(console)
@@ -264,7 +316,7 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
     console.print(tables.partitions_table(topic, aliases))
 
     console.print(
-        Rule(f"3. Produce {records:,} records of {RECORD_BYTES} B with acks=-1; fail a disk midway")
+        Rule(f"3. Produce {records:,} records of {RECORD_BYTES} B in {seconds:g} s, acks=-1; fail a disk")
     )
     log = DeliveryLog()
     events: list[str] = []
@@ -299,13 +351,23 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
     )
     producer.on_retry.append(log.on_retry)
     with Live(view(), console=console, refresh_per_second=8, transient=False) as live:
-        produce = asyncio.create_task(_produce(producer, log, records=records))
+        produce = asyncio.create_task(
+            _produce(
+                producer,
+                log,
+                records=records,
+                seconds=seconds,
+                keep_going=lambda: awaits_failover(log, fail_task),
+            )
+        )
         produce_done_at: list[float] = []
         produce.add_done_callback(lambda _task: produce_done_at.append(time.monotonic()))
         last_poll = 0.0
         while not produce.done() or (fail_task is not None and not fail_task.done()):
             await asyncio.sleep(0.1)
-            progress.update(produce_task_id, completed=len(log.acked) + len(log.failed))
+            progress.update(
+                produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
+            )
             if fail_task is None and len(log.acked) >= records * FAIL_AFTER_FRACTION:
                 fail_task = asyncio.create_task(fail_leader_disk())
             if time.monotonic() - last_poll > 0.5:
@@ -313,7 +375,9 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
                 with contextlib.suppress(ClientError):
                     topic = await _describe(layout)
             live.update(view())
-        progress.update(produce_task_id, completed=len(log.acked) + len(log.failed))
+        progress.update(
+            produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
+        )
         try:
             await produce
         finally:
@@ -337,11 +401,9 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
     _end_live(console)
     verification = log.history.check(consumed)
 
-    failover: float | None = None
-    if failure is not None and failure.offline_after is not None:
-        moved = {m.partition for m in failure.leader_moves if m.new_leader >= 0}
-        first = log.first_ack_after(moved, failure.failed_at + failure.offline_after)
-        failover = None if first is None else first - failure.failed_at
+    failover = failover_seconds(log, failure)
+    if failure is not None and failover is None:
+        say("No write to a partition whose leader moved was acknowledged: no failover figure")
     return DemoReport(
         records=records,
         log=log,
@@ -354,37 +416,40 @@ async def _scenario(layout: local_cluster.ClusterLayout, *, records: int, consol
 
 
 def summary_table(report: DemoReport) -> Table:
+    """The summary: short labels, so that it fits 80 columns with the verdict on one line."""
     v = report.verification
     log = report.log
     table = Table(title="Summary", title_justify="left", show_header=False)
-    table.add_column("what")
+    table.add_column("what", no_wrap=True)
     table.add_column("value")
     rate = len(log.acked) / report.produce_seconds if report.produce_seconds > 0 else 0.0
-    table.add_row("records produced (sent)", f"{log.sent:,}")
+    table.add_row("records sent", f"{log.sent:,}")
     table.add_row("records acknowledged", f"{len(log.acked):,} ({rate:,.0f} rec/s)")
-    table.add_row("records failed (not acknowledged)", f"{len(log.failed):,}")
+    table.add_row("records not acknowledged", f"{len(log.failed):,}")
     table.add_row("producer retries", f"{sum(log.retry_codes.values()):,}")
     table.add_row("records consumed", f"{v.consumed:,} ({v.unique:,} distinct)")
-    table.add_row("duplicates from retried batches", f"{v.retried_duplicates:,}")
+    table.add_row("duplicates (retried batches)", f"{v.retried_duplicates:,}")
     if report.failure is not None:
         f = report.failure
         table.add_row("failed disk", f"broker {f.broker_id} disk-{f.index} ({f.directory_id})")
         table.add_row(
-            "dir offline at the controller after",
-            "not in time" if f.offline_after is None else f"{f.offline_after:.2f} s",
+            "dir offline after",
+            "not in time" if f.offline_after is None else f"{f.offline_after:.2f} s (at the controller)",
         )
         moves = ", ".join(f"{m.topic}-{m.partition}: {m.old_leader}→{m.new_leader}" for m in f.leader_moves)
         table.add_row("leaders moved", moves or "none")
     table.add_row(
-        "failover (disk failure → first acknowledged write on a new leader)",
-        "-" if report.failover_seconds is None else f"{report.failover_seconds:.2f} s",
+        "failover",
+        "-"
+        if report.failover_seconds is None
+        else f"{report.failover_seconds:.2f} s (disk failure → first ack on a new leader)",
     )
-    verdict = "[green]every acknowledged record read back, in order[/]" if v.ok else "[red]FAILED[/]"
+    verdict = f"[green]{VERDICT_OK}[/]" if v.ok else "[red]FAILED[/]"
     table.add_row("verdict", verdict)
     return table
 
 
-def main(*, root: Path | None, records: int, keep: bool) -> None:
+def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUCE_SECONDS) -> None:
     """Run the whole demo; `DemoError` (exit status 1) if the verification fails."""
     console = Console()
     say = tables.bullets(console)
@@ -397,7 +462,7 @@ def main(*, root: Path | None, records: int, keep: bool) -> None:
     problems: list[str] = []
     finished = False
     try:
-        report = asyncio.run(_scenario(layout, records=records, console=console))
+        report = asyncio.run(_scenario(layout, records=records, seconds=seconds, console=console))
         console.print(
             tables.partitions_table(report.final_topic, local_cluster.status(layout.root).aliases())
         )

@@ -319,12 +319,19 @@ def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) 
     help="cluster directory (default: a temp dir)",
 )
 @click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="produce the records evenly over this many seconds (longer until the failover is measured)",
+)
 @click.option("--keep", is_flag=True, help="leave the cluster running at the end")
-def demo_command(root: Path | None, records: int, keep: bool) -> None:
+def demo_command(root: Path | None, records: int, seconds: float, keep: bool) -> None:
     """Produce to a 3-broker JBOD cluster, fail a disk under a leader, and verify nothing is lost."""
     from jbod_client import demo as scenario
 
-    scenario.main(root=root, records=records, keep=keep)
+    scenario.main(root=root, records=records, keep=keep, seconds=seconds)
 
 
 @click.command("env")
