@@ -4,7 +4,8 @@ Guarantees:
 * Human tables by default, `--output json` (global or per command) for scripts.
 * Any error — bad flags, unreadable token file, unreachable controller, or a non-zero
   `errorCode` in the reply — prints one line `jbodctl: error: ...` on stderr and exits non-zero
-  (2 for usage, 1 otherwise). No traceback for a user mistake.
+  (2 for usage, 1 otherwise). No traceback for a user mistake. A group run without a subcommand
+  (`jbodctl`, `jbodctl topics`, `jbodctl local`) prints its help and exits 0.
 * Data-plane commands (`produce`, `consume`, `log-dirs`, `move-replica`) find brokers through the
   controller (`GET /v1/topics/{name}`, `GET /v1/brokers`) and talk to them directly; `produce`
   exits 0 only when every record was acknowledged (with the requested acks).
@@ -778,6 +779,10 @@ _apply_plan.register(app)
 def main(argv: list[str] | None = None) -> int:
     try:
         result = app.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A group without a subcommand (`jbodctl`, `jbodctl topics`): its help, not a mistake.
+        click.echo(exc.ctx.get_help())
+        return 0
     except click.exceptions.UsageError as exc:
         print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
         return 2
