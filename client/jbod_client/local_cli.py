@@ -223,7 +223,10 @@ def down_command(root: Path, purge: bool, grace: float) -> None:
         click.echo(f"Stopped {', '.join(result.stopped)}")
     else:
         click.echo(f"The local cluster in {result.root} is already down")
-    if result.purged:
+    if result.purged and result.kept_mount_points:
+        kept = ", ".join(str(m) for m in result.kept_mount_points)
+        click.echo(f"Deleted the contents of {result.root}; kept the mount point(s) {kept}, now empty")
+    elif result.purged:
         click.echo(f"Deleted {result.root}")
 
 

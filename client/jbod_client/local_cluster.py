@@ -18,8 +18,11 @@ Layout of the cluster directory (DIR, `./.jbod-local` by default):
 
 Guarantees:
 * `up` is idempotent: on a running cluster it starts nothing; after `down` it restarts the same
-  processes on the same data (same cluster id, same directory ids); it returns only once every
-  broker is registered and unfenced, and stops what it started if that does not happen in time.
+  processes on the same data (same cluster id, same directory ids); after a crash it starts only
+  the processes that are down, each on its saved port unless another program listens there (a
+  port in TIME_WAIT is free: our servers bind with SO_REUSEADDR), and restarts running brokers
+  only if the controller had to move; it returns only once every broker is registered and
+  unfenced, and stops what it started if that does not happen in time.
 * Processes are detached (own session) and identified by pid *and* command line (their data dir or
   config path), so a recycled pid is never signalled and a dead process is never reported running.
 * `cluster.json` is written atomically and lists a pid only while that process may be running;
@@ -374,7 +377,10 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 
 def _port_free(port: int) -> bool:
+    """True iff our servers could listen on `port` now. They bind with SO_REUSEADDR, and so does
+    this check: a port left in TIME_WAIT by a killed process is free for them, a listener is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -436,6 +442,17 @@ def mount_of(path: Path) -> tuple[str, str] | None:
             rest = tail.split()
             found = (rest[1], rest[2] if len(rest) > 2 else "")  # the last mount on a path wins
     return found
+
+
+def mount_points() -> set[Path]:
+    """Every path something is mounted at (/proc/self/mountinfo)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return {
+        Path(_unescape_mount_path(parts[4])) for parts in (line.split() for line in lines) if len(parts) > 4
+    }
 
 
 def mount_loop_disk(image: Path, path: Path, *, size_mib: int) -> None:
@@ -789,11 +806,17 @@ def _up(
         return UpResult(layout, True, (), time.monotonic() - started_at, tuple(notes))
 
     restart_controller = not controller_alive(layout)
-    if restart_controller:
-        # Brokers of a dead controller may be bound to its old port: restart them all cleanly.
+    old_controller_port = layout.controller_port
+    layout = _refresh_ports(layout, restart_controller=restart_controller)
+    if layout.controller_port != old_controller_port:
+        # Something else took the controller's port: the running brokers' server.properties name
+        # the old URL, so they restart with the new one. On its own port they just reconnect.
         stop_processes([(b.pid, b.config_path) for b in layout.brokers if b.pid is not None], grace=10)
         layout = replace(layout, brokers=tuple(replace(b, pid=None) for b in layout.brokers))
-    layout = _refresh_ports(layout, restart_controller=restart_controller)
+        notes.append(
+            f"Port {old_controller_port} was taken: moved the controller to {layout.controller_port} "
+            "and restarted every broker"
+        )
     _write_token(layout.admin_token_file)
     _write_token(layout.cluster_token_file)
     layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -829,8 +852,13 @@ def _up(
             assert broker.pid is not None
             started_processes.insert(0, (broker.pid, broker.config_path))
         write_layout(layout)
-        report(f"Started {len(to_start)} broker(s); waiting until they are registered and unfenced")
-        await_brokers_ready(layout, [b.broker_id for b in to_start], deadline=deadline)
+        # A restarted controller must see the brokers that kept running too.
+        waiting = layout.brokers if restart_controller else to_start
+        if to_start:
+            report(f"Started {len(to_start)} broker(s); waiting until they are registered and unfenced")
+        else:
+            report("Waiting until the running brokers are registered and unfenced again")
+        await_brokers_ready(layout, [b.broker_id for b in waiting], deadline=deadline)
     except (LocalClusterError, OSError, KeyboardInterrupt):
         stop_processes(started_processes, grace=3)  # only what this call started
         write_layout(_forget_dead(layout))
@@ -852,6 +880,37 @@ class DownResult:
     root: Path
     stopped: tuple[str, ...]
     purged: bool
+    kept_mount_points: tuple[Path, ...] = ()  # emptied by the purge, not removed
+
+
+def purge_tree(root: Path) -> tuple[Path, ...]:
+    """Delete `root` and everything under it, except mount points (`root` itself or below it):
+    those are emptied and left in place. Returns the mount points kept; `LocalClusterError` (one
+    line) if something cannot be deleted."""
+    mounts = {m for m in mount_points() if m == root or root in m.parents}
+    kept: list[Path] = []
+
+    def remove(path: Path) -> None:
+        holds_mount = any(m == path or path in m.parents for m in mounts)
+        if not holds_mount:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            return
+        for child in path.iterdir():
+            remove(child)
+        if path in mounts:
+            kept.append(path)
+        elif not any(path.iterdir()):
+            path.rmdir()
+
+    try:
+        remove(root)
+    except OSError as exc:
+        where = exc.filename or root
+        raise LocalClusterError(f"cannot delete {where}: {exc.strerror or exc}") from None
+    return tuple(sorted(kept))
 
 
 def _forget_dead(layout: ClusterLayout) -> ClusterLayout:
@@ -866,7 +925,8 @@ def _without_pids(layout: ClusterLayout) -> ClusterLayout:
 
 def down(root: Path, *, purge: bool = False, grace: float = 10.0) -> DownResult:
     """Stop the brokers (SIGTERM: a controlled shutdown), then the controller; SIGKILL after
-    `grace`; forget the pids; with `purge`, delete the whole cluster directory."""
+    `grace`; forget the pids; with `purge`, delete the whole cluster directory (a mount point in
+    it is emptied and left in place)."""
     layout = read_layout(resolve_root(root))
     with exclusive(layout.root):
         return _down(layout, purge=purge, grace=grace)
@@ -882,11 +942,12 @@ def _down(layout: ClusterLayout, *, purge: bool, grace: float) -> DownResult:
         stop_processes([(layout.controller_pid, layout.controller_dir)], grace=grace)
     if layout.loop:
         _unmount_disks(layout)
+    kept: tuple[Path, ...] = ()
     if purge:
-        shutil.rmtree(root)
+        kept = purge_tree(root)
     else:
         write_layout(_without_pids(layout))
-    return DownResult(root=root, stopped=tuple(stopped), purged=purge)
+    return DownResult(root=root, stopped=tuple(stopped), purged=purge, kept_mount_points=kept)
 
 
 # -- status ------------------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""`jbodctl local up` after a crash and `down --purge` on a mount point, with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jbod_client import local_cluster
+
+JBODCTL = str(Path(sys.executable).parent / "jbodctl")
+
+
+def run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([JBODCTL, "local", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def ok(*args: str) -> str:
+    result = run(*args)
+    assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def status(root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(ok("status", "--dir", str(root), "--output", "json"))
+    return data
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "cluster"
+    yield path
+    if (path / local_cluster.STATE_FILE).exists():  # never leave processes behind
+        local_cluster.down(path, grace=2)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_up_after_kill_9_of_the_controller_restarts_only_it_on_its_port(root: Path) -> None:
+    ok("up", "--dir", str(root), "--brokers", "2", "--disks", "1")
+    before = status(root)
+    controller_pid = before["controller"]["pid"]
+    broker_pids = {b["brokerId"]: b["pid"] for b in before["brokers"]}
+    # Let the brokers talk to the controller, so that the kill leaves its port in TIME_WAIT.
+    ok("status", "--dir", str(root))
+    os.kill(controller_pid, signal.SIGKILL)
+    layout = local_cluster.read_layout(root)
+    deadline = time.monotonic() + 10
+    while local_cluster.controller_alive(layout) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not local_cluster.controller_alive(layout)
+
+    out = ok("up", "--dir", str(root))
+    assert "started controller;" in out, out
+    after = status(root)
+    assert after["controller"]["running"] and after["controller"]["pid"] != controller_pid
+    assert after["controller"]["url"] == before["controller"]["url"]
+    assert {b["brokerId"]: b["pid"] for b in after["brokers"]} == broker_pids
+    assert all(b["running"] and b["registered"] and b["fenced"] is False for b in after["brokers"])
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs")
+def test_down_purge_empties_a_mounted_controller_dir_and_keeps_the_mount_point(root: Path) -> None:
+    controller_dir = root / "controller"
+    controller_dir.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(controller_dir)], check=True)
+    try:
+        ok("up", "--dir", str(root), "--brokers", "1", "--disks", "1")
+        assert any(controller_dir.iterdir())
+        out = ok("down", "--dir", str(root), "--purge")
+        assert f"kept the mount point(s) {controller_dir}" in out, out
+        assert os.path.ismount(controller_dir)
+        assert list(controller_dir.iterdir()) == []
+        assert [p.name for p in root.iterdir()] == ["controller"]
+    finally:
+        subprocess.run(["umount", "-l", str(controller_dir)], check=False)
