@@ -4,9 +4,19 @@ Atomicity contract (what the writer relies on):
 * `append(entries)` buffers encoded records at consecutive offsets starting at `end_offset`;
   nothing is durable until `flush()` returns, and only then do `read()` callers see the entries.
 * After a crash, `recover()` returns exactly the entries that were flushed, plus possibly a prefix
-  of the unflushed ones, always a gap-free prefix of what was appended: a torn or corrupt tail
-  frame in the last segment is truncated, never half-applied. Corruption before the last segment
-  refuses to recover (`LogCorruptError`).
+  of the unflushed ones, always a gap-free prefix of what was appended: a torn tail is truncated,
+  never half-applied. Anything else that is damaged refuses to recover (`LogCorruptError`, naming
+  the segment, the byte and the record offset) and leaves every file exactly as it was.
+* Torn tail or corruption (`tail_damage`): a frame is bad when its header is cut short, its length
+  is beyond `MAX_FRAME_BYTES` or past the end of the file, its checksum does not match, or its
+  payload is not a record. Only the first bad frame of the last segment can be a torn tail, and
+  only if no intact record frame starts anywhere after it (looked for at every `{"offset":` after
+  it) and what follows it could be the rest of one interrupted append: it runs to the end of the
+  file (a cut frame, or a whole last frame with a bad checksum), or the bytes after its declared
+  end are all zero (blocks allocated but never written), or, when its length field is itself
+  garbage, fewer bytes than one frame can hold follow. A kill -9 mid-append leaves a prefix of the
+  appended frames, which always passes; one flipped byte in an acknowledged frame that has frames
+  after it never does. A bad frame in an older segment is always corruption.
 * A snapshot covers every record below its offset; a snapshot file is written atomically and is
   only used when its checksum verifies.
 
@@ -133,6 +143,55 @@ def _scan(data: bytes) -> Iterator[tuple[int, bytes | None]]:
         position = end
 
 
+_ENTRY_PREFIX: Final = b'{"offset":'
+
+
+def _is_entry(payload: bytes | None) -> bool:
+    return payload is not None and payload.startswith(_ENTRY_PREFIX)
+
+
+def _intact_frame_after(data: bytes, position: int) -> int | None:
+    """The position of the first intact record frame that starts after `position`, if any."""
+    header = _HEADER.size
+    size = len(data)
+    search = position + 1 + header
+    while True:
+        found = data.find(_ENTRY_PREFIX, search)
+        if found < 0:
+            return None
+        start = found - header
+        length, crc = _HEADER.unpack_from(data, start)
+        end = found + length
+        if length <= MAX_FRAME_BYTES and end <= size and zlib.crc32(data[found:end]) == crc:
+            return start
+        search = found + 1
+
+
+def tail_damage(data: bytes, position: int) -> str | None:
+    """Why the bad frame at `position` of a last segment is corruption; None if it is a torn tail.
+
+    The rule is the module docstring's: a torn tail is what one interrupted append can leave.
+    """
+    following = _intact_frame_after(data, position)
+    if following is not None:
+        return f"an intact record frame follows at byte {following}"
+    size = len(data)
+    header = _HEADER.size
+    if position + header > size:
+        return None  # a cut header
+    length, _crc = _HEADER.unpack_from(data, position)
+    if length > MAX_FRAME_BYTES:
+        if size - position <= header + MAX_FRAME_BYTES:
+            return None  # a garbage length with less than one frame after it
+        return f"{size - position} bytes follow a frame header with an impossible length {length}"
+    end = position + header + length
+    if end >= size:
+        return None  # a cut frame, or a whole last frame whose checksum or payload is bad
+    if not any(data[end:]):
+        return None  # zero-filled blocks after the last frame
+    return f"{size - end} more bytes follow the damaged frame"
+
+
 class FileRecordLog:
     """`RecordLog` on local files: one process writes, fsync makes appends durable."""
 
@@ -209,32 +268,43 @@ class FileRecordLog:
         entries: list[bytes] = []
         truncated = 0
         expected: int | None = None
-        for number, (base, path) in enumerate(paths):
-            last = number == len(paths) - 1
-            if expected is not None and base != expected:
-                raise LogCorruptError(f"segment {path.name} starts at {base}, expected {expected}")
-            fd = os.open(path, os.O_RDWR)
-            data = os.pread(fd, os.fstat(fd).st_size, 0) if os.fstat(fd).st_size else b""
-            segment = _Segment(base_offset=base, path=path, fd=fd, next_offset=base)
-            keep_from = snapshot.offset if snapshot is not None else 0
-            for position, payload in _scan(data):
-                if payload is None or not payload.startswith(b'{"offset":'):
-                    if not last:
-                        raise LogCorruptError(f"segment {path.name} is damaged at byte {position}")
-                    truncated = len(data) - position
-                    os.ftruncate(fd, position)
-                    os.fsync(fd)
-                    data = data[:position]
-                    break
-                offset = segment.next_offset
-                segment.note(offset, position)
-                if offset >= keep_from:
-                    entries.append(payload)
-                segment.next_offset = offset + 1
-            segment.size = len(data)
-            expected = segment.next_offset
-            self._segments.append(segment)
-            self._bases.append(base)
+        try:
+            for number, (base, path) in enumerate(paths):
+                last = number == len(paths) - 1
+                if expected is not None and base != expected:
+                    raise LogCorruptError(f"segment {path} starts at {base}, expected {expected}")
+                fd = os.open(path, os.O_RDWR)
+                segment = _Segment(base_offset=base, path=path, fd=fd, next_offset=base)
+                self._segments.append(segment)
+                self._bases.append(base)
+                size = os.fstat(fd).st_size
+                data = os.pread(fd, size, 0) if size else b""
+                keep_from = snapshot.offset if snapshot is not None else 0
+                for position, payload in _scan(data):
+                    if not _is_entry(payload):
+                        why = "it is not the last segment" if not last else tail_damage(data, position)
+                        if why is not None:
+                            raise LogCorruptError(
+                                f"segment {path} is corrupt at byte {position} (record offset "
+                                f"{segment.next_offset}): {why}; refusing to start rather than "
+                                "drop acknowledged records (restore the data dir from a backup)"
+                            )
+                        truncated = len(data) - position
+                        os.ftruncate(fd, position)
+                        os.fsync(fd)
+                        data = data[:position]
+                        break
+                    assert payload is not None
+                    offset = segment.next_offset
+                    segment.note(offset, position)
+                    if offset >= keep_from:
+                        entries.append(payload)
+                    segment.next_offset = offset + 1
+                segment.size = len(data)
+                expected = segment.next_offset
+        except BaseException:
+            self.close()
+            raise
         self._end = expected if expected is not None else (snapshot.offset if snapshot else 0)
         if snapshot is not None and self._end < snapshot.offset:
             # The log was lost or truncated below the snapshot: continue from the snapshot.
