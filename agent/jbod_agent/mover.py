@@ -288,8 +288,7 @@ class Mover:
         path.mkdir()
         write_atomically(path / replicas.METADATA_FILE, f"version=0\ntopic_id={move.key[0]}\n".encode())
         hosted = self.agent.manager.partitions.get(move.key)
-        topic = self.agent.image.topics.get(move.key[0])
-        future = self.agent.manager.open_log(path, topic.configs if topic is not None else {})
+        future = self.agent.manager.open_log(path, self.agent.manager.topic_settings(move.key[0]))
         if hosted is not None and hosted.log.log_start_offset > 0:
             future.truncate_fully_and_start_at(hosted.log.log_start_offset)
         move.future_log = future

@@ -14,6 +14,9 @@ Guarantees:
 * ISR changes go through AlterPartition (§3.4): followers that have not caught up within
   `replica.lag.time.max.ms` are removed, followers that reached the high watermark are added.
   While a change is in flight the maximal ISR (old plus new) holds the high watermark.
+* Topic configs are read through `jbod_core.topic_configs.resolve`: a value the broker cannot use
+  (an old log may hold one) falls back to the broker's default with one WARNING naming the topic,
+  the key and the value; it is never a storage error and never takes a dir offline.
 * Followers truncate divergent history using leader epochs before appending (`fetcher.py`).
 * Follower fetches use incremental fetch sessions (`jbod_core.fetch_session`, KIP-227): a
   session's idle partitions cost nothing per request. Every event that can change a follower's
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from jbod_agent import record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
-from jbod_core import fetch_session, replication
+from jbod_core import fetch_session, replication, topic_configs
 from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
@@ -148,16 +151,45 @@ class ReplicaManager:
         self.replica_fetch_partitions = dict.fromkeys(("sessionless", "full", "incremental"), 0)
         self.alter_now = asyncio.Event()
         self._alter_in_flight = False
+        self._warned_configs: set[tuple[Uuid, str, str]] = set()  # (topic id, key, value) logged once
 
     # -- roles ---------------------------------------------------------------------------------
 
-    def open_log(self, path: Any, topic_configs: Any) -> PartitionLog:
+    def topic_settings(self, topic_id: Uuid) -> topic_configs.ResolvedConfigs:
+        """The topic's configs as this broker uses them: a bad value falls back to the broker's
+        default with a WARNING (once per topic, key and value), never a storage error."""
         config = self.agent.config
+        topic = self.agent.image.topics.get(topic_id)
+        resolved = topic_configs.resolve(
+            topic.configs if topic is not None else {},
+            {
+                topic_configs.MIN_INSYNC_REPLICAS: config.min_insync_replicas,
+                topic_configs.RETENTION_BYTES: config.log_retention_bytes,
+                topic_configs.RETENTION_MS: config.log_retention_ms,
+                topic_configs.SEGMENT_BYTES: config.log_segment_bytes,
+            },
+        )
+        for problem in resolved.problems:
+            seen = (topic_id, problem.key, problem.value)
+            if seen in self._warned_configs:
+                continue
+            self._warned_configs.add(seen)
+            log.warning(
+                "Ignored config %s=%r of topic %s: %s; using the broker's default %d",
+                problem.key,
+                problem.value,
+                topic.name if topic is not None else topic_id,
+                problem.reason,
+                resolved[problem.key],
+            )
+        return resolved
+
+    def open_log(self, path: Any, settings: topic_configs.ResolvedConfigs) -> PartitionLog:
         return PartitionLog.open(
             path,
-            segment_bytes=int(topic_configs.get("segment.bytes", config.log_segment_bytes)),
-            retention_bytes=int(topic_configs.get("retention.bytes", config.log_retention_bytes)),
-            retention_ms=int(topic_configs.get("retention.ms", config.log_retention_ms)),
+            segment_bytes=settings[topic_configs.SEGMENT_BYTES],
+            retention_bytes=settings[topic_configs.RETENTION_BYTES],
+            retention_ms=settings[topic_configs.RETENTION_MS],
         )
 
     def sync(self, keys: Iterable[PartitionKey]) -> None:
@@ -178,8 +210,9 @@ class ReplicaManager:
                 hosted = None
             if hosted is None:
                 topic = agent.image.topics[key[0]]
+                settings = self.topic_settings(key[0])
                 try:
-                    opened = self.open_log(local.path, topic.configs)
+                    opened = self.open_log(local.path, settings)
                 except OSError as exc:
                     agent.io_error(local.directory_id, exc, f"opening the log of {local.path.name}")
                     continue
@@ -187,9 +220,7 @@ class ReplicaManager:
                     agent.fail_dir(local.directory_id, f"the log of {local.path.name} is damaged: {exc}")
                     continue
                 hosted = HostedPartition(key, topic.name, local.directory_id, opened)
-                hosted.min_isr = replication.min_insync_replicas(
-                    topic.configs, agent.config.min_insync_replicas
-                )
+                hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
                 self.partitions[key] = hosted
             changed_following |= self._apply(hosted, part)
             self._changed(key)

@@ -310,12 +310,7 @@ class ControllerApi:
             and raw.get("replicationFactor") is None
         ):
             filled["replicationFactor"] = config.default_replication_factor
-        configs = raw.get("configs")
-        if config.default_min_insync_replicas is not None and (configs is None or isinstance(configs, dict)):
-            filled["configs"] = {
-                "min.insync.replicas": str(config.default_min_insync_replicas),
-                **(configs or {}),
-            }
+        # The default min.insync.replicas is applied by `topics.create_topic` (capped at the RF).
         return filled
 
     def _topic(self, name: str) -> Any:

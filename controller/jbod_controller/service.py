@@ -225,7 +225,12 @@ class ControllerService:
 
     async def create_topic(self, request: CreateTopicRequest) -> CreateTopicReply:
         def decide(image: ClusterImage) -> tuple[list[records.Record], CreateTopicReply]:
-            produced, reply = topics.create_topic(image, request, rng=self.rng)
+            produced, reply = topics.create_topic(
+                image,
+                request,
+                rng=self.rng,
+                default_min_insync_replicas=self.config.default_min_insync_replicas,
+            )
             if reply.error_code == 0:
                 log.info("Created topic %s with %d partitions", request.name, reply.num_partitions)
             return produced, reply

@@ -179,11 +179,7 @@ class CreateTopicRequest(Message):
 
     @model_validator(mode="after")
     def _required_without_assignment(self) -> CreateTopicRequest:
-        min_isr = self.configs.get("min.insync.replicas")
-        if min_isr is not None and (
-            not (min_isr.isascii() and min_isr.isdigit()) or not 1 <= int(min_isr) <= INT32_MAX
-        ):
-            raise ValueError(f"configs.min.insync.replicas: must be a positive integer, got {min_isr!r}")
+        # Config values are checked by `topics.create_topic` (errorCode 40, not a schema error).
         if self.replica_assignment is None and self.num_partitions is None:
             raise ValueError("numPartitions: required field is missing (no replicaAssignment given)")
         return self

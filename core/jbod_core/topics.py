@@ -2,7 +2,10 @@
 
 Guarantees:
 * Checks run in this order and a rejection writes nothing: name 17, existing name 36, partition
-  count 37, replication factor 38, manual assignment 39.
+  count 37, replication factor 38, manual assignment 39, configs 40 (`jbod_core.topic_configs`:
+  unknown key, bad or out-of-range value, `min.insync.replicas` above the replication factor).
+* The controller's default `min.insync.replicas` (when the create sets none) is written into the
+  TopicRecord, capped at the topic's replication factor so that acks=-1 writes can succeed.
 * Automatic placement stripes replicas over the active brokers (registered, unfenced, not
   shutting down) in Kafka's rack-unaware pattern from a random start, so replicas of a partition
   are on distinct brokers and leaders are spread evenly. Randomness is a parameter.
@@ -17,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from jbod_core import records
+from jbod_core import records, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
 from jbod_core.image import ClusterImage
@@ -103,7 +106,11 @@ def _manual_assignment_error(
 
 
 def create_topic(
-    image: ClusterImage, request: CreateTopicRequest, *, rng: random.Random
+    image: ClusterImage,
+    request: CreateTopicRequest,
+    *,
+    rng: random.Random,
+    default_min_insync_replicas: int | None = None,
 ) -> tuple[list[records.Record], CreateTopicReply]:
     name_error = topic_name_error(request.name)
     if name_error is not None:
@@ -135,10 +142,16 @@ def create_topic(
             )
         assignment = stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng)
 
+    factor = len(assignment[0])
+    config_problem = topic_configs.create_error(request.configs, replication_factor=factor)
+    if config_problem is not None:
+        return _error(ErrorCode.INVALID_CONFIG, f"Invalid topic config {config_problem.message}")
+    configs = dict(request.configs)
+    if default_min_insync_replicas is not None and topic_configs.MIN_INSYNC_REPLICAS not in configs:
+        configs[topic_configs.MIN_INSYNC_REPLICAS] = str(min(default_min_insync_replicas, factor))
+
     topic_id = random_uuid(rng, avoid=image.topics.keys())
-    out: list[records.Record] = [
-        records.TopicRecord(name=request.name, topic_id=topic_id, configs=dict(request.configs))
-    ]
+    out: list[records.Record] = [records.TopicRecord(name=request.name, topic_id=topic_id, configs=configs)]
     defaults: dict[int, Uuid] = {}
     for index, replicas in enumerate(assignment):
         isr = tuple(b for b in replicas if image.brokers[b].is_active)

@@ -401,11 +401,24 @@ def test_fetch_from_zero_after_segments_were_deleted_starts_with_the_snapshot(ma
     try:
         brokers = bring_up(api, [1, 2, 3])
         # Fill the first segment past its 64 MiB roll size with a few huge (then deleted) topics,
-        # so that a later snapshot covers a whole segment that retention may delete.
+        # so that a later snapshot covers a whole segment that retention may delete. The API
+        # rejects such configs (errorCode 40), so they go straight into the log while the
+        # controller is down, as an old log may hold them.
         blob = "x" * (10 * 1024 * 1024)
-        for i in range(7):
-            api.create_topic(f"huge-{i}", replicaAssignment=[[1]], configs={"blob": blob})
-            assert api.admin.delete(f"/v1/topics/huge-{i}").json()["errorCode"] == 0
+        offset = api.end_offset()
+        proc.kill()
+        [segment] = segment_files(proc)
+        with segment.open("ab") as handle:
+            for i in range(7):
+                topic_id = random_uuid()
+                for kind, data in (
+                    ("TopicRecord", {"name": f"huge-{i}", "topicId": topic_id, "configs": {"blob": blob}}),
+                    ("RemoveTopicRecord", {"topicId": topic_id}),
+                ):
+                    handle.write(_frame(orjson.dumps({"offset": offset, "type": kind, "data": data})))
+                    offset += 1
+        proc.start()
+        assert api.end_offset() == offset
         _write_many(api, brokers, topics=8)
         api.heartbeat(2, brokers[2].epoch, offlineLogDirs=[brokers[2].dirs[1]])
         deadline = time.monotonic() + 60

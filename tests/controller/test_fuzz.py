@@ -30,7 +30,7 @@ ALLOWED_CODES = {
     "/v1/brokers/heartbeat": {0, 57, 77},
     "/v1/assignments": {0, 77},
     "/v1/partitions/alter": {0, 77},
-    "/v1/topics": {0, 17, 36, 37, 38, 39},
+    "/v1/topics": {0, 17, 36, 37, 38, 39, 40},
 }
 PARTITION_CODES = {
     "/v1/assignments": {0, 3, 6, 100},

@@ -34,6 +34,8 @@ def test_defaults_fill_what_the_create_leaves_out(make_controller: Any) -> None:
 
         api.create_topic("assigned", replicaAssignment=[[3]])
         assert api.topic("assigned")["partitions"][0]["replicas"] == [3]
+        # The default min.insync.replicas is capped at the topic's replication factor.
+        assert api.topic("assigned")["configs"] == {"min.insync.replicas": "1"}
     finally:
         api.close()
 

@@ -110,6 +110,47 @@ def test_check_order() -> None:
     _rejected(cluster, 17, name="", numPartitions=0, replicationFactor=0)
     _rejected(cluster, 36, name="led-by-5", numPartitions=0, replicationFactor=0)
     _rejected(cluster, 37, numPartitions=0, replicationFactor=0)
+    _rejected(cluster, 38, numPartitions=1, replicationFactor=9, configs={"x": "y"})
+    _rejected(cluster, 39, replicaAssignment=[[1, 1]], configs={"x": "y"})
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"retention.ms": "banana"},
+        {"segment.bytes": "1"},
+        {"retention.bytes": "-2"},
+        {"min.insync.replicas": "0"},
+        {"cleanup.policy": "compact"},
+        {"min.insync.replicas": "3"},  # above the replication factor 2
+    ],
+)
+def test_bad_configs_are_40_naming_the_key(configs: dict[str, str]) -> None:
+    cluster = _cluster()
+    _rejected(cluster, ErrorCode.INVALID_CONFIG, numPartitions=2, replicationFactor=2, configs=configs)
+    _rejected(cluster, ErrorCode.INVALID_CONFIG, replicaAssignment=[[1, 2]], configs=configs)
+    _produced, reply = _create(cluster, numPartitions=1, replicationFactor=2, configs=configs)
+    assert next(iter(configs)) in (reply.error_message or "")
+
+
+def _created_configs(default: int | None, **fields: Any) -> dict[str, str]:
+    request = CreateTopicRequest.model_validate({"name": "t", **fields})
+    produced, reply = topics.create_topic(
+        _cluster().image, request, rng=random.Random(0), default_min_insync_replicas=default
+    )
+    assert reply.error_code == 0, reply
+    topic = produced[0]
+    assert isinstance(topic, records.TopicRecord)
+    return dict(topic.configs)
+
+
+def test_the_default_min_insync_replicas_is_capped_at_the_replication_factor() -> None:
+    assert _created_configs(2, numPartitions=1, replicationFactor=3) == {"min.insync.replicas": "2"}
+    assert _created_configs(2, replicaAssignment=[[3]]) == {"min.insync.replicas": "1"}
+    assert _created_configs(2, replicaAssignment=[[3]], configs={"min.insync.replicas": "1"}) == {
+        "min.insync.replicas": "1"
+    }
+    assert _created_configs(None, numPartitions=1, replicationFactor=1) == {}
 
 
 # -- success -----------------------------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""Topic configs: the one table of the keys a topic may set (protocol §3.5, errorCode 40).
+
+`DEFINITIONS` lists every key the broker reads from a `TopicRecord`'s `configs`: its type, its
+range, its default (the broker setting that provides it, and that setting's own default) and what
+it does. `docs/api.md` shows the same table; a test keeps the two in step.
+
+Guarantees:
+* `create_error(configs, replication_factor=...)` is the controller's check at topic create: an
+  unknown key, a value that is not a decimal integer (ASCII digits, optional leading `-`, no
+  blanks), a value outside its range, or `min.insync.replicas` above the replication factor is
+  reported as one `ConfigProblem` naming the key and the value (keys in sorted order, the first
+  problem wins). No problem means every key is usable by every broker.
+* `resolve(configs, defaults)` is the broker's reading: every defined key gets a usable value —
+  the topic's when it parses and is in range, else the broker's default — and every value it
+  could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
+  a warning, never a storage error. Keys the table does not define are ignored.
+* Pure: no I/O, no clock; the values are plain frozen records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from jbod_core.messages import INT32_MAX, INT64_MAX
+
+MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
+RETENTION_BYTES: Final = "retention.bytes"
+RETENTION_MS: Final = "retention.ms"
+SEGMENT_BYTES: Final = "segment.bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDefinition:
+    """One topic config: Kafka's name, type and range; the broker setting that provides its default."""
+
+    name: str
+    type: Literal["int", "long"]
+    low: int
+    high: int
+    broker_key: str  # the broker's server.properties key whose value is the default
+    default: int  # that broker key's own default
+    doc: str
+
+
+DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
+    ConfigDefinition(
+        name=MIN_INSYNC_REPLICAS,
+        type="int",
+        low=1,
+        high=INT32_MAX,
+        broker_key="min.insync.replicas",
+        default=1,
+        doc="Produce with acks=-1 is refused (19) while the ISR has fewer members. "
+        "At most the topic's replication factor.",
+    ),
+    ConfigDefinition(
+        name=RETENTION_BYTES,
+        type="long",
+        low=-1,
+        high=INT64_MAX,
+        broker_key="log.retention.bytes",
+        default=-1,
+        doc="Oldest segments of a partition's log are deleted while it is larger; -1: no size limit.",
+    ),
+    ConfigDefinition(
+        name=RETENTION_MS,
+        type="long",
+        low=-1,
+        high=INT64_MAX,
+        broker_key="log.retention.ms",
+        default=7 * 24 * 3600 * 1000,
+        doc="Segments whose newest record is older are deleted; -1: no time limit.",
+    ),
+    ConfigDefinition(
+        name=SEGMENT_BYTES,
+        type="int",
+        low=4096,
+        high=INT32_MAX,
+        broker_key="log.segment.bytes",
+        default=64 * 1024 * 1024,
+        doc="Size at which a partition's active log segment is rolled.",
+    ),
+)
+BY_NAME: Final[Mapping[str, ConfigDefinition]] = {d.name: d for d in DEFINITIONS}
+
+_INTEGER: Final = re.compile(r"-?[0-9]+")
+_MAX_DIGITS: Final = 20  # more digits than any int64; checked before int() sees the text
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """A topic config that cannot be used: which key, which value, why."""
+
+    key: str
+    value: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.key}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedConfigs:
+    """What a broker uses for one topic: a value for every defined key, and what it had to ignore."""
+
+    values: Mapping[str, int]
+    problems: tuple[ConfigProblem, ...]
+
+    def __getitem__(self, key: str) -> int:
+        return self.values[key]
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def parse_value(definition: ConfigDefinition, value: str) -> int | ConfigProblem:
+    """The value as an integer in the definition's range, or the problem with it."""
+    if not _INTEGER.fullmatch(value):
+        return ConfigProblem(definition.name, value, f"{_shown(value)} is not an integer")
+    if len(value.lstrip("-")) > _MAX_DIGITS or not definition.low <= int(value) <= definition.high:
+        return ConfigProblem(
+            definition.name,
+            value,
+            f"{_shown(value)} is out of range [{definition.low}, {definition.high}]",
+        )
+    return int(value)
+
+
+def create_error(configs: Mapping[str, str], *, replication_factor: int) -> ConfigProblem | None:
+    """The first reason (by key) why a topic with these configs must not be created, or None."""
+    for key in sorted(configs):
+        value = configs[key]
+        definition = BY_NAME.get(key)
+        if definition is None:
+            return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(BY_NAME))})")
+        parsed = parse_value(definition, value)
+        if isinstance(parsed, ConfigProblem):
+            return parsed
+        if key == MIN_INSYNC_REPLICAS and parsed > replication_factor:
+            return ConfigProblem(
+                key,
+                value,
+                f"{parsed} is larger than the replication factor {replication_factor} "
+                "(every acks=-1 produce would fail with NOT_ENOUGH_REPLICAS)",
+            )
+    return None
+
+
+def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> ResolvedConfigs:
+    """Every defined key's value for a broker: the topic's if usable, else `defaults[key]`."""
+    values: dict[str, int] = {}
+    problems: list[ConfigProblem] = []
+    for definition in DEFINITIONS:
+        default = defaults.get(definition.name, definition.default)
+        text = configs.get(definition.name)
+        if text is None:
+            values[definition.name] = default
+            continue
+        parsed = parse_value(definition, text)
+        if isinstance(parsed, ConfigProblem):
+            problems.append(parsed)
+            values[definition.name] = default
+        else:
+            values[definition.name] = parsed
+    return ResolvedConfigs(values=values, problems=tuple(problems))

@@ -1,0 +1,138 @@
+"""A topic config the broker cannot use is a warning, never a storage error (issue 12).
+
+The controller rejects bad topic configs at create (errorCode 40), but a metadata log written
+before that check may still hold one. Here such a TopicRecord (every defined key with a value
+that does not parse or is out of range) is written straight into the stopped controller's log,
+as an old log would hold it; the broker hosting the new replica must keep its dir online, serve
+the partition with its own defaults, and log one WARNING per bad key naming topic, key and value.
+Real `jbod-controller` and `jbod-agent` processes on plain directories (no root needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from jbod_client.controller import ControllerClient, read_token
+from jbod_client.local import LocalBroker, LocalController
+from jbod_core.ids import Uuid
+from tests.broker.conftest import UNASSIGNED, wait_for
+
+BAD_CONFIGS = {
+    "min.insync.replicas": "many",
+    "retention.bytes": "-7",
+    "retention.ms": "banana",
+    "segment.bytes": "1",
+}
+TOPIC_ID = str(Uuid(858, 112))
+
+
+def _frame(entry: dict[str, Any]) -> bytes:
+    payload = orjson.dumps(entry)
+    return struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+
+
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    """Everything started is killed at the end, even after a failure."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+def test_a_bad_config_in_an_old_log_leaves_the_dir_online(
+    tmp_path: Path, stack: contextlib.ExitStack
+) -> None:
+    controller = LocalController(data_dir=tmp_path / "controller", cluster_id="it").start()
+    stack.callback(controller.kill)
+    admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
+    stack.callback(admin.close)
+    broker = LocalBroker(
+        node_id=1,
+        work_dir=tmp_path / "b1",
+        log_dirs=[tmp_path / "b1" / "d0", tmp_path / "b1" / "d1"],
+        controller_url=controller.url,
+        cluster_token_file=controller.cluster_token_file,
+        cluster_id=controller.cluster_id,
+    )
+    stack.callback(broker.kill)
+    broker.format()
+    broker.start()
+    wait_for(lambda: [b["fenced"] for b in admin.brokers()] == [False], what="the broker unfenced")
+    assert admin.create_topic("good", partitions=1, replication_factor=1)["errorCode"] == 0
+    wait_for(
+        lambda: admin.describe_topic("good")["partitions"][0]["directories"] != [UNASSIGNED],
+        what="placement of good",
+    )
+    end = admin.cluster()["metadataEndOffset"]
+
+    # The old log: a topic with bad configs, one partition on broker 1 (placement unknown).
+    controller.stop()
+    [segment] = sorted((controller.data_dir / "metadata").glob("*.log"))
+    with segment.open("ab") as handle:
+        handle.write(
+            _frame(
+                {
+                    "offset": end,
+                    "type": "TopicRecord",
+                    "data": {"name": "ok4", "topicId": TOPIC_ID, "configs": BAD_CONFIGS},
+                }
+            )
+        )
+        handle.write(
+            _frame(
+                {
+                    "offset": end + 1,
+                    "type": "PartitionRecord",
+                    "data": {
+                        "topicId": TOPIC_ID,
+                        "partitionId": 0,
+                        "replicas": [1],
+                        "isr": [1],
+                        "leader": 1,
+                        "leaderEpoch": 0,
+                        "partitionEpoch": 0,
+                        "directories": [UNASSIGNED],
+                    },
+                }
+            )
+        )
+    controller.start()
+    assert admin.describe_topic("ok4")["configs"] == BAD_CONFIGS
+
+    # The broker hosts and places the replica, every dir stays online, and it takes writes
+    # (acks=-1: the broker's min.insync.replicas default of 1 applies, not "many").
+    wait_for(
+        lambda: admin.describe_topic("ok4")["partitions"][0]["directories"] != [UNASSIGNED],
+        what="placement of ok4",
+    )
+    headers = {"Authorization": f"Bearer {read_token(controller.cluster_token_file)}"}
+    reply = httpx.post(
+        f"{broker.url}/v1/produce",
+        json={
+            "topic": "ok4",
+            "partition": 0,
+            "acks": -1,
+            "records": [{"key": None, "value": base64.b64encode(b"kept").decode()}],
+        },
+        headers=headers,
+        timeout=30,
+    ).json()
+    assert reply["errorCode"] == 0, reply
+    dirs = httpx.get(f"{broker.url}/v1/log-dirs", headers=headers, timeout=10).json()
+    assert [d["state"] for d in dirs] == ["online", "online"], dirs
+    registration = admin.brokers()[0]
+    assert registration["offlineLogDirs"] == [] and len(registration["logDirs"]) == 2, registration
+    log = broker.log_path.read_text()
+    assert "Took log dir" not in log, log[-3000:]
+    warnings = [line for line in log.splitlines() if "WARNING" in line and "ok4" in line]
+    for key, value in BAD_CONFIGS.items():
+        assert [line for line in warnings if f"{key}={value!r}" in line], (key, warnings)
