@@ -5,7 +5,12 @@ Guarantees:
   token file or a port in use print one line `jbod-controller: error: ...` and exit 2 (usage) or
   1 (environment); never a traceback.
 * The cluster id is stored in `<data-dir>/meta.properties` on first start. A token file that
-  does not exist is created with a fresh random token (mode 0600) and its path is printed.
+  does not exist is created with a fresh random token (mode 0600) and its path is printed (with the
+  `Listening on` line).
+* The listening port is bound before anything is written, so a port in use touches no file. A
+  start that fails after that (unreadable token, unrecoverable log) removes every file and dir
+  it created (data dir, lock, `meta.properties`, token files and their parent dirs) before it
+  exits; a failed start leaves the disk as it found it.
 * Only one controller runs on a data dir at a time (an exclusive lock on `<data-dir>/.lock`).
 * The HTTP server answers `/healthz` while the log is recovered; `/readyz` turns 200 after.
 """
@@ -14,13 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
 import re
 import secrets
+import shutil
 import signal
+import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -103,12 +112,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_or_create_token(path: Path) -> str:
-    """The token in `path`; a missing file gets a fresh token (mode 0600) and its path printed."""
+@dataclass
+class Created:
+    """The files and dirs this start created, so that a failed start can remove them again."""
+
+    paths: list[Path] = field(default_factory=list)
+    tokens: list[Path] = field(default_factory=list)
+
+    def note_missing(self, path: Path) -> None:
+        """Remember the outermost of `path` and its parents that does not exist yet."""
+        top = None
+        for candidate in (path, *path.parents):
+            if candidate.exists() or candidate.is_symlink():
+                break
+            top = candidate
+        if top is not None:
+            self.paths.append(top)
+
+    def remove(self) -> None:
+        """Remove what was created, newest first (a dir with everything in it)."""
+        for path in reversed(self.paths):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        self.paths.clear()
+
+
+def load_or_create_token(path: Path, created: Created | None = None) -> str:
+    """The token in `path`; a missing file gets a fresh token (mode 0600), noted in `created`."""
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         token = secrets.token_urlsafe(32)
+        if created is not None:
+            created.note_missing(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -116,7 +155,10 @@ def load_or_create_token(path: Path) -> str:
             raise UsageError(f"cannot create token file {path}: {exc.strerror}") from exc
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(token + "\n")
-        print(f"Created token file {path}", flush=True)
+        if created is not None:
+            created.tokens.append(path)
+        else:
+            print(f"Created token file {path}", flush=True)
         return token
     except OSError as exc:
         raise UsageError(f"cannot read token file {path}: {exc.strerror}") from exc
@@ -127,10 +169,13 @@ def load_or_create_token(path: Path) -> str:
     return token
 
 
-def claim_data_dir(data_dir: Path, cluster_id: str) -> int:
+def claim_data_dir(data_dir: Path, cluster_id: str, created: Created | None = None) -> int:
     """Create/lock the data dir and check (or store) its cluster id; returns the lock's fd."""
+    created = created if created is not None else Created()
     try:
+        created.note_missing(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        created.note_missing(data_dir / ".lock")
         lock_fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise UsageError(f"cannot use data dir {data_dir}: {exc.strerror}") from exc
@@ -142,6 +187,7 @@ def claim_data_dir(data_dir: Path, cluster_id: str) -> int:
     try:
         stored = meta_properties.read(data_dir)
     except FileNotFoundError:
+        created.note_missing(data_dir / meta_properties.FILE_NAME)
         meta_properties.write(
             data_dir, meta_properties.MetaProperties(cluster_id=cluster_id, node_id=CONTROLLER_NODE_ID)
         )
@@ -153,22 +199,49 @@ def claim_data_dir(data_dir: Path, cluster_id: str) -> int:
     return lock_fd
 
 
-async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int]) -> int:
+def bind_listener(listen: tuple[str, int]) -> socket.socket:
+    """Bind and listen on HOST:PORT before anything is written (a port in use touches no file)."""
+    host, port = listen
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(
+    config: ControllerConfig,
+    tokens: Tokens,
+    listen: tuple[str, int] | socket.socket,
+    *,
+    created_tokens: tuple[Path, ...] = (),
+) -> int:
+    sock = bind_listener(listen) if isinstance(listen, tuple) else listen
+    host = sock.getsockname()[0]
     service = ControllerService(config)
     metrics = ControllerMetrics(lambda: service.image, lambda: service.record_log.committed_offset)
     api = ControllerApi(service, tokens, metrics)
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    runner = api.runner(shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, host=listen[0], port=listen[1], backlog=1024, reuse_address=True)
+    site = web.SockSite(runner, sock)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise UsageError(f"cannot listen on {listen[0]}:{listen[1]}: {exc.strerror}") from exc
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    port = sockets[0].getsockname()[1] if sockets else listen[1]
-    print(f"Listening on http://{listen[0]}:{port}", flush=True)
+        raise UsageError(f"cannot serve on {host}: {exc.strerror}") from exc
+    for path in created_tokens:
+        print(f"Created token file {path}", flush=True)
+    print(f"Listening on http://{host}:{sock.getsockname()[1]}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -177,6 +250,7 @@ async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int
         await service.start()
     except RecoveryError as exc:
         await runner.cleanup()
+        service.record_log.close()
         raise UsageError(str(exc)) from exc
     log.info("Became the active controller of cluster %s", config.cluster_id)
     await stop.wait()
@@ -187,6 +261,35 @@ async def serve(config: ControllerConfig, tokens: Tokens, listen: tuple[str, int
     await runner.cleanup()
     await service.stop()
     return 0
+
+
+def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.socket) -> int:
+    """Claim the data dir and tokens, then serve; a failed start removes what it created."""
+    created = Created()
+    lock_fd: int | None = None
+    try:
+        lock_fd = claim_data_dir(data_dir, args.cluster_id, created)
+        tokens = Tokens(
+            cluster=load_or_create_token(args.cluster_token_file or data_dir / "cluster.token", created),
+            admin=load_or_create_token(args.admin_token_file or data_dir / "admin.token", created),
+        )
+        config = ControllerConfig(
+            data_dir=data_dir,
+            cluster_id=args.cluster_id,
+            session_timeout_s=args.broker_session_timeout_ms / 1000,
+            snapshot_interval_records=args.snapshot_interval_records,
+            log_retention_bytes=args.log_retention_bytes,
+            default_replication_factor=args.default_replication_factor,
+            default_min_insync_replicas=args.default_min_insync_replicas,
+        )
+        created.note_missing(data_dir / "metadata")
+        return run_event_loop(serve(config, tokens, sock, created_tokens=tuple(created.tokens)))
+    except UsageError:
+        created.remove()
+        raise
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,24 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.snapshot_interval_records < 1:
             raise UsageError("--snapshot-interval-records must be at least 1")
         data_dir: Path = args.data_dir
-        lock_fd = claim_data_dir(data_dir, args.cluster_id)
-        tokens = Tokens(
-            cluster=load_or_create_token(args.cluster_token_file or data_dir / "cluster.token"),
-            admin=load_or_create_token(args.admin_token_file or data_dir / "admin.token"),
-        )
-        config = ControllerConfig(
-            data_dir=data_dir,
-            cluster_id=args.cluster_id,
-            session_timeout_s=args.broker_session_timeout_ms / 1000,
-            snapshot_interval_records=args.snapshot_interval_records,
-            log_retention_bytes=args.log_retention_bytes,
-            default_replication_factor=args.default_replication_factor,
-            default_min_insync_replicas=args.default_min_insync_replicas,
-        )
-        try:
-            return run_event_loop(serve(config, tokens, args.listen))
-        finally:
-            os.close(lock_fd)
+        with contextlib.closing(bind_listener(args.listen)) as sock:
+            return _claim_and_serve(args, data_dir, sock)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
