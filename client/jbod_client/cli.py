@@ -5,7 +5,8 @@ Guarantees:
 * Any error — bad flags, unreadable token file, unreachable controller, or a non-zero
   `errorCode` in the reply — prints one line `jbodctl: error: ...` on stderr and exits non-zero
   (2 for usage, 1 otherwise). No traceback for a user mistake. A group run without a subcommand
-  (`jbodctl`, `jbodctl topics`, `jbodctl local`) prints its help and exits 0.
+  (`jbodctl`, `jbodctl topics`, `jbodctl local`) prints its help and exits 0. A missing token or a
+  refused connection adds what to do (`jbod_client.hints`): most often `eval "$(jbodctl local env)"`.
 * Data-plane commands (`produce`, `consume`, `log-dirs`, `move-replica`) find brokers through the
   controller (`GET /v1/topics/{name}`, `GET /v1/brokers`) and talk to them directly; `produce`
   exits 0 only when every record was acknowledged (with the requested acks).
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from jbod_client import tables
+from jbod_client import hints, local_cluster, tables
 from jbod_client.broker import describe_error
 from jbod_client.consumer import ConsumedRecord, Consumer
 from jbod_client.controller import DEFAULT_URL, ClientError, ControllerClient, read_token
@@ -49,7 +50,7 @@ class Settings:
 
     def token(self) -> str:
         if self.token_file is None:
-            raise ClientError("no token: pass --token-file FILE or set JBOD_TOKEN_FILE")
+            raise hints.MissingTokenError("no token: pass --token-file FILE or set JBOD_TOKEN_FILE")
         return read_token(self.token_file)
 
     def client(self) -> ControllerClient:
@@ -486,7 +487,7 @@ def produce(
         raise CommandError(
             f"{len(failed)} of {len(results)} records not produced to {topic}"
             f"{f' ({len(done)} were)' if done else ''}: {first}"
-        )
+        ) from first
     offsets: dict[int, list[int]] = {}
     for r in done:
         offsets.setdefault(r.partition, []).append(r.offset)
@@ -639,12 +640,12 @@ def consume(
 
 async def _log_dirs(
     settings: Settings, broker_ids: Sequence[int]
-) -> tuple[dict[int, list[dict[str, Any]]], list[str]]:
-    """Log dirs of the given brokers (all registered ones if none given) and one error per broker
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, ClientError]]:
+    """Log dirs of the given brokers (all registered ones if none given) and the error of each broker
     that could not be asked. A broker named on the command line that is unknown fails at once."""
     async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
         ids = list(broker_ids) or [int(b["brokerId"]) for b in await metadata.brokers()]
-        errors: list[str] = []
+        errors: dict[int, ClientError] = {}
         clients = {}
         for broker_id in ids:
             try:
@@ -652,12 +653,12 @@ async def _log_dirs(
             except UnknownBrokerError as exc:
                 if broker_ids:
                     raise
-                errors.append(f"broker {broker_id}: {exc}")
+                errors[broker_id] = exc
         replies = await asyncio.gather(*(c.log_dirs() for c in clients.values()), return_exceptions=True)
     found: dict[int, list[dict[str, Any]]] = {}
     for broker_id, reply in zip(clients, replies, strict=True):
         if isinstance(reply, ClientError):
-            errors.append(f"broker {broker_id}: {reply}")
+            errors[broker_id] = reply
         elif isinstance(reply, BaseException):
             raise reply
         else:
@@ -689,7 +690,8 @@ def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], output: str | None
         for broker_id, dirs in found.items():
             console.print(tables.log_dirs_table(broker_id, dirs))
     if errors:
-        raise CommandError("cannot read log dirs of " + "; ".join(errors))
+        reasons = "; ".join(f"broker {broker_id}: {error}" for broker_id, error in errors.items())
+        raise CommandError(f"cannot read log dirs of {reasons}") from next(iter(errors.values()))
 
 
 async def _move(
@@ -793,7 +795,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
         return 1
     except (ClientError, CommandError) as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        hint = hints.for_error(
+            exc,
+            local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or local_cluster.DEFAULT_DIR),
+            cwd=Path.cwd(),
+        )
+        print(f"{PROG}: error: {' '.join(str(exc).split())}{f'; {hint}' if hint else ''}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
