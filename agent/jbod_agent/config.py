@@ -3,7 +3,9 @@
 Guarantees:
 * `parse_config` is pure: properties text plus `--set` overrides in, a frozen `BrokerConfig` out.
 * An unknown key, a value that does not parse, or a value out of range raises `ConfigError`
-  whose message names the key; nothing is half-applied.
+  whose message names the key; nothing is half-applied. A rejected value holding `#` gets a note
+  that inline comments are not allowed (Java properties: `#` starts a comment only at the
+  beginning of a line).
 * Every numeric setting has a documented range (`docs/decisions.md`), checked here.
 """
 
@@ -179,6 +181,10 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "telemetry.dir": ("telemetry_dir", _path),
     "telemetry.interval.ms": ("telemetry_interval_ms", _int(100, _MAX_MS)),
 }
+# Java properties semantics: the rest of a line after `key=` is the value, `#` included.
+INLINE_COMMENT_NOTE: Final = (
+    "inline comments are not allowed: '#' starts a comment only at the beginning of a line"
+)
 REQUIRED: Final = ("node.id", "log.dirs", "metadata.log.dir", "controller.url", "cluster.token.file")
 DEFAULT_LISTENER: Final = "http://127.0.0.1:9092"
 
@@ -204,7 +210,14 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
         if key not in values:
             raise ConfigError(f"{key}: required key is missing")
     values.setdefault("listeners", DEFAULT_LISTENER)
-    fields = {_KEYS[key][0]: _KEYS[key][1](key, value) for key, value in values.items()}
+    fields = {}
+    for key, value in values.items():
+        try:
+            fields[_KEYS[key][0]] = _KEYS[key][1](key, value)
+        except ConfigError as exc:
+            if "#" in value:
+                raise ConfigError(f"{exc} ({INLINE_COMMENT_NOTE})") from None
+            raise
     config = BrokerConfig(**fields)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
