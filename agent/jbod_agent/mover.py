@@ -10,6 +10,10 @@ Guarantees:
   destination dir). The switch runs on the event loop without yielding: the last records are
   copied, the current replica is renamed `-delete`, the future one takes the replica's name, and
   the partition is served from the new log with no acknowledged record lost.
+* The reply says what happened (`outcome`): `started` (a copy began), `in-progress` (a move to
+  that dir was already running), `cancelled` (the request named the replica's current dir while
+  a move was running: the move is cancelled), `already-there` (the replica is in that dir and no
+  move runs: nothing is copied, nothing is reported).
 * A move that is cancelled (a new move of the same replica, a move back to its current dir, the
   topic deleted) or whose destination fails is reverted: the future replica is dropped and, if the
   destination had been reported, the original dir is reported again.
@@ -153,14 +157,15 @@ class Mover:
         if local.directory_id == destination:
             if current is not None and current.active:
                 self.cancel(key, "moved back to its current dir")
-            return {"errorCode": 0}
+                return {"errorCode": 0, "outcome": "cancelled"}
+            return {"errorCode": 0, "outcome": "already-there"}
         if state.health is DirHealth.FULL:
             return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is full")
         if current is not None and current.active:
             if current.destination == destination:
                 if request.max_bytes_per_second is not None:
                     current.rate = request.max_bytes_per_second
-                return {"errorCode": 0}
+                return {"errorCode": 0, "outcome": "in-progress"}
             self.cancel(key, f"replaced by a move to {destination}")
         rate = request.max_bytes_per_second or agent.config.replica_move_max_bytes_per_second
         name = replicas.replica_dir_name(local.topic, key[1])
@@ -181,7 +186,7 @@ class Mover:
             destination,
             "unthrottled" if rate <= 0 else f"{rate} B/s",
         )
-        return {"errorCode": 0}
+        return {"errorCode": 0, "outcome": "started"}
 
     def destination_of(self, key: PartitionKey) -> Uuid | None:
         move = self.moves.get(key)

@@ -719,7 +719,11 @@ def move_replica(
     max_bytes_per_second: int | None,
     output: str | None,
 ) -> None:
-    """Move a broker's replica of a partition to another of its log dirs (runs in the background)."""
+    """Move a broker's replica of a partition to another of its log dirs (runs in the background).
+
+    A replica already in the --to dir is not moved: one line says so and the exit status is 0
+    (the requested placement holds); --to the current dir while a move runs cancels that move.
+    """
     settings = _settings(ctx, output)
     try:
         Uuid.parse(directory_id)
@@ -732,12 +736,17 @@ def move_replica(
             f"cannot move {topic}-{partition} on broker {broker_id} to {directory_id}: "
             f"{describe_error(code, reply.get('errorMessage'))}"
         )
-    _emit(
-        settings,
-        reply,
-        f"Moving {topic}-{partition} on broker {broker_id} to dir {directory_id}; "
-        f"follow it with: jbodctl log-dirs --broker {broker_id}",
-    )
+    replica = f"{topic}-{partition} on broker {broker_id}"
+    outcome = reply.get("outcome")
+    if outcome == "already-there":
+        message = f"Nothing to move: {replica} is already in dir {directory_id}"
+    elif outcome == "cancelled":
+        message = f"Cancelled the move of {replica}: it stays in dir {directory_id}"
+    else:
+        message = (
+            f"Moving {replica} to dir {directory_id}; follow it with: jbodctl log-dirs --broker {broker_id}"
+        )
+    _emit(settings, reply, message)
 
 
 # -- local -------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def _assigned(cluster: Cluster) -> str:
 def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Cluster) -> None:
     source, other, values = _setup(cluster)
     reply = _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": other})
-    assert reply.json() == {"errorCode": 0}
+    assert reply.json() == {"errorCode": 0, "outcome": "started"}
     # Writes continue during the move.
     extra = [os.urandom(1000) for _ in range(300)]
     assert produce(cluster, 1, "t", 0, extra)["errorCode"] == 0
@@ -77,9 +77,11 @@ def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Clust
 def test_move_back_to_the_current_dir_cancels_and_keeps_the_placement(cluster: Cluster) -> None:
     source, other, values = _setup(cluster)
     slow = {"topic": "t", "partition": 0, "directoryId": other, "maxBytesPerSecond": 100_000}
-    assert _move(cluster, 1, slow).json() == {"errorCode": 0}
+    assert _move(cluster, 1, slow).json() == {"errorCode": 0, "outcome": "started"}
     wait_for(lambda: _where(cluster)[other] == [True], what="a future replica in the destination")
-    assert _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": source}).json() == {"errorCode": 0}
+    assert _move(cluster, 1, slow).json() == {"errorCode": 0, "outcome": "in-progress"}
+    back = {"topic": "t", "partition": 0, "directoryId": source}
+    assert _move(cluster, 1, back).json() == {"errorCode": 0, "outcome": "cancelled"}
     wait_for(lambda: _where(cluster) == {source: [False], other: []}, what="the future replica dropped")
     other_path = next(d["path"] for d in cluster.log_dirs(1) if d["directoryId"] == other)
     wait_for(
@@ -87,12 +89,15 @@ def test_move_back_to_the_current_dir_cancels_and_keeps_the_placement(cluster: C
     )
     assert _assigned(cluster) == source
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == values
+    # Once nothing moves, a move to the current dir is a no-op that starts no copy.
+    assert _move(cluster, 1, back).json() == {"errorCode": 0, "outcome": "already-there"}
+    assert _where(cluster) == {source: [False], other: []}
 
 
 def test_destination_failure_reverts_the_move(cluster: Cluster) -> None:
     source, other, values = _setup(cluster)
     slow = {"topic": "t", "partition": 0, "directoryId": other, "maxBytesPerSecond": 100_000}
-    assert _move(cluster, 1, slow).json() == {"errorCode": 0}
+    assert _move(cluster, 1, slow).json() == {"errorCode": 0, "outcome": "started"}
     wait_for(lambda: _where(cluster)[other] == [True], what="a future replica in the destination")
     index = next(i for i in (0, 1) if str(cluster.mounts[(1, i)].path) in _paths(cluster, other))
     cluster.mounts[(1, index)].shutdown()

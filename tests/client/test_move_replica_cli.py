@@ -1,0 +1,118 @@
+"""`jbodctl move-replica` to the dir the replica is already in: nothing is copied, one line says
+there is nothing to move, exit status 0 (the requested placement holds). The broker's
+`POST /v1/log-dirs/move` answers `outcome: already-there` and starts no future replica.
+Real `jbod-controller`, `jbod-agent` and `jbodctl` processes on plain directories."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from jbod_client.controller import ControllerClient, read_token
+from jbod_client.local import LocalBroker, LocalController
+from tests.broker.conftest import UNASSIGNED, wait_for
+
+JBODCTL = str(Path(sys.executable).parent / "jbodctl")
+
+
+@dataclass
+class Cluster:
+    controller: LocalController
+    broker: LocalBroker
+    admin: ControllerClient
+
+    def jbodctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "JBOD_CONTROLLER_URL": self.controller.url,
+            "JBOD_TOKEN_FILE": str(self.controller.admin_token_file),
+            "COLUMNS": "200",
+        }
+        return subprocess.run([JBODCTL, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    def log_dirs(self) -> list[dict[str, Any]]:
+        token = read_token(self.controller.cluster_token_file)
+        reply = httpx.get(
+            f"{self.broker.url}/v1/log-dirs", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert reply.status_code == 200, reply.text
+        dirs: list[dict[str, Any]] = reply.json()
+        return dirs
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with contextlib.ExitStack() as stack:
+        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="it").start()
+        stack.callback(controller.kill)
+        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
+        stack.callback(admin.close)
+        broker = LocalBroker(
+            node_id=1,
+            work_dir=tmp_path / "b1",
+            log_dirs=[tmp_path / "b1" / "d0", tmp_path / "b1" / "d1"],
+            controller_url=controller.url,
+            cluster_token_file=controller.cluster_token_file,
+            cluster_id=controller.cluster_id,
+            settings={"admin.token.file": str(controller.admin_token_file)},
+        )
+        stack.callback(broker.kill)
+        broker.format()
+        broker.start()
+        wait_for(lambda: [b["fenced"] for b in admin.brokers()] == [False], what="the broker unfenced")
+        assert admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
+        wait_for(
+            lambda: admin.describe_topic("t")["partitions"][0]["directories"] != [UNASSIGNED],
+            what="placement of t",
+        )
+        yield Cluster(controller, broker, admin)
+
+
+def _replicas(dirs: list[dict[str, Any]]) -> dict[str, list[tuple[str, int, bool]]]:
+    return {
+        d["directoryId"]: [(r["topic"], r["partition"], r["future"]) for r in d["replicas"]]
+        for d in dirs
+        if d["replicas"]
+    }
+
+
+def test_move_to_the_current_dir_says_there_is_nothing_to_move(cluster: Cluster) -> None:
+    [current] = cluster.admin.describe_topic("t")["partitions"][0]["directories"]
+    before = cluster.log_dirs()
+
+    moved = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", current)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stderr == ""
+    assert moved.stdout.strip().splitlines() == [
+        f"Nothing to move: t-0 on broker 1 is already in dir {current}"
+    ], moved.stdout
+
+    as_json = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", current, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == {"errorCode": 0, "outcome": "already-there"}
+
+    # No copy was started: no future replica anywhere, the placement is unchanged.
+    assert _replicas(cluster.log_dirs()) == _replicas(before) == {current: [("t", 0, False)]}
+    assert cluster.admin.describe_topic("t")["partitions"][0]["directories"] == [current]
+
+
+def test_move_to_the_other_dir_still_moves(cluster: Cluster) -> None:
+    [current] = cluster.admin.describe_topic("t")["partitions"][0]["directories"]
+    other = next(str(d["directoryId"]) for d in cluster.log_dirs() if d["directoryId"] != current)
+    moved = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", other)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.startswith(f"Moving t-0 on broker 1 to dir {other}"), moved.stdout
+    wait_for(
+        lambda: cluster.admin.describe_topic("t")["partitions"][0]["directories"] == [other],
+        what="the move confirmed",
+    )
