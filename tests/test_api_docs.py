@@ -1,0 +1,76 @@
+"""docs/api.md stays in step with the code: every route the controller's and the broker's aiohttp
+apps register, every error code (with its number) and every topic config (with its range and
+default) is listed; and the docs link to it instead of a contract file outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import web
+
+from jbod_agent.http_api import AgentApi
+from jbod_controller.http_api import ControllerApi
+from jbod_core.errors import ErrorCode
+from jbod_core.fetch_session import SessionError
+from jbod_core.topic_configs import DEFINITIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+
+
+def _routes(app: web.Application) -> set[tuple[str, str]]:
+    return {
+        (r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD" and r.resource
+    }
+
+
+def controller_routes() -> set[tuple[str, str]]:
+    # The app's routing table only; no service runs (the handlers are never called).
+    api = object.__new__(ControllerApi)
+    api.metrics = SimpleNamespace(request_seconds=SimpleNamespace(labels=lambda **_: None))  # type: ignore[assignment]
+    return _routes(api.app())
+
+
+def broker_routes() -> set[tuple[str, str]]:
+    api = object.__new__(AgentApi)
+    api.config = SimpleNamespace(socket_request_max_bytes=1024**2, message_max_bytes=1024**2)  # type: ignore[assignment]
+    return _routes(api.app())
+
+
+@pytest.mark.parametrize("routes", [controller_routes, broker_routes], ids=["controller", "broker"])
+def test_every_route_is_documented(routes: object) -> None:
+    found = routes()  # type: ignore[operator]
+    assert found
+    for method, path in sorted(found):
+        assert re.search(rf"`{method} {re.escape(path)}[`?]", API), f"{method} {path} is not in docs/api.md"
+
+
+def _error_rows() -> dict[int, str]:
+    section = API.split("## Error codes", 1)[1].split("\n## ", 1)[0]
+    return {int(code): name for code, name in re.findall(r"^\| (\d+) \| ([A-Z_]+) \|", section, re.MULTILINE)}
+
+
+def test_the_error_table_matches_the_error_codes() -> None:
+    expected = {int(c): c.name for c in ErrorCode} | {int(c): c.name for c in SessionError}
+    assert _error_rows() == expected
+
+
+def test_the_topic_config_table_matches_the_definitions() -> None:
+    section = API.split("## Topic configs", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z.]+)` \| (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.MULTILINE)
+    assert [r[0] for r in rows] == [d.name for d in DEFINITIONS]
+    for (_name, kind, bounds, default, doc), definition in zip(rows, DEFINITIONS, strict=True):
+        assert kind == definition.type
+        assert bounds.startswith(f"{definition.low} to {definition.high}")
+        assert f"broker `{definition.broker_key}` ({definition.default}" in default
+        assert doc.strip() == definition.doc.split(". ")[0].rstrip(".")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md", "docs/decisions.md"])
+def test_docs_link_to_the_api_reference_not_outside_the_repository(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert "shared/spec/protocol.md" not in text
+    assert "api.md" in text
