@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 
 from jbod_client import hints, local_cluster, tables
 from jbod_client.broker import describe_error
@@ -65,6 +64,15 @@ def output_option(command: Any) -> Any:
     return click.option("--output", "-o", type=OUTPUTS, default=None, help="table or json")(command)
 
 
+def wide_option(command: Any) -> Any:
+    return click.option(
+        "--wide",
+        is_flag=True,
+        help="show ids, paths and errors whole, even past the terminal's width (by default ids are "
+        f"their first {tables.SHORT_ID_LENGTH}+ characters, unique in the table, like git's short hashes)",
+    )(command)
+
+
 def _settings(ctx: click.Context, output: str | None) -> Settings:
     settings: Settings = ctx.find_object(Settings)  # type: ignore[assignment]
     if output is not None:
@@ -72,11 +80,11 @@ def _settings(ctx: click.Context, output: str | None) -> Settings:
     return settings
 
 
-def _emit(settings: Settings, data: Any, render: Any) -> None:
+def _emit(settings: Settings, data: Any, render: Any, *, wide: bool = False) -> None:
     if settings.output == "json":
         click.echo(json.dumps(data, indent=2))
     else:
-        Console().print(render)
+        tables.console(wide=wide).print(render)
 
 
 def _check(reply: dict[str, Any], what: str) -> None:
@@ -181,25 +189,27 @@ def topics_create(
 
 @topics_group.command("describe")
 @click.argument("name")
+@wide_option
 @output_option
 @click.pass_context
-def topics_describe(ctx: click.Context, name: str, output: str | None) -> None:
+def topics_describe(ctx: click.Context, name: str, wide: bool, output: str | None) -> None:
     """Show a topic's partitions: leader, ISR, directories, offline replicas."""
     settings = _settings(ctx, output)
     with settings.client() as client:
         topic = client.describe_topic(name)
-    _emit(settings, topic, tables.partitions_table(topic))
+    _emit(settings, topic, tables.partitions_table(topic, wide=wide), wide=wide)
 
 
 @topics_group.command("list")
+@wide_option
 @output_option
 @click.pass_context
-def topics_list(ctx: click.Context, output: str | None) -> None:
+def topics_list(ctx: click.Context, wide: bool, output: str | None) -> None:
     """List every topic."""
     settings = _settings(ctx, output)
     with settings.client() as client:
         topics = client.list_topics()
-    _emit(settings, topics, tables.topics_table(topics))
+    _emit(settings, topics, tables.topics_table(topics, wide=wide), wide=wide)
 
 
 @topics_group.command("delete")
@@ -219,28 +229,31 @@ def topics_delete(ctx: click.Context, name: str, output: str | None) -> None:
 
 
 @app.group("brokers", invoke_without_command=True)
+@wide_option
 @output_option
 @click.pass_context
-def brokers_group(ctx: click.Context, output: str | None) -> None:
-    """List registered brokers with their online and offline dirs (or a subcommand)."""
+def brokers_group(ctx: click.Context, wide: bool, output: str | None) -> None:
+    """List registered brokers with their online and offline dirs (or a subcommand); --wide adds
+    their listeners."""
     if ctx.invoked_subcommand is not None:
         return
     settings = _settings(ctx, output)
     with settings.client() as client:
         brokers = client.brokers()
-    _emit(settings, brokers, tables.brokers_table(brokers))
+    _emit(settings, brokers, tables.brokers_table(brokers, wide=wide), wide=wide)
 
 
 @brokers_group.command("describe")
 @click.argument("broker_id", type=int)
+@wide_option
 @output_option
 @click.pass_context
-def brokers_describe(ctx: click.Context, broker_id: int, output: str | None) -> None:
-    """Show one broker."""
+def brokers_describe(ctx: click.Context, broker_id: int, wide: bool, output: str | None) -> None:
+    """Show one broker; --wide adds its listeners."""
     settings = _settings(ctx, output)
     with settings.client() as client:
         broker = client.broker(broker_id)
-    _emit(settings, broker, tables.brokers_table([broker]))
+    _emit(settings, broker, tables.brokers_table([broker], wide=wide), wide=wide)
 
 
 @brokers_group.command("unregister")
@@ -675,10 +688,12 @@ async def _log_dirs(
     multiple=True,
     help="broker id, repeatable (default: all registered)",
 )
+@wide_option
 @output_option
 @click.pass_context
-def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], output: str | None) -> None:
-    """Show each broker's log dirs: state, space, replicas and moves in progress."""
+def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], wide: bool, output: str | None) -> None:
+    """Show each broker's log dirs: state, space, replicas and moves in progress; paths relative to
+    the directory holding them (named in the title), errors under the table."""
     settings = _settings(ctx, output)
     found, errors = _run(_log_dirs(settings, list(dict.fromkeys(broker_ids))))
     if settings.output == "json":
@@ -686,9 +701,9 @@ def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], output: str | None
     elif not found and not errors:
         click.echo("No brokers registered")
     else:
-        console = Console()
+        console = tables.console(wide=wide)
         for broker_id, dirs in found.items():
-            console.print(tables.log_dirs_table(broker_id, dirs))
+            console.print(tables.log_dirs_table(broker_id, dirs, wide=wide, cwd=os.getcwd()))
     if errors:
         reasons = "; ".join(f"broker {broker_id}: {error}" for broker_id, error in errors.items())
         raise CommandError(f"cannot read log dirs of {reasons}") from next(iter(errors.values()))

@@ -98,9 +98,11 @@ def test_topic_lifecycle_in_json(cluster: ControllerProcess) -> None:
 def test_tables_show_brokers_and_dirs(cluster: ControllerProcess) -> None:
     shown = run(cluster, "brokers")
     assert shown.returncode == 0, shown.stderr
+    wide = run(cluster, "brokers", "--wide")
     for dirs in DIRS.values():
         for d in dirs:
-            assert d in shown.stdout
+            assert d[:8] in shown.stdout and d not in shown.stdout  # short ids, unique in the table
+            assert d in wide.stdout
     info = json.loads(run(cluster, "-o", "json", "cluster").stdout)
     assert info["brokers"] == 2 and info["fencedBrokers"] == 0
     one = json.loads(run(cluster, "brokers", "describe", "2", "-o", "json").stdout)
