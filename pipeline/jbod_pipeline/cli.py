@@ -184,6 +184,7 @@ def generate_command(
         topics=min(topics, partitions),
         skewed_dirs=max(1, brokers * dirs // 10),
         offline_dirs=max(1, brokers * dirs // 50),
+        recovered_dirs=brokers * dirs // 100,
     )
     made = synthetic.generate(
         spec, seed=seed, metadata=out / "metadata.jsonl", telemetry=out / "telemetry.jsonl"

@@ -2,10 +2,10 @@
 
 `generate(spec, rng)` streams a consistent metadata log (the records a controller would write:
 registrations and unfencing, topics with `min.insync.replicas`, partitions striped over brokers,
-then incidents — dirs going offline, a fenced broker, an unregistered broker, leader moves, a
-reassignment, a deleted topic — each with the ISR and leader changes of protocol §3.6), and the
-telemetry samples of every dir (older samples first, then the current one; skewed disks; dirs
-past 95 % reported `full`). Placements include UNASSIGNED and LOST dirs.
+then incidents — dirs going offline (some coming back later, and some of those failing again), a
+fenced broker, an unregistered broker, leader moves, a reassignment, a deleted topic — each with
+the ISR and leader changes of protocol §3.6), and the telemetry samples of every dir (older
+samples first, then the current one; skewed disks; dirs past 95 % reported `full`). Placements include UNASSIGNED and LOST dirs.
 
 Guarantees: the same spec and seed give the same files; the log replays cleanly in
 `jbod_core.image.ClusterImage` (the tests' reference); generation streams the partitions, keeping
@@ -35,6 +35,8 @@ class ClusterSpec:
     replication_factor: int = 3
     topics: int = 5
     offline_dirs: int = 2
+    recovered_dirs: int = 1  # of the offline dirs, how many come back online later in the log
+    refailed_dirs: int = 0  # of the recovered dirs, how many then go offline a second time
     fenced_brokers: int = 1
     unregistered_brokers: int = 0
     leader_moves: int = 10
@@ -266,8 +268,9 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
             made += count
             topic_index += 1
             result.partitions += count
+
         # Incidents, each with its partition changes (§3.6).
-        for b, d in sorted(offline):
+        def dir_offline(b: int, d: str) -> None:
             brokers.online[b] = [x for x in brokers.online[b] if x != d]
             brokers.offline[b] = sorted([*brokers.offline[b], d])
             w.write(
@@ -279,12 +282,34 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
                     "offlineLogDirs": brokers.offline[b],
                 },
             )
-            result.offline_dirs.append((b, d))
             for p in touched:
                 if p.topic_id in deleted_topics:
                     continue
                 if b in p.replicas and p.directories[p.replicas.index(b)] == d:
                     _change(w, p, brokers, remove=b)
+
+        for b, d in sorted(offline):
+            dir_offline(b, d)
+        # Some offline dirs come back (the agent found the disk healthy again), and of those some
+        # fail a second time: the timeline must report both failures and the return in between.
+        recovered = sorted(offline)[: spec.recovered_dirs]
+        for b, d in recovered:
+            brokers.online[b] = sorted([*brokers.online[b], d])
+            brokers.offline[b] = [x for x in brokers.offline[b] if x != d]
+            w.write(
+                "BrokerRegistrationChangeRecord",
+                {
+                    "brokerId": b,
+                    "brokerEpoch": brokers.epoch[b],
+                    "logDirs": sorted(brokers.online[b]),
+                    "offlineLogDirs": brokers.offline[b],
+                },
+            )
+            offline.discard((b, d))
+        for b, d in recovered[: spec.refailed_dirs]:
+            dir_offline(b, d)
+            offline.add((b, d))
+        result.offline_dirs.extend(sorted(offline))
         for b in sorted(fenced | unregistered):
             brokers.fenced[b] = True
             for p in touched:

@@ -4,8 +4,9 @@ The log has no clock, so durations are in records: "back online at offset N (K r
 
 Guarantees (pure DataFrame → DataFrame, no actions):
 * `dir-offline`: a dir enters a broker's offline list (a BrokerRegistrationChangeRecord, or a
-  registration carrying offline dirs); `detail` says when it is next in the broker's online list,
-  or that it is still offline.
+  registration carrying offline dirs), whether or not the dir was online before; every failure of
+  a dir that fails twice is a row; `detail` says when it is next in the broker's online list
+  after that failure, or that it is still offline.
 * `broker-fenced` / `broker-unfenced`: the broker's fenced state flips (a registration of a new
   incarnation starts fenced: that is `broker-fenced` only if it was unfenced before). `detail`
   says how long it stayed fenced.
@@ -100,11 +101,21 @@ def _broker_events(records: DataFrame) -> DataFrame:
         F.explode(F.array_except("offState", "prevOff")).alias("directoryId"),
     )
     back = states.select(
-        "brokerId", F.col("offset").alias("backAt"), F.explode("onState").alias("directoryId")
+        F.col("brokerId").alias("backBroker"),
+        F.explode("onState").alias("backDir"),
+        F.col("offset").alias("backAt"),
     )
+    # "Online again" is the first online listing *after* the failure: the `backAt > offset`
+    # condition belongs to the outer join itself. Filtered after the join, it would drop the
+    # listings before the failure (the registration, for one) together with the incident.
     returned = (
-        went_offline.join(back, ["brokerId", "directoryId"], "left")
-        .where(F.col("backAt").isNull() | (F.col("backAt") > F.col("offset")))
+        went_offline.join(
+            back,
+            (F.col("brokerId") == F.col("backBroker"))
+            & (F.col("directoryId") == F.col("backDir"))
+            & (F.col("backAt") > F.col("offset")),
+            "left",
+        )
         .groupBy("brokerId", "directoryId", "offset")
         .agg(F.min("backAt").alias("backAt"))
     )

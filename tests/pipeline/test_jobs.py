@@ -122,6 +122,26 @@ def test_blast_radius_matches_the_reference(
     assert keys == sorted(keys)
 
 
+def test_timeline_matches_the_reference(spark: SparkSession, generated: tuple[str, Path, Path]) -> None:
+    from jbod_pipeline import inputs, timeline
+
+    name, metadata, _telemetry = generated
+    expected = reference.timeline(metadata)
+    got = [
+        (r["offset"], r["type"], r["brokerId"], r["directoryId"], r["topic"], r["partition"], r["detail"])
+        for r in timeline.timeline(inputs.read_metadata(spark, str(metadata)).records).collect()
+    ]
+    assert got == expected
+    # The generated logs hold dirs that were online (registered) before failing: one that stays
+    # offline, one that comes back and, in "skewed", one that fails a second time.
+    offline = [r for r in expected if r[1] == "dir-offline"]
+    assert any(r[6] == "still offline" for r in offline)
+    assert any(r[6].startswith("online again at offset") for r in offline)
+    if name == "skewed":
+        assert len({(r[2], r[3]) for r in offline}) < len(offline), "a dir fails twice"
+    assert {r[1] for r in expected} == {"dir-offline", "broker-fenced", "broker-unfenced", "leader-change"}
+
+
 def _apply(
     state: dict[tuple[int, str], dict[str, Any]], moves: list[dict[str, Any]]
 ) -> dict[tuple[int, str], int]:
