@@ -9,14 +9,23 @@ Guarantees:
   failure is logged and answered 500 only for a server bug, never for a request's content.
 * Protocol outcomes are HTTP 200 with `errorCode` (and `errorMessage` when not 0).
 * Reads (`GET`) are answered from the image without waiting for the writer.
+* Bounded work per request (docs/operations.md, "Limits"): every endpoint has a body limit derived
+  from the largest valid request (`BODY_LIMITS`); a larger body is refused with HTTP 413 and
+  errorCode 42 from its Content-Length, before it is read, or as soon as the bytes read pass the
+  limit, and never parsed. Bodies over `PARSE_INLINE_BYTES` are parsed on one worker thread, so a
+  large bad body cannot stall heartbeats on the event loop.
+* Connections obey `CONNECTION_LIMITS` (`jbod_client.serving.LimitedAppRunner`): idle and read
+  timeouts, and parser refusals answered 400/42 without echoing or logging the request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,11 +34,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
+from jbod_client import serving
 from jbod_controller import views
 from jbod_controller.metrics import ControllerMetrics
+from jbod_controller.record_log import log_divergence, page_checksum
 from jbod_controller.service import ControllerService
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
+    MAX_PARTITIONS_PER_REQUEST,
     AlterPartitionRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
@@ -44,7 +56,26 @@ log = logging.getLogger("jbod_controller.http")
 M = TypeVar("M", bound=Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
+# Body limits per endpoint, from the largest request the contract allows plus room for
+# whitespace: broker calls listing partitions name at most 10,000 of them (§2), and one
+# partition entry is ~100 bytes of compact JSON in the worst layout (its own directory and topic
+# entry) — 256 bytes leave room for pretty-printed JSON; an alter-partition entry also carries
+# its new ISR. Registrations and heartbeats list a broker's directories only (1 MiB is ~40,000).
+BROKER_BODY_BYTES = 1024 * 1024
+PARTITION_BODY_BYTES = MAX_PARTITIONS_PER_REQUEST * 256 + 64 * 1024
+BODY_LIMITS: dict[str, int] = {
+    "register": BROKER_BODY_BYTES,
+    "heartbeat": BROKER_BODY_BYTES,
+    "assignments": PARTITION_BODY_BYTES,
+    "alter-partition": 2 * PARTITION_BODY_BYTES,
+    "create-topic": PARTITION_BODY_BYTES,
+}
+MAX_BODY_BYTES = max(BODY_LIMITS.values())
+# Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones on
+# the parse thread.
+PARSE_INLINE_BYTES = 64 * 1024
+# Kafka's connections.max.idle.ms default (600000); a request's headers and body within 30 s.
+CONNECTION_LIMITS = serving.ConnectionLimits(idle_timeout_s=600.0, read_timeout_s=30.0)
 MAX_WAIT_MS = 60_000
 MAX_RECORDS = 100_000
 DEFAULT_MAX_RECORDS = 10_000
@@ -86,10 +117,26 @@ def _token_matches(presented: str, expected: str) -> bool:
 
 
 class ControllerApi:
-    def __init__(self, service: ControllerService, tokens: Tokens, metrics: ControllerMetrics) -> None:
+    def __init__(
+        self,
+        service: ControllerService,
+        tokens: Tokens,
+        metrics: ControllerMetrics,
+        *,
+        limits: serving.ConnectionLimits = CONNECTION_LIMITS,
+    ) -> None:
         self.service = service
         self.tokens = tokens
         self.metrics = metrics
+        self.limits = limits
+        # One thread: large bodies are parsed one after another, never several at once.
+        self._parse_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse")
+
+    def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
+        """The app under this API's connection limits, ready for `web.TCPSite`."""
+        return serving.LimitedAppRunner(
+            self.app(), limits=self.limits, logger=log, shutdown_timeout=shutdown_timeout
+        )
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -115,11 +162,18 @@ class ControllerApi:
                 503, ErrorCode.NOT_CONTROLLER, "The controller is not active yet (recovering its log)"
             )
 
-    @staticmethod
-    async def _parse(request: web.Request, model: type[M]) -> M:
-        body = await request.read()
+    async def _body(self, request: web.Request, api: str) -> bytes:
+        return await serving.read_body(request, limit=BODY_LIMITS[api], timeout_s=self.limits.read_timeout_s)
+
+    async def _parse(self, request: web.Request, api: str, model: type[M]) -> M:
+        return await self._validate(await self._body(request, api), model)
+
+    async def _validate(self, body: bytes, model: type[M]) -> M:
         try:
-            return model.model_validate_json(body)
+            if len(body) <= PARSE_INLINE_BYTES:
+                return model.model_validate_json(body)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._parse_thread, model.model_validate_json, body)
         except ValidationError as exc:
             raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
 
@@ -144,6 +198,12 @@ class ControllerApi:
             return await handler(request)
         except ApiError as exc:
             return json_response(error_body(exc.code, exc.message), status=exc.status)
+        except serving.BodyTooLargeError as exc:
+            return json_response(error_body(ErrorCode.INVALID_REQUEST, str(exc)), status=413)
+        except serving.BodyTimeoutError as exc:
+            response = json_response(error_body(ErrorCode.INVALID_REQUEST, str(exc)), status=408)
+            response.force_close()
+            return response
         except web.HTTPRequestEntityTooLarge:
             return json_response(
                 error_body(ErrorCode.INVALID_REQUEST, f"Request body is larger than {MAX_BODY_BYTES} bytes"),
@@ -203,19 +263,19 @@ class ControllerApi:
     # -- broker calls -------------------------------------------------------------------------
 
     async def register(self, request: web.Request) -> web.Response:
-        parsed = await self._parse(request, RegisterBrokerRequest)
+        parsed = await self._parse(request, "register", RegisterBrokerRequest)
         return reply_response(await self.service.register_broker(parsed))
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        parsed = await self._parse(request, BrokerHeartbeatRequest)
+        parsed = await self._parse(request, "heartbeat", BrokerHeartbeatRequest)
         return reply_response(await self.service.broker_heartbeat(parsed))
 
     async def assignments(self, request: web.Request) -> web.Response:
-        parsed = await self._parse(request, AssignReplicasToDirsRequest)
+        parsed = await self._parse(request, "assignments", AssignReplicasToDirsRequest)
         return reply_response(await self.service.assign_replicas_to_dirs(parsed))
 
     async def alter_partition(self, request: web.Request) -> web.Response:
-        parsed = await self._parse(request, AlterPartitionRequest)
+        parsed = await self._parse(request, "alter-partition", AlterPartitionRequest)
         return reply_response(await self.service.alter_partition(parsed))
 
     @staticmethod
@@ -239,15 +299,17 @@ class ControllerApi:
         from_offset = self._query_int(request, "fromOffset", 0, 0, 2**63 - 1)
         max_wait_ms = self._query_int(request, "maxWaitMs", 0, 0, MAX_WAIT_MS)
         max_records = self._query_int(request, "maxRecords", DEFAULT_MAX_RECORDS, 1, MAX_RECORDS)
+        last_checksum = self._query_int(request, "lastChecksum", -1, 0, 2**32 - 1)
         writer = self.service.writer
         assert writer is not None
         record_log = self.service.record_log
         end = record_log.committed_offset
-        if from_offset > end:
+        diverged = log_divergence(record_log, from_offset, last_checksum)
+        if diverged is not None:
             return json_response(
                 {
                     "errorCode": int(ErrorCode.OFFSET_OUT_OF_RANGE),
-                    "errorMessage": f"fromOffset {from_offset} is past the end offset {end}",
+                    "errorMessage": diverged,
                     "records": [],
                     "endOffset": end,
                     "snapshot": False,
@@ -266,13 +328,16 @@ class ControllerApi:
         if not parts and from_offset == end and max_wait_ms > 0:
             await writer.wait_for_commit(from_offset, max_wait_ms / 1000)
             end = record_log.committed_offset
-        parts.extend(record_log.read(from_offset, max_records))
+        served = record_log.read(from_offset, max_records)
+        parts.extend(served)
         end = record_log.committed_offset
+        checksum = page_checksum(record_log, served, from_offset if snapshot else None)
         body = b"".join(
             [
                 b'{"errorCode":0,"records":[',
                 b",".join(parts),
-                b'],"endOffset":%d,"snapshot":%s}' % (end, b"true" if snapshot else b"false"),
+                b'],"endOffset":%d,"snapshot":%s' % (end, b"true" if snapshot else b"false"),
+                b"}" if checksum is None else b',"lastChecksum":%d}' % checksum,
             ]
         )
         return web.Response(body=body, content_type="application/json")
@@ -280,17 +345,14 @@ class ControllerApi:
     # -- admin calls --------------------------------------------------------------------------
 
     async def create_topic(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        body = await self._body(request, "create-topic")
         try:
             raw = orjson.loads(body)
         except orjson.JSONDecodeError:
             raw = None  # the model reports the malformed body
         if isinstance(raw, dict):
             body = orjson.dumps(self._with_topic_defaults(raw))
-        try:
-            parsed = CreateTopicRequest.model_validate_json(body)
-        except ValidationError as exc:
-            raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
+        parsed = await self._validate(body, CreateTopicRequest)
         if parsed.replication_factor is None and parsed.replica_assignment is None:
             raise ApiError(
                 400,

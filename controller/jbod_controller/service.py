@@ -6,7 +6,9 @@ Guarantees:
   only after that. Every registered unfenced broker then gets a fresh session (sessions are soft
   state and never logged).
 * Every command goes through the one writer; sessions are only touched inside writer commands.
-* Expired sessions are fenced by a periodic writer command; snapshots are cut after every
+* Expired sessions are fenced by a periodic writer command, on session time (`StallClock`): time
+  the event loop spent stalled, measured by a watcher task, does not count against sessions;
+  snapshots are cut after every
   `snapshot_interval_records` records from a cheap copy of the image, written off the event loop.
 """
 
@@ -43,9 +45,13 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     UnregisterBrokerReply,
 )
-from jbod_core.sessions import Session
+from jbod_core.sessions import Session, StallClock
 
 log = logging.getLogger("jbod_controller")
+
+# The stall watcher's period and the lateness it tolerates before calling it a stall.
+STALL_TICK_S = 0.1
+STALL_TOLERANCE_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class ControllerService:
         self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
         self.image = ClusterImage()
         self.sessions: dict[int, Session] = {}
+        self.stall_clock = StallClock(STALL_TICK_S, STALL_TOLERANCE_S, last_tick=clock())
         self.writer: Writer | None = None
         self.ready = False
         self.recovery_seconds = 0.0
@@ -144,7 +151,9 @@ class ControllerService:
             self.recovery_seconds,
             self.image.end_offset,
         )
-        now = self.clock()
+        self.stall_clock.tick(self.clock())
+        self._tasks.append(loop.create_task(self._watch_stalls_forever(), name="stall-watch"))
+        now = self.session_now()
         for reg in self.image.brokers.values():
             if not reg.fenced:
                 self.sessions[reg.broker_id] = Session(last_contact=now)
@@ -176,7 +185,7 @@ class ControllerService:
 
     async def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
         def decide(image: ClusterImage) -> tuple[list[records.Record], RegisterBrokerReply]:
-            now = self.clock()
+            now = self.session_now()
             produced, reply = brokers.register_broker(
                 image,
                 self.sessions,
@@ -200,10 +209,10 @@ class ControllerService:
                 session = self.sessions.get(request.broker_id)
                 if session is None:
                     self.sessions[request.broker_id] = Session(
-                        last_contact=self.clock(), metadata_offset=request.current_metadata_offset
+                        last_contact=self.session_now(), metadata_offset=request.current_metadata_offset
                     )
                 else:
-                    session.last_contact = self.clock()
+                    session.last_contact = self.session_now()
                     session.metadata_offset = request.current_metadata_offset
                 if produced and before is not None:
                     _log_transition(before.fenced, reply, request)
@@ -259,13 +268,24 @@ class ControllerService:
     async def expire_sessions(self) -> list[int]:
         def decide(image: ClusterImage) -> tuple[list[records.Record], list[int]]:
             produced, fenced = brokers.expire_sessions(
-                image, self.sessions, now=self.clock(), session_timeout=self.config.session_timeout_s
+                image, self.sessions, now=self.session_now(), session_timeout=self.config.session_timeout_s
             )
             for broker_id in fenced:
                 log.warning("Fenced broker %d: session expired", broker_id)
             return produced, fenced
 
         return await self._writer().submit(decide, name="expire-sessions")
+
+    def session_now(self) -> float:
+        """Now on session time: the clock minus the time the event loop was stalled."""
+        return self.stall_clock.session_time(self.clock())
+
+    async def _watch_stalls_forever(self) -> None:
+        while True:
+            await asyncio.sleep(STALL_TICK_S)
+            stall = self.stall_clock.tick(self.clock())
+            if stall >= 1.0:
+                log.warning("Event loop stalled for %.1f s; not counted against broker sessions", stall)
 
     async def _expire_sessions_forever(self) -> None:
         period = min(1.0, max(0.05, self.config.session_timeout_s / 8))
