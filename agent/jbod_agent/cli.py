@@ -63,7 +63,7 @@ async def serve(config: BrokerConfig) -> int:
         tokens.append(_read_token(config.admin_token_file, "admin.token.file"))
     agent = Agent(config, loaded, token=cluster_token)
     api = AgentApi(agent, tuple(tokens))
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = api.runner(shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host=config.listener.host, port=config.listener.port, reuse_address=True)
     try:

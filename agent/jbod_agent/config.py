@@ -67,6 +67,11 @@ class BrokerConfig:
     advertised_listener: Listener | None = None
     telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
     telemetry_interval_ms: int = 60_000
+    # Limits of the broker's HTTP server (docs/operations.md, "Limits").
+    message_max_bytes: int = 1_048_588
+    socket_request_max_bytes: int = 16 * 1024 * 1024
+    connections_max_idle_ms: int = 600_000
+    request_read_timeout_ms: int = 30_000
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -180,6 +185,10 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "replica.alter.log.dirs.io.max.bytes.per.second": ("replica_move_max_bytes_per_second", _int(-1, 2**62)),
     "telemetry.dir": ("telemetry_dir", _path),
     "telemetry.interval.ms": ("telemetry_interval_ms", _int(100, _MAX_MS)),
+    "message.max.bytes": ("message_max_bytes", _int(1, 2**31 - 1)),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024, 2**31 - 1)),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int(100, _MAX_MS)),
+    "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
 }
 # Java properties semantics: the rest of a line after `key=` is the value, `#` included.
 INLINE_COMMENT_NOTE: Final = (

@@ -9,11 +9,18 @@ registered and unfenced. Metrics are computed from the agent's state when scrape
   (`fetcher.encode_reply`), with incremental fetch sessions (`jbod_core.fetch_session`); the
   `jbod_replica_fetch_*` metrics count the sessions this broker holds as a leader and the
   requests it served by kind.
+* Limits (docs/operations.md, "Limits"): a body is never buffered past its endpoint's limit — a
+  produce body over `produce_body_limit` (from `message.max.bytes` and `socket.request.max.bytes`)
+  gets HTTP 413 with errorCode 10 (MESSAGE_TOO_LARGE), refused from its Content-Length before it
+  is read; other bodies over their limit get 413 with errorCode 42. A produce whose records' key
+  and value bytes exceed `message.max.bytes` gets errorCode 10 and appends nothing. Connections
+  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_client.serving`).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
@@ -26,12 +33,16 @@ from pydantic import BaseModel, ValidationError
 
 from jbod_agent import probe
 from jbod_agent.agent import Agent
+from jbod_agent.config import BrokerConfig
 from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
+from jbod_client import serving
 from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, parse_produce
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
+
+log = logging.getLogger("jbod_agent.http")
 
 M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -50,12 +61,21 @@ def _bad(message: str) -> web.Response:
     return _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": message}, 400)
 
 
-async def _parse(request: web.Request, model: type[M]) -> M:
-    body = await request.read()
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise BadRequestError(validation_message(exc)) from exc
+# Bodies of a few fields (a move names one partition and one dir).
+SMALL_BODY_BYTES = 64 * 1024
+
+
+def produce_body_limit(config: BrokerConfig) -> int:
+    """The largest produce body read: room for a batch of `message.max.bytes` base64-encoded (4/3)
+    with its JSON framing (4x covers records down to ~10 bytes each), within the request limit."""
+    return min(config.socket_request_max_bytes, 4 * config.message_max_bytes + SMALL_BODY_BYTES)
+
+
+def limits(config: BrokerConfig) -> serving.ConnectionLimits:
+    return serving.ConnectionLimits(
+        idle_timeout_s=config.connections_max_idle_ms / 1000,
+        read_timeout_s=config.request_read_timeout_ms / 1000,
+    )
 
 
 def _query_int(request: web.Request, name: str, *, default: int | None, low: int, high: int) -> int:
@@ -149,6 +169,8 @@ class AgentApi:
     def __init__(self, agent: Agent, tokens: tuple[str, ...]) -> None:
         self.agent = agent
         self.tokens = tokens
+        self.config = agent.config
+        self.limits = limits(agent.config)
         self.registry = CollectorRegistry()
         self.probe_seconds = Histogram(
             "jbod_disk_probe_seconds",
@@ -159,6 +181,22 @@ class AgentApi:
         )
         self.registry.register(_AgentCollector(agent))
         agent.on_probe.append(self._observe_probe)
+
+    def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
+        """The app under the configured connection limits, ready for `web.TCPSite`."""
+        return serving.LimitedAppRunner(
+            self.app(), limits=self.limits, logger=log, shutdown_timeout=shutdown_timeout
+        )
+
+    async def _body(self, request: web.Request, limit: int) -> bytes:
+        return await serving.read_body(request, limit=limit, timeout_s=self.limits.read_timeout_s)
+
+    async def _parse(self, request: web.Request, model: type[M], *, limit: int) -> M:
+        body = await self._body(request, limit)
+        try:
+            return model.model_validate_json(body)
+        except ValidationError as exc:
+            raise BadRequestError(validation_message(exc)) from exc
 
     def _observe_probe(self, directory: Uuid, result: probe.ProbeResult) -> None:
         self.probe_seconds.labels(directory_id=str(directory)).observe(result.seconds)
@@ -184,11 +222,20 @@ class AgentApi:
                 return await handler(request)
             except BadRequestError as exc:
                 return _bad(str(exc))
+            except serving.BodyTooLargeError as exc:
+                code = ErrorCode.INVALID_REQUEST
+                if request.path == "/v1/produce":
+                    code = ErrorCode.MESSAGE_TOO_LARGE
+                return _json({"errorCode": int(code), "errorMessage": str(exc)}, 413)
+            except serving.BodyTimeoutError as exc:
+                response = _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": str(exc)}, 408)
+                response.force_close()
+                return response
 
         return wrapped
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=self.config.socket_request_max_bytes)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
@@ -217,13 +264,23 @@ class AgentApi:
         return _json(self.agent.log_dirs_view())
 
     async def produce(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        body = await self._body(request, produce_body_limit(self.config))
         try:
             produce = parse_produce(body)
         except ValidationError as exc:
             raise BadRequestError(validation_message(exc)) from exc
         except ValueError as exc:
             raise BadRequestError(str(exc)) from exc
+        batch_bytes = sum(len(value) + (len(key) if key is not None else 0) for key, value in produce.records)
+        if batch_bytes > self.config.message_max_bytes:
+            return _json(
+                {
+                    "errorCode": int(ErrorCode.MESSAGE_TOO_LARGE),
+                    "errorMessage": f"The records' {batch_bytes} key and value bytes exceed "
+                    f"message.max.bytes ({self.config.message_max_bytes})",
+                    "baseOffset": -1,
+                }
+            )
         return _json(await self.agent.manager.produce(produce))
 
     async def fetch(self, request: web.Request) -> web.Response:
@@ -238,10 +295,10 @@ class AgentApi:
         return _json(reply)
 
     async def replica_fetch(self, request: web.Request) -> web.Response:
-        fetch = await _parse(request, ReplicaFetchRequest)
+        fetch = await self._parse(request, ReplicaFetchRequest, limit=self.config.socket_request_max_bytes)
         header, payload = await self.agent.manager.serve_replica_fetch(fetch)
         return web.Response(body=encode_reply(header, payload), content_type="application/octet-stream")
 
     async def move(self, request: web.Request) -> web.Response:
-        move = await _parse(request, MoveReplicaRequest)
+        move = await self._parse(request, MoveReplicaRequest, limit=SMALL_BODY_BYTES)
         return _json(self.agent.mover.request_move(move))

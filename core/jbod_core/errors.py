@@ -12,6 +12,7 @@ class ErrorCode(IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10  # extension: produce over message.max.bytes (docs/operations.md, "Limits")
     INVALID_TOPIC_EXCEPTION = 17
     NOT_ENOUGH_REPLICAS = 19
     CLUSTER_AUTHORIZATION_FAILED = 31

@@ -1,0 +1,188 @@
+"""The broker's HTTP limits (issue 12, item 3): idle and read timeouts, request and record sizes.
+
+Real `jbod-controller` and `jbod-agent` processes on plain directories, raw sockets. Limits are
+configured small through `server.properties`; assertions are on behaviour (a connection closed,
+a request refused before its body was sent, nothing appended), never on durations.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from jbod_agent.config import ConfigError, parse_config
+from jbod_client.controller import ControllerClient, read_token
+from jbod_client.local import LocalBroker, LocalController
+
+MESSAGE_MAX_BYTES = 10_000
+LIMITS = {
+    "connections.max.idle.ms": "1000",
+    "request.read.timeout.ms": "1000",
+    "message.max.bytes": str(MESSAGE_MAX_BYTES),
+}
+
+
+@dataclass
+class Broker:
+    controller: LocalController
+    broker: LocalBroker
+
+    @property
+    def token(self) -> str:
+        return read_token(self.controller.cluster_token_file)
+
+    def connect(self) -> socket.socket:
+        host, port = self.broker.url.removeprefix("http://").split(":")
+        return socket.create_connection((host, int(port)), timeout=30)
+
+    def fetch(self, topic: str) -> dict[str, object]:
+        reply = httpx.get(
+            f"{self.broker.url}/v1/fetch",
+            params={"topic": topic, "partition": 0, "offset": 0},
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+        data: dict[str, object] = reply.json()
+        return data
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[Broker]:
+    with contextlib.ExitStack() as stack:
+        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="limits").start()
+        stack.callback(controller.kill)
+        work = tmp_path / "b1"
+        broker = LocalBroker(
+            node_id=1,
+            work_dir=work,
+            log_dirs=[work / "d0"],
+            controller_url=controller.url,
+            cluster_token_file=controller.cluster_token_file,
+            cluster_id=controller.cluster_id,
+            settings=LIMITS,
+        )
+        stack.callback(broker.kill)
+        broker.format()
+        broker.start()
+        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
+        stack.callback(admin.close)
+        deadline = time.monotonic() + 60
+        while not (brokers := admin.brokers()) or brokers[0]["fenced"]:
+            assert time.monotonic() < deadline, "the broker never got unfenced"
+            time.sleep(0.1)
+        assert admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
+        yield Broker(controller=controller, broker=broker)
+
+
+def _closed_by_server(sock: socket.socket, trickle: bytes = b"") -> bool:
+    """Keep the connection busy with `trickle` (one byte at a time) until the server closes it."""
+    deadline = time.monotonic() + 30
+    sock.settimeout(0.2)
+    for byte in trickle * 1000:
+        if time.monotonic() > deadline:
+            return False
+        try:
+            sock.sendall(bytes([byte]))
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+        if data == b"":
+            return True
+    return False
+
+
+def test_an_idle_connection_is_closed(limited: Broker) -> None:
+    with limited.connect() as sock:
+        assert _closed_by_server(sock)
+
+
+def test_a_request_whose_headers_trickle_in_is_closed(limited: Broker) -> None:
+    with limited.connect() as sock:
+        sock.sendall(b"GET /v1/log-dirs HTTP/1.1\r\nHost: x\r\n")
+        assert _closed_by_server(sock, trickle=b"X-Slow: ")
+
+
+def test_a_body_that_trickles_in_is_refused(limited: Broker) -> None:
+    with limited.connect() as sock:
+        sock.sendall(
+            b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+            + f"Authorization: Bearer {limited.token}\r\n\r\n".encode()
+        )
+        assert _closed_by_server(sock, trickle=b"{")
+
+
+def test_an_oversized_produce_is_refused_before_its_body_is_read(limited: Broker) -> None:
+    # 100 MB announced; only the headers are sent, so the answer proves nothing was waited for.
+    with limited.connect() as sock:
+        sock.sendall(
+            b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {limited.token}\r\nContent-Length: 100000000\r\n\r\n".encode()
+        )
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed without an answer: {reply!r}"
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert orjson.loads(body)["errorCode"] == 10
+
+
+def test_a_record_batch_over_message_max_bytes_appends_nothing(limited: Broker) -> None:
+    value = base64.b64encode(b"x" * (MESSAGE_MAX_BYTES + 1)).decode()
+    reply = httpx.post(
+        f"{limited.broker.url}/v1/produce",
+        json={"topic": "t", "partition": 0, "acks": 1, "records": [{"key": None, "value": value}]},
+        headers={"Authorization": f"Bearer {limited.token}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["errorCode"] == 10
+    assert limited.fetch("t")["highWatermark"] == 0
+    small = base64.b64encode(b"x" * 100).decode()
+    ok = httpx.post(
+        f"{limited.broker.url}/v1/produce",
+        json={"topic": "t", "partition": 0, "acks": 1, "records": [{"key": None, "value": small}]},
+        headers={"Authorization": f"Bearer {limited.token}"},
+        timeout=30,
+    )
+    assert ok.json()["errorCode"] == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("message.max.bytes", "0"),
+        ("message.max.bytes", "big"),
+        ("socket.request.max.bytes", "100"),
+        ("connections.max.idle.ms", "-1"),
+        ("request.read.timeout.ms", "1.5"),
+    ],
+)
+def test_a_bad_limit_is_a_config_error_naming_the_key(key: str, value: str) -> None:
+    text = (
+        "node.id=1\nlog.dirs=/tmp/d0\nmetadata.log.dir=/tmp/m\ncontroller.url=http://127.0.0.1:9093\n"
+        f"cluster.token.file=/tmp/t\n{key}={value}\n"
+    )
+    with pytest.raises(ConfigError, match=key):
+        parse_config(text)
