@@ -5,7 +5,12 @@ One asyncio loop, several small tasks, all state owned by `Agent` (no locks):
   when a dir fails; ask to stay fenced until caught up with the metadata log, the first
   reconcile is done and no placement is queued (then never ask again, as Kafka does);
 * metadata — long-poll `/v1/metadata`, replay into a local `ClusterImage` (the controller's own
-  replay code), then reconcile the changed partitions with the replica-management table;
+  replay code), then reconcile the changed partitions with the replica-management table. Each
+  fetch sends the checksum of the last applied record (`lastChecksum`); when the controller
+  answers OFFSET_OUT_OF_RANGE (its log ends before what this broker applied, or holds another
+  record at that offset: restored from a backup or cut back), the broker logs a WARNING naming
+  both offsets and replays the log from offset 0 into a fresh image, which replaces the live one
+  once caught up, followed by a full reconcile (never silently skipping reused offsets);
 * placements — send queued AssignReplicasToDirs, one request in flight, ≤ 2,250 per request;
 * probes — probe each dir every `log.dir.probe.interval.ms` in the dir's own thread, bounded by
   `log.dir.probe.timeout.ms`; a failed dir goes offline for good (until restart);
@@ -91,6 +96,8 @@ class Agent:
         self.registered_dirs = tuple(sorted(self.dirs))
         self.image = ClusterImage()
         self.applied_offset = -1
+        self.applied_checksum: int | None = None  # of the record at applied_offset, from the controller
+        self.rebuilding: ClusterImage | None = None  # replayed from offset 0 after the log went back
         self.metadata_end = 0
         self.local: dict[PartitionKey, LocalReplica] = {}
         self.offline_local: dict[PartitionKey, LocalReplica] = {}
@@ -361,21 +368,40 @@ class Agent:
 
     async def _metadata_forever(self) -> None:
         while not self.stopping.is_set():
+            params = {"fromOffset": self.applied_offset + 1, "maxWaitMs": 5000, "maxRecords": 10000}
+            if self.applied_checksum is not None:
+                params["lastChecksum"] = self.applied_checksum
             try:
-                response = await self._http.get(
-                    "/v1/metadata",
-                    params={"fromOffset": self.applied_offset + 1, "maxWaitMs": 5000, "maxRecords": 10000},
-                )
+                response = await self._http.get("/v1/metadata", params=params)
                 reply = response.json() if response.status_code == 200 else None
             except (httpx.HTTPError, ValueError) as exc:
                 log.warning("Failed fetching metadata: %s", exc)
                 await asyncio.sleep(0.5)
+                continue
+            if reply is not None and reply.get("errorCode") == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self.restart_metadata(reply)
                 continue
             if reply is None or reply.get("errorCode", 0) != 0:
                 log.warning("Metadata fetch failed: %s", reply)
                 await asyncio.sleep(0.5)
                 continue
             self.apply_metadata(reply)
+
+    def restart_metadata(self, reply: dict[str, Any]) -> None:
+        """The controller's log went backwards: replay it from offset 0 into a fresh image."""
+        log.warning(
+            "The controller's metadata log went backwards: this broker applied up to offset %d, the "
+            "controller's log ends at offset %s (%s); replaying it from offset 0 into a fresh image",
+            self.applied_offset,
+            reply.get("endOffset"),
+            reply.get("errorMessage"),
+        )
+        self.applied_offset = -1
+        self.applied_checksum = None
+        self.metadata_end = int(reply.get("endOffset") or 0)
+        self.rebuilding = ClusterImage()
+        self.changed = set()
+        self.full_reconcile = True
 
     def apply_metadata(self, reply: dict[str, Any]) -> None:
         """Replay a page of records; reconcile everything that changed once caught up.
@@ -384,11 +410,15 @@ class Agent:
         is reconciled in full when the last page lands.
         """
         if reply.get("snapshot"):
-            self.image = ClusterImage()
+            if self.rebuilding is not None:
+                self.rebuilding = ClusterImage()
+            else:
+                self.image = ClusterImage()
             self.full_reconcile = True
+        image = self.rebuilding if self.rebuilding is not None else self.image
         for entry in reply["records"]:
             record = records.decode(entry["type"], entry["data"])
-            self.image.replay(record, entry["offset"])
+            image.replay(record, entry["offset"])
             self.applied_offset = entry["offset"]
             if isinstance(record, records.PartitionRecord | records.PartitionChangeRecord):
                 self.changed.add((record.topic_id, record.partition_id))
@@ -400,7 +430,15 @@ class Agent:
                 and record.broker_id == self.node_id
             ):
                 self.full_reconcile = True
+        if reply["records"]:
+            checksum = reply.get("lastChecksum")
+            self.applied_checksum = int(checksum) if checksum is not None else None
         self.metadata_end = int(reply["endOffset"])
+        if self.rebuilding is not None and self.applied_offset + 1 >= self.metadata_end:
+            self.image, self.rebuilding = self.rebuilding, None
+            log.warning(
+                "Rebuilt the metadata image from the controller's log, up to offset %d", self.applied_offset
+            )
         if self.caught_up():
             if self.full_reconcile or not self.reconciled_once:
                 keys = set(self.image.replicas_by_broker.get(self.node_id, ())) | set(self.local)

@@ -17,6 +17,9 @@ Atomicity contract (what the writer relies on):
   garbage, fewer bytes than one frame can hold follow. A kill -9 mid-append leaves a prefix of the
   appended frames, which always passes; one flipped byte in an acknowledged frame that has frames
   after it never does. A bad frame in an older segment is always corruption.
+* `checksum_at(offset)` is the crc32 stored in the frame of a durable record (the crc32 of the
+  payload `read()` returns), so a reader can check that the record it applied last is still the
+  one at that offset (a log restored from a backup or cut back reuses offsets).
 * A snapshot covers every record below its offset; a snapshot file is written atomically and is
   only used when its checksum verifies.
 
@@ -95,6 +98,8 @@ class RecordLog(Protocol):
     def flush(self) -> None: ...
 
     def read(self, from_offset: int, max_records: int) -> list[bytes]: ...
+
+    def checksum_at(self, offset: int) -> int | None: ...
 
     def write_snapshot(self, offset: int, entries: Iterable[bytes], *, count: int) -> None: ...
 
@@ -192,6 +197,41 @@ def tail_damage(data: bytes, position: int) -> str | None:
     return f"{size - end} more bytes follow the damaged frame"
 
 
+def log_divergence(log: RecordLog, from_offset: int, last_checksum: int) -> str | None:
+    """Why a reader at `from_offset` cannot go on with this log; None when it can.
+
+    A reader past the end, or one whose last applied record (`from_offset - 1`, checksum
+    `last_checksum`, -1 = not sent) differs from the record now at that offset, followed a log
+    that has since been cut back or replaced (restored from a backup): it must start again.
+    A record below the retained log cannot be checked and is taken as it is.
+    """
+    end = log.committed_offset
+    if from_offset > end:
+        return f"fromOffset {from_offset} is past the end offset {end}"
+    if last_checksum < 0 or from_offset == 0:
+        return None
+    stored = log.checksum_at(from_offset - 1)
+    if stored is None or stored == last_checksum:
+        return None
+    return (
+        f"the record at offset {from_offset - 1} is not the one the reader applied (checksum "
+        f"{stored}, not {last_checksum}): the log was cut back or replaced; end offset {end}"
+    )
+
+
+def page_checksum(log: RecordLog, served: list[bytes], snapshot_offset: int | None) -> int | None:
+    """`lastChecksum` of a metadata page: the checksum of its last record when that is in the log.
+
+    `served` are the log payloads of the page; a page of snapshot records only gets the checksum
+    of the log record just below the snapshot's offset, if the log still holds it.
+    """
+    if served:
+        return zlib.crc32(served[-1])
+    if snapshot_offset is not None:
+        return log.checksum_at(snapshot_offset - 1)
+    return None
+
+
 class FileRecordLog:
     """`RecordLog` on local files: one process writes, fsync makes appends durable."""
 
@@ -204,6 +244,8 @@ class FileRecordLog:
         self._committed = 0
         self._pending = bytearray()
         self._pending_lengths: list[int] = []
+        self._pending_last_crc = 0
+        self._last_crc: tuple[int, int] | None = None  # (offset, crc) of the last durable record
         directory.mkdir(parents=True, exist_ok=True)
 
     # -- properties -------------------------------------------------------------------------
@@ -342,8 +384,10 @@ class FileRecordLog:
 
     def append_one(self, payload: bytes) -> None:
         """Buffer one payload; it is framed at once so the caller's bytes can be freed."""
-        self._pending.extend(_HEADER.pack(len(payload), zlib.crc32(payload)))
+        crc = zlib.crc32(payload)
+        self._pending.extend(_HEADER.pack(len(payload), crc))
         self._pending.extend(payload)
+        self._pending_last_crc = crc
         self._pending_lengths.append(_HEADER.size + len(payload))
         self._end += 1
 
@@ -370,6 +414,7 @@ class FileRecordLog:
         segment.size = position
         segment.next_offset = offset
         self._committed = offset
+        self._last_crc = (offset - 1, self._pending_last_crc)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -409,6 +454,25 @@ class FileRecordLog:
             from_offset = offset
             number += 1
         return out
+
+    def checksum_at(self, offset: int) -> int | None:
+        """The crc32 of the durable record at `offset`; None when it is not in the retained log."""
+        if not self.start_offset <= offset < self._committed:
+            return None
+        if self._last_crc is not None and self._last_crc[0] == offset:
+            return self._last_crc[1]
+        segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+        slot = bisect.bisect_right(segment.index_offsets, offset) - 1
+        current = segment.index_offsets[slot]
+        position = segment.index_positions[slot]
+        while True:
+            length, crc = _HEADER.unpack(os.pread(segment.fd, _HEADER.size, position))
+            if current == offset:
+                if offset == self._committed - 1:
+                    self._last_crc = (offset, crc)
+                return int(crc)
+            position += _HEADER.size + length
+            current += 1
 
     # -- snapshots and retention ------------------------------------------------------------
 
