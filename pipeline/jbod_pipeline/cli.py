@@ -9,7 +9,8 @@ dir (or its `metadata/` dir) whose log files are read directly (`segments`).
 Guarantees: Spark local mode unless `--master` says otherwise; every user mistake (bad flag,
 missing input, bad lines with `--strict`, a Spark analysis error on the input) prints one line
 `jbod-pipeline: error: ...` on stderr and exits non-zero (2 for usage, 1 otherwise), no traceback.
-The last stdout line of a job run is a one-line summary per job.
+The last stdout line of a job run is a one-line summary per job. Without a subcommand it prints the
+help and exits 0.
 """
 
 from __future__ import annotations
@@ -78,9 +79,16 @@ def _plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def app() -> None:
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+@click.pass_context
+def app(ctx: click.Context) -> None:
     """JBOD analytics on Spark: per-disk load, blast radius, move plans, incident timeline."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 def _run(names: list[str], **kw: Any) -> None:

@@ -36,6 +36,12 @@ def test_user_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     _one_line_error(capsys)
 
 
+def test_no_subcommand_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert pipeline([]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("Usage: jbod-pipeline") and "Commands:" in out.out and not out.err
+
+
 def test_generate_writes_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert pipeline(["generate", "--out", str(tmp_path), "--brokers", "3", "--partitions", "30"]) == 0
     lines = (tmp_path / "metadata.jsonl").read_text().splitlines()
