@@ -11,19 +11,26 @@ missing input, bad lines with `--strict`, a Spark analysis error on the input) p
 `jbod-pipeline: error: ...` on stderr and exits non-zero (2 for usage, 1 otherwise), no traceback.
 The last stdout line of a job run is a one-line summary per job. Without a subcommand it prints the
 help and exits 0.
+
+PySpark and the rest of the `pipeline` extra are imported only when a job runs: `--help` and
+`generate` work with the core install alone, and a job run without the extra (or without Java)
+is one error line saying what to install (`runtime`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
 
-from jbod_pipeline import inputs, jobs, planner, synthetic
+from jbod_pipeline import errors, planner, runtime, synthetic
 
 PROG = "jbod-pipeline"
 
@@ -91,9 +98,26 @@ def app(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
-def _run(names: list[str], **kw: Any) -> None:
-    from jbod_pipeline import session
+def _spark_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """`inputs`, `jobs` and `session`, once PySpark, the rest of the extra and Java are there."""
+    try:
+        from jbod_pipeline import inputs, jobs, session
+    except ModuleNotFoundError as exc:
+        missing = runtime.missing_extra(exc)
+        if missing is None:
+            raise
+        raise missing from None
+    problem = runtime.java_problem(os.environ, which=shutil.which)
+    if problem is not None:
+        raise errors.MissingRuntimeError(problem)
+    return inputs, jobs, session
 
+
+def _run(names: list[str] | None, **kw: Any) -> None:
+    """Run the jobs `names` (every job if None)."""
+    inputs, jobs, session = _spark_modules()
+    if names is None:
+        names = list(jobs.JOBS)
     drain = tuple(kw.get("drain") or ())
     for directory in drain:
         if not inputs.re_fullmatch(inputs.UUID_PATTERN, directory):
@@ -163,7 +187,7 @@ def timeline_command(**kw: Any) -> None:
 @_plan_options
 def all_command(**kw: Any) -> None:
     """Every job in one run (one replay of the log); needs --telemetry."""
-    _run(list(jobs.JOBS), **kw)
+    _run(None, **kw)
 
 
 @app.command("generate")
@@ -215,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
         return 1
-    except (jobs.JobError, inputs.InputError, OSError) as exc:
+    except (errors.PipelineError, OSError) as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from pyspark.sql import types as T  # noqa: N812
 
-from jbod_pipeline import schemas, segments
+from jbod_pipeline import errors, schemas, segments
 from jbod_pipeline.paths import local_path
 
 #: The canonical text of a Uuid: 22 base64url characters whose last one carries 2 bits (protocol §1).
@@ -41,7 +41,7 @@ EXAMPLES: Final = 20
 _ROW_BITS: Final = 33  # monotonically_increasing_id: partition index above bit 33, row number below
 
 
-class InputError(Exception):
+class InputError(errors.PipelineError):
     """An input that cannot be read at all (missing path, no files); `str()` is one line."""
 
 

@@ -26,7 +26,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from jbod_pipeline import blast_radius, disks, inputs, plan, planner, replay, report, timeline
+from jbod_pipeline import blast_radius, disks, errors, inputs, plan, planner, replay, report, timeline
 
 PLAN_VERSION = 1
 #: The columns of `replay.replicas` that the jobs read (`dir_counts`, `plan.planner_rows`).
@@ -43,7 +43,7 @@ REPLICA_COLUMNS = (
 )
 
 
-class JobError(Exception):
+class JobError(errors.PipelineError):
     """A run that cannot go on (missing input, strict mode and bad lines); one line."""
 
 
