@@ -9,7 +9,12 @@ Guarantees:
 * A user mistake or a cluster that misbehaves raises `LocalClusterError` (a `ClientError`), which
   `jbodctl` prints as one line `jbodctl: error: ...` with exit status 1; nothing was changed.
 * `status --output json` prints exactly one JSON document on stdout (the `--output` of `jbodctl`
-  itself is honoured too); `status --watch` refreshes every second until Ctrl-C.
+  itself is honoured too).
+* `status --watch` refreshes every second until Ctrl-C. In a terminal it redraws one compact view
+  that fits the terminal (80x24 holds the default 3 brokers x 3 disks and a few topics whole; what
+  does not fit is counted in a last line, never cut mid-table). When stdout is not a terminal
+  (a pipe, a file) it prints the full plain status once per second, each snapshot under a
+  `Every 1s: ...` header line and flushed, so `| tee` and `| grep` see it as it comes.
 * `python -m jbod_client.local_cli ARGS` is `jbodctl local ARGS`.
 """
 
@@ -19,6 +24,7 @@ import json
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +139,109 @@ def log_dirs_table(snapshot: ClusterStatus) -> Table:
                 Text(d.get("error") or "-"),
             )
     return table
+
+
+def _disk_cells(snapshot: ClusterStatus, broker_id: int) -> Text:
+    """`1:4 2:3 3:OFFLINE` — each disk's index and replica count, or its trouble."""
+    broker = snapshot.layout.broker(broker_id)
+    seen = {d["path"]: d for d in snapshot.log_dirs.get(broker_id) or []}
+    out = Text()
+    for index, disk in enumerate(broker.disks, start=1):
+        if index > 1:
+            out.append(" ")
+        d = seen.get(str(disk))
+        if d is None:
+            out.append(f"{index}:?", style="dim")
+        elif d["state"] == "online":
+            out.append(f"{index}:{len(d['replicas'])}")
+        else:
+            out.append(f"{index}:{str(d['state']).upper()}", style="red")
+    return out
+
+
+def _partition_problem(p: dict[str, Any]) -> str | None:
+    if p["leader"] == -1:
+        return "no leader"
+    if p["offlineReplicas"]:
+        return "offline " + ",".join(str(b) for b in p["offlineReplicas"])
+    if len(p["isr"]) < len(p["replicas"]):
+        return "under-replicated"
+    return None
+
+
+def compact_lines(snapshot: ClusterStatus, *, width: int, height: int, now: str) -> list[Text]:
+    """The `status --watch` view for a terminal: at most `height` lines of at most `width` cells.
+    Brokers one line each (disks as index:replicas), topics one line each, then the partitions
+    that have a problem; lines that do not fit are counted in the last line."""
+    layout = snapshot.layout
+    controller = "running" if snapshot.controller_running else "stopped"
+    lines = [
+        Text.assemble(
+            ("controller ", "bold"),
+            f"{layout.controller_url} ",
+            (controller, "green" if snapshot.controller_running else "red"),
+            f"  {now}",
+        ),
+        Text("broker  process  state       epoch  disks (index:replicas)", style="bold"),
+    ]
+    views = {int(b["brokerId"]): b for b in snapshot.brokers}
+    for broker in layout.brokers:
+        running = snapshot.brokers_running.get(broker.broker_id, False)
+        view = views.get(broker.broker_id)
+        if view is None:
+            state, style, epoch = "unknown", "dim", "-"
+        elif view["fenced"]:
+            state, style, epoch = "fenced", "red", str(view["brokerEpoch"])
+        elif view.get("inControlledShutdown"):
+            state, style, epoch = "shutdown", "yellow", str(view["brokerEpoch"])
+        else:
+            state, style, epoch = "unfenced", "green", str(view["brokerEpoch"])
+        lines.append(
+            Text.assemble(
+                f"{broker.broker_id:<8}",
+                ("running  " if running else "stopped  ", "" if running else "red"),
+                (f"{state:<12}", style),
+                f"{epoch:<7}",
+                _disk_cells(snapshot, broker.broker_id),
+            )
+        )
+    problems: list[Text] = []
+    if snapshot.topics:
+        lines.append(
+            Text("topic                 partitions  leaders (broker:count)   problems", style="bold")
+        )
+    for topic in snapshot.topics:
+        parts = topic["partitions"]
+        leaders = Counter(int(p["leader"]) for p in parts if p["leader"] >= 0)
+        troubled = [(p, why) for p in parts if (why := _partition_problem(p)) is not None]
+        lines.append(
+            Text.assemble(
+                f"{topic['name']:<22}{len(parts):<12}",
+                f"{' '.join(f'{b}:{n}' for b, n in sorted(leaders.items())) or '-':<25}",
+                (str(len(troubled)), "red" if troubled else "green"),
+            )
+        )
+        for p, why in troubled:
+            problems.append(
+                Text.assemble(
+                    f"  {topic['name']}-{p['partitionIndex']}: ",
+                    (why, "red"),
+                    f"  leader {p['leader']}  isr {','.join(str(b) for b in p['isr']) or '-'}",
+                )
+            )
+    if snapshot.controller_running and not snapshot.topics:
+        lines.append(Text("No topics yet", style="dim"))
+    lines.extend(problems)
+    lines.extend(Text(f"! {error}", style="yellow") for error in snapshot.errors)
+    if len(lines) > height:
+        hidden = len(lines) - (height - 1)
+        lines = lines[: height - 1]
+        lines.append(Text(f"({hidden} more lines: run jbodctl local status)", style="dim"))
+    for line in lines:
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        line.truncate(width, overflow="ellipsis")
+    return lines
 
 
 def status_view(snapshot: ClusterStatus) -> RenderableType:
@@ -250,12 +359,43 @@ def status_command(ctx: click.Context, root: Path, watch: bool, output: str | No
         console.print(status_view(snapshot))
         return
     try:
-        with Live(status_view(snapshot), console=console, auto_refresh=False, screen=False) as live:
-            while True:
-                time.sleep(1.0)
-                live.update(status_view(local_cluster.status(root)), refresh=True)
+        if console.is_terminal:
+            _watch_terminal(root, console, snapshot)
+        else:
+            _watch_plain(root, console, snapshot)
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # `| head`: the reader is gone
+        sys.stderr.close()
+
+
+WATCH_INTERVAL = 1.0
+
+
+def _watch_terminal(root: Path, console: Console, snapshot: ClusterStatus) -> None:
+    def view(current: ClusterStatus) -> RenderableType:
+        width, height = console.size
+        now = time.strftime("%H:%M:%S")
+        return Group(*compact_lines(current, width=width, height=height - 1, now=now))
+
+    with Live(view(snapshot), console=console, auto_refresh=False, screen=False) as live:
+        while True:
+            time.sleep(WATCH_INTERVAL)
+            live.update(view(local_cluster.status(root)), refresh=True)
+
+
+def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus) -> None:
+    while True:
+        console.print(
+            f"Every {WATCH_INTERVAL:g}s: jbodctl local status --dir {snapshot.layout.root}  "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        console.print(status_view(snapshot))
+        console.file.flush()
+        time.sleep(WATCH_INTERVAL)
+        snapshot = local_cluster.status(root)
 
 
 @click.command("fail-disk")
