@@ -709,19 +709,47 @@ def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], wide: bool, output
         raise CommandError(f"cannot read log dirs of {reasons}") from next(iter(errors.values()))
 
 
+def resolve_directory(given: str, directory_ids: Sequence[str]) -> str:
+    """The one id in `directory_ids` that `given` names: the whole id, or a prefix of exactly one
+    (the short ids the tables print); a `CommandError` naming the candidates otherwise."""
+    if given in directory_ids:
+        return given
+    matches = [d for d in directory_ids if d.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CommandError(
+            f"--to {given}: no log dir of that broker has this id (see jbodctl log-dirs --wide)"
+        )
+    raise CommandError(
+        f"--to {given}: ambiguous, it starts {len(matches)} dir ids: {', '.join(sorted(matches))}"
+    )
+
+
 async def _move(
     settings: Settings, topic: str, partition: int, broker_id: int, directory_id: str, rate: int | None
-) -> dict[str, Any]:
+) -> tuple[str, dict[str, Any]]:
     async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
         client = await metadata.broker(broker_id)
-        return await client.move(topic, partition, directory_id, max_bytes_per_second=rate)
+        try:
+            Uuid.parse(directory_id)
+        except ValueError:
+            # A short id from a table: the broker's own dirs say which one it is.
+            dirs = await client.log_dirs()
+            directory_id = resolve_directory(directory_id, [str(d["directoryId"]) for d in dirs])
+        return directory_id, await client.move(topic, partition, directory_id, max_bytes_per_second=rate)
 
 
 @app.command("move-replica")
 @click.argument("topic")
 @click.argument("partition", type=click.IntRange(min=0))
 @click.option("--broker", "-b", "broker_id", type=int, required=True, help="the broker hosting the replica")
-@click.option("--to", "directory_id", required=True, help="id of the destination log dir on that broker")
+@click.option(
+    "--to",
+    "directory_id",
+    required=True,
+    help="id of the destination log dir on that broker (the whole id or a unique prefix, as tables show)",
+)
 @click.option("--max-bytes-per-second", type=click.IntRange(min=1), default=None, help="throttle the copy")
 @output_option
 @click.pass_context
@@ -740,11 +768,11 @@ def move_replica(
     (the requested placement holds); --to the current dir while a move runs cancels that move.
     """
     settings = _settings(ctx, output)
-    try:
-        Uuid.parse(directory_id)
-    except ValueError as exc:
-        raise CommandError(f"--to: {exc}") from exc
-    reply = _run(_move(settings, topic, partition, broker_id, directory_id, max_bytes_per_second))
+    if not 0 < len(directory_id) <= 22 or not all(c.isalnum() or c in "-_" for c in directory_id):
+        raise CommandError(f"--to {directory_id!r}: not a directory id or a prefix of one")
+    directory_id, reply = _run(
+        _move(settings, topic, partition, broker_id, directory_id, max_bytes_per_second)
+    )
     code = int(reply.get("errorCode", 0))
     if code != 0:
         raise CommandError(

@@ -134,7 +134,10 @@ def test_log_dirs_with_no_brokers_is_an_empty_result(controller: ControllerProce
         (("consume", "orders", "--timeout", "0"), "--timeout"),
         (("consume", "orders", "--partition", "-1"), "--partition"),
         (("move-replica", "orders", "0", "--broker", "99", "--to", SOME_DIR), "errorCode 102"),
-        (("move-replica", "orders", "0", "--broker", "1", "--to", "not-a-dir"), "--to:"),
+        (
+            ("move-replica", "orders", "0", "--broker", "1", "--to", "not/a/dir"),
+            "--to 'not/a/dir': not a directory id",
+        ),
         (("move-replica", "orders", "0", "--to", SOME_DIR), "Missing option '--broker'"),
         (("move-replica", "orders", "zero", "--broker", "1", "--to", SOME_DIR), "PARTITION"),
         (

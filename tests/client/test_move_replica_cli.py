@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from jbod_client import cli
 from jbod_client.controller import ControllerClient, read_token
 from jbod_client.local import LocalBroker, LocalController
 from tests.broker.conftest import UNASSIGNED, wait_for
@@ -116,3 +117,26 @@ def test_move_to_the_other_dir_still_moves(cluster: Cluster) -> None:
         lambda: cluster.admin.describe_topic("t")["partitions"][0]["directories"] == [other],
         what="the move confirmed",
     )
+
+
+def test_move_takes_a_unique_prefix_of_the_dir_id(cluster: Cluster) -> None:
+    """The tables print short ids; `--to` accepts them and names the whole id it resolved."""
+    [current] = cluster.admin.describe_topic("t")["partitions"][0]["directories"]
+    moved = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", current[:8])
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.strip() == f"Nothing to move: t-0 on broker 1 is already in dir {current}"
+    unknown = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", "zzzzzzzz")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip().splitlines() == [
+        "jbodctl: error: --to zzzzzzzz: no log dir of that broker has this id (see jbodctl log-dirs --wide)"
+    ]
+
+
+def test_resolve_directory_names_the_whole_id_or_refuses() -> None:
+    ids = ["AAAAbbbbCCCCddddEEEEff", "AAAAbbbbZZZZddddEEEEff", "QQQQbbbbCCCCddddEEEEff"]
+    assert cli.resolve_directory("QQ", ids) == ids[2]
+    assert cli.resolve_directory(ids[0], ids) == ids[0]
+    with pytest.raises(cli.CommandError, match="ambiguous, it starts 2 dir ids"):
+        cli.resolve_directory("AAAAbbbb", ids)
+    with pytest.raises(cli.CommandError, match="no log dir"):
+        cli.resolve_directory("X", ids)
