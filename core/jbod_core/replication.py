@@ -204,14 +204,3 @@ def produce_admission(acks: int, isr_size: int, min_insync_replicas: int) -> Err
     if acks == -1 and isr_size < min_insync_replicas:
         return ErrorCode.NOT_ENOUGH_REPLICAS
     return ErrorCode.NONE
-
-
-def min_insync_replicas(configs: Mapping[str, str], default: int) -> int:
-    """The topic's `min.insync.replicas`, else the broker's default (validated at create time)."""
-    value = configs.get("min.insync.replicas")
-    if value is None:
-        return default
-    try:
-        return max(1, int(value))
-    except ValueError:
-        return default

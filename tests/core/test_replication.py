@@ -13,7 +13,6 @@ from jbod_core.replication import (
     high_watermark,
     isr_to_expand,
     isr_to_shrink,
-    min_insync_replicas,
     produce_admission,
     truncation_offset,
 )
@@ -116,11 +115,8 @@ def test_follower_truncation_offsets() -> None:
     assert truncation_offset(DivergingEpoch(-1, -1), end_of, local_end_offset=11, high_watermark=4) == 4
 
 
-def test_produce_admission_and_min_isr_config() -> None:
+def test_produce_admission() -> None:
     assert produce_admission(-1, 1, 2) is ErrorCode.NOT_ENOUGH_REPLICAS
     assert produce_admission(-1, 2, 2) is ErrorCode.NONE
     assert produce_admission(1, 1, 3) is ErrorCode.NONE
     assert produce_admission(0, 1, 3) is ErrorCode.NONE
-    assert min_insync_replicas({"min.insync.replicas": "3"}, 1) == 3
-    assert min_insync_replicas({}, 2) == 2
-    assert min_insync_replicas({"min.insync.replicas": "x"}, 2) == 2
