@@ -480,10 +480,13 @@ def demo_command(root: Path | None, records: int, seconds: float, keep: bool) ->
 @click.command("env")
 @dir_option
 def env_command(root: Path) -> None:
-    """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)"."""
+    """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)".
+
+    JBOD_TELEMETRY_DIR is the brokers' disk samples, for `jbod-pipeline --telemetry`."""
     layout = local_cluster.read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
+    click.echo(f"export JBOD_TELEMETRY_DIR={shlex.quote(str(layout.telemetry_dir.resolve()))}")
 
 
 COMMANDS = (

@@ -14,6 +14,8 @@ Layout of the cluster directory (DIR, `./.jbod-local` by default):
     broker-N/.failed-disk-K     a disk taken away by `fail-disk` (disk-K is then a marker file);
                                 with --loop, a marker file: disk-K's filesystem is shut down
     broker-N/disk-K.img         with --loop: the ext4 image loop-mounted at disk-K
+    telemetry/                  every broker's disk samples (`telemetry.dir`), the input of
+                                `jbod-pipeline --telemetry` (`jbodctl local env`: JBOD_TELEMETRY_DIR)
     logs/controller.log, logs/broker-N.log
 
 Guarantees:
@@ -80,6 +82,7 @@ BROKER_SETTINGS: dict[str, str] = {
     "replica.lag.time.max.ms": "5000",
     "min.insync.replicas": "2",
     "log.dir.failure.timeout.ms": "10000",
+    "telemetry.interval.ms": "5000",  # a sample per dir every 5 s (and one at start)
 }
 FAILED_MARKER_TEXT = (
     "This disk was failed by `jbodctl local fail-disk`; its data is in {moved}.\n"
@@ -207,6 +210,11 @@ class ClusterLayout:
         return self.root / "logs"
 
     @property
+    def telemetry_dir(self) -> Path:
+        """Where every broker writes its disk samples (`telemetry.dir`) for `jbod-pipeline`."""
+        return self.root / "telemetry"
+
+    @property
     def controller_log(self) -> Path:
         return self.logs_dir / "controller.log"
 
@@ -245,6 +253,7 @@ class ClusterLayout:
             },
             "adminTokenFile": str(self.admin_token_file),
             "clusterTokenFile": str(self.cluster_token_file),
+            "telemetryDir": str(self.telemetry_dir),
             "loopDiskMiB": self.loop_disk_mib,
             "brokers": [{**b.to_json(), "log": str(self.broker_log(b.broker_id))} for b in self.brokers],
         }
@@ -580,6 +589,7 @@ def _local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
         settings={
             "listeners": broker.url,
             "admin.token.file": str(layout.admin_token_file),
+            "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,
         },
     )
