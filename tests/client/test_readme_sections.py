@@ -74,3 +74,20 @@ def test_analytics_section_runs_verbatim_on_the_local_cluster(tmp_path: Path) ->
     assert "Applied plan:" in result.stderr
     assert (tmp_path / "report" / "report.html").stat().st_size > 0
     assert (tmp_path / "report" / "plan.json").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_using_the_controller_section_runs_verbatim(tmp_path: Path) -> None:
+    block = readme_block("Using the controller")
+    assert "topics create orders" in block
+    (tmp_path / ".venv").symlink_to(VENV_BIN.parent)  # the block's .venv/bin/... paths, from its cwd
+    try:
+        result = run_block(block, cwd=tmp_path, timeout=240)
+    finally:
+        stop_local_cluster(tmp_path / local_cluster.DEFAULT_DIR)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "Created topic orders" in result.stdout
+    assert '"brokers"' in result.stdout or '"clusterId"' in result.stdout, result.stdout
+    assert (tmp_path / "metadata.jsonl").stat().st_size > 0
+    assert not (tmp_path / local_cluster.DEFAULT_DIR).exists()  # the block cleans up after itself
