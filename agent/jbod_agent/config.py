@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from jbod_core import topic_configs
 from jbod_core.meta_properties import parse_properties
 
 
@@ -169,14 +170,10 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "log.dir.failure.timeout.ms": ("log_dir_failure_timeout_ms", _int(1, _MAX_MS)),
     "log.dir.probe.interval.ms": ("log_dir_probe_interval_ms", _int(10, _MAX_MS)),
     "log.dir.probe.timeout.ms": ("log_dir_probe_timeout_ms", _int(10, _MAX_MS)),
-    "min.insync.replicas": ("min_insync_replicas", _int(1, 2**31 - 1)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1, _MAX_MS)),
     "broker.rack": ("rack", _text),
     "log.dirs.format.on.start": ("format_on_start", _bool),
     "cluster.id": ("cluster_id", _cluster_id),
-    "log.segment.bytes": ("log_segment_bytes", _int(4096, 2**31 - 1)),
-    "log.retention.bytes": ("log_retention_bytes", _int(-1, 2**62)),
-    "log.retention.ms": ("log_retention_ms", _int(-1, 2**62)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(10, _MAX_MS)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(10, _MAX_MS)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1024, 2**31 - 1)),
@@ -190,6 +187,11 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(100, _MAX_MS)),
     "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
 }
+# The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
+# ranges of the one topic-config table, so a default is always a value a topic could set.
+_KEYS.update(
+    {d.broker_key: (d.broker_key.replace(".", "_"), _int(d.low, d.high)) for d in topic_configs.DEFINITIONS}
+)
 # Java properties semantics: the rest of a line after `key=` is the value, `#` included.
 INLINE_COMMENT_NOTE: Final = (
     "inline comments are not allowed: '#' starts a comment only at the beginning of a line"
