@@ -311,7 +311,7 @@ def up_command(
     console.print(layout_table(layout))
     console.print(
         "Next:\n"
-        f"  export JBOD_CONTROLLER_URL={layout.controller_url} JBOD_TOKEN_FILE={layout.admin_token_file}\n"
+        f'  eval "$(jbodctl local env --dir {shlex.quote(str(layout.root))})"   # controller URL, token, telemetry\n'
         f"  jbodctl local status --dir {layout.root}\n"
         f"  jbodctl local fail-disk 2 1 --dir {layout.root}",
         highlight=False,

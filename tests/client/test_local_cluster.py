@@ -70,6 +70,8 @@ def disk_ids(data: dict[str, Any]) -> dict[int, list[str]]:
 def test_lifecycle_up_fail_restore_down_up(root: Path) -> None:
     out = ok("up", "--dir", str(root))
     assert "every broker is unfenced" in out
+    # The next step it suggests is the one command that sets the URL, the token and the telemetry dir.
+    assert f'eval "$(jbodctl local env --dir {root})"' in out
     first = status(root)
     assert first["running"] and first["controller"]["running"]
     assert [b["brokerId"] for b in first["brokers"]] == [1, 2, 3]
