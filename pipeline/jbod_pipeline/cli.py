@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from jbod_pipeline import errors, planner, runtime, synthetic
+from jbod_pipeline import errors, paths, planner, runtime, synthetic
 
 PROG = "jbod-pipeline"
 
@@ -138,8 +138,12 @@ def _run(names: list[str] | None, **kw: Any) -> None:
     if needs and options.telemetry is None:
         raise jobs.JobError(f"{sorted(needs)[0]} needs --telemetry (the agents' disk samples)")
     started = time.monotonic()
+    given = [options.metadata] if options.telemetry is None else [options.metadata, options.telemetry]
     spark = session.build(
-        master=kw["master"], driver_memory=kw["driver_memory"], shuffle_partitions=kw["shuffle_partitions"]
+        master=kw["master"],
+        driver_memory=kw["driver_memory"],
+        shuffle_partitions=kw["shuffle_partitions"],
+        input_bytes=paths.local_bytes(given),
     )
     try:
         outcomes = jobs.execute(spark, options, names, log=lambda m: click.echo(f"{PROG}: {m}", err=True))

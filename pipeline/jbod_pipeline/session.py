@@ -9,6 +9,11 @@ Guarantees:
 * In local mode with N cores, input files are split into at least 4N scan tasks and shuffles
   default to 4N partitions (not Spark's cluster-sized 128 MB splits and 200 partitions), so no
   core idles behind one big task and no stage runs hundreds of tiny ones.
+* In local mode with a small input (`input_bytes` under `SMALL_INPUT_BYTES`) the run is sized for
+  start-up, not throughput: N scan tasks and N shuffle partitions, no whole-stage code generation
+  (compiling each query's Java code costs more than it saves on a few thousand rows), and the
+  driver JVM compiles with C1 only and collects with the serial GC (less JIT and GC work on 2
+  cores). A larger or unknown input keeps Spark's throughput settings.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
+# Below this (metadata + telemetry files), a local run is dominated by start-up: see `build`.
+SMALL_INPUT_BYTES = 64 << 20
+SMALL_INPUT_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def is_local(master: str) -> bool:
@@ -37,42 +45,65 @@ def local_cores(master: str) -> int:
         return 1
 
 
+def settings(
+    *,
+    master: str,
+    shuffle_partitions: int | None = None,
+    driver_memory: str | None = None,
+    input_bytes: int | None = None,
+) -> dict[str, str]:
+    """The Spark settings of a run (pure: `build` applies them); `input_bytes` is the size of the
+    local inputs if known (None: remote, so not known to be small)."""
+    local = is_local(master)
+    small = local and input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+    }
+    if local:
+        cores = local_cores(master)
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # Split input files into at least 4 scan tasks per core (not 128 MB splits), so that no
+        # core idles while one finishes the last big split; one per core for a small input.
+        conf["spark.sql.files.minPartitionNum"] = str((1 if small else 4) * cores)
+        if shuffle_partitions is None:
+            # Not 200 tiny tasks per shuffle on one machine.
+            shuffle_partitions = (1 if small else 4) * cores
+    if small:
+        conf["spark.sql.codegen.wholeStage"] = "false"
+        conf["spark.driver.extraJavaOptions"] = SMALL_INPUT_JAVA_OPTIONS
+    if shuffle_partitions is not None:
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    if driver_memory is not None:
+        conf["spark.driver.memory"] = driver_memory
+    return conf
+
+
 def build(
     *,
     master: str = DEFAULT_MASTER,
     app_name: str = "jbod-pipeline",
     shuffle_partitions: int | None = None,
     driver_memory: str | None = None,
+    input_bytes: int | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A new (or the running) Spark session with the pipeline's settings."""
+    """A new (or the running) Spark session with `settings(...)` and `extra`."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "true")
-    )
     if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (
-            builder.config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            # Split input files into at least 4 scan tasks per core (not 128 MB splits), so
-            # that no core idles while one finishes the last big split.
-            .config("spark.sql.files.minPartitionNum", str(4 * local_cores(master)))
-        )
-    if shuffle_partitions is None and is_local(master):
-        shuffle_partitions = 4 * local_cores(master)  # not 200 tiny tasks per shuffle on one machine
-    if shuffle_partitions is not None:
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    if driver_memory is not None:
-        builder = builder.config("spark.driver.memory", driver_memory)
-    for key, value in (extra or {}).items():
+    conf = settings(
+        master=master,
+        shuffle_partitions=shuffle_partitions,
+        driver_memory=driver_memory,
+        input_bytes=input_bytes,
+    )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**conf, **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
