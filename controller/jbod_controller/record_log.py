@@ -7,16 +7,12 @@ Atomicity contract (what the writer relies on):
   of the unflushed ones, always a gap-free prefix of what was appended: a torn tail is truncated,
   never half-applied. Anything else that is damaged refuses to recover (`LogCorruptError`, naming
   the segment, the byte and the record offset) and leaves every file exactly as it was.
-* Torn tail or corruption (`tail_damage`): a frame is bad when its header is cut short, its length
-  is beyond `MAX_FRAME_BYTES` or past the end of the file, its checksum does not match, or its
-  payload is not a record. Only the first bad frame of the last segment can be a torn tail, and
-  only if no intact record frame starts anywhere after it (looked for at every `{"offset":` after
-  it) and what follows it could be the rest of one interrupted append: it runs to the end of the
-  file (a cut frame, or a whole last frame with a bad checksum), or the bytes after its declared
-  end are all zero (blocks allocated but never written), or, when its length field is itself
-  garbage, fewer bytes than one frame can hold follow. A kill -9 mid-append leaves a prefix of the
-  appended frames, which always passes; one flipped byte in an acknowledged frame that has frames
-  after it never does. A bad frame in an older segment is always corruption.
+* Torn tail or corruption: the frame codec and the rule that tells them apart are
+  `jbod_core.frames` (`scan`, `tail_damage`), shared with the pipeline's reader of these files.
+  Only the first damaged frame of the last segment can be a torn tail, and only if nothing after
+  it could be an acknowledged record; a kill -9 mid-append leaves a prefix of the appended frames,
+  which always passes; one flipped byte in an acknowledged frame that has frames after it never
+  does. A damaged frame in an older segment is always corruption.
 * `checksum_at(offset)` is the crc32 stored in the frame of a durable record (the crc32 of the
   payload `read()` returns), so a reader can check that the record it applied last is still the
   one at that offset (a log restored from a backup or cut back reuses offsets).
@@ -33,30 +29,25 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import orjson
 
+from jbod_core import frames
 from jbod_core.meta_properties import fsync_directory
 
-_HEADER: Final = struct.Struct(">II")
+_HEADER: Final = frames.HEADER
 _INDEX_EVERY: Final = 64
 SEGMENT_BYTES: Final = 64 * 1024 * 1024
-MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 _READ_CHUNK: Final = 1024 * 1024
 
 
 class LogCorruptError(RuntimeError):
     """The log is damaged somewhere other than its tail."""
-
-
-def frame(payload: bytes) -> bytes:
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def encode_entry(offset: int, record_type: str, data: dict[str, Any]) -> bytes:
@@ -124,77 +115,6 @@ class _Segment:
         if (offset - self.base_offset) % _INDEX_EVERY == 0:
             self.index_offsets.append(offset)
             self.index_positions.append(position)
-
-
-def _scan(data: bytes) -> Iterator[tuple[int, bytes | None]]:
-    """Yield (position, payload) for each intact frame; a final (position, None) marks a bad tail."""
-    position = 0
-    size = len(data)
-    header = _HEADER.size
-    while position < size:
-        if position + header > size:
-            yield position, None
-            return
-        length, crc = _HEADER.unpack_from(data, position)
-        end = position + header + length
-        if length > MAX_FRAME_BYTES or end > size:
-            yield position, None
-            return
-        payload = data[position + header : end]
-        if zlib.crc32(payload) != crc:
-            yield position, None
-            return
-        yield position, payload
-        position = end
-
-
-_ENTRY_PREFIX: Final = b'{"offset":'
-
-
-def _is_entry(payload: bytes | None) -> bool:
-    return payload is not None and payload.startswith(_ENTRY_PREFIX)
-
-
-def _intact_frame_after(data: bytes, position: int) -> int | None:
-    """The position of the first intact record frame that starts after `position`, if any."""
-    header = _HEADER.size
-    size = len(data)
-    search = position + 1 + header
-    while True:
-        found = data.find(_ENTRY_PREFIX, search)
-        if found < 0:
-            return None
-        start = found - header
-        length, crc = _HEADER.unpack_from(data, start)
-        end = found + length
-        if length <= MAX_FRAME_BYTES and end <= size and zlib.crc32(data[found:end]) == crc:
-            return start
-        search = found + 1
-
-
-def tail_damage(data: bytes, position: int) -> str | None:
-    """Why the bad frame at `position` of a last segment is corruption; None if it is a torn tail.
-
-    The rule is the module docstring's: a torn tail is what one interrupted append can leave.
-    """
-    following = _intact_frame_after(data, position)
-    if following is not None:
-        return f"an intact record frame follows at byte {following}"
-    size = len(data)
-    header = _HEADER.size
-    if position + header > size:
-        return None  # a cut header
-    length, _crc = _HEADER.unpack_from(data, position)
-    if length > MAX_FRAME_BYTES:
-        if size - position <= header + MAX_FRAME_BYTES:
-            return None  # a garbage length with less than one frame after it
-        return f"{size - position} bytes follow a frame header with an impossible length {length}"
-    end = position + header + length
-    if end >= size:
-        return None  # a cut frame, or a whole last frame whose checksum or payload is bad
-    if not any(data[end:]):
-        return None  # zero-filled blocks after the last frame
-    return f"{size - end} more bytes follow the damaged frame"
 
 
 def log_divergence(log: RecordLog, from_offset: int, last_checksum: int) -> str | None:
@@ -295,11 +215,14 @@ class FileRecordLog:
             data = path.read_bytes()
         except OSError:
             return None
-        frames = list(_scan(data))
-        if not frames or frames[-1][1] is None:
+        payloads: list[bytes] = []
+        for item in frames.scan(data, entries=False):
+            if isinstance(item, frames.Damage):
+                return None
+            payloads.append(item[1])
+        if not payloads:
             return None
-        header = orjson.loads(frames[0][1] or b"{}")
-        payloads = [p for _, p in frames[1:] if p is not None]
+        header = orjson.loads(payloads.pop(0))
         if header.get("offset") != offset or header.get("records") != len(payloads):
             return None
         return Snapshot(offset=offset, entries=payloads)
@@ -322,9 +245,10 @@ class FileRecordLog:
                 size = os.fstat(fd).st_size
                 data = os.pread(fd, size, 0) if size else b""
                 keep_from = snapshot.offset if snapshot is not None else 0
-                for position, payload in _scan(data):
-                    if not _is_entry(payload):
-                        why = "it is not the last segment" if not last else tail_damage(data, position)
+                for item in frames.scan(data, entries=True):
+                    if isinstance(item, frames.Damage):
+                        position = item.position
+                        why = "it is not the last segment" if not last else frames.tail_damage(data, position)
                         if why is not None:
                             raise LogCorruptError(
                                 f"segment {path} is corrupt at byte {position} (record offset "
@@ -336,7 +260,7 @@ class FileRecordLog:
                         os.fsync(fd)
                         data = data[:position]
                         break
-                    assert payload is not None
+                    position, payload = item
                     offset = segment.next_offset
                     segment.note(offset, position)
                     if offset >= keep_from:
@@ -487,9 +411,9 @@ class FileRecordLog:
         written = 0
         try:
             with open(tmp, "wb", buffering=1024 * 1024) as handle:
-                handle.write(frame(orjson.dumps({"offset": offset, "records": count})))
+                handle.write(frames.frame(orjson.dumps({"offset": offset, "records": count})))
                 for entry in entries:
-                    handle.write(frame(entry))
+                    handle.write(frames.frame(entry))
                     written += 1
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -15,9 +15,11 @@ Guarantees:
 * Damage is judged as the controller's recovery judges it. A frame is damaged when its header is
   cut short, its length runs past the end of the file (or over 64 MiB), its CRC does not match, or
   (in a segment) its payload is not a log entry. The first damaged frame of the *last* segment and
-  everything after it are a torn tail: never acknowledged, cut without a bad line, counted in a
-  warning. A damaged frame in any other segment is a bad line; the rest of that segment cannot be
-  framed and is skipped (the problem says how many bytes). A segment whose frames do not end
+  everything after it are a torn tail — never acknowledged, cut without a bad line, counted in a
+  warning — when `jbod_core.frames.tail_damage` says one interrupted append could have left them
+  (the rule the controller's recovery applies before it truncates). Any other damaged frame, in
+  the last segment or another, is a bad line (the controller refuses to start on it); the rest of
+  that segment cannot be framed and is skipped (the problem says how many bytes). A segment whose frames do not end
   where the next segment starts is a bad line too (the log has a gap or an overlap there).
 * A line's number is the 1-based number of its frame in its file (a snapshot's header is frame
   1), so a bad line names the file and the frame. The end-of-segment problem above takes the
@@ -38,8 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, Literal
@@ -48,14 +48,16 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T  # noqa: N812 (the PySpark convention)
 
+from jbod_core import frames
 from jbod_pipeline.paths import local_path
 
-HEADER: Final = struct.Struct(">II")
-#: The controller's limit (`record_log.MAX_FRAME_BYTES`): a longer length is a damaged header.
-MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
-#: How every segment payload starts (`record_log.encode_entry`); the controller's recovery treats
-#: any other payload as damage.
-ENTRY_PREFIX: Final = b'{"offset":'
+# The frame codec and the torn-tail rule are the controller's own (`jbod_core.frames`).
+HEADER: Final = frames.HEADER
+MAX_FRAME_BYTES: Final = frames.MAX_FRAME_BYTES
+ENTRY_PREFIX: Final = frames.ENTRY_PREFIX
+Damage = frames.Damage
+iter_frames = frames.iter_frames
+find_damage = frames.find_damage
 SEGMENT_SUFFIX: Final = ".log"
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 _BATCH_ROWS: Final = 8192
@@ -107,53 +109,6 @@ class LogError(Exception):
 
 
 # -- pure decoding -------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Damage:
-    """The first frame of a file that cannot be read, and why."""
-
-    frame: int  # 1-based frame number
-    position: int  # byte position of its header
-    reason: str
-
-
-def iter_frames(data: bytes, *, entries: bool) -> Iterator[bytes | Damage]:
-    """The payloads of `data`'s intact frames in order, then a `Damage` if a frame is damaged
-    (nothing after it can be framed). `entries`: a payload must also start like a log entry."""
-    position = 0
-    number = 0
-    size = len(data)
-    while position < size:
-        number += 1
-        if position + HEADER.size > size:
-            yield Damage(number, position, "frame header cut short")
-            return
-        length, crc = HEADER.unpack_from(data, position)
-        end = position + HEADER.size + length
-        if length > MAX_FRAME_BYTES:
-            yield Damage(number, position, f"frame length {length} over the {MAX_FRAME_BYTES}-byte limit")
-            return
-        if end > size:
-            yield Damage(number, position, f"frame of {length} bytes runs past the end of the file")
-            return
-        payload = data[position + HEADER.size : end]
-        if zlib.crc32(payload) != crc:
-            yield Damage(number, position, "CRC mismatch")
-            return
-        if entries and not payload.startswith(ENTRY_PREFIX):
-            yield Damage(number, position, "payload is not a log entry")
-            return
-        yield payload
-        position = end
-
-
-def find_damage(data: bytes, *, entries: bool) -> Damage | None:
-    """The first damaged frame of `data`, if any."""
-    for item in iter_frames(data, entries=entries):
-        if isinstance(item, Damage):
-            return item
-    return None
 
 
 def snapshot_records(data: bytes, offset: int) -> int | None:
@@ -332,12 +287,14 @@ def plan(path: str) -> ReadPlan:
         if next_base is not None and next_base <= keep_from:
             continue  # wholly below the snapshot: an export does not read it either
         end = None
+        corrupt = False
         size = segment.stat().st_size
         if next_base is None:
             data = segment.read_bytes()
             damage = find_damage(data, entries=True)
-            end = size = len(data) if damage is None else damage.position
-            if damage is not None:
+            corrupt = damage is not None and frames.tail_damage(data, damage.position) is not None
+            end = size = len(data) if damage is None or corrupt else damage.position
+            if damage is not None and not corrupt:
                 warnings.append(
                     f"cut a torn tail of {len(data) - damage.position} byte(s) from frame {damage.frame} of "
                     f"the last segment {segment.name} ({damage.reason}; never acknowledged, the "
@@ -353,7 +310,8 @@ def plan(path: str) -> ReadPlan:
                 keep_from=keep_from,
                 next_base=next_base,
                 end=end,
-                last=next_base is None,
+                # A corrupt last segment is read as any other: its damaged frame is a bad line.
+                last=next_base is None and not corrupt,
             )
         )
     return ReadPlan(directory, snapshot_offset, tuple(tasks), tuple(warnings))

@@ -236,6 +236,32 @@ def test_a_damaged_frame_is_a_bad_line_and_a_torn_tail_is_cut(spark: SparkSessio
     run.close()
 
 
+def test_a_flipped_byte_inside_the_last_segment_is_a_bad_line_not_a_torn_tail(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Frames after the damaged one were acknowledged: the controller refuses to start on this log
+    (`jbod_core.frames.tail_damage`), so the reader reports it instead of cutting it silently."""
+    directory, _lines, files = _damaged_log(tmp_path)
+    last = files[-1]
+    data = bytearray(last.read_bytes())
+    assert _frames(last) >= 3
+    position = _frame_position(bytes(data), 2)
+    data[position + segments.HEADER.size + 5] ^= 0xFF  # frame 2 of the last segment: its CRC fails
+    last.write_bytes(bytes(data))
+    read = inputs.read_metadata(spark, str(directory))
+    base = int(last.name.removesuffix(".log"))
+    assert read.report.warnings == []
+    assert read.report.bad_lines == 1
+    (bad,) = read.report.examples
+    assert (bad.file, bad.line) == (last.as_uri(), 2)
+    assert bad.problem == (
+        f"damaged frame at offset {base + 1} (CRC mismatch): the remaining {len(data) - position} "
+        "byte(s) of the segment cannot be framed and were skipped"
+    )
+    assert [r["offset"] for r in _records(read)] == list(range(base + 1))
+    read.unpersist()
+
+
 def test_a_missing_segment_is_a_bad_line(spark: SparkSession, tmp_path: Path) -> None:
     directory, lines, files = _damaged_log(tmp_path)
     files[1].unlink()
