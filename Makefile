@@ -46,6 +46,7 @@ lint: setup-dev
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy $(TYPED)
+	$(BIN)/lint-imports
 
 format: setup-dev
 	$(BIN)/ruff format $(SOURCES)
