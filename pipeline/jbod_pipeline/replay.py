@@ -24,11 +24,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from pyspark.sql.window import Window
 
+from jbod_core import ids
 from jbod_pipeline import schemas
 
-UNASSIGNED: Final = "AAAAAAAAAAAAAAAAAAAAAA"
-LOST: Final = "AAAAAAAAAAAAAAAAAAAAAQ"
-MIGRATING: Final = "AAAAAAAAAAAAAAAAAAAAAg"
+# The reserved dir ids in their text form, from the one definition in `jbod_core.ids`.
+UNASSIGNED: Final = str(ids.UNASSIGNED_DIR)
+LOST: Final = str(ids.LOST_DIR)
+MIGRATING: Final = str(ids.MIGRATING_DIR)
 
 
 def _uuid_hex(uuid_text: Column) -> Column:

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import orjson
 
-from jbod_core.ids import LOST_DIR, UNASSIGNED_DIR, random_uuid
+from jbod_core.ids import LOST_DIR, MIGRATING_DIR, UNASSIGNED_DIR, random_uuid
 
 GIB = 1 << 30
 
@@ -98,7 +98,7 @@ class _Brokers:
     def acceptable(self, broker: int, directory: str) -> bool:
         if broker not in self.registered or self.fenced[broker]:
             return False
-        if directory in (str(UNASSIGNED_DIR), "AAAAAAAAAAAAAAAAAAAAAg"):
+        if directory in (str(UNASSIGNED_DIR), str(MIGRATING_DIR)):
             return True
         return directory in self.online[broker]
 
