@@ -29,6 +29,7 @@ from typing import Any
 
 import click
 
+from jbod_client import commands
 from jbod_client.broker import BrokerClient, describe_error
 from jbod_client.controller import ClientError
 from jbod_client.metadata import ClusterMetadata
@@ -292,12 +293,7 @@ async def apply_plan(
 
 
 def register(group: click.Group) -> None:
-    """Add `apply-plan` to `jbodctl` (its helpers are imported when the command runs)."""
-
-    def cli_output_option(command: Any) -> Any:
-        return click.option(
-            "--output", "-o", type=click.Choice(["table", "json"]), default=None, help="table or json"
-        )(command)
+    """Add `apply-plan` to `jbodctl`."""
 
     @group.command("apply-plan")
     @click.argument("plan_file", type=click.Path(path_type=Path))
@@ -321,7 +317,7 @@ def register(group: click.Group) -> None:
         show_default=True,
         help="seconds for the whole plan",
     )
-    @cli_output_option
+    @commands.output_option
     @click.pass_context
     def apply_plan_command(
         ctx: click.Context,
@@ -333,13 +329,11 @@ def register(group: click.Group) -> None:
         output: str | None,
     ) -> None:
         """Run a `jbod-pipeline plan` (plan.json): throttled intra-broker moves, safe to re-run."""
-        from jbod_client import cli
-
-        settings = cli._settings(ctx, output)
+        settings = commands.settings_of(ctx, output)
         try:
             moves = load_plan(plan_file)
         except PlanError as exc:
-            raise cli.CommandError(str(exc)) from exc
+            raise commands.CommandError(str(exc)) from exc
         table = settings.output != "json"
 
         def report(outcome: MoveOutcome) -> None:
@@ -349,7 +343,7 @@ def register(group: click.Group) -> None:
                     f"{outcome.status:>12}  {m.name}: {m.from_dir} -> {m.to_dir} ({m.size_bytes} bytes) {outcome.detail}"
                 )
 
-        outcomes = cli._run(
+        outcomes = commands.run(
             apply_plan(
                 settings.controller,
                 settings.token(),
@@ -368,7 +362,7 @@ def register(group: click.Group) -> None:
             s: sum(o.status == s for o in outcomes) for s in ("done", "already-done", "skipped", "failed")
         }
         if failed:  # the error is the one stderr line (jbodctl's contract); it carries the count
-            raise cli.CommandError(
+            raise commands.CommandError(
                 f"{len(failed)} of {len(outcomes)} moves failed, first: {failed[0].move.name}: {failed[0].detail}"
             )
         click.echo("Applied plan: " + ", ".join(f"{n} {s}" for s, n in counts.items()), err=True)

@@ -21,76 +21,23 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Coroutine, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from jbod_client import hints, local_cluster, tables
+from jbod_client import commands, tables
 from jbod_client.broker import describe_error
+from jbod_client.commands import CommandError, Settings, output_option, wide_option
 from jbod_client.consumer import ConsumedRecord, Consumer
-from jbod_client.controller import DEFAULT_URL, ClientError, ControllerClient, read_token
+from jbod_client.controller import DEFAULT_URL, ClientError
 from jbod_client.metadata import ClusterMetadata, UnknownBrokerError
 from jbod_client.producer import Producer, RecordMetadata
 from jbod_core.ids import Uuid
 
 PROG = "jbodctl"
-OUTPUTS = click.Choice(["table", "json"])
 T = TypeVar("T")
-
-
-@dataclass
-class Settings:
-    controller: str
-    token_file: Path | None
-    output: str
-
-    def token(self) -> str:
-        if self.token_file is None:
-            raise hints.MissingTokenError("no token: pass --token-file FILE or set JBOD_TOKEN_FILE")
-        return read_token(self.token_file)
-
-    def client(self) -> ControllerClient:
-        return ControllerClient(self.controller, token=self.token())
-
-
-class CommandError(Exception):
-    """A reply with a non-zero error code, or a user mistake found after parsing."""
-
-
-def output_option(command: Any) -> Any:
-    return click.option("--output", "-o", type=OUTPUTS, default=None, help="table or json")(command)
-
-
-def wide_option(command: Any) -> Any:
-    return click.option(
-        "--wide",
-        is_flag=True,
-        help="show ids, paths and errors whole, even past the terminal's width (by default ids are "
-        f"their first {tables.SHORT_ID_LENGTH}+ characters, unique in the table, like git's short hashes)",
-    )(command)
-
-
-def _settings(ctx: click.Context, output: str | None) -> Settings:
-    settings: Settings = ctx.find_object(Settings)  # type: ignore[assignment]
-    if output is not None:
-        settings.output = output
-    return settings
-
-
-def _emit(settings: Settings, data: Any, render: Any, *, wide: bool = False) -> None:
-    if settings.output == "json":
-        click.echo(json.dumps(data, indent=2))
-    else:
-        tables.console(wide=wide).print(render)
-
-
-def _check(reply: dict[str, Any], what: str) -> None:
-    code = int(reply.get("errorCode", 0))
-    if code != 0:
-        raise CommandError(f"{what}: {reply.get('errorMessage') or 'failed'} (errorCode {code})")
 
 
 def _parse_configs(values: tuple[str, ...]) -> dict[str, str]:
@@ -125,7 +72,9 @@ def _parse_assignment(text: str) -> list[list[int]]:
     default=None,
     help="file holding the bearer token (or JBOD_TOKEN_FILE)",
 )
-@click.option("--output", "-o", type=OUTPUTS, default="table", show_default=True, help="table or json")
+@click.option(
+    "--output", "-o", type=commands.OUTPUTS, default="table", show_default=True, help="table or json"
+)
 @click.pass_context
 def app(ctx: click.Context, controller: str, token_file: Path | None, output: str) -> None:
     """Administer a JBOD cluster: topics, brokers, log dirs, metadata; produce and consume; run it locally."""
@@ -164,7 +113,7 @@ def topics_create(
     output: str | None,
 ) -> None:
     """Create a topic (automatic placement, or --assignment)."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     replica_assignment = _parse_assignment(assignment) if assignment else None
     if replica_assignment is None and partitions is None:
         raise CommandError(
@@ -178,8 +127,8 @@ def topics_create(
             replica_assignment=replica_assignment,
             configs=_parse_configs(configs),
         )
-    _check(reply, f"cannot create topic {name}")
-    _emit(
+    commands.check(reply, f"cannot create topic {name}")
+    commands.emit(
         settings,
         reply,
         f"Created topic [bold]{name}[/] ({reply['topicId']}): {reply['numPartitions']} partitions, "
@@ -194,10 +143,10 @@ def topics_create(
 @click.pass_context
 def topics_describe(ctx: click.Context, name: str, wide: bool, output: str | None) -> None:
     """Show a topic's partitions: leader, ISR, directories, offline replicas."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         topic = client.describe_topic(name)
-    _emit(settings, topic, tables.partitions_table(topic, wide=wide), wide=wide)
+    commands.emit(settings, topic, tables.partitions_table(topic, wide=wide), wide=wide)
 
 
 @topics_group.command("list")
@@ -206,10 +155,10 @@ def topics_describe(ctx: click.Context, name: str, wide: bool, output: str | Non
 @click.pass_context
 def topics_list(ctx: click.Context, wide: bool, output: str | None) -> None:
     """List every topic."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         topics = client.list_topics()
-    _emit(settings, topics, tables.topics_table(topics, wide=wide), wide=wide)
+    commands.emit(settings, topics, tables.topics_table(topics, wide=wide), wide=wide)
 
 
 @topics_group.command("delete")
@@ -218,11 +167,11 @@ def topics_list(ctx: click.Context, wide: bool, output: str | None) -> None:
 @click.pass_context
 def topics_delete(ctx: click.Context, name: str, output: str | None) -> None:
     """Delete a topic."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         reply = client.delete_topic(name)
-    _check(reply, f"cannot delete topic {name}")
-    _emit(settings, reply, f"Deleted topic [bold]{name}[/]")
+    commands.check(reply, f"cannot delete topic {name}")
+    commands.emit(settings, reply, f"Deleted topic [bold]{name}[/]")
 
 
 # -- brokers -----------------------------------------------------------------------------------
@@ -237,10 +186,10 @@ def brokers_group(ctx: click.Context, wide: bool, output: str | None) -> None:
     their listeners."""
     if ctx.invoked_subcommand is not None:
         return
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         brokers = client.brokers()
-    _emit(settings, brokers, tables.brokers_table(brokers, wide=wide), wide=wide)
+    commands.emit(settings, brokers, tables.brokers_table(brokers, wide=wide), wide=wide)
 
 
 @brokers_group.command("describe")
@@ -250,10 +199,10 @@ def brokers_group(ctx: click.Context, wide: bool, output: str | None) -> None:
 @click.pass_context
 def brokers_describe(ctx: click.Context, broker_id: int, wide: bool, output: str | None) -> None:
     """Show one broker; --wide adds its listeners."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         broker = client.broker(broker_id)
-    _emit(settings, broker, tables.brokers_table([broker], wide=wide), wide=wide)
+    commands.emit(settings, broker, tables.brokers_table([broker], wide=wide), wide=wide)
 
 
 @brokers_group.command("unregister")
@@ -262,11 +211,11 @@ def brokers_describe(ctx: click.Context, broker_id: int, wide: bool, output: str
 @click.pass_context
 def brokers_unregister(ctx: click.Context, broker_id: int, output: str | None) -> None:
     """Remove a broker's registration (fencing it first)."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         reply = client.unregister_broker(broker_id)
-    _check(reply, f"cannot unregister broker {broker_id}")
-    _emit(settings, reply, f"Unregistered broker {broker_id}")
+    commands.check(reply, f"cannot unregister broker {broker_id}")
+    commands.emit(settings, reply, f"Unregistered broker {broker_id}")
 
 
 @app.command("cluster")
@@ -274,10 +223,10 @@ def brokers_unregister(ctx: click.Context, broker_id: int, output: str | None) -
 @click.pass_context
 def cluster(ctx: click.Context, output: str | None) -> None:
     """Show cluster counts: brokers, fenced brokers, offline partitions, metadata end offset."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     with settings.client() as client:
         info = client.cluster()
-    _emit(settings, info, tables.cluster_table(info))
+    commands.emit(settings, info, tables.cluster_table(info))
 
 
 # -- metadata ----------------------------------------------------------------------------------
@@ -301,7 +250,7 @@ def metadata_group() -> None:
 @click.pass_context
 def metadata_export(ctx: click.Context, out: Path, from_offset: int, fmt: str | None) -> None:
     """Write the whole metadata log as JSON lines, one {offset, type, data} record per line."""
-    settings = _settings(ctx, None)
+    settings = commands.settings_of(ctx, None)
     if fmt == "parquet" or (fmt is None and out.suffix == ".parquet"):
         _metadata_export_parquet(settings, out, from_offset)
         return
@@ -368,10 +317,6 @@ def _write_batch(writer: Any, schema: Any, batch: list[dict[str, Any]]) -> int:
 
 
 # -- data plane: produce, consume, log dirs, moves -------------------------------------------
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
 
 
 def _decode_arg(text: str, *, what: str, b64: bool) -> bytes:
@@ -469,7 +414,7 @@ def produce(
     output: str | None,
 ) -> None:
     """Write records to a topic: --value V (repeatable) or one record per line of stdin."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     key_bytes = None if key is None else _decode_arg(key, what="--key", b64=b64)
     if values:
         payloads = [_decode_arg(v, what="--value", b64=b64) for v in values]
@@ -482,7 +427,7 @@ def produce(
         payloads = _stdin_values()
     if not payloads:
         raise CommandError("nothing to produce: give --value or lines on stdin")
-    results = _run(
+    results = commands.run(
         _produce_all(
             settings,
             topic,
@@ -613,7 +558,7 @@ def consume(
     output: str | None,
 ) -> None:
     """Print a topic's records, one value per line (JSON lines with --output json)."""
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     if sum((offset is not None, from_beginning, latest)) > 1:
         raise CommandError("give at most one of --offset, --from-beginning and --latest")
     json_lines = settings.output == "json"
@@ -636,7 +581,7 @@ def consume(
         out.write(line + "\n")
         out.flush()
 
-    count = _run(
+    count = commands.run(
         _consume(
             settings,
             topic,
@@ -694,8 +639,8 @@ async def _log_dirs(
 def log_dirs(ctx: click.Context, broker_ids: tuple[int, ...], wide: bool, output: str | None) -> None:
     """Show each broker's log dirs: state, space, replicas and moves in progress; paths relative to
     the directory holding them (named in the title), errors under the table."""
-    settings = _settings(ctx, output)
-    found, errors = _run(_log_dirs(settings, list(dict.fromkeys(broker_ids))))
+    settings = commands.settings_of(ctx, output)
+    found, errors = commands.run(_log_dirs(settings, list(dict.fromkeys(broker_ids))))
     if settings.output == "json":
         click.echo(json.dumps({str(b): dirs for b, dirs in found.items()}, indent=2))
     elif not found and not errors:
@@ -767,10 +712,10 @@ def move_replica(
     A replica already in the --to dir is not moved: one line says so and the exit status is 0
     (the requested placement holds); --to the current dir while a move runs cancels that move.
     """
-    settings = _settings(ctx, output)
+    settings = commands.settings_of(ctx, output)
     if not 0 < len(directory_id) <= 22 or not all(c.isalnum() or c in "-_" for c in directory_id):
         raise CommandError(f"--to {directory_id!r}: not a directory id or a prefix of one")
-    directory_id, reply = _run(
+    directory_id, reply = commands.run(
         _move(settings, topic, partition, broker_id, directory_id, max_bytes_per_second)
     )
     code = int(reply.get("errorCode", 0))
@@ -789,7 +734,7 @@ def move_replica(
         message = (
             f"Moving {replica} to dir {directory_id}; follow it with: jbodctl log-dirs --broker {broker_id}"
         )
-    _emit(settings, reply, message)
+    commands.emit(settings, reply, message)
 
 
 # -- local -------------------------------------------------------------------------------------
@@ -831,37 +776,7 @@ _apply_plan.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        result = app.main(args=argv, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        # A group without a subcommand (`jbodctl`, `jbodctl topics`): its help, not a mistake.
-        click.echo(exc.ctx.get_help())
-        return 0
-    except click.exceptions.UsageError as exc:
-        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
-        print(f"{PROG}: error: aborted", file=sys.stderr)
-        return 1
-    except click.ClickException as exc:
-        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
-        return 1
-    except (ClientError, CommandError) as exc:
-        hint = hints.for_error(
-            exc,
-            local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or local_cluster.DEFAULT_DIR),
-            cwd=Path.cwd(),
-        )
-        print(f"{PROG}: error: {' '.join(str(exc).split())}{f'; {hint}' if hint else ''}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`jbodctl consume ... | head`): not an error; keep Python quiet at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-    return result if isinstance(result, int) else 0
+    return commands.run_main(app, argv, prog=PROG)
 
 
 if __name__ == "__main__":

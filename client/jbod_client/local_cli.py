@@ -34,7 +34,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from jbod_client import local_cluster, tables
+from jbod_client import commands, local_cluster, tables
 from jbod_client.local_cluster import ClusterStatus, LocalClusterError
 
 DIR_OPTION_HELP = "the local cluster's directory"
@@ -508,11 +508,14 @@ def register(group: click.Group) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`jbodctl local ARGS`, with the same error handling as `jbodctl`."""
-    from jbod_client import cli
-
-    if "up" not in cli.local_group.commands:
-        register(cli.local_group)
-    return cli.main(["local", *(sys.argv[1:] if argv is None else argv)])
+    group = click.Group(
+        "local",
+        commands=list(COMMANDS),
+        help="Run a local cluster on this machine without Kubernetes.",
+        context_settings={"help_option_names": ["-h", "--help"]},
+        no_args_is_help=True,
+    )
+    return commands.run_main(group, argv, prog="jbodctl local")
 
 
 if __name__ == "__main__":
