@@ -114,30 +114,55 @@ def processes_table(snapshot: ClusterStatus) -> Table:
     return table
 
 
-def log_dirs_table(snapshot: ClusterStatus) -> Table:
-    table = Table(title="Log dirs (each broker's own view)", title_justify="left")
-    for column in ("broker", "disk", "path", "directory id", "state", "replicas", "usable", "error"):
-        table.add_column(column)
+def log_dirs_table(snapshot: ClusterStatus, *, wide: bool = False) -> Table:
+    """Each broker's own view of its dirs. Fits 80 columns unless `wide`: dirs named by disk (their
+    paths only when `wide`), short directory ids unique in the table, errors one line each under it."""
+    table = Table(title="Log dirs (each broker's own view)", title_justify="left", caption_justify="left")
+    columns = ("broker", "disk", "path", "directory id") if wide else ("broker", "disk", "directory id")
+    for column in columns:
+        table.add_column(column, no_wrap=column == "directory id")
+    for column in ("state", "replicas", "usable"):
+        table.add_column(column, justify="left" if column == "state" else "right")
+    ids = tables.short_ids(
+        (
+            str(d["directoryId"])
+            for dirs in snapshot.log_dirs.values()
+            if dirs
+            for d in dirs
+            if d.get("directoryId")
+        ),
+        wide=wide,
+    )
+    errors: list[str] = []
     for broker in snapshot.layout.brokers:
         dirs = snapshot.log_dirs.get(broker.broker_id)
         if dirs is None:
-            table.add_row(
-                str(broker.broker_id), "-", "-", "-", "[dim]unknown (not running)[/]", "-", "-", "-"
-            )
+            cells = ["-"] * (len(columns) - 1)
+            table.add_row(str(broker.broker_id), *cells, "[dim]not running[/]", "-", "-")
             continue
         for d in dirs:
             state = str(d["state"])
             style = {"online": "green", "offline": "red"}.get(state, "yellow")
-            table.add_row(
+            disk = snapshot.disk_label(broker.broker_id, d["path"])
+            directory = str(d.get("directoryId") or "")
+            row = [
                 str(broker.broker_id),
-                snapshot.disk_label(broker.broker_id, d["path"]),
-                d["path"],
-                d.get("directoryId") or "-",
+                disk,
+                *([str(d["path"])] if wide else []),
+                ids.get(directory, directory or "-"),
+            ]
+            table.add_row(
+                *row,
                 f"[{style}]{state}[/]",
                 str(len(d["replicas"])),
                 tables.human_bytes(d.get("usableBytes")),
-                Text(d.get("error") or "-"),
             )
+            if d.get("error"):
+                errors.append(f"b{broker.broker_id}/{disk}: {d['error']}")
+    if errors:
+        table.caption = Text(
+            "\n".join(errors), style="red", no_wrap=not wide, overflow="fold" if wide else "ellipsis"
+        )
     return table
 
 
@@ -244,12 +269,12 @@ def compact_lines(snapshot: ClusterStatus, *, width: int, height: int, now: str)
     return lines
 
 
-def status_view(snapshot: ClusterStatus) -> RenderableType:
+def status_view(snapshot: ClusterStatus, *, wide: bool = False) -> RenderableType:
     parts: list[RenderableType] = [processes_table(snapshot)]
     aliases = snapshot.aliases()
     if snapshot.controller_running:
         parts.append(tables.brokers_table(snapshot.brokers, aliases))
-    parts.append(log_dirs_table(snapshot))
+    parts.append(log_dirs_table(snapshot, wide=wide))
     if snapshot.topics:
         parts.extend(tables.partitions_table(topic, aliases) for topic in snapshot.topics)
     elif snapshot.controller_running:
@@ -342,9 +367,10 @@ def down_command(root: Path, purge: bool, grace: float) -> None:
 @click.command("status")
 @dir_option
 @click.option("--watch", "-w", is_flag=True, help="refresh every second until Ctrl-C")
+@click.option("--wide", is_flag=True, help="show paths, ids and errors whole, even past the terminal's width")
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default=None, help="table or json")
 @click.pass_context
-def status_command(ctx: click.Context, root: Path, watch: bool, output: str | None) -> None:
+def status_command(ctx: click.Context, root: Path, watch: bool, wide: bool, output: str | None) -> None:
     """Show processes, brokers, each broker's log dirs, and partitions (leader, ISR, offline replicas)."""
     snapshot = local_cluster.status(root)
     if not snapshot.running:
@@ -356,13 +382,13 @@ def status_command(ctx: click.Context, root: Path, watch: bool, output: str | No
         return
     console = Console()
     if not watch:
-        console.print(status_view(snapshot))
+        console.print(status_view(snapshot, wide=wide))
         return
     try:
         if console.is_terminal:
             _watch_terminal(root, console, snapshot)
         else:
-            _watch_plain(root, console, snapshot)
+            _watch_plain(root, console, snapshot, wide=wide)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # `| head`: the reader is gone
@@ -384,7 +410,7 @@ def _watch_terminal(root: Path, console: Console, snapshot: ClusterStatus) -> No
             live.update(view(local_cluster.status(root)), refresh=True)
 
 
-def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus) -> None:
+def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide: bool = False) -> None:
     while True:
         console.print(
             f"Every {WATCH_INTERVAL:g}s: jbodctl local status --dir {snapshot.layout.root}  "
@@ -392,7 +418,7 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        console.print(status_view(snapshot))
+        console.print(status_view(snapshot, wide=wide))
         console.file.flush()
         time.sleep(WATCH_INTERVAL)
         snapshot = local_cluster.status(root)

@@ -138,3 +138,35 @@ def test_watch_in_an_80x24_terminal_cuts_nothing(root: Path) -> None:
     assert "..." not in screen and "…" not in screen, screen
     assert all(len(line) <= 80 for line in re.split(r"[\r\n]", screen)), screen
     assert f"{FAILED_DISK[0]}:OFFLINE" in screen and "orders" in screen
+
+
+def test_status_fits_80_columns_and_wide_shows_everything(root: Path) -> None:
+    """`jbodctl local status` (not watching) at 80 columns: no line is longer, no id is cut with an
+    ellipsis (short ids, unique in the table), the failed disk's error is one line; `--wide` shows
+    the paths and the ids whole."""
+    env = {**os.environ, "COLUMNS": "80", "LINES": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    layout = local_cluster.read_layout(root)
+    shown = subprocess.run(
+        [JBODCTL, "local", "status", "--dir", str(root)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, shown.stdout
+    section = shown.stdout[shown.stdout.index("Log dirs") :]
+    section = section[: section.index("Partitions")] if "Partitions" in section else section
+    words = set(re.split(r"[\s│|]+", section))
+    for broker in layout.brokers:
+        for directory in filter(None, broker.directory_ids):
+            assert any(len(w) >= 8 and directory.startswith(w) for w in words), (directory, section)
+    assert f"b2/disk-{FAILED_DISK[0]}:" in section
+    wide = subprocess.run(
+        [JBODCTL, "local", "status", "--wide", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "250"},
+        timeout=60,
+    )
+    assert wide.returncode == 0, wide.stderr
+    for broker in layout.brokers:
+        assert all(directory in wide.stdout for directory in filter(None, broker.directory_ids))
+        assert str(broker.disks[0]) in wide.stdout
