@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,27 @@ class Cluster:
     def cluster_token(self) -> str:
         return read_token(self.controller.cluster_token_file)
 
-    def add_broker(self, node_id: int, *, dirs: int = 2, start: bool = True, **settings: str) -> LocalBroker:
+    def add_broker(
+        self,
+        node_id: int,
+        *,
+        dirs: int = 2,
+        start: bool = True,
+        loop: bool = True,
+        properties: Mapping[str, str] | None = None,
+        **settings: str,
+    ) -> LocalBroker:
+        """A broker with `dirs` log dirs `b<id>/d<n>`: loop-mounted ext4 volumes that can really fail
+        (root), or plain directories with `loop=False`. `properties` are `server.properties` keys;
+        `settings` the same with `_` for `.` (`log_dir_failure_timeout_ms="500"`)."""
         paths = []
         for n in range(dirs):
-            mount = self.stack.enter_context(loop_ext4(self.base / f"b{node_id}" / f"d{n}"))
-            self.mounts[(node_id, n)] = mount
-            paths.append(mount.path)
+            path = self.base / f"b{node_id}" / f"d{n}"
+            if loop:
+                mount = self.stack.enter_context(loop_ext4(path))
+                self.mounts[(node_id, n)] = mount
+                path = mount.path
+            paths.append(path)
         broker = LocalBroker(
             node_id=node_id,
             work_dir=self.base / f"b{node_id}",
@@ -57,7 +72,7 @@ class Cluster:
             controller_url=self.controller.url,
             cluster_token_file=self.controller.cluster_token_file,
             cluster_id=self.controller.cluster_id,
-            settings={k.replace("_", "."): v for k, v in settings.items()},
+            settings={**{k.replace("_", "."): v for k, v in settings.items()}, **(properties or {})},
         )
         self.brokers[node_id] = broker
         self.stack.callback(broker.kill)
@@ -97,11 +112,17 @@ class Cluster:
         return self.admin.describe_topic(name)
 
 
+def start_cluster(stack: contextlib.ExitStack, base: Path, *, cluster_id: str = "it") -> Cluster:
+    """A running controller in `base/controller` and its admin client, no broker yet; everything
+    is stopped when `stack` closes."""
+    controller = LocalController(data_dir=base / "controller", cluster_id=cluster_id).start()
+    stack.callback(controller.kill)
+    admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
+    stack.callback(admin.close)
+    return Cluster(base=base, stack=stack, controller=controller, admin=admin)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with contextlib.ExitStack() as stack:
-        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="it").start()
-        stack.callback(controller.kill)
-        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
-        stack.callback(admin.close)
-        yield Cluster(base=tmp_path, stack=stack, controller=controller, admin=admin)
+        yield start_cluster(stack, tmp_path)

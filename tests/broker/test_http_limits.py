@@ -20,8 +20,9 @@ import orjson
 import pytest
 
 from jbod_agent.config import ConfigError, parse_config
-from jbod_client.controller import ControllerClient, read_token
+from jbod_client.controller import read_token
 from jbod_client.local import LocalBroker, LocalController
+from tests.broker.conftest import start_cluster, wait_for
 
 MESSAGE_MAX_BYTES = 10_000
 LIMITS = {
@@ -59,29 +60,11 @@ class Broker:
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[Broker]:
     with contextlib.ExitStack() as stack:
-        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="limits").start()
-        stack.callback(controller.kill)
-        work = tmp_path / "b1"
-        broker = LocalBroker(
-            node_id=1,
-            work_dir=work,
-            log_dirs=[work / "d0"],
-            controller_url=controller.url,
-            cluster_token_file=controller.cluster_token_file,
-            cluster_id=controller.cluster_id,
-            settings=LIMITS,
-        )
-        stack.callback(broker.kill)
-        broker.format()
-        broker.start()
-        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
-        stack.callback(admin.close)
-        deadline = time.monotonic() + 60
-        while not (brokers := admin.brokers()) or brokers[0]["fenced"]:
-            assert time.monotonic() < deadline, "the broker never got unfenced"
-            time.sleep(0.1)
-        assert admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
-        yield Broker(controller=controller, broker=broker)
+        cluster = start_cluster(stack, tmp_path, cluster_id="limits")
+        broker = cluster.add_broker(1, dirs=1, loop=False, properties=LIMITS)
+        wait_for(lambda: cluster.all_unfenced(1), timeout=60, what="the broker unfenced")
+        assert cluster.admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
+        yield Broker(controller=cluster.controller, broker=broker)
 
 
 def _closed_by_server(sock: socket.socket, trickle: bytes = b"") -> bool:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import struct
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,10 @@ import httpx
 import orjson
 import pytest
 
-from jbod_client.controller import ControllerClient, read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_client.controller import read_token
+from jbod_core import frames
 from jbod_core.ids import Uuid
-from tests.broker.conftest import UNASSIGNED, wait_for
+from tests.broker.conftest import UNASSIGNED, start_cluster, wait_for
 
 BAD_CONFIGS = {
     "min.insync.replicas": "many",
@@ -37,8 +35,7 @@ TOPIC_ID = str(Uuid(858, 112))
 
 
 def _frame(entry: dict[str, Any]) -> bytes:
-    payload = orjson.dumps(entry)
-    return struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+    return frames.frame(orjson.dumps(entry))
 
 
 @pytest.fixture
@@ -51,27 +48,11 @@ def stack() -> Iterator[contextlib.ExitStack]:
 def test_a_bad_config_in_an_old_log_leaves_the_dir_online(
     tmp_path: Path, stack: contextlib.ExitStack
 ) -> None:
-    controller = LocalController(data_dir=tmp_path / "controller", cluster_id="it").start()
-    stack.callback(controller.kill)
-    admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
-    stack.callback(admin.close)
-    broker = LocalBroker(
-        node_id=1,
-        work_dir=tmp_path / "b1",
-        log_dirs=[tmp_path / "b1" / "d0", tmp_path / "b1" / "d1"],
-        controller_url=controller.url,
-        cluster_token_file=controller.cluster_token_file,
-        cluster_id=controller.cluster_id,
-    )
-    stack.callback(broker.kill)
-    broker.format()
-    broker.start()
-    wait_for(lambda: [b["fenced"] for b in admin.brokers()] == [False], what="the broker unfenced")
-    assert admin.create_topic("good", partitions=1, replication_factor=1)["errorCode"] == 0
-    wait_for(
-        lambda: admin.describe_topic("good")["partitions"][0]["directories"] != [UNASSIGNED],
-        what="placement of good",
-    )
+    cluster = start_cluster(stack, tmp_path)
+    controller, admin = cluster.controller, cluster.admin
+    broker = cluster.add_broker(1, dirs=2, loop=False)
+    wait_for(lambda: cluster.all_unfenced(1), what="the broker unfenced")
+    cluster.create_placed_topic("good", partitions=1, rf=1)
     end = admin.cluster()["metadataEndOffset"]
 
     # The old log: a topic with bad configs, one partition on broker 1 (placement unknown).

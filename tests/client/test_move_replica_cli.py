@@ -21,7 +21,7 @@ import pytest
 from jbod_client import cli
 from jbod_client.controller import ControllerClient, read_token
 from jbod_client.local import LocalBroker, LocalController
-from tests.broker.conftest import UNASSIGNED, wait_for
+from tests.broker.conftest import start_cluster, wait_for
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
@@ -54,29 +54,12 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with contextlib.ExitStack() as stack:
-        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="it").start()
-        stack.callback(controller.kill)
-        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
-        stack.callback(admin.close)
-        broker = LocalBroker(
-            node_id=1,
-            work_dir=tmp_path / "b1",
-            log_dirs=[tmp_path / "b1" / "d0", tmp_path / "b1" / "d1"],
-            controller_url=controller.url,
-            cluster_token_file=controller.cluster_token_file,
-            cluster_id=controller.cluster_id,
-            settings={"admin.token.file": str(controller.admin_token_file)},
-        )
-        stack.callback(broker.kill)
-        broker.format()
-        broker.start()
-        wait_for(lambda: [b["fenced"] for b in admin.brokers()] == [False], what="the broker unfenced")
-        assert admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
-        wait_for(
-            lambda: admin.describe_topic("t")["partitions"][0]["directories"] != [UNASSIGNED],
-            what="placement of t",
-        )
-        yield Cluster(controller, broker, admin)
+        running = start_cluster(stack, tmp_path)
+        admin_token = {"admin.token.file": str(running.controller.admin_token_file)}
+        broker = running.add_broker(1, dirs=2, loop=False, properties=admin_token)
+        wait_for(lambda: running.all_unfenced(1), what="the broker unfenced")
+        running.create_placed_topic("t", partitions=1, rf=1)
+        yield Cluster(running.controller, broker, running.admin)
 
 
 def _replicas(dirs: list[dict[str, Any]]) -> dict[str, list[tuple[str, int, bool]]]:

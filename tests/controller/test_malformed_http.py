@@ -18,6 +18,7 @@ import pytest
 
 from jbod_client.controller import read_token
 from jbod_client.local import LocalBroker, LocalController
+from tests.broker.conftest import start_cluster
 
 
 @dataclass
@@ -33,21 +34,9 @@ class Servers:
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Servers]:
     with contextlib.ExitStack() as stack:
-        controller = LocalController(data_dir=tmp_path / "controller", cluster_id="malformed").start()
-        stack.callback(controller.kill)
-        work = tmp_path / "b1"
-        broker = LocalBroker(
-            node_id=1,
-            work_dir=work,
-            log_dirs=[work / "d0"],
-            controller_url=controller.url,
-            cluster_token_file=controller.cluster_token_file,
-            cluster_id=controller.cluster_id,
-        )
-        stack.callback(broker.kill)
-        broker.format()
-        broker.start()
-        yield Servers(controller=controller, broker=broker)
+        cluster = start_cluster(stack, tmp_path, cluster_id="malformed")
+        broker = cluster.add_broker(1, dirs=1, loop=False)
+        yield Servers(controller=cluster.controller, broker=broker)
 
 
 def _exchange(url: str, request: bytes) -> bytes:
