@@ -35,8 +35,9 @@ from typing import NoReturn
 
 from aiohttp import web
 
+from jbod_client import serving
 from jbod_client.serving import run_event_loop
-from jbod_controller.http_api import ControllerApi, Tokens
+from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
@@ -107,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--default-min-insync-replicas",
         type=int,
         help="min.insync.replicas written into a new topic's configs when the create sets none",
+    )
+    parser.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        default=int(CONNECTION_LIMITS.idle_timeout_s * 1000),
+        help="close a connection with no request in progress after this long (Kafka's key)",
+    )
+    parser.add_argument(
+        "--request-read-timeout-ms",
+        type=int,
+        default=int(CONNECTION_LIMITS.read_timeout_s * 1000),
+        help="a request's headers, and its body, must arrive within this long, else the connection closes",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -225,12 +238,13 @@ async def serve(
     listen: tuple[str, int] | socket.socket,
     *,
     created_tokens: tuple[Path, ...] = (),
+    limits: serving.ConnectionLimits = CONNECTION_LIMITS,
 ) -> int:
     sock = bind_listener(listen) if isinstance(listen, tuple) else listen
     host = sock.getsockname()[0]
     service = ControllerService(config)
     metrics = ControllerMetrics(lambda: service.image, lambda: service.record_log.committed_offset)
-    api = ControllerApi(service, tokens, metrics)
+    api = ControllerApi(service, tokens, metrics, limits=limits)
     runner = api.runner(shutdown_timeout=5.0)
     await runner.setup()
     site = web.SockSite(runner, sock)
@@ -283,7 +297,13 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             default_min_insync_replicas=args.default_min_insync_replicas,
         )
         created.note_missing(data_dir / "metadata")
-        return run_event_loop(serve(config, tokens, sock, created_tokens=tuple(created.tokens)))
+        limits = serving.ConnectionLimits(
+            idle_timeout_s=args.connections_max_idle_ms / 1000,
+            read_timeout_s=args.request_read_timeout_ms / 1000,
+        )
+        return run_event_loop(
+            serve(config, tokens, sock, created_tokens=tuple(created.tokens), limits=limits)
+        )
     except UsageError:
         created.remove()
         raise
@@ -312,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"{flag} must be a positive 32-bit integer, got {value}")
         if args.snapshot_interval_records < 1:
             raise UsageError("--snapshot-interval-records must be at least 1")
+        for flag, value in (
+            ("--connections-max-idle-ms", args.connections_max_idle_ms),
+            ("--request-read-timeout-ms", args.request_read_timeout_ms),
+        ):
+            if not 100 <= value <= 2**31 - 1:
+                raise UsageError(f"{flag} must be between 100 and {2**31 - 1}, got {value}")
         data_dir: Path = args.data_dir
         with contextlib.closing(bind_listener(args.listen)) as sock:
             return _claim_and_serve(args, data_dir, sock)

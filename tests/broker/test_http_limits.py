@@ -1,4 +1,5 @@
-"""The broker's HTTP limits (issue 12, item 3): idle and read timeouts, request and record sizes.
+"""The HTTP limits (issue 12, item 3): idle and read timeouts of the broker and the controller,
+request and record sizes of the broker.
 
 Real `jbod-controller` and `jbod-agent` processes on plain directories, raw sockets. Limits are
 configured small through `server.properties`; assertions are on behaviour (a connection closed,
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import pytest
 
 from jbod_agent.config import ConfigError, parse_config
 from jbod_client.controller import read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_client.local import LocalBroker, LocalController, console_script
 from tests.broker.conftest import start_cluster, wait_for
 
 MESSAGE_MAX_BYTES = 10_000
@@ -169,3 +171,41 @@ def test_a_bad_limit_is_a_config_error_naming_the_key(key: str, value: str) -> N
     )
     with pytest.raises(ConfigError, match=key):
         parse_config(text)
+
+
+def test_the_controller_closes_idle_and_slow_connections(tmp_path: Path) -> None:
+    """The controller's `--connections-max-idle-ms` and `--request-read-timeout-ms` (defaults
+    600000 and 30000, as the broker's keys)."""
+    controller = LocalController(
+        data_dir=tmp_path / "controller",
+        cluster_id="limits",
+        extra_args=["--connections-max-idle-ms", "1000", "--request-read-timeout-ms", "1000"],
+    ).start()
+    try:
+        host, port = controller.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as idle:
+            assert _closed_by_server(idle)
+        with socket.create_connection((host, int(port)), timeout=30) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\n")
+            assert _closed_by_server(slow, trickle=b"X-Slow: 1\r\n")
+        with httpx.Client(timeout=10) as client:  # a prompt request is still served
+            assert client.get(f"{controller.url}/healthz").status_code == 200
+    finally:
+        controller.kill()
+
+
+@pytest.mark.parametrize("flag", ["--connections-max-idle-ms", "--request-read-timeout-ms"])
+def test_a_bad_controller_limit_is_one_line(tmp_path: Path, flag: str) -> None:
+    data_dir = str(tmp_path / "c")
+    result = subprocess.run(
+        [console_script("jbod-controller"), "--data-dir", data_dir, "--cluster-id", "x", flag, "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"jbod-controller: error: {flag} must be between 100 and {2**31 - 1}, got 5"
+    ]
+    assert not (tmp_path / "c").exists()
