@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from jbod_core import messages
+from jbod_core import messages, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import LOST_DIR
 
@@ -104,10 +104,12 @@ def test_create_topic_needs_counts_without_an_assignment() -> None:
         is None
     )
     messages.CreateTopicRequest.model_validate({"name": "t", "replicaAssignment": [[1]]})
-    assert "min.insync.replicas" in _error(
-        messages.CreateTopicRequest,
-        {"name": "t", "numPartitions": 1, "replicationFactor": 1, "configs": {"min.insync.replicas": "0"}},
-    )
+    # A config value is a string map entry to the schema; whether it is usable is the create's
+    # decision (errorCode 40 INVALID_CONFIG, `jbod_core.topic_configs`), not a malformed body (42).
+    bad = {"name": "t", "numPartitions": 1, "replicationFactor": 1, "configs": {"min.insync.replicas": "0"}}
+    request = messages.CreateTopicRequest.model_validate(bad)
+    problem = topic_configs.create_error(request.configs, replication_factor=1)
+    assert problem is not None and problem.key == "min.insync.replicas"
 
 
 def test_error_codes_are_the_contract_table() -> None:
@@ -118,6 +120,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "NOT_LEADER_OR_FOLLOWER": 6,
         "REQUEST_TIMED_OUT": 7,
         "REPLICA_NOT_AVAILABLE": 9,
+        "MESSAGE_TOO_LARGE": 10,
         "INVALID_TOPIC_EXCEPTION": 17,
         "NOT_ENOUGH_REPLICAS": 19,
         "CLUSTER_AUTHORIZATION_FAILED": 31,
@@ -125,6 +128,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "INVALID_PARTITIONS": 37,
         "INVALID_REPLICATION_FACTOR": 38,
         "INVALID_REPLICA_ASSIGNMENT": 39,
+        "INVALID_CONFIG": 40,
         "NOT_CONTROLLER": 41,
         "INVALID_REQUEST": 42,
         "KAFKA_STORAGE_ERROR": 56,
