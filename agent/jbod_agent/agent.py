@@ -210,8 +210,11 @@ class Agent:
         self.shut_down(0, "received a signal")
 
     async def _controlled_shutdown(self, timeout: float = 5.0) -> None:
-        """Heartbeat with wantShutDown until the controller says shouldShutDown (bounded)."""
-        if not self.registered or self.fenced:
+        """Heartbeat with wantShutDown until the controller says shouldShutDown (bounded).
+
+        Also when this broker believes it is fenced: the controller may have unfenced it in a reply
+        not read yet, and for a fenced broker the controller answers shouldShutDown at once."""
+        if not self.registered:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
