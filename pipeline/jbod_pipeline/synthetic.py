@@ -270,9 +270,7 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
             result.partitions += count
 
         # Incidents, each with its partition changes (§3.6).
-        def dir_offline(b: int, d: str) -> None:
-            brokers.online[b] = [x for x in brokers.online[b] if x != d]
-            brokers.offline[b] = sorted([*brokers.offline[b], d])
+        def dirs_changed(b: int) -> None:
             w.write(
                 "BrokerRegistrationChangeRecord",
                 {
@@ -282,6 +280,11 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
                     "offlineLogDirs": brokers.offline[b],
                 },
             )
+
+        def dir_offline(b: int, d: str) -> None:
+            brokers.online[b] = [x for x in brokers.online[b] if x != d]
+            brokers.offline[b] = sorted([*brokers.offline[b], d])
+            dirs_changed(b)
             for p in touched:
                 if p.topic_id in deleted_topics:
                     continue
@@ -296,15 +299,7 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
         for b, d in recovered:
             brokers.online[b] = sorted([*brokers.online[b], d])
             brokers.offline[b] = [x for x in brokers.offline[b] if x != d]
-            w.write(
-                "BrokerRegistrationChangeRecord",
-                {
-                    "brokerId": b,
-                    "brokerEpoch": brokers.epoch[b],
-                    "logDirs": sorted(brokers.online[b]),
-                    "offlineLogDirs": brokers.offline[b],
-                },
-            )
+            dirs_changed(b)
             offline.discard((b, d))
         for b, d in recovered[: spec.refailed_dirs]:
             dir_offline(b, d)
