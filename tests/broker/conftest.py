@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,10 +112,14 @@ class Cluster:
         return self.admin.describe_topic(name)
 
 
-def start_cluster(stack: contextlib.ExitStack, base: Path, *, cluster_id: str = "it") -> Cluster:
-    """A running controller in `base/controller` and its admin client, no broker yet; everything
-    is stopped when `stack` closes."""
-    controller = LocalController(data_dir=base / "controller", cluster_id=cluster_id).start()
+def start_cluster(
+    stack: contextlib.ExitStack, base: Path, *, cluster_id: str = "it", controller_args: Sequence[str] = ()
+) -> Cluster:
+    """A running controller in `base/controller` (with `controller_args`) and its admin client, no
+    broker yet; everything is stopped when `stack` closes."""
+    controller = LocalController(
+        data_dir=base / "controller", cluster_id=cluster_id, extra_args=list(controller_args)
+    ).start()
     stack.callback(controller.kill)
     admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
     stack.callback(admin.close)

@@ -3,11 +3,9 @@ verification rules (pure)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,25 +14,7 @@ import pytest
 
 from jbod_client import local_cluster
 from jbod_client.demo import DeliveryLog
-
-JBODCTL = str(Path(sys.executable).parent / "jbodctl")
-
-
-def run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """`jbodctl local ARGS` as a real process."""
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([JBODCTL, "local", *args], capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def ok(*args: str) -> str:
-    result = run(*args)
-    assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
-    return result.stdout
-
-
-def status(root: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(ok("status", "--dir", str(root), "--output", "json"))
-    return data
+from tests.client.local_commands import ok, run, status
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from jbod_client import local_cluster
-
-JBODCTL = str(Path(sys.executable).parent / "jbodctl")
-
-
-def run(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([JBODCTL, "local", *args], capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def ok(*args: str) -> str:
-    result = run(*args)
-    assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
-def status(root: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(ok("status", "--dir", str(root), "--output", "json"))
-    return data
+from tests.client.local_commands import ok, status
 
 
 @pytest.fixture

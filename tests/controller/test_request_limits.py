@@ -23,6 +23,7 @@ import pytest
 from jbod_client.controller import read_token
 from jbod_client.local import LocalBroker, LocalController
 from jbod_controller import http_api
+from tests.broker.conftest import start_cluster
 
 SESSION_TIMEOUT_MS = 3000
 BROKERS = (1, 2, 3)
@@ -62,28 +63,15 @@ class SmallCluster:
 @pytest.fixture
 def small_cluster(tmp_path: Path) -> Iterator[SmallCluster]:
     with contextlib.ExitStack() as stack:
-        controller = LocalController(
-            data_dir=tmp_path / "controller",
+        running = start_cluster(
+            stack,
+            tmp_path,
             cluster_id="limits",
-            extra_args=["--broker-session-timeout-ms", str(SESSION_TIMEOUT_MS)],
-        ).start()
-        stack.callback(controller.kill)
-        brokers = []
-        for node_id in BROKERS:
-            work = tmp_path / f"b{node_id}"
-            broker = LocalBroker(
-                node_id=node_id,
-                work_dir=work,
-                log_dirs=[work / "d0"],
-                controller_url=controller.url,
-                cluster_token_file=controller.cluster_token_file,
-                cluster_id=controller.cluster_id,
-                settings={"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)},
-            )
-            stack.callback(broker.kill)
-            broker.format()
-            brokers.append(broker.start())
-        cluster = SmallCluster(controller=controller, brokers=brokers)
+            controller_args=["--broker-session-timeout-ms", str(SESSION_TIMEOUT_MS)],
+        )
+        timeout = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
+        brokers = [running.add_broker(node_id, dirs=1, loop=False, properties=timeout) for node_id in BROKERS]
+        cluster = SmallCluster(controller=running.controller, brokers=brokers)
         cluster.wait_all_unfenced()
         yield cluster
 
