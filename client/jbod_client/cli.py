@@ -245,7 +245,7 @@ def metadata_group() -> None:
     "fmt",
     type=click.Choice(["jsonl", "parquet"]),
     default=None,
-    help="jsonl (default) or parquet (columns offset, type, data as JSON text; default for *.parquet)",
+    help="jsonl (default) or parquet (typed columns, one per record field; default for *.parquet)",
 )
 @click.pass_context
 def metadata_export(ctx: click.Context, out: Path, from_offset: int, fmt: str | None) -> None:
@@ -283,37 +283,14 @@ def _atomic_output(out: Path) -> Iterator[Path]:
 
 
 def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) -> None:
-    """`metadata export --format parquet` (needs pyarrow): columns offset, type, data (JSON text)."""
+    """`metadata export --format parquet` (needs pyarrow): the typed layout of `metadata_parquet`."""
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        from jbod_client import metadata_parquet
     except ImportError as exc:
         raise CommandError("--format parquet needs pyarrow (pip install pyarrow)") from exc
-    schema = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string())])
-    count = 0
-    with _atomic_output(out) as tmp, settings.client() as client, pq.ParquetWriter(tmp, schema) as writer:
-        batch: list[dict[str, Any]] = []
-        for record in client.iter_metadata(from_offset=from_offset):
-            batch.append(record)
-            if len(batch) == 50_000:
-                count += _write_batch(writer, schema, batch)
-        count += _write_batch(writer, schema, batch)
+    with _atomic_output(out) as tmp, settings.client() as client:
+        count = metadata_parquet.write(client.iter_metadata(from_offset=from_offset), tmp)
     click.echo(f"Exported {count} records to {out}", err=True)
-
-
-def _write_batch(writer: Any, schema: Any, batch: list[dict[str, Any]]) -> int:
-    import pyarrow as pa
-
-    columns = {
-        "offset": [r["offset"] for r in batch],
-        "type": [r["type"] for r in batch],
-        "data": [json.dumps(r["data"], separators=(",", ":")) for r in batch],
-    }
-    if batch:
-        writer.write_table(pa.table(columns, schema=schema))
-    count = len(batch)
-    batch.clear()
-    return count
 
 
 # -- data plane: produce, consume, log dirs, moves -------------------------------------------

@@ -2,7 +2,9 @@
 
 Guarantees:
 * `--metadata` is a JSON-lines export (`jbodctl metadata export`, plain or .gz), a Parquet export
-  (`jbodctl metadata export --format parquet`: columns `offset`, `type`, `data` as JSON text),
+  (`jbodctl metadata export --format parquet`: `offset`, `type` and one typed column per record
+  field, read without parsing JSON; `data` as JSON text for the records that did not fit the
+  columns, and for every row of the earlier layout, which is read too),
   a directory of such files, or the controller's log files read directly (its data dir or
   `metadata/` dir: `segments`, the same records as an export; a line is a frame and its number
   the frame's number in its file). `--telemetry` is JSON lines (a file or a directory).
@@ -142,8 +144,10 @@ def _first_problem(checks: Sequence[tuple[Column, str | Column]]) -> Column:
 
 
 def _has_null_element(column: Column) -> Column:
-    # Not `F.exists(...)`: higher-order functions run interpreted, many times slower.
-    return F.size(column) != F.size(F.array_compact(column))
+    """True if the array holds a null (false for an empty or null array). `sort_array` puts nulls
+    first; not `F.exists` nor `F.array_compact` (a `filter`): higher-order functions run
+    interpreted, and were most of the cost of checking a million records."""
+    return F.when(F.size(column) > 0, F.sort_array(column).getItem(0).isNull()).otherwise(F.lit(False))
 
 
 #: A comma-joined list of canonical Uuids (or nothing).
@@ -207,8 +211,8 @@ def _presence(value: Column, record_type: Column) -> Column:
 
 def _metadata_lines(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
     """`file`, `_pid`, `pos`, `blank`, `framing` (the problem of a damaged frame of the
-    controller's log files, else null), `offset`, `type`, `d` (the typed data) and `present` of
-    every line (or Parquet row, or log frame); and the warnings of reading them."""
+    controller's log files, else null), `offset`, `type`, `d` (the typed data), and `present`
+    of every line (or Parquet row, or log frame); and the warnings of reading them."""
     warnings: list[str] = []
     if segments.is_controller_log(path):
         try:
@@ -217,22 +221,7 @@ def _metadata_lines(spark: SparkSession, path: str) -> tuple[DataFrame, list[str
             raise InputError(f"metadata {path}: {exc}") from None
         lines, warnings = log.lines, list(log.warnings)
     elif is_parquet(path):
-        raw = spark.read.parquet(path)
-        missing = [c for c in ("offset", "type", "data") if c not in raw.columns]
-        if missing:
-            raise InputError(f"metadata {path}: the Parquet export has no column {missing[0]}")
-        data = F.col("data").cast("string")
-        return _scanned(raw.select("offset", "type", "data")).select(
-            "file",
-            "_pid",
-            "pos",
-            F.lit(False).alias("blank"),
-            F.lit(None).cast("string").alias("framing"),
-            F.col("offset").cast("long").alias("offset"),
-            F.col("type").cast("string").alias("type"),
-            F.from_json(data, schemas.RECORD_DATA).alias("d"),
-            _presence(data, F.col("type")).alias("present"),
-        ), warnings
+        return _parquet_lines(spark, path), warnings
     else:
         lines = _scanned(spark.read.text(path)).withColumn("framing", F.lit(None).cast("string"))
     top = F.from_json("value", schemas.METADATA_RECORD)
@@ -251,6 +240,40 @@ def _metadata_lines(spark: SparkSession, path: str) -> tuple[DataFrame, list[str
             _presence(F.col("value"), F.col("top.type")).alias("present"),
         ),
         warnings,
+    )
+
+
+def _parquet_lines(spark: SparkSession, path: str) -> DataFrame:
+    """The rows of a Parquet export as `_metadata_lines` gives them. The typed layout
+    (`jbod_client.metadata_parquet`: one column per field) is read as it is, no JSON parsed; a
+    row whose `data` column holds JSON text (a record that did not fit the columns, or every row
+    of the earlier layout: `offset`, `type`, `data` only) is parsed and checked as a JSON line."""
+    raw = spark.read.parquet(path)
+    missing = [c for c in ("offset", "type", "data") if c not in raw.columns]
+    typed_columns = [f.name for f in schemas.RECORD_DATA.fields if f.name in raw.columns]
+    if typed_columns:
+        missing += [f.name for f in schemas.RECORD_DATA.fields if f.name not in raw.columns]
+    if missing:
+        raise InputError(f"metadata {path}: the Parquet export has no column {missing[0]}")
+    data = F.col("data").cast("string")
+    # Only an object is a record's data (`from_json` makes a row of nulls of a JSON `null`).
+    parsed = F.when(F.ltrim(data).startswith("{"), F.from_json(data, schemas.RECORD_DATA))
+    presence = _presence(data, F.col("type"))
+    if typed_columns:
+        typed = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.RECORD_DATA.fields])
+        parsed = F.when(F.col("data").isNull(), typed).otherwise(parsed)
+        # A typed row carries no field of the wrong type: nothing to look for in its text.
+        presence = F.when(F.col("data").isNull(), F.array().cast("array<string>")).otherwise(presence)
+    return _scanned(raw.select("offset", "type", "data", *typed_columns)).select(
+        "file",
+        "_pid",
+        "pos",
+        F.lit(False).alias("blank"),
+        F.lit(None).cast("string").alias("framing"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("type").cast("string").alias("type"),
+        parsed.alias("d"),
+        presence.alias("present"),
     )
 
 

@@ -1,4 +1,4 @@
-"""`jbod-pipeline` and `jbodctl metadata export --format parquet` from the command line."""
+"""`jbod-pipeline` and `jbodctl metadata export --format parquet` (typed) from the command line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from jbod_client import metadata_parquet
 from jbod_pipeline.cli import main as pipeline
 from tests.harness import ControllerProcess
 from tests.pipeline.conftest import jbodctl_export
@@ -108,7 +109,12 @@ def test_metadata_export_as_parquet(tmp_path: Path, controller: ControllerProces
         ).json()
     for out in (tmp_path / "log.parquet", tmp_path / "log.jsonl"):
         jbodctl_export(controller, out)
-    table = pq.read_table(tmp_path / "log.parquet").to_pylist()
+    # Typed: every record in the columns, none left as JSON text; the same records as the lines.
+    assert (
+        pq.read_table(tmp_path / "log.parquet").column("data").null_count
+        == pq.read_metadata(tmp_path / "log.parquet").num_rows
+    )
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert [{**r, "data": json.loads(r["data"])} for r in table] == lines
+    without_nulls = [{**r, "data": {k: v for k, v in r["data"].items() if v is not None}} for r in lines]
+    assert metadata_parquet.read(tmp_path / "log.parquet") == without_nulls
     assert lines and lines[0]["type"] == "RegisterBrokerRecord", reply

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from jbod_client import metadata_parquet
 from jbod_core.image import ClusterImage
-from jbod_pipeline import inputs, jobs, replay
+from jbod_pipeline import inputs, jobs, replay, schemas
 from tests.pipeline import reference
 
 DIR_A = "ECfE0cOGu8QeL-uJQUw0PA"
@@ -98,6 +99,45 @@ def test_bad_metadata_lines_are_reported_with_their_line_and_skipped(
     assert frames.partitions.count() == 1
 
 
+def test_typed_parquet_reports_the_same_bad_records_as_json_lines(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A record that does not fit the typed columns is kept as JSON text and checked as a JSON
+    line: the same problems, on the same row numbers, and the same good records."""
+    objects = [json.loads(text) for text in [*GOOD, *BAD] if text.startswith("{")]
+    lines = [json.dumps(o) for o in objects]
+    (tmp_path / "export.jsonl").write_text("\n".join(lines) + "\n")
+    metadata_parquet.write(objects, tmp_path / "export.parquet")
+    reads = [inputs.read_metadata(spark, str(tmp_path / name)) for name in ("export.jsonl", "export.parquet")]
+    from_lines, from_parquet = ({(b.line, b.problem) for b in r.report.examples} for r in reads)
+    assert from_parquet == from_lines
+    assert len(from_lines) == len(objects) - len(GOOD) and from_parquet
+    good = [
+        sorted(
+            json.dumps(row.asDict(recursive=True), sort_keys=True)
+            for row in r.records.drop("file", "pos").collect()
+        )
+        for r in reads
+    ]
+    assert good[0] == good[1] and len(good[0]) == len(GOOD)
+
+
+def test_typed_parquet_columns_have_the_declared_types(spark: SparkSession, tmp_path: Path) -> None:
+    """The exporter's columns (jbod_client) and the reader's schema (jbod_pipeline) agree."""
+    metadata_parquet.write([json.loads(GOOD[0])], tmp_path / "m.parquet")
+    read = spark.read.parquet(str(tmp_path / "m.parquet")).schema
+    for field in schemas.RECORD_DATA.fields:
+        assert read[field.name].dataType.simpleString() == field.dataType.simpleString(), field.name
+
+
+def test_a_parquet_export_missing_a_typed_column_is_one_error(spark: SparkSession, tmp_path: Path) -> None:
+    metadata_parquet.write([json.loads(GOOD[0])], tmp_path / "full.parquet")
+    table = pq.read_table(tmp_path / "full.parquet").drop_columns(["leaderEpoch"])
+    pq.write_table(table, tmp_path / "m.parquet")
+    with pytest.raises(inputs.InputError, match="the Parquet export has no column leaderEpoch"):
+        inputs.read_metadata(spark, str(tmp_path / "m.parquet"))
+
+
 def test_line_numbers_are_exact_across_many_splits(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     lines = [_line(i, "TopicRecord", {"name": f"t{i}", "topicId": TOPIC}) for i in range(3000)]
@@ -116,19 +156,26 @@ def test_line_numbers_are_exact_across_many_splits(spark: SparkSession, tmp_path
     assert by_position == sorted(by_position) and len(by_position) == 3000 - len(broken)
 
 
+@pytest.mark.parametrize("layout", ["typed", "json-text"])
 def test_parquet_export_reads_like_json_lines(
-    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path
+    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path, layout: str
 ) -> None:
+    """Both Parquet layouts: the typed one of `jbodctl metadata export --format parquet` and the
+    earlier one (`offset`, `type`, `data` as JSON text), which is still read."""
     _, metadata, _ = generated
     rows = [json.loads(line) for line in metadata.read_text().splitlines()]
-    table = pa.table(
-        {
-            "offset": pa.array([r["offset"] for r in rows], pa.int64()),
-            "type": pa.array([r["type"] for r in rows], pa.string()),
-            "data": pa.array([json.dumps(r["data"]) for r in rows], pa.string()),
-        }
-    )
-    pq.write_table(table, tmp_path / "export.parquet")
+    if layout == "typed":
+        metadata_parquet.write(rows, tmp_path / "export.parquet")
+        assert pq.read_table(tmp_path / "export.parquet").column("data").null_count == len(rows)
+    else:
+        table = pa.table(
+            {
+                "offset": pa.array([r["offset"] for r in rows], pa.int64()),
+                "type": pa.array([r["type"] for r in rows], pa.string()),
+                "data": pa.array([json.dumps(r["data"]) for r in rows], pa.string()),
+            }
+        )
+        pq.write_table(table, tmp_path / "export.parquet")
     from_parquet = inputs.read_metadata(spark, str(tmp_path / "export.parquet"))
     assert from_parquet.report.bad_lines == 0
     image = reference.replay(metadata)

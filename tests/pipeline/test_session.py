@@ -22,9 +22,12 @@ def test_large_unknown_or_remote_inputs_keep_the_throughput_settings() -> None:
         conf = session.settings(master="local[2]", input_bytes=input_bytes)
         assert conf["spark.sql.shuffle.partitions"] == "8"
         assert conf["spark.sql.files.minPartitionNum"] == "8"
-        assert "spark.sql.codegen.wholeStage" not in conf and "spark.driver.extraJavaOptions" not in conf
+        assert "spark.sql.codegen.wholeStage" not in conf
+        assert conf["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
     cluster = session.settings(master="spark://127.0.0.1:7077", input_bytes=1000)
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.extraJavaOptions" not in cluster
+    # Generated code stays within what HotSpot compiles, local or not.
+    assert conf["spark.sql.codegen.hugeMethodLimit"] == cluster["spark.sql.codegen.hugeMethodLimit"] == "8000"
     assert (
         session.settings(master="local[2]", input_bytes=1, shuffle_partitions=5)[
             "spark.sql.shuffle.partitions"
