@@ -93,10 +93,7 @@ def _fits(value: object, kind: pa.DataType) -> bool:
         return type(value) is list and all(_fits(v, element) for v in value)
     if pa.types.is_struct(kind):
         return type(value) is dict and all(
-            kind.field(i).name not in value
-            or value[kind.field(i).name] is None
-            or _fits(value[kind.field(i).name], kind.field(i).type)
-            for i in range(kind.num_fields)
+            value.get(member.name) is None or _fits(value[member.name], member.type) for member in kind
         )
     raise AssertionError(f"no rule for {kind}")
 
@@ -152,11 +149,13 @@ def read(path: Path) -> list[dict[str, Any]]:
     fields it carries; a row kept as JSON text gives that JSON back): the inverse of `write`."""
     records = []
     for row in pq.read_table(path).to_pylist():
-        text = row.pop("data")
-        data = json.loads(text) if text is not None else {k: v for k, v in row.items() if v is not None}
+        text = row["data"]
+        data = (
+            json.loads(text)
+            if text is not None
+            else {f.name: row[f.name] for f in FIELDS if row[f.name] is not None}
+        )
         if text is None:
-            data.pop("offset", None)
-            data.pop("type", None)
             if "configs" in data:
                 data["configs"] = dict(data["configs"])
             if "listeners" in data:
