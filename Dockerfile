@@ -5,6 +5,10 @@
 #   docker build -t ghcr.io/jbod-dev/jbod:0.1.0 .                                     # runtime (default)
 #   docker build --target pipeline -t ghcr.io/jbod-dev/jbod:0.1.0-pipeline .          # + PySpark, Java 17
 #
+# Without registry access (docs/install.md, "Building the image offline"): a local Python 3.11
+# base image and a wheelhouse made on the host, so no CA certificate enters the build:
+#   docker build --build-arg PYTHON_IMAGE=jbod-local/python:3.11-bookworm --build-arg WHEELHOUSE=.wheelhouse .
+#
 # Read-only root filesystem: the image writes nothing at run time outside /tmp (HOME and
 # TMPDIR), which the pods mount as an emptyDir; bytecode is compiled at build time and
 # PYTHONDONTWRITEBYTECODE keeps Python from trying to write more. Runs as uid/gid 10001.
@@ -20,20 +24,20 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
+# WHEELHOUSE: a directory of the build context holding every wheel the install needs (made on the
+# host with `pip wheel`), for machines whose builds cannot reach PyPI; empty = install from PyPI.
+ARG WHEELHOUSE=""
 WORKDIR /src
-# .dockerignore admits only what the wheel is built from (pyproject.toml, README.md, the source roots).
+# .dockerignore admits only what the wheel is built from (pyproject.toml, README.md, the source
+# roots) and .wheelhouse/.
 COPY . .
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+RUN offline="${WHEELHOUSE:+--no-index --find-links /src/${WHEELHOUSE}}" \
+    && python -m pip wheel $offline --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/jbod \
-    && /opt/jbod/bin/pip install /wheels/*.whl \
+    && /opt/jbod/bin/pip install $offline /wheels/*.whl \
     && /opt/jbod/bin/jbod-operator --help > /dev/null \
     && /opt/jbod/bin/jbod-controller --help > /dev/null \
     && /opt/jbod/bin/jbod-agent --help > /dev/null
-
-# pipeline-builder: the same venv plus PySpark for `jbod-pipeline`.
-FROM builder AS pipeline-builder
-ARG PYSPARK_REQUIREMENT="pyspark>=4.0,<5"
-RUN /opt/jbod/bin/pip install "${PYSPARK_REQUIREMENT}"
 
 # ---------------------------------------------------------------------------------------------
 # base: what both final images share; no venv yet.
@@ -54,6 +58,20 @@ LABEL org.opencontainers.image.title="jbod" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 # ---------------------------------------------------------------------------------------------
+# runtime (the default target): operator, controller, agent, storage tool and jbodctl.
+FROM base AS runtime
+COPY --from=builder /opt/jbod /opt/jbod
+USER 10001:10001
+EXPOSE 8000 8080 9092 9093
+CMD ["jbod-operator"]
+
+# ---------------------------------------------------------------------------------------------
+# pipeline-builder: the same venv plus PySpark for `jbod-pipeline`.
+FROM builder AS pipeline-builder
+ARG PYSPARK_REQUIREMENT="pyspark>=4.0,<5"
+RUN /opt/jbod/bin/pip install "${PYSPARK_REQUIREMENT}"
+
+# ---------------------------------------------------------------------------------------------
 # pipeline: the runtime plus a Java 17 JRE and PySpark, for `jbod-pipeline` (the chart's
 # analytics CronJob). Spark writes its scratch files to /tmp (SPARK_LOCAL_DIRS).
 FROM base AS pipeline
@@ -72,9 +90,6 @@ USER 10001:10001
 CMD ["jbod-pipeline", "--help"]
 
 # ---------------------------------------------------------------------------------------------
-# runtime (the default target): operator, controller, agent, storage tool and jbodctl.
-FROM base AS runtime
-COPY --from=builder /opt/jbod /opt/jbod
-USER 10001:10001
-EXPOSE 8000 8080 9092 9093
-CMD ["jbod-operator"]
+# The default target is the runtime. Stages are in build order: the legacy builder (no BuildKit)
+# builds every stage up to its target, so `--target runtime` never installs PySpark.
+FROM runtime AS default

@@ -1,4 +1,4 @@
-"""Build and cache the e2e control-plane binaries from Go modules (the Go module proxy only).
+"""Build and cache the e2e tier's binaries from Go modules (the Go module proxy only).
 
 Guarantees:
 * Every binary comes from `go build`/`go install` of a pinned module version fetched through
@@ -9,6 +9,8 @@ Guarantees:
   `~/.cache/jbod-e2e`; each build unit writes a stamp (`bin/.stamps/<unit>.json`) holding the
   versions it was built from, and a unit whose stamp matches and whose binaries exist is skipped.
 * The Kubernetes binaries report their real version (`kube-apiserver --version`).
+* Which binaries: `ALL_BINARIES` (the kind node image's Kubernetes, containerd, crictl, CoreDNS,
+  etcd and local-path-provisioner; kind and helm for the host).
 
 Run `python -m e2e.toolchain build` from the repo root (`status`, `path` also exist).
 """
@@ -30,15 +32,31 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 K8S_VERSION = "v1.36.3"
-ETCD_VERSION = "v3.6.16"
-KWOK_VERSION = "v0.8.0"
+# The etcd kubeadm v1.36 deploys (its DefaultEtcdVersion, image tag 3.6.8-0).
+ETCD_VERSION = "v3.6.8"
 HELM_VERSION = "v3.22.0"
+# What the kind node image (`e2e/kind/`) is made of, besides the Kubernetes binaries and etcd.
+KIND_VERSION = "v0.33.0"
+CONTAINERD_VERSION = "v2.4.2"
+CRICTL_VERSION = "v1.37.0"
+COREDNS_VERSION = "v1.14.2"  # kubeadm v1.36's CoreDNSVersion
+LOCAL_PATH_PROVISIONER_VERSION = "v0.0.30"
 
 GOPROXY = "https://proxy.golang.org"
 GOSUMDB = "sum.golang.org https://proxy.golang.org/sumdb/sum.golang.org"
 
-K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-ALL_BINARIES = ("etcd", *K8S_COMMANDS, "kwok", "kwokctl", "helm")
+K8S_COMMANDS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kubeadm",
+    "kube-proxy",
+)
+CONTAINERD_COMMANDS = ("containerd", "ctr", "containerd-shim-runc-v2")
+NODE_BINARIES = (*CONTAINERD_COMMANDS, "crictl", "coredns", "local-path-provisioner")
+ALL_BINARIES = ("etcd", *K8S_COMMANDS, "helm", "kind", *NODE_BINARIES)
 
 Log = Callable[[str], None]
 
@@ -91,10 +109,6 @@ class Toolchain:
     @property
     def kubectl(self) -> Path:
         return self.binary("kubectl")
-
-    @property
-    def kwokctl(self) -> Path:
-        return self.binary("kwokctl")
 
     @property
     def helm(self) -> Path:
@@ -195,6 +209,24 @@ def staging_replaces(kubernetes_go_mod: str, k8s_version: str) -> dict[str, str]
     return dict.fromkeys(sorted(required & replaced), staging_version)
 
 
+def k8s_module_dir(tc: Toolchain) -> Path:
+    """Where `k8s.io/kubernetes@<version>` sits in the Go module cache (downloaded when missing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{tc.k8s_version}"],
+            cwd=tmp,
+            env={**go_env(), "GOFLAGS": "-buildvcs=false"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"go mod download k8s.io/kubernetes@{tc.k8s_version} failed: {proc.stderr.strip()}"
+        )
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
 def _build_kubernetes(tc: Toolchain, log: Log) -> None:
     version = tc.k8s_version
     major, minor = re.match(r"v(\d+)\.(\d+)", version).groups()  # type: ignore[union-attr]
@@ -284,7 +316,9 @@ def _build_etcd(tc: Toolchain, log: Log) -> None:
     )
 
 
-def _go_install(label: str, packages: list[str], ldflags: str = "-s -w") -> Callable[[Toolchain, Log], None]:
+def _go_install(
+    label: str, packages: list[str], ldflags: str = "-s -w", tags: str = ""
+) -> Callable[[Toolchain, Log], None]:
     def build(tc: Toolchain, log: Log) -> None:
         tc.bin_dir.mkdir(parents=True, exist_ok=True)
         env = go_env()
@@ -292,7 +326,15 @@ def _go_install(label: str, packages: list[str], ldflags: str = "-s -w") -> Call
         env["GOFLAGS"] = "-buildvcs=false"  # -mod=mod is invalid outside a module for go install
         with tempfile.TemporaryDirectory() as tmp:
             _run(
-                ["go", "install", "-trimpath", "-ldflags", ldflags, *packages],
+                [
+                    "go",
+                    "install",
+                    "-trimpath",
+                    *(["-tags", tags] if tags else []),
+                    "-ldflags",
+                    ldflags,
+                    *packages,
+                ],
                 cwd=Path(tmp),
                 log=log,
                 label=label,
@@ -305,26 +347,58 @@ def _go_install(label: str, packages: list[str], ldflags: str = "-s -w") -> Call
 def units(tc: Toolchain) -> list[Unit]:
     """The build units, biggest first."""
     go = _go_version()
-    kwok_ldflags = f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION}"
     helm_ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}"
+    containerd_ldflags = f"-s -w -X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}"
+    crictl_ldflags = f"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}"
     return [
         Unit("kubernetes", K8S_COMMANDS, {"k8s": tc.k8s_version, "go": go}, _build_kubernetes),
         Unit("etcd", ("etcd",), {"etcd": ETCD_VERSION, "go": go}, _build_etcd),
-        Unit(
-            "kwok",
-            ("kwok", "kwokctl"),
-            {"kwok": KWOK_VERSION, "go": go},
-            _go_install(
-                "kwok",
-                [f"sigs.k8s.io/kwok/cmd/{c}@{KWOK_VERSION}" for c in ("kwok", "kwokctl")],
-                kwok_ldflags,
-            ),
-        ),
         Unit(
             "helm",
             ("helm",),
             {"helm": HELM_VERSION, "go": go, "ldflags": helm_ldflags},
             _go_install("helm", [f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], helm_ldflags),
+        ),
+        Unit(
+            "kind",
+            ("kind",),
+            {"kind": KIND_VERSION, "go": go},
+            _go_install("kind", [f"sigs.k8s.io/kind@{KIND_VERSION}"]),
+        ),
+        Unit(
+            "containerd",
+            CONTAINERD_COMMANDS,
+            {"containerd": CONTAINERD_VERSION, "go": go, "ldflags": containerd_ldflags},
+            _go_install(
+                "containerd",
+                [
+                    f"github.com/containerd/containerd/v2/cmd/{c}@{CONTAINERD_VERSION}"
+                    for c in CONTAINERD_COMMANDS
+                ],
+                containerd_ldflags,
+                tags="no_btrfs no_devmapper no_zfs no_aufs",
+            ),
+        ),
+        Unit(
+            "crictl",
+            ("crictl",),
+            {"crictl": CRICTL_VERSION, "go": go, "ldflags": crictl_ldflags},
+            _go_install("crictl", [f"sigs.k8s.io/cri-tools/cmd/crictl@{CRICTL_VERSION}"], crictl_ldflags),
+        ),
+        Unit(
+            "coredns",
+            ("coredns",),
+            {"coredns": COREDNS_VERSION, "go": go},
+            _go_install("coredns", [f"github.com/coredns/coredns@{COREDNS_VERSION}"]),
+        ),
+        Unit(
+            "local-path-provisioner",
+            ("local-path-provisioner",),
+            {"local-path-provisioner": LOCAL_PATH_PROVISIONER_VERSION, "go": go},
+            _go_install(
+                "local-path-provisioner",
+                [f"github.com/rancher/local-path-provisioner@{LOCAL_PATH_PROVISIONER_VERSION}"],
+            ),
         ),
     ]
 
@@ -401,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the missing binaries")
     b.add_argument("--jobs", type=int, default=2, help="build units in parallel (default 2)")
-    b.add_argument("--only", action="append", help="unit name (kubernetes, etcd, kwok, helm); repeatable")
+    b.add_argument("--only", action="append", help="unit name (see `status`); repeatable")
     sub.add_parser("status", help="print which binaries are built")
     sub.add_parser("path", help="print the bin directory")
     args = parser.parse_args(argv)

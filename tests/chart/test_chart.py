@@ -1049,8 +1049,22 @@ def test_dockerfile_final_images_run_non_root_on_a_read_only_root() -> None:
         assert env.get("HOME") == "/tmp" and env.get("TMPDIR") == "/tmp", "writes go to the /tmp emptyDir"
         commands = [rest for s in chain for instruction, rest in s["instructions"] if instruction == "CMD"]
         assert commands, f"{stage['name']}: no CMD"
-    runtime_cmd = [rest for instruction, rest in stages[-1]["instructions"] if instruction == "CMD"][-1]
+    default_chain = _stage_chain(stages, stages[-1])
+    runtime_cmd = [
+        rest for s in default_chain for instruction, rest in s["instructions"] if instruction == "CMD"
+    ][-1]
     assert json.loads(runtime_cmd) == ["jbod-operator"]
+    assert "runtime" in [s["name"] for s in default_chain], "the default target is the runtime"
+
+
+def test_dockerfile_runtime_target_needs_no_pipeline_stage() -> None:
+    """The legacy builder (no BuildKit, as on machines without the buildx plugin) builds every stage
+    before its target: `--target runtime` must not install PySpark or Java."""
+    stages = dockerfile_stages()
+    names = [s["name"] for s in stages]
+    runtime = names.index("runtime")
+    assert all(not name.startswith("pipeline") for name in names[:runtime]), names
+    assert not any("pipeline" in s["name"] for s in _stage_chain(stages, stages[runtime]))
 
 
 def test_dockerignore_admits_exactly_the_sources_the_wheel_is_built_from() -> None:

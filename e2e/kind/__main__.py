@@ -1,0 +1,95 @@
+"""`python -m e2e.kind`: the kind cluster of the README, docs/operations.md and the e2e tier.
+
+    python -m e2e.kind up [--offline]      # images, kind cluster, image loaded, chart installed
+    python -m e2e.kind images [--offline]  # only build the images
+    python -m e2e.kind detach --namespace NS --pod POD --disk DISK
+    python -m e2e.kind env                 # export KUBECONFIG=... and PATH for kubectl/helm/kind
+    python -m e2e.kind down
+
+`--offline` (or JBOD_KIND_OFFLINE=1) builds everything without a registry: the Debian base with
+debootstrap, the kind node image from the e2e toolchain, the project image from a host-made
+wheelhouse. Without it the project image is `docker build --target runtime .` and the node image
+is kind's default (pulled from its registry). Errors are one line on stderr, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from e2e import toolchain
+from e2e.kind import images
+from e2e.kind.cluster import DEFAULT_NAME, KindCluster, KindError
+from e2e.kind.docker import Docker, DockerUnavailableError, engine
+
+KIND_UNITS = ["kubernetes", "kind", "helm"]
+OFFLINE_UNITS = [*KIND_UNITS, "etcd", "containerd", "crictl", "coredns", "local-path-provisioner"]
+
+
+def _log(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def build_images(docker: Docker, tc: toolchain.Toolchain, *, offline: bool) -> str | None:
+    """Build the project image (and, offline, the node image); return the node image to use."""
+    toolchain.build(tc, log=_log, only=OFFLINE_UNITS if offline else KIND_UNITS)
+    builder = images.Builder(docker, tc, log=_log)
+    if offline:
+        builder.node_image()
+        builder.project_image()
+        return images.NODE_IMAGE
+    started = time.monotonic()
+    docker.run("build", "--target", "runtime", "--tag", images.PROJECT_IMAGE, str(images.ROOT))
+    _log(f"[images] built {images.PROJECT_IMAGE} in {time.monotonic() - started:.0f} s")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.kind", description=__doc__.splitlines()[0])
+    parser.add_argument("--name", default=DEFAULT_NAME, help=f"kind cluster name (default {DEFAULT_NAME})")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for cmd in ("up", "images"):
+        p = sub.add_parser(cmd)
+        p.add_argument(
+            "--offline",
+            action="store_true",
+            default=os.environ.get("JBOD_KIND_OFFLINE") == "1",
+            help="build every image locally, no registry (default: $JBOD_KIND_OFFLINE=1)",
+        )
+    detach = sub.add_parser("detach", help="unmount a broker's disk inside its pod (a disk failure)")
+    detach.add_argument("--namespace", "-n", required=True)
+    detach.add_argument("--pod", required=True)
+    detach.add_argument("--disk", required=True)
+    sub.add_parser("env", help="print the shell exports for this cluster's kubectl, helm and kind")
+    sub.add_parser("down", help="delete the kind cluster")
+    args = parser.parse_args(argv)
+    tc = toolchain.Toolchain.default()
+    try:
+        docker = engine()
+        cluster = KindCluster(docker, tc, name=args.name, log=_log)
+        if args.cmd == "images":
+            build_images(docker, tc, offline=args.offline)
+        elif args.cmd == "up":
+            node_image = build_images(docker, tc, offline=args.offline)
+            cluster.up(images.PROJECT_IMAGE, node_image)
+            print(f"export KUBECONFIG={cluster.kubeconfig} DOCKER_HOST={docker.host} PATH={tc.bin_dir}:$PATH")
+        elif args.cmd == "detach":
+            cluster.detach_volume(args.namespace, args.pod, args.disk)
+        elif args.cmd == "env":
+            print(f"export KUBECONFIG={cluster.kubeconfig} DOCKER_HOST={docker.host} PATH={tc.bin_dir}:$PATH")
+        else:
+            cluster.delete()
+    except (KindError, DockerUnavailableError, RuntimeError, FileNotFoundError) as exc:
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [
+            type(exc).__name__
+        ]
+        message = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+        print(f"error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""A kind cluster with the jbod chart installed, and the volume detach users repeat on their own.
+
+Guarantees:
+* `KindCluster.up()` creates the cluster from `e2e/kind/kind-config.yaml` (one node; the node image
+  given, else kind's default), writes its kubeconfig to `kubeconfig` (never touching
+  ~/.kube/config), loads the project image into the node and installs the chart with helm
+  (`--wait`: the operator is Ready when it returns). Each step is skipped when already done, so
+  `up()` on a running cluster only reloads the image and upgrades the release.
+* The API server listens on 127.0.0.1 only (kind's default port mapping); nothing here talks to
+  any address but that and the node containers this module created.
+* `detach_volume(namespace, pod, disk)` unmounts a broker's disk inside that pod's mount namespace
+  on its node (`docker exec <node> nsenter --mount umount --lazy`), exactly the commands
+  docs/operations.md gives; the broker then finds its log dir gone and reports it offline.
+* kind, kubectl and helm are the e2e toolchain's (`e2e.toolchain`, built from Go modules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from e2e import toolchain
+from e2e.kind.docker import Docker
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CONFIG = HERE / "kind-config.yaml"
+CHART = ROOT / "charts" / "jbod"
+DEFAULT_NAME = "jbod"
+OPERATOR_NAMESPACE = "jbod-system"
+RELEASE = "jbod"
+
+Log = Callable[[str], None]
+
+
+class KindError(RuntimeError):
+    """A kind, kubectl, helm or docker step failed; the message says which and why."""
+
+
+def _image_parts(image: str) -> tuple[str, str]:
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        return image, "latest"
+    return name, tag
+
+
+@dataclasses.dataclass
+class KindCluster:
+    docker: Docker
+    tc: toolchain.Toolchain
+    name: str = DEFAULT_NAME
+    log: Log = print
+
+    @property
+    def kubeconfig(self) -> Path:
+        return toolchain.cache_root() / "kind" / f"{self.name}.kubeconfig"
+
+    @property
+    def node(self) -> str:
+        return f"{self.name}-control-plane"
+
+    def env(self) -> dict[str, str]:
+        home = toolchain.cache_root() / "kind" / "helm"
+        return self.docker.env(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "PATH": f"{self.tc.bin_dir}:{os.environ.get('PATH', '')}",
+                "HELM_CACHE_HOME": str(home / "cache"),
+                "HELM_CONFIG_HOME": str(home / "config"),
+                "HELM_DATA_HOME": str(home / "data"),
+            }
+        )
+
+    def _run(
+        self, binary: str, *args: str, input: str | None = None, check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        path = self.tc.binary(binary) if binary in ("kind", "kubectl", "helm") else Path(binary)
+        proc = subprocess.run(
+            [str(path), *args],
+            env=self.env(),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip()[-4000:]
+            raise KindError(f"{binary} {' '.join(args[:4])} failed (exit {proc.returncode}): {detail}")
+        return proc
+
+    def kind(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return self._run("kind", *args, timeout=timeout)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return self._run("kubectl", *args, input=input, check=check, timeout=timeout)
+
+    def helm(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return self._run("helm", *args, timeout=timeout)
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: Mapping[str, Any] | list[Mapping[str, Any]] | str) -> str:
+        if isinstance(manifest, str):
+            text = manifest
+        else:
+            items = list(manifest) if isinstance(manifest, list) else [manifest]
+            text = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        return self.kubectl("apply", "-f", "-", input=text).stdout
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        clusters = self._run("kind", "get", "clusters", check=False).stdout.split()
+        return self.name in clusters
+
+    def create(self, node_image: str | None = None, *, wait: str = "300s") -> None:
+        if self.exists():
+            self.log(f"[kind] cluster {self.name} exists")
+            self.kind("export", "kubeconfig", "--name", self.name, "--kubeconfig", str(self.kubeconfig))
+            return
+        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        args = [
+            "create",
+            "cluster",
+            "--name",
+            self.name,
+            "--config",
+            str(CONFIG),
+            "--kubeconfig",
+            str(self.kubeconfig),
+        ]
+        if node_image:
+            args += ["--image", node_image]
+        self.kind(*args, "--wait", wait, timeout=900)
+        self.log(f"[kind] created cluster {self.name} in {time.monotonic() - started:.0f} s")
+
+    def load(self, image: str) -> None:
+        started = time.monotonic()
+        self.kind("load", "docker-image", image, "--name", self.name)
+        self.log(f"[kind] loaded {image} in {time.monotonic() - started:.0f} s")
+
+    def install_chart(self, image: str, extra: Iterable[str] = ()) -> None:
+        repository, tag = _image_parts(image)
+        started = time.monotonic()
+        self.helm(
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"image.repository={repository}",
+            "--set",
+            f"image.tag={tag}",
+            *extra,
+            "--wait",
+            "--timeout",
+            "5m",
+        )
+        self.log(f"[kind] chart installed in {time.monotonic() - started:.0f} s")
+
+    def up(self, image: str, node_image: str | None = None) -> None:
+        self.create(node_image)
+        self.load(image)
+        self.install_chart(image)
+
+    def delete(self) -> None:
+        if self.exists():
+            self.kind("delete", "cluster", "--name", self.name)
+        self.kubeconfig.unlink(missing_ok=True)
+
+    # -- failures --------------------------------------------------------------------------------
+    def container_pid(self, namespace: str, pod: str, container: str | None = None) -> tuple[str, int]:
+        """(node, host-side pid of the pod's container on that node)."""
+        obj = self.get("pod", pod, "-n", namespace)
+        node = obj["spec"]["nodeName"]
+        statuses = obj.get("status", {}).get("containerStatuses") or []
+        status = next((s for s in statuses if container is None or s["name"] == container), None)
+        if status is None or not status.get("containerID"):
+            raise KindError(f"pod {namespace}/{pod} has no running container {container or ''}".rstrip())
+        container_id = status["containerID"].split("://", 1)[-1]
+        proc = self.docker.run(
+            "exec",
+            node,
+            "crictl",
+            "inspect",
+            "--output",
+            "go-template",
+            "--template",
+            "{{.info.pid}}",
+            container_id,
+        )
+        return node, int(proc.stdout.strip())
+
+    def detach_volume(self, namespace: str, pod: str, disk: str) -> str:
+        """Unmount disk `disk` (its mount point /var/lib/jbod/disks/<disk>) inside `pod`; return the path."""
+        from jbod_operator import names
+
+        path = names.disk_mount(disk)
+        node, pid = self.container_pid(namespace, pod)
+        self.docker.run(
+            "exec", node, "nsenter", "--target", str(pid), "--mount", "--pid", "umount", "--lazy", path
+        )
+        self.log(f"[kind] unmounted {path} in pod {namespace}/{pod} (node {node}, pid {pid})")
+        return path

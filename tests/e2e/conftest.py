@@ -1,0 +1,134 @@
+"""The kind cluster of the kind tier: built offline, created once per session, deleted at the end.
+
+* `kind_cluster` (module): a `KindCluster` named `jbod-e2e` with the project image loaded and the
+  chart installed (`python -m e2e.kind up --offline`, the users' code path), plus the StorageClass
+  `jbod-e2e` (kind's local-path provisioner, expandable); deleted when the module ends, so the
+  rest of the suite does not share the machine with it. Needs root (skipped without); with root
+  but no usable Docker engine the tier is skipped, or fails under `JBOD_E2E_REQUIRED=1` (CI).
+  `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection.
+* `ControllerTunnel`: `kubectl port-forward` to a Service on 127.0.0.1, restarted when it dies
+  (the pod behind it was replaced).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e import toolchain
+from e2e.kind import images
+from e2e.kind.cluster import KindCluster
+from e2e.kind.docker import DockerUnavailableError, engine
+
+NAME = "jbod-e2e"
+STORAGE_CLASS = "jbod-e2e"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("JBOD_E2E_REQUIRED"):
+        pytest.fail(f"kind tier required (JBOD_E2E_REQUIRED=1) but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def kind_cluster() -> Iterator[KindCluster]:
+    if os.geteuid() != 0:
+        pytest.skip("the kind tier needs root (its own dockerd, privileged node containers)")
+    tc = toolchain.Toolchain.default()
+    if not tc.is_built():
+        if not os.environ.get("JBOD_E2E_REQUIRED"):
+            pytest.skip(f"e2e toolchain not built (missing {', '.join(tc.missing())})")
+        toolchain.build(tc)
+    try:
+        docker = engine()
+    except DockerUnavailableError as exc:
+        _unavailable(str(exc))
+    builder = images.Builder(docker, tc)
+    builder.node_image()
+    builder.project_image()
+    cluster = KindCluster(docker, tc, name=NAME)
+    cluster.delete()  # a cluster left by a killed run
+    cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)
+    cluster.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": "rancher.io/local-path",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+            "allowVolumeExpansion": True,
+        }
+    )
+    try:
+        yield cluster
+    finally:
+        if not os.environ.get("JBOD_KIND_KEEP"):
+            cluster.delete()
+
+
+class ControllerTunnel:
+    """`kubectl port-forward svc/<service> :<port>` on 127.0.0.1; `url` restarts it when it died."""
+
+    def __init__(self, cluster: KindCluster, namespace: str, service: str, port: int) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.service = service
+        self.port = port
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._url = ""
+
+    def _start(self) -> None:
+        self.close()
+        log = Path(tempfile.mkstemp(prefix=f"port-forward-{self.service}-", suffix=".log")[1])
+        proc = subprocess.Popen(
+            [
+                str(self.cluster.tc.kubectl),
+                "port-forward",
+                "--address",
+                "127.0.0.1",
+                "-n",
+                self.namespace,
+                f"svc/{self.service}",
+                f":{self.port}",
+            ],
+            env=self.cluster.env(),
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        text = ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = log.read_text()
+            match = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", text)
+            if match:
+                self._proc, self._url = proc, f"http://127.0.0.1:{match.group(1)}"
+                return
+            time.sleep(0.1)
+        proc.kill()
+        raise AssertionError(f"kubectl port-forward svc/{self.service} did not start: {text.strip()[-500:]}")
+
+    @property
+    def url(self) -> str:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        return self._url
+
+    def restart(self) -> None:
+        self._start()
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._proc = None

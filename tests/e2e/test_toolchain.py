@@ -1,0 +1,118 @@
+"""Unit tests of the e2e infrastructure's own pieces: the toolchain's units and staging pins, and
+the runc wrapper the kind tier runs privileged containers through. No cluster, no Docker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e import toolchain
+from e2e.kind import cluster
+from e2e.kind.docker import CAPFILTER
+
+CAP_NAMES = [
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+    "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+    "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+    "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+    "CHECKPOINT_RESTORE",
+]  # fmt: skip
+
+
+def test_staging_replaces_only_required_staging_modules() -> None:
+    mod = """module k8s.io/kubernetes
+require (
+\tk8s.io/api v0.0.0
+\tk8s.io/client-go v0.0.0
+\tgithub.com/x/y v1.0.0
+)
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go
+\tk8s.io/sample-cli-plugin => ./staging/src/k8s.io/sample-cli-plugin
+)
+"""
+    assert toolchain.staging_replaces(mod, "v1.36.3") == {
+        "k8s.io/api": "v0.36.3",
+        "k8s.io/client-go": "v0.36.3",
+    }
+
+
+def test_every_binary_comes_from_exactly_one_unit(tmp_path: Path) -> None:
+    tc = toolchain.Toolchain(root=tmp_path)
+    produced = [b for unit in toolchain.units(tc) for b in unit.binaries]
+    assert sorted(produced) == sorted(toolchain.ALL_BINARIES)
+    assert len(produced) == len(set(produced))
+    assert sorted(tc.missing()) == sorted(toolchain.ALL_BINARIES)  # nothing built in an empty cache
+
+
+def test_a_unit_is_current_only_with_its_stamp_and_every_binary(tmp_path: Path) -> None:
+    tc = toolchain.Toolchain(root=tmp_path)
+    unit = next(u for u in toolchain.units(tc) if u.name == "containerd")
+    tc.bin_dir.mkdir(parents=True)
+    for name in unit.binaries:
+        path = tc.binary(name)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    assert not unit.is_current(tc)
+    unit.write_stamp(tc, 1.0)
+    assert unit.is_current(tc)
+    tc.binary(unit.binaries[0]).unlink()
+    assert not unit.is_current(tc)
+
+
+def test_image_parts() -> None:
+    assert cluster._image_parts("jbod:dev") == ("jbod", "dev")
+    assert cluster._image_parts("localhost:5000/jbod") == ("localhost:5000/jbod", "latest")
+    assert cluster._image_parts("ghcr.io/jbod-dev/jbod:0.1.0") == ("ghcr.io/jbod-dev/jbod", "0.1.0")
+
+
+def _bounding_set() -> set[str]:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            mask = int(line.split()[1], 16)
+            return {f"CAP_{name}" for i, name in enumerate(CAP_NAMES) if mask >> i & 1}
+    raise AssertionError("no CapBnd in /proc/self/status")
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="runc-capfilter needs jq")
+@pytest.mark.parametrize("form", ["create", "exec"])
+def test_runc_capfilter_keeps_only_capabilities_the_machine_can_grant(tmp_path: Path, form: str) -> None:
+    every = [f"CAP_{name}" for name in CAP_NAMES]
+    caps = {key: list(every) for key in ("bounding", "effective", "permitted")}
+    fake_runc = tmp_path / "runc"
+    fake_runc.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\n')
+    fake_runc.chmod(fake_runc.stat().st_mode | stat.S_IXUSR)
+    if form == "create":
+        bundle = tmp_path / "bundle"
+        bundle.mkdir()
+        spec = bundle / "config.json"
+        spec.write_text(
+            json.dumps({"ociVersion": "1.0.2", "process": {"capabilities": caps, "args": ["sh"]}})
+        )
+        args = ["--root", "/run/x", "create", "--bundle", str(bundle), "--pid-file", "p", "ctr1"]
+        read = lambda: json.loads(spec.read_text())["process"]["capabilities"]  # noqa: E731
+    else:
+        spec = tmp_path / "process.json"
+        spec.write_text(json.dumps({"capabilities": caps, "args": ["sh"]}))
+        args = ["exec", "--process", str(spec), "--detach", "ctr1"]
+        read = lambda: json.loads(spec.read_text())["capabilities"]  # noqa: E731
+    proc = subprocess.run(
+        [str(CAPFILTER), *args],
+        env={**os.environ, "RUNC_CAPFILTER_RUNC": str(fake_runc)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "args").read_text().split() == args  # the real runc gets the same arguments
+    allowed = _bounding_set()
+    for key, kept in read().items():
+        assert set(kept) == allowed & set(every), key  # exactly the grantable ones, none missing
