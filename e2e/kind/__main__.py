@@ -16,16 +16,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import time
 
 from e2e import toolchain
 from e2e.kind import images
-from e2e.kind.cluster import DEFAULT_NAME, KindCluster, KindError
+from e2e.kind.cluster import DEFAULT_NAME, TOOLS, KindCluster, KindError
 from e2e.kind.docker import Docker, DockerUnavailableError, engine
 
-KIND_UNITS = ["kubernetes", "kind", "helm"]
-OFFLINE_UNITS = [*KIND_UNITS, "etcd", "containerd", "crictl", "coredns", "local-path-provisioner"]
+OFFLINE_UNITS = [
+    "kubernetes",
+    "kind",
+    "helm",
+    "etcd",
+    "containerd",
+    "crictl",
+    "coredns",
+    "local-path-provisioner",
+]
 
 
 def _log(line: str) -> None:
@@ -34,14 +44,27 @@ def _log(line: str) -> None:
 
 def build_images(docker: Docker, tc: toolchain.Toolchain, *, offline: bool) -> str | None:
     """Build the project image (and, offline, the node image); return the node image to use."""
-    toolchain.build(tc, log=_log, only=OFFLINE_UNITS if offline else KIND_UNITS)
+    if offline:
+        toolchain.build(tc, log=_log, only=OFFLINE_UNITS)
+    else:  # only the tools found neither built nor on PATH
+        missing = sorted(
+            {
+                unit
+                for tool, unit in TOOLS.items()
+                if not os.access(tc.binary(tool), os.X_OK) and shutil.which(tool) is None
+            }
+        )
+        if missing:
+            toolchain.build(tc, log=_log, only=missing)
     builder = images.Builder(docker, tc, log=_log)
     if offline:
         builder.node_image()
         builder.project_image()
         return images.NODE_IMAGE
     started = time.monotonic()
-    docker.run("build", "--target", "runtime", "--tag", images.PROJECT_IMAGE, str(images.ROOT))
+    proc = subprocess.run(images.project_build_command(), cwd=images.ROOT, env=docker.env(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"docker build of {images.PROJECT_IMAGE} failed (exit {proc.returncode})")
     _log(f"[images] built {images.PROJECT_IMAGE} in {time.monotonic() - started:.0f} s")
     return None
 

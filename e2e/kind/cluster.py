@@ -11,7 +11,8 @@ Guarantees:
 * `detach_volume(namespace, pod, disk)` unmounts a broker's disk inside that pod's mount namespace
   on its node (`docker exec <node> nsenter --mount umount --lazy`), exactly the commands
   docs/operations.md gives; the broker then finds its log dir gone and reports it offline.
-* kind, kubectl and helm are the e2e toolchain's (`e2e.toolchain`, built from Go modules).
+* kind, kubectl and helm are the e2e toolchain's (`e2e.toolchain`, built from Go modules) when
+  built, else the ones on PATH.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,24 @@ Log = Callable[[str], None]
 
 class KindError(RuntimeError):
     """A kind, kubectl, helm or docker step failed; the message says which and why."""
+
+
+TOOLS: dict[str, str] = {"kind": "kind", "kubectl": "kubernetes", "helm": "helm"}  # tool -> toolchain unit
+
+
+def tool_path(tc: toolchain.Toolchain, name: str) -> str:
+    """The toolchain's build of kind, kubectl or helm when there is one, else the one on PATH."""
+    if name not in TOOLS:
+        return name
+    built = tc.binary(name)
+    if os.access(built, os.X_OK):
+        return str(built)
+    found = shutil.which(name)
+    if found is None:
+        raise KindError(
+            f"no {name}: put one on PATH or run `python -m e2e.toolchain build --only {TOOLS[name]}`"
+        )
+    return found
 
 
 def _image_parts(image: str) -> tuple[str, str]:
@@ -80,10 +100,10 @@ class KindCluster:
     def _run(
         self, binary: str, *args: str, input: str | None = None, check: bool = True, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
-        path = self.tc.binary(binary) if binary in ("kind", "kubectl", "helm") else Path(binary)
         proc = subprocess.run(
-            [str(path), *args],
+            [tool_path(self.tc, binary), *args],
             env=self.env(),
+            cwd=ROOT,
             input=input,
             capture_output=True,
             text=True,
@@ -122,53 +142,55 @@ class KindCluster:
         clusters = self._run("kind", "get", "clusters", check=False).stdout.split()
         return self.name in clusters
 
-    def create(self, node_image: str | None = None, *, wait: str = "300s") -> None:
-        if self.exists():
-            self.log(f"[kind] cluster {self.name} exists")
-            self.kind("export", "kubeconfig", "--name", self.name, "--kubeconfig", str(self.kubeconfig))
-            return
-        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        args = [
-            "create",
-            "cluster",
-            "--name",
-            self.name,
-            "--config",
-            str(CONFIG),
-            "--kubeconfig",
-            str(self.kubeconfig),
-        ]
+    # The commands `up()` runs, as the README shows them (program name first, paths relative to
+    # the repository root); tests/e2e/test_toolchain.py keeps the README and these in step.
+    def create_command(self, node_image: str | None = None) -> list[str]:
+        cmd = ["kind", "create", "cluster", "--name", self.name, "--config", str(CONFIG.relative_to(ROOT))]
         if node_image:
-            args += ["--image", node_image]
-        self.kind(*args, "--wait", wait, timeout=900)
-        self.log(f"[kind] created cluster {self.name} in {time.monotonic() - started:.0f} s")
+            cmd += ["--image", node_image]
+        return [*cmd, "--kubeconfig", str(self.kubeconfig), "--wait", "300s"]
 
-    def load(self, image: str) -> None:
-        started = time.monotonic()
-        self.kind("load", "docker-image", image, "--name", self.name)
-        self.log(f"[kind] loaded {image} in {time.monotonic() - started:.0f} s")
+    def load_command(self, image: str) -> list[str]:
+        return ["kind", "load", "docker-image", image, "--name", self.name]
 
-    def install_chart(self, image: str, extra: Iterable[str] = ()) -> None:
+    def install_command(self, image: str) -> list[str]:
         repository, tag = _image_parts(image)
-        started = time.monotonic()
-        self.helm(
+        return [
+            "helm",
             "upgrade",
             "--install",
             RELEASE,
-            str(CHART),
-            "--namespace",
+            str(CHART.relative_to(ROOT)),
+            "-n",
             OPERATOR_NAMESPACE,
             "--create-namespace",
             "--set",
             f"image.repository={repository}",
             "--set",
             f"image.tag={tag}",
-            *extra,
             "--wait",
             "--timeout",
             "5m",
-        )
+        ]
+
+    def create(self, node_image: str | None = None) -> None:
+        if self.exists():
+            self.log(f"[kind] cluster {self.name} exists")
+            self.kind("export", "kubeconfig", "--name", self.name, "--kubeconfig", str(self.kubeconfig))
+            return
+        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self._run(*self.create_command(node_image), timeout=900)
+        self.log(f"[kind] created cluster {self.name} in {time.monotonic() - started:.0f} s")
+
+    def load(self, image: str) -> None:
+        started = time.monotonic()
+        self._run(*self.load_command(image))
+        self.log(f"[kind] loaded {image} in {time.monotonic() - started:.0f} s")
+
+    def install_chart(self, image: str) -> None:
+        started = time.monotonic()
+        self._run(*self.install_command(image))
         self.log(f"[kind] chart installed in {time.monotonic() - started:.0f} s")
 
     def up(self, image: str, node_image: str | None = None) -> None:

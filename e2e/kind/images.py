@@ -62,6 +62,11 @@ PROJECT_INPUTS = (
 Log = Callable[[str], None]
 
 
+def project_build_command(tag: str = PROJECT_IMAGE) -> list[str]:
+    """`docker build` of the project image with registry access (run from the repository root)."""
+    return ["docker", "build", "--target", "runtime", "-t", tag, "."]
+
+
 def _digest(parts: Iterable[bytes | str]) -> str:
     h = hashlib.sha256()
     for part in parts:

@@ -24,7 +24,7 @@ import pytest
 
 from e2e import toolchain
 from e2e.kind import images
-from e2e.kind.cluster import KindCluster
+from e2e.kind.cluster import KindCluster, tool_path
 from e2e.kind.docker import DockerUnavailableError, engine
 
 NAME = "jbod-e2e"
@@ -90,7 +90,7 @@ class ControllerTunnel:
         log = Path(tempfile.mkstemp(prefix=f"port-forward-{self.service}-", suffix=".log")[1])
         proc = subprocess.Popen(
             [
-                str(self.cluster.tc.kubectl),
+                tool_path(self.cluster.tc, "kubectl"),
                 "port-forward",
                 "--address",
                 "127.0.0.1",

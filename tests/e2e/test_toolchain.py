@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e import toolchain
-from e2e.kind import cluster
+from e2e.kind import cluster, images
 from e2e.kind.docker import CAPFILTER
 
 CAP_NAMES = [
@@ -116,3 +117,34 @@ def test_runc_capfilter_keeps_only_capabilities_the_machine_can_grant(tmp_path: 
     allowed = _bounding_set()
     for key, kept in read().items():
         assert set(kept) == allowed & set(every), key  # exactly the grantable ones, none missing
+
+
+def _readme_kind_block() -> list[list[str]]:
+    text = (cluster.ROOT / "README.md").read_text()
+    section = text[text.index("## On Kubernetes") :]
+    block = section[section.index("```sh\n") + 6 : section.index("```\n", section.index("```sh\n") + 6)]
+    return [shlex.split(line) for line in block.splitlines() if line.strip()]
+
+
+def _is_subsequence(needle: list[str], haystack: list[str]) -> bool:
+    it = iter(haystack)
+    return all(token in it for token in needle)
+
+
+def test_readme_kind_commands_are_what_make_kind_up_runs(tmp_path: Path) -> None:
+    """The README's first Kubernetes lines are the commands `python -m e2e.kind up` runs (it may add
+    flags, such as its own kubeconfig and a wait): one code path for users and for CI."""
+    readme = _readme_kind_block()
+    kind = cluster.KindCluster(docker=None, tc=toolchain.Toolchain(root=tmp_path))  # type: ignore[arg-type]
+    ours = [
+        kind.create_command(),
+        images.project_build_command(),
+        kind.load_command(images.PROJECT_IMAGE),
+        kind.install_command(images.PROJECT_IMAGE),
+    ]
+    assert len(readme) >= len(ours)
+    for line, command in zip(readme, ours, strict=False):
+        assert _is_subsequence(line, command), (
+            f"README `{' '.join(line)}` is not what e2e.kind runs: {command}"
+        )
+    assert (cluster.ROOT / readme[0][readme[0].index("--config") + 1]).is_file()

@@ -25,6 +25,16 @@ def example() -> dict[str, Any]:
     return data
 
 
+def test_kind_example_parses_and_fits_one_small_node() -> None:
+    """examples/jbodcluster-kind.yaml (README "On Kubernetes") is valid and small: 3 brokers whose
+    CPU requests leave a 2-core kind node room for its control plane."""
+    data = yaml.safe_load((ROOT / "examples" / "jbodcluster-kind.yaml").read_text())
+    spec = model.parse_cluster("demo", data["spec"])
+    assert spec.brokers == 3 and [d.name for d in spec.disks] == ["d0", "d1"]
+    cpu = data["spec"]["resources"]["requests"]["cpu"]
+    assert cpu.endswith("m") and 3 * int(cpu[:-1]) <= 500
+
+
 def test_example_parses() -> None:
     spec = model.parse_cluster("demo", example()["spec"])
     assert [d.name for d in spec.disks] == ["d0", "d1", "d2"]
