@@ -7,7 +7,8 @@
 #
 # Without registry access (docs/install.md, "Building the image offline"): a local Python 3.11
 # base image and a wheelhouse made on the host, so no CA certificate enters the build:
-#   docker build --build-arg PYTHON_IMAGE=jbod-local/python:3.11-bookworm --build-arg WHEELHOUSE=.wheelhouse .
+#   docker build --target runtime --build-arg PYTHON_IMAGE=jbod-local/python:3.11-bookworm \
+#     --build-arg WHEELHOUSE=.wheelhouse -t jbod:dev .
 #
 # Read-only root filesystem: the image writes nothing at run time outside /tmp (HOME and
 # TMPDIR), which the pods mount as an emptyDir; bytecode is compiled at build time and

@@ -65,7 +65,7 @@ def build_images(docker: Docker, tc: toolchain.Toolchain, *, offline: bool) -> s
     proc = subprocess.run(images.project_build_command(), cwd=images.ROOT, env=docker.env(), check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"docker build of {images.PROJECT_IMAGE} failed (exit {proc.returncode})")
-    _log(f"[images] built {images.PROJECT_IMAGE} in {time.monotonic() - started:.0f} s")
+    _log(f"Built image {images.PROJECT_IMAGE} in {time.monotonic() - started:.0f} s")
     return None
 
 
@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     detach.add_argument("--pod", required=True)
     detach.add_argument("--disk", required=True)
     sub.add_parser("env", help="print the shell exports for this cluster's kubectl, helm and kind")
-    sub.add_parser("down", help="delete the kind cluster")
+    sub.add_parser("down", help="delete the kind cluster (the dockerd and its image cache stay)")
     args = parser.parse_args(argv)
     tc = toolchain.Toolchain.default()
     try:
-        docker = engine()
+        docker = engine(start=args.cmd in ("up", "images"))
         cluster = KindCluster(docker, tc, name=args.name, log=_log)
         if args.cmd == "images":
             build_images(docker, tc, offline=args.offline)
@@ -99,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             cluster.up(images.PROJECT_IMAGE, node_image)
             print(f"export KUBECONFIG={cluster.kubeconfig} DOCKER_HOST={docker.host} PATH={tc.bin_dir}:$PATH")
         elif args.cmd == "detach":
+            cluster.ensure_kubeconfig()
             cluster.detach_volume(args.namespace, args.pod, args.disk)
         elif args.cmd == "env":
+            cluster.ensure_kubeconfig()
             print(f"export KUBECONFIG={cluster.kubeconfig} DOCKER_HOST={docker.host} PATH={tc.bin_dir}:$PATH")
         else:
             cluster.delete()
-    except (KindError, DockerUnavailableError, RuntimeError, FileNotFoundError) as exc:
+    except (KindError, DockerUnavailableError, RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [
             type(exc).__name__
         ]

@@ -175,28 +175,37 @@ class KindCluster:
 
     def create(self, node_image: str | None = None) -> None:
         if self.exists():
-            self.log(f"[kind] cluster {self.name} exists")
+            self.log(f"Found kind cluster {self.name}")
             self.kind("export", "kubeconfig", "--name", self.name, "--kubeconfig", str(self.kubeconfig))
             return
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self._run(*self.create_command(node_image), timeout=900)
-        self.log(f"[kind] created cluster {self.name} in {time.monotonic() - started:.0f} s")
+        self.log(f"Created kind cluster {self.name} in {time.monotonic() - started:.0f} s")
 
     def load(self, image: str) -> None:
         started = time.monotonic()
         self._run(*self.load_command(image))
-        self.log(f"[kind] loaded {image} in {time.monotonic() - started:.0f} s")
+        self.log(f"Loaded image {image} into kind cluster {self.name} in {time.monotonic() - started:.0f} s")
 
     def install_chart(self, image: str) -> None:
         started = time.monotonic()
         self._run(*self.install_command(image))
-        self.log(f"[kind] chart installed in {time.monotonic() - started:.0f} s")
+        self.log(f"Installed chart {RELEASE} in {time.monotonic() - started:.0f} s")
 
     def up(self, image: str, node_image: str | None = None) -> None:
         self.create(node_image)
         self.load(image)
         self.install_chart(image)
+
+    def ensure_kubeconfig(self) -> None:
+        """Write this cluster's kubeconfig when a cluster made by `kind create` by hand has none here."""
+        if self.kubeconfig.exists():
+            return
+        if not self.exists():
+            raise KindError(f"no kind cluster {self.name}: create it first (make kind-up)")
+        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        self.kind("export", "kubeconfig", "--name", self.name, "--kubeconfig", str(self.kubeconfig))
 
     def delete(self) -> None:
         if self.exists():
@@ -235,5 +244,5 @@ class KindCluster:
         self.docker.run(
             "exec", node, "nsenter", "--target", str(pid), "--mount", "--pid", "umount", "--lazy", path
         )
-        self.log(f"[kind] unmounted {path} in pod {namespace}/{pod} (node {node}, pid {pid})")
+        self.log(f"Unmounted {path} in pod {namespace}/{pod} (node {node}, pid {pid})")
         return path

@@ -2,8 +2,8 @@
 
 Guarantees:
 * `engine()` returns a `Docker` whose `host` answers `docker version`: `$DOCKER_HOST` when set, else
-  the system socket `/var/run/docker.sock` when a daemon answers there, else a dockerd started
-  here (root only) with its data root under the e2e cache (`<cache>/docker`, so images survive
+  this project's own dockerd when it runs, else the system socket `/var/run/docker.sock` when a
+  daemon answers there, else (with `start=True`) a dockerd started here (root only) with its data root under the e2e cache (`<cache>/docker`, so images survive
   between runs), its exec root under /run and its API on the unix socket `/run/jbod-e2e/docker.sock`
   only (no TCP listener), and `runc-capfilter` as its default runtime (privileged containers on
   hosts whose root lacks a capability). That dockerd keeps running after this process ends (CI and later runs
@@ -31,7 +31,13 @@ from e2e import toolchain
 OWN_SOCKET = Path("/run/jbod-e2e/docker.sock")
 OWN_PIDFILE = Path("/run/jbod-e2e/docker.pid")
 SYSTEM_SOCKET = Path("/var/run/docker.sock")
-PACKAGES = {"dockerd": "docker.io", "docker": "docker.io", "debootstrap": "debootstrap", "jq": "jq"}
+PACKAGES = {
+    "dockerd": "docker.io",
+    "docker": "docker.io",
+    "debootstrap": "debootstrap",
+    "jq": "jq",
+    "gcc": "gcc",
+}
 # runc minus the capabilities the host cannot grant (see the script); our dockerd's default runtime.
 CAPFILTER = Path(__file__).resolve().parent / "node" / "files" / "usr" / "local" / "bin" / "runc-capfilter"
 
@@ -147,7 +153,7 @@ def _start_own_engine(timeout: float = 60.0) -> Docker:
     raise DockerUnavailableError(f"dockerd did not answer on {OWN_SOCKET} within {timeout:.0f} s:\n{tail}")
 
 
-def engine() -> Docker:
+def engine(*, start: bool = True) -> Docker:
     """A Docker engine that answers (see the module docstring for which one)."""
     ensure_packages(("docker",))
     if os.environ.get("DOCKER_HOST"):
@@ -159,6 +165,8 @@ def engine() -> Docker:
         docker = Docker(f"unix://{socket}")
         if socket.exists() and docker.answers():
             return docker
+    if not start:
+        raise DockerUnavailableError("no Docker engine answers (make kind-up starts one)")
     return _start_own_engine()
 
 

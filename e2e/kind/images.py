@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+import yaml  # type: ignore[import-untyped]  # PyYAML, installed with the kubernetes client
 
 from e2e import toolchain
 from e2e.kind.docker import Docker, ensure_packages
@@ -39,6 +42,7 @@ LABEL = "dev.jbod.e2e.inputs"
 K8S_VERSION = toolchain.K8S_VERSION
 DEBIAN_IMAGE = "jbod-local/debian:bookworm"
 PYTHON_IMAGE = "jbod-local/python:3.11-bookworm"
+PYTHON_VERSION = (3, 11)  # Debian bookworm's python3
 NODE_IMAGE = f"jbod-local/kind-node:{K8S_VERSION}"
 PROJECT_IMAGE = "jbod:dev"
 ETCD_TAG = toolchain.ETCD_VERSION.lstrip("v") + "-0"
@@ -60,6 +64,36 @@ PROJECT_INPUTS = (
 )
 
 Log = Callable[[str], None]
+
+
+KIND_CONFIG = HERE / "kind-config.yaml"
+PLACEHOLDER = re.compile(r"@[A-Z_]+@")
+
+
+def node_file_values() -> dict[str, str]:
+    """What the node image's files name by placeholder: images built here, the kind config's subnets."""
+    networking = yaml.safe_load(KIND_CONFIG.read_text())["networking"]
+    return {
+        "@PAUSE_IMAGE@": f"registry.k8s.io/pause:{PAUSE_TAG}",
+        "@PROVISIONER_IMAGE@": PROVISIONER_IMAGE,
+        "@HELPER_IMAGE@": HELPER_IMAGE,
+        "@POD_SUBNET@": str(networking["podSubnet"]),
+        "@SERVICE_SUBNET@": str(networking["serviceSubnet"]),
+    }
+
+
+def render_node_files(files: Path) -> None:
+    """Replace the placeholders in a copy of `node/files`; raise if one has no value."""
+    values = node_file_values()
+    for path in sorted(p for p in files.rglob("*") if p.is_file()):
+        text = path.read_text()
+        if "@" not in text:
+            continue
+        rendered = PLACEHOLDER.sub(lambda m: values.get(m.group(0), m.group(0)), text)
+        left = PLACEHOLDER.findall(rendered)
+        if left:
+            raise RuntimeError(f"{path}: no value for {', '.join(sorted(set(left)))}")
+        path.write_text(rendered)
 
 
 def project_build_command(tag: str = PROJECT_IMAGE) -> list[str]:
@@ -113,6 +147,7 @@ class Builder:
         image: str,
         context: Path,
         key: str,
+        *,
         dockerfile: Path | None = None,
         args: dict[str, str] | None = None,
         target: str | None = None,
@@ -126,7 +161,7 @@ class Builder:
         if target:
             cmd += ["--target", target]
         self.docker.run(*cmd, str(context))
-        self.log(f"[images] built {image} in {time.monotonic() - started:.0f} s")
+        self.log(f"Built image {image} in {time.monotonic() - started:.0f} s")
 
     # -- the Debian base -------------------------------------------------------------------------
     def debian_base(self) -> str:
@@ -149,6 +184,7 @@ class Builder:
                 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n'
             )
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+            assert tar.stdout is not None
             imported = subprocess.run(
                 [
                     "docker",
@@ -166,14 +202,15 @@ class Builder:
                 text=True,
                 check=False,
             )
+            tar.stdout.close()  # tar gets SIGPIPE instead of blocking if the import ended early
             tar.wait()
             if imported.returncode != 0 or tar.returncode != 0:
                 raise RuntimeError(f"docker import failed: {imported.stderr.strip()}")
-        self.log(f"[images] built {DEBIAN_IMAGE} (debootstrap) in {time.monotonic() - started:.0f} s")
+        self.log(f"Built image {DEBIAN_IMAGE} (debootstrap) in {time.monotonic() - started:.0f} s")
         return key
 
     # -- images FROM scratch or the base, one binary each ------------------------------------------
-    def _simple(self, image: str, dockerfile: str, files: dict[str, Path], base_key: str = "") -> str:
+    def _simple(self, image: str, dockerfile: str, files: dict[str, Path], *, base_key: str = "") -> str:
         key = _digest(
             [
                 dockerfile,
@@ -193,29 +230,22 @@ class Builder:
         return key
 
     def _pause_binary(self) -> Path:
-        source = Path(toolchain.k8s_module_dir(self.tc)) / "build" / "pause" / "linux" / "pause.c"
+        """Kubernetes' own pause.c (from the k8s.io/kubernetes module), compiled statically."""
+        source = toolchain.k8s_module_dir(self.tc) / "build" / "pause" / "linux" / "pause.c"
+        flags = ["-Os", "-static", "-Wall", "-Werror", f"-DVERSION=v{PAUSE_TAG}-jbod"]
         out = self.work / "pause"
-        if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
+        stamp = out.with_suffix(".key")
+        key = _digest([source.read_bytes(), *flags])
+        if out.exists() and stamp.exists() and stamp.read_text() == key:
             return out
+        ensure_packages(("gcc",))
         out.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
-            [
-                "gcc",
-                "-Os",
-                "-static",
-                "-Wall",
-                "-Werror",
-                f"-DVERSION=v{PAUSE_TAG}-jbod",
-                "-o",
-                str(out),
-                str(source),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+            ["gcc", *flags, "-o", str(out), str(source)], capture_output=True, text=True, check=False
         )
         if proc.returncode != 0:
             raise RuntimeError(f"gcc pause.c failed: {proc.stderr.strip()}")
+        stamp.write_text(key)
         return out
 
     def node_images(self) -> dict[str, str]:
@@ -260,7 +290,7 @@ class Builder:
             f"{path_env}COPY --from=busybox /bin/busybox /bin/busybox\n"
             'RUN ["/bin/busybox", "--install", "-s", "/bin"]\n',
             {},
-            debian_key,
+            base_key=debian_key,
         )
         proxy = f"registry.k8s.io/kube-proxy:{K8S_VERSION}"
         out[proxy] = self._simple(
@@ -269,7 +299,7 @@ class Builder:
             "RUN apt-get update && apt-get install -y iptables nftables conntrack ipset kmod && rm -rf /var/lib/apt/lists/*\n"
             "COPY kube-proxy /usr/local/bin/kube-proxy\n",
             {"kube-proxy": bin_("kube-proxy")},
-            debian_key,
+            base_key=debian_key,
         )
         return out
 
@@ -279,7 +309,8 @@ class Builder:
         node_dir = HERE / "node"
         key = _digest(
             [
-                *_tree_bytes([node_dir]),
+                *_tree_bytes([node_dir, KIND_CONFIG]),
+                json.dumps(node_file_values(), sort_keys=True),
                 *_stamps(self.tc, ("kubernetes", "containerd", "crictl")),
                 *(f"{image}={k}" for image, k in sorted(images.items())),
                 self.image_id(DEBIAN_IMAGE),
@@ -294,14 +325,11 @@ class Builder:
         for name in ("kubelet", "kubeadm", "kubectl", *toolchain.CONTAINERD_COMMANDS, "crictl"):
             shutil.copy2(self.tc.binary(name), ctx / "bin" / name)
         (ctx / "files" / "kind" / "version").write_text(f"{K8S_VERSION}\n")
-        storage = ctx / "files" / "kind" / "manifests" / "default-storage.yaml"
-        storage.write_text(
-            storage.read_text().replace("LOCAL_PATH_VERSION", toolchain.LOCAL_PATH_PROVISIONER_VERSION)
-        )
+        render_node_files(ctx / "files")
         (ctx / "images").mkdir()
         started = time.monotonic()
         self.docker.run("save", "--output", str(ctx / "images" / "node-images.tar"), *sorted(images))
-        self.log(f"[images] saved {len(images)} node images in {time.monotonic() - started:.0f} s")
+        self.log(f"Saved {len(images)} node images in {time.monotonic() - started:.0f} s")
         self.build(NODE_IMAGE, ctx, key, args={"BASE_IMAGE": DEBIAN_IMAGE})
         shutil.rmtree(ctx, ignore_errors=True)
         return key
@@ -315,11 +343,19 @@ class Builder:
             "RUN apt-get update && apt-get install -y python3 python3-venv python3-pip python-is-python3 "
             "&& rm -rf /var/lib/apt/lists/*\n",
             {},
-            debian_key,
+            base_key=debian_key,
         )
 
     def wheelhouse(self) -> Path:
-        """The project's wheel and every dependency's, made on the host (which trusts the proxy CA)."""
+        """The project's wheel and every dependency's, made on the host (which trusts the proxy CA).
+
+        The host's Python must be the image's minor version: binary wheels are per version.
+        """
+        if sys.version_info[:2] != PYTHON_VERSION:
+            raise RuntimeError(
+                f"the offline wheelhouse is made by the host's Python, which is "
+                f"{sys.version_info[0]}.{sys.version_info[1]}; the image's is 3.11 (run with python3.11)"
+            )
         WHEELHOUSE.mkdir(exist_ok=True)
         for cmd in (
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(WHEELHOUSE), str(ROOT)],
@@ -350,7 +386,7 @@ class Builder:
         started = time.monotonic()
         shutil.rmtree(WHEELHOUSE, ignore_errors=True)
         self.wheelhouse()
-        self.log(f"[images] wheelhouse made in {time.monotonic() - started:.0f} s")
+        self.log(f"Made wheelhouse {WHEELHOUSE} in {time.monotonic() - started:.0f} s")
         self.build(
             tag,
             ROOT,

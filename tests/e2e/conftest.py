@@ -55,19 +55,19 @@ def kind_cluster() -> Iterator[KindCluster]:
     builder.project_image()
     cluster = KindCluster(docker, tc, name=NAME)
     cluster.delete()  # a cluster left by a killed run
-    cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)
-    cluster.apply(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": STORAGE_CLASS},
-            "provisioner": "rancher.io/local-path",
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Delete",
-            "allowVolumeExpansion": True,
-        }
-    )
     try:
+        cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)
+        cluster.apply(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": "rancher.io/local-path",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+                "allowVolumeExpansion": True,
+            }
+        )
         yield cluster
     finally:
         if not os.environ.get("JBOD_KIND_KEEP"):
@@ -83,11 +83,14 @@ class ControllerTunnel:
         self.service = service
         self.port = port
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
         self._url = ""
 
     def _start(self) -> None:
         self.close()
-        log = Path(tempfile.mkstemp(prefix=f"port-forward-{self.service}-", suffix=".log")[1])
+        fd, name = tempfile.mkstemp(prefix=f"port-forward-{self.service}-", suffix=".log")
+        os.close(fd)
+        log = self._log = Path(name)
         proc = subprocess.Popen(
             [
                 tool_path(self.cluster.tc, "kubectl"),
@@ -100,7 +103,7 @@ class ControllerTunnel:
                 f":{self.port}",
             ],
             env=self.cluster.env(),
-            stdout=log.open("w"),
+            stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
@@ -132,3 +135,6 @@ class ControllerTunnel:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._proc = None
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None

@@ -192,7 +192,10 @@ def test_brokers_turn_ready_only_once_unfenced(env: Env) -> None:
         return ready == 3
 
     wait_for(
-        all_ready, timeout=420, what=f"3 Ready brokers; operator log:\n{env.operator_log()}", interval=0.3
+        all_ready,
+        timeout=420,
+        what=lambda: f"3 Ready brokers; operator log:\n{env.operator_log()}",
+        interval=0.3,
     )
     assert not violations, violations
     assert seen_fenced == {0, 1, 2}, "every broker was seen fenced before it turned Ready"
@@ -379,7 +382,9 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
         return entry if ok else None
 
     after = wait_for(
-        replaced, timeout=300, what=f"a replaced, online volume for {disk}; log:\n{env.operator_log()}"
+        replaced,
+        timeout=300,
+        what=lambda: f"a replaced, online volume for {disk}; log:\n{env.operator_log()}",
     )
     assert after["pvc"].endswith("-g1")
     assert env.events("ReplacingVolume")
@@ -438,7 +443,9 @@ def test_scale_up_then_down_only_when_empty(env: Env) -> None:
     spec["spec"]["brokers"] = 4
     env.apply(spec)
     wait_for(
-        lambda: _pod_ready(env.broker_pod(3)), timeout=300, what=f"broker 3 Ready; log:\n{env.operator_log()}"
+        lambda: _pod_ready(env.broker_pod(3)),
+        timeout=300,
+        what=lambda: f"broker 3 Ready; log:\n{env.operator_log()}",
     )
     reply = env.call("create", lambda c: c.create_topic("on-three", replica_assignment=[[3]]))
     assert reply["errorCode"] == 0, reply
@@ -456,7 +463,7 @@ def test_scale_up_then_down_only_when_empty(env: Env) -> None:
         claims = env.get("pvc", "-n", NS, "-l", "jbod.dev/broker-id=3")["items"]
         return len(brokers) == 3 and not claims and 3 not in env.brokers()
 
-    wait_for(gone, timeout=240, what=f"broker 3 removed and unregistered; log:\n{env.operator_log()}")
+    wait_for(gone, timeout=240, what=lambda: f"broker 3 removed and unregistered; log:\n{env.operator_log()}")
 
 
 def test_add_and_grow_disks(env: Env) -> None:
@@ -474,7 +481,9 @@ def test_add_and_grow_disks(env: Env) -> None:
         max_unready = max(max_unready, unready)
         return all(env.log_dir(b, "d2").get("state") == "Online" for b in range(3)) and unready == 0
 
-    wait_for(rolled, timeout=900, what=f"d2 online on every broker; log:\n{env.operator_log()}", interval=1)
+    wait_for(
+        rolled, timeout=900, what=lambda: f"d2 online on every broker; log:\n{env.operator_log()}", interval=1
+    )
     assert max_unready <= 1, "brokers were restarted one at a time"
     for broker_id in range(3):
         [claim] = env.get("pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk=d0")["items"]
@@ -500,6 +509,19 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
     spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": STORAGE_CLASS})
     env.apply(spec)
     broker_id, disk = 2, "d2"
+
+    def settled() -> bool:  # the operator has seen the Manual spec, and d2 is in use
+        cluster = env.get("jbodcluster", CLUSTER, "-n", NS)
+        seen = cluster.get("status", {}).get("observedGeneration") == cluster["metadata"]["generation"]
+        return (
+            seen
+            and env.log_dir(broker_id, disk).get("state") == "Online"
+            and _pod_ready(env.broker_pod(broker_id))
+        )
+
+    wait_for(
+        settled, timeout=600, what=lambda: f"the Manual spec observed, d2 Online; log:\n{env.operator_log()}"
+    )
     before = env.log_dir(broker_id, disk)
     env.cluster.detach_volume(NS, f"{CLUSTER}-broker-{broker_id}", disk)
     wait_for(lambda: env.log_dir(broker_id, disk).get("state") == "Offline", timeout=60, what="d2 Offline")
@@ -514,6 +536,8 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
         entry = env.log_dir(broker_id, disk)
         return entry.get("state") == "Online" and entry.get("pvc") != before["pvc"]
 
-    wait_for(replaced, timeout=300, what=f"d2 replaced after the annotation; log:\n{env.operator_log()}")
+    wait_for(
+        replaced, timeout=300, what=lambda: f"d2 replaced after the annotation; log:\n{env.operator_log()}"
+    )
     annotations = env.jbod_broker(broker_id)["metadata"].get("annotations") or {}
     assert "jbod.dev/replace-disks" not in annotations, "the request is consumed"

@@ -148,3 +148,43 @@ def test_readme_kind_commands_are_what_make_kind_up_runs(tmp_path: Path) -> None
             f"README `{' '.join(line)}` is not what e2e.kind runs: {command}"
         )
     assert (cluster.ROOT / readme[0][readme[0].index("--config") + 1]).is_file()
+
+
+def test_node_files_render_every_placeholder_from_one_source(tmp_path: Path) -> None:
+    """The node image names its images and subnets once: images.py's tags and kind-config.yaml."""
+    files = tmp_path / "files"
+    shutil.copytree(images.HERE / "node" / "files", files)
+    images.render_node_files(files)
+    rendered = {str(p.relative_to(files)): p.read_text() for p in files.rglob("*") if p.is_file()}
+    assert not [name for name, text in rendered.items() if images.PLACEHOLDER.search(text)]
+    values = images.node_file_values()
+    assert values["@POD_SUBNET@"] == "10.244.0.0/16" and values["@SERVICE_SUBNET@"] == "10.96.0.0/16"
+    assert f'sandbox_image = "{values["@PAUSE_IMAGE@"]}"' in rendered["etc/containerd/config.toml"]
+    assert f'"subnet": "{values["@POD_SUBNET@"]}"' in rendered["etc/cni/net.d/10-jbod-ptp.conflist"]
+    assert f"-d {values['@SERVICE_SUBNET@']} " in rendered["usr/local/bin/entrypoint"]
+    storage = rendered["kind/manifests/default-storage.yaml"]
+    assert f"image: {images.PROVISIONER_IMAGE}" in storage and storage.count(images.HELPER_IMAGE) == 2
+    broken = files / "etc" / "extra.conf"
+    broken.write_text("x = @NO_SUCH_VALUE@\n")
+    with pytest.raises(RuntimeError, match="NO_SUCH_VALUE"):
+        images.render_node_files(files)
+
+
+def test_node_images_carry_the_versions_kubeadm_pins() -> None:
+    """kubeadm starts etcd, CoreDNS and pause by the tags it pins; the node image must hold those."""
+    if shutil.which("go") is None:
+        pytest.skip("no go")
+    modcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    constants = (
+        Path(modcache)
+        / f"k8s.io/kubernetes@{toolchain.K8S_VERSION}"
+        / "cmd/kubeadm/app/constants/constants.go"
+    )
+    if not constants.exists():
+        pytest.skip("k8s.io/kubernetes not in the module cache (python -m e2e.toolchain build)")
+    text = constants.read_text()
+    assert f'PauseVersion = "{images.PAUSE_TAG}"' in text
+    assert f'DefaultEtcdVersion = "{images.ETCD_TAG}"' in text
+    assert f'CoreDNSVersion = "{toolchain.COREDNS_VERSION}"' in text
