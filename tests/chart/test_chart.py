@@ -931,7 +931,7 @@ def test_notes_show_the_next_command(helm: Helm, tmp_path: Path) -> None:
         out = helm.template("--show-only", "templates/zz-notes.yaml", *args, chart=chart).stdout
         notes = yaml.safe_load(out)["data"]["notes"]
         assert f"kubectl apply -n {namespace} -f examples/jbodcluster.yaml" in notes
-        assert f"kubectl -n {namespace} get jbodclusters,jbodbrokers" in notes
+        assert f"kubectl -n {namespace} get jbodbrokers -w" in notes
         assert "kind: JbodCluster" in notes
 
 
