@@ -58,8 +58,7 @@ def build_images(docker: Docker, tc: toolchain.Toolchain, *, offline: bool) -> s
             toolchain.build(tc, log=_log, only=missing)
     builder = images.Builder(docker, tc, log=_log)
     if offline:
-        builder.node_image()
-        builder.project_image()
+        builder.all()
         return images.NODE_IMAGE
     started = time.monotonic()
     proc = subprocess.run(images.project_build_command(), cwd=images.ROOT, env=docker.env(), check=False)

@@ -14,7 +14,8 @@ Guarantees:
   bundle ever enters a build or an image.
 * Each image carries the label `LABEL` = a digest of its inputs (recipe, files, toolchain unit
   stamps, base image digest); an image whose label matches is not rebuilt, so a second run
-  reuses everything (the engine's data root lives in the e2e cache).
+  reuses everything (the engine's data root lives in the e2e cache); `all()` then removes the
+  untagged images a rebuild left behind.
 """
 
 from __future__ import annotations
@@ -396,6 +397,11 @@ class Builder:
         )
         return key
 
+    def prune(self) -> None:
+        """Remove the images a rebuild left without a tag, so the cache holds one of each."""
+        self.docker.run("image", "prune", "--force")
+
     def all(self) -> None:
         self.node_image()
         self.project_image()
+        self.prune()
