@@ -59,7 +59,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The e2e tier's binaries (Kubernetes, etcd, containerd, crictl, CoreDNS, local-path-provisioner,
-# kind, helm) built from Go modules once and cached in ~/.cache/jbod-e2e (a cold build takes ~15 min).
+# kind, helm) built from Go modules once and cached in ~/.cache/jbod-e2e (a cold build takes ~11 min).
 e2e-toolchain: setup-dev
 	$(BIN)/python -m e2e.toolchain build
 
