@@ -5,6 +5,7 @@
     python -m e2e.kind detach --namespace NS --pod POD --disk DISK
     python -m e2e.kind env                 # export KUBECONFIG=... and PATH for kubectl/helm/kind
     python -m e2e.kind down
+    python -m e2e.kind stop-engine         # stop the dockerd `up` started (images stay cached)
 
 `--offline` (or JBOD_KIND_OFFLINE=1) builds everything without a registry: the Debian base with
 debootstrap, the kind node image from the e2e toolchain, the project image from a host-made
@@ -24,7 +25,7 @@ import time
 from e2e import toolchain
 from e2e.kind import images
 from e2e.kind.cluster import DEFAULT_NAME, TOOLS, KindCluster, KindError
-from e2e.kind.docker import Docker, DockerUnavailableError, engine
+from e2e.kind.docker import Docker, DockerUnavailableError, engine, stop_own_engine
 
 OFFLINE_UNITS = [
     "kubernetes",
@@ -86,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     detach.add_argument("--disk", required=True)
     sub.add_parser("env", help="print the shell exports for this cluster's kubectl, helm and kind")
     sub.add_parser("down", help="delete the kind cluster (the dockerd and its image cache stay)")
+    sub.add_parser("stop-engine", help="stop the dockerd this tool started (its image cache stays)")
     args = parser.parse_args(argv)
     tc = toolchain.Toolchain.default()
+    if args.cmd == "stop-engine":
+        print("Stopped the e2e dockerd" if stop_own_engine() else "No e2e dockerd was running")
+        return 0
     try:
         docker = engine(start=args.cmd in ("up", "images"))
         cluster = KindCluster(docker, tc, name=args.name, log=_log)

@@ -123,9 +123,6 @@ class KindCluster:
     ) -> subprocess.CompletedProcess[str]:
         return self._run("kubectl", *args, input=input, check=check, timeout=timeout)
 
-    def helm(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return self._run("helm", *args, timeout=timeout)
-
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
