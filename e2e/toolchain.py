@@ -180,19 +180,21 @@ def _run(cmd: list[str], *, cwd: Path, log: Log, label: str, env: Mapping[str, s
         raise RuntimeError(f"[{label}] {' '.join(cmd)} failed with exit {proc.returncode}:\n{tail}")
 
 
-def _module_go_mod(module: str, version: str, *, cwd: Path) -> str:
-    """The go.mod of `module@version`, fetched through the proxy by `go mod download`."""
-    proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"{module}@{version}"],
-        cwd=cwd,
-        env={**go_env(), "GOFLAGS": "-buildvcs=false"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def _module_download(module: str, version: str) -> dict[str, str]:
+    """`go mod download -json module@version` (through the proxy): its Dir, GoMod, Zip, ... paths."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            ["go", "mod", "download", "-json", f"{module}@{version}"],
+            cwd=tmp,
+            env={**go_env(), "GOFLAGS": "-buildvcs=false"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"go mod download {module}@{version} failed: {proc.stdout}{proc.stderr}")
-    return Path(json.loads(proc.stdout)["GoMod"]).read_text()
+    result: dict[str, str] = json.loads(proc.stdout)
+    return result
 
 
 def staging_replaces(kubernetes_go_mod: str, k8s_version: str) -> dict[str, str]:
@@ -211,27 +213,13 @@ def staging_replaces(kubernetes_go_mod: str, k8s_version: str) -> dict[str, str]
 
 def k8s_module_dir(tc: Toolchain) -> Path:
     """Where `k8s.io/kubernetes@<version>` sits in the Go module cache (downloaded when missing)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(
-            ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{tc.k8s_version}"],
-            cwd=tmp,
-            env={**go_env(), "GOFLAGS": "-buildvcs=false"},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"go mod download k8s.io/kubernetes@{tc.k8s_version} failed: {proc.stderr.strip()}"
-        )
-    return Path(json.loads(proc.stdout)["Dir"])
+    return Path(_module_download("k8s.io/kubernetes", tc.k8s_version)["Dir"])
 
 
 def _build_kubernetes(tc: Toolchain, log: Log) -> None:
     version = tc.k8s_version
     major, minor = re.match(r"v(\d+)\.(\d+)", version).groups()  # type: ignore[union-attr]
-    with tempfile.TemporaryDirectory() as tmp:
-        mod_text = _module_go_mod("k8s.io/kubernetes", version, cwd=Path(tmp))
+    mod_text = Path(_module_download("k8s.io/kubernetes", version)["GoMod"]).read_text()
     go_line = re.search(r"^go (\S+)", mod_text, re.M)
     replaces = staging_replaces(mod_text, version)
     log(f"[kubernetes] pinning {len(replaces)} staging modules to v0.{minor}.x")

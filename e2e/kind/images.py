@@ -149,7 +149,6 @@ class Builder:
         context: Path,
         key: str,
         *,
-        dockerfile: Path | None = None,
         args: dict[str, str] | None = None,
         target: str | None = None,
     ) -> None:
@@ -157,8 +156,6 @@ class Builder:
         cmd = ["build", "--tag", image, "--label", f"{LABEL}={key}"]
         for name, value in (args or {}).items():
             cmd += ["--build-arg", f"{name}={value}"]
-        if dockerfile is not None:
-            cmd += ["--file", str(dockerfile)]
         if target:
             cmd += ["--target", target]
         self.docker.run(*cmd, str(context))
