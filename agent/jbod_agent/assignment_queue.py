@@ -131,3 +131,22 @@ class AssignmentQueue:
         delay = min(self.backoff_max, self.backoff_initial * 2.0 ** min(self.failures - 1, 64))
         self._due = now + delay
         return delay
+
+
+class PlacementOutbox:
+    """The `PlacementSink` port over the queue: collaborators place replicas, the loop sends them."""
+
+    def __init__(self, queue: AssignmentQueue, now: Callable[[], float], wake: Callable[[], None]) -> None:
+        self.queue = queue
+        self._now = now
+        self._wake = wake
+
+    def place(self, key: PartitionKey, directory: Uuid, *, reason: str) -> None:
+        self.queue.enqueue(key, directory, now=self._now(), reason=reason)
+        self._wake()
+
+    def pending(self, key: PartitionKey) -> Uuid | None:
+        return self.queue.pending(key)
+
+    def cancel(self, key: PartitionKey) -> None:
+        self.queue.cancel(key)

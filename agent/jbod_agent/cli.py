@@ -73,7 +73,7 @@ async def serve(config: BrokerConfig) -> int:
         raise StartupError(f"listeners: cannot listen on {config.listener.url}: {exc.strerror}") from exc
     sockets = getattr(site._server, "sockets", None) or []
     port = sockets[0].getsockname()[1] if sockets else config.listener.port
-    agent.listener_port = port
+    agent.state.listener_port = port
     print(f"Listening on http://{config.listener.host}:{port}", flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -28,20 +28,19 @@ import contextlib
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
 
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.state import BrokerState
 from jbod_core import fetch_session, replication
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
-
-if TYPE_CHECKING:
-    from jbod_agent.agent import Agent
 
 log = logging.getLogger("jbod_agent.fetcher")
 
@@ -84,8 +83,16 @@ class _LeaderLoop:
 class Fetchers:
     """Starts and stops one fetch loop per leader this broker follows."""
 
-    def __init__(self, agent: Agent, manager: ReplicaManager, token: str) -> None:
-        self.agent = agent
+    def __init__(
+        self,
+        broker: BrokerState,
+        manager: ReplicaManager,
+        token: str,
+        *,
+        on_source_truncated: Callable[[PartitionKey, int], None],
+    ) -> None:
+        self.broker = broker
+        self.on_source_truncated = on_source_truncated
         self.manager = manager
         self.token = token
         self.loops: dict[int, asyncio.Task[None]] = {}
@@ -121,7 +128,7 @@ class Fetchers:
         await asyncio.gather(*self.loops.values(), return_exceptions=True)
 
     def _leader_url(self, leader: int) -> str | None:
-        reg = self.agent.image.brokers.get(leader)
+        reg = self.broker.image.brokers.get(leader)
         if reg is None or not reg.listeners:
             return None
         listener = reg.listeners[0]
@@ -169,8 +176,8 @@ class Fetchers:
         return any(h.role is Role.FOLLOWER and h.leader_id == leader for h in hosted)
 
     async def _loop(self, leader: int) -> None:
-        agent = self.agent
-        config = agent.config
+        broker = self.broker
+        config = broker.config
         state = self.state[leader]
         backoff = 0.05
         last_warning = 0.0
@@ -180,7 +187,7 @@ class Fetchers:
             timeout=aiohttp.ClientTimeout(total=config.replica_fetch_wait_max_ms / 1000 + 10),
             connector=aiohttp.TCPConnector(limit=4),
         ) as http:
-            while not agent.stopping.is_set():
+            while not broker.stopping.is_set():
                 url = self._leader_url(leader)
                 plan = self._plan(leader, state) if url is not None else None
                 if plan is None or (plan.empty and state.session.idle):
@@ -193,8 +200,8 @@ class Fetchers:
                         return
                     continue
                 body = {
-                    "replicaId": agent.node_id,
-                    "brokerEpoch": agent.epoch,
+                    "replicaId": broker.node_id,
+                    "brokerEpoch": broker.epoch,
                     "maxWaitMs": config.replica_fetch_wait_max_ms,
                     "maxBytes": config.replica_fetch_response_max_bytes,
                     "partitionMaxBytes": config.replica_fetch_max_bytes,
@@ -312,7 +319,7 @@ class Fetchers:
                     target,
                     diverging["epoch"],
                 )
-                self.agent.mover.source_truncated(hosted.key, target)
+                self.on_source_truncated(hosted.key, target)
             # Even with nothing to cut, epochs that start at or after the target go (an epoch this
             # broker recorded as leader but never wrote in), or the next fetch would diverge again.
             log_.truncate_to(target)
@@ -331,8 +338,8 @@ class Fetchers:
         if offset < start:
             log.warning("%s: the leader's log starts at %d; starting over there", hosted.name, start)
             log_.truncate_fully_and_start_at(start)
-            self.agent.mover.source_truncated(hosted.key, start)
+            self.on_source_truncated(hosted.key, start)
         elif offset > end:
             log.warning("%s: ahead of the leader's end offset %d; truncating", hosted.name, end)
             log_.truncate_to(max(end, log_.log_start_offset))
-            self.agent.mover.source_truncated(hosted.key, max(end, log_.log_start_offset))
+            self.on_source_truncated(hosted.key, max(end, log_.log_start_offset))

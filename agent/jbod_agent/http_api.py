@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 
-from jbod_agent import probe
+from jbod_agent import probe, views
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
 from jbod_agent.fetcher import encode_reply
@@ -104,16 +104,16 @@ class _AgentCollector(Collector):
             "Placements queued or in flight to the controller (AssignReplicasToDirs)",
             value=agent.queue.size,
         )
-        offline = [s for s in agent.dirs.values() if s.health is DirHealth.OFFLINE]
+        offline = [s for s in agent.state.dirs.values() if s.health is DirHealth.OFFLINE]
         yield GaugeMetricFamily(
             "jbod_offline_log_directory_count",
             "Configured log dirs that are offline",
-            value=len(offline) + len(agent.startup_offline),
+            value=len(offline) + len(agent.state.startup_offline),
         )
         yield GaugeMetricFamily(
             "jbod_offline_replica_count",
             "Replicas hosted in offline log dirs",
-            value=agent.offline_replica_count(),
+            value=agent.state.offline_replica_count(),
         )
         per_dir = GaugeMetricFamily(
             "jbod_log_directory_offline", "1 if the log dir is offline", labels=["directory_id", "path"]
@@ -124,13 +124,13 @@ class _AgentCollector(Collector):
         usable = GaugeMetricFamily(
             "jbod_log_dir_usable_bytes", "Usable bytes in the log dir (last probe)", labels=["directory_id"]
         )
-        for directory, state in agent.dirs.items():
+        for directory, state in agent.state.dirs.items():
             per_dir.add_metric(
                 [str(directory), str(state.path)], 1 if state.health is DirHealth.OFFLINE else 0
             )
             full.add_metric([str(directory), str(state.path)], 1 if state.health is DirHealth.FULL else 0)
             usable.add_metric([str(directory)], state.usable_bytes)
-        for path, _reason in agent.startup_offline:
+        for path, _reason in agent.state.startup_offline:
             per_dir.add_metric(["", str(path)], 1)
         yield per_dir
         yield full
@@ -169,8 +169,8 @@ class AgentApi:
     def __init__(self, agent: Agent, tokens: tuple[str, ...]) -> None:
         self.agent = agent
         self.tokens = tokens
-        self.config = agent.config
-        self.limits = limits(agent.config)
+        self.config = agent.state.config
+        self.limits = limits(agent.state.config)
         self.registry = CollectorRegistry()
         self.probe_seconds = Histogram(
             "jbod_disk_probe_seconds",
@@ -180,7 +180,7 @@ class AgentApi:
             buckets=_PROBE_BUCKETS,
         )
         self.registry.register(_AgentCollector(agent))
-        agent.on_probe.append(self._observe_probe)
+        agent.monitor.on_probe.append(self._observe_probe)
 
     def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
         """The app under the configured connection limits, ready for `web.TCPSite`."""
@@ -251,8 +251,12 @@ class AgentApi:
 
     async def readyz(self, request: web.Request) -> web.Response:
         agent = self.agent
-        ready = agent.registered and not agent.fenced
-        body = {"registered": agent.registered, "fenced": agent.fenced, "brokerEpoch": agent.epoch}
+        ready = agent.state.registered and not agent.state.fenced
+        body = {
+            "registered": agent.state.registered,
+            "fenced": agent.state.fenced,
+            "brokerEpoch": agent.state.epoch,
+        }
         return _json(body, 200 if ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -261,7 +265,7 @@ class AgentApi:
         )
 
     async def log_dirs(self, request: web.Request) -> web.Response:
-        return _json(self.agent.log_dirs_view())
+        return _json(views.log_dirs_view(self.agent.state, self.agent.mover))
 
     async def produce(self, request: web.Request) -> web.Response:
         body = await self._body(request, produce_body_limit(self.config))

@@ -36,19 +36,19 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jbod_agent import replicas
 from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
+from jbod_agent.ports import DirFailures, PlacementSink
+from jbod_agent.replica_manager import ReplicaManager
+from jbod_agent.state import BrokerState
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 from jbod_core.meta_properties import write_atomically
-
-if TYPE_CHECKING:
-    from jbod_agent.agent import Agent
 
 log = logging.getLogger("jbod_agent.mover")
 
@@ -127,31 +127,50 @@ def settle_abandoned_futures(dirs: list[Path]) -> list[str]:
 
 
 class Mover:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(
+        self,
+        state: BrokerState,
+        *,
+        manager: ReplicaManager,
+        placements: PlacementSink,
+        failures: DirFailures,
+    ) -> None:
+        self.state = state
+        self.manager = manager
+        self.placements = placements
+        self.failures = failures
         self.moves: dict[PartitionKey, Move] = {}
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def _in_background(self, work: Any) -> None:
+        """Run a coroutine or future without waiting for it (kept referenced until done)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- requests ------------------------------------------------------------------------------
 
     def request_move(self, request: MoveReplicaRequest) -> dict[str, Any]:
-        agent = self.agent
+        broker = self.state
         destination = request.directory_id
-        state = agent.dirs.get(destination)
+        state = broker.dirs.get(destination)
         if state is None:
-            return _error(ErrorCode.LOG_DIR_NOT_FOUND, f"broker {agent.node_id} has no log dir {destination}")
+            return _error(
+                ErrorCode.LOG_DIR_NOT_FOUND, f"broker {broker.node_id} has no log dir {destination}"
+            )
         if state.health is DirHealth.OFFLINE:
             return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is offline")
-        topic_id = agent.image.topic_ids_by_name.get(request.topic)
+        topic_id = broker.image.topic_ids_by_name.get(request.topic)
         key = (topic_id, request.partition) if topic_id is not None else None
-        if key is not None and key in agent.offline_local:
+        if key is not None and key in broker.offline_local:
             return _error(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir"
             )
-        local = agent.local.get(key) if key is not None else None
-        if key is None or local is None or key not in agent.manager.partitions:
+        local = broker.local.get(key) if key is not None else None
+        if key is None or local is None or key not in self.manager.partitions:
             return _error(
                 ErrorCode.REPLICA_NOT_AVAILABLE,
-                f"broker {agent.node_id} does not host {request.topic}-{request.partition}",
+                f"broker {broker.node_id} does not host {request.topic}-{request.partition}",
             )
         current = self.moves.get(key)
         if local.directory_id == destination:
@@ -167,7 +186,7 @@ class Mover:
                     current.rate = request.max_bytes_per_second
                 return {"errorCode": 0, "outcome": "in-progress"}
             self.cancel(key, f"replaced by a move to {destination}")
-        rate = request.max_bytes_per_second or agent.config.replica_move_max_bytes_per_second
+        rate = request.max_bytes_per_second or broker.config.replica_move_max_bytes_per_second
         name = replicas.replica_dir_name(local.topic, key[1])
         move = Move(
             key=key,
@@ -203,11 +222,8 @@ class Mover:
         if move.task is not None and move.task is not asyncio.current_task():
             move.task.cancel()
         self._drop_future(move)
-        if move.reported and key in self.agent.local:
-            self.agent.queue.enqueue(
-                key, self.agent.local[key].directory_id, now=time.monotonic(), reason="move reverted"
-            )
-            self.agent.placements_now.set()
+        if move.reported and key in self.state.local:
+            self.placements.place(key, self.state.local[key].directory_id, reason="move reverted")
         log.warning("Move of %s-%d to %s reverted: %s", move.topic, key[1], move.destination, reason)
 
     def source_truncated(self, key: PartitionKey, offset: int) -> None:
@@ -226,18 +242,18 @@ class Mover:
             with contextlib.suppress(OSError, ValueError):
                 move.future_log.close()
             move.future_log = None
-        if self.agent.dirs[move.destination].health is not DirHealth.OFFLINE:
+        if self.state.dirs[move.destination].health is not DirHealth.OFFLINE:
             path = move.future_path
-            self.agent.background(asyncio.to_thread(shutil.rmtree, path, True))
+            self._in_background(asyncio.to_thread(shutil.rmtree, path, True))
 
     # -- the copy ------------------------------------------------------------------------------
 
     async def _run(self, move: Move) -> None:
-        agent = self.agent
+        broker = self.state
         try:
             await asyncio.to_thread(self._create_future, move)
-            while move.active and not agent.stopping.is_set():
-                hosted = agent.manager.partitions.get(move.key)
+            while move.active and not broker.stopping.is_set():
+                hosted = self.manager.partitions.get(move.key)
                 if hosted is None:
                     self.cancel(move.key, "the replica is no longer served here")
                     return
@@ -263,10 +279,7 @@ class Mover:
                 if move.state is MoveState.COPYING:
                     move.state = MoveState.QUEUED
                     move.reported = True
-                    agent.queue.enqueue(
-                        move.key, move.destination, now=time.monotonic(), reason="move caught up"
-                    )
-                    agent.placements_now.set()
+                    self.placements.place(move.key, move.destination, reason="move caught up")
                     log.info(
                         "Move of %s-%d caught up; reported %s", move.topic, move.key[1], move.destination
                     )
@@ -283,7 +296,9 @@ class Mover:
         except OSError as exc:
             move_dir = move.destination
             self.cancel(move.key, f"I/O error: {exc}")
-            agent.io_error(move_dir, exc, f"copying {move.topic}-{move.key[1]} into its future replica")
+            self.failures.io_error(
+                move_dir, exc, f"copying {move.topic}-{move.key[1]} into its future replica"
+            )
         except Exception as exc:  # a move must never take the broker down
             log.exception("Move of %s-%d failed", move.topic, move.key[1])
             self.cancel(move.key, f"failed: {exc}")
@@ -292,25 +307,25 @@ class Mover:
         path = move.future_path
         path.mkdir()
         write_atomically(path / replicas.METADATA_FILE, f"version=0\ntopic_id={move.key[0]}\n".encode())
-        hosted = self.agent.manager.partitions.get(move.key)
-        future = self.agent.manager.open_log(path, self.agent.manager.topic_settings(move.key[0]))
+        hosted = self.manager.partitions.get(move.key)
+        future = self.manager.open_log(path, self.manager.topic_settings(move.key[0]))
         if hosted is not None and hosted.log.log_start_offset > 0:
             future.truncate_fully_and_start_at(hosted.log.log_start_offset)
         move.future_log = future
 
     def _confirmed(self, move: Move) -> bool:
-        part = self.agent.image.partition(move.key)
+        part = self.state.image.partition(move.key)
         return (
             part is not None
-            and self.agent.node_id in part.replicas
-            and part.directory_of(self.agent.node_id) == move.destination
-            and self.agent.queue.pending(move.key) is None
+            and self.state.node_id in part.replicas
+            and part.directory_of(self.state.node_id) == move.destination
+            and self.placements.pending(move.key) is None
         )
 
     def _promote(self, move: Move) -> None:
         """Switch to the future replica; runs without yielding, so no append slips in between."""
-        agent = self.agent
-        hosted = agent.manager.partitions[move.key]
+        broker = self.state
+        hosted = self.manager.partitions[move.key]
         future = move.future_log
         assert future is not None
         source = hosted.log
@@ -322,7 +337,7 @@ class Mover:
             if epoch > future.latest_epoch and start >= future.end_offset:
                 future.assign_epoch_start(epoch)
         future.flush()
-        old_path = agent.local[move.key].path
+        old_path = broker.local[move.key].path
         name = old_path.name
         source.close()
         deleted = old_path.with_name(f"{name}.{uuid.uuid4().hex}-delete")
@@ -333,13 +348,13 @@ class Mover:
         new_log = future
         move.future_log = None
         new_log.high_watermark = source.high_watermark
-        agent.local[move.key] = dataclasses.replace(
-            agent.local[move.key], directory_id=move.destination, path=new_path
+        broker.local[move.key] = dataclasses.replace(
+            broker.local[move.key], directory_id=move.destination, path=new_path
         )
-        agent.manager.swap_log(move.key, new_log, move.destination)
+        self.manager.swap_log(move.key, new_log, move.destination)
         move.state = MoveState.DONE
         self.moves.pop(move.key, None)
-        agent.background(asyncio.to_thread(shutil.rmtree, deleted, True))
+        self._in_background(asyncio.to_thread(shutil.rmtree, deleted, True))
         log.info(
             "Moved %s to %s (%d bytes copied in %.1f s)",
             name,

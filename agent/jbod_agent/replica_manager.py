@@ -3,7 +3,7 @@
 Guarantees:
 * A partition is served only while its replica sits in an online dir: produce and fetch for a
   replica in an offline dir answer KAFKA_STORAGE_ERROR (56); replicas in healthy dirs keep being
-  served. Any I/O error from a log goes through `Agent.io_error`, which takes the dir offline.
+  served. Any I/O error from a log goes through `DirFailures.io_error`, which takes the dir offline.
 * Roles follow the metadata image: the broker leads a partition when the image names it leader,
   and follows the image's leader otherwise. A produce or a client fetch reaching a non-leader
   answers NOT_LEADER_OR_FOLLOWER (6).
@@ -39,20 +39,27 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jbod_agent import record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
+from jbod_agent.ports import DirFailures, PartitionAlterations
+from jbod_agent.state import BrokerState
+from jbod_client.controller import ClientError
 from jbod_core import fetch_session, replication, topic_configs
 from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey, PartitionRegistration
+from jbod_core.messages import (
+    MAX_PARTITIONS_PER_REQUEST,
+    AlterPartitionData,
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    AlterPartitionTopic,
+)
 from jbod_core.replication import FollowerProgress
-
-if TYPE_CHECKING:
-    from jbod_agent.agent import Agent
 
 log = logging.getLogger("jbod_agent.replicas")
 
@@ -137,8 +144,10 @@ def _now_ms() -> float:
 
 
 class ReplicaManager:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, state: BrokerState, *, failures: DirFailures, link: PartitionAlterations) -> None:
+        self.state = state
+        self.failures = failures
+        self.link = link
         self.partitions: dict[PartitionKey, HostedPartition] = {}
         self.on_follow_change: list[Any] = []  # hooks: fetchers re-plan
         self.on_partition_change: list[Callable[[PartitionKey], None]] = []  # hooks: fetch sessions
@@ -158,8 +167,8 @@ class ReplicaManager:
     def topic_settings(self, topic_id: Uuid) -> topic_configs.ResolvedConfigs:
         """The topic's configs as this broker uses them: a bad value falls back to the broker's
         default with a WARNING (once per topic, key and value), never a storage error."""
-        config = self.agent.config
-        topic = self.agent.image.topics.get(topic_id)
+        config = self.state.config
+        topic = self.state.image.topics.get(topic_id)
         resolved = topic_configs.resolve(
             topic.configs if topic is not None else {},
             {
@@ -194,13 +203,13 @@ class ReplicaManager:
 
     def sync(self, keys: Iterable[PartitionKey]) -> None:
         """Bring the roles of `keys` in line with the image and the local replicas."""
-        agent = self.agent
+        state = self.state
         changed_following = False
         for key in keys:
-            local = agent.local.get(key)
-            part = agent.image.partition(key)
+            local = state.local.get(key)
+            part = state.image.partition(key)
             hosted = self.partitions.get(key)
-            if local is None or part is None or agent.node_id not in part.replicas:
+            if local is None or part is None or state.node_id not in part.replicas:
                 if hosted is not None:
                     self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                     changed_following = True
@@ -209,15 +218,17 @@ class ReplicaManager:
                 self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 hosted = None
             if hosted is None:
-                topic = agent.image.topics[key[0]]
+                topic = state.image.topics[key[0]]
                 settings = self.topic_settings(key[0])
                 try:
                     opened = self.open_log(local.path, settings)
                 except OSError as exc:
-                    agent.io_error(local.directory_id, exc, f"opening the log of {local.path.name}")
+                    self.failures.io_error(local.directory_id, exc, f"opening the log of {local.path.name}")
                     continue
                 except ValueError as exc:
-                    agent.fail_dir(local.directory_id, f"the log of {local.path.name} is damaged: {exc}")
+                    self.failures.fail_dir(
+                        local.directory_id, f"the log of {local.path.name} is damaged: {exc}"
+                    )
                     continue
                 hosted = HostedPartition(key, topic.name, local.directory_id, opened)
                 hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
@@ -234,7 +245,7 @@ class ReplicaManager:
 
     def _apply(self, hosted: HostedPartition, part: PartitionRegistration) -> bool:
         """Apply the image's view of the partition; True when the set of followed leaders moved."""
-        me = self.agent.node_id
+        me = self.state.node_id
         new_epoch = part.leader_epoch != hosted.leader_epoch
         hosted.replicas = part.replicas
         if part.partition_epoch >= hosted.partition_epoch:
@@ -266,7 +277,7 @@ class ReplicaManager:
     def _become_leader(self, hosted: HostedPartition, part: PartitionRegistration) -> None:
         now = _now_ms()
         hosted.role = Role.LEADER
-        hosted.leader_id = self.agent.node_id
+        hosted.leader_id = self.state.node_id
         hosted.leader_epoch = part.leader_epoch
         hosted.pending_isr = None
         hosted.epoch_start_offset = hosted.log.end_offset
@@ -277,7 +288,7 @@ class ReplicaManager:
             return
         # Followers get the lag allowance from now on, as in Kafka.
         hosted.followers = {
-            r: FollowerProgress(last_caught_up_ms=now) for r in part.replicas if r != self.agent.node_id
+            r: FollowerProgress(last_caught_up_ms=now) for r in part.replicas if r != self.state.node_id
         }
         hosted.wake_data_waiters()
         log.debug(
@@ -321,9 +332,9 @@ class ReplicaManager:
             self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def storage_error(self, hosted: HostedPartition, exc: OSError, doing: str) -> None:
-        """An I/O error on this partition's log: classified by the agent; an offline dir stops serving it."""
-        self.agent.io_error(hosted.directory_id, exc, f"{doing} for {hosted.name}")
-        if self.agent.dirs[hosted.directory_id].health is not DirHealth.OFFLINE:
+        """An I/O error on this partition's log: classified by `DirFailures`; an offline dir stops serving it."""
+        self.failures.io_error(hosted.directory_id, exc, f"{doing} for {hosted.name}")
+        if self.state.dirs[hosted.directory_id].health is not DirHealth.OFFLINE:
             # A full disk keeps its replicas: this request fails, the log is still served.
             return
         self.remove(hosted.key, ErrorCode.KAFKA_STORAGE_ERROR)
@@ -331,21 +342,21 @@ class ReplicaManager:
     # -- lookups -------------------------------------------------------------------------------
 
     def lookup(self, topic: str, partition: int) -> tuple[HostedPartition | None, ErrorCode, str]:
-        agent = self.agent
-        topic_id = agent.image.topic_ids_by_name.get(topic)
+        state = self.state
+        topic_id = state.image.topic_ids_by_name.get(topic)
         if topic_id is None:
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}"
         key = (topic_id, partition)
-        part = agent.image.partition(key)
+        part = state.image.partition(key)
         if part is None:
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition}"
-        if key in agent.offline_local:
+        if key in state.offline_local:
             return None, ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is in an offline log dir"
         hosted = self.partitions.get(key)
         if hosted is None or hosted.role is not Role.LEADER:
-            if hosted is None and agent.node_id in part.replicas and part.leader == agent.node_id:
-                directory = part.directory_of(agent.node_id)
-                if not directory.is_reserved and directory not in agent.dirs:
+            if hosted is None and state.node_id in part.replicas and part.leader == state.node_id:
+                directory = part.directory_of(state.node_id)
+                if not directory.is_reserved and directory not in state.dirs:
                     return (
                         None,
                         ErrorCode.KAFKA_STORAGE_ERROR,
@@ -354,7 +365,7 @@ class ReplicaManager:
             return (
                 None,
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                (f"broker {agent.node_id} is not the leader of {topic}-{partition} (leader {part.leader})"),
+                (f"broker {state.node_id} is not the leader of {topic}-{partition} (leader {part.leader})"),
             )
         return hosted, ErrorCode.NONE, ""
 
@@ -426,7 +437,7 @@ class ReplicaManager:
             return
         before = hosted.log.high_watermark
         after = replication.high_watermark(
-            before, self.agent.node_id, hosted.log.end_offset, hosted.maximal_isr(), hosted.followers
+            before, self.state.node_id, hosted.log.end_offset, hosted.maximal_isr(), hosted.followers
         )
         if after == before:
             return
@@ -623,9 +634,9 @@ class ReplicaManager:
         replica = session.replica_id
         hosted = self.partitions.get(key)
         code = ErrorCode.NONE
-        if key in self.agent.offline_local:
+        if key in self.state.offline_local:
             code = ErrorCode.KAFKA_STORAGE_ERROR
-        elif self.agent.image.partition(key) is None:
+        elif self.state.image.partition(key) is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif hosted is None or hosted.role is not Role.LEADER:
             code = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -764,7 +775,7 @@ class ReplicaManager:
     # -- ISR maintenance -----------------------------------------------------------------------
 
     def _eligible(self, hosted: HostedPartition) -> Any:
-        image = self.agent.image
+        image = self.state.image
 
         def check(broker_id: int) -> bool:
             reg = image.brokers.get(broker_id)
@@ -778,13 +789,13 @@ class ReplicaManager:
     def isr_changes(self) -> list[tuple[HostedPartition, tuple[int, ...]]]:
         """Partitions whose leader should ask for a new ISR now (none with a change in flight)."""
         now = _now_ms()
-        lag = self.agent.config.replica_lag_time_max_ms
+        lag = self.state.config.replica_lag_time_max_ms
         out: list[tuple[HostedPartition, tuple[int, ...]]] = []
         for hosted in self.partitions.values():
             if hosted.role is not Role.LEADER or hosted.pending_isr is not None:
                 continue
             shrink = replication.isr_to_shrink(
-                hosted.isr, self.agent.node_id, hosted.followers, now_ms=now, lag_time_max_ms=lag
+                hosted.isr, self.state.node_id, hosted.followers, now_ms=now, lag_time_max_ms=lag
             )
             expand = replication.isr_to_expand(
                 hosted.replicas,
@@ -799,75 +810,75 @@ class ReplicaManager:
             new_isr = tuple(
                 r for r in hosted.replicas if (r in hosted.isr and r not in shrink) or r in expand
             )
-            if self.agent.node_id not in new_isr:
+            if self.state.node_id not in new_isr:
                 continue
             out.append((hosted, new_isr))
         return out
 
     async def isr_forever(self) -> None:
-        agent = self.agent
+        state = self.state
         # Kafka's isr-expiration period (lag / 2): a full scan; expansions are also triggered at
         # once by a follower's fetch (`alter_now`).
-        period = agent.config.replica_lag_time_max_ms / 2000
-        while not agent.stopping.is_set():
+        period = state.config.replica_lag_time_max_ms / 2000
+        while not state.stopping.is_set():
             self.alter_now.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.alter_now.wait(), period)
-            if not agent.registered:
+            if not state.registered:
                 continue
             changes = self.isr_changes()
-            if changes:
-                await self._alter(changes)
+            for start in range(0, len(changes), MAX_PARTITIONS_PER_REQUEST):
+                await self._alter(changes[start : start + MAX_PARTITIONS_PER_REQUEST])
 
     async def _alter(self, changes: list[tuple[HostedPartition, tuple[int, ...]]]) -> None:
-        agent = self.agent
-        by_topic: dict[Uuid, list[dict[str, Any]]] = {}
+        state = self.state
+        by_topic: dict[Uuid, list[AlterPartitionData]] = {}
         for hosted, new_isr in changes:
             hosted.pending_isr = new_isr
             by_topic.setdefault(hosted.key[0], []).append(
-                {
-                    "partitionIndex": hosted.key[1],
-                    "leaderEpoch": hosted.leader_epoch,
-                    "partitionEpoch": hosted.partition_epoch,
-                    "newIsr": list(new_isr),
-                }
+                AlterPartitionData(
+                    partition_index=hosted.key[1],
+                    leader_epoch=hosted.leader_epoch,
+                    partition_epoch=hosted.partition_epoch,
+                    new_isr=list(new_isr),
+                )
             )
             log.info("%s: asking for ISR %s (was %s)", hosted.name, list(new_isr), list(hosted.isr))
-        body = {
-            "brokerId": agent.node_id,
-            "brokerEpoch": agent.epoch,
-            "topics": [{"topicId": str(t), "partitions": ps} for t, ps in by_topic.items()],
-        }
-        reply = await agent.post("/v1/partitions/alter", body)
-        results: dict[PartitionKey, dict[str, Any]] = {}
-        if reply is not None and reply.get("errorCode", 0) == 0:
-            for topic in reply.get("topics", []):
-                topic_id = Uuid.parse(topic["topicId"])
-                for p in topic["partitions"]:
-                    results[(topic_id, p["partitionIndex"])] = p
+        request = AlterPartitionRequest(
+            broker_id=state.node_id,
+            broker_epoch=state.epoch,
+            topics=[AlterPartitionTopic(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        results: dict[PartitionKey, AlterPartitionResult] = {}
+        try:
+            reply = await self.link.alter_partition(request)
+        except ClientError as exc:
+            log.warning("AlterPartition failed: %s", exc)
+        else:
+            if reply.error_code == 0:
+                for topic in reply.topics:
+                    for p in topic.partitions:
+                        results[(topic.topic_id, p.partition_index)] = p
         for hosted, _new_isr in changes:
             hosted.pending_isr = None
             result = results.get(hosted.key)
             if result is None or self.partitions.get(hosted.key) is not hosted:
                 continue
-            if result["errorCode"] != 0:
-                log.info("%s: AlterPartition answered errorCode %s", hosted.name, result["errorCode"])
+            if result.error_code != 0:
+                log.info("%s: AlterPartition answered errorCode %s", hosted.name, result.error_code)
                 continue
-            if (
-                result["leaderEpoch"] == hosted.leader_epoch
-                and result["partitionEpoch"] > hosted.partition_epoch
-            ):
-                hosted.isr = tuple(result["isr"])
-                hosted.partition_epoch = result["partitionEpoch"]
+            if result.leader_epoch == hosted.leader_epoch and result.partition_epoch > hosted.partition_epoch:
+                hosted.isr = tuple(result.isr)
+                hosted.partition_epoch = result.partition_epoch
             self._update_high_watermark(hosted)
 
     # -- background upkeep ---------------------------------------------------------------------
 
     async def flush_forever(self) -> None:
         """fsync dirty logs periodically, off the event loop."""
-        agent = self.agent
-        period = agent.config.log_flush_interval_ms / 1000
-        while not agent.stopping.is_set():
+        state = self.state
+        period = state.config.log_flush_interval_ms / 1000
+        while not state.stopping.is_set():
             await asyncio.sleep(period)
             dirty = [h for h in self.partitions.values() if h.dirty]
             for hosted in dirty:
@@ -881,9 +892,9 @@ class ReplicaManager:
                     pass  # closed meanwhile
 
     async def retention_forever(self) -> None:
-        agent = self.agent
-        period = agent.config.log_retention_check_interval_ms / 1000
-        while not agent.stopping.is_set():
+        state = self.state
+        period = state.config.log_retention_check_interval_ms / 1000
+        while not state.stopping.is_set():
             await asyncio.sleep(period)
             now_ms = int(time.time() * 1000)
             for hosted in list(self.partitions.values()):

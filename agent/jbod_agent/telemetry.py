@@ -24,16 +24,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from jbod_agent import probe, replicas
 from jbod_agent.placement import DirHealth
+from jbod_agent.state import BrokerState
 from jbod_core.ids import Uuid
-
-if TYPE_CHECKING:
-    from jbod_agent.agent import Agent
 
 log = logging.getLogger("jbod_agent.telemetry")
 
@@ -134,14 +132,14 @@ class RotatingFiles:
 
 
 class TelemetryWriter:
-    def __init__(self, agent: Agent, directory: Path, *, interval_ms: int) -> None:
-        self.agent = agent
+    def __init__(self, broker: BrokerState, directory: Path, *, interval_ms: int) -> None:
+        """Call `observe_probe` with every probe result (the agent hooks it to its probes)."""
+        self.broker = broker
         self.interval = interval_ms / 1000
-        self.files = RotatingFiles(directory, prefix=f"telemetry-{agent.node_id}")
+        self.files = RotatingFiles(directory, prefix=f"telemetry-{broker.node_id}")
         self.probes: dict[str, ProbeStats] = {}
-        agent.on_probe.append(self._observe_probe)
 
-    def _observe_probe(self, directory: Uuid, result: probe.ProbeResult) -> None:
+    def observe_probe(self, directory: Uuid, result: probe.ProbeResult) -> None:
         stats = self.probes.setdefault(str(directory), ProbeStats())
         stats.seconds = result.seconds
         if result.outcome is not probe.ProbeOutcome.OK:
@@ -150,7 +148,7 @@ class TelemetryWriter:
     def snapshot(self) -> list[DirSnapshot]:
         """The agent's dirs and hosted replicas, read on the event loop."""
         hosted: dict[Uuid, list[tuple[str, int, Path]]] = {}
-        for key, local in [*self.agent.local.items(), *self.agent.offline_local.items()]:
+        for key, local in [*self.broker.local.items(), *self.broker.offline_local.items()]:
             hosted.setdefault(local.directory_id, []).append((local.topic, key[1], local.path))
         return [
             DirSnapshot(
@@ -162,7 +160,7 @@ class TelemetryWriter:
                 error=state.error,
                 replicas=tuple(sorted(hosted.get(directory, []))),
             )
-            for directory, state in sorted(self.agent.dirs.items(), key=lambda item: str(item[1].path))
+            for directory, state in sorted(self.broker.dirs.items(), key=lambda item: str(item[1].path))
         ]
 
     def write_once(self, *, now: float) -> Path:
@@ -170,11 +168,11 @@ class TelemetryWriter:
         return self._write(self.snapshot(), dict(self.probes), now)
 
     def _write(self, dirs: list[DirSnapshot], probes: dict[str, ProbeStats], now: float) -> Path:
-        samples = build_samples(self.agent.node_id, dirs, probes, now=now, size_of=replicas.size_bytes)
+        samples = build_samples(self.broker.node_id, dirs, probes, now=now, size_of=replicas.size_bytes)
         return self.files.append([orjson.dumps(s) for s in samples], now=now)
 
     async def run_forever(self) -> None:
-        while not self.agent.stopping.is_set():
+        while not self.broker.stopping.is_set():
             dirs, probes = (
                 self.snapshot(),
                 {k: ProbeStats(v.seconds, v.errors) for k, v in self.probes.items()},

@@ -1,30 +1,44 @@
-"""A typed HTTP client of the metadata controller (protocol §3).
+"""Typed HTTP links to the metadata controller (protocol §3): `ControllerClient` (blocking, for
+`jbodctl` and the operator) and `ControllerLink` (asyncio, for the broker agent).
 
 Guarantees:
-* Requests are built from the shared wire models (`jbod_core.messages`), so the client cannot
-  send a body the controller's schema would reject for its shape.
+* Requests are built from the shared wire models (`jbod_core.messages`), so no caller can send a
+  body the controller's schema would reject for its shape; the broker calls' replies are validated
+  into the reply models (`RegisterBrokerReply`, `BrokerHeartbeatReply`, …).
 * Transport failures (refused, timeout, DNS) raise `ControllerUnreachableError` with one line naming
-  the URL; HTTP errors that carry the contract's `{errorCode, errorMessage}` raise `ApiError`.
+  the URL; HTTP errors that carry the contract's `{errorCode, errorMessage}` raise `ApiError`; a
+  body that is not JSON, or a reply that does not fit its model, raises `ClientError`. Both links
+  map errors through the same two functions (`_transport_error`, `_decode`).
   Protocol outcomes (HTTP 200 with a non-zero `errorCode`) are returned, not raised: callers
   decide what a code means for them.
+* `ControllerLink` takes a list of controller URLs and sends every call to the current one; after
+  a transport failure the next call goes to the next URL. It is the one place that will follow
+  a moved active controller (errorCode 41, contract §3.8).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+import orjson
+from pydantic import ValidationError
 
 from jbod_core.messages import (
+    AlterPartitionReply,
     AlterPartitionRequest,
+    AssignReplicasToDirsReply,
     AssignReplicasToDirsRequest,
+    BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     CreateTopicRequest,
     Message,
+    RegisterBrokerReply,
     RegisterBrokerRequest,
+    validation_message,
 )
 
 DEFAULT_URL = "http://127.0.0.1:9093"
@@ -94,27 +108,9 @@ class ControllerClient:
                 params=params,
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
-        except httpx.TimeoutException as exc:
-            raise ControllerUnreachableError(
-                f"controller at {self.url} did not answer {method} {path} in time"
-            ) from exc
         except httpx.HTTPError as exc:
-            raise ControllerUnreachableError(f"cannot reach the controller at {self.url}: {exc}") from exc
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if response.status_code >= 400:
-            if isinstance(data, dict) and "errorCode" in data:
-                raise ApiError(
-                    response.status_code, int(data["errorCode"]), str(data.get("errorMessage", ""))
-                )
-            raise ApiError(response.status_code, -1, f"{method} {path} failed")
-        if data is None:
-            raise ClientError(
-                f"controller at {self.url} answered {method} {path} with a body that is not JSON"
-            )
-        return data
+            raise _transport_error(exc, self.url, method, path) from exc
+        return _decode(response.status_code, response.content, self.url, method, path)
 
     # -- broker calls -------------------------------------------------------------------------
 
@@ -211,3 +207,108 @@ class ControllerClient:
 
 def _path(segment: str) -> str:
     return quote(segment, safe="")
+
+
+def _transport_error(exc: httpx.HTTPError, url: str, method: str, path: str) -> ControllerUnreachableError:
+    """The one mapping of a transport failure to the error a caller sees."""
+    if isinstance(exc, httpx.TimeoutException):
+        return ControllerUnreachableError(f"controller at {url} did not answer {method} {path} in time")
+    return ControllerUnreachableError(f"cannot reach the controller at {url}: {exc}")
+
+
+def _decode(status: int, content: bytes, url: str, method: str, path: str) -> Any:
+    """The JSON body of an answer, or the error it stands for (one mapping for both links)."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        data = None
+    if status >= 400:
+        if isinstance(data, dict) and "errorCode" in data:
+            raise ApiError(status, int(data["errorCode"]), str(data.get("errorMessage", "")))
+        raise ApiError(status, -1, f"{method} {path} failed")
+    if data is None:
+        raise ClientError(f"controller at {url} answered {method} {path} with a body that is not JSON")
+    return data
+
+
+ReplyT = TypeVar("ReplyT", bound=Message)
+
+
+class ControllerLink:
+    """The broker agent's asyncio link to the controller: typed broker calls, one error mapping.
+
+    `urls` lists the controllers; calls go to the current one and move to the next after a
+    transport failure. `metadata` returns the page as parsed JSON (its records are decoded one by
+    one by the caller: the hot path of a restart stays free of model validation).
+    """
+
+    def __init__(self, urls: Sequence[str], *, token: str, timeout: float = 10.0, read_timeout: float = 40.0):
+        if not urls:
+            raise ValueError("a controller link needs at least one controller URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self._current = 0
+        self._http = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            timeout=httpx.Timeout(timeout, read=read_timeout),
+            trust_env=False,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self, method: str, path: str, *, content: bytes | None = None, params: Mapping[str, Any] | None = None
+    ) -> Any:
+        url = self.url
+        try:
+            response = await self._http.request(method, url + path, content=content, params=params)
+        except httpx.HTTPError as exc:
+            self._current = (self._current + 1) % len(self.urls)
+            raise _transport_error(exc, url, method, path) from exc
+        return _decode(response.status_code, response.content, url, method, path)
+
+    async def _post(self, path: str, request: Message, reply_type: type[ReplyT]) -> ReplyT:
+        data = await self._request("POST", path, content=orjson.dumps(request.to_wire()))
+        try:
+            return reply_type.model_validate(data)
+        except ValidationError as exc:
+            raise ClientError(
+                f"controller at {self.url} answered POST {path} with an unexpected body: "
+                f"{validation_message(exc)}"
+            ) from exc
+
+    async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
+        return await self._post("/v1/brokers/register", request, RegisterBrokerReply)
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        return await self._post("/v1/brokers/heartbeat", request, BrokerHeartbeatReply)
+
+    async def assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> AssignReplicasToDirsReply:
+        return await self._post("/v1/assignments", request, AssignReplicasToDirsReply)
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
+        return await self._post("/v1/partitions/alter", request, AlterPartitionReply)
+
+    async def metadata(
+        self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None
+    ) -> dict[str, Any]:
+        """One page of `GET /v1/metadata` (a non-zero errorCode is returned, not raised)."""
+        params: dict[str, Any] = {
+            "fromOffset": from_offset,
+            "maxWaitMs": max_wait_ms,
+            "maxRecords": max_records,
+        }
+        if last_checksum is not None:
+            params["lastChecksum"] = last_checksum
+        data = await self._request("GET", "/v1/metadata", params=params)
+        if not isinstance(data, dict):
+            raise ClientError(
+                f"controller at {self.url} answered GET /v1/metadata with a body that is not an object"
+            )
+        return data

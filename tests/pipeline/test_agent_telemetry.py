@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from pyspark.sql import SparkSession
 
 from jbod_agent import probe, replicas, telemetry
-from jbod_agent.agent import LocalReplica, LogDirState
 from jbod_agent.config import parse_config
 from jbod_agent.placement import DirHealth
+from jbod_agent.state import LocalReplica, LogDirState
 from jbod_core.ids import Uuid
 from jbod_pipeline import inputs
 
@@ -37,7 +37,6 @@ def _agent(tmp_path: Path) -> SimpleNamespace:
         dirs=dirs,
         local={(TOPIC_ID, 3): LocalReplica(A, path, "orders")},
         offline_local={(TOPIC_ID, 4): LocalReplica(B, gone, "orders")},
-        on_probe=[],
         stopping=asyncio.Event(),
     )
 
@@ -45,7 +44,7 @@ def _agent(tmp_path: Path) -> SimpleNamespace:
 def test_samples_describe_every_dir_with_replica_sizes_and_probe_stats(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     writer = telemetry.TelemetryWriter(agent, tmp_path / "telemetry", interval_ms=1000)  # type: ignore[arg-type]
-    for hook in agent.on_probe:
+    for hook in [writer.observe_probe]:
         hook(A, probe.ProbeResult(probe.ProbeOutcome.OK, None, 0.004, 1000, 600))
         hook(B, probe.ProbeResult(probe.ProbeOutcome.FAILED, "EIO", 0.5))
     written = writer.write_once(now=1700000000.5)

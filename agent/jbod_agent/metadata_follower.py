@@ -1,0 +1,141 @@
+"""Following the controller's metadata log into the broker's `ClusterImage`.
+
+Guarantees:
+* Long-polls `GET /v1/metadata` from the next offset and replays each record into the image with
+  the controller's own replay code (`ClusterImage.replay`).
+* Changes are remembered across pages; once caught up, everything that changed is reconciled in
+  one go (everything this broker hosts after a snapshot, a rebuild, its own registration, or on the
+  first catch-up).
+* Each fetch sends the checksum of the last applied record (`lastChecksum`). When the controller
+  answers OFFSET_OUT_OF_RANGE (its log ends before what this broker applied, or holds another
+  record at that offset: restored from a backup or cut back), the broker logs a WARNING naming
+  both offsets and replays the log from offset 0 into a fresh image, which replaces the live one
+  once caught up, followed by a full reconcile (never silently skipping reused offsets).
+* Every applied page wakes the agent's loop (readiness, failure-timeout checks see the new image).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jbod_agent.ports import Clock
+from jbod_agent.reconciler import Reconciler
+from jbod_agent.state import BrokerState
+from jbod_client.controller import ClientError, ControllerLink
+from jbod_core import records
+from jbod_core.errors import ErrorCode
+from jbod_core.image import ClusterImage, PartitionKey
+
+log = logging.getLogger("jbod_agent")
+
+FETCH_MAX_WAIT_MS = 5000
+FETCH_MAX_RECORDS = 10_000
+RETRY_DELAY = 0.5
+
+
+class MetadataFollower:
+    def __init__(
+        self,
+        state: BrokerState,
+        *,
+        link: ControllerLink,
+        reconciler: Reconciler,
+        clock: Clock,
+        wake: Callable[[], None],
+    ) -> None:
+        self.state = state
+        self.link = link
+        self.reconciler = reconciler
+        self.clock = clock
+        self.wake = wake
+        self.rebuilding: ClusterImage | None = None  # replayed from offset 0 after the log went back
+        self.changed: set[PartitionKey] = set()
+        self.full_reconcile = False
+
+    async def follow_forever(self) -> None:
+        state = self.state
+        while not state.stopping.is_set():
+            try:
+                reply = await self.link.metadata(
+                    from_offset=state.applied_offset + 1,
+                    max_wait_ms=FETCH_MAX_WAIT_MS,
+                    max_records=FETCH_MAX_RECORDS,
+                    last_checksum=state.applied_checksum,
+                )
+            except ClientError as exc:
+                log.warning("Failed fetching metadata: %s", exc)
+                await self.clock.sleep(RETRY_DELAY)
+                continue
+            code = reply.get("errorCode", 0)
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self.restart(reply)
+                continue
+            if code != 0:
+                log.warning("Metadata fetch failed: %s", reply)
+                await self.clock.sleep(RETRY_DELAY)
+                continue
+            self.apply(reply)
+            self.wake()
+
+    def restart(self, reply: dict[str, Any]) -> None:
+        """The controller's log went backwards: replay it from offset 0 into a fresh image."""
+        state = self.state
+        log.warning(
+            "The controller's metadata log went backwards: this broker applied up to offset %d, the "
+            "controller's log ends at offset %s (%s); replaying it from offset 0 into a fresh image",
+            state.applied_offset,
+            reply.get("endOffset"),
+            reply.get("errorMessage"),
+        )
+        state.applied_offset = -1
+        state.applied_checksum = None
+        state.metadata_end = int(reply.get("endOffset") or 0)
+        self.rebuilding = ClusterImage()
+        self.changed = set()
+        self.full_reconcile = True
+
+    def apply(self, reply: dict[str, Any]) -> None:
+        """Replay a page of records; reconcile everything that changed once caught up."""
+        state = self.state
+        if reply.get("snapshot"):
+            if self.rebuilding is not None:
+                self.rebuilding = ClusterImage()
+            else:
+                state.image = ClusterImage()
+            self.full_reconcile = True
+        image = self.rebuilding if self.rebuilding is not None else state.image
+        removed = self.reconciler.removed_topics
+        for entry in reply["records"]:
+            record = records.decode(entry["type"], entry["data"])
+            image.replay(record, entry["offset"])
+            state.applied_offset = entry["offset"]
+            if isinstance(record, records.PartitionRecord | records.PartitionChangeRecord):
+                self.changed.add((record.topic_id, record.partition_id))
+            elif isinstance(record, records.RemoveTopicRecord):
+                removed.add(record.topic_id)
+                self.changed.update(k for k in state.local if k[0] == record.topic_id)
+            elif (
+                isinstance(record, records.RegisterBrokerRecord | records.BrokerRegistrationChangeRecord)
+                and record.broker_id == state.node_id
+            ):
+                self.full_reconcile = True
+        if reply["records"]:
+            checksum = reply.get("lastChecksum")
+            state.applied_checksum = int(checksum) if checksum is not None else None
+        state.metadata_end = int(reply["endOffset"])
+        if self.rebuilding is not None and state.applied_offset + 1 >= state.metadata_end:
+            state.image, self.rebuilding = self.rebuilding, None
+            log.warning(
+                "Rebuilt the metadata image from the controller's log, up to offset %d", state.applied_offset
+            )
+        if state.caught_up():
+            if self.full_reconcile or not state.reconciled_once:
+                keys = set(state.image.replicas_by_broker.get(state.node_id, ())) | set(state.local)
+            else:
+                keys = self.changed
+            self.changed = set()
+            self.full_reconcile = False
+            self.reconciler.reconcile(keys)
+            state.reconciled_once = True

@@ -1,0 +1,72 @@
+"""The narrow ports between the agent's loop and its collaborators.
+
+Guarantees:
+* A collaborator (`ReplicaManager`, `Mover`, `Fetchers`, telemetry, the dir-health probes) sees the
+  agent only through these: a clock, a way to report an I/O error on a dir, a place to put a
+  replica placement for the controller, and a controller link for its own calls. None of them
+  imports the agent, so `jbod_agent` has no import cycle.
+* `SystemClock` is the real clock; tests pass a fake one (`tests/agent/runtime_support.py`) and
+  drive time by hand. Every wait of the agent's loop and probes goes through the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Protocol
+
+from jbod_core.ids import Uuid
+from jbod_core.image import PartitionKey
+from jbod_core.messages import AlterPartitionReply, AlterPartitionRequest
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (durations and deadlines)."""
+
+    def time(self) -> float:
+        """Seconds since the epoch (timestamps shown to people)."""
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        """Wait until `event` is set (True) or `timeout` seconds passed (False)."""
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        return event.is_set()
+
+
+class DirFailures(Protocol):
+    def io_error(self, directory: Uuid, exc: OSError, doing: str) -> None:
+        """An I/O error from real work in `directory`: a full disk is marked full, else it fails."""
+
+    def fail_dir(self, directory: Uuid, error: str) -> None:
+        """Take `directory` offline for good (until restart)."""
+
+
+class PlacementSink(Protocol):
+    def place(self, key: PartitionKey, directory: Uuid, *, reason: str) -> None:
+        """Queue AssignReplicasToDirs for `key` in `directory` (sent by the agent's loop)."""
+
+    def pending(self, key: PartitionKey) -> Uuid | None:
+        """The dir queued (or in flight) for `key`, if any."""
+
+    def cancel(self, key: PartitionKey) -> None: ...
+
+
+class PartitionAlterations(Protocol):
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply: ...

@@ -1,0 +1,216 @@
+"""Replica reconciliation: make the replicas on this broker's disks match the metadata image.
+
+Guarantees:
+* At start, `scan_local_replicas` settles interrupted moves and lists the replica dirs of every
+  online dir (a dir that cannot be listed fails); a replica dir without a readable
+  `partition.metadata` is ignored with a WARNING.
+* `reconcile(keys)` applies `placement.decide_replica` to each partition: a replica this broker
+  should host but does not is created (in a worker thread, a batch at a time, one sync per batch)
+  and then placed; a replica whose dir differs from the image's is placed again; a replica of a
+  deleted topic is deleted; any other replica no longer hosted here is kept, renamed `-stray`.
+  Replicas in failed dirs, being created or being moved are left alone.
+* Placements go to the `PlacementSink` (the loop sends them); I/O errors go to `DirFailures`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from jbod_agent import mover, placement, probe, replicas
+from jbod_agent.placement import DirHealth, DirView
+from jbod_agent.ports import Clock, DirFailures, PlacementSink
+from jbod_agent.replica_manager import ReplicaManager
+from jbod_agent.state import BrokerState, LocalReplica
+from jbod_core.errors import ErrorCode
+from jbod_core.ids import Uuid
+from jbod_core.image import PartitionKey
+
+log = logging.getLogger("jbod_agent")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        state: BrokerState,
+        *,
+        manager: ReplicaManager,
+        moves: mover.Mover,
+        placements: PlacementSink,
+        failures: DirFailures,
+        clock: Clock,
+    ) -> None:
+        self.state = state
+        self.manager = manager
+        self.moves = moves
+        self.placements = placements
+        self.failures = failures
+        self.clock = clock
+        self.removed_topics: set[Uuid] = set()
+        self.creations_now = asyncio.Event()
+
+    def scan_local_replicas(self) -> None:
+        state = self.state
+        for dir_state in list(state.dirs.values()):
+            try:
+                for line in mover.settle_leftovers(dir_state.path):
+                    log.info("Interrupted move in %s: %s", dir_state.path, line)
+            except OSError as exc:
+                self.failures.fail_dir(
+                    dir_state.directory_id, f"cannot list replicas: {probe.describe_os_error(exc)}"
+                )
+                continue
+        for line in mover.settle_abandoned_futures([s.path for s in state.dirs.values()]):
+            log.info("Interrupted move: %s", line)
+        for dir_state in list(state.dirs.values()):
+            if dir_state.health is DirHealth.OFFLINE:
+                continue
+            try:
+                found = list(replicas.scan(dir_state.path))
+            except OSError as exc:
+                self.failures.fail_dir(
+                    dir_state.directory_id, f"cannot list replicas: {probe.describe_os_error(exc)}"
+                )
+                continue
+            for replica in found:
+                if replica.topic_id is None:
+                    log.warning(
+                        "Ignored replica dir %s: partition.metadata is missing or unreadable", replica.path
+                    )
+                    continue
+                key = (replica.topic_id, replica.partition)
+                state.local[key] = LocalReplica(dir_state.directory_id, replica.path, replica.topic)
+        log.info("Found %d local replicas in %d online dirs", len(state.local), len(state.dirs))
+
+    def _views(self) -> dict[Uuid, DirView]:
+        counts: dict[Uuid, int] = {}
+        for replica in self.state.local.values():
+            counts[replica.directory_id] = counts.get(replica.directory_id, 0) + 1
+        return {d: DirView(d, s.health, s.usable_bytes, counts.get(d, 0)) for d, s in self.state.dirs.items()}
+
+    def reconcile(self, keys: set[PartitionKey]) -> None:
+        state = self.state
+        views = self._views()
+        has_offline = bool(state.failed) or bool(state.startup_offline)
+        for key in sorted(keys):
+            part = state.image.partition(key)
+            local = state.local.get(key)
+            if part is None or state.node_id not in part.replicas:
+                if local is not None:
+                    self.retire_local(key, local, deleted_topic=key[0] in self.removed_topics)
+                continue
+            if key in state.offline_local or key in state.creating or self.moves.destination_of(key):
+                continue
+            assigned = part.directory_of(state.node_id)
+            action = placement.decide_replica(
+                key,
+                assigned,
+                local_dir=local.directory_id if local else None,
+                dirs=views,
+                has_offline_dirs=has_offline,
+                chosen=placement.choose_dir(views.values()),
+            )
+            if action is None:
+                continue
+            if (
+                action.kind is placement.ActionKind.REPORT
+                and self.placements.pending(key) == action.directory
+            ):
+                continue  # already on its way to the controller
+            if action.kind is placement.ActionKind.CREATE:
+                if key not in state.creating:
+                    state.creating[key] = action.directory
+                    self.creations_now.set()
+                    view = views[action.directory]
+                    views[action.directory] = DirView(
+                        view.directory_id, view.health, view.usable_bytes, view.replicas + 1
+                    )
+                continue  # reported once it exists on disk
+            self.placements.place(key, action.directory, reason=action.reason)
+        self.manager.sync(keys)
+
+    async def creations_forever(self, batch_size: int = 1000) -> None:
+        """Create queued replica dirs in a worker thread, a batch at a time, then place them.
+
+        The event loop keeps heartbeating while disks work; a batch is made durable with one
+        sync before its placements are queued.
+        """
+        state = self.state
+        while not state.stopping.is_set():
+            if not state.creating:
+                self.creations_now.clear()
+                await self.creations_now.wait()
+                continue
+            batch = []
+            for key, directory in list(state.creating.items())[:batch_size]:
+                topic = state.image.topics.get(key[0])
+                dir_state = state.dirs[directory]
+                if topic is None or dir_state.health is DirHealth.OFFLINE:
+                    del state.creating[key]
+                    continue
+                batch.append((key, directory, dir_state.path, topic.name))
+            if not batch:
+                continue
+            results = await asyncio.to_thread(create_replicas, batch)
+            created: list[PartitionKey] = []
+            for (key, directory, _path, topic_name), outcome in zip(batch, results, strict=True):
+                state.creating.pop(key, None)
+                if isinstance(outcome, OSError):
+                    self.failures.io_error(directory, outcome, f"creating replica {topic_name}-{key[1]}")
+                    continue
+                if state.dirs[directory].health is DirHealth.OFFLINE:
+                    continue
+                state.local[key] = LocalReplica(directory, outcome, topic_name)
+                self.placements.place(key, directory, reason="created")
+                created.append(key)
+            self.manager.sync(created)
+
+    def retire_local(self, key: PartitionKey, local: LocalReplica, *, deleted_topic: bool) -> None:
+        """Delete the replica of a deleted topic; keep any other unknown replica as `-stray`."""
+        self.moves.cancel(key, "the replica is no longer hosted here")
+        self.manager.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        try:
+            if deleted_topic:
+                replicas.delete(local.path)
+                log.info("Deleted replica %s: its topic was deleted", local.path.name)
+            else:
+                target = replicas.mark_stray(local.path, key[0])
+                log.warning(
+                    "Renamed replica %s to %s: this broker no longer hosts it", local.path.name, target.name
+                )
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.failures.io_error(local.directory_id, exc, f"retiring replica {local.path.name}")
+            return
+        del self.state.local[key]
+        self.placements.cancel(key)
+
+    def placement_valid(self, key: PartitionKey, directory: Uuid) -> bool:
+        """Whether a queued placement is still worth sending (checked when its batch is taken)."""
+        state = self.state
+        part = state.image.partition(key)
+        local = state.local.get(key)
+        return (
+            part is not None
+            and state.node_id in part.replicas
+            and local is not None
+            and (local.directory_id == directory or self.moves.destination_of(key) == directory)
+            and state.dirs[directory].health is not DirHealth.OFFLINE
+        )
+
+
+def create_replicas(batch: list[tuple[PartitionKey, Uuid, Path, str]]) -> list[Path | OSError]:
+    """Create replica dirs (worker thread): no per-replica fsync, one sync for the batch."""
+    results: list[Path | OSError] = []
+    for key, _directory, log_dir, topic_name in batch:
+        try:
+            results.append(
+                replicas.create(log_dir, topic=topic_name, partition=key[1], topic_id=key[0], sync=False)
+            )
+        except OSError as exc:
+            results.append(exc)
+    os.sync()
+    return results

@@ -1,0 +1,124 @@
+"""The broker agent's state: one object, owned by the agent's loop, read by its collaborators.
+
+Guarantees:
+* Everything the agent knows about itself lives in one `BrokerState`: its dirs and their health,
+  the replicas it hosts (online and in failed dirs), the metadata image it follows, its
+  registration, fencing and the dir failures it must report. It is only touched on the event
+  loop, so there are no locks.
+* The queries here are pure reads (`caught_up`, `reported_offline_dirs`, `leads_in`,
+  `offline_replica_count`); the changes that have rules (a dir fails, a dir fills up) are
+  functions of `dir_health` and `lifecycle`, not of the collaborators.
+* Collaborators (`ReplicaManager`, `Mover`, `Fetchers`, telemetry) receive this state and narrow
+  ports (`jbod_agent.ports`), never the agent itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jbod_agent.config import BrokerConfig
+from jbod_agent.placement import DirHealth
+from jbod_core.ids import Uuid
+from jbod_core.image import ClusterImage, PartitionKey
+
+
+@dataclass
+class LogDirState:
+    path: Path
+    directory_id: Uuid
+    device: int
+    health: DirHealth = DirHealth.ONLINE
+    error: str | None = None
+    since: float = 0.0  # wall-clock time of the last health change
+    total_bytes: int = 0
+    usable_bytes: int = 0
+    executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+@dataclass
+class LocalReplica:
+    directory_id: Uuid
+    path: Path
+    topic: str
+
+
+@dataclass
+class FailedDir:
+    failed_at: float  # the agent clock's monotonic time
+    acknowledged: bool = False
+
+
+@dataclass
+class BrokerState:
+    config: BrokerConfig
+    cluster_id: str
+    incarnation: Uuid
+    dirs: dict[Uuid, LogDirState]
+    startup_offline: list[tuple[Path, str]]
+    metadata_dir: LogDirState
+    # metadata
+    image: ClusterImage = field(default_factory=ClusterImage)
+    applied_offset: int = -1
+    applied_checksum: int | None = None  # of the record at applied_offset, from the controller
+    metadata_end: int = 0
+    # replicas
+    local: dict[PartitionKey, LocalReplica] = field(default_factory=dict)
+    offline_local: dict[PartitionKey, LocalReplica] = field(default_factory=dict)
+    creating: dict[PartitionKey, Uuid] = field(default_factory=dict)
+    reconciled_once: bool = False
+    # lifecycle
+    epoch: int = -1
+    registered: bool = False
+    fenced: bool = True
+    ready_to_unfence: bool = False
+    failed: dict[Uuid, FailedDir] = field(default_factory=dict)
+    metadata_dir_error: str | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    listener_port: int = 0  # the bound port once listening (config port 0 = any)
+
+    def __post_init__(self) -> None:
+        self.registered_dirs: tuple[Uuid, ...] = tuple(sorted(self.dirs))
+        if not self.listener_port:
+            self.listener_port = self.config.listener.port
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    def reported_offline_dirs(self) -> list[Uuid]:
+        """Every registered dir that failed since start: sent in every heartbeat until restart."""
+        return sorted(d for d in self.failed if d in self.registered_dirs)
+
+    def online_dirs(self) -> int:
+        return sum(1 for s in self.dirs.values() if s.health is not DirHealth.OFFLINE)
+
+    def caught_up(self) -> bool:
+        return (
+            self.registered
+            and self.applied_offset >= self.epoch
+            and self.applied_offset + 1 >= self.metadata_end
+        )
+
+    def leads_in(self, directory: Uuid) -> int:
+        """How many partitions this broker leads with its replica in `directory`."""
+        hosted = self.image.replicas_by_dir.get((self.node_id, directory), set())
+        led = self.image.leaders_by_broker.get(self.node_id, set())
+        return len(hosted & led)
+
+    def offline_replica_count(self) -> int:
+        """Replicas this broker hosts that sit in an offline dir (as far as it can tell)."""
+        count = len(self.offline_local)
+        online = {d for d, s in self.dirs.items() if s.health is not DirHealth.OFFLINE}
+        for key in self.image.replicas_by_broker.get(self.node_id, ()):
+            if key in self.local or key in self.offline_local:
+                continue
+            part = self.image.partition(key)
+            if part is None:
+                continue
+            assigned = part.directory_of(self.node_id)
+            if not assigned.is_reserved and assigned not in online:
+                count += 1
+        return count

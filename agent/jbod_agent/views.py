@@ -1,0 +1,75 @@
+"""Read-only views of the agent's state for its HTTP API.
+
+Guarantees: built on the event loop from `BrokerState` and the mover, no side effect; replica
+sizes are read from disk only for dirs that are not offline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jbod_agent import mover, replicas
+from jbod_agent.placement import DirHealth
+from jbod_agent.state import BrokerState, LocalReplica
+from jbod_core.ids import Uuid
+from jbod_core.image import PartitionKey
+
+
+def log_dirs_view(broker: BrokerState, moves: mover.Mover) -> list[dict[str, Any]]:
+    """`GET /v1/log-dirs`: every dir (sorted by path) with its replicas, futures included."""
+    out: list[dict[str, Any]] = []
+    by_dir: dict[Uuid, list[tuple[PartitionKey, LocalReplica]]] = {}
+    for key, local in [*broker.local.items(), *broker.offline_local.items()]:
+        by_dir.setdefault(local.directory_id, []).append((key, local))
+    futures: dict[Uuid, list[mover.Move]] = {}
+    for move in moves.future_replicas():
+        futures.setdefault(move.destination, []).append(move)
+    for directory, state in sorted(broker.dirs.items(), key=lambda item: str(item[1].path)):
+        hosted = sorted(by_dir.get(directory, []), key=lambda item: (item[1].topic, item[0][1]))
+        out.append(
+            {
+                "path": str(state.path),
+                "directoryId": str(directory),
+                "state": state.health.value,
+                "error": state.error,
+                "since": state.since,
+                "totalBytes": state.total_bytes,
+                "usableBytes": state.usable_bytes,
+                "replicas": [
+                    {
+                        "topic": local.topic,
+                        "partition": key[1],
+                        "sizeBytes": replicas.size_bytes(local.path)
+                        if state.health is not DirHealth.OFFLINE
+                        else 0,
+                        "future": False,
+                    }
+                    for key, local in hosted
+                ]
+                + [
+                    {
+                        "topic": move.topic,
+                        "partition": move.key[1],
+                        "sizeBytes": replicas.size_bytes(move.future_path),
+                        "future": True,
+                        "moveState": move.state.value,
+                        "copiedBytes": move.copied_bytes,
+                    }
+                    for move in futures.get(directory, [])
+                ],
+            }
+        )
+    for path, reason in broker.startup_offline:
+        out.append(
+            {
+                "path": str(path),
+                "directoryId": None,
+                "state": "offline",
+                "error": reason,
+                "since": None,
+                "totalBytes": 0,
+                "usableBytes": 0,
+                "replicas": [],
+            }
+        )
+    return out
