@@ -35,7 +35,7 @@ from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
 from jbod_agent.fetcher import Fetchers
 from jbod_agent.metadata_follower import MetadataFollower
 from jbod_agent.mover import Mover
-from jbod_agent.ports import Clock, SystemClock
+from jbod_agent.ports import Clock, ControllerCalls, SystemClock
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import BrokerState, LogDirState
@@ -66,7 +66,7 @@ class Agent:
         storage: LoadedStorage,
         *,
         token: str,
-        link: ControllerLink | None = None,
+        link: ControllerCalls | None = None,
         clock: Clock | None = None,
         prober: Prober = probe_log_dir,
     ) -> None:
@@ -91,7 +91,7 @@ class Agent:
             ),
         )
         self.token = token
-        self.link = link or ControllerLink([config.controller_url], token=token)
+        self.link: ControllerCalls = link or ControllerLink([config.controller_url], token=token)
         self.wakeup = asyncio.Event()
         self.queue = AssignmentQueue()
         self.placements = PlacementOutbox(self.queue, self.clock.monotonic, self.wakeup.set)

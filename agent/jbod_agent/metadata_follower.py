@@ -20,10 +20,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from jbod_agent.ports import Clock
+from jbod_agent.ports import Clock, ControllerCalls
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.state import BrokerState
-from jbod_client.controller import ClientError, ControllerLink
+from jbod_client.controller import ClientError
 from jbod_core import records
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, PartitionKey
@@ -40,7 +40,7 @@ class MetadataFollower:
         self,
         state: BrokerState,
         *,
-        link: ControllerLink,
+        link: ControllerCalls,
         reconciler: Reconciler,
         clock: Clock,
         wake: Callable[[], None],

@@ -14,11 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
-from jbod_core.messages import AlterPartitionReply, AlterPartitionRequest
+from jbod_core.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    AssignReplicasToDirsReply,
+    AssignReplicasToDirsRequest,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+)
 
 
 class Clock(Protocol):
@@ -70,3 +79,22 @@ class PlacementSink(Protocol):
 
 class PartitionAlterations(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply: ...
+
+
+class ControllerCalls(PartitionAlterations, Protocol):
+    """What the agent asks the controller: `jbod_client.controller.ControllerLink` in production,
+    the controller's own decisions in-process in tests. Transport failures raise `ClientError`."""
+
+    async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply: ...
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply: ...
+
+    async def assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> AssignReplicasToDirsReply: ...
+
+    async def metadata(
+        self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None
+    ) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,292 @@
+"""An in-process harness for the broker agent: fake clock, fake disks, the controller's decisions.
+
+Runs the real `Agent` (its observe → decide → act loop, metadata follower, reconciler, replica
+manager) on one event loop without root and without sockets:
+* `FakeClock` — time moves only when the test advances it; the agent's waits (`Clock.sleep`,
+  `Clock.wait`) resolve as it passes.
+* `FakeDisks` — the injected prober: a dir answers OK until the test fails it.
+* `InProcessController` — a `ControllerLink` stand-in backed by the controller's own pure decisions
+  (`jbod_core.brokers`, `jbod_core.assignments`, `jbod_core.isr`) and a replayed `ClusterImage`,
+  as the controller service runs them; it records every request and can be made unreachable.
+Replica dirs are real directories under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jbod_agent.agent import Agent
+from jbod_agent.config import parse_config
+from jbod_agent.probe import ProbeOutcome, ProbeResult
+from jbod_agent.state import LogDirState
+from jbod_agent.storage import LoadedDir, LoadedStorage
+from jbod_client.controller import ControllerUnreachableError
+from jbod_core import assignments, brokers, isr, records
+from jbod_core.ids import Uuid
+from jbod_core.image import ClusterImage
+from jbod_core.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    AssignReplicasToDirsReply,
+    AssignReplicasToDirsRequest,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    RegisterBrokerReply,
+    RegisterBrokerRequest,
+)
+from jbod_core.sessions import Session
+from tests.agent.support import CLUSTER, NODE, format_dir
+
+SESSION_TIMEOUT = 9.0
+
+
+class FakeClock:
+    """Monotonic time moved by the test; sleepers wake in deadline order as it passes."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + seconds, next(self._seq), future))
+        await future
+
+    async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        if event.is_set():
+            return True
+        waiter = asyncio.ensure_future(event.wait())
+        if timeout is None:
+            await waiter
+            return True
+        sleeper = asyncio.ensure_future(self.sleep(timeout))
+        _done, pending = await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return event.is_set()
+
+    def advance(self, seconds: float) -> None:
+        target = self.now + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            deadline, _, future = heapq.heappop(self._sleepers)
+            self.now = max(self.now, deadline)
+            if not future.done():
+                future.set_result(None)
+        self.now = target
+
+
+class FakeDisks:
+    """The agent's prober: every dir is healthy until `fail` names it."""
+
+    def __init__(self) -> None:
+        self.failed: dict[Path, str] = {}
+        self.probes: dict[Path, int] = {}
+
+    def fail(self, path: Path, error: str = "EIO: Input/output error (fake disk)") -> None:
+        self.failed[path] = error
+
+    def __call__(self, state: LogDirState, payload: bytes) -> ProbeResult:
+        self.probes[state.path] = self.probes.get(state.path, 0) + 1
+        error = self.failed.get(state.path)
+        if error is not None:
+            return ProbeResult(ProbeOutcome.FAILED, error, 0.001)
+        return ProbeResult(ProbeOutcome.OK, None, 0.001, total_bytes=10 << 30, usable_bytes=8 << 30)
+
+
+@dataclass
+class InProcessController:
+    """The controller's decisions behind the agent's `ControllerLink` interface."""
+
+    clock: FakeClock
+    cluster_id: str = CLUSTER
+    reachable: bool = True
+    image: ClusterImage = field(default_factory=ClusterImage)
+    log: list[records.Record] = field(default_factory=list)
+    sessions: dict[int, Session] = field(default_factory=dict)
+    heartbeats: list[BrokerHeartbeatRequest] = field(default_factory=list)
+    replies: list[BrokerHeartbeatReply] = field(default_factory=list)
+    assignments: list[AssignReplicasToDirsRequest] = field(default_factory=list)
+    registrations: list[RegisterBrokerRequest] = field(default_factory=list)
+    appended: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = "in-process"
+
+    def apply(self, produced: Sequence[records.Record]) -> None:
+        for record in produced:
+            self.image.replay(record, len(self.log))
+            self.log.append(record)
+        if produced:
+            self.appended.set()
+
+    def _check(self, path: str) -> None:
+        if not self.reachable:
+            raise ControllerUnreachableError(f"cannot reach the controller at {self.url}: {path} (test)")
+
+    async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
+        self._check("register")
+        self.registrations.append(request)
+        produced, reply = brokers.register_broker(
+            self.image,
+            self.sessions,
+            request,
+            cluster_id=self.cluster_id,
+            now=self.clock.now,
+            session_timeout=SESSION_TIMEOUT,
+        )
+        if reply.error_code == 0:
+            self.sessions[request.broker_id] = Session(last_contact=self.clock.now)
+        self.apply(produced)
+        return reply
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        self._check("heartbeat")
+        self.heartbeats.append(request)
+        produced, reply = brokers.broker_heartbeat(self.image, self.sessions, request)
+        if reply.error_code == 0:
+            self.sessions[request.broker_id] = Session(
+                last_contact=self.clock.now, metadata_offset=request.current_metadata_offset
+            )
+        self.apply(produced)
+        self.replies.append(reply)
+        return reply
+
+    async def assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> AssignReplicasToDirsReply:
+        self._check("assignments")
+        self.assignments.append(request)
+        produced, reply = assignments.assign_replicas_to_dirs(self.image, request)
+        self.apply(produced)
+        return reply
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
+        self._check("alter partition")
+        produced, reply = isr.alter_partition(self.image, request)
+        self.apply(produced)
+        return reply
+
+    async def metadata(
+        self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None
+    ) -> dict[str, Any]:
+        self._check("metadata")
+        if from_offset >= len(self.log) and max_wait_ms > 0:
+            self.appended.clear()
+            await self.clock.wait(self.appended, max_wait_ms / 1000)
+            self._check("metadata")
+        page = self.log[from_offset : from_offset + max_records]
+        return {
+            "errorCode": 0,
+            "records": [
+                {"offset": from_offset + i, "type": r.TYPE, "data": orjson.loads(orjson.dumps(r.to_data()))}
+                for i, r in enumerate(page)
+            ],
+            "endOffset": len(self.log),
+        }
+
+    async def aclose(self) -> None:
+        pass
+
+
+@dataclass
+class Harness:
+    agent: Agent
+    clock: FakeClock
+    disks: FakeDisks
+    controller: InProcessController
+    data_dirs: list[Path]
+    metadata_dir: Path
+    ids: dict[Path, Uuid]
+    task: asyncio.Task[int] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.agent.run())
+
+    async def run_for(self, seconds: float, *, step: float = 0.01) -> None:
+        """Let `seconds` of fake time pass, in steps, letting the agent's tasks and threads run."""
+        end = self.clock.now + seconds
+        while self.clock.now < end:
+            self.clock.advance(min(step, end - self.clock.now))
+            await _settle()
+
+    async def until(self, condition: Callable[[], bool], *, within: float, step: float = 0.01) -> float:
+        """Advance fake time until `condition` holds; returns the fake seconds it took."""
+        start = self.clock.now
+        await _settle()
+        while not condition():
+            if self.clock.now - start >= within:
+                raise AssertionError(f"not reached within {within} s of fake time")
+            self.clock.advance(step)
+            await _settle()
+        return self.clock.now - start
+
+    async def exit_code(self, *, within: float = 30.0) -> int:
+        assert self.task is not None
+        await self.until(self.task.done, within=within)
+        return self.task.result()
+
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.agent.shut_down(0, "test over")
+            await self.until(self.task.done, within=30.0)
+
+
+async def _settle() -> None:
+    """Give every ready task (and worker thread) a chance to run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.001)
+
+
+def make_harness(
+    tmp_path: Path,
+    *,
+    dirs: int = 2,
+    extra: str = "",
+    controller: InProcessController | None = None,
+    clock: FakeClock | None = None,
+) -> Harness:
+    clock = clock or FakeClock()
+    controller = controller or InProcessController(clock)
+    data_dirs = [tmp_path / f"disk{i}" for i in range(dirs)]
+    metadata_dir = tmp_path / "metadata"
+    ids: dict[Path, Uuid] = {}
+    for path in [*data_dirs, metadata_dir]:
+        directory_id = format_dir(path)
+        assert directory_id is not None
+        ids[path] = directory_id
+    config = parse_config(
+        f"node.id={NODE}\n"
+        f"log.dirs={','.join(str(p) for p in data_dirs)}\n"
+        f"metadata.log.dir={metadata_dir}\n"
+        "controller.url=http://127.0.0.1:9\n"
+        "cluster.token.file=/nonexistent/token\n"
+        "listeners=http://127.0.0.1:0\n"
+        f"{extra}"
+    )
+    storage = LoadedStorage(
+        cluster_id=CLUSTER,
+        online=tuple(LoadedDir(p, ids[p], os.stat(p).st_dev) for p in data_dirs),
+        offline=(),
+        metadata_dir=LoadedDir(metadata_dir, ids[metadata_dir], os.stat(metadata_dir).st_dev),
+    )
+    disks = FakeDisks()
+    agent = Agent(config, storage, token="t", link=controller, clock=clock, prober=disks)
+    return Harness(agent, clock, disks, controller, data_dirs, metadata_dir, ids)
