@@ -131,7 +131,9 @@ class Agent:
 
     async def run(self) -> int:
         state = self.state
-        self.reconciler.scan_local_replicas()
+        # The scan runs in a worker thread while the broker registers and fetches metadata;
+        # nothing is reconciled before it is done (`Reconciler.scanned`).
+        self._spawn(self.reconciler.scan_local_replicas(), "scan")
         if state.config.telemetry_dir is not None:
             writer = telemetry.TelemetryWriter(
                 state, state.config.telemetry_dir, interval_ms=state.config.telemetry_interval_ms
@@ -161,6 +163,7 @@ class Agent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.fetchers.close()
         await asyncio.to_thread(self._flush_all)
+        await self.follower.save_cache()
         self.manager.close()
         await self.link.aclose()
         self.monitor.shutdown()

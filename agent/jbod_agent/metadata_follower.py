@@ -11,15 +11,20 @@ Guarantees:
   record at that offset: restored from a backup or cut back), the broker logs a WARNING naming
   both offsets and replays the log from offset 0 into a fresh image, which replaces the live one
   once caught up, followed by a full reconcile (never silently skipping reused offsets).
+* A restart starts from the image saved in `metadata.log.dir` at the last clean shutdown
+  (`metadata_cache`) and fetches only the tail; the first fetch's `lastChecksum` makes the
+  controller refuse a copy that is not a prefix of its log (then the log is replayed from 0).
 * Every applied page wakes the agent's loop (readiness, failure-timeout checks see the new image).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from jbod_agent import metadata_cache
 from jbod_agent.ports import Clock, ControllerCalls
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.state import BrokerState
@@ -54,8 +59,40 @@ class MetadataFollower:
         self.changed: set[PartitionKey] = set()
         self.full_reconcile = False
 
+    async def load_cache(self) -> None:
+        """Start from the local copy of the image, if there is a usable one (read off the loop)."""
+        state = self.state
+        cached = await asyncio.to_thread(
+            metadata_cache.load, state.metadata_dir.path, cluster_id=state.cluster_id
+        )
+        if cached is None or state.applied_offset >= 0:
+            return
+        state.image = cached.image
+        state.applied_offset = cached.offset
+        state.applied_checksum = cached.checksum
+        state.metadata_end = cached.offset + 1
+        self.full_reconcile = True
+        log.info("Loaded the metadata image up to offset %d from %s", cached.offset, metadata_cache.FILE)
+
+    async def save_cache(self) -> None:
+        """Keep the image for the next start (at shutdown; never a half-rebuilt image)."""
+        state = self.state
+        if state.applied_offset < 0 or self.rebuilding is not None or state.metadata_dir_error is not None:
+            return  # nothing yet, a half-rebuilt image, or a failed (maybe hung) metadata dir
+        data = metadata_cache.encode(
+            state.image,
+            cluster_id=state.cluster_id,
+            offset=state.applied_offset,
+            checksum=state.applied_checksum,
+        )
+        try:
+            await asyncio.to_thread(metadata_cache.save, state.metadata_dir.path, data)
+        except OSError as exc:
+            log.warning("Could not save the metadata cache in %s: %s", state.metadata_dir.path, exc)
+
     async def follow_forever(self) -> None:
         state = self.state
+        await self.load_cache()
         while not state.stopping.is_set():
             try:
                 reply = await self.link.metadata(
@@ -77,6 +114,7 @@ class MetadataFollower:
                 await self.clock.sleep(RETRY_DELAY)
                 continue
             self.apply(reply)
+            await self.reconcile_if_caught_up()
             self.wake()
 
     def restart(self, reply: dict[str, Any]) -> None:
@@ -97,7 +135,7 @@ class MetadataFollower:
         self.full_reconcile = True
 
     def apply(self, reply: dict[str, Any]) -> None:
-        """Replay a page of records; reconcile everything that changed once caught up."""
+        """Replay a page of records, remembering what changed for `reconcile_if_caught_up`."""
         state = self.state
         if reply.get("snapshot"):
             if self.rebuilding is not None:
@@ -116,11 +154,14 @@ class MetadataFollower:
             elif isinstance(record, records.RemoveTopicRecord):
                 removed.add(record.topic_id)
                 self.changed.update(k for k in state.local if k[0] == record.topic_id)
-            elif (
-                isinstance(record, records.RegisterBrokerRecord | records.BrokerRegistrationChangeRecord)
-                and record.broker_id == state.node_id
-            ):
+            elif isinstance(record, records.RegisterBrokerRecord) and record.broker_id == state.node_id:
                 self.full_reconcile = True
+            elif (
+                isinstance(record, records.BrokerRegistrationChangeRecord)
+                and record.broker_id == state.node_id
+                and (record.log_dirs is not None or record.offline_log_dirs is not None)
+            ):
+                self.full_reconcile = True  # its dirs changed; fencing alone changes no placement
         if reply["records"]:
             checksum = reply.get("lastChecksum")
             state.applied_checksum = int(checksum) if checksum is not None else None
@@ -130,12 +171,18 @@ class MetadataFollower:
             log.warning(
                 "Rebuilt the metadata image from the controller's log, up to offset %d", state.applied_offset
             )
-        if state.caught_up():
-            if self.full_reconcile or not state.reconciled_once:
-                keys = set(state.image.replicas_by_broker.get(state.node_id, ())) | set(state.local)
-            else:
-                keys = self.changed
-            self.changed = set()
-            self.full_reconcile = False
-            self.reconciler.reconcile(keys)
-            state.reconciled_once = True
+
+    async def reconcile_if_caught_up(self) -> None:
+        """Once caught up (and the local replicas are known), reconcile everything that changed."""
+        state = self.state
+        if not state.caught_up():
+            return
+        await self.reconciler.scanned.wait()
+        if self.full_reconcile or not state.reconciled_once:
+            keys = set(state.image.replicas_by_broker.get(state.node_id, ())) | set(state.local)
+        else:
+            keys = self.changed
+        self.changed = set()
+        self.full_reconcile = False
+        await self.reconciler.reconcile_opening_logs(keys)
+        state.reconciled_once = True

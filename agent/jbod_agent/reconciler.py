@@ -2,8 +2,11 @@
 
 Guarantees:
 * At start, `scan_local_replicas` settles interrupted moves and lists the replica dirs of every
-  online dir (a dir that cannot be listed fails); a replica dir without a readable
-  `partition.metadata` is ignored with a WARNING.
+  online dir in a worker thread (a dir that cannot be listed fails); a replica dir without a
+  readable `partition.metadata` is ignored with a WARNING. `scanned` is set once it is done:
+  nothing is reconciled before.
+* `reconcile_opening_logs` opens the logs a reconcile will serve in worker threads first, so a
+  restart with thousands of replicas does not stall the event loop.
 * `reconcile(keys)` applies `placement.decide_replica` to each partition: a replica this broker
   should host but does not is created (in a worker thread, a batch at a time, one sync per batch)
   and then placed; a replica whose dir differs from the image's is placed again; a replica of a
@@ -50,45 +53,41 @@ class Reconciler:
         self.clock = clock
         self.removed_topics: set[Uuid] = set()
         self.creations_now = asyncio.Event()
+        self.scanned = asyncio.Event()  # the local replicas are known: reconciling may start
 
-    def scan_local_replicas(self) -> None:
+    async def scan_local_replicas(self) -> None:
+        """List the replicas of every online dir in a worker thread, then record them (on the loop)."""
         state = self.state
-        for dir_state in list(state.dirs.values()):
-            try:
-                for line in mover.settle_leftovers(dir_state.path):
-                    log.info("Interrupted move in %s: %s", dir_state.path, line)
-            except OSError as exc:
-                self.failures.fail_dir(
-                    dir_state.directory_id, f"cannot list replicas: {probe.describe_os_error(exc)}"
+        dirs = [(d.directory_id, d.path) for d in state.dirs.values()]
+        for directory, outcome in await asyncio.to_thread(scan_dirs, dirs):
+            if isinstance(outcome, OSError):
+                self.failures.fail_dir(directory, f"cannot list replicas: {probe.describe_os_error(outcome)}")
+                continue
+            # A probe may have failed the dir while it was being listed: its replicas are offline.
+            online = state.dirs[directory].health is not DirHealth.OFFLINE
+            hosted = state.local if online else state.offline_local
+            for replica in outcome:
+                assert replica.topic_id is not None  # left out by scan_dirs otherwise
+                hosted[(replica.topic_id, replica.partition)] = LocalReplica(
+                    directory, replica.path, replica.topic
                 )
-                continue
-        for line in mover.settle_abandoned_futures([s.path for s in state.dirs.values()]):
-            log.info("Interrupted move: %s", line)
-        for dir_state in list(state.dirs.values()):
-            if dir_state.health is DirHealth.OFFLINE:
-                continue
-            try:
-                found = list(replicas.scan(dir_state.path))
-            except OSError as exc:
-                self.failures.fail_dir(
-                    dir_state.directory_id, f"cannot list replicas: {probe.describe_os_error(exc)}"
-                )
-                continue
-            for replica in found:
-                if replica.topic_id is None:
-                    log.warning(
-                        "Ignored replica dir %s: partition.metadata is missing or unreadable", replica.path
-                    )
-                    continue
-                key = (replica.topic_id, replica.partition)
-                state.local[key] = LocalReplica(dir_state.directory_id, replica.path, replica.topic)
         log.info("Found %d local replicas in %d online dirs", len(state.local), len(state.dirs))
+        self.scanned.set()
 
     def _views(self) -> dict[Uuid, DirView]:
         counts: dict[Uuid, int] = {}
         for replica in self.state.local.values():
             counts[replica.directory_id] = counts.get(replica.directory_id, 0) + 1
         return {d: DirView(d, s.health, s.usable_bytes, counts.get(d, 0)) for d, s in self.state.dirs.items()}
+
+    async def reconcile_opening_logs(self, keys: set[PartitionKey]) -> None:
+        """`reconcile`, with the logs it will serve opened first in worker threads (a restart opens
+        thousands: the event loop keeps heartbeating and serving meanwhile)."""
+        await self.manager.preopen(keys)
+        try:
+            self.reconcile(keys)
+        finally:
+            self.manager.discard_preopened()
 
     def reconcile(self, keys: set[PartitionKey]) -> None:
         state = self.state
@@ -110,7 +109,8 @@ class Reconciler:
                 local_dir=local.directory_id if local else None,
                 dirs=views,
                 has_offline_dirs=has_offline,
-                chosen=placement.choose_dir(views.values()),
+                # Only a replica with no local copy may need a new dir: choose one only then.
+                chosen=placement.choose_dir(views.values()) if local is None else None,
             )
             if action is None:
                 continue
@@ -214,3 +214,38 @@ def create_replicas(batch: list[tuple[PartitionKey, Uuid, Path, str]]) -> list[P
             results.append(exc)
     os.sync()
     return results
+
+
+def scan_dirs(dirs: list[tuple[Uuid, Path]]) -> list[tuple[Uuid, list[replicas.FoundReplica] | OSError]]:
+    """Settle interrupted moves and list each dir's replicas (worker thread; no state touched).
+
+    A replica dir without a readable `partition.metadata` is left out with a WARNING."""
+    outcomes: list[tuple[Uuid, list[replicas.FoundReplica] | OSError]] = []
+    failed: set[Uuid] = set()
+    for directory, path in dirs:
+        try:
+            for line in mover.settle_leftovers(path):
+                log.info("Interrupted move in %s: %s", path, line)
+        except OSError as exc:
+            outcomes.append((directory, exc))
+            failed.add(directory)
+    for line in mover.settle_abandoned_futures([path for _, path in dirs]):
+        log.info("Interrupted move: %s", line)
+    for directory, path in dirs:
+        if directory in failed:
+            continue
+        try:
+            found = list(replicas.scan(path))
+        except OSError as exc:
+            outcomes.append((directory, exc))
+            continue
+        kept = []
+        for replica in found:
+            if replica.topic_id is None:
+                log.warning(
+                    "Ignored replica dir %s: partition.metadata is missing or unreadable", replica.path
+                )
+            else:
+                kept.append(replica)
+        outcomes.append((directory, kept))
+    return outcomes

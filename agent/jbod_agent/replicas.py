@@ -51,14 +51,14 @@ def scan(log_dir: Path) -> Iterator[FoundReplica]:
             match = _REPLICA_DIR.fullmatch(entry.name)
             if match is None or not entry.is_dir(follow_symlinks=False):
                 continue
-            path = Path(entry.path)
             topic_id: Uuid | None
             try:
-                values = parse_properties((path / METADATA_FILE).read_text(encoding="utf-8"))
+                with open(os.path.join(entry.path, METADATA_FILE), encoding="utf-8") as file:
+                    values = parse_properties(file.read())
                 topic_id = Uuid.parse(values.get("topic_id", ""))
             except (OSError, ValueError):
                 topic_id = None
-            yield FoundReplica(match["topic"], int(match["partition"]), topic_id, path)
+            yield FoundReplica(match["topic"], int(match["partition"]), topic_id, Path(entry.path))
 
 
 def create(log_dir: Path, *, topic: str, partition: int, topic_id: Uuid, sync: bool = True) -> Path:

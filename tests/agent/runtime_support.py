@@ -44,7 +44,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
 )
 from jbod_core.sessions import Session
-from tests.agent.support import CLUSTER, NODE, format_dir
+from tests.agent.support import CLUSTER, NODE, format_dir, read_props
 
 SESSION_TIMEOUT = 9.0
 
@@ -262,14 +262,17 @@ def make_harness(
     extra: str = "",
     controller: InProcessController | None = None,
     clock: FakeClock | None = None,
+    reuse: bool = False,
 ) -> Harness:
+    """An agent over `dirs` data dirs and a metadata dir under `tmp_path` (formatted, or with
+    `reuse` the ones an earlier harness formatted there: a restart of the same broker)."""
     clock = clock or FakeClock()
     controller = controller or InProcessController(clock)
     data_dirs = [tmp_path / f"disk{i}" for i in range(dirs)]
     metadata_dir = tmp_path / "metadata"
     ids: dict[Path, Uuid] = {}
     for path in [*data_dirs, metadata_dir]:
-        directory_id = format_dir(path)
+        directory_id = read_props(path).directory_id if reuse else format_dir(path)
         assert directory_id is not None
         ids[path] = directory_id
     config = parse_config(
