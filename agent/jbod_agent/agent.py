@@ -224,6 +224,7 @@ class Agent:
             last_heartbeat_at=self.last_heartbeat_at,
             heartbeat_interval_ms=state.config.heartbeat_interval_ms,
             sent_offline_dirs=self.sent_offline,
+            fenced=state.fenced,
             ready_to_unfence=state.ready_to_unfence,
             caught_up=state.caught_up(),
             reconciled_once=state.reconciled_once,

@@ -16,8 +16,9 @@ look again. No I/O, no clock reads, no state: the loop (`jbod_agent.agent`) obse
    * ready to be unfenced once caught up with the metadata log, the first reconcile is done and no
      replica is being created or waiting for its placement to be confirmed (then for good, as Kafka
      does: `wantFence` stays false);
-   * heartbeat when the interval passed (100 ms while not yet ready), at once when a failed dir
-     has not been sent yet or readiness was just reached;
+   * heartbeat when the interval passed (every 100 ms while fenced, so the controller's
+     unfencing is seen at once), at once when a failed dir has not been sent yet or readiness was
+     just reached;
    * send placements when the queue says a batch is due.
 One controller call of each kind is in flight at a time: a call in flight is never repeated.
 """
@@ -34,7 +35,7 @@ EXIT_DIR_FAILURE_UNREPORTED = 3
 EXIT_STORAGE_LOST = 4
 EXIT_REGISTRATION_REFUSED = 5
 
-NOT_READY_HEARTBEAT_INTERVAL = 0.1
+FENCED_HEARTBEAT_INTERVAL = 0.1
 
 
 class ActionKind(Enum):
@@ -80,6 +81,7 @@ class Snapshot:
     heartbeat_interval_ms: int
     sent_offline_dirs: frozenset[Uuid]  # failed dirs named in a heartbeat already
     # readiness
+    fenced: bool  # as the controller last said
     ready_to_unfence: bool
     caught_up: bool
     reconciled_once: bool
@@ -161,8 +163,8 @@ def decide(s: Snapshot) -> Plan:
     if not s.heartbeat_in_flight:
         unsent = [f.directory_id for f in s.failed_dirs if f.directory_id not in s.sent_offline_dirs]
         interval = s.heartbeat_interval_ms / 1000
-        if not (s.ready_to_unfence or becomes_ready):
-            interval = min(interval, NOT_READY_HEARTBEAT_INTERVAL)
+        if s.fenced or not (s.ready_to_unfence or becomes_ready):
+            interval = min(interval, FENCED_HEARTBEAT_INTERVAL)
         due = s.now if s.last_heartbeat_at is None else s.last_heartbeat_at + interval
         if unsent:
             actions.append(Action(ActionKind.HEARTBEAT, f"log dir(s) {_names(unsent)} failed"))

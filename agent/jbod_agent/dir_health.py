@@ -49,6 +49,7 @@ class DirMonitor:
         self.prober = prober
         self.on_failed: list[Callable[[Uuid], None]] = []
         self.on_probe: list[ProbeHook] = []
+        self.probes_in_flight = 0  # probes started and not yet answered (or timed out)
         self._payload = os.urandom(512)
 
     # -- health changes ------------------------------------------------------------------------
@@ -89,7 +90,11 @@ class DirMonitor:
             state.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(state.executor, self.prober, state, self._payload)
-        result = await bounded_by_running_time(future, self.state.config.log_dir_probe_timeout_ms / 1000)
+        self.probes_in_flight += 1
+        try:
+            result = await bounded_by_running_time(future, self.state.config.log_dir_probe_timeout_ms / 1000)
+        finally:
+            self.probes_in_flight -= 1
         if result is None:
             state.executor.shutdown(wait=False)
             state.executor = None

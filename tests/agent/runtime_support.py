@@ -17,6 +17,7 @@ import asyncio
 import heapq
 import itertools
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,17 +225,17 @@ class Harness:
         end = self.clock.now + seconds
         while self.clock.now < end:
             self.clock.advance(min(step, end - self.clock.now))
-            await _settle()
+            await _settle(self.agent)
 
     async def until(self, condition: Callable[[], bool], *, within: float, step: float = 0.01) -> float:
         """Advance fake time until `condition` holds; returns the fake seconds it took."""
         start = self.clock.now
-        await _settle()
+        await _settle(self.agent)
         while not condition():
             if self.clock.now - start >= within:
                 raise AssertionError(f"not reached within {within} s of fake time")
             self.clock.advance(step)
-            await _settle()
+            await _settle(self.agent)
         return self.clock.now - start
 
     async def exit_code(self, *, within: float = 30.0) -> int:
@@ -248,11 +249,17 @@ class Harness:
             await self.until(self.task.done, within=30.0)
 
 
-async def _settle() -> None:
-    """Give every ready task (and worker thread) a chance to run."""
+async def _settle(agent: Agent) -> None:
+    """Give every ready task a chance to run, and wait (real time) for the probes in worker threads:
+    fake time stands still while a disk is being probed, however slow the machine is."""
     for _ in range(5):
         await asyncio.sleep(0)
     await asyncio.sleep(0.001)
+    deadline = time.monotonic() + 10.0
+    while agent.monitor.probes_in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 def make_harness(

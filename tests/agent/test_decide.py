@@ -41,6 +41,7 @@ def snapshot(**changes: Any) -> Snapshot:
         last_heartbeat_at=NOW - 1.0,
         heartbeat_interval_ms=2000,
         sent_offline_dirs=frozenset(),
+        fenced=False,
         ready_to_unfence=True,
         caught_up=True,
         reconciled_once=True,
@@ -199,6 +200,12 @@ def test_stays_fenced_until_caught_up_reconciled_and_every_placement_confirmed(
 def test_ready_once_everything_is_confirmed_and_says_so_at_once() -> None:
     plan = decide(snapshot(**NOT_READY, last_heartbeat_at=NOW - 0.01))
     assert plan.kinds == (ActionKind.READY_TO_UNFENCE, ActionKind.HEARTBEAT)
+
+
+def test_ready_but_still_fenced_heartbeats_every_100_ms_until_the_controller_unfences() -> None:
+    plan = decide(snapshot(fenced=True, last_heartbeat_at=NOW - 0.05))
+    assert plan.actions == () and plan.wake_at == pytest.approx(NOW + 0.05)
+    assert decide(snapshot(fenced=True, last_heartbeat_at=NOW - 0.1)).kinds == (ActionKind.HEARTBEAT,)
 
 
 def test_ready_is_for_good() -> None:
