@@ -5,8 +5,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SOURCES := core controller client agent operator pipeline e2e tests bench
-TYPED := core controller client agent operator pipeline e2e
+SOURCES := core serving client local cli controller agent operator pipeline e2e tests bench
+TYPED := core serving client local cli controller agent operator pipeline e2e
 
 .PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kind-up kind-down python-check
 

@@ -24,7 +24,7 @@ from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
 from jbod_client.controller import ClientError, read_token
-from jbod_client.serving import run_event_loop
+from jbod_serving.event_loop import run_event_loop
 
 PROG = "jbod-agent"
 log = logging.getLogger("jbod_agent")

@@ -35,12 +35,12 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from jbod_client import serving
-from jbod_client.serving import run_event_loop
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
+from jbod_serving import http_server
+from jbod_serving.event_loop import run_event_loop
 
 PROG = "jbod-controller"
 CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -238,7 +238,7 @@ async def serve(
     listen: tuple[str, int] | socket.socket,
     *,
     created_tokens: tuple[Path, ...] = (),
-    limits: serving.ConnectionLimits = CONNECTION_LIMITS,
+    limits: http_server.ConnectionLimits = CONNECTION_LIMITS,
 ) -> int:
     sock = bind_listener(listen) if isinstance(listen, tuple) else listen
     host = sock.getsockname()[0]
@@ -297,7 +297,7 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             default_min_insync_replicas=args.default_min_insync_replicas,
         )
         created.note_missing(data_dir / "metadata")
-        limits = serving.ConnectionLimits(
+        limits = http_server.ConnectionLimits(
             idle_timeout_s=args.connections_max_idle_ms / 1000,
             read_timeout_s=args.request_read_timeout_ms / 1000,
         )

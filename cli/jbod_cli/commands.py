@@ -8,7 +8,7 @@ Guarantees:
 * `run_main(group, argv, prog=...)` runs a click group the way every console script must: a group
   without a subcommand prints its help and exits 0; a usage error is one line `PROG: error: ...`
   and exit 2; a `CommandError`, `ClientError` or other click error is one line and exit 1, with
-  what to do next when `jbod_client.hints` knows (most often `eval "$(jbodctl local env)"`);
+  what to do next when `jbod_cli.hints` knows (most often `eval "$(jbodctl local env)"`);
   Ctrl-C exits 130; a closed stdout (`| head`) is not an error. No traceback for a user mistake.
 * `Settings.token()` raises `hints.MissingTokenError` (a one-line message) when no token file is set.
 """
@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 import click
 
-from jbod_client import hints, local_cluster, tables
+from jbod_cli import hints, tables
 from jbod_client.controller import ClientError, ControllerClient, read_token
+from jbod_local import supervisor
 
 OUTPUTS = click.Choice(["table", "json"])
 T = TypeVar("T")
@@ -115,7 +116,7 @@ def run_main(group: click.Group, argv: list[str] | None, *, prog: str) -> int:
     except (ClientError, CommandError) as exc:
         hint = hints.for_error(
             exc,
-            local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or local_cluster.DEFAULT_DIR),
+            local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or supervisor.DEFAULT_DIR),
             cwd=Path.cwd(),
         )
         print(f"{prog}: error: {' '.join(str(exc).split())}{f'; {hint}' if hint else ''}", file=sys.stderr)
