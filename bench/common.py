@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 
-from jbod_client.local import LISTENING_LINE
 from jbod_core.ids import random_uuid
+from jbod_local.processes import LISTENING_LINE
 from tests.harness import ControllerProcess
 
 if TYPE_CHECKING:
-    from jbod_client.local import LocalBroker
+    from jbod_local.processes import LocalBroker
 
 # Generous: a benchmark's setup can take minutes, and no broker should be fenced meanwhile
 # unless a benchmark asks for it.
@@ -453,7 +453,7 @@ def python() -> str:
 
 # -- broker agents ----------------------------------------------------------------------------
 #
-# The agent benchmarks run real `jbod-agent` processes (`jbod_client.local.LocalBroker`) against a
+# The agent benchmarks run real `jbod-agent` processes (`jbod_local.processes.LocalBroker`) against a
 # `BenchController`. Their log dirs are plain directories or loop-mounted ext4 volumes
 # (`tests.fs.loop_ext4`, root only) that can really fail. Every agent is stopped and every volume
 # unmounted and detached when `agent_cluster` exits, also on an error, Ctrl-C or SIGTERM.
@@ -565,7 +565,7 @@ class AgentCluster:
         """A broker whose `dirs` log dirs are loop ext4 volumes (`loop`) or plain directories,
         formatted, and started unless `start` is false. `settings` override `LocalBroker`'s
         defaults (heartbeat 500 ms, probe interval 250 ms) by Kafka key name."""
-        from jbod_client.local import LocalBroker
+        from jbod_local.processes import LocalBroker
 
         work = self.ws.root / f"broker-{node_id}"
         paths = []

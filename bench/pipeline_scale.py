@@ -81,7 +81,7 @@ def _to_parquet(metadata: Path) -> Path:
     """The typed Parquet export of the same records (`jbodctl metadata export --format parquet`)."""
     import orjson
 
-    from jbod_client import metadata_parquet
+    from jbod_cli import metadata_parquet
 
     out = metadata.with_suffix(".parquet")
     with open(metadata, "rb") as lines:

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from jbod_client.local import await_listening, await_ready, spawn
+from jbod_local.processes import await_listening, await_ready, spawn
 
 CONTROLLER = shutil.which("jbod-controller", path=str(Path(sys.executable).parent)) or "jbod-controller"
 

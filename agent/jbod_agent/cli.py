@@ -9,13 +9,11 @@ in time while leading replicas in it; 4: storage lost; 5: registration refused).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from aiohttp import web
 
@@ -23,17 +21,12 @@ from jbod_agent import storage
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
+from jbod_client import console
 from jbod_client.controller import ClientError, read_token
-from jbod_client.serving import run_event_loop
+from jbod_serving.event_loop import run_event_loop
 
 PROG = "jbod-agent"
 log = logging.getLogger("jbod_agent")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 class StartupError(Exception):
@@ -84,8 +77,8 @@ async def serve(config: BrokerConfig) -> int:
         await runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog=PROG, description="The JBOD broker agent.")
+def _main(argv: list[str] | None) -> int:
+    parser = console.ArgumentParser(prog=PROG, description="The JBOD broker agent.")
     parser.add_argument("--config", required=True, type=Path, help="server.properties")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key"
@@ -98,14 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    try:
-        config = load_config(args.config, parse_overrides(args.set))
-        return run_event_loop(serve(config))
-    except (ConfigError, storage.StorageError, StartupError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    config = load_config(args.config, parse_overrides(args.set))
+    return run_event_loop(serve(config))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return console.run_main(
+        lambda: _main(argv),
+        prog=PROG,
+        describe=console.user_errors(ConfigError, storage.StorageError, StartupError),
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ registered and unfenced. Metrics are computed from the agent's state when scrape
   gets HTTP 413 with errorCode 10 (MESSAGE_TOO_LARGE), refused from its Content-Length before it
   is read; other bodies over their limit get 413 with errorCode 42. A produce whose records' key
   and value bytes exceed `message.max.bytes` gets errorCode 10 and appends nothing. Connections
-  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_client.serving`).
+  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_serving.http_server`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
 from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
-from jbod_client import serving
 from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, parse_produce
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
+from jbod_serving import http_server
 
 log = logging.getLogger("jbod_agent.http")
 
@@ -71,8 +71,8 @@ def produce_body_limit(config: BrokerConfig) -> int:
     return min(config.socket_request_max_bytes, 4 * config.message_max_bytes + SMALL_BODY_BYTES)
 
 
-def limits(config: BrokerConfig) -> serving.ConnectionLimits:
-    return serving.ConnectionLimits(
+def limits(config: BrokerConfig) -> http_server.ConnectionLimits:
+    return http_server.ConnectionLimits(
         idle_timeout_s=config.connections_max_idle_ms / 1000,
         read_timeout_s=config.request_read_timeout_ms / 1000,
     )
@@ -184,12 +184,12 @@ class AgentApi:
 
     def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
         """The app under the configured connection limits, ready for `web.TCPSite`."""
-        return serving.LimitedAppRunner(
+        return http_server.LimitedAppRunner(
             self.app(), limits=self.limits, logger=log, shutdown_timeout=shutdown_timeout
         )
 
     async def _body(self, request: web.Request, limit: int) -> bytes:
-        return await serving.read_body(request, limit=limit, timeout_s=self.limits.read_timeout_s)
+        return await http_server.read_body(request, limit=limit, timeout_s=self.limits.read_timeout_s)
 
     async def _parse(self, request: web.Request, model: type[M], *, limit: int) -> M:
         body = await self._body(request, limit)
@@ -222,12 +222,12 @@ class AgentApi:
                 return await handler(request)
             except BadRequestError as exc:
                 return _bad(str(exc))
-            except serving.BodyTooLargeError as exc:
+            except http_server.BodyTooLargeError as exc:
                 code = ErrorCode.INVALID_REQUEST
                 if request.path == "/v1/produce":
                     code = ErrorCode.MESSAGE_TOO_LARGE
                 return _json({"errorCode": int(code), "errorMessage": str(exc)}, 413)
-            except serving.BodyTimeoutError as exc:
+            except http_server.BodyTimeoutError as exc:
                 response = _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": str(exc)}, 408)
                 response.force_close()
                 return response

@@ -10,23 +10,17 @@ import argparse
 import random
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from jbod_agent import storage
 from jbod_agent.config import CLUSTER_ID_PATTERN, ConfigError, load_config
+from jbod_client import console
 
 PROG = "jbod-storage"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Format JBOD log directories.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = console.ArgumentParser(prog=PROG, description="Format JBOD log directories.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=console.ArgumentParser)
     fmt = commands.add_parser(
         "format", help="write meta.properties with a fresh directory.id into every empty dir"
     )
@@ -68,19 +62,21 @@ def format_command(config_path: Path, cluster_id: str, *, ignore_formatted: bool
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if not args.cluster_id.strip():
-            raise storage.StorageError("--cluster-id must not be empty")
-        if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id.strip()):
-            raise storage.StorageError(
-                f"--cluster-id {args.cluster_id!r} is not 1-64 characters of A-Z a-z 0-9 _ -"
-            )
-        return format_command(args.config, args.cluster_id.strip(), ignore_formatted=args.ignore_formatted)
-    except (ConfigError, storage.StorageError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+    if not args.cluster_id.strip():
+        raise storage.StorageError("--cluster-id must not be empty")
+    if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id.strip()):
+        raise storage.StorageError(
+            f"--cluster-id {args.cluster_id!r} is not 1-64 characters of A-Z a-z 0-9 _ -"
+        )
+    return format_command(args.config, args.cluster_id.strip(), ignore_formatted=args.ignore_formatted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return console.run_main(
+        lambda: _main(argv), prog=PROG, describe=console.user_errors(ConfigError, storage.StorageError)
+    )
 
 
 if __name__ == "__main__":

@@ -31,16 +31,16 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 from aiohttp import web
 
-from jbod_client import serving
-from jbod_client.serving import run_event_loop
+from jbod_client import console
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
+from jbod_serving import http_server
+from jbod_serving.event_loop import run_event_loop
 
 PROG = "jbod-controller"
 CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -53,12 +53,6 @@ class UsageError(Exception):
     """A problem with what the user asked for; printed as one line."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
@@ -67,7 +61,9 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="The JBOD metadata controller (KIP-858 control plane).")
+    parser = console.ArgumentParser(
+        prog=PROG, description="The JBOD metadata controller (KIP-858 control plane)."
+    )
     parser.add_argument(
         "--data-dir", required=True, type=Path, help="where the metadata log and identity live"
     )
@@ -238,7 +234,7 @@ async def serve(
     listen: tuple[str, int] | socket.socket,
     *,
     created_tokens: tuple[Path, ...] = (),
-    limits: serving.ConnectionLimits = CONNECTION_LIMITS,
+    limits: http_server.ConnectionLimits = CONNECTION_LIMITS,
 ) -> int:
     sock = bind_listener(listen) if isinstance(listen, tuple) else listen
     host = sock.getsockname()[0]
@@ -297,7 +293,7 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             default_min_insync_replicas=args.default_min_insync_replicas,
         )
         created.note_missing(data_dir / "metadata")
-        limits = serving.ConnectionLimits(
+        limits = http_server.ConnectionLimits(
             idle_timeout_s=args.connections_max_idle_ms / 1000,
             read_timeout_s=args.request_read_timeout_ms / 1000,
         )
@@ -312,40 +308,38 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             os.close(lock_fd)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    try:
-        if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id):
-            raise UsageError(f"--cluster-id {args.cluster_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
-        if args.broker_session_timeout_ms < 1:
-            raise UsageError("--broker-session-timeout-ms must be at least 1")
-        for flag, value in (
-            ("--default-replication-factor", args.default_replication_factor),
-            ("--default-min-insync-replicas", args.default_min_insync_replicas),
-        ):
-            if value is not None and not 1 <= value <= 2**31 - 1:
-                raise UsageError(f"{flag} must be a positive 32-bit integer, got {value}")
-        if args.snapshot_interval_records < 1:
-            raise UsageError("--snapshot-interval-records must be at least 1")
-        for flag, value in (
-            ("--connections-max-idle-ms", args.connections_max_idle_ms),
-            ("--request-read-timeout-ms", args.request_read_timeout_ms),
-        ):
-            if not 100 <= value <= 2**31 - 1:
-                raise UsageError(f"{flag} must be between 100 and {2**31 - 1}, got {value}")
-        data_dir: Path = args.data_dir
-        with contextlib.closing(bind_listener(args.listen)) as sock:
-            return _claim_and_serve(args, data_dir, sock)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id):
+        raise UsageError(f"--cluster-id {args.cluster_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
+    if args.broker_session_timeout_ms < 1:
+        raise UsageError("--broker-session-timeout-ms must be at least 1")
+    for flag, value in (
+        ("--default-replication-factor", args.default_replication_factor),
+        ("--default-min-insync-replicas", args.default_min_insync_replicas),
+    ):
+        if value is not None and not 1 <= value <= 2**31 - 1:
+            raise UsageError(f"{flag} must be a positive 32-bit integer, got {value}")
+    if args.snapshot_interval_records < 1:
+        raise UsageError("--snapshot-interval-records must be at least 1")
+    for flag, value in (
+        ("--connections-max-idle-ms", args.connections_max_idle_ms),
+        ("--request-read-timeout-ms", args.request_read_timeout_ms),
+    ):
+        if not 100 <= value <= 2**31 - 1:
+            raise UsageError(f"{flag} must be between 100 and {2**31 - 1}, got {value}")
+    data_dir: Path = args.data_dir
+    with contextlib.closing(bind_listener(args.listen)) as sock:
+        return _claim_and_serve(args, data_dir, sock)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return console.run_main(lambda: _main(argv), prog=PROG, describe=console.user_errors(UsageError))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ Guarantees:
   errorCode 42 from its Content-Length, before it is read, or as soon as the bytes read pass the
   limit, and never parsed. Bodies over `PARSE_INLINE_BYTES` are parsed on one worker thread, so a
   large bad body cannot stall heartbeats on the event loop.
-* Connections obey `CONNECTION_LIMITS` (`jbod_client.serving.LimitedAppRunner`): idle and read
+* Connections obey `CONNECTION_LIMITS` (`jbod_client.http_server.LimitedAppRunner`): idle and read
   timeouts, and parser refusals answered 400/42 without echoing or logging the request.
 """
 
@@ -34,7 +34,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from jbod_client import serving
 from jbod_controller import views
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import log_divergence, page_checksum
@@ -50,6 +49,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
+from jbod_serving import http_server
 
 log = logging.getLogger("jbod_controller.http")
 
@@ -75,7 +75,7 @@ MAX_BODY_BYTES = max(BODY_LIMITS.values())
 # the parse thread.
 PARSE_INLINE_BYTES = 64 * 1024
 # Kafka's connections.max.idle.ms default (600000); a request's headers and body within 30 s.
-CONNECTION_LIMITS = serving.ConnectionLimits(idle_timeout_s=600.0, read_timeout_s=30.0)
+CONNECTION_LIMITS = http_server.ConnectionLimits(idle_timeout_s=600.0, read_timeout_s=30.0)
 MAX_WAIT_MS = 60_000
 MAX_RECORDS = 100_000
 DEFAULT_MAX_RECORDS = 10_000
@@ -123,7 +123,7 @@ class ControllerApi:
         tokens: Tokens,
         metrics: ControllerMetrics,
         *,
-        limits: serving.ConnectionLimits = CONNECTION_LIMITS,
+        limits: http_server.ConnectionLimits = CONNECTION_LIMITS,
     ) -> None:
         self.service = service
         self.tokens = tokens
@@ -134,7 +134,7 @@ class ControllerApi:
 
     def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
         """The app under this API's connection limits, ready for `web.TCPSite`."""
-        return serving.LimitedAppRunner(
+        return http_server.LimitedAppRunner(
             self.app(), limits=self.limits, logger=log, shutdown_timeout=shutdown_timeout
         )
 
@@ -163,7 +163,9 @@ class ControllerApi:
             )
 
     async def _body(self, request: web.Request, api: str) -> bytes:
-        return await serving.read_body(request, limit=BODY_LIMITS[api], timeout_s=self.limits.read_timeout_s)
+        return await http_server.read_body(
+            request, limit=BODY_LIMITS[api], timeout_s=self.limits.read_timeout_s
+        )
 
     async def _parse(self, request: web.Request, api: str, model: type[M]) -> M:
         return await self._validate(await self._body(request, api), model)
@@ -198,9 +200,9 @@ class ControllerApi:
             return await handler(request)
         except ApiError as exc:
             return json_response(error_body(exc.code, exc.message), status=exc.status)
-        except serving.BodyTooLargeError as exc:
+        except http_server.BodyTooLargeError as exc:
             return json_response(error_body(ErrorCode.INVALID_REQUEST, str(exc)), status=413)
-        except serving.BodyTimeoutError as exc:
+        except http_server.BodyTimeoutError as exc:
             response = json_response(error_body(ErrorCode.INVALID_REQUEST, str(exc)), status=408)
             response.force_close()
             return response

@@ -1,6 +1,7 @@
 """`jbod-operator`: runs the kopf operator (protocol §5) with the handlers of `jbod_operator.handlers`.
 
-Bad flags or missing Kubernetes credentials print one line and exit non-zero. The operator runs
+Bad flags or missing Kubernetes credentials print one line and exit non-zero (2 for usage, 1
+otherwise; `jbod_client.console`), Ctrl-C exits 130. The operator runs
 standalone (one replica, `strategy: Recreate` in the chart), so kopf's peering is off.
 """
 
@@ -16,6 +17,8 @@ import click
 import kopf
 from kubernetes import config as kube_config
 from prometheus_client import start_http_server
+
+from jbod_client import console
 
 PROG = "jbod-operator"
 
@@ -107,16 +110,7 @@ def command(
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        command.main(args=argv, prog_name=PROG, standalone_mode=False)
-    except click.ClickException as exc:
-        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
-        return exc.exit_code or 1
-    except click.Abort:
-        return 130
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return console.run_click(command, argv, prog=PROG)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from jbod_client import console
 from jbod_pipeline import errors, paths, planner, runtime, synthetic
 
 PROG = "jbod-pipeline"
@@ -231,30 +232,18 @@ def generate_command(
     )
 
 
+def describe_error(exc: Exception) -> str | None:
+    """The pipeline's user errors for the console-script runner: a `PipelineError` or `OSError` on
+    one line, a Spark error about the input (unreadable file, bad Parquet) by its first line."""
+    if isinstance(exc, errors.PipelineError | OSError):
+        return console.one_line(exc)
+    if type(exc).__module__.startswith(("pyspark", "py4j")):
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    try:
-        app.main(args=argv, prog_name=PROG, standalone_mode=False)
-    except click.exceptions.UsageError as exc:
-        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
-        print(f"{PROG}: error: aborted", file=sys.stderr)
-        return 1
-    except click.ClickException as exc:
-        print(f"{PROG}: error: {exc.format_message()}", file=sys.stderr)
-        return 1
-    except (errors.PipelineError, OSError) as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # a Spark error about the input (unreadable file, bad Parquet)
-        if type(exc).__module__.startswith(("pyspark", "py4j")):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"{PROG}: error: {first}", file=sys.stderr)
-            return 1
-        raise
-    return 0
+    return console.run_click(app, argv, prog=PROG, describe=describe_error)
 
 
 if __name__ == "__main__":

@@ -245,7 +245,7 @@ def _metadata_lines(spark: SparkSession, path: str) -> tuple[DataFrame, list[str
 
 def _parquet_lines(spark: SparkSession, path: str) -> DataFrame:
     """The rows of a Parquet export as `_metadata_lines` gives them. The typed layout
-    (`jbod_client.metadata_parquet`: one column per field) is read as it is, no JSON parsed; a
+    (`jbod_cli.metadata_parquet`: one column per field) is read as it is, no JSON parsed; a
     row whose `data` column holds JSON text (a record that did not fit the columns, or every row
     of the earlier layout: `offset`, `type`, `data` only) is parsed and checked as a JSON line."""
     raw = spark.read.parquet(path)

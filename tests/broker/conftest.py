@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from jbod_client.controller import ControllerClient, read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_local.processes import LocalBroker, LocalController
 from tests.fs import LoopMount, loop_ext4
 
 UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"

@@ -23,7 +23,7 @@ import pytest
 
 from jbod_agent.config import ConfigError, parse_config
 from jbod_client.controller import read_token
-from jbod_client.local import LocalBroker, LocalController, console_script
+from jbod_local.processes import LocalBroker, LocalController, console_script
 from tests.broker.conftest import start_cluster, wait_for
 
 MESSAGE_MAX_BYTES = 10_000

@@ -29,7 +29,7 @@ import pytest
 
 from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_client.history import History
-from jbod_client.local import LocalController
+from jbod_local.processes import LocalController
 from tests.broker.conftest import Cluster, wait_for
 from tests.broker.workload import Workload, check
 from tests.fs import loop_ext4, requires_root

@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 
 from jbod_client.controller import ControllerClient, read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import wait_for
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from jbod_client.controller import ControllerClient, read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import wait_for
 
 UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"

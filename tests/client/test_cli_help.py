@@ -28,7 +28,7 @@ def run(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ((JBODCTL, "topics"), "Usage: jbodctl topics [OPTIONS] COMMAND", ("create", "describe")),
         ((JBODCTL, "local"), "Usage: jbodctl local [OPTIONS] COMMAND", ("up", "down", "env")),
         ((JBODCTL, "metadata"), "Usage: jbodctl metadata [OPTIONS] COMMAND", ("export",)),
-        ((sys.executable, "-m", "jbod_client.local_cli"), "Usage: jbodctl local", ("up", "status")),
+        ((sys.executable, "-m", "jbod_cli.local_cli"), "Usage: jbodctl local", ("up", "status")),
     ],
 )
 def test_a_group_without_a_subcommand_prints_its_help(

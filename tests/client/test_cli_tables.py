@@ -3,7 +3,7 @@ relative to the directory holding them, errors one line each; `--wide` and `-o j
 
 Real processes: a local cluster (`jbodctl local up`, 2 brokers with 2 log dirs each) with a topic
 and one failed disk, and jbodctl run against it with COLUMNS=80 (rich honours it). The last tests
-render `jbod_client.tables` directly for cases a real cluster does not produce on demand."""
+render `jbod_cli.tables` directly for cases a real cluster does not produce on demand."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from jbod_client import local_cluster, tables
+from jbod_cli import tables
+from jbod_local import supervisor
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 ID_CHAR = r"[A-Za-z0-9_-]"
@@ -51,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
         jbodctl(cwd, "local", "fail-disk", "2", "1")
         yield cwd, env
     finally:
-        if (cwd / ".jbod-local" / local_cluster.STATE_FILE).exists():
+        if (cwd / ".jbod-local" / supervisor.STATE_FILE).exists():
             subprocess.run(
                 [JBODCTL, "local", "down", "--grace", "5"], cwd=cwd, capture_output=True, timeout=120
             )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_client import local_cluster
-from jbod_client.demo import VERDICT_OK
+from jbod_cli.demo import VERDICT_OK
+from jbod_local import supervisor
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
@@ -31,8 +31,8 @@ def test_default_demo_shows_the_failover_and_a_whole_verdict_in_80_columns(tmp_p
             timeout=240,
         )
     finally:
-        if (root / local_cluster.STATE_FILE).exists():  # never leave processes behind
-            local_cluster.down(root, grace=2)
+        if (root / supervisor.STATE_FILE).exists():  # never leave processes behind
+            supervisor.down(root, grace=2)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     summary = result.stdout[result.stdout.index("Summary") :].splitlines()
     failover = [line for line in summary if re.match(r"│ failover\s+│", line)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jbod_client import local_cluster
+from jbod_local import supervisor
 from tests.client.local_commands import ok, status
 
 
@@ -20,8 +20,8 @@ from tests.client.local_commands import ok, status
 def root(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "cluster"
     yield path
-    if (path / local_cluster.STATE_FILE).exists():  # never leave processes behind
-        local_cluster.down(path, grace=2)
+    if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+        supervisor.down(path, grace=2)
 
 
 @pytest.mark.integration
@@ -34,11 +34,11 @@ def test_up_after_kill_9_of_the_controller_restarts_only_it_on_its_port(root: Pa
     # Let the brokers talk to the controller, so that the kill leaves its port in TIME_WAIT.
     ok("status", "--dir", str(root))
     os.kill(controller_pid, signal.SIGKILL)
-    layout = local_cluster.read_layout(root)
+    layout = supervisor.read_layout(root)
     deadline = time.monotonic() + 10
-    while local_cluster.controller_alive(layout) and time.monotonic() < deadline:
+    while supervisor.controller_alive(layout) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not local_cluster.controller_alive(layout)
+    assert not supervisor.controller_alive(layout)
 
     out = ok("up", "--dir", str(root))
     assert "started controller;" in out, out

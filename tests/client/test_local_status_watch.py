@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from jbod_client import local_cluster
-from jbod_client.local_cli import compact_lines
+from jbod_cli.local_cli import compact_lines
 from jbod_core.ids import UNASSIGNED_DIR
+from jbod_local import supervisor
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -33,8 +33,8 @@ FAILED_DISK: list[int] = []  # the disk of broker 2 the fixture failed
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("watch") / "c"
     try:
-        layout = local_cluster.up(path).layout
-        local_cluster.create_topic(layout, "orders", partitions=6, replication_factor=3)
+        layout = supervisor.up(path).layout
+        supervisor.create_topic(layout, "orders", partitions=6, replication_factor=3)
         deadline = time.monotonic() + 30
         while True:  # until every replica sits in a dir
             with layout.controller() as client:
@@ -47,13 +47,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             d for p in partitions for b, d in zip(p["replicas"], p["directories"], strict=True) if b == 2
         }
         disk = 1 + next(i for i, d in enumerate(layout.broker(2).directory_ids) if d in on_broker_2)
-        failure = local_cluster.fail_disk(path, 2, str(disk))
+        failure = supervisor.fail_disk(path, 2, str(disk))
         assert failure.offline_after is not None
         FAILED_DISK.append(disk)
         yield path
     finally:
-        if (path / local_cluster.STATE_FILE).exists():  # never leave processes behind
-            local_cluster.down(path, grace=2)
+        if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+            supervisor.down(path, grace=2)
 
 
 def read_until(fd: int, needle: str, *, count: int, deadline: float) -> str:
@@ -106,7 +106,7 @@ def test_watch_piped_prints_plain_snapshots_while_it_runs(root: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_watch_in_an_80x24_terminal_cuts_nothing(root: Path) -> None:
-    snapshot = local_cluster.status(root)
+    snapshot = supervisor.status(root)
     lines = compact_lines(snapshot, width=80, height=23, now="12:00:00")
     console = Console(width=80, height=24, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     for line in lines:
@@ -145,7 +145,7 @@ def test_status_fits_80_columns_and_wide_shows_everything(root: Path) -> None:
     ellipsis (short ids, unique in the table), the failed disk's error is one line; `--wide` shows
     the paths and the ids whole."""
     env = {**os.environ, "COLUMNS": "80", "LINES": "200", "NO_COLOR": "1", "TERM": "dumb"}
-    layout = local_cluster.read_layout(root)
+    layout = supervisor.read_layout(root)
     shown = subprocess.run(
         [JBODCTL, "local", "status", "--dir", str(root)], capture_output=True, text=True, env=env, timeout=60
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from jbod_client import metadata_parquet
+from jbod_cli import metadata_parquet
 from jbod_core import records
 from jbod_core.ids import random_uuid
 

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from jbod_client import cli
+from jbod_cli import cli
 from jbod_client.controller import ControllerClient, read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import start_cluster, wait_for
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from jbod_client.controller import read_token
-from jbod_client.local import LocalBroker, LocalController
+from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import start_cluster
 
 

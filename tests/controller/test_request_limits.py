@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from jbod_client.controller import read_token
-from jbod_client.local import LocalBroker, LocalController
 from jbod_controller import http_api
+from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import start_cluster
 
 SESSION_TIMEOUT_MS = 3000

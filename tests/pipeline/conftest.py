@@ -27,7 +27,7 @@ def jbodctl_export(controller: ControllerProcess, out: Path) -> Path:
         [
             sys.executable,
             "-m",
-            "jbod_client.cli",
+            "jbod_cli.cli",
             "--controller",
             controller.url,
             "--token-file",

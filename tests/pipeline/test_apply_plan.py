@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from jbod_client import apply_plan
-from jbod_client.cli import main as jbodctl
+from jbod_cli import apply_plan
+from jbod_cli.cli import main as jbodctl
 
 A, B, C = "ECfE0cOGu8QeL-uJQUw0PA", "YS52lqbOzBs1v5ktyenGFg", "kbdYSiJlsfXNYT4w2PFq3w"
 

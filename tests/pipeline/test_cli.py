@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jbod_client import metadata_parquet
+from jbod_cli import metadata_parquet
 from jbod_pipeline.cli import main as pipeline
 from tests.harness import ControllerProcess
 from tests.pipeline.conftest import jbodctl_export

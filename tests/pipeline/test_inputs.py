@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from jbod_client import metadata_parquet
+from jbod_cli import metadata_parquet
 from jbod_core.image import ClusterImage
 from jbod_pipeline import inputs, jobs, replay, schemas
 from tests.pipeline import reference

@@ -21,9 +21,9 @@ from typing import Literal
 
 import httpx
 
-from jbod_client import local_cluster
 from jbod_client.broker import BrokerUnreachableError
 from jbod_client.controller import DEFAULT_URL, ClientError, ControllerUnreachableError
+from jbod_local import supervisor
 
 LOCAL_ENV = 'eval "$(jbodctl local env)"'
 CONTROLLER_URL_SOURCES = "--controller URL or JBOD_CONTROLLER_URL"
@@ -69,13 +69,13 @@ def _shown(path: Path, cwd: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-def _local_layout(local_dir: Path, cwd: Path) -> local_cluster.ClusterLayout | None:
-    root = local_cluster.resolve_root(cwd / local_dir)
-    if not (root / local_cluster.STATE_FILE).is_file():
+def _local_layout(local_dir: Path, cwd: Path) -> supervisor.ClusterLayout | None:
+    root = supervisor.resolve_root(cwd / local_dir)
+    if not (root / supervisor.STATE_FILE).is_file():
         return None
     try:
-        return local_cluster.read_layout(root)
-    except local_cluster.LocalClusterError:
+        return supervisor.read_layout(root)
+    except supervisor.LocalClusterError:
         return None
 
 
@@ -95,10 +95,10 @@ def for_error(exc: BaseException, *, local_dir: Path, cwd: Path) -> str | None:
         return None
     layout = _local_layout(local_dir, cwd)
     if layout is not None:
-        running = local_cluster.controller_alive(layout)
+        running = supervisor.controller_alive(layout)
         where = f"the local cluster in {_shown(layout.root, cwd)}"
         own = {layout.controller_url: (where, running)} | {
-            b.url: (f"broker {b.broker_id} of {where}", local_cluster.broker_alive(b)) for b in layout.brokers
+            b.url: (f"broker {b.broker_id} of {where}", supervisor.broker_alive(b)) for b in layout.brokers
         }
         if failed is not None and failed.url in own:
             process, alive = own[failed.url]

@@ -51,10 +51,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from jbod_client import local_cluster, tables
+from jbod_cli import tables
 from jbod_client.controller import ClientError
 from jbod_client.history import Consumed, History, RecordId, Report, make_value
 from jbod_core.ids import UNASSIGNED_DIR
+from jbod_local import supervisor
 
 TOPIC = "demo"
 PARTITIONS = 6
@@ -145,13 +146,13 @@ class DemoReport:
     records: int
     log: DeliveryLog
     verification: Report
-    failure: local_cluster.DiskFailure | None
+    failure: supervisor.DiskFailure | None
     failover_seconds: float | None
     produce_seconds: float
     final_topic: dict[str, Any]
 
 
-async def _describe(layout: local_cluster.ClusterLayout) -> dict[str, Any]:
+async def _describe(layout: supervisor.ClusterLayout) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         with layout.controller(timeout=5.0) as client:
             return client.describe_topic(TOPIC)
@@ -159,7 +160,7 @@ async def _describe(layout: local_cluster.ClusterLayout) -> dict[str, Any]:
     return await asyncio.to_thread(call)
 
 
-async def _await_placed(layout: local_cluster.ClusterLayout, *, timeout: float = 20.0) -> dict[str, Any]:
+async def _await_placed(layout: supervisor.ClusterLayout, *, timeout: float = 20.0) -> dict[str, Any]:
     """Wait until every replica of the topic sits in a real dir and every partition has a leader."""
     deadline = time.monotonic() + timeout
     unassigned = str(UNASSIGNED_DIR)
@@ -173,7 +174,7 @@ async def _await_placed(layout: local_cluster.ClusterLayout, *, timeout: float =
         await asyncio.sleep(0.2)
 
 
-async def _pick_disk(layout: local_cluster.ClusterLayout, token: str) -> tuple[int, int]:
+async def _pick_disk(layout: supervisor.ClusterLayout, token: str) -> tuple[int, int]:
     """(broker, disk index) of the replica of partition 0 on its leader, from the broker's log dirs."""
     from jbod_client.broker import BrokerClient
 
@@ -186,12 +187,12 @@ async def _pick_disk(layout: local_cluster.ClusterLayout, token: str) -> tuple[i
         dirs = await client.log_dirs()
     for d in dirs:
         if any(r["topic"] == TOPIC and int(r["partition"]) == 0 for r in d["replicas"]):
-            _broker, index = local_cluster.resolve_disk(layout, leader, d["path"])
+            _broker, index = supervisor.resolve_disk(layout, leader, d["path"])
             return leader, index
     raise DemoError(f"broker {leader} does not list {TOPIC}-0 in any of its log dirs")
 
 
-def failover_seconds(log: DeliveryLog, failure: local_cluster.DiskFailure | None) -> float | None:
+def failover_seconds(log: DeliveryLog, failure: supervisor.DiskFailure | None) -> float | None:
     """Disk failure → first acknowledged write, after the controller took the dir offline, to a
     partition whose leader moved to a live broker; None while there is none (or nothing moved)."""
     if failure is None or failure.offline_after is None:
@@ -201,7 +202,7 @@ def failover_seconds(log: DeliveryLog, failure: local_cluster.DiskFailure | None
     return None if first is None else first - failure.failed_at
 
 
-def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[local_cluster.DiskFailure] | None) -> bool:
+def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[supervisor.DiskFailure] | None) -> bool:
     """True while production should go on to measure the failover: the disk failure has not been
     triggered or is still under way, or it moved a leader and no write to it is acknowledged yet."""
     if fail_task is None or not fail_task.done():
@@ -258,7 +259,7 @@ async def _produce(
 
 
 async def _consume(
-    layout: local_cluster.ClusterLayout, token: str, log: DeliveryLog, progress: Progress, *, timeout: float
+    layout: supervisor.ClusterLayout, token: str, log: DeliveryLog, progress: Progress, *, timeout: float
 ) -> list[Consumed]:
     from jbod_client.consumer import Consumer
 
@@ -297,14 +298,14 @@ def _events_text(events: Sequence[str]) -> Text:
 
 
 async def _scenario(
-    layout: local_cluster.ClusterLayout, *, records: int, seconds: float, console: Console
+    layout: supervisor.ClusterLayout, *, records: int, seconds: float, console: Console
 ) -> DemoReport:
     from jbod_client.producer import Producer
 
     say = tables.bullets(console)
     token = layout.admin_token()
     console.print(Rule(f"2. Create topic {TOPIC}"))
-    local_cluster.create_topic(
+    supervisor.create_topic(
         layout,
         TOPIC,
         partitions=PARTITIONS,
@@ -312,7 +313,7 @@ async def _scenario(
         configs={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
     )
     topic = await _await_placed(layout)
-    aliases = local_cluster.status(layout.root).aliases()
+    aliases = supervisor.status(layout.root).aliases()
     console.print(tables.partitions_table(topic, aliases))
 
     console.print(
@@ -322,18 +323,18 @@ async def _scenario(
     events: list[str] = []
     progress = _progress()
     produce_task_id = progress.add_task("Producing", total=records)
-    failure: local_cluster.DiskFailure | None = None
-    fail_task: asyncio.Task[local_cluster.DiskFailure] | None = None
+    failure: supervisor.DiskFailure | None = None
+    fail_task: asyncio.Task[supervisor.DiskFailure] | None = None
     started = time.monotonic()
 
     def event(message: str) -> None:
         events.append(f"{time.monotonic() - started:6.2f} s  {message}")
 
-    async def fail_leader_disk() -> local_cluster.DiskFailure:
+    async def fail_leader_disk() -> supervisor.DiskFailure:
         broker_id, index = await _pick_disk(layout, token)
         event(f"Partition 0 is led by broker {broker_id}; its replica is on disk-{index}: failing that disk")
         result = await asyncio.to_thread(
-            local_cluster.fail_disk, layout.root, broker_id, str(index), wait=15.0, report=event
+            supervisor.fail_disk, layout.root, broker_id, str(index), wait=15.0, report=event
         )
         if result.offline_after is None:
             event("The controller did not show the dir offline within 15 s")
@@ -456,16 +457,14 @@ def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUC
     begun = time.monotonic()
     directory = root if root is not None else Path(tempfile.mkdtemp(prefix="jbod-demo-"))
     console.print(Rule("1. Start a local cluster: 1 controller, 3 brokers x 3 disks"))
-    result = local_cluster.up(directory, brokers=3, disks=3, fresh=True, report=say)
+    result = supervisor.up(directory, brokers=3, disks=3, fresh=True, report=say)
     layout = result.layout
     say(f"Up in {result.seconds:.1f} s ({layout.root})")
     problems: list[str] = []
     finished = False
     try:
         report = asyncio.run(_scenario(layout, records=records, seconds=seconds, console=console))
-        console.print(
-            tables.partitions_table(report.final_topic, local_cluster.status(layout.root).aliases())
-        )
+        console.print(tables.partitions_table(report.final_topic, supervisor.status(layout.root).aliases()))
         console.print(summary_table(report))
         problems = report.verification.problems()
         for problem in problems:
@@ -473,7 +472,7 @@ def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUC
         if report.failure is not None:
             console.print(Rule("5. Restore the disk"))
             f = report.failure
-            restored = local_cluster.restore_disk(layout.root, f.broker_id, str(f.index), report=say)
+            restored = supervisor.restore_disk(layout.root, f.broker_id, str(f.index), report=say)
             say(f"Broker {f.broker_id} is unfenced again with all dirs online ({restored.seconds:.1f} s)")
         finished = True
     finally:
@@ -483,7 +482,7 @@ def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUC
                 f"Kept the cluster running in {layout.root} (stop it with: jbodctl local down --dir {layout.root})"
             )
         else:
-            local_cluster.down(layout.root, purge=ok)
+            supervisor.down(layout.root, purge=ok)
             say("Stopped the cluster" + ("" if ok else f"; kept {layout.root} with its logs"))
     say(f"The demo took {time.monotonic() - begun:.1f} s")
     if problems:

@@ -1,11 +1,13 @@
-"""The README's main job (for now): a scripted walk-through of KIP-858 against a real controller.
+"""`jbodctl local walkthrough`: KIP-858's controller side, step by step, against a real controller.
 
-It starts a local `jbod-controller` process and plays three JBOD brokers over the real HTTP API:
-registration with two dirs each, a topic whose replicas start UNASSIGNED, placement through
-AssignReplicasToDirs, the fencing gate that keeps a restarted multi-dir broker fenced until its
-placements are confirmed, and a disk failure that moves leadership off the failed dir. Every step
-prints the controller's own view as tables, and the run fails loudly if the controller's answers
-ever contradict what the step expects.
+Where `jbodctl local demo` runs real brokers and shows that no acknowledged record is lost, this
+walk-through needs only a controller and shows the protocol itself: it starts a local
+`jbod-controller` process and plays three JBOD brokers over the real HTTP API: registration with
+two dirs each, a topic whose replicas start UNASSIGNED, placement through AssignReplicasToDirs,
+the fencing gate that keeps a restarted multi-dir broker fenced until its placements are
+confirmed, and a disk failure that moves leadership off the failed dir. Every step prints the
+controller's own view as tables, and the run fails loudly if the controller's answers ever
+contradict what the step expects.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from typing import Any
 from rich.console import Console
 from rich.rule import Rule
 
-from jbod_client import tables
+from jbod_cli import tables
 from jbod_client.controller import ClientError, ControllerClient, read_token
-from jbod_client.local import LocalController
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
 from jbod_core.messages import (
     AlterPartitionData,
@@ -35,6 +36,7 @@ from jbod_core.messages import (
     PartitionIndex,
     RegisterBrokerRequest,
 )
+from jbod_local.processes import LocalController
 
 TOPIC = "orders"
 

@@ -1,15 +1,16 @@
 """The plumbing every `jbodctl` command module shares: the settings the root group parses, the
-error a command raises, the common options, output and the one entry-point error mapping.
+error a command raises, the common options, output and how jbodctl's errors are described.
 
 `cli` (the root group and most commands), `local_cli` and `apply_plan` import this module, never
 each other's internals, so the command modules form no import cycle.
 
 Guarantees:
-* `run_main(group, argv, prog=...)` runs a click group the way every console script must: a group
-  without a subcommand prints its help and exits 0; a usage error is one line `PROG: error: ...`
-  and exit 2; a `CommandError`, `ClientError` or other click error is one line and exit 1, with
-  what to do next when `jbod_client.hints` knows (most often `eval "$(jbodctl local env)"`);
-  Ctrl-C exits 130; a closed stdout (`| head`) is not an error. No traceback for a user mistake.
+* `run_main(group, argv, prog=...)` runs a click group through the one console-script runner
+  (`jbod_client.console.run_main`: a group without a subcommand prints its help and exits 0, a
+  usage error is one line `PROG: error: ...` and exit 2, Ctrl-C exits 130, a closed stdout is not
+  an error) with jbodctl's own errors: a `CommandError` or `ClientError` is one line and exit 1,
+  with what to do next when `jbod_cli.hints` knows (most often `eval "$(jbodctl local env)"`).
+  No traceback for a user mistake.
 * `Settings.token()` raises `hints.MissingTokenError` (a one-line message) when no token file is set.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +26,10 @@ from typing import Any, TypeVar
 
 import click
 
-from jbod_client import hints, local_cluster, tables
+from jbod_cli import hints, tables
+from jbod_client import console
 from jbod_client.controller import ClientError, ControllerClient, read_token
+from jbod_local import supervisor
 
 OUTPUTS = click.Choice(["table", "json"])
 T = TypeVar("T")
@@ -95,36 +97,20 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def hint(exc: Exception) -> str | None:
+    """What to do next about `exc` (`jbod_cli.hints`), looking for the local cluster where
+    `jbodctl local env` would (`JBOD_LOCAL_DIR`, else `./.jbod-local`)."""
+    return hints.for_error(
+        exc,
+        local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or supervisor.DEFAULT_DIR),
+        cwd=Path.cwd(),
+    )
+
+
+#: jbodctl's user errors, for the console-script runner.
+describe_user_error = console.user_errors(ClientError, CommandError, hint=hint)
+
+
 def run_main(group: click.Group, argv: list[str] | None, *, prog: str) -> int:
     """Run `group` as a console script; the exit status (see the module docstring)."""
-    try:
-        result = group.main(args=argv, prog_name=prog, standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        # A group without a subcommand (`jbodctl`, `jbodctl topics`): its help, not a mistake.
-        click.echo(exc.ctx.get_help())
-        return 0
-    except click.exceptions.UsageError as exc:
-        print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
-        print(f"{prog}: error: aborted", file=sys.stderr)
-        return 1
-    except click.ClickException as exc:
-        print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
-        return 1
-    except (ClientError, CommandError) as exc:
-        hint = hints.for_error(
-            exc,
-            local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or local_cluster.DEFAULT_DIR),
-            cwd=Path.cwd(),
-        )
-        print(f"{prog}: error: {' '.join(str(exc).split())}{f'; {hint}' if hint else ''}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`jbodctl consume ... | head`): not an error; keep Python quiet at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-    return result if isinstance(result, int) else 0
+    return console.run_click(group, argv, prog=prog, describe=describe_user_error)

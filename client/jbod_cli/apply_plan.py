@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from jbod_client import commands
+from jbod_cli import commands
 from jbod_client.broker import BrokerClient, describe_error
 from jbod_client.controller import ClientError
 from jbod_client.metadata import ClusterMetadata

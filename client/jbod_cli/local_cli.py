@@ -1,7 +1,7 @@
 """`jbodctl local up|down|status|fail-disk|restore-disk|demo`: a local cluster of real processes.
 
 `register(group)` adds the commands to the existing `jbodctl local` group; the logic lives in
-`jbod_client.local_cluster`, the demo scenario in `jbod_client.demo`; this module parses flags
+`jbod_local.supervisor`, the demo scenario in `jbod_cli.demo`; this module parses flags
 and renders tables.
 
 Guarantees:
@@ -15,7 +15,7 @@ Guarantees:
   does not fit is counted in a last line, never cut mid-table). When stdout is not a terminal
   (a pipe, a file) it prints the full plain status once per second, each snapshot under a
   `Every 1s: ...` header line and flushed, so `| tee` and `| grep` see it as it comes.
-* `python -m jbod_client.local_cli ARGS` is `jbodctl local ARGS`.
+* `python -m jbod_cli.local_cli ARGS` is `jbodctl local ARGS`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from jbod_client import commands, local_cluster, tables
-from jbod_client.local_cluster import ClusterStatus, LocalClusterError
+from jbod_cli import commands, tables
+from jbod_local import supervisor
+from jbod_local.supervisor import ClusterStatus, LocalClusterError
 
 DIR_OPTION_HELP = "the local cluster's directory"
 
@@ -45,7 +46,7 @@ def dir_option(command: Any) -> Any:
         "--dir",
         "root",
         type=click.Path(path_type=Path, file_okay=False),
-        default=local_cluster.DEFAULT_DIR,
+        default=supervisor.DEFAULT_DIR,
         envvar="JBOD_LOCAL_DIR",
         show_default=True,
         help=DIR_OPTION_HELP,
@@ -62,7 +63,7 @@ def _output(ctx: click.Context, output: str | None) -> str:
 # -- tables ------------------------------------------------------------------------------------
 
 
-def layout_table(layout: local_cluster.ClusterLayout) -> Table:
+def layout_table(layout: supervisor.ClusterLayout) -> Table:
     kind = f", disks: loop-mounted ext4, {layout.loop_disk_mib} MiB each" if layout.loop else ""
     table = Table(title=f"Local cluster {layout.cluster_id} in {layout.root}{kind}", title_justify="left")
     for column in ("process", "pid", "url", "disks", "log"):
@@ -297,7 +298,7 @@ def status_view(snapshot: ClusterStatus, *, wide: bool = False) -> RenderableTyp
     "--disk-size",
     "disk_size_mib",
     type=click.IntRange(min=8),
-    default=local_cluster.DEFAULT_DISK_MIB,
+    default=supervisor.DEFAULT_DISK_MIB,
     show_default=True,
     help="MiB per loop-mounted disk",
 )
@@ -313,7 +314,7 @@ def up_command(
 ) -> None:
     """Start a local controller and brokers (created the first time) and wait until all are unfenced."""
     console = Console()
-    result = local_cluster.up(
+    result = supervisor.up(
         root,
         brokers=brokers,
         disks=disks,
@@ -352,7 +353,7 @@ def up_command(
 )
 def down_command(root: Path, purge: bool, grace: float) -> None:
     """Stop the brokers, then the controller (SIGTERM, then SIGKILL after a grace period)."""
-    result = local_cluster.down(root, purge=purge, grace=grace)
+    result = supervisor.down(root, purge=purge, grace=grace)
     if result.stopped:
         click.echo(f"Stopped {', '.join(result.stopped)}")
     else:
@@ -372,7 +373,7 @@ def down_command(root: Path, purge: bool, grace: float) -> None:
 @click.pass_context
 def status_command(ctx: click.Context, root: Path, watch: bool, wide: bool, output: str | None) -> None:
     """Show processes, brokers, each broker's log dirs, and partitions (leader, ISR, offline replicas)."""
-    snapshot = local_cluster.status(root)
+    snapshot = supervisor.status(root)
     if not snapshot.running:
         raise LocalClusterError(
             f"the local cluster in {snapshot.layout.root} is not running (start it with: jbodctl local up)"
@@ -407,7 +408,7 @@ def _watch_terminal(root: Path, console: Console, snapshot: ClusterStatus) -> No
     with Live(view(snapshot), console=console, auto_refresh=False, screen=False) as live:
         while True:
             time.sleep(WATCH_INTERVAL)
-            live.update(view(local_cluster.status(root)), refresh=True)
+            live.update(view(supervisor.status(root)), refresh=True)
 
 
 def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide: bool = False) -> None:
@@ -421,7 +422,7 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide:
         console.print(status_view(snapshot, wide=wide))
         console.file.flush()
         time.sleep(WATCH_INTERVAL)
-        snapshot = local_cluster.status(root)
+        snapshot = supervisor.status(root)
 
 
 @click.command("fail-disk")
@@ -432,7 +433,7 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide:
 def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> None:
     """Make disk DISK (1..n or its path) of broker BROKER fail, and show where leadership went."""
     console = Console()
-    failure = local_cluster.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
+    failure = supervisor.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
     if failure.offline_after is None:
         raise LocalClusterError(
             f"disk {failure.index} of broker {broker_id} is failed, but the controller did not show its dir "
@@ -464,9 +465,7 @@ def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> Non
 def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) -> None:
     """Put back a disk failed by fail-disk and restart its broker until it is unfenced again."""
     console = Console()
-    restored = local_cluster.restore_disk(
-        root, broker_id, disk, timeout=timeout, report=tables.bullets(console)
-    )
+    restored = supervisor.restore_disk(root, broker_id, disk, timeout=timeout, report=tables.bullets(console))
     if restored.restarted:
         console.print(
             f"Broker {broker_id} is unfenced again (epoch {restored.broker_epoch}) with dir "
@@ -498,7 +497,7 @@ def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) 
 @click.option("--keep", is_flag=True, help="leave the cluster running at the end")
 def demo_command(root: Path | None, records: int, seconds: float, keep: bool) -> None:
     """Produce to a 3-broker JBOD cluster, fail a disk under a leader, and verify nothing is lost."""
-    from jbod_client import demo as scenario
+    from jbod_cli import demo as scenario
 
     scenario.main(root=root, records=records, keep=keep, seconds=seconds)
 
@@ -509,7 +508,7 @@ def env_command(root: Path) -> None:
     """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)".
 
     JBOD_TELEMETRY_DIR is the brokers' disk samples, for `jbod-pipeline --telemetry`."""
-    layout = local_cluster.read_layout(root)
+    layout = supervisor.read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
     click.echo(f"export JBOD_TELEMETRY_DIR={shlex.quote(str(layout.telemetry_dir.resolve()))}")

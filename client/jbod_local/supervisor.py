@@ -63,9 +63,9 @@ from typing import Any
 import httpx
 
 from jbod_client.controller import ClientError, ControllerClient, read_token
-from jbod_client.local import LocalBroker, await_readyz, console_script, spawn_detached
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
+from jbod_local.processes import LocalBroker, await_readyz, console_script, spawn_detached
 
 DEFAULT_DIR = Path(".jbod-local")
 STATE_FILE = "cluster.json"

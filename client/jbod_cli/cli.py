@@ -6,7 +6,7 @@ Guarantees:
   `errorCode` in the reply — prints one line `jbodctl: error: ...` on stderr and exits non-zero
   (2 for usage, 1 otherwise). No traceback for a user mistake. A group run without a subcommand
   (`jbodctl`, `jbodctl topics`, `jbodctl local`) prints its help and exits 0. A missing token or a
-  refused connection adds what to do (`jbod_client.hints`): most often `eval "$(jbodctl local env)"`.
+  refused connection adds what to do (`jbod_cli.hints`): most often `eval "$(jbodctl local env)"`.
 * Data-plane commands (`produce`, `consume`, `log-dirs`, `move-replica`) find brokers through the
   controller (`GET /v1/topics/{name}`, `GET /v1/brokers`) and talk to them directly; `produce`
   exits 0 only when every record was acknowledged (with the requested acks).
@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import click
 
-from jbod_client import commands, tables
+from jbod_cli import apply_plan, commands, local_cli, tables
+from jbod_cli.commands import CommandError, Settings, output_option, wide_option
 from jbod_client.broker import describe_error
-from jbod_client.commands import CommandError, Settings, output_option, wide_option
 from jbod_client.consumer import ConsumedRecord, Consumer
 from jbod_client.controller import DEFAULT_URL, ClientError
 from jbod_client.metadata import ClusterMetadata, UnknownBrokerError
@@ -285,7 +285,7 @@ def _atomic_output(out: Path) -> Iterator[Path]:
 def _metadata_export_parquet(settings: Settings, out: Path, from_offset: int) -> None:
     """`metadata export --format parquet` (needs pyarrow): the typed layout of `metadata_parquet`."""
     try:
-        from jbod_client import metadata_parquet
+        from jbod_cli import metadata_parquet
     except ImportError as exc:
         raise CommandError("--format parquet needs pyarrow (pip install pyarrow)") from exc
     with _atomic_output(out) as tmp, settings.client() as client:
@@ -732,21 +732,13 @@ def local_group() -> None:
 @click.option("--keep", is_flag=True, help="leave the controller running at the end")
 def local_walkthrough(data_dir: Path | None, keep: bool) -> None:
     """Start a local controller and walk through registration, topics, placement and a disk failure."""
-    from jbod_client import walkthrough
+    from jbod_cli import walkthrough
 
     walkthrough.run(data_dir=data_dir, keep=keep)
 
 
-try:
-    from jbod_client import local_cli
-except ImportError:  # pragma: no cover - during development only
-    local_cli = None  # type: ignore[assignment]
-if local_cli is not None:
-    local_cli.register(local_group)
-
-from jbod_client import apply_plan as _apply_plan  # noqa: E402
-
-_apply_plan.register(app)
+local_cli.register(local_group)
+apply_plan.register(app)
 
 
 # -- entry point -------------------------------------------------------------------------------

@@ -1,8 +1,7 @@
-"""What every long-running command of ours shares: its event loop and its HTTP server's limits.
+"""What the HTTP servers of the controller and the agent share: connection limits, bounded request
+bodies and a refusal of malformed requests that never echoes them (aiohttp; nothing of the client).
 
 Guarantees:
-* `run_event_loop`: uvloop is used when installed, else asyncio's default loop; the coroutine's
-  int is returned as the exit code.
 * `LimitedAppRunner` serves an aiohttp application under `ConnectionLimits`:
   - a connection with no request in progress is closed after `idle_timeout_s` (Kafka's
     `connections.max.idle.ms`);
@@ -23,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,16 +31,6 @@ from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import HttpProcessingError
 
 from jbod_core.errors import ErrorCode
-
-
-def run_event_loop(coro: Coroutine[Any, Any, int]) -> int:
-    """Run `coro` on uvloop when it is installed, else on asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: int = uvloop.run(coro)
-    return result
 
 
 @dataclass(frozen=True, slots=True)
