@@ -35,7 +35,7 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from jbod_client import serving
+from jbod_client import durable_files, serving
 from jbod_client.serving import run_event_loop
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
@@ -198,10 +198,10 @@ def claim_data_dir(data_dir: Path, cluster_id: str, created: Created | None = No
         os.close(lock_fd)
         raise UsageError(f"data dir {data_dir} is in use by another controller") from exc
     try:
-        stored = meta_properties.read(data_dir)
+        stored = durable_files.read_meta_properties(data_dir)
     except FileNotFoundError:
         created.note_missing(data_dir / meta_properties.FILE_NAME)
-        meta_properties.write(
+        durable_files.write_meta_properties(
             data_dir, meta_properties.MetaProperties(cluster_id=cluster_id, node_id=CONTROLLER_NODE_ID)
         )
         return lock_fd
