@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 
-from jbod_core.ids import random_uuid
+from jbod_core.ids import UNASSIGNED_DIR_TEXT, random_uuid
 from jbod_local.processes import LISTENING_LINE
 from tests.harness import ControllerProcess
 
@@ -458,7 +458,6 @@ def python() -> str:
 # (`tests.fs.loop_ext4`, root only) that can really fail. Every agent is stopped and every volume
 # unmounted and detached when `agent_cluster` exits, also on an error, Ctrl-C or SIGTERM.
 
-UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"  # the reserved directory id of an unplaced replica
 AGENT_LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # logging's default asctime, as the agent writes it
 
 
@@ -633,7 +632,7 @@ class AgentCluster:
 
     def placed(self, topic: str) -> bool:
         parts = self.admin.describe_topic(topic)["partitions"]
-        return all(d != UNASSIGNED for p in parts for d in p["directories"])
+        return all(d != UNASSIGNED_DIR_TEXT for p in parts for d in p["directories"])
 
     def log_dirs(self, node_id: int) -> list[dict[str, Any]]:
         reply = httpx.get(

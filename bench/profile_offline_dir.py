@@ -26,8 +26,9 @@ from typing import Any
 
 import orjson
 
-from jbod_controller.record_log import FileRecordLog, encode_entry
+from jbod_controller.record_log import FileRecordLog
 from jbod_core import assignments, brokers, records, topics
+from jbod_core.frames import encode_entry
 from jbod_core.ids import random_uuid
 from jbod_core.image import ClusterImage
 from jbod_core.messages import (

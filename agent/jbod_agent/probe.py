@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid
 
@@ -74,7 +75,7 @@ def probe_dir(path: Path, *, device: int, directory_id: Uuid, payload: bytes) ->
                 ProbeOutcome.FAILED, f"the volume changed under the path (device {device} → {current})"
             )
         try:
-            props = meta_properties.read(path)
+            props = durable_files.read_meta_properties(path)
         except FileNotFoundError:
             return result(ProbeOutcome.FAILED, "meta.properties vanished (volume detached or replaced)")
         except meta_properties.MetaPropertiesError as exc:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid, random_uuid
 from jbod_core.meta_properties import MetaProperties
@@ -57,7 +58,7 @@ def _describe(exc: BaseException) -> str:
 def inspect(path: Path) -> DirState:
     """Classify one dir by reading its `meta.properties`."""
     try:
-        props = meta_properties.read(path)
+        props = durable_files.read_meta_properties(path)
     except FileNotFoundError:
         if path.exists() and not path.is_dir():
             return DirState(path=path, kind=DirKind.ERROR, error="not a directory")
@@ -143,7 +144,7 @@ def apply_format(plan: FormatPlan) -> list[tuple[Path, str]]:
     for path, props in plan.writes:
         try:
             path.mkdir(parents=True, exist_ok=True)
-            meta_properties.write(path, props)
+            durable_files.write_meta_properties(path, props)
         except OSError as exc:
             failures.append((path, _describe(exc)))
     return failures
@@ -241,7 +242,7 @@ def load(
     for path, props in plan.writes:
         try:
             path.mkdir(parents=True, exist_ok=True)
-            meta_properties.write(path, props)
+            durable_files.write_meta_properties(path, props)
         except OSError as exc:
             if path == metadata_dir:
                 raise StorageError(

@@ -54,7 +54,7 @@ from rich.text import Text
 from jbod_cli import tables
 from jbod_client.controller import ClientError
 from jbod_client.history import Consumed, History, RecordId, Report, make_value
-from jbod_core.ids import UNASSIGNED_DIR
+from jbod_core.ids import UNASSIGNED_DIR_TEXT
 from jbod_local import supervisor
 
 TOPIC = "demo"
@@ -163,7 +163,7 @@ async def _describe(layout: supervisor.ClusterLayout) -> dict[str, Any]:
 async def _await_placed(layout: supervisor.ClusterLayout, *, timeout: float = 20.0) -> dict[str, Any]:
     """Wait until every replica of the topic sits in a real dir and every partition has a leader."""
     deadline = time.monotonic() + timeout
-    unassigned = str(UNASSIGNED_DIR)
+    unassigned = UNASSIGNED_DIR_TEXT
     while True:
         topic = await _describe(layout)
         parts = topic["partitions"]

@@ -24,7 +24,7 @@ from rich.rule import Rule
 
 from jbod_cli import tables
 from jbod_client.controller import ClientError, ControllerClient, read_token
-from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
+from jbod_core.ids import UNASSIGNED_DIR_TEXT, Uuid, random_uuid
 from jbod_core.messages import (
     AlterPartitionData,
     AlterPartitionRequest,
@@ -99,7 +99,7 @@ class SimulatedBroker:
             if self.broker_id not in p["replicas"]:
                 continue
             current = p["directories"][p["replicas"].index(self.broker_id)]
-            if current != str(UNASSIGNED_DIR):
+            if current != UNASSIGNED_DIR_TEXT:
                 load[Uuid.parse(current)] = load.get(Uuid.parse(current), 0) + 1
                 continue
             target = min(self.dirs, key=lambda d: (load[d], d))

@@ -62,6 +62,7 @@ from typing import Any
 
 import httpx
 
+from jbod_client import durable_files
 from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
@@ -294,7 +295,7 @@ def write_layout(layout: ClusterLayout) -> None:
     """Write cluster.json atomically (temp file, fsync, rename)."""
     layout.root.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(layout.to_json(), indent=2) + "\n").encode()
-    meta_properties.write_atomically(layout.state_path, data)
+    durable_files.write_atomically(layout.state_path, data)
 
 
 @contextlib.contextmanager
@@ -635,7 +636,7 @@ def _directory_ids(broker: BrokerLayout) -> tuple[str | None, ...]:
         moved = broker.failed_path(index)
         path = moved if moved.is_dir() else disk
         try:
-            directory_id = meta_properties.read(path).directory_id
+            directory_id = durable_files.read_meta_properties(path).directory_id
         except (OSError, ValueError):
             directory_id = None
         ids.append(known if directory_id is None else str(directory_id))
@@ -1205,7 +1206,7 @@ def _fail_disk(
         if mount_of(path) is None:
             raise LocalClusterError(f"disk {index} of broker {broker_id} is not mounted at {path}")
     try:
-        directory_id: str | None = str(meta_properties.read(path).directory_id)
+        directory_id: str | None = str(durable_files.read_meta_properties(path).directory_id)
     except (OSError, ValueError):
         directory_id = None
     with layout.controller(timeout=5.0) as client:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jbod_client import console
+from jbod_client import console, durable_files
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
@@ -194,10 +194,10 @@ def claim_data_dir(data_dir: Path, cluster_id: str, created: Created | None = No
         os.close(lock_fd)
         raise UsageError(f"data dir {data_dir} is in use by another controller") from exc
     try:
-        stored = meta_properties.read(data_dir)
+        stored = durable_files.read_meta_properties(data_dir)
     except FileNotFoundError:
         created.note_missing(data_dir / meta_properties.FILE_NAME)
-        meta_properties.write(
+        durable_files.write_meta_properties(
             data_dir, meta_properties.MetaProperties(cluster_id=cluster_id, node_id=CONTROLLER_NODE_ID)
         )
         return lock_fd

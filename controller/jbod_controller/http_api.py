@@ -38,6 +38,7 @@ from jbod_controller import views
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import log_divergence, page_checksum
 from jbod_controller.service import ControllerService
+from jbod_core import frames
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
@@ -323,7 +324,7 @@ class ControllerApi:
             found = self.service.snapshot_entries()
             if found is not None:
                 snapshot_offset, entries = found
-                prefix = b'{"offset":%d,' % (snapshot_offset - 1)
+                prefix = frames.log_entry_prefix(snapshot_offset - 1)
                 parts.extend(prefix + entry[1:] for entry in entries)
                 from_offset = snapshot_offset
                 snapshot = True

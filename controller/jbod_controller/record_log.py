@@ -7,8 +7,9 @@ Atomicity contract (what the writer relies on):
   of the unflushed ones, always a gap-free prefix of what was appended: a torn tail is truncated,
   never half-applied. Anything else that is damaged refuses to recover (`LogCorruptError`, naming
   the segment, the byte and the record offset) and leaves every file exactly as it was.
-* Torn tail or corruption: the frame codec and the rule that tells them apart are
-  `jbod_core.frames` (`scan`, `tail_damage`), shared with the pipeline's reader of these files.
+* Torn tail or corruption: the file codec (frames, entries, snapshot headers) and the rule that
+  tells them apart are `jbod_core.frames` (`scan`, `tail_damage`, `snapshot_entries`), shared
+  with the pipeline's reader of these files.
   Only the first damaged frame of the last segment can be a torn tail, and only if nothing after
   it could be an acknowledged record; a kill -9 mid-append leaves a prefix of the appended frames,
   which always passes; one flipped byte in an acknowledged frame that has frames after it never
@@ -19,8 +20,8 @@ Atomicity contract (what the writer relies on):
 * A snapshot covers every record below its offset; a snapshot file is written atomically and is
   only used when its checksum verifies.
 
-File format (`docs/decisions.md`): segments `<base offset>.log`; each frame is
-`u32 length | u32 crc32(payload) | payload`, payload = JSON `{"offset", "type", "data"}`.
+File format (`docs/decisions.md`, encoded by `jbod_core.frames`): segments `<base offset>.log`;
+each frame is `u32 length | u32 crc32(payload) | payload`, payload = JSON `{"offset", "type", "data"}`.
 Snapshots `<offset>.snapshot` hold the image as frames of `{"type", "data"}` after a header frame.
 """
 
@@ -29,16 +30,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-import orjson
-
+from jbod_client.durable_files import fsync_directory
 from jbod_core import frames
-from jbod_core.meta_properties import fsync_directory
 
 _HEADER: Final = frames.HEADER
 _INDEX_EVERY: Final = 64
@@ -48,10 +46,6 @@ _READ_CHUNK: Final = 1024 * 1024
 
 class LogCorruptError(RuntimeError):
     """The log is damaged somewhere other than its tail."""
-
-
-def encode_entry(offset: int, record_type: str, data: dict[str, Any]) -> bytes:
-    return orjson.dumps({"offset": offset, "type": record_type, "data": data})
 
 
 @dataclass(slots=True)
@@ -146,7 +140,7 @@ def page_checksum(log: RecordLog, served: list[bytes], snapshot_offset: int | No
     of the log record just below the snapshot's offset, if the log still holds it.
     """
     if served:
-        return zlib.crc32(served[-1])
+        return frames.checksum(served[-1])
     if snapshot_offset is not None:
         return log.checksum_at(snapshot_offset - 1)
     return None
@@ -215,17 +209,8 @@ class FileRecordLog:
             data = path.read_bytes()
         except OSError:
             return None
-        payloads: list[bytes] = []
-        for item in frames.scan(data, entries=False):
-            if isinstance(item, frames.Damage):
-                return None
-            payloads.append(item[1])
-        if not payloads:
-            return None
-        header = orjson.loads(payloads.pop(0))
-        if header.get("offset") != offset or header.get("records") != len(payloads):
-            return None
-        return Snapshot(offset=offset, entries=payloads)
+        payloads = frames.snapshot_entries(data, offset=offset)
+        return None if payloads is None else Snapshot(offset=offset, entries=payloads)
 
     def recover(self) -> Recovery:
         snapshot = self.latest_snapshot()
@@ -308,10 +293,7 @@ class FileRecordLog:
 
     def append_one(self, payload: bytes) -> None:
         """Buffer one payload; it is framed at once so the caller's bytes can be freed."""
-        crc = zlib.crc32(payload)
-        self._pending.extend(_HEADER.pack(len(payload), crc))
-        self._pending.extend(payload)
-        self._pending_last_crc = crc
+        self._pending_last_crc = frames.append_frame(self._pending, payload)
         self._pending_lengths.append(_HEADER.size + len(payload))
         self._end += 1
 
@@ -411,7 +393,7 @@ class FileRecordLog:
         written = 0
         try:
             with open(tmp, "wb", buffering=1024 * 1024) as handle:
-                handle.write(frames.frame(orjson.dumps({"offset": offset, "records": count})))
+                handle.write(frames.frame(frames.snapshot_header(offset=offset, records=count)))
                 for entry in entries:
                     handle.write(frames.frame(entry))
                     written += 1

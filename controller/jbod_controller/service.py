@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from jbod_controller import memory
 from jbod_controller.record_log import FileRecordLog, LogCorruptError, Recovery
 from jbod_controller.writer import Writer, exit_on_fatal
-from jbod_core import assignments, brokers, isr, records, topics
+from jbod_core import assignments, brokers, frames, isr, records, topics
 from jbod_core.image import ClusterImage
 from jbod_core.messages import (
     AlterPartitionReply,
@@ -75,21 +73,21 @@ class RecoveryError(RuntimeError):
 def replay_recovery(recovery: Recovery) -> ClusterImage:
     """Build the image from a recovered snapshot and log (runs off the event loop)."""
     image = ClusterImage()
-    loads = orjson.loads
     decode = records.decode
     if recovery.snapshot is not None:
         last = recovery.snapshot.offset - 1
+        decode_snapshot_entry = frames.decode_snapshot_entry
         for payload in recovery.snapshot.entries:
-            entry = loads(payload)
-            image.replay(decode(entry["type"], entry["data"]), last)
+            record_type, data = decode_snapshot_entry(payload)
+            image.replay(decode(record_type, data), last)
         image.end_offset = recovery.snapshot.offset
     expected = image.end_offset
+    decode_entry = frames.decode_entry
     for payload in recovery.entries:
-        entry = loads(payload)
-        offset = entry["offset"]
+        offset, record_type, data = decode_entry(payload)
         if offset != expected:
             raise RecoveryError(f"record offset {offset} found where {expected} was expected")
-        image.replay(decode(entry["type"], entry["data"]), offset)
+        image.replay(decode(record_type, data), offset)
         expected += 1
     return image
 
@@ -317,7 +315,7 @@ class ControllerService:
 
         def work() -> int:
             count = copy.record_count()
-            entries = (orjson.dumps({"type": r.TYPE, "data": r.to_data()}) for r in copy.iter_records())
+            entries = (frames.encode_snapshot_entry(r.TYPE, r.to_data()) for r in copy.iter_records())
             self.record_log.write_snapshot(copy.end_offset, entries, count=count)
             return count
 

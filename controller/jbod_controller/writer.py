@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from jbod_controller import memory
-from jbod_controller.record_log import RecordLog, encode_entry
-from jbod_core import records
+from jbod_controller.record_log import RecordLog
+from jbod_core import frames, records
 from jbod_core.image import ClusterImage
 
 log = logging.getLogger("jbod_controller.writer")
@@ -113,6 +113,7 @@ class Writer:
             outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
             written = 0
             append = self.record_log.append_one
+            encode_entry = frames.encode_entry
             try:
                 for command in batch:
                     if command.future.cancelled():

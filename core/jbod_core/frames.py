@@ -1,9 +1,13 @@
-"""The frame codec of the controller's metadata log files, and the rule that tells a torn tail from
-corruption. One definition for the writer of the files (`jbod_controller.record_log`) and every
-reader of them (`jbod_pipeline.segments`).
+"""The codec of the controller's metadata log files — frames, log entries, snapshot headers and
+entries — and the rule that tells a torn tail from corruption. The one definition for the writer of
+the files (`jbod_controller.record_log`, `jbod_controller.service`), the metadata API that serves
+them (`jbod_controller.http_api`) and every reader of them (`jbod_pipeline.segments`).
 
 A file is a sequence of frames `u32 length | u32 crc32(payload) | payload` (big endian). A segment's
-payloads are log entries, JSON objects starting `{"offset":`; a snapshot's are not.
+payloads are log entries `{"offset", "type", "data"}` (`encode_entry`; JSON starting
+`{"offset":`). A snapshot `<S>.snapshot` is a header frame `{"offset": S, "records": n}`
+(`snapshot_header`) and then n frames of snapshot entries `{"type", "data"}`
+(`encode_snapshot_entry`), served as log entries of offset `S - 1` (`log_entry_prefix`).
 
 Guarantees:
 * `scan(data, entries=...)` yields `(position, payload)` for each intact frame in order, then, if a
@@ -19,6 +23,12 @@ Guarantees:
   all zero (blocks allocated but never written), or, when its length field is itself garbage,
   fewer bytes than one frame can hold follow. A damaged frame in any other segment is always
   corruption.
+* `snapshot_entries(data, offset=S)` / `snapshot_count` accept a snapshot only when every frame is
+  intact and its header says `{"offset": S, "records": <the number of entries>}` (None otherwise);
+  an intact header that is not a JSON object raises `ValueError` (no interrupted write leaves one).
+* `encode_entry` / `decode_entry` and `encode_snapshot_entry` / `decode_snapshot_entry`
+  round-trip; a log entry of offset o starts with `log_entry_prefix(o)`, and a snapshot entry with
+  its opening `{` replaced by `log_entry_prefix(o)` is the log entry of offset o of the same record.
 * Pure: bytes in, values out; no I/O.
 """
 
@@ -26,9 +36,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+import orjson
 
 HEADER: Final = struct.Struct(">II")
 #: The longest payload a frame may declare; a longer length is a damaged header.
@@ -46,9 +58,22 @@ class Damage:
     reason: str
 
 
+def checksum(payload: bytes) -> int:
+    """The checksum a frame stores for `payload`: its crc32."""
+    return zlib.crc32(payload)
+
+
 def frame(payload: bytes) -> bytes:
     """`payload` framed: its length, its crc32, then itself."""
     return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def append_frame(buffer: bytearray, payload: bytes) -> int:
+    """Append `payload` framed to `buffer` (as `frame`, without the copy); returns its checksum."""
+    crc = zlib.crc32(payload)
+    buffer.extend(HEADER.pack(len(payload), crc))
+    buffer.extend(payload)
+    return crc
 
 
 def scan(data: bytes, *, entries: bool) -> Iterator[tuple[int, bytes] | Damage]:
@@ -134,3 +159,78 @@ def tail_damage(data: bytes, position: int) -> str | None:
     if not any(data[end:]):
         return None  # zero-filled blocks after the last frame
     return f"{size - end} more bytes follow the damaged frame"
+
+
+# -- log entries and snapshots -------------------------------------------------------------------
+
+
+def encode_entry(offset: int, record_type: str, data: Mapping[str, Any]) -> bytes:
+    """The log entry of a record at `offset`: `{"offset", "type", "data"}` (one line of an export)."""
+    return orjson.dumps({"offset": offset, "type": record_type, "data": data})
+
+
+def decode_entry(payload: bytes) -> tuple[int, str, Any]:
+    """`(offset, type, data)` of a log entry. Checks only the JSON and the three keys (`KeyError`);
+    the record itself is `jbod_core.records.decode`'s to check."""
+    entry = orjson.loads(payload)
+    return entry["offset"], entry["type"], entry["data"]
+
+
+def encode_snapshot_entry(record_type: str, data: Mapping[str, Any]) -> bytes:
+    """A snapshot entry: `{"type", "data"}` (the record without an offset)."""
+    return orjson.dumps({"type": record_type, "data": data})
+
+
+def decode_snapshot_entry(payload: bytes) -> tuple[str, Any]:
+    """`(type, data)` of a snapshot entry (checked as `decode_entry` checks)."""
+    entry = orjson.loads(payload)
+    return entry["type"], entry["data"]
+
+
+def log_entry_prefix(offset: int) -> bytes:
+    """How the log entry of `offset` starts: `{"offset":<offset>,`. In place of a snapshot entry's
+    opening `{` it makes the log entry the metadata API serves for it (offset = snapshot's - 1)."""
+    return b'{"offset":%d,' % offset
+
+
+def snapshot_header(*, offset: int, records: int) -> bytes:
+    """The payload of a snapshot's first frame: the snapshot's offset and its number of entries."""
+    return orjson.dumps({"offset": offset, "records": records})
+
+
+def _header_matches(payload: bytes, *, offset: int, records: int) -> bool:
+    header = orjson.loads(payload)
+    if not isinstance(header, dict):
+        raise ValueError(f"the snapshot header is not a JSON object: {payload[:64]!r}")
+    return header.get("offset") == offset and header.get("records") == records
+
+
+def snapshot_entries(data: bytes, *, offset: int) -> list[bytes] | None:
+    """The entries of the snapshot file `data` taken at `offset`, or None unless every frame is
+    intact and the header frame says `{"offset": offset, "records": <the entry count>}`.
+    `ValueError` for an intact header that is not a JSON object."""
+    payloads: list[bytes] = []
+    for item in scan(data, entries=False):
+        if isinstance(item, Damage):
+            return None
+        payloads.append(item[1])
+    if not payloads or not _header_matches(payloads[0], offset=offset, records=len(payloads) - 1):
+        return None
+    del payloads[0]
+    return payloads
+
+
+def snapshot_count(data: bytes, *, offset: int) -> int | None:
+    """The number of entries of the snapshot file `data` taken at `offset` when `snapshot_entries`
+    would accept it, else None (without keeping the entries). `ValueError` as there."""
+    header: bytes | None = None
+    count = -1
+    for item in iter_frames(data, entries=False):
+        if isinstance(item, Damage):
+            return None
+        if header is None:
+            header = item
+        count += 1
+    if header is None or not _header_matches(header, offset=offset, records=count):
+        return None
+    return count

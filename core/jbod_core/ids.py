@@ -7,6 +7,8 @@ Guarantees:
   raises `ValueError` naming the problem for anything else.
 * Ordering compares msb as a signed integer, then lsb as a signed integer (Kafka's order);
   hashing and comparisons run in C (a tuple subclass), which the hot paths rely on.
+* The reserved dir ids UNASSIGNED (0, 0), LOST (0, 1) and MIGRATING (0, 2) are defined here once,
+  with their text forms (`UNASSIGNED_DIR_TEXT` …), which every package uses rather than spelling them.
 * `random_directory_id` never returns a reserved id, an id in `avoid`, or one whose text starts
   with `-`; it takes its randomness as a parameter.
 """
@@ -124,6 +126,10 @@ UNASSIGNED_DIR: Final = Uuid(0, 0)
 LOST_DIR: Final = Uuid(0, 1)
 MIGRATING_DIR: Final = Uuid(0, 2)
 ZERO: Final = UNASSIGNED_DIR
+#: The text forms of the reserved dir ids, as the wire, the log and the pipeline's tables carry them.
+UNASSIGNED_DIR_TEXT: Final = str(UNASSIGNED_DIR)  # "AAAAAAAAAAAAAAAAAAAAAA"
+LOST_DIR_TEXT: Final = str(LOST_DIR)  # "AAAAAAAAAAAAAAAAAAAAAQ"
+MIGRATING_DIR_TEXT: Final = str(MIGRATING_DIR)  # "AAAAAAAAAAAAAAAAAAAAAg"
 
 
 def random_uuid(rng: _random.Random, *, avoid: Collection[Uuid] = ()) -> Uuid:

@@ -4,15 +4,13 @@ Guarantees:
 * `parse` / `render` are pure and round-trip: `parse(render(p)) == p`.
 * `parse` accepts Java properties syntax (`#`/`!` comments, `=` or `:` separators, surrounding
   whitespace) and raises `MetaPropertiesError` naming the key for a missing or malformed value.
-* `write` is atomic: a temp file in the same directory is written and fsync'd, renamed over
-  `meta.properties`, and the directory is fsync'd; a reader sees the old file or the new one.
+* Pure: text in, values out. Reading and (atomically) writing the file on disk is
+  `jbod_client.durable_files` (`read_meta_properties`, `write_meta_properties`).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from jbod_core.ids import Uuid
@@ -87,36 +85,3 @@ def render(props: MetaProperties) -> str:
     if props.directory_id is not None:
         lines.append(f"directory.id={props.directory_id}")
     return "\n".join(lines) + "\n"
-
-
-def read(directory: Path) -> MetaProperties:
-    """Read `directory/meta.properties`; `FileNotFoundError` if absent, `OSError` if unreadable."""
-    return parse((directory / FILE_NAME).read_text(encoding="utf-8"))
-
-
-def write(directory: Path, props: MetaProperties) -> None:
-    """Atomically replace `directory/meta.properties` (temp file, fsync, rename, fsync dir)."""
-    write_atomically(directory / FILE_NAME, render(props).encode("utf-8"))
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file in `directory` durable."""
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -27,11 +27,6 @@ from pyspark.sql.window import Window
 from jbod_core import ids
 from jbod_pipeline import schemas
 
-# The reserved dir ids in their text form, from the one definition in `jbod_core.ids`.
-UNASSIGNED: Final = str(ids.UNASSIGNED_DIR)
-LOST: Final = str(ids.LOST_DIR)
-MIGRATING: Final = str(ids.MIGRATING_DIR)
-
 
 def _uuid_hex(uuid_text: Column) -> Column:
     """The 32 hex digits (upper case) of a Uuid's 16 bytes."""
@@ -67,8 +62,8 @@ def uuid_order(uuid_text: Column) -> Column:
 def is_online(directory: Column, online_dirs: Column) -> Column:
     """Protocol §1 `isOnline` (a null `online_dirs` — no registration — counts as none online)."""
     return (
-        F.when(directory.isin(UNASSIGNED, MIGRATING), F.lit(True))
-        .when(directory == LOST, F.lit(False))
+        F.when(directory.isin(ids.UNASSIGNED_DIR_TEXT, ids.MIGRATING_DIR_TEXT), F.lit(True))
+        .when(directory == ids.LOST_DIR_TEXT, F.lit(False))
         .otherwise(F.coalesce(F.array_contains(online_dirs, directory), F.lit(False)))
     )
 
@@ -141,7 +136,9 @@ def replay_partitions(
 
     def step(acc: Column, r: Column) -> Column:
         kept = F.map_from_arrays(acc["replicas"], acc["directories"])
-        remapped = F.transform(r["replicas"], lambda b: F.coalesce(F.element_at(kept, b), F.lit(UNASSIGNED)))
+        remapped = F.transform(
+            r["replicas"], lambda b: F.coalesce(F.element_at(kept, b), F.lit(ids.UNASSIGNED_DIR_TEXT))
+        )
         change = F.struct(
             acc["base"].alias("base"),
             F.coalesce(r["replicas"], acc["replicas"]).alias("replicas"),

@@ -1,6 +1,7 @@
 """Reading the controller's metadata log files directly: `--metadata` on a controller's data dir.
 
-The files (`controller/jbod_controller/record_log.py`, docs/decisions.md): the dir
+The files (`controller/jbod_controller/record_log.py`, docs/decisions.md; their codec is
+`jbod_core.frames`, the controller's own): the dir
 `<data dir>/metadata/` holds segments `<base offset>.log`, each a sequence of frames
 `u32 length | u32 crc32(payload) | payload` (big endian) whose payload is the JSON object
 `{"offset", "type", "data"}` — exactly one line of `jbodctl metadata export` — and snapshots
@@ -39,7 +40,6 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, Literal
@@ -51,13 +51,6 @@ from pyspark.sql import types as T  # noqa: N812 (the PySpark convention)
 from jbod_core import frames
 from jbod_pipeline.paths import local_path
 
-# The frame codec and the torn-tail rule are the controller's own (`jbod_core.frames`).
-HEADER: Final = frames.HEADER
-MAX_FRAME_BYTES: Final = frames.MAX_FRAME_BYTES
-ENTRY_PREFIX: Final = frames.ENTRY_PREFIX
-Damage = frames.Damage
-iter_frames = frames.iter_frames
-find_damage = frames.find_damage
 SEGMENT_SUFFIX: Final = ".log"
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 _BATCH_ROWS: Final = 8192
@@ -114,21 +107,11 @@ class LogError(Exception):
 def snapshot_records(data: bytes, offset: int) -> int | None:
     """The number of entries of a snapshot file taken at `offset`, or None unless every frame is
     intact and the header frame says `{"offset": offset, "records": <the entry count>}` (the
-    controller's rule for a snapshot it may use)."""
-    header: object = None
-    count = -1
-    for item in iter_frames(data, entries=False):
-        if isinstance(item, Damage):
-            return None
-        if count < 0:
-            try:
-                header = json.loads(item)
-            except ValueError:
-                return None
-        count += 1
-    if not isinstance(header, dict) or header.get("offset") != offset or header.get("records") != count:
+    controller's rule for a snapshot it may use: `jbod_core.frames.snapshot_count`)."""
+    try:
+        return frames.snapshot_count(data, offset=offset)
+    except ValueError:  # a header that is not a JSON object: no snapshot to use
         return None
-    return count
 
 
 def segment_rows(
@@ -139,8 +122,8 @@ def segment_rows(
     (a torn tail), as a bad row elsewhere. `next_base`: where the next segment starts."""
     offset = base_offset
     number = 0
-    for item in iter_frames(data, entries=True):
-        if isinstance(item, Damage):
+    for item in frames.iter_frames(data, entries=True):
+        if isinstance(item, frames.Damage):
             if not last:
                 rest = len(data) - item.position
                 yield (
@@ -169,9 +152,9 @@ def segment_rows(
 def snapshot_rows(data: bytes, *, file: str, offset: int) -> Iterator[Row]:
     """The entries of a (verified) snapshot taken at `offset`, each as the log entry
     `{"offset": offset - 1, "type", "data"}` that `GET /v1/metadata` serves for it."""
-    prefix = f'{{"offset":{offset - 1},'
-    for number, item in enumerate(iter_frames(data, entries=False), start=1):
-        if isinstance(item, Damage):  # the snapshot changed after it was verified
+    prefix = frames.log_entry_prefix(offset - 1).decode("ascii")
+    for number, item in enumerate(frames.iter_frames(data, entries=False), start=1):
+        if isinstance(item, frames.Damage):  # the snapshot changed after it was verified
             yield file, item.frame, None, f"damaged snapshot frame ({item.reason})"
             return
         if number > 1:  # frame 1 is the header
@@ -291,7 +274,7 @@ def plan(path: str) -> ReadPlan:
         size = segment.stat().st_size
         if next_base is None:
             data = segment.read_bytes()
-            damage = find_damage(data, entries=True)
+            damage = frames.find_damage(data, entries=True)
             corrupt = damage is not None and frames.tail_damage(data, damage.position) is not None
             end = size = len(data) if damage is None or corrupt else damage.position
             if damage is not None and not corrupt:

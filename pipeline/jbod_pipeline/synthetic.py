@@ -22,7 +22,8 @@ from typing import IO, Any
 
 import orjson
 
-from jbod_core.ids import LOST_DIR, MIGRATING_DIR, UNASSIGNED_DIR, random_uuid
+from jbod_core import frames
+from jbod_core.ids import LOST_DIR_TEXT, MIGRATING_DIR_TEXT, UNASSIGNED_DIR_TEXT, random_uuid
 
 GIB = 1 << 30
 
@@ -71,7 +72,7 @@ class _Writer:
 
     def write(self, record_type: str, data: dict[str, Any]) -> int:
         offset = self.offset
-        self.out.write(orjson.dumps({"offset": offset, "type": record_type, "data": data}) + b"\n")
+        self.out.write(frames.encode_entry(offset, record_type, data) + b"\n")
         self.offset += 1
         return offset
 
@@ -98,7 +99,7 @@ class _Brokers:
     def acceptable(self, broker: int, directory: str) -> bool:
         if broker not in self.registered or self.fenced[broker]:
             return False
-        if directory in (str(UNASSIGNED_DIR), str(MIGRATING_DIR)):
+        if directory in (UNASSIGNED_DIR_TEXT, MIGRATING_DIR_TEXT):
             return True
         return directory in self.online[broker]
 
@@ -229,18 +230,18 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
                 for b in replicas:
                     roll = rng.random()
                     if roll < spec.unassigned_fraction:
-                        directories.append(str(UNASSIGNED_DIR))
+                        directories.append(UNASSIGNED_DIR_TEXT)
                     elif roll < spec.unassigned_fraction + spec.lost_fraction:
-                        directories.append(str(LOST_DIR))
+                        directories.append(LOST_DIR_TEXT)
                     else:
                         x = rng.random() * cumulative[b][-1]
                         i = next(j for j, c in enumerate(cumulative[b]) if c >= x)
                         directories.append(dirs[b][i])
                 p = _Partition(topic_id, name, index, replicas, directories, list(replicas), replicas[0])
-                lost_leader = directories[0] == str(LOST_DIR)
+                lost_leader = directories[0] == LOST_DIR_TEXT
                 if lost_leader:
                     # A LOST replica is offline: §3.6 would not have elected it.
-                    p.isr = [b for b, d in zip(replicas, directories, strict=True) if d != str(LOST_DIR)] or [
+                    p.isr = [b for b, d in zip(replicas, directories, strict=True) if d != LOST_DIR_TEXT] or [
                         replicas[0]
                     ]
                     p.leader = _elect(
@@ -349,7 +350,7 @@ def generate(spec: ClusterSpec, *, seed: int, metadata: Path, telemetry: Path) -
             if (gone, old_dir) in placed:
                 placed[(gone, old_dir)] = [x for x in placed[(gone, old_dir)] if x != (p.topic, p.index)]
             p.replicas = [*p.replicas[:-1], newcomer]
-            p.directories = [*p.directories[:-1], str(UNASSIGNED_DIR)]
+            p.directories = [*p.directories[:-1], UNASSIGNED_DIR_TEXT]
             isr = [b for b in p.isr if b != gone] or [p.replicas[0]]
             p.partition_epoch += 1
             data: dict[str, Any] = {

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid, random_uuid
 from jbod_core.meta_properties import MetaProperties
@@ -51,7 +52,7 @@ def format_dir(
     if with_id and directory_id is None:
         directory_id = random_uuid(_RNG)
     path.mkdir(parents=True, exist_ok=True)
-    meta_properties.write(
+    durable_files.write_meta_properties(
         path,
         MetaProperties(
             cluster_id=cluster_id, node_id=node_id, directory_id=directory_id if with_id else None
@@ -61,7 +62,7 @@ def format_dir(
 
 
 def read_props(path: Path) -> MetaProperties:
-    return meta_properties.read(path)
+    return durable_files.read_meta_properties(path)
 
 
 def snapshot(paths: Sequence[Path]) -> dict[Path, bytes | None]:

@@ -4,7 +4,10 @@ own tests run it on real files)."""
 
 from __future__ import annotations
 
+import zlib
+
 import orjson
+import pytest
 
 from jbod_core import frames
 
@@ -55,3 +58,39 @@ def test_damage_with_acknowledged_frames_after_it_is_corruption() -> None:
     damage = frames.find_damage(garbage, entries=True)
     assert damage is not None and damage.position == STARTS[4]
     assert frames.tail_damage(garbage, damage.position) is None  # reads as a frame cut at the end
+
+
+def test_the_frame_layout_is_length_crc32_payload_big_endian() -> None:
+    payload = b'{"offset":7}'
+    expected = len(payload).to_bytes(4, "big") + zlib.crc32(payload).to_bytes(4, "big") + payload
+    assert frames.frame(payload) == expected
+    buffer = bytearray(b"before")
+    assert frames.append_frame(buffer, payload) == frames.checksum(payload) == zlib.crc32(payload)
+    assert bytes(buffer) == b"before" + expected
+
+
+def test_entries_round_trip_and_a_snapshot_entry_is_served_as_a_log_entry() -> None:
+    entry = frames.encode_entry(41, "TopicRecord", {"name": "t"})
+    assert entry == b'{"offset":41,"type":"TopicRecord","data":{"name":"t"}}'
+    assert entry.startswith(frames.ENTRY_PREFIX) and entry.startswith(frames.log_entry_prefix(41))
+    assert frames.decode_entry(entry) == (41, "TopicRecord", {"name": "t"})
+    snapshot_entry = frames.encode_snapshot_entry("TopicRecord", {"name": "t"})
+    assert frames.decode_snapshot_entry(snapshot_entry) == ("TopicRecord", {"name": "t"})
+    assert frames.log_entry_prefix(41) + snapshot_entry[1:] == entry
+
+
+def test_a_snapshot_is_used_only_when_intact_and_its_header_matches() -> None:
+    entries = [frames.encode_snapshot_entry("T", {"n": n}) for n in range(3)]
+    data = frames.frame(frames.snapshot_header(offset=10, records=3)) + b"".join(map(frames.frame, entries))
+    assert frames.snapshot_entries(data, offset=10) == entries
+    assert frames.snapshot_count(data, offset=10) == 3
+    for bad in (data[:-1], data + frames.frame(entries[0]), b""):
+        assert frames.snapshot_entries(bad, offset=10) is None
+        assert frames.snapshot_count(bad, offset=10) is None
+    assert frames.snapshot_entries(data, offset=11) is None
+    assert frames.snapshot_count(data, offset=11) is None
+    not_an_object = frames.frame(b"[10, 3]") + b"".join(map(frames.frame, entries))
+    with pytest.raises(ValueError, match="not a JSON object"):
+        frames.snapshot_entries(not_an_object, offset=10)
+    with pytest.raises(ValueError, match="not a JSON object"):
+        frames.snapshot_count(not_an_object, offset=10)

@@ -1,9 +1,6 @@
-"""`meta.properties` parse / render / atomic write (protocol §4.1)."""
+"""`meta.properties` parse / render (protocol §4.1); the file on disk: `tests/client/test_durable_files.py`."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -79,36 +76,3 @@ def test_parse_errors_name_the_key(text: str, names: str) -> None:
 
 def test_parse_error_is_a_value_error() -> None:
     assert issubclass(MetaPropertiesError, ValueError)
-
-
-def test_write_then_read(tmp_path: Path) -> None:
-    props = MetaProperties(cluster_id="c-1", node_id=3, directory_id=DIR_ID)
-    meta_properties.write(tmp_path, props)
-    path = tmp_path / meta_properties.FILE_NAME
-    assert path.read_text(encoding="utf-8") == meta_properties.render(props)
-    assert meta_properties.read(tmp_path) == props
-    assert sorted(os.listdir(tmp_path)) == ["meta.properties"]
-
-
-def test_write_replaces_the_old_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
-    meta_properties.write(tmp_path, MetaProperties(cluster_id="old", node_id=1))
-    new = MetaProperties(cluster_id="new", node_id=2, directory_id=DIR_ID)
-    meta_properties.write(tmp_path, new)
-    assert meta_properties.read(tmp_path) == new
-    assert sorted(os.listdir(tmp_path)) == ["meta.properties"]
-
-
-def test_failed_rename_removes_the_temp_file(tmp_path: Path) -> None:
-    # A non-empty directory where the file should go makes the rename fail.
-    blocker = tmp_path / meta_properties.FILE_NAME
-    blocker.mkdir()
-    (blocker / "x").write_text("x")
-    with pytest.raises(OSError):
-        meta_properties.write(tmp_path, MetaProperties(cluster_id="c", node_id=1))
-    assert sorted(os.listdir(tmp_path)) == ["meta.properties"]
-    assert blocker.is_dir()
-
-
-def test_read_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        meta_properties.read(tmp_path)

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jbod_controller.record_log import FileRecordLog
-from jbod_core import records
+from jbod_core import frames, records
 from jbod_core.image import ClusterImage
 from jbod_pipeline import inputs, jobs, replay, segments, synthetic
 from tests.controller.conftest import Api, bring_up, random_uuid
@@ -182,16 +182,14 @@ def _damaged_log(tmp_path: Path) -> tuple[Path, list[str], list[Path]]:
 def _frame_position(data: bytes, number: int) -> int:
     position = 0
     for _ in range(number - 1):
-        length, _crc = segments.HEADER.unpack_from(data, position)
-        position += segments.HEADER.size + length
+        length, _crc = frames.HEADER.unpack_from(data, position)
+        position += frames.HEADER.size + length
     return position
 
 
 def _frames(segment: Path) -> int:
     data = segment.read_bytes()
-    return sum(
-        1 for item in segments.iter_frames(data, entries=True) if not isinstance(item, segments.Damage)
-    )
+    return sum(1 for item in frames.iter_frames(data, entries=True) if not isinstance(item, frames.Damage))
 
 
 def test_a_damaged_frame_is_a_bad_line_and_a_torn_tail_is_cut(spark: SparkSession, tmp_path: Path) -> None:
@@ -199,9 +197,9 @@ def test_a_damaged_frame_is_a_bad_line_and_a_torn_tail_is_cut(spark: SparkSessio
     middle, last = files[1], files[-1]
     data = bytearray(middle.read_bytes())
     position = _frame_position(bytes(data), 3)
-    data[position + segments.HEADER.size + 5] ^= 0xFF  # inside frame 3's payload: its CRC fails
+    data[position + frames.HEADER.size + 5] ^= 0xFF  # inside frame 3's payload: its CRC fails
     middle.write_bytes(bytes(data))
-    torn = segments.HEADER.pack(100, 0) + b'{"offset":'  # a frame whose write was cut short
+    torn = frames.HEADER.pack(100, 0) + b'{"offset":'  # a frame whose write was cut short
     with last.open("ab") as handle:
         handle.write(torn)
     read = inputs.read_metadata(spark, str(directory))
@@ -228,7 +226,7 @@ def test_a_damaged_frame_is_a_bad_line_and_a_torn_tail_is_cut(spark: SparkSessio
     with pytest.raises(jobs.JobError, match=r"line 3: damaged frame at offset \d+ \(CRC mismatch\)"):
         _ = run.metadata
     run.close()
-    data[position + segments.HEADER.size + 5] ^= 0xFF  # repaired: only the torn tail is left
+    data[position + frames.HEADER.size + 5] ^= 0xFF  # repaired: only the torn tail is left
     middle.write_bytes(bytes(data))
     run = jobs.Run(spark, jobs.Options(metadata=str(directory), out=tmp_path / "out", strict=True))
     assert run.metadata.report.bad_lines == 0 and len(run.metadata.report.warnings) == 1
@@ -246,7 +244,7 @@ def test_a_flipped_byte_inside_the_last_segment_is_a_bad_line_not_a_torn_tail(
     data = bytearray(last.read_bytes())
     assert _frames(last) >= 3
     position = _frame_position(bytes(data), 2)
-    data[position + segments.HEADER.size + 5] ^= 0xFF  # frame 2 of the last segment: its CRC fails
+    data[position + frames.HEADER.size + 5] ^= 0xFF  # frame 2 of the last segment: its CRC fails
     last.write_bytes(bytes(data))
     read = inputs.read_metadata(spark, str(directory))
     base = int(last.name.removesuffix(".log"))
@@ -316,25 +314,25 @@ def test_what_counts_as_a_controller_log(tmp_path: Path) -> None:
 
 def test_frames_and_damage() -> None:
     entry = b'{"offset":0,"type":"T","data":{}}'
-    good = segments.HEADER.pack(len(entry), zlib.crc32(entry)) + entry
-    assert list(segments.iter_frames(good * 2, entries=True)) == [entry, entry]
-    too_long = segments.HEADER.pack(2**31, 0)
+    good = frames.HEADER.pack(len(entry), zlib.crc32(entry)) + entry
+    assert list(frames.iter_frames(good * 2, entries=True)) == [entry, entry]
+    too_long = frames.HEADER.pack(2**31, 0)
     cases = {
         good + good[:5]: "frame header cut short",
         good + good[:-1]: f"frame of {len(entry)} bytes runs past the end of the file",
         good + good[:8] + b"X" + entry[1:]: "CRC mismatch",
-        good + too_long: f"frame length {2**31} over the {segments.MAX_FRAME_BYTES}-byte limit",
+        good + too_long: f"frame length {2**31} over the {frames.MAX_FRAME_BYTES}-byte limit",
     }
     for data, reason in cases.items():
-        assert list(segments.iter_frames(data, entries=True)) == [
+        assert list(frames.iter_frames(data, entries=True)) == [
             entry,
-            segments.Damage(2, len(good), reason),
+            frames.Damage(2, len(good), reason),
         ]
     other = b'{"type":"T","data":{}}'
-    framed = segments.HEADER.pack(len(other), zlib.crc32(other)) + other
-    assert list(segments.iter_frames(framed, entries=False)) == [other]
-    assert list(segments.iter_frames(framed, entries=True)) == [
-        segments.Damage(1, 0, "payload is not a log entry")
+    framed = frames.HEADER.pack(len(other), zlib.crc32(other)) + other
+    assert list(frames.iter_frames(framed, entries=False)) == [other]
+    assert list(frames.iter_frames(framed, entries=True)) == [
+        frames.Damage(1, 0, "payload is not a log entry")
     ]
 
 
