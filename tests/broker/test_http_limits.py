@@ -66,7 +66,10 @@ def limited(tmp_path: Path) -> Iterator[Broker]:
         broker = cluster.add_broker(1, dirs=1, loop=False, properties=LIMITS)
         wait_for(lambda: cluster.all_unfenced(1), timeout=60, what="the broker unfenced")
         assert cluster.admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
-        yield Broker(controller=cluster.controller, broker=broker)
+        limited = Broker(controller=cluster.controller, broker=broker)
+        # The broker leads the partition only once it has read the topic from the metadata log.
+        wait_for(lambda: limited.fetch("t")["errorCode"] == 0, timeout=60, what="the broker serving t-0")
+        yield limited
 
 
 def _closed_by_server(sock: socket.socket, trickle: bytes = b"") -> bool:
