@@ -28,11 +28,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from jbod_agent import telemetry
-from jbod_agent.assignment_queue import AssignmentQueue, Placement, PlacementOutbox
+from jbod_agent.assignment_queue import AssignmentQueue, PlacementOutbox
 from jbod_agent.config import BrokerConfig
 from jbod_agent.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
 from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
 from jbod_agent.fetcher import Fetchers
+from jbod_agent.lifecycle import LifecycleCalls
 from jbod_agent.metadata_follower import MetadataFollower
 from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock, ControllerCalls, SystemClock
@@ -40,23 +41,10 @@ from jbod_agent.reconciler import Reconciler
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import BrokerState, LogDirState
 from jbod_agent.storage import LoadedStorage
-from jbod_client.controller import ClientError, ControllerLink
-from jbod_core.errors import ErrorCode
+from jbod_client.controller import ControllerLink
 from jbod_core.ids import Uuid, random_uuid
-from jbod_core.image import PartitionKey
-from jbod_core.messages import (
-    AssignDirectory,
-    AssignReplicasToDirsRequest,
-    AssignTopic,
-    BrokerHeartbeatRequest,
-    ListenerModel,
-    PartitionIndex,
-    RegisterBrokerRequest,
-)
 
 log = logging.getLogger("jbod_agent")
-
-REGISTER_BACKOFF_INITIAL = 0.1
 
 
 class Agent:
@@ -113,13 +101,7 @@ class Agent:
         )
         self.monitor.on_failed.append(self._dir_failed)
         self.fetchers: Fetchers | None = None
-        # What the loop knows of its own schedule and of the controller's word (see `observe`).
-        self.registration_refused: str | None = None
-        self.controller_said_shutdown = False
-        self.next_register_at = 0.0
-        self.register_backoff = REGISTER_BACKOFF_INITIAL
-        self.last_heartbeat_at: float | None = None
-        self.sent_offline: frozenset[Uuid] = frozenset()
+        self.calls = LifecycleCalls(self.state, link=self.link, clock=self.clock, queue=self.queue)
         self._lifecycle_call: asyncio.Task[None] | None = None
         self._placement_call: asyncio.Task[None] | None = None
         self.last_plan: Plan | None = None
@@ -157,7 +139,7 @@ class Agent:
             if call is not None:
                 call.cancel()
         if self.controlled_shutdown_requested:
-            await self._controlled_shutdown()
+            await self.calls.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -205,6 +187,7 @@ class Agent:
 
     def observe(self) -> Snapshot:
         state = self.state
+        progress = self.calls.progress
         now = self.clock.monotonic()
         return Snapshot(
             now=now,
@@ -215,15 +198,15 @@ class Agent:
                 for d, f in state.failed.items()
             ),
             failure_timeout_ms=state.config.log_dir_failure_timeout_ms,
-            registration_refused=self.registration_refused,
-            controller_said_shutdown=self.controller_said_shutdown,
+            registration_refused=progress.registration_refused,
+            controller_said_shutdown=progress.controller_said_shutdown,
             registered=state.registered,
             register_in_flight=self._lifecycle_call is not None and not state.registered,
-            next_register_at=self.next_register_at,
+            next_register_at=progress.next_register_at,
             heartbeat_in_flight=self._lifecycle_call is not None,
-            last_heartbeat_at=self.last_heartbeat_at,
+            last_heartbeat_at=progress.last_heartbeat_at,
             heartbeat_interval_ms=state.config.heartbeat_interval_ms,
-            sent_offline_dirs=self.sent_offline,
+            sent_offline_dirs=progress.sent_offline,
             fenced=state.fenced,
             ready_to_unfence=state.ready_to_unfence,
             caught_up=state.caught_up(),
@@ -252,19 +235,19 @@ class Agent:
                 self.shut_down(action.exit_code, action.reason)
                 return
             if action.kind is ActionKind.REGISTER:
-                self._lifecycle_call = self._call(self._register(), "register")
+                self._lifecycle_call = self._call(self.calls.register(), "register")
             elif action.kind is ActionKind.READY_TO_UNFENCE:
                 self.state.ready_to_unfence = True
                 log.info("Ready to be unfenced: %s", action.reason)
             elif action.kind is ActionKind.HEARTBEAT:
                 offline = self.state.reported_offline_dirs()
-                self.sent_offline = frozenset(offline)
-                self._lifecycle_call = self._call(self._heartbeat(offline), "heartbeat")
+                self.calls.progress.sent_offline = frozenset(offline)
+                self._lifecycle_call = self._call(self.calls.heartbeat(offline), "heartbeat")
             elif action.kind is ActionKind.SEND_PLACEMENTS:
                 now = self.clock.monotonic()
                 batch = self.queue.take_batch(now=now, is_valid=self.reconciler.placement_valid)
                 if batch is not None:
-                    self._placement_call = self._call(self._send_placements(batch), "placements")
+                    self._placement_call = self._call(self.calls.send_placements(batch), "placements")
 
     def _call(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """A controller call in its own task; when it ends, its slot frees and the loop wakes."""
@@ -281,148 +264,3 @@ class Agent:
 
         task.add_done_callback(done)
         return task
-
-    # -- controller calls -----------------------------------------------------------------------
-
-    def _listener(self) -> ListenerModel:
-        config = self.state.config
-        if config.advertised_listener is not None:
-            return ListenerModel(
-                name="http", host=config.advertised_listener.host, port=config.advertised_listener.port
-            )
-        return ListenerModel(name="http", host=config.listener.host, port=self.state.listener_port)
-
-    async def _register(self) -> None:
-        state = self.state
-        request = RegisterBrokerRequest(
-            broker_id=state.node_id,
-            cluster_id=state.cluster_id,
-            incarnation_id=state.incarnation,
-            log_dirs=list(state.registered_dirs),
-            has_offline_log_dirs=bool(state.startup_offline),
-            listeners=[self._listener()],
-            rack=state.config.rack,
-            previous_broker_epoch=state.epoch,
-        )
-        try:
-            reply = await self.link.register(request)
-        except ClientError as exc:
-            log.warning("Failed registering with the controller: %s", exc)
-            reply = None
-        if reply is not None and reply.error_code == ErrorCode.NONE:
-            state.epoch = reply.broker_epoch
-            state.registered = True
-            self.register_backoff = REGISTER_BACKOFF_INITIAL
-            self.last_heartbeat_at = None  # heartbeat at once
-            log.info("Registered broker %d with epoch %d", state.node_id, state.epoch)
-            return
-        if reply is not None and reply.error_code in (
-            ErrorCode.INCONSISTENT_CLUSTER_ID,
-            ErrorCode.INVALID_REQUEST,
-        ):
-            self.registration_refused = reply.error_message or f"errorCode {reply.error_code}"
-            return
-        if reply is not None:
-            log.warning("Registration answered errorCode %s: %s", reply.error_code, reply.error_message)
-        self.next_register_at = self.clock.monotonic() + self.register_backoff
-        self.register_backoff = min(self.register_backoff * 2, state.config.session_timeout_ms / 1000)
-
-    def _heartbeat_request(self, offline: list[Uuid], *, want_shut_down: bool) -> BrokerHeartbeatRequest:
-        state = self.state
-        return BrokerHeartbeatRequest(
-            broker_id=state.node_id,
-            broker_epoch=state.epoch,
-            current_metadata_offset=state.applied_offset,
-            want_fence=not state.ready_to_unfence,
-            want_shut_down=want_shut_down,
-            offline_log_dirs=offline,
-        )
-
-    async def _heartbeat(self, offline: list[Uuid]) -> None:
-        state = self.state
-        try:
-            reply = await self.link.heartbeat(self._heartbeat_request(offline, want_shut_down=False))
-        except ClientError as exc:
-            log.warning("Failed sending a heartbeat: %s", exc)
-            return
-        finally:
-            self.last_heartbeat_at = self.clock.monotonic()
-        if reply.error_code == ErrorCode.STALE_BROKER_EPOCH:
-            log.warning("Heartbeat was stale (%s); registering again", reply.error_message)
-            state.registered = False
-            self.sent_offline = frozenset()
-            return
-        if reply.error_code != ErrorCode.NONE:
-            log.warning("Heartbeat answered errorCode %s: %s", reply.error_code, reply.error_message)
-            return
-        for directory in offline:
-            failed = state.failed[directory]
-            if not failed.acknowledged:
-                failed.acknowledged = True
-                log.info("The controller acknowledged that log dir %s is offline", directory)
-        if state.fenced != reply.is_fenced:
-            state.fenced = reply.is_fenced
-            log.info("Broker %d is now %s", state.node_id, "fenced" if state.fenced else "unfenced")
-        if reply.should_shut_down:
-            self.controller_said_shutdown = True
-
-    async def _controlled_shutdown(self, timeout: float = 5.0) -> None:
-        """Heartbeat with wantShutDown until the controller says shouldShutDown (bounded).
-
-        Also when this broker believes it is fenced: the controller may have unfenced it in a reply
-        not read yet, and for a fenced broker the controller answers shouldShutDown at once."""
-        if not self.state.registered:
-            return
-        deadline = self.clock.monotonic() + timeout
-        while self.clock.monotonic() < deadline:
-            request = self._heartbeat_request(self.state.reported_offline_dirs(), want_shut_down=True)
-            try:
-                reply = await self.link.heartbeat(request)
-            except ClientError as exc:
-                log.warning("Failed sending a heartbeat: %s", exc)
-            else:
-                if reply.error_code == 0 and reply.should_shut_down:
-                    log.info("Finished a controlled shutdown: leadership handed over")
-                    return
-            await self.clock.sleep(0.1)
-        log.warning("Gave up the controlled shutdown after %.0f s", timeout)
-
-    async def _send_placements(self, batch: dict[PartitionKey, Placement]) -> None:
-        by_dir: dict[Uuid, dict[Uuid, list[int]]] = {}
-        for (topic_id, index), placed in batch.items():
-            by_dir.setdefault(placed.directory, {}).setdefault(topic_id, []).append(index)
-        request = AssignReplicasToDirsRequest(
-            broker_id=self.state.node_id,
-            broker_epoch=self.state.epoch,
-            directories=[
-                AssignDirectory(
-                    id=d,
-                    topics=[
-                        AssignTopic(topic_id=t, partitions=[PartitionIndex(partition_index=i) for i in idx])
-                        for t, idx in topics.items()
-                    ],
-                )
-                for d, topics in by_dir.items()
-            ],
-        )
-        error: str | None = None
-        try:
-            reply = await self.link.assign_replicas_to_dirs(request)
-        except ClientError as exc:
-            error = str(exc)
-        else:
-            if reply.error_code != 0:
-                error = reply.error_message or f"errorCode {reply.error_code}"
-        now = self.clock.monotonic()
-        if error is not None:
-            delay = self.queue.on_failure(now=now)
-            log.warning("AssignReplicasToDirs failed (%s); retrying in %.1f s", error, delay)
-            return
-        codes = {
-            (topic.topic_id, p.partition_index): p.error_code
-            for directory in reply.directories
-            for topic in directory.topics
-            for p in topic.partitions
-        }
-        confirmed = self.queue.on_response(codes, now=now)
-        log.info("The controller confirmed %d placement(s); %d still queued", len(confirmed), self.queue.size)

@@ -184,5 +184,5 @@ class MetadataFollower:
             keys = self.changed
         self.changed = set()
         self.full_reconcile = False
-        await self.reconciler.reconcile_opening_logs(keys)
+        self.reconciler.reconcile(keys)
         state.reconciled_once = True

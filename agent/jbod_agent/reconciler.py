@@ -5,8 +5,6 @@ Guarantees:
   online dir in a worker thread (a dir that cannot be listed fails); a replica dir without a
   readable `partition.metadata` is ignored with a WARNING. `scanned` is set once it is done:
   nothing is reconciled before.
-* `reconcile_opening_logs` opens the logs a reconcile will serve in worker threads first, so a
-  restart with thousands of replicas does not stall the event loop.
 * `reconcile(keys)` applies `placement.decide_replica` to each partition: a replica this broker
   should host but does not is created (in a worker thread, a batch at a time, one sync per batch)
   and then placed; a replica whose dir differs from the image's is placed again; a replica of a
@@ -79,15 +77,6 @@ class Reconciler:
         for replica in self.state.local.values():
             counts[replica.directory_id] = counts.get(replica.directory_id, 0) + 1
         return {d: DirView(d, s.health, s.usable_bytes, counts.get(d, 0)) for d, s in self.state.dirs.items()}
-
-    async def reconcile_opening_logs(self, keys: set[PartitionKey]) -> None:
-        """`reconcile`, with the logs it will serve opened first in worker threads (a restart opens
-        thousands: the event loop keeps heartbeating and serving meanwhile)."""
-        await self.manager.preopen(keys)
-        try:
-            self.reconcile(keys)
-        finally:
-            self.manager.discard_preopened()
 
     def reconcile(self, keys: set[PartitionKey]) -> None:
         state = self.state

@@ -32,7 +32,6 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import secrets
@@ -40,7 +39,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from jbod_agent import record_batch
@@ -64,8 +62,6 @@ from jbod_core.messages import (
 from jbod_core.replication import FollowerProgress
 
 log = logging.getLogger("jbod_agent.replicas")
-
-PREOPEN_MIN = 64  # fewer logs than this are opened on the loop by `sync`
 
 
 class Role(Enum):
@@ -165,7 +161,6 @@ class ReplicaManager:
         self.alter_now = asyncio.Event()
         self._alter_in_flight = False
         self._warned_configs: set[tuple[Uuid, str, str]] = set()  # (topic id, key, value) logged once
-        self._preopened: dict[PartitionKey, tuple[Path, PartitionLog | Exception]] = {}
 
     # -- roles ---------------------------------------------------------------------------------
 
@@ -206,66 +201,6 @@ class ReplicaManager:
             retention_ms=settings[topic_configs.RETENTION_MS],
         )
 
-    async def preopen(self, keys: Iterable[PartitionKey], *, threads: int = 4) -> None:
-        """Open, in worker threads, the logs `sync(keys)` would open; `sync` takes them from here.
-
-        Few logs are not worth a thread hop: below `PREOPEN_MIN` nothing is done."""
-        state = self.state
-        jobs: list[tuple[PartitionKey, Path, topic_configs.ResolvedConfigs]] = []
-        resolved: dict[Uuid, topic_configs.ResolvedConfigs] = {}
-        for key in keys:
-            local = state.local.get(key)
-            hosted = self.partitions.get(key)
-            if local is None or key[0] not in state.image.topics:
-                continue
-            if hosted is not None and hosted.directory_id == local.directory_id:
-                continue
-            settings = resolved.get(key[0])
-            if settings is None:
-                settings = resolved[key[0]] = self.topic_settings(key[0])
-            jobs.append((key, local.path, settings))
-        if len(jobs) < PREOPEN_MIN:
-            return
-
-        def open_one(
-            job: tuple[PartitionKey, Path, topic_configs.ResolvedConfigs],
-        ) -> PartitionLog | Exception:
-            try:
-                return self.open_log(job[1], job[2])
-            except (OSError, ValueError) as exc:
-                return exc
-
-        def open_all() -> list[PartitionLog | Exception]:
-            with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="open-log") as pool:
-                return list(pool.map(open_one, jobs, chunksize=64))
-
-        for (key, path, _settings), outcome in zip(jobs, await asyncio.to_thread(open_all), strict=True):
-            self._preopened[key] = (path, outcome)
-
-    def discard_preopened(self) -> None:
-        """Close the preopened logs `sync` did not take (the replica moved or went away meanwhile)."""
-        for _path, outcome in self._preopened.values():
-            if isinstance(outcome, PartitionLog):
-                with contextlib.suppress(OSError, ValueError):
-                    outcome.close()
-        self._preopened.clear()
-
-    def _open_for_sync(
-        self, key: PartitionKey, path: Path, settings: topic_configs.ResolvedConfigs
-    ) -> PartitionLog:
-        """The preopened log of `key` if it is the one at `path`, else one opened now (raises)."""
-        preopened = self._preopened.pop(key, None)
-        if preopened is not None:
-            opened_path, outcome = preopened
-            if opened_path == path:
-                if isinstance(outcome, Exception):
-                    raise outcome
-                return outcome
-            if isinstance(outcome, PartitionLog):
-                with contextlib.suppress(OSError, ValueError):
-                    outcome.close()
-        return self.open_log(path, settings)
-
     def sync(self, keys: Iterable[PartitionKey]) -> None:
         """Bring the roles of `keys` in line with the image and the local replicas."""
         state = self.state
@@ -289,7 +224,7 @@ class ReplicaManager:
                 if settings is None:
                     settings = resolved[key[0]] = self.topic_settings(key[0])
                 try:
-                    opened = self._open_for_sync(key, local.path, settings)
+                    opened = self.open_log(local.path, settings)
                 except OSError as exc:
                     self.failures.io_error(local.directory_id, exc, f"opening the log of {local.path.name}")
                     continue
