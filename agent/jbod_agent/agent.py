@@ -102,6 +102,7 @@ class Agent:
         self.monitor.on_failed.append(self._dir_failed)
         self.fetchers: Fetchers | None = None
         self.calls = LifecycleCalls(self.state, link=self.link, clock=self.clock, queue=self.queue)
+        self.calls.on_registered.append(self.follower.recheck.set)
         self._lifecycle_call: asyncio.Task[None] | None = None
         self._placement_call: asyncio.Task[None] | None = None
         self.last_plan: Plan | None = None

@@ -15,6 +15,7 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jbod_agent.assignment_queue import AssignmentQueue, Placement
@@ -58,6 +59,7 @@ class LifecycleCalls:
         self.clock = clock
         self.queue = queue
         self.progress = LifecycleProgress()
+        self.on_registered: list[Callable[[], None]] = []
 
     def listener(self) -> ListenerModel:
         config = self.state.config
@@ -90,6 +92,8 @@ class LifecycleCalls:
             self.progress.register_backoff = REGISTER_BACKOFF_INITIAL
             self.progress.last_heartbeat_at = None  # heartbeat at once
             log.info("Registered broker %d with epoch %d", state.node_id, state.epoch)
+            for listener in self.on_registered:
+                listener()
             return
         if reply is not None and reply.error_code in (
             ErrorCode.INCONSISTENT_CLUSTER_ID,

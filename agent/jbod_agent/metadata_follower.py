@@ -58,6 +58,7 @@ class MetadataFollower:
         self.rebuilding: ClusterImage | None = None  # replayed from offset 0 after the log went back
         self.changed: set[PartitionKey] = set()
         self.full_reconcile = False
+        self.recheck = asyncio.Event()  # set when registration may have made the broker caught up
 
     async def load_cache(self) -> None:
         """Start from the local copy of the image, if there is a usable one (read off the loop)."""
@@ -94,17 +95,23 @@ class MetadataFollower:
         state = self.state
         await self.load_cache()
         while not state.stopping.is_set():
-            try:
-                reply = await self.link.metadata(
+            fetch = asyncio.ensure_future(
+                self.link.metadata(
                     from_offset=state.applied_offset + 1,
                     max_wait_ms=FETCH_MAX_WAIT_MS,
                     max_records=FETCH_MAX_RECORDS,
                     last_checksum=state.applied_checksum,
                 )
+            )
+            try:
+                await self._recheck_while_waiting(fetch)
+                reply = fetch.result()
             except ClientError as exc:
                 log.warning("Failed fetching metadata: %s", exc)
                 await self.clock.sleep(RETRY_DELAY)
                 continue
+            finally:
+                fetch.cancel()
             code = reply.get("errorCode", 0)
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self.restart(reply)
@@ -116,6 +123,23 @@ class MetadataFollower:
             self.apply(reply)
             await self.reconcile_if_caught_up()
             self.wake()
+
+    async def _recheck_while_waiting(self, fetch: asyncio.Future[dict[str, Any]]) -> None:
+        """Wait for the fetch; meanwhile, whenever `recheck` is set (the broker just registered),
+        reconcile if that made it caught up. The page holding the broker's own registration may
+        have been applied before the registration's reply arrived: without this the first
+        reconcile would wait for the next page, up to a whole long poll."""
+        while not fetch.done():
+            self.recheck.clear()
+            rechecked: asyncio.Future[Any] = asyncio.ensure_future(self.recheck.wait())
+            waiting: set[asyncio.Future[Any]] = {fetch, rechecked}
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                rechecked.cancel()
+            if not fetch.done() and self.recheck.is_set():
+                await self.reconcile_if_caught_up()
+                self.wake()
 
     def restart(self, reply: dict[str, Any]) -> None:
         """The controller's log went backwards: replay it from offset 0 into a fresh image."""

@@ -109,5 +109,6 @@ async def test_a_restart_fetches_only_the_tail(tmp_path: Path) -> None:
     await second.until(lambda: second.agent.state.fenced is False, within=10.0)
     assert fetched[0] == saved.offset + 1  # not offset 0
     assert "later" in second.agent.state.image.topic_ids_by_name
+    await second.until(lambda: second.agent.state.applied_offset + 1 == len(controller.log), within=10.0)
     assert as_data(second.agent.state.image) == as_data(controller.image)
     await second.stop()

@@ -19,7 +19,7 @@ from jbod_agent.decide import (
 from jbod_core import records
 from jbod_core.ids import UNASSIGNED_DIR, Uuid
 from jbod_core.image import PartitionKey
-from tests.agent.runtime_support import Harness, InProcessController, make_harness
+from tests.agent.runtime_support import FakeClock, Harness, InProcessController, make_harness
 from tests.agent.support import NODE
 
 pytestmark = pytest.mark.asyncio
@@ -200,3 +200,25 @@ async def test_a_signal_hands_leadership_over_before_exiting(tmp_path: Path) -> 
     assert h.controller.heartbeats[-1].want_shut_down and h.controller.replies[-1].should_shut_down
     reg = h.controller.image.brokers[NODE]
     assert reg.fenced or reg.in_controlled_shutdown
+
+
+class SlowRegistrationReply(InProcessController):
+    """Commits the registration at once but answers it 300 ms later: the broker's metadata
+    follower reads its own registration record before the broker knows its epoch."""
+
+    async def register(self, request):  # type: ignore[no-untyped-def]
+        reply = await super().register(request)
+        await self.clock.sleep(0.3)
+        return reply
+
+
+async def test_registration_answered_after_its_record_was_read_does_not_wait_for_the_long_poll(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    h = make_harness(tmp_path, controller=SlowRegistrationReply(clock), clock=clock)
+    h.start()
+    took = await h.until(lambda: h.agent.state.fenced is False, within=10.0)
+    # Not one 5 s metadata long poll later: the registration itself triggers the first reconcile.
+    assert took < 2.0
+    await h.stop()
