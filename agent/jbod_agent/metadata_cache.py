@@ -15,13 +15,13 @@ Guarantees:
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import orjson
 
+from jbod_client.durable_files import write_atomically
 from jbod_core import records
 from jbod_core.image import ClusterImage
 
@@ -95,15 +95,4 @@ def load(directory: Path, *, cluster_id: str) -> CachedMetadata | None:
 
 
 def save(directory: Path, data: bytes) -> None:
-    path = directory / FILE
-    tmp = path.with_name(FILE + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomically(directory / FILE, data)
