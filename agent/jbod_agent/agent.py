@@ -153,7 +153,10 @@ class Agent:
         return self.exit_code
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(work, name=name))
+        """A task of the agent's lifetime; one that dies of an error is logged, not lost silently."""
+        task = asyncio.create_task(work, name=name)
+        task.add_done_callback(_log_failure)
+        self._tasks.append(task)
 
     def request_stop(self) -> None:
         """A signal: hand leadership over (controlled shutdown), then stop."""
@@ -265,3 +268,8 @@ class Agent:
 
         task.add_done_callback(done)
         return task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("The agent's %s task failed", task.get_name(), exc_info=task.exception())
