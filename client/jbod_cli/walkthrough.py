@@ -32,8 +32,11 @@ from jbod_core.messages import (
     AssignDirectory,
     AssignReplicasToDirsRequest,
     AssignTopic,
+    BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    Message,
     PartitionIndex,
+    RegisterBrokerReply,
     RegisterBrokerRequest,
 )
 from jbod_local.processes import LocalController
@@ -59,7 +62,7 @@ class SimulatedBroker:
     def __post_init__(self) -> None:
         self.incarnation = random_uuid(self.rng)
 
-    def register(self, client: ControllerClient, cluster_id: str) -> dict[str, Any]:
+    def register(self, client: ControllerClient, cluster_id: str) -> RegisterBrokerReply:
         reply = client.register(
             RegisterBrokerRequest(
                 broker_id=self.broker_id,
@@ -69,14 +72,14 @@ class SimulatedBroker:
             )
         )
         _expect(reply, f"broker {self.broker_id} registration")
-        self.epoch = int(reply["brokerEpoch"])
+        self.epoch = reply.broker_epoch
         return reply
 
     def restart(self) -> None:
         self.incarnation = random_uuid(self.rng)
         self.offline = []
 
-    def heartbeat(self, client: ControllerClient, *, want_shut_down: bool = False) -> dict[str, Any]:
+    def heartbeat(self, client: ControllerClient, *, want_shut_down: bool = False) -> BrokerHeartbeatReply:
         applied = int(client.cluster()["metadataEndOffset"]) - 1  # the broker has applied everything
         reply = client.heartbeat(
             BrokerHeartbeatRequest(
@@ -126,12 +129,12 @@ class SimulatedBroker:
             )
         )
         _expect(reply, f"broker {self.broker_id} AssignReplicasToDirs")
-        for d in reply["directories"]:
-            for t in d["topics"]:
-                for p in t["partitions"]:
-                    if p["errorCode"] != 0:
+        for d in reply.directories:
+            for t in d.topics:
+                for placed in t.partitions:
+                    if placed.error_code != 0:
                         raise WalkthroughError(
-                            f"placement of {TOPIC}-{p['partitionIndex']} failed: {p['errorCode']}"
+                            f"placement of {TOPIC}-{placed.partition_index} failed: {placed.error_code}"
                         )
         return sum(len(idx) for idx in chosen.values())
 
@@ -167,15 +170,20 @@ def _rejoin_isr(client: ControllerClient, brokers: list[SimulatedBroker], *, joi
             )
         )
         _expect(reply, "AlterPartition")
-        code = reply["topics"][0]["partitions"][0]["errorCode"]
+        code = reply.topics[0].partitions[0].error_code
         _check(code == 0, f"AlterPartition of {TOPIC}-{p['partitionIndex']} failed with errorCode {code}")
         count += 1
     return count
 
 
-def _expect(reply: dict[str, Any], what: str) -> None:
-    if reply.get("errorCode", 0) != 0:
-        raise WalkthroughError(f"{what} failed: {reply.get('errorMessage')} (errorCode {reply['errorCode']})")
+def _expect(reply: dict[str, Any] | Message, what: str) -> None:
+    """Raise unless the reply (a model, or the JSON of an admin call) carries errorCode 0."""
+    if isinstance(reply, Message):
+        code, message = getattr(reply, "error_code", 0), getattr(reply, "error_message", None)
+    else:
+        code, message = reply.get("errorCode", 0), reply.get("errorMessage")
+    if code != 0:
+        raise WalkthroughError(f"{what} failed: {message} (errorCode {code})")
 
 
 def _check(condition: bool, message: str) -> None:
@@ -232,10 +240,10 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     )
 
     story.title(f"Create topic '{TOPIC}': 6 partitions, replication factor 3")
-    reply = client.create_topic(
+    created = client.create_topic(
         TOPIC, partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"}
     )
-    _expect(reply, "topic creation")
+    _expect(created, "topic creation")
     story.say("Multi-dir brokers choose the disk, so every replica starts [yellow]UNASSIGNED[/]:")
     topic = story.topic()
 
@@ -249,18 +257,18 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     one = brokers[0]
     reply = one.heartbeat(client, want_shut_down=True)
     story.say(
-        f"Broker 1 asked to shut down: shouldShutDown={reply['shouldShutDown']} (it must hand over leadership first)"
+        f"Broker 1 asked to shut down: shouldShutDown={reply.should_shut_down} (it must hand over leadership first)"
     )
     for b in brokers[1:]:
         b.heartbeat(client)  # the others catch up with the leader changes
     reply = one.heartbeat(client, want_shut_down=True)
-    _check(reply["shouldShutDown"], "broker 1 may shut down once it leads nothing")
+    _check(reply.should_shut_down, "broker 1 may shut down once it leads nothing")
     story.say("Broker 1 leads nothing now and shuts down; it comes back as a new incarnation:")
     one.restart()
     one.register(client, cluster_id)
     reply = one.heartbeat(client)
     story.brokers()
-    _check(reply["isFenced"], "a multi-dir broker with UNASSIGNED replicas must stay fenced")
+    _check(reply.is_fenced, "a multi-dir broker with UNASSIGNED replicas must stay fenced")
     story.say(
         "It is caught up, yet the controller keeps it [red]fenced[/]: it has UNASSIGNED replicas (the JBOD gate)"
     )
@@ -269,7 +277,7 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     count = one.place_replicas(client, client.describe_topic(TOPIC))
     story.say(f"Broker 1 sent AssignReplicasToDirs for {count} replicas")
     reply = one.heartbeat(client)
-    _check(not reply["isFenced"], "broker 1 must unfence once no replica is unassigned")
+    _check(not reply.is_fenced, "broker 1 must unfence once no replica is unassigned")
     story.brokers()
 
     story.title("Leaders take broker 1 back into their ISRs once it has caught up (AlterPartition)")

@@ -3,8 +3,8 @@
 
 Guarantees:
 * Requests are built from the shared wire models (`jbod_core.messages`), so no caller can send a
-  body the controller's schema would reject for its shape; the broker calls' replies are validated
-  into the reply models (`RegisterBrokerReply`, `BrokerHeartbeatReply`, …).
+  body the controller's schema would reject for its shape; in both links the broker calls'
+  replies are validated into the reply models (`RegisterBrokerReply`, `BrokerHeartbeatReply`, …).
 * Transport failures (refused, timeout, DNS) raise `ControllerUnreachableError` with one line naming
   the URL; HTTP errors that carry the contract's `{errorCode, errorMessage}` raise `ApiError`; a
   body that is not JSON, or a reply that does not fit its model, raises `ClientError`. Both links
@@ -114,21 +114,41 @@ class ControllerClient:
 
     # -- broker calls -------------------------------------------------------------------------
 
-    def register(self, request: RegisterBrokerRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/v1/brokers/register", body=request)
-        return result
+    def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
+        return _reply(
+            RegisterBrokerReply,
+            self._call("POST", "/v1/brokers/register", body=request),
+            self.url,
+            "POST",
+            "/v1/brokers/register",
+        )
 
-    def heartbeat(self, request: BrokerHeartbeatRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/v1/brokers/heartbeat", body=request)
-        return result
+    def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        return _reply(
+            BrokerHeartbeatReply,
+            self._call("POST", "/v1/brokers/heartbeat", body=request),
+            self.url,
+            "POST",
+            "/v1/brokers/heartbeat",
+        )
 
-    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/v1/assignments", body=request)
-        return result
+    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsReply:
+        return _reply(
+            AssignReplicasToDirsReply,
+            self._call("POST", "/v1/assignments", body=request),
+            self.url,
+            "POST",
+            "/v1/assignments",
+        )
 
-    def alter_partition(self, request: AlterPartitionRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/v1/partitions/alter", body=request)
-        return result
+    def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
+        return _reply(
+            AlterPartitionReply,
+            self._call("POST", "/v1/partitions/alter", body=request),
+            self.url,
+            "POST",
+            "/v1/partitions/alter",
+        )
 
     def metadata(
         self, *, from_offset: int, max_wait_ms: int = 0, max_records: int = 10_000
@@ -234,6 +254,16 @@ def _decode(status: int, content: bytes, url: str, method: str, path: str) -> An
 ReplyT = TypeVar("ReplyT", bound=Message)
 
 
+def _reply(reply_type: type[ReplyT], data: Any, url: str, method: str, path: str) -> ReplyT:
+    """A broker call's answer as its reply model (the one validation for both links)."""
+    try:
+        return reply_type.model_validate(data)
+    except ValidationError as exc:
+        raise ClientError(
+            f"controller at {url} answered {method} {path} with an unexpected body: {validation_message(exc)}"
+        ) from exc
+
+
 class ControllerLink:
     """The broker agent's asyncio link to the controller: typed broker calls, one error mapping.
 
@@ -273,13 +303,7 @@ class ControllerLink:
 
     async def _post(self, path: str, request: Message, reply_type: type[ReplyT]) -> ReplyT:
         data = await self._request("POST", path, content=orjson.dumps(request.to_wire()))
-        try:
-            return reply_type.model_validate(data)
-        except ValidationError as exc:
-            raise ClientError(
-                f"controller at {self.url} answered POST {path} with an unexpected body: "
-                f"{validation_message(exc)}"
-            ) from exc
+        return _reply(reply_type, data, self.url, "POST", path)
 
     async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
         return await self._post("/v1/brokers/register", request, RegisterBrokerReply)
