@@ -36,6 +36,7 @@ from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
 from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
+from jbod_core import views as core_views
 from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, parse_produce
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -240,6 +241,12 @@ class AgentApi:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/log-dirs", self._guarded(self.log_dirs))
+        # Client metadata from this broker's replicated image (a contract extension: clients
+        # bootstrap from brokers and keep working while no controller answers).
+        app.router.add_get("/v1/topics", self._guarded(self.list_topics))
+        app.router.add_get("/v1/topics/{name}", self._guarded(self.describe_topic))
+        app.router.add_get("/v1/brokers", self._guarded(self.list_brokers))
+        app.router.add_get("/v1/brokers/{id}", self._guarded(self.describe_broker))
         app.router.add_post("/v1/log-dirs/move", self._guarded(self.move))
         app.router.add_post("/v1/produce", self._guarded(self.produce))
         app.router.add_get("/v1/fetch", self._guarded(self.fetch))
@@ -263,6 +270,46 @@ class AgentApi:
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        return _json(core_views.describe_topics(self.agent.state.image))
+
+    async def describe_topic(self, request: web.Request) -> web.Response:
+        image = self.agent.state.image
+        name = request.match_info["name"]
+        topic_id = image.topic_ids_by_name.get(name)
+        if topic_id is None:
+            return _json(
+                {
+                    "errorCode": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    "errorMessage": f"Unknown topic '{name}'",
+                },
+                404,
+            )
+        return _json(core_views.describe_topic(image, image.topics[topic_id]))
+
+    async def list_brokers(self, request: web.Request) -> web.Response:
+        return _json(core_views.describe_brokers(self.agent.state.image))
+
+    async def describe_broker(self, request: web.Request) -> web.Response:
+        raw = request.match_info["id"]
+        try:
+            broker_id = int(raw)
+        except ValueError:
+            raise BadRequestError(f"brokerId: must be an integer, got {raw!r}") from None
+        if not 0 <= broker_id <= INT32_MAX:
+            raise BadRequestError(f"brokerId: out of range, got {broker_id}")
+        image = self.agent.state.image
+        reg = image.brokers.get(broker_id)
+        if reg is None:
+            return _json(
+                {
+                    "errorCode": int(ErrorCode.BROKER_ID_NOT_REGISTERED),
+                    "errorMessage": f"Broker {broker_id} is not registered",
+                },
+                404,
+            )
+        return _json(core_views.describe_broker(image, reg))
 
     async def log_dirs(self, request: web.Request) -> web.Response:
         return _json(views.log_dirs_view(self.agent.state, self.agent.mover))

@@ -66,6 +66,14 @@ def _parse_assignment(text: str) -> list[list[int]]:
     help="controller URL",
 )
 @click.option(
+    "--bootstrap",
+    envvar="JBOD_BOOTSTRAP",
+    default="",
+    metavar="URL[,URL...]",
+    help="broker URLs that produce, consume, log-dirs and move-replica ask for cluster metadata "
+    "before the controller (or JBOD_BOOTSTRAP): they keep working while no controller answers",
+)
+@click.option(
     "--token-file",
     envvar="JBOD_TOKEN_FILE",
     type=click.Path(path_type=Path),
@@ -76,9 +84,13 @@ def _parse_assignment(text: str) -> list[list[int]]:
     "--output", "-o", type=commands.OUTPUTS, default="table", show_default=True, help="table or json"
 )
 @click.pass_context
-def app(ctx: click.Context, controller: str, token_file: Path | None, output: str) -> None:
+def app(ctx: click.Context, controller: str, bootstrap: str, token_file: Path | None, output: str) -> None:
     """Administer a JBOD cluster: topics, brokers, log dirs, metadata; produce and consume; run it locally."""
-    ctx.obj = Settings(controller=controller, token_file=token_file, output=output)
+    brokers = tuple(u.strip() for u in bootstrap.split(",") if u.strip())
+    for url in brokers:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http:// URL", param_hint="--bootstrap")
+    ctx.obj = Settings(controller=controller, token_file=token_file, output=output, bootstrap=brokers)
 
 
 # -- topics ------------------------------------------------------------------------------------
@@ -336,6 +348,7 @@ async def _produce_all(
     async with Producer(
         settings.controller,
         token=settings.token(),
+        bootstrap=settings.bootstrap,
         acks=acks,
         delivery_timeout_ms=timeout_ms,
         request_timeout_ms=min(15_000, timeout_ms),
@@ -466,12 +479,19 @@ async def _consume(
 ) -> int:
     token = settings.token()
     if offset is not None:
-        async with ClusterMetadata(settings.controller, token=token) as metadata:
+        async with ClusterMetadata(
+            settings.controller, token=token, bootstrap=settings.bootstrap
+        ) as metadata:
             leaders = await metadata.partitions(topic)
         start = dict.fromkeys(partitions if partitions is not None else sorted(leaders), offset)
     count = 0
     async with Consumer(
-        settings.controller, token=token, topic=topic, partitions=partitions, start=start
+        settings.controller,
+        token=token,
+        topic=topic,
+        partitions=partitions,
+        start=start,
+        bootstrap=settings.bootstrap,
     ) as consumer:
         loop = asyncio.get_running_loop()
         last_new = loop.time()
@@ -578,7 +598,9 @@ async def _log_dirs(
 ) -> tuple[dict[int, list[dict[str, Any]]], dict[int, ClientError]]:
     """Log dirs of the given brokers (all registered ones if none given) and the error of each broker
     that could not be asked. A broker named on the command line that is unknown fails at once."""
-    async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
+    async with ClusterMetadata(
+        settings.controller, token=settings.token(), bootstrap=settings.bootstrap
+    ) as metadata:
         ids = list(broker_ids) or [int(b["brokerId"]) for b in await metadata.brokers()]
         errors: dict[int, ClientError] = {}
         clients = {}
@@ -651,7 +673,9 @@ def resolve_directory(given: str, directory_ids: Sequence[str]) -> str:
 async def _move(
     settings: Settings, topic: str, partition: int, broker_id: int, directory_id: str, rate: int | None
 ) -> tuple[str, dict[str, Any]]:
-    async with ClusterMetadata(settings.controller, token=settings.token()) as metadata:
+    async with ClusterMetadata(
+        settings.controller, token=settings.token(), bootstrap=settings.bootstrap
+    ) as metadata:
         client = await metadata.broker(broker_id)
         try:
             Uuid.parse(directory_id)

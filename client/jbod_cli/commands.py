@@ -37,11 +37,13 @@ T = TypeVar("T")
 
 @dataclass
 class Settings:
-    """What the root group parsed: where the controller is, the token file, the output format."""
+    """What the root group parsed: where the controller is, the bootstrap brokers, the token file,
+    the output format."""
 
     controller: str
     token_file: Path | None
     output: str
+    bootstrap: tuple[str, ...] = ()  # broker URLs the data-plane commands ask for metadata first
 
     def token(self) -> str:
         if self.token_file is None:

@@ -98,7 +98,7 @@ class Consumer:
 
     def __init__(
         self,
-        controller_url: str,
+        controller_url: str | None,
         *,
         token: str,
         topic: str,
@@ -106,13 +106,14 @@ class Consumer:
         start: str | Mapping[int, int] = "earliest",
         max_bytes: int = 1 << 20,
         max_wait_ms: int = 500,
+        bootstrap: Sequence[str] = (),
     ) -> None:
         if isinstance(start, str) and start not in ("earliest", "latest"):
             raise ValueError(f"start must be 'earliest', 'latest' or a mapping of offsets, got {start!r}")
         self.topic = topic
         self.max_bytes = max_bytes
         self.max_wait_ms = max(0, min(max_wait_ms, MAX_WAIT_MS))
-        self.metadata = ClusterMetadata(controller_url, token=token)
+        self.metadata = ClusterMetadata(controller_url, token=token, bootstrap=bootstrap)
         self._requested = list(partitions) if partitions is not None else None
         self._start = start
         self._assignments: dict[int, _Assignment] | None = None

@@ -8,7 +8,7 @@ Guarantees:
 * Transport failures (refused, timeout, DNS) raise `ControllerUnreachableError` with one line naming
   the URL; HTTP errors that carry the contract's `{errorCode, errorMessage}` raise `ApiError`; a
   body that is not JSON, or a reply that does not fit its model, raises `ClientError`. Both links
-  map errors through the same two functions (`_transport_error`, `_decode`).
+  map errors through the same two functions (`transport_error`, `decode_answer`).
   Protocol outcomes (HTTP 200 with a non-zero `errorCode`) are returned, not raised: callers
   decide what a code means for them.
 * `ControllerLink` takes a list of controller URLs and sends every call to the current one; after
@@ -109,8 +109,8 @@ class ControllerClient:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.url, method, path) from exc
-        return _decode(response.status_code, response.content, self.url, method, path)
+            raise transport_error(exc, self.url, method, path) from exc
+        return decode_answer(response.status_code, response.content, self.url, method, path)
 
     # -- broker calls -------------------------------------------------------------------------
 
@@ -229,14 +229,14 @@ def _path(segment: str) -> str:
     return quote(segment, safe="")
 
 
-def _transport_error(exc: httpx.HTTPError, url: str, method: str, path: str) -> ControllerUnreachableError:
+def transport_error(exc: httpx.HTTPError, url: str, method: str, path: str) -> ControllerUnreachableError:
     """The one mapping of a transport failure to the error a caller sees."""
     if isinstance(exc, httpx.TimeoutException):
         return ControllerUnreachableError(f"controller at {url} did not answer {method} {path} in time")
-    return ControllerUnreachableError(f"cannot reach the controller at {url}: {exc}")
+    return ControllerUnreachableError(f"cannot reach the controller at {url}: {exc or type(exc).__name__}")
 
 
-def _decode(status: int, content: bytes, url: str, method: str, path: str) -> Any:
+def decode_answer(status: int, content: bytes, url: str, method: str, path: str) -> Any:
     """The JSON body of an answer, or the error it stands for (one mapping for both links)."""
     try:
         data = orjson.loads(content)
@@ -244,7 +244,7 @@ def _decode(status: int, content: bytes, url: str, method: str, path: str) -> An
         data = None
     if status >= 400:
         if isinstance(data, dict) and "errorCode" in data:
-            raise ApiError(status, int(data["errorCode"]), str(data.get("errorMessage", "")))
+            raise ApiError(status, int(data["errorCode"]), str(data.get("errorMessage") or ""))
         raise ApiError(status, -1, f"{method} {path} failed")
     if data is None:
         raise ClientError(f"controller at {url} answered {method} {path} with a body that is not JSON")
@@ -298,8 +298,8 @@ class ControllerLink:
             response = await self._http.request(method, url + path, content=content, params=params)
         except httpx.HTTPError as exc:
             self._current = (self._current + 1) % len(self.urls)
-            raise _transport_error(exc, url, method, path) from exc
-        return _decode(response.status_code, response.content, url, method, path)
+            raise transport_error(exc, url, method, path) from exc
+        return decode_answer(response.status_code, response.content, url, method, path)
 
     async def _post(self, path: str, request: Message, reply_type: type[ReplyT]) -> ReplyT:
         data = await self._request("POST", path, content=orjson.dumps(request.to_wire()))

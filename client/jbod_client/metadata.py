@@ -15,15 +15,20 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-import orjson
 
 from jbod_client.broker import BrokerClient
-from jbod_client.controller import ApiError, ClientError, ControllerUnreachableError
+from jbod_client.controller import (
+    ApiError,
+    ClientError,
+    ControllerUnreachableError,
+    decode_answer,
+    transport_error,
+)
 from jbod_core.errors import ErrorCode
 
 T = TypeVar("T")
@@ -63,11 +68,31 @@ def leaders_of(topic: dict[str, Any]) -> dict[int, int]:
 
 
 class ClusterMetadata:
-    def __init__(self, controller_url: str, *, token: str, timeout: float = 30.0) -> None:
-        self.controller_url = controller_url.rstrip("/")
+    """Client metadata from the first source that answers.
+
+    `bootstrap` lists broker URLs: every broker serves the topic and broker reads from its own
+    replicated image, so clients bootstrapped from brokers keep working while no controller
+    answers. The controller (`controller_url`, if given) is asked after the brokers. A source that
+    cannot be reached is skipped for the next one; the source that answered is asked first next
+    time.
+    """
+
+    def __init__(
+        self,
+        controller_url: str | None,
+        *,
+        token: str,
+        timeout: float = 30.0,
+        bootstrap: Sequence[str] = (),
+    ) -> None:
+        self.bootstrap = [u.rstrip("/") for u in bootstrap]
+        self.controller_url = controller_url.rstrip("/") if controller_url else None
+        self._sources = [*self.bootstrap, *([self.controller_url] if self.controller_url else [])]
+        if not self._sources:
+            raise ValueError("cluster metadata needs a controller URL or bootstrap brokers")
+        self._current = 0
         self._token = token
         self._http = httpx.AsyncClient(
-            base_url=self.controller_url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             trust_env=False,
@@ -82,31 +107,36 @@ class ClusterMetadata:
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _get(self, path: str) -> Any:
-        try:
-            response = await self._http.get(path)
-        except httpx.TimeoutException as exc:
-            raise ControllerUnreachableError(
-                f"controller at {self.controller_url} did not answer GET {path} in time"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise ControllerUnreachableError(
-                f"cannot reach the controller at {self.controller_url}: {exc or type(exc).__name__}"
-            ) from exc
-        try:
-            data = orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            data = None
-        if response.status_code >= 400:
-            if isinstance(data, dict) and "errorCode" in data:
-                raise ApiError(
-                    response.status_code, int(data["errorCode"]), str(data.get("errorMessage") or "")
-                )
-            raise ApiError(response.status_code, -1, f"GET {path} failed")
-        if data is None:
-            raise ClientError(
-                f"controller at {self.controller_url} answered GET {path} with a body that is not JSON"
+        failures: list[ControllerUnreachableError] = []
+        count = len(self._sources)
+        for step in range(count):
+            index = (self._current + step) % count
+            url = self._sources[index]
+            try:
+                response = await self._http.get(url + path)
+            except httpx.HTTPError as exc:
+                failures.append(self._unreachable(url, path, exc))
+                continue
+            self._current = index
+            return decode_answer(response.status_code, response.content, url, "GET", path)
+        if count == 1:
+            raise failures[0]
+        raise ControllerUnreachableError(
+            f"no metadata source answered GET {path}: " + "; ".join(str(f) for f in failures)
+        ) from failures[-1]
+
+    def _unreachable(self, url: str, path: str, exc: httpx.HTTPError) -> ControllerUnreachableError:
+        """The error for one source; its cause is the transport error (`jbodctl`'s hints read it)."""
+        if url == self.controller_url:
+            error = transport_error(exc, url, "GET", path)
+        elif isinstance(exc, httpx.TimeoutException):
+            error = ControllerUnreachableError(f"broker at {url} did not answer GET {path} in time")
+        else:
+            error = ControllerUnreachableError(
+                f"cannot reach the broker at {url}: {exc or type(exc).__name__}"
             )
-        return data
+        error.__cause__ = exc
+        return error
 
     async def _shared(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
         """Run `fetch` once for every concurrent caller asking for `key`."""

@@ -32,7 +32,7 @@ import logging
 import random
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -225,7 +225,7 @@ class Producer:
 
     def __init__(
         self,
-        controller_url: str,
+        controller_url: str | None,
         *,
         token: str,
         acks: int = -1,
@@ -236,6 +236,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         buffer_bytes: int = 64 * 1024 * 1024,
         rng: random.Random | None = None,
+        bootstrap: Sequence[str] = (),
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1, 0 or 1, got {acks}")
@@ -248,7 +249,7 @@ class Producer:
         self.request_timeout_ms = max(1, min(request_timeout_ms, MAX_BROKER_TIMEOUT_MS))
         self.retry_backoff_ms = retry_backoff_ms
         self.buffer_bytes = buffer_bytes
-        self.metadata = ClusterMetadata(controller_url, token=token)
+        self.metadata = ClusterMetadata(controller_url, token=token, bootstrap=bootstrap)
         self.retries = 0
         self.on_retry: list[Callable[[str, int, int], None]] = []
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}

@@ -34,11 +34,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from jbod_controller import views
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import log_divergence, page_checksum
 from jbod_controller.service import ControllerService
-from jbod_core import frames
+from jbod_core import frames, views
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,

@@ -1,4 +1,6 @@
-"""Read views of the image in the contract's JSON shapes (protocol §3.5). Pure functions.
+"""Read views of the image in the contract's JSON shapes (protocol §3.5). Pure functions, served
+by the controller and, from their own replicated image, by every broker (clients bootstrap from
+brokers: `docs/api.md`, "Reads from brokers").
 
 Guarantees: topics sorted by name, partitions by index, brokers by id, online dirs in the
 contract's Uuid order; `offlineReplicas` lists exactly the §3.6 offline replicas in replica order.

@@ -1,0 +1,138 @@
+"""Clients bootstrap from brokers (issue 15, first part): every broker serves the topic and broker
+reads from its own replicated image, so producers and consumers keep working while the
+controller does not answer at all (SIGSTOP). Real processes, plain directories (no root)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from jbod_client.consumer import Consumer
+from jbod_client.controller import ControllerUnreachableError
+from jbod_client.metadata import ClusterMetadata
+from jbod_client.producer import Producer
+from tests.broker.conftest import Cluster, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def get(url: str, token: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(url, headers=headers, timeout=10, trust_env=False)
+
+
+@pytest.fixture
+def three(cluster: Cluster) -> Iterator[Cluster]:
+    for node in (1, 2, 3):
+        cluster.add_broker(node, dirs=2, loop=False)
+    wait_for(lambda: cluster.all_unfenced(3), timeout=60, what="three brokers unfenced")
+    cluster.create_placed_topic("t", partitions=6, rf=3)
+    yield cluster
+
+
+def test_broker_reads_are_the_controllers_and_refuse_bad_input(three: Cluster) -> None:
+    token = three.cluster_token
+    admin = three.admin
+    reference = {
+        "/v1/topics/t": lambda: admin.describe_topic("t"),
+        "/v1/topics": admin.list_topics,
+        "/v1/brokers": admin.brokers,
+        "/v1/brokers/2": lambda: admin.broker(2),
+    }
+    for broker in three.brokers.values():
+        for path, controllers in reference.items():
+            wait_for(
+                lambda b=broker, p=path, c=controllers: get(b.url + p, token).json() == c(),
+                what=f"broker {broker.node_id} serving {path} as the controller does",
+            )
+    one = three.brokers[1].url
+    unknown = get(f"{one}/v1/topics/nope", token)
+    assert unknown.status_code == 404 and unknown.json()["errorCode"] == 3
+    missing = get(f"{one}/v1/brokers/99", token)
+    assert missing.status_code == 404 and missing.json()["errorCode"] == 102
+    for bad in ("x", "-1", "2147483648"):
+        refused = get(f"{one}/v1/brokers/{bad}", token)
+        assert refused.status_code == 400 and refused.json()["errorCode"] == 42, refused.text
+    assert get(f"{one}/v1/topics", None).status_code == 401
+    assert get(f"{one}/v1/topics", "wrong").status_code == 401
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+async def produce_and_consume(urls: list[str], controller: str, token: str, count: int) -> list[Any]:
+    async with Producer(
+        controller, token=token, bootstrap=urls, acks=-1, delivery_timeout_ms=30_000
+    ) as producer:
+        futures = [await producer.send("t", f"r{i}".encode()) for i in range(count)]
+        acked = await asyncio.gather(*futures)
+    consumed: list[bytes] = []
+    async with Consumer(controller, token=token, topic="t", bootstrap=urls) as consumer:
+        for _ in range(200):
+            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
+            if len(consumed) >= count:
+                break
+    return [acked, consumed]
+
+
+def test_produce_and_consume_through_brokers_while_the_controller_is_stopped(three: Cluster) -> None:
+    token = three.cluster_token
+    urls = [b.url for b in three.brokers.values()]
+    process = three.controller.process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        assert stopped(process.pid)
+        acked, consumed = asyncio.run(produce_and_consume(urls, three.controller.url, token, 300))
+        assert len(acked) == 300
+        assert sorted(consumed) == sorted(f"r{i}".encode() for i in range(300))
+        assert stopped(process.pid)  # all of it while the controller answered nothing
+
+        async def controller_only() -> None:
+            async with ClusterMetadata(three.controller.url, token=token, timeout=1.0) as metadata:
+                await metadata.partitions("t")
+
+        with pytest.raises(ControllerUnreachableError, match="did not answer"):
+            asyncio.run(controller_only())  # without bootstrap brokers: the controller is the source
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+
+
+def test_metadata_falls_through_to_the_next_source_and_names_them_all_when_none_answers(
+    three: Cluster, unused_url: str
+) -> None:
+    token = three.cluster_token
+
+    async def run() -> tuple[dict[int, int], str]:
+        async with ClusterMetadata(
+            three.controller.url, token=token, bootstrap=[unused_url, three.brokers[2].url]
+        ) as metadata:
+            leaders = await metadata.partitions("t")
+        async with ClusterMetadata(None, token=token, bootstrap=[unused_url, unused_url + "/"]) as dead:
+            try:
+                await dead.partitions("t")
+            except ControllerUnreachableError as exc:
+                return leaders, str(exc)
+        raise AssertionError("no source answered, yet no error")
+
+    leaders, message = asyncio.run(run())
+    assert sorted(leaders) == list(range(6))
+    assert message.startswith("no metadata source answered GET /v1/topics/t: cannot reach the broker at ")
+    assert message.count("cannot reach the broker at") == 2
+
+
+@pytest.fixture
+def unused_url() -> Iterator[str]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
