@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -136,3 +139,45 @@ def unused_url() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+JBODCTL = str(Path(sys.executable).parent / "jbodctl")
+
+
+def jbodctl(*args: str, token_file: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JBOD_")}
+    env["JBOD_TOKEN_FILE"] = str(token_file)
+    return subprocess.run([JBODCTL, *args], input=stdin, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_stopped(three: Cluster) -> None:
+    token_file = three.controller.cluster_token_file
+    common = [
+        "--controller",
+        three.controller.url,
+        "--bootstrap",
+        ",".join(b.url for b in three.brokers.values()),
+    ]
+    process = three.controller.process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        produced = jbodctl(
+            *common, "produce", "t", token_file=token_file, stdin="\n".join(map(str, range(50))) + "\n"
+        )
+        assert produced.returncode == 0, produced.stderr
+        consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
+        assert consumed.returncode == 0, consumed.stderr
+        assert sorted(consumed.stdout.split()) == sorted(map(str, range(50)))
+        assert stopped(process.pid)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+
+
+def test_jbodctl_refuses_a_bootstrap_that_is_not_a_url(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    result = jbodctl("--bootstrap", "127.0.0.1:9092", "produce", "t", "--value", "x", token_file=token)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--bootstrap" in lines[0] and "not an http:// URL" in lines[0], result.stderr
