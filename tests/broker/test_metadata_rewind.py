@@ -17,6 +17,7 @@ import contextlib
 import re
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,19 @@ def _restart_with(plain: Plain, backup: Path) -> None:
     plain.controller.start()
 
 
+def _wait_until_the_log_settles(plain: Plain, *, quiet: float = 0.5) -> None:
+    """Until the committed end offset has not moved for `quiet` seconds."""
+    last = plain.admin.cluster()["metadataEndOffset"]
+    since = time.monotonic()
+    deadline = since + 30
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the controller's log never settled"
+        time.sleep(0.05)
+        end = plain.admin.cluster()["metadataEndOffset"]
+        if end != last:
+            last, since = end, time.monotonic()
+
+
 @pytest.mark.parametrize("how", ["behind", "reused"])
 def test_brokers_resync_after_the_controller_log_went_backwards(plain: Plain, how: str) -> None:
     admin = plain.admin
@@ -101,6 +115,10 @@ def test_brokers_resync_after_the_controller_log_went_backwards(plain: Plain, ho
     for n in range(2):
         plain.create(f"lost-{n}", partitions=20)
         wait_for(lambda n=n: plain.placed(f"lost-{n}"), what=f"placements of lost-{n}")
+    # Reads show a change as soon as the controller decided it; the log holds it once the group
+    # commit's fsync is done. Wait for that, or a paused broker could still receive records
+    # committed after `ahead_of` below in a long-poll answer already in its socket.
+    _wait_until_the_log_settles(plain)
 
     processes = [b.process for b in plain.brokers.values()]
     assert all(p is not None for p in processes)
