@@ -93,7 +93,7 @@ def test_produce_and_consume_through_brokers_while_the_controller_is_stopped(thr
     assert process is not None
     os.kill(process.pid, signal.SIGSTOP)
     try:
-        assert stopped(process.pid)
+        wait_for(lambda: stopped(process.pid), what="the controller stopped")  # delivery is async
         acked, consumed = asyncio.run(produce_and_consume(urls, three.controller.url, token, 300))
         assert len(acked) == 300
         assert sorted(consumed) == sorted(f"r{i}".encode() for i in range(300))
@@ -162,6 +162,7 @@ def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_st
     assert process is not None
     os.kill(process.pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: stopped(process.pid), what="the controller stopped")
         produced = jbodctl(
             *common, "produce", "t", token_file=token_file, stdin="\n".join(map(str, range(50))) + "\n"
         )
