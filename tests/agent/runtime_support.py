@@ -220,22 +220,26 @@ class Harness:
     def start(self) -> None:
         self.task = asyncio.create_task(self.agent.run())
 
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
     async def run_for(self, seconds: float, *, step: float = 0.01) -> None:
         """Let `seconds` of fake time pass, in steps, letting the agent's tasks and threads run."""
         end = self.clock.now + seconds
         while self.clock.now < end:
             self.clock.advance(min(step, end - self.clock.now))
-            await _settle(self.agent)
+            await _settle(self.agent, running=self.running)
 
     async def until(self, condition: Callable[[], bool], *, within: float, step: float = 0.01) -> float:
         """Advance fake time until `condition` holds; returns the fake seconds it took."""
         start = self.clock.now
-        await _settle(self.agent)
+        await _settle(self.agent, running=self.running)
         while not condition():
             if self.clock.now - start >= within:
                 raise AssertionError(f"not reached within {within} s of fake time")
             self.clock.advance(step)
-            await _settle(self.agent)
+            await _settle(self.agent, running=self.running)
         return self.clock.now - start
 
     async def exit_code(self, *, within: float = 30.0) -> int:
@@ -249,14 +253,21 @@ class Harness:
             await self.until(self.task.done, within=30.0)
 
 
-async def _settle(agent: Agent) -> None:
-    """Give every ready task a chance to run, and wait (real time) for the probes in worker threads:
-    fake time stands still while a disk is being probed, however slow the machine is."""
+def _worker_threads_busy(agent: Agent) -> bool:
+    """Work the agent does in worker threads, in real time: probes, the replica scan, creations."""
+    return bool(
+        agent.monitor.probes_in_flight or not agent.reconciler.scanned.is_set() or agent.state.creating
+    )
+
+
+async def _settle(agent: Agent, *, running: bool) -> None:
+    """Give every ready task a chance to run, and wait (real time) for the agent's worker threads:
+    fake time stands still while a disk is probed, listed or written, however slow the machine is."""
     for _ in range(5):
         await asyncio.sleep(0)
     await asyncio.sleep(0.001)
-    deadline = time.monotonic() + 10.0
-    while agent.monitor.probes_in_flight and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30.0
+    while running and _worker_threads_busy(agent) and time.monotonic() < deadline:
         await asyncio.sleep(0.001)
     for _ in range(5):
         await asyncio.sleep(0)
