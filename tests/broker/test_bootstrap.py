@@ -182,3 +182,49 @@ def test_jbodctl_refuses_a_bootstrap_that_is_not_a_url(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--bootstrap" in lines[0] and "not an http:// URL" in lines[0], result.stderr
+
+
+async def sixty_seconds_of_traffic(
+    urls: list[str], controller: str, token: str, seconds: float
+) -> dict[str, Any]:
+    """Produce (acks=-1) and consume through the brokers for `seconds`, then drain."""
+    sent: list[bytes] = []
+    consumed: list[bytes] = []
+    async with (
+        Producer(controller, token=token, bootstrap=urls, acks=-1, delivery_timeout_ms=30_000) as producer,
+        Consumer(controller, token=token, topic="t", bootstrap=urls) as consumer,
+    ):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        batch = 0
+        while loop.time() - start < seconds:
+            values = [f"s{batch}-{j}".encode() for j in range(20)]
+            await asyncio.gather(*[await producer.send("t", v) for v in values])
+            sent.extend(values)
+            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
+            batch += 1
+        elapsed = loop.time() - start
+        for _ in range(100):
+            if len(consumed) >= len(sent):
+                break
+            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
+    return {"sent": sent, "consumed": consumed, "elapsed": elapsed}
+
+
+@pytest.mark.slow
+def test_sixty_seconds_without_a_controller_stop_no_produce_or_consume(three: Cluster) -> None:
+    """Issue 15: with the controller stopped for 60 s, clients bootstrapped from brokers work."""
+    token = three.cluster_token
+    urls = [b.url for b in three.brokers.values()]
+    process = three.controller.process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: stopped(process.pid), what="the controller stopped")
+        result = asyncio.run(sixty_seconds_of_traffic(urls, three.controller.url, token, 60.0))
+        assert stopped(process.pid)  # the whole minute and the drain without a controller
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    assert result["elapsed"] >= 60.0
+    assert len(result["sent"]) >= 200, len(result["sent"])  # traffic flowed the whole time
+    assert sorted(result["consumed"]) == sorted(result["sent"])  # every acknowledged record, once
