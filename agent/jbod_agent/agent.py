@@ -94,7 +94,6 @@ class Agent:
             moves=self.mover,
             placements=self.placements,
             failures=self.monitor,
-            clock=self.clock,
         )
         self.follower = MetadataFollower(
             self.state, link=self.link, reconciler=self.reconciler, clock=self.clock, wake=self.wakeup.set
@@ -105,7 +104,6 @@ class Agent:
         self.calls.on_registered.append(self.follower.recheck.set)
         self._lifecycle_call: asyncio.Task[None] | None = None
         self._placement_call: asyncio.Task[None] | None = None
-        self.last_plan: Plan | None = None
         self.controlled_shutdown_requested = False
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -225,7 +223,6 @@ class Agent:
         while not self.state.stopping.is_set():
             self.wakeup.clear()
             plan = decide(self.observe())
-            self.last_plan = plan
             self.act(plan)
             if self.state.stopping.is_set():
                 return

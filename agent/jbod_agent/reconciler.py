@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jbod_agent import mover, placement, probe, replicas
 from jbod_agent.placement import DirHealth, DirView
-from jbod_agent.ports import Clock, DirFailures, PlacementSink
+from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import BrokerState, LocalReplica
 from jbod_core.errors import ErrorCode
@@ -41,14 +41,12 @@ class Reconciler:
         moves: mover.Mover,
         placements: PlacementSink,
         failures: DirFailures,
-        clock: Clock,
     ) -> None:
         self.state = state
         self.manager = manager
         self.moves = moves
         self.placements = placements
         self.failures = failures
-        self.clock = clock
         self.removed_topics: set[Uuid] = set()
         self.creations_now = asyncio.Event()
         self.scanned = asyncio.Event()  # the local replicas are known: reconciling may start
