@@ -58,8 +58,12 @@ class BadRequestError(Exception):
     """Answered HTTP 400 with errorCode 42 (INVALID_REQUEST)."""
 
 
+def _error(status: int, code: ErrorCode, message: str) -> web.Response:
+    return _json({"errorCode": int(code), "errorMessage": message}, status)
+
+
 def _bad(message: str) -> web.Response:
-    return _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": message}, 400)
+    return _error(400, ErrorCode.INVALID_REQUEST, message)
 
 
 # Bodies of a few fields (a move names one partition and one dir).
@@ -279,36 +283,21 @@ class AgentApi:
         name = request.match_info["name"]
         topic_id = image.topic_ids_by_name.get(name)
         if topic_id is None:
-            return _json(
-                {
-                    "errorCode": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    "errorMessage": f"Unknown topic '{name}'",
-                },
-                404,
-            )
+            return _error(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic '{name}'")
         return _json(core_views.describe_topic(image, image.topics[topic_id]))
 
     async def list_brokers(self, request: web.Request) -> web.Response:
         return _json(core_views.describe_brokers(self.agent.state.image))
 
     async def describe_broker(self, request: web.Request) -> web.Response:
-        raw = request.match_info["id"]
         try:
-            broker_id = int(raw)
-        except ValueError:
-            raise BadRequestError(f"brokerId: must be an integer, got {raw!r}") from None
-        if not 0 <= broker_id <= INT32_MAX:
-            raise BadRequestError(f"brokerId: out of range, got {broker_id}")
+            broker_id = core_views.parse_broker_id(request.match_info["id"])
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
         image = self.agent.state.image
         reg = image.brokers.get(broker_id)
         if reg is None:
-            return _json(
-                {
-                    "errorCode": int(ErrorCode.BROKER_ID_NOT_REGISTERED),
-                    "errorMessage": f"Broker {broker_id} is not registered",
-                },
-                404,
-            )
+            return _error(404, ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {broker_id} is not registered")
         return _json(core_views.describe_broker(image, reg))
 
     async def log_dirs(self, request: web.Request) -> web.Response:

@@ -402,16 +402,10 @@ class ControllerApi:
 
     @staticmethod
     def _broker_id(request: web.Request) -> int:
-        raw = request.match_info["id"]
         try:
-            value = int(raw)
-        except ValueError:
-            raise ApiError(
-                400, ErrorCode.INVALID_REQUEST, f"brokerId: must be an integer, got {raw!r}"
-            ) from None
-        if not 0 <= value <= 2**31 - 1:
-            raise ApiError(400, ErrorCode.INVALID_REQUEST, f"brokerId: out of range, got {value}")
-        return value
+            return views.parse_broker_id(request.match_info["id"])
+        except ValueError as exc:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, str(exc)) from None
 
     async def list_brokers(self, request: web.Request) -> web.Response:
         return json_response(views.describe_brokers(self.service.image))

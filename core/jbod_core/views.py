@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from jbod_core.image import BrokerRegistration, ClusterImage, TopicImage
+from jbod_core.messages import INT32_MAX
 
 
 def describe_topic(image: ClusterImage, topic: TopicImage) -> dict[str, Any]:
@@ -72,3 +73,14 @@ def describe_cluster(image: ClusterImage, *, cluster_id: str, metadata_end_offse
         "fencedBrokers": sum(1 for b in image.brokers.values() if b.fenced),
         "offlinePartitions": len(image.leaderless),
     }
+
+
+def parse_broker_id(raw: str) -> int:
+    """The broker id in a `/v1/brokers/{id}` path; ValueError with the one-line 400/42 message."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"brokerId: must be an integer, got {raw!r}") from None
+    if not 0 <= value <= INT32_MAX:
+        raise ValueError(f"brokerId: out of range, got {value}")
+    return value
