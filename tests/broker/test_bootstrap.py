@@ -5,6 +5,7 @@ controller does not answer at all (SIGSTOP). Real processes, plain directories (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -71,6 +72,19 @@ def stopped(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
+@contextlib.contextmanager
+def controller_stopped(cluster: Cluster) -> Iterator[int]:
+    """The controller paused (SIGSTOP, waited for: delivery is asynchronous) inside the block."""
+    process = cluster.controller.process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: stopped(process.pid), what="the controller stopped")
+        yield process.pid
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+
+
 async def produce_and_consume(urls: list[str], controller: str, token: str, count: int) -> list[Any]:
     async with Producer(
         controller, token=token, bootstrap=urls, acks=-1, delivery_timeout_ms=30_000
@@ -89,15 +103,11 @@ async def produce_and_consume(urls: list[str], controller: str, token: str, coun
 def test_produce_and_consume_through_brokers_while_the_controller_is_stopped(three: Cluster) -> None:
     token = three.cluster_token
     urls = [b.url for b in three.brokers.values()]
-    process = three.controller.process
-    assert process is not None
-    os.kill(process.pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: stopped(process.pid), what="the controller stopped")  # delivery is async
+    with controller_stopped(three) as pid:
         acked, consumed = asyncio.run(produce_and_consume(urls, three.controller.url, token, 300))
         assert len(acked) == 300
         assert sorted(consumed) == sorted(f"r{i}".encode() for i in range(300))
-        assert stopped(process.pid)  # all of it while the controller answered nothing
+        assert stopped(pid)  # all of it while the controller answered nothing
 
         async def controller_only() -> None:
             async with ClusterMetadata(three.controller.url, token=token, timeout=1.0) as metadata:
@@ -105,8 +115,6 @@ def test_produce_and_consume_through_brokers_while_the_controller_is_stopped(thr
 
         with pytest.raises(ControllerUnreachableError, match="did not answer"):
             asyncio.run(controller_only())  # without bootstrap brokers: the controller is the source
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
 
 
 def test_metadata_falls_through_to_the_next_source_and_names_them_all_when_none_answers(
@@ -158,11 +166,7 @@ def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_st
         "--bootstrap",
         ",".join(b.url for b in three.brokers.values()),
     ]
-    process = three.controller.process
-    assert process is not None
-    os.kill(process.pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: stopped(process.pid), what="the controller stopped")
+    with controller_stopped(three) as pid:
         produced = jbodctl(
             *common, "produce", "t", token_file=token_file, stdin="\n".join(map(str, range(50))) + "\n"
         )
@@ -170,9 +174,7 @@ def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_st
         consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
         assert consumed.returncode == 0, consumed.stderr
         assert sorted(consumed.stdout.split()) == sorted(map(str, range(50)))
-        assert stopped(process.pid)
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
+        assert stopped(pid)
 
 
 def test_jbodctl_refuses_a_bootstrap_that_is_not_a_url(tmp_path: Path) -> None:
@@ -216,15 +218,9 @@ def test_sixty_seconds_without_a_controller_stop_no_produce_or_consume(three: Cl
     """Issue 15: with the controller stopped for 60 s, clients bootstrapped from brokers work."""
     token = three.cluster_token
     urls = [b.url for b in three.brokers.values()]
-    process = three.controller.process
-    assert process is not None
-    os.kill(process.pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: stopped(process.pid), what="the controller stopped")
+    with controller_stopped(three) as pid:
         result = asyncio.run(sixty_seconds_of_traffic(urls, three.controller.url, token, 60.0))
-        assert stopped(process.pid)  # the whole minute and the drain without a controller
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
+        assert stopped(pid)  # the whole minute and the drain without a controller
     assert result["elapsed"] >= 60.0
     assert len(result["sent"]) >= 200, len(result["sent"])  # traffic flowed the whole time
     assert sorted(result["consumed"]) == sorted(result["sent"])  # every acknowledged record, once
