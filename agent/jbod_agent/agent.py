@@ -79,7 +79,9 @@ class Agent:
             ),
         )
         self.token = token
-        self.link: ControllerCalls = link or ControllerLink([config.controller_url], token=token)
+        self.link: ControllerCalls = link or ControllerLink(
+            config.controller_urls, token=token, failover_timeout=config.session_timeout_ms / 1000
+        )
         self.wakeup = asyncio.Event()
         self.queue = AssignmentQueue()
         self.placements = PlacementOutbox(self.queue, self.clock.monotonic, self.wakeup.set)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from jbod_client.controller import parse_controller_urls
 from jbod_core import topic_configs
 from jbod_core.meta_properties import parse_properties
 
@@ -42,7 +43,7 @@ class BrokerConfig:
     node_id: int
     log_dirs: tuple[Path, ...]
     metadata_log_dir: Path
-    controller_url: str
+    controller_url: str  # one URL or a comma-separated list (`controller_urls`)
     listener: Listener
     cluster_token_file: Path
     admin_token_file: Path | None = None
@@ -73,6 +74,11 @@ class BrokerConfig:
     socket_request_max_bytes: int = 16 * 1024 * 1024
     connections_max_idle_ms: int = 600_000
     request_read_timeout_ms: int = 30_000
+
+    @property
+    def controller_urls(self) -> list[str]:
+        """`controller.url` as the list of controllers a `ControllerLink` follows."""
+        return parse_controller_urls(self.controller_url)
 
 
 def _int(low: int, high: int) -> Callable[[str, str], int]:
@@ -113,6 +119,20 @@ def _url(key: str, value: str) -> str:
     except ValueError:
         raise ConfigError(f"{key}: '{value}' has an invalid port") from None
     return value.strip().rstrip("/")
+
+
+def _urls(key: str, value: str) -> str:
+    """One controller URL or a comma-separated list of them (contract §3.8), each checked like
+    `_url`; the list comes back normalized, as `ControllerLink` takes it."""
+    try:
+        urls = parse_controller_urls(value)
+    except ValueError:
+        raise ConfigError(
+            f"{key}: '{value}' is not an http(s) URL (or a comma-separated list of them)"
+        ) from None
+    if len(urls) == 1:
+        return _url(key, value)
+    return ",".join(_url(key, url) for url in urls)
 
 
 def _listener(key: str, value: str) -> Listener:
@@ -160,7 +180,7 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "node.id": ("node_id", _int(0, 2**31 - 1)),
     "log.dirs": ("log_dirs", _paths),
     "metadata.log.dir": ("metadata_log_dir", _path),
-    "controller.url": ("controller_url", _url),
+    "controller.url": ("controller_url", _urls),
     "listeners": ("listener", _listener),
     "advertised.listeners": ("advertised_listener", _listener),
     "cluster.token.file": ("cluster_token_file", _path),

@@ -31,7 +31,7 @@ from jbod_cli import apply_plan, commands, local_cli, tables
 from jbod_cli.commands import CommandError, Settings, output_option, wide_option
 from jbod_client.broker import describe_error
 from jbod_client.consumer import ConsumedRecord, Consumer
-from jbod_client.controller import DEFAULT_URL, ClientError
+from jbod_client.controller import DEFAULT_URL, ClientError, parse_controller_urls
 from jbod_client.metadata import ClusterMetadata, UnknownBrokerError
 from jbod_client.producer import Producer, RecordMetadata
 from jbod_core.ids import Uuid
@@ -63,7 +63,9 @@ def _parse_assignment(text: str) -> list[list[int]]:
     envvar="JBOD_CONTROLLER_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help="controller URL",
+    metavar="URL[,URL...]",
+    help="controller URL, or several controllers' URLs separated by commas (or JBOD_CONTROLLER_URL): "
+    "calls follow the active controller",
 )
 @click.option(
     "--bootstrap",
@@ -90,6 +92,10 @@ def app(ctx: click.Context, controller: str, bootstrap: str, token_file: Path | 
     for url in brokers:
         if not url.startswith(("http://", "https://")):
             raise click.BadParameter(f"{url!r} is not an http:// URL", param_hint="--bootstrap")
+    try:
+        parse_controller_urls(controller)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--controller") from None
     ctx.obj = Settings(controller=controller, token_file=token_file, output=output, bootstrap=brokers)
 
 

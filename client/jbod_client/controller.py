@@ -1,5 +1,6 @@
 """Typed HTTP links to the metadata controller (protocol §3): `ControllerClient` (blocking, for
-`jbodctl` and the operator) and `ControllerLink` (asyncio, for the broker agent).
+`jbodctl`, the operator and the local supervisor) and `ControllerLink` (asyncio, for the broker
+agent).
 
 Guarantees:
 * Requests are built from the shared wire models (`jbod_core.messages`), so no caller can send a
@@ -10,23 +11,47 @@ Guarantees:
   body that is not JSON, or a reply that does not fit its model, raises `ClientError`. Both links
   map errors through the same two functions (`transport_error`, `decode_answer`).
   Protocol outcomes (HTTP 200 with a non-zero `errorCode`) are returned, not raised: callers
-  decide what a code means for them.
-* `ControllerLink` takes a list of controller URLs and sends every call to the current one; after
-  a transport failure the next call goes to the next URL. It is the one place that will follow
-  a moved active controller (errorCode 41, contract §3.8).
+  decide what a code means for them — except errorCode 41 (NOT_CONTROLLER), which the links
+  handle themselves (below).
+* Several controllers (contract §3.8): both links take a list of controller URLs — a sequence, or
+  one string with commas (`parse_controller_urls`: `"http://a:9093,http://b:9093"`). One policy,
+  `Failover`, decides for both links where each attempt of a call goes:
+  - a transport failure moves to the next URL and retries; once every known URL failed in a row
+    the call raises `ControllerUnreachableError` (with one URL: the very error it raised before
+    there were several, at once);
+  - a reply with errorCode 41 (HTTP 200 from a standby, or HTTP 503 from a controller that is
+    not ready) that names `activeController.url` sends the retry there (the URL is added to the
+    list if it is new); with `activeController: null` the retry goes to the next URL after a
+    short backoff (100 to 200 ms);
+  - no attempt starts after the call's deadline (`failover_timeout`, default 15 s, from the
+    call's start); a call that met errorCode 41 then raises `ApiError` (errorCode 41, the
+    controller's message), one that met only transport failures `ControllerUnreachableError`;
+  - the URL that last answered is sticky: the next call starts there.
+* Retrying is safe for every call the links make, because a write may be retried after an
+  unknown outcome (a lost reply, a controller that died after committing): the controller's
+  decisions for register (same incarnation), heartbeat, assignments and alter-partition are
+  idempotent (a repeat leaves the same state, at worst answering an error code the caller already
+  handles for a stale request, such as 108 for an ISR change already applied); a create-topic retried after a lost reply may answer 36 (topic already exists), a
+  delete 3 (unknown topic) or an unregister 102 (not registered). Only 41 replies and transport
+  failures are retried; the controller changed nothing when it answered 41.
+* `GET /v1/metadata` long polls keep their longer read timeout on every attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 import httpx
 import orjson
 from pydantic import ValidationError
 
+from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     AlterPartitionReply,
     AlterPartitionRequest,
@@ -42,6 +67,9 @@ from jbod_core.messages import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:9093"
+DEFAULT_FAILOVER_TIMEOUT: Final = 15.0
+# Waits before retrying after a 41 that names no (new) active controller: the first, then every later.
+FAILOVER_BACKOFF: Final = (0.1, 0.2)
 
 
 class ClientError(Exception):
@@ -72,12 +100,164 @@ def read_token(path: Path) -> str:
     return token
 
 
-class ControllerClient:
-    def __init__(self, url: str = DEFAULT_URL, *, token: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False
+def parse_controller_urls(text: str | Sequence[str]) -> list[str]:
+    """Controller URLs from a comma-separated string (or a sequence of such strings): each one
+    stripped, without a trailing '/', empties and repeats dropped. `ValueError` if none is left."""
+    items = text.split(",") if isinstance(text, str) else [part for t in text for part in t.split(",")]
+    urls: list[str] = []
+    for item in items:
+        url = item.strip().rstrip("/")
+        if url and url not in urls:
+            urls.append(url)
+    if not urls:
+        raise ValueError(f"no controller URL in {text!r}: expected URL[,URL...]")
+    return urls
+
+
+class ControllerEndpoints:
+    """The controller URLs a link knows, and the one its next call starts at (sticky)."""
+
+    def __init__(self, urls: str | Sequence[str]) -> None:
+        self.urls = parse_controller_urls(urls)
+        self.current = 0
+
+    @property
+    def url(self) -> str:
+        return self.urls[self.current]
+
+    def use(self, url: str) -> None:
+        """Start the next call at `url` (learnt from a 41 reply if it is not listed yet)."""
+        if url not in self.urls:
+            self.urls.append(url)
+        self.current = self.urls.index(url)
+
+    def after(self, url: str) -> str:
+        return self.urls[(self.urls.index(url) + 1) % len(self.urls)]
+
+    def failover(self, method: str, path: str, *, timeout: float, now: float) -> Failover:
+        return Failover(self, method, path, deadline=now + timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Send the call again to `Failover.url`, after `delay` seconds."""
+
+    delay: float
+
+
+class Failover:
+    """Where the attempts of one call go (contract §3.8): the one retry policy of both links.
+
+    Pure bookkeeping, no I/O: a link sends to `url`, then reports the outcome to `answered` (the
+    decoded answer, or `Retry`) or `failed` (`Retry`, or the error to raise). The clock is
+    passed in, so the policy reads no time itself.
+    """
+
+    def __init__(self, endpoints: ControllerEndpoints, method: str, path: str, *, deadline: float) -> None:
+        self._endpoints = endpoints
+        self._method = method
+        self._path = path
+        self._deadline = deadline
+        self.url = endpoints.url
+        self._tried: list[str] = []
+        self._not_controller_seen: tuple[int, str] | None = None  # the last 41: HTTP status, message
+        self._unreachable_in_row = 0
+        self._followed: set[str] = set()
+        self._waits = 0
+
+    def answered(self, status: int, content: bytes, *, now: float) -> Any:
+        """The answer's JSON (or the error it stands for), or `Retry` after an errorCode 41."""
+        data = _json(content)
+        if isinstance(data, dict) and data.get("errorCode") == ErrorCode.NOT_CONTROLLER:
+            return self._not_controller(status, data, now)
+        self._endpoints.use(self.url)
+        return _decode(status, data, self.url, self._method, self._path)
+
+    def failed(self, exc: httpx.HTTPError, *, now: float) -> Retry:
+        """`Retry` at the next URL, or raise once every URL failed in a row or time is up."""
+        error = transport_error(exc, self.url, self._method, self._path)
+        error.__cause__ = exc
+        self._tried.append(self.url)
+        self._unreachable_in_row += 1
+        self._move(self._endpoints.after(self.url))
+        if self._unreachable_in_row < len(self._endpoints.urls) and now < self._deadline:
+            return Retry(0.0)
+        if self._not_controller_seen is not None and self._unreachable_in_row < len(self._endpoints.urls):
+            raise self._gave_up(*self._not_controller_seen)
+        if len(self._tried) == 1:
+            raise error
+        raise ControllerUnreachableError(
+            f"no controller answered {self._method} {self._path} (tried {self._tried_text()}): {error}"
+        ) from error
+
+    def _not_controller(self, status: int, data: dict[str, Any], now: float) -> Retry:
+        self._tried.append(self.url)
+        self._unreachable_in_row = 0
+        self._not_controller_seen = (status, str(data.get("errorMessage") or "not the active controller"))
+        if now >= self._deadline:
+            raise self._gave_up(*self._not_controller_seen)
+        active = _active_url(data)
+        if active is not None and active != self.url and active not in self._followed:
+            self._followed.add(active)
+            self._move(active)
+            return Retry(0.0)
+        self._move(active if active is not None and active != self.url else self._endpoints.after(self.url))
+        delay = FAILOVER_BACKOFF[min(self._waits, len(FAILOVER_BACKOFF) - 1)]
+        self._waits += 1
+        return Retry(min(delay, self._deadline - now))
+
+    def _gave_up(self, status: int, message: str) -> ApiError:
+        """The error of a call that found no active controller before its deadline."""
+        return ApiError(
+            status,
+            int(ErrorCode.NOT_CONTROLLER),
+            f"{message} (no active controller answered {self._method} {self._path} in time; "
+            f"tried {self._tried_text()})",
         )
+
+    def _move(self, url: str) -> None:
+        self._endpoints.use(url)
+        self.url = url
+
+    def _tried_text(self) -> str:
+        return ", ".join(dict.fromkeys(self._tried))
+
+
+def _active_url(data: Mapping[str, Any]) -> str | None:
+    """`activeController.url` of a 41 reply, normalized; None when absent or not a URL."""
+    active = data.get("activeController")
+    url = active.get("url") if isinstance(active, dict) else None
+    if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
+        return None
+    return url.strip().rstrip("/")
+
+
+class ControllerClient:
+    """Blocking link to the controller(s): `url` is one URL, a comma-separated list, or a sequence
+    of URLs; calls follow the active controller (module docstring)."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str] = DEFAULT_URL,
+        *,
+        token: str,
+        timeout: float = 30.0,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+    ) -> None:
+        self._endpoints = ControllerEndpoints(url)
+        self._failover_timeout = failover_timeout
+        self._http = httpx.Client(
+            headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False
+        )
+
+    @property
+    def url(self) -> str:
+        """The controller the next call goes to first (the last one that answered)."""
+        return self._endpoints.url
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._endpoints.urls)
 
     def close(self) -> None:
         self._http.close()
@@ -100,17 +280,25 @@ class ControllerClient:
         timeout: float | None = None,
     ) -> Any:
         payload = body.to_wire() if isinstance(body, Message) else body
-        try:
-            response = self._http.request(
-                method,
-                path,
-                json=payload,
-                params=params,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self.url, method, path) from exc
-        return decode_answer(response.status_code, response.content, self.url, method, path)
+        failover = self._endpoints.failover(
+            method, path, timeout=self._failover_timeout, now=time.monotonic()
+        )
+        while True:
+            try:
+                response = self._http.request(
+                    method,
+                    failover.url + path,
+                    json=payload,
+                    params=params,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.HTTPError as exc:
+                outcome = failover.failed(exc, now=time.monotonic())
+            else:
+                outcome = failover.answered(response.status_code, response.content, now=time.monotonic())
+            if not isinstance(outcome, Retry):
+                return outcome
+            time.sleep(outcome.delay)
 
     # -- broker calls -------------------------------------------------------------------------
 
@@ -238,10 +426,18 @@ def transport_error(exc: httpx.HTTPError, url: str, method: str, path: str) -> C
 
 def decode_answer(status: int, content: bytes, url: str, method: str, path: str) -> Any:
     """The JSON body of an answer, or the error it stands for (one mapping for both links)."""
+    return _decode(status, _json(content), url, method, path)
+
+
+def _json(content: bytes) -> Any:
+    """The parsed body, or None when it is not JSON."""
     try:
-        data = orjson.loads(content)
+        return orjson.loads(content)
     except orjson.JSONDecodeError:
-        data = None
+        return None
+
+
+def _decode(status: int, data: Any, url: str, method: str, path: str) -> Any:
     if status >= 400:
         if isinstance(data, dict) and "errorCode" in data:
             raise ApiError(status, int(data["errorCode"]), str(data.get("errorMessage") or ""))
@@ -267,16 +463,25 @@ def _reply(reply_type: type[ReplyT], data: Any, url: str, method: str, path: str
 class ControllerLink:
     """The broker agent's asyncio link to the controller: typed broker calls, one error mapping.
 
-    `urls` lists the controllers; calls go to the current one and move to the next after a
-    transport failure. `metadata` returns the page as parsed JSON (its records are decoded one by
+    `urls` lists the controllers (a sequence, or one comma-separated string); calls follow the
+    active controller like `ControllerClient`'s (module docstring). `metadata` returns the page as parsed JSON (its records are decoded one by
     one by the caller: the hot path of a restart stays free of model validation).
     """
 
-    def __init__(self, urls: Sequence[str], *, token: str, timeout: float = 10.0, read_timeout: float = 40.0):
-        if not urls:
-            raise ValueError("a controller link needs at least one controller URL")
-        self.urls = [u.rstrip("/") for u in urls]
-        self._current = 0
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        token: str,
+        timeout: float = 10.0,
+        read_timeout: float = 40.0,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+    ):
+        try:
+            self._endpoints = ControllerEndpoints(urls)
+        except ValueError:
+            raise ValueError("a controller link needs at least one controller URL") from None
+        self._failover_timeout = failover_timeout
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             timeout=httpx.Timeout(timeout, read=read_timeout),
@@ -285,7 +490,12 @@ class ControllerLink:
 
     @property
     def url(self) -> str:
-        return self.urls[self._current]
+        """The controller the next call goes to first (the last one that answered)."""
+        return self._endpoints.url
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._endpoints.urls)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -293,13 +503,21 @@ class ControllerLink:
     async def _request(
         self, method: str, path: str, *, content: bytes | None = None, params: Mapping[str, Any] | None = None
     ) -> Any:
-        url = self.url
-        try:
-            response = await self._http.request(method, url + path, content=content, params=params)
-        except httpx.HTTPError as exc:
-            self._current = (self._current + 1) % len(self.urls)
-            raise transport_error(exc, url, method, path) from exc
-        return decode_answer(response.status_code, response.content, url, method, path)
+        failover = self._endpoints.failover(
+            method, path, timeout=self._failover_timeout, now=time.monotonic()
+        )
+        while True:
+            try:
+                response = await self._http.request(
+                    method, failover.url + path, content=content, params=params
+                )
+            except httpx.HTTPError as exc:
+                outcome = failover.failed(exc, now=time.monotonic())
+            else:
+                outcome = failover.answered(response.status_code, response.content, now=time.monotonic())
+            if not isinstance(outcome, Retry):
+                return outcome
+            await asyncio.sleep(outcome.delay)
 
     async def _post(self, path: str, request: Message, reply_type: type[ReplyT]) -> ReplyT:
         data = await self._request("POST", path, content=orjson.dumps(request.to_wire()))

@@ -27,6 +27,7 @@ from jbod_client.controller import (
     ClientError,
     ControllerUnreachableError,
     decode_answer,
+    parse_controller_urls,
     transport_error,
 )
 from jbod_core.errors import ErrorCode
@@ -72,9 +73,10 @@ class ClusterMetadata:
 
     `bootstrap` lists broker URLs: every broker serves the topic and broker reads from its own
     replicated image, so clients bootstrapped from brokers keep working while no controller
-    answers. The controller (`controller_url`, if given) is asked after the brokers. A source that
-    cannot be reached is skipped for the next one; the source that answered is asked first next
-    time.
+    answers. The controllers (`controller_url`, if given: one URL or a comma-separated list) are
+    asked after the brokers. A source that cannot be reached, or that is not ready (HTTP 503: a
+    controller still recovering answers errorCode 41), is skipped for the next one; the source
+    that answered is asked first next time.
     """
 
     def __init__(
@@ -87,7 +89,8 @@ class ClusterMetadata:
     ) -> None:
         self.bootstrap = [u.rstrip("/") for u in bootstrap]
         self.controller_url = controller_url.rstrip("/") if controller_url else None
-        self._sources = [*self.bootstrap, *([self.controller_url] if self.controller_url else [])]
+        self.controller_urls = parse_controller_urls(controller_url) if controller_url else []
+        self._sources = [*self.bootstrap, *self.controller_urls]
         if not self._sources:
             raise ValueError("cluster metadata needs a controller URL or bootstrap brokers")
         self._current = 0
@@ -117,6 +120,8 @@ class ClusterMetadata:
             except httpx.HTTPError as exc:
                 failures.append(self._unreachable(url, path, exc))
                 continue
+            if response.status_code == 503 and step + 1 < count:
+                continue  # not ready (a controller still recovering answers 503, errorCode 41)
             self._current = index
             return decode_answer(response.status_code, response.content, url, "GET", path)
         if count == 1:
@@ -127,7 +132,7 @@ class ClusterMetadata:
 
     def _unreachable(self, url: str, path: str, exc: httpx.HTTPError) -> ControllerUnreachableError:
         """The error for one source; its cause is the transport error (`jbodctl`'s hints read it)."""
-        if url == self.controller_url:
+        if url in self.controller_urls:
             error = transport_error(exc, url, "GET", path)
         elif isinstance(exc, httpx.TimeoutException):
             error = ControllerUnreachableError(f"broker at {url} did not answer GET {path} in time")

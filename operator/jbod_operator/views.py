@@ -5,9 +5,10 @@ its log dirs, and returns one immutable `ClusterView`. Failures never raise: an 
 controller gives `reachable=False` (callers then leave readiness gates and volumes alone); an
 unreachable broker gives `None` for its log dirs.
 
-Addresses: the operator dials the controller Service's DNS name and the listeners brokers
-registered. An operator running outside the cluster (development, the e2e tests) maps those to
-reachable addresses with `JBOD_ENDPOINTS_FILE`: a JSON object `{"host:port": "host2:port2"}`,
+Addresses: the operator dials the controller Service's DNS name (or a comma-separated list of
+controller URLs, followed like every `ControllerClient`'s) and the listeners brokers registered.
+An operator running outside the cluster (development, the e2e tests) maps those to reachable
+addresses with `JBOD_ENDPOINTS_FILE`: a JSON object `{"host:port": "host2:port2"}`,
 re-read whenever it changes.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from jbod_client.broker import BrokerClient
-from jbod_client.controller import ClientError, ControllerClient
+from jbod_client.controller import ClientError, ControllerClient, parse_controller_urls
 from jbod_operator import health
 
 ENDPOINTS_ENV = "JBOD_ENDPOINTS_FILE"
@@ -74,7 +75,10 @@ class Endpoints:
             self._mtime = mtime
 
     def resolve(self, url: str) -> str:
+        """`url` mapped; a comma-separated list of controller URLs is mapped URL by URL."""
         self._load()
+        if "," in url:
+            return ",".join(self.resolve(u) for u in parse_controller_urls(url))
         parts = urlsplit(url)
         target = self._map.get(parts.netloc)
         if target is None:

@@ -375,3 +375,15 @@ def test_load_config_of_a_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         config.load_config(tmp_path)
     assert str(tmp_path) in str(info.value)
+
+
+def test_controller_url_takes_a_comma_separated_list() -> None:
+    parsed = parse(controller_url=" http://c1:9093/ , https://c2.example:443,,http://[::1]:9093")
+    assert parsed.controller_url == "http://c1:9093,https://c2.example:443,http://[::1]:9093"
+    assert parsed.controller_urls == ["http://c1:9093", "https://c2.example:443", "http://[::1]:9093"]
+    assert parse().controller_urls == ["http://127.0.0.1:9093"]
+
+
+@pytest.mark.parametrize("value", ["http://c1:9093,ctl:9093", "http://c1:9093,http://c2:port", " , "])
+def test_a_bad_url_in_the_controller_list_is_refused(value: str) -> None:
+    expect_error(text({**BASE, "controller.url": value}), "controller.url")
