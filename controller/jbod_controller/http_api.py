@@ -9,6 +9,9 @@ Guarantees:
   failure is logged and answered 500 only for a server bug, never for a request's content.
 * Protocol outcomes are HTTP 200 with `errorCode` (and `errorMessage` when not 0).
 * Reads (`GET`) are answered from the image without waiting for the writer.
+* In a controller quorum (§3.8) a controller that is not the active one answers every write
+  with HTTP 200, errorCode 41 and `activeController` (null while none is known) and changes
+  nothing; a write whose controller was deposed while it waited gets the same answer.
 * Bounded work per request (docs/operations.md, "Limits"): every endpoint has a body limit derived
   from the largest valid request (`BODY_LIMITS`); a larger body is refused with HTTP 413 and
   errorCode 42 from its Content-Length, before it is read, or as soon as the bytes read pass the
@@ -35,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from jbod_controller.metrics import ControllerMetrics
-from jbod_controller.record_log import log_divergence, page_checksum
+from jbod_controller.record_log import NotActiveError, log_divergence, page_checksum
 from jbod_controller.service import ControllerService
 from jbod_core import frames, views
 from jbod_core.errors import ErrorCode
@@ -85,6 +88,10 @@ DEFAULT_MAX_RECORDS = 10_000
 class Tokens:
     cluster: str
     admin: str
+
+
+class NotServingError(Exception):
+    """The controller is recovering or re-reading its log: HTTP 503 with errorCode 41."""
 
 
 class ApiError(Exception):
@@ -158,9 +165,13 @@ class ControllerApi:
 
     def _require_ready(self) -> None:
         if not self.service.ready:
-            raise ApiError(
-                503, ErrorCode.NOT_CONTROLLER, "The controller is not active yet (recovering its log)"
-            )
+            raise NotServingError()
+
+    def _not_controller(self, message: str, *, status: int = 200) -> web.Response:
+        active = self.service.active_controller()
+        body = error_body(ErrorCode.NOT_CONTROLLER, message)
+        body["activeController"] = active.to_json() if active is not None else None
+        return json_response(body, status=status)
 
     async def _body(self, request: web.Request, api: str) -> bytes:
         return await http_server.read_body(
@@ -200,6 +211,10 @@ class ControllerApi:
             return await handler(request)
         except ApiError as exc:
             return json_response(error_body(exc.code, exc.message), status=exc.status)
+        except NotServingError:
+            return self._not_controller("The controller is not serving yet (recovering its log)", status=503)
+        except NotActiveError as exc:
+            return self._not_controller(f"Not the active controller: {exc}")
         except http_server.BodyTooLargeError as exc:
             return json_response(error_body(ErrorCode.INVALID_REQUEST, str(exc)), status=413)
         except http_server.BodyTimeoutError as exc:
@@ -302,8 +317,6 @@ class ControllerApi:
         max_wait_ms = self._query_int(request, "maxWaitMs", 0, 0, MAX_WAIT_MS)
         max_records = self._query_int(request, "maxRecords", DEFAULT_MAX_RECORDS, 1, MAX_RECORDS)
         last_checksum = self._query_int(request, "lastChecksum", -1, 0, 2**32 - 1)
-        writer = self.service.writer
-        assert writer is not None
         record_log = self.service.record_log
         end = record_log.committed_offset
         diverged = log_divergence(record_log, from_offset, last_checksum)
@@ -328,7 +341,7 @@ class ControllerApi:
                 from_offset = snapshot_offset
                 snapshot = True
         if not parts and from_offset == end and max_wait_ms > 0:
-            await writer.wait_for_commit(from_offset, max_wait_ms / 1000)
+            await self.service.wait_for_commit(from_offset, max_wait_ms / 1000)
             end = record_log.committed_offset
         served = record_log.read(from_offset, max_records)
         parts.extend(served)
@@ -425,10 +438,13 @@ class ControllerApi:
         return reply_response(reply)
 
     async def cluster(self, request: web.Request) -> web.Response:
-        return json_response(
-            views.describe_cluster(
-                self.service.image,
-                cluster_id=self.service.config.cluster_id,
-                metadata_end_offset=self.service.record_log.committed_offset,
-            )
+        described = views.describe_cluster(
+            self.service.image,
+            cluster_id=self.service.config.cluster_id,
+            metadata_end_offset=self.service.record_log.committed_offset,
         )
+        if self.service.quorum is not None:  # §3.8: only a quorum names its controllers
+            active = self.service.active_controller()
+            described["activeController"] = active.to_json() if active is not None else None
+            described["controllers"] = self.service.controllers()
+        return json_response(described)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from jbod_core.image import ClusterImage
@@ -18,11 +18,27 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 
 class _ImageCollector(Collector):
-    def __init__(self, image: Callable[[], ClusterImage], end_offset: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        image: Callable[[], ClusterImage],
+        end_offset: Callable[[], int],
+        active: Callable[[], bool],
+        elections: Callable[[], int],
+    ) -> None:
         self._image = image
         self._end_offset = end_offset
+        self._active = active
+        self._elections = elections
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily(
+            "jbod_controller_active",
+            "1 while this controller is the active one (the writer)",
+            value=1 if self._active() else 0,
+        )
+        yield CounterMetricFamily(
+            "jbod_controller_elections", "Elections this controller won", value=self._elections()
+        )
         image = self._image()
         yield GaugeMetricFamily(
             "jbod_controller_fenced_brokers",
@@ -46,7 +62,14 @@ class _ImageCollector(Collector):
 
 
 class ControllerMetrics:
-    def __init__(self, image: Callable[[], ClusterImage], end_offset: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        image: Callable[[], ClusterImage],
+        end_offset: Callable[[], int],
+        *,
+        active: Callable[[], bool] = lambda: True,
+        elections: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.request_seconds = Histogram(
             "jbod_controller_request_seconds",
@@ -55,7 +78,7 @@ class ControllerMetrics:
             registry=self.registry,
             buckets=_BUCKETS,
         )
-        self.registry.register(_ImageCollector(image, end_offset))
+        self.registry.register(_ImageCollector(image, end_offset, active, elections))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -48,6 +48,10 @@ class LogCorruptError(RuntimeError):
     """The log is damaged somewhere other than its tail."""
 
 
+class NotActiveError(RuntimeError):
+    """This controller may not write the log: it lost (or never held) the election (§3.8)."""
+
+
 @dataclass(slots=True)
 class Snapshot:
     offset: int  # every record below this offset is in the snapshot
@@ -66,6 +70,10 @@ class RecordLog(Protocol):
     """What the controller needs from a durable, ordered record log."""
 
     @property
+    def directory(self) -> Path | str:
+        """Where it lives, for messages."""
+
+    @property
     def end_offset(self) -> int: ...
 
     @property
@@ -75,6 +83,9 @@ class RecordLog(Protocol):
     def start_offset(self) -> int: ...
 
     def recover(self) -> Recovery: ...
+
+    def check_writable(self) -> None:
+        """Raise `NotActiveError` when this process may not append (a standby, a lost lease)."""
 
     def append(self, entries: list[bytes]) -> None: ...
 
@@ -150,7 +161,7 @@ class FileRecordLog:
     """`RecordLog` on local files: one process writes, fsync makes appends durable."""
 
     def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
-        self.directory = directory
+        self.directory: Path = directory
         self.segment_bytes = segment_bytes
         self._segments: list[_Segment] = []
         self._bases: list[int] = []
@@ -276,6 +287,9 @@ class FileRecordLog:
         )
 
     # -- appends ----------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """The file log's one process may always append."""
 
     def _open_segment(self, base: int) -> _Segment:
         path = self.directory / f"{base:020d}.log"

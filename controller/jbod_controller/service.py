@@ -10,6 +10,12 @@ Guarantees:
   the event loop spent stalled, measured by a watcher task, does not count against sessions;
   snapshots are cut after every
   `snapshot_interval_records` records from a cheap copy of the image, written off the event loop.
+* In a quorum on etcd (`ControllerConfig.quorum`, §3.8) the service starts as a standby that
+  replays the committed log; only after winning the election does it catch up to the log's head,
+  give every unfenced broker a fresh session and start the writer. Losing the lease or an append
+  steps it down: queued and in-flight commands fail with `NotActiveError` (answered errorCode 41),
+  the image (which may hold records that were never committed) is dropped and read again from
+  etcd, and it follows the log as a standby.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from jbod_controller import memory
-from jbod_controller.record_log import FileRecordLog, LogCorruptError, Recovery
-from jbod_controller.writer import Writer, exit_on_fatal
+from jbod_controller.etcd_gateway import EtcdError, EtcdGateway
+from jbod_controller.etcd_log import EtcdRecordLog, Keys
+from jbod_controller.quorum import ControllerInfo, Quorum, QuorumConfig
+from jbod_controller.record_log import FileRecordLog, LogCorruptError, NotActiveError, RecordLog, Recovery
+from jbod_controller.writer import CommitSignal, Writer, exit_on_fatal
 from jbod_core import assignments, brokers, frames, isr, records, topics
 from jbod_core.image import ClusterImage
 from jbod_core.messages import (
@@ -64,6 +73,10 @@ class ControllerConfig:
     default_replication_factor: int | None = None
     # Written into a new topic's configs when the create does not set min.insync.replicas.
     default_min_insync_replicas: int | None = None
+    # Where clients reach this controller (`activeController.url`, `/v1/cluster`).
+    url: str = ""
+    # A controller quorum on etcd (§3.8); None = the single controller with its file log.
+    quorum: QuorumConfig | None = None
 
 
 class RecoveryError(RuntimeError):
@@ -104,7 +117,15 @@ class ControllerService:
         self.config = config
         self.clock = clock
         self.rng = rng or random.SystemRandom()
-        self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
+        self.record_log: RecordLog
+        self.quorum: Quorum | None = None
+        if config.quorum is None:
+            self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
+        else:
+            etcd_log = EtcdRecordLog(EtcdGateway(config.quorum.endpoints), Keys.under(config.quorum.prefix))
+            self.record_log = etcd_log
+            self.quorum = Quorum(config.quorum, etcd_log, self)
+        self.commits = CommitSignal(lambda: self.record_log.committed_offset)
         self.image = ClusterImage()
         self.sessions: dict[int, Session] = {}
         self.stall_clock = StallClock(STALL_TICK_S, STALL_TOLERANCE_S, last_tick=clock())
@@ -114,7 +135,29 @@ class ControllerService:
         self.recovered_records = 0
         self._on_fatal = on_fatal
         self._tasks: list[asyncio.Task[Any]] = []
+        self._active_tasks: list[asyncio.Task[Any]] = []
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._active = False
+        self._transition = asyncio.Lock()
+
+    @property
+    def active(self) -> bool:
+        """True while this controller is the one writer (always, once started, without a quorum)."""
+        return self._active
+
+    def active_controller(self) -> ControllerInfo | None:
+        if self.quorum is None:
+            return ControllerInfo(0, self.config.url) if self._active else None
+        return self.quorum.active_controller
+
+    def controllers(self) -> list[dict[str, Any]]:
+        if self.quorum is None:
+            return [{"nodeId": 0, "url": self.config.url, "active": self._active}]
+        return self.quorum.controllers()
+
+    @property
+    def elections(self) -> int:
+        return self.quorum.elections if self.quorum is not None else 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -128,7 +171,7 @@ class ControllerService:
             recovered = len(recovery.entries)
             snapshot_offset = recovery.snapshot.offset if recovery.snapshot else None
             truncated = recovery.truncated_bytes
-        except (LogCorruptError, records.RecordError, ValueError) as exc:
+        except (LogCorruptError, records.RecordError, ValueError, EtcdError, ConnectionError) as exc:
             raise RecoveryError(
                 f"Failed recovering the metadata log in {self.record_log.directory}: {exc}"
             ) from exc
@@ -151,34 +194,138 @@ class ControllerService:
         )
         self.stall_clock.tick(self.clock())
         self._tasks.append(loop.create_task(self._watch_stalls_forever(), name="stall-watch"))
+        self._tasks.append(loop.create_task(self._collect_garbage_forever(), name="gc"))
+        if self.quorum is None:
+            self._start_writing()
+            self.ready = True
+            return
+        self.ready = True  # a standby that has read the whole committed log
+        try:
+            await self.quorum.start()
+        except (EtcdError, ConnectionError) as exc:
+            raise RecoveryError(f"Failed joining the controller quorum: {exc}") from exc
+
+    def _start_writing(self) -> None:
+        """Become the writer: fresh sessions for every unfenced broker, the writer, session expiry."""
         now = self.session_now()
-        for reg in self.image.brokers.values():
-            if not reg.fenced:
-                self.sessions[reg.broker_id] = Session(last_contact=now)
-        self.writer = Writer(self.image, self.record_log, on_fatal=self._on_fatal)
+        self.sessions = {
+            reg.broker_id: Session(last_contact=now) for reg in self.image.brokers.values() if not reg.fenced
+        }
+        self.writer = Writer(
+            self.image,
+            self.record_log,
+            on_fatal=self._on_fatal,
+            commits=self.commits,
+            on_deposed=self._deposed_by_writer,
+        )
         self.writer.after_commit.append(self._maybe_snapshot)
         self.writer.start()
-        self._tasks.append(loop.create_task(self._expire_sessions_forever(), name="session-expiry"))
-        self._tasks.append(loop.create_task(self._collect_garbage_forever(), name="gc"))
+        loop = asyncio.get_running_loop()
+        self._active_tasks.append(loop.create_task(self._expire_sessions_forever(), name="session-expiry"))
+        self._active = True
+
+    # -- quorum roles (§3.8) ------------------------------------------------------------------
+
+    async def apply_committed(self, first_offset: int, payloads: list[bytes], revision: int) -> None:
+        """Replay records a standby read from the log; they must continue the image."""
+        assert isinstance(self.record_log, EtcdRecordLog)
+        self.record_log.extend_committed(first_offset, payloads, revision)
+        image = self.image
+        decode, decode_entry = records.decode, frames.decode_entry
+        for payload in payloads:
+            offset, record_type, data = decode_entry(payload)
+            if offset != image.end_offset:
+                raise ValueError(f"record offset {offset} found where {image.end_offset} was expected")
+            image.replay(decode(record_type, data), offset)
+        await self.commits.notify()
+
+    async def promote(self, fence: int) -> None:
+        """Won the election: catch up to the log's head, then write (fresh broker sessions)."""
+        assert self.quorum is not None and isinstance(self.record_log, EtcdRecordLog)
+        async with self._transition:
+            started = time.perf_counter()
+            await self.quorum.catch_up(self.apply_committed)
+            self.record_log.take_over(fence, self.quorum.lease_deadline)
+            self._start_writing()
+            log.info(
+                "Active controller from offset %d (took over in %.0f ms)",
+                self.record_log.committed_offset,
+                (time.perf_counter() - started) * 1000,
+            )
+
+    def _deposed_by_writer(self, exc: NotActiveError) -> None:
+        asyncio.get_running_loop().create_task(self.step_down(str(exc)))
+
+    async def step_down(self, why: str) -> None:
+        """Stop writing, drop the image and follow the log again as a standby."""
+        assert self.quorum is not None and isinstance(self.record_log, EtcdRecordLog)
+        async with self._transition:
+            if not self._active:
+                return
+            log.warning("No longer the active controller: %s", why)
+            self._active = False
+            self.record_log.fence = 0
+            if self.quorum.active_controller == self.quorum.me:
+                self.quorum.active_controller = None
+            for task in self._active_tasks:
+                task.cancel()
+            for task in self._active_tasks:
+                with contextlib.suppress(asyncio.CancelledError, NotActiveError):
+                    await task
+            self._active_tasks.clear()
+            if self.writer is not None:
+                await self.writer.stop_writing(NotActiveError(why))
+                self.writer = None
+            self.sessions.clear()
+            await self.quorum.resign()
+            await self._reread()
+            self.quorum.resume_following()
+
+    async def resync(self) -> None:
+        """Re-read the log from etcd (a standby whose watch broke or fell behind a compaction)."""
+        async with self._transition:
+            if not self._active:
+                await self._reread()
+
+    async def _reread(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.ready = False
+        while True:
+            try:
+                recovery = await loop.run_in_executor(None, self.record_log.recover)
+                self.image = await loop.run_in_executor(None, replay_recovery, recovery)
+                break
+            except (EtcdError, ConnectionError, ValueError, records.RecordError) as exc:
+                log.warning("Could not re-read the metadata log from etcd: %s", exc)
+                await asyncio.sleep(0.5)
         self.ready = True
+        await self.commits.notify()
+
+    async def wait_for_commit(self, beyond: int, timeout: float) -> None:
+        await self.commits.wait_beyond(beyond, timeout)
 
     async def stop(self) -> None:
         self.ready = False
-        for task in self._tasks:
+        for task in self._tasks + self._active_tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in self._tasks + self._active_tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._snapshot_task is not None:
             await asyncio.gather(self._snapshot_task, return_exceptions=True)
         if self.writer is not None:
             await self.writer.stop()
+        if self.quorum is not None:
+            await self.quorum.stop()
+        self._active = False
+        await self.commits.close()
         self.record_log.close()
 
     # -- commands -----------------------------------------------------------------------------
 
     def _writer(self) -> Writer:
-        assert self.writer is not None, "controller not started"
+        if self.writer is None or not self._active:
+            raise NotActiveError("this controller is a standby")
         return self.writer
 
     async def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
@@ -289,7 +436,10 @@ class ControllerService:
         period = min(1.0, max(0.05, self.config.session_timeout_s / 8))
         while True:
             await asyncio.sleep(period)
-            await self.expire_sessions()
+            try:
+                await self.expire_sessions()
+            except NotActiveError:
+                return  # deposed: `step_down` takes it from here
 
     async def _collect_garbage_forever(self) -> None:
         while True:
@@ -313,20 +463,20 @@ class ControllerService:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
 
-        def work() -> int:
+        def work() -> tuple[int, int]:
             count = copy.record_count()
             entries = (frames.encode_snapshot_entry(r.TYPE, r.to_data()) for r in copy.iter_records())
             self.record_log.write_snapshot(copy.end_offset, entries, count=count)
-            return count
+            deleted = self.record_log.delete_segments_before(
+                copy.end_offset, keep_bytes=self.config.log_retention_bytes
+            )
+            return count, deleted
 
         try:
-            count = await loop.run_in_executor(None, work)
-        except (OSError, ValueError) as exc:
+            count, deleted = await loop.run_in_executor(None, work)
+        except (OSError, ValueError, RuntimeError) as exc:
             log.error("Failed writing a metadata snapshot at offset %d: %s", copy.end_offset, exc)
             return
-        deleted = self.record_log.delete_segments_before(
-            copy.end_offset, keep_bytes=self.config.log_retention_bytes
-        )
         log.info(
             "Wrote a metadata snapshot of %d records at offset %d in %.2f s%s",
             count,

@@ -10,6 +10,10 @@ Guarantees:
 * The metadata readers (`wait_for_commit`, the log's `read`) only ever see fsync'd records.
 * A record that cannot be replayed or a log that cannot be written is fatal: the process exits
   rather than run with an image the log does not hold.
+* In a controller quorum (§3.8) the log refuses appends once this controller lost the election
+  (`NotActiveError`): every command of the batch and every queued one fails with that error, the
+  writer stops for good and `on_deposed` is called, so the service can drop its image (it may
+  hold records that were never committed) and follow the log again as a standby.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from jbod_controller import memory
-from jbod_controller.record_log import RecordLog
+from jbod_controller.record_log import NotActiveError, RecordLog
 from jbod_core import frames, records
 from jbod_core.image import ClusterImage
 
@@ -47,17 +51,54 @@ class FatalWriterError(RuntimeError):
     """The writer cannot go on without risking an image the log does not hold."""
 
 
+class CommitSignal:
+    """Wakes the metadata long polls when the committed end of the log moves."""
+
+    def __init__(self, committed: Callable[[], int]) -> None:
+        self._committed = committed
+        self._condition = asyncio.Condition()
+        self.closing = False
+
+    async def notify(self) -> None:
+        async with self._condition:
+            self._condition.notify_all()
+
+    async def close(self) -> None:
+        self.closing = True
+        await self.notify()
+
+    async def wait_beyond(self, beyond: int, timeout: float) -> None:
+        """Return once a record at offset `beyond` is committed, or after `timeout` seconds."""
+        if self._committed() > beyond or timeout <= 0 or self.closing:
+            return
+        async with self._condition:
+            try:
+                await asyncio.wait_for(
+                    self._condition.wait_for(lambda: self.closing or self._committed() > beyond), timeout
+                )
+            except TimeoutError:
+                return
+
+
 class Writer:
     def __init__(
-        self, image: ClusterImage, record_log: RecordLog, *, on_fatal: Callable[[BaseException], None]
+        self,
+        image: ClusterImage,
+        record_log: RecordLog,
+        *,
+        on_fatal: Callable[[BaseException], None],
+        commits: CommitSignal | None = None,
+        on_deposed: Callable[[NotActiveError], None] | None = None,
     ) -> None:
         self.image = image
         self.record_log = record_log
         self._queue: asyncio.Queue[_Command[Any]] = asyncio.Queue()
-        self._commit = asyncio.Condition()
+        self.commits = commits or CommitSignal(lambda: record_log.committed_offset)
         self._task: asyncio.Task[None] | None = None
         self._on_fatal = on_fatal
-        self._closing = False
+        self._on_deposed = on_deposed
+        self._deposed: NotActiveError | None = None
+        self._in_flight: list[_Command[Any]] = []
         self.records_since_snapshot = 0
         self.batches = 0
         self.after_commit: list[Callable[[], None]] = []
@@ -67,9 +108,7 @@ class Writer:
 
     async def release_waiters(self) -> None:
         """Wake every long-poll waiter now (used at shutdown so no request holds it up)."""
-        self._closing = True
-        async with self._commit:
-            self._commit.notify_all()
+        await self.commits.close()
 
     async def stop(self) -> None:
         await self.release_waiters()
@@ -79,6 +118,8 @@ class Writer:
                 await self._task
 
     async def submit(self, decide: Decision[Reply], *, name: str = "command") -> Reply:
+        if self._deposed is not None:
+            raise self._deposed
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Command(decide=decide, future=future, name=name))
         return await future
@@ -89,16 +130,32 @@ class Writer:
 
     async def wait_for_commit(self, beyond: int, timeout: float) -> None:
         """Return once a record at offset `beyond` is committed, or after `timeout` seconds."""
-        if self.record_log.committed_offset > beyond or timeout <= 0 or self._closing:
-            return
-        async with self._commit:
+        await self.commits.wait_beyond(beyond, timeout)
+
+    async def stop_writing(self, exc: NotActiveError) -> None:
+        """Deposed from outside (the lease was lost): fail what is queued or in flight, stop."""
+        if self._deposed is None:
+            self._deposed = exc
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._depose([], exc, notify=False)
+
+    def _depose(self, batch: list[_Command[Any]], exc: NotActiveError, *, notify: bool = True) -> None:
+        """Fail the batch and everything queued with `exc`; no command runs after this."""
+        self._deposed = exc
+        while True:
             try:
-                await asyncio.wait_for(
-                    self._commit.wait_for(lambda: self._closing or self.record_log.committed_offset > beyond),
-                    timeout,
-                )
-            except TimeoutError:
-                return
+                batch.append(self._queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        for command in batch + self._in_flight:
+            if not command.future.done():
+                command.future.set_exception(exc)
+        self._in_flight = []
+        if notify and self._on_deposed is not None:
+            self._on_deposed(exc)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -110,11 +167,13 @@ class Writer:
                     batch.append(self._queue.get_nowait())
                 except asyncio.QueueEmpty:
                     break
+            self._in_flight = batch
             outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
             written = 0
             append = self.record_log.append_one
             encode_entry = frames.encode_entry
             try:
+                self.record_log.check_writable()
                 for command in batch:
                     if command.future.cancelled():
                         # The caller went away before its command was decided: nothing to do.
@@ -142,6 +201,10 @@ class Writer:
                             written,
                             (time.perf_counter() - started) * 1000,
                         )
+            except NotActiveError as exc:
+                log.warning("Stopped writing the metadata log: %s", exc)
+                self._depose(batch, exc)
+                return
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
@@ -150,10 +213,10 @@ class Writer:
             if written:
                 if written >= memory.FREEZE_AFTER_RECORDS:
                     memory.freeze()
-                async with self._commit:
-                    self._commit.notify_all()
+                await self.commits.notify()
                 for hook in self.after_commit:
                     hook()
+            self._in_flight = []
             for command, reply, error in outcomes:
                 if command.future.done():
                     continue
