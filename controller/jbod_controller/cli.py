@@ -124,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--etcd-endpoints",
         help="URL[,URL...] of etcd v3.5+ (its v3 JSON gateway); without it, one controller and its file log",
     )
-    quorum.add_argument("--node-id", type=int, help="this controller's id in the quorum (unique, >= 1)")
+    quorum.add_argument(
+        "--node-id",
+        help="this controller's id in the quorum (unique, >= 1), or a StatefulSet pod name NAME-K (id K+1)",
+    )
     quorum.add_argument("--etcd-prefix", help="key prefix of this cluster in etcd (default /jbod/CLUSTER_ID)")
     quorum.add_argument(
         "--lease-ms", type=int, default=2000, help="etcd lease of the election (whole seconds in etcd)"
@@ -135,6 +138,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?-(\d{1,9})")
+
+
+def parse_node_id(text: str) -> int:
+    """`--node-id`: an integer >= 1, or a StatefulSet pod name `NAME-K` meaning K + 1 (extension)."""
+    if text.isdigit():
+        value = int(text)
+    elif (match := POD_NAME.fullmatch(text)) is not None:
+        value = int(match.group(2)) + 1
+    else:
+        raise UsageError(f"--node-id must be an integer >= 1 or a StatefulSet pod name NAME-K, got {text!r}")
+    if not 1 <= value <= 2**31 - 1:
+        raise UsageError(f"--node-id must be between 1 and {2**31 - 1}, got {text}")
+    return value
 
 
 def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
@@ -152,15 +171,14 @@ def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
             raise UsageError(f"--etcd-endpoints: {endpoint!r} is not an http(s)://HOST:PORT URL")
     if args.node_id is None:
         raise UsageError("--etcd-endpoints needs --node-id N (unique in the quorum, >= 1)")
-    if not 1 <= args.node_id <= 2**31 - 1:
-        raise UsageError(f"--node-id must be between 1 and {2**31 - 1}, got {args.node_id}")
+    node_id = parse_node_id(args.node_id)
     if not 1000 <= args.lease_ms <= 60_000:
         raise UsageError(f"--lease-ms must be between 1000 and 60000, got {args.lease_ms}")
     prefix = args.etcd_prefix if args.etcd_prefix is not None else f"/jbod/{args.cluster_id}"
     if not prefix.startswith("/") or len(prefix) < 2:
         raise UsageError(f"--etcd-prefix must start with / and name something, got {prefix!r}")
     return QuorumConfig(
-        node_id=args.node_id, url="", endpoints=endpoints, prefix=prefix.rstrip("/"), lease_ms=args.lease_ms
+        node_id=node_id, url="", endpoints=endpoints, prefix=prefix.rstrip("/"), lease_ms=args.lease_ms
     )
 
 

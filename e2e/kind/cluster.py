@@ -232,6 +232,12 @@ class KindCluster:
         )
         return node, int(proc.stdout.strip())
 
+    def kill_container(self, namespace: str, pod: str, container: str | None = None) -> None:
+        """`kill -9` of the container's main process, from its node (a crash, not an eviction)."""
+        node, pid = self.container_pid(namespace, pod, container)
+        self.docker.run("exec", node, "kill", "-9", str(pid))
+        self.log(f"Killed (SIGKILL) pod {namespace}/{pod} (node {node}, pid {pid})")
+
     def detach_volume(self, namespace: str, pod: str, disk: str) -> str:
         """Unmount disk `disk` (its mount point /var/lib/jbod/disks/<disk>) inside `pod`; return the path."""
         from jbod_operator import names

@@ -122,6 +122,92 @@ def tokens_secret(
     }
 
 
+_POD_NAME_ENV: dict[str, Any] = {
+    "name": "POD_NAME",
+    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+}
+
+
+def etcd_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    """Headless, and publishing members before they are ready: peers must find each other to start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(names.etcd(cluster), namespace, names.cluster_labels(cluster, "etcd"), owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.etcd_selector(cluster),
+            "ports": [
+                {"name": "client", "port": names.ETCD_CLIENT_PORT, "targetPort": names.ETCD_CLIENT_PORT},
+                {"name": "peer", "port": names.ETCD_PEER_PORT, "targetPort": names.ETCD_PEER_PORT},
+            ],
+        },
+    }
+
+
+def etcd_statefulset(
+    spec: model.ClusterSpec, cluster: str, namespace: str, *, image: str, owner: Mapping[str, Any]
+) -> Manifest:
+    """Three etcd members for the controller quorum, from the project image (its `etcd`)."""
+    labels = names.cluster_labels(cluster, "etcd")
+    host = f"$(POD_NAME).{names.etcd(cluster)}.{namespace}.svc"
+    initial = ",".join(
+        f"{names.etcd(cluster)}-{n}=http://{names.etcd_member_host(cluster, namespace, n)}:{names.ETCD_PEER_PORT}"
+        for n in range(names.ETCD_MEMBERS)
+    )
+    container = {
+        "name": "etcd",
+        "image": image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["etcd"],
+        "args": [
+            "--name=$(POD_NAME)",
+            f"--data-dir={names.ETCD_MOUNT}/data",
+            f"--listen-client-urls=http://0.0.0.0:{names.ETCD_CLIENT_PORT}",
+            f"--advertise-client-urls=http://{host}:{names.ETCD_CLIENT_PORT}",
+            f"--listen-peer-urls=http://0.0.0.0:{names.ETCD_PEER_PORT}",
+            f"--initial-advertise-peer-urls=http://{host}:{names.ETCD_PEER_PORT}",
+            f"--initial-cluster={initial}",
+            f"--initial-cluster-token={cluster}-{namespace}",
+            "--initial-cluster-state=new",
+            "--quota-backend-bytes=2147483648",
+            "--log-level=warn",
+        ],
+        "env": [_POD_NAME_ENV],
+        "ports": [
+            {"name": "client", "containerPort": names.ETCD_CLIENT_PORT},
+            {"name": "peer", "containerPort": names.ETCD_PEER_PORT},
+        ],
+        "readinessProbe": _probe("/health", names.ETCD_CLIENT_PORT, period=5),
+        "volumeMounts": [{"name": "data", "mountPath": names.ETCD_MOUNT}, _TMP_MOUNT],
+        "securityContext": _CONTAINER_SECURITY,
+        "resources": _resources(spec.controller.etcd.resources),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(names.etcd(cluster), namespace, labels, owner),
+        "spec": {
+            "replicas": names.ETCD_MEMBERS,
+            "serviceName": names.etcd(cluster),
+            "selector": {"matchLabels": names.etcd_selector(cluster)},
+            "podManagementPolicy": "Parallel",  # members must start together to form the cluster
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "securityContext": _POD_SECURITY,
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": [_TMP_VOLUME],
+                },
+            },
+            "volumeClaimTemplates": [_claim_template("data", spec.controller.etcd.storage)],
+        },
+    }
+
+
 def controller_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -162,13 +248,28 @@ def controller_statefulset(
         f"--default-replication-factor={spec.replication_factor()}",
         f"--default-min-insync-replicas={spec.config.min_insync_replicas}",
     ]
+    env = [_cluster_id_env(cluster)]
+    replicas = spec.controller.replicas
+    if spec.controller.quorum:
+        etcd_endpoints = (
+            ",".join(spec.controller.etcd.endpoints)
+            if spec.controller.etcd.endpoints
+            else names.etcd_endpoints(cluster, namespace)
+        )
+        env.append(_POD_NAME_ENV)
+        args += [
+            f"--etcd-endpoints={etcd_endpoints}",
+            "--node-id=$(POD_NAME)",  # controller-K is node K+1
+            f"--advertised-url=http://$(POD_NAME).{names.controller(cluster)}.{namespace}.svc:"
+            f"{names.CONTROLLER_PORT}",
+        ]
     container = {
         "name": "controller",
         "image": image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["jbod-controller"],
         "args": args,
-        "env": [_cluster_id_env(cluster)],
+        "env": env,
         "ports": [{"name": "http", "containerPort": names.CONTROLLER_PORT}],
         "readinessProbe": _probe("/readyz", names.CONTROLLER_PORT, period=2),
         "livenessProbe": _probe("/healthz", names.CONTROLLER_PORT, period=10, failures=6),
@@ -185,7 +286,7 @@ def controller_statefulset(
         "kind": "StatefulSet",
         "metadata": _meta(names.controller(cluster), namespace, labels, owner),
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "serviceName": names.controller(cluster),
             "selector": {"matchLabels": names.controller_selector(cluster)},
             "podManagementPolicy": "Parallel",
@@ -289,7 +390,7 @@ def server_properties(
         f"node.id={broker_id}",
         "log.dirs=" + ",".join(names.log_dir(d.name) for d in disks),
         f"metadata.log.dir={names.metadata_log_dir()}",
-        f"controller.url={names.controller_url(cluster, namespace)}",
+        f"controller.url={names.controller_urls(cluster, namespace, spec.controller.replicas)}",
         f"listeners=http://0.0.0.0:{names.BROKER_PORT}",
         f"advertised.listeners=http://{names.broker_host(cluster, namespace, broker_id)}:{names.BROKER_PORT}",
         f"cluster.token.file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",

@@ -229,6 +229,9 @@ def _reconcile_cluster(
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
         if full:
+            if cluster_spec.controller.runs_etcd:
+                kube.apply(builders.etcd_service(name, namespace, owner))
+                kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, image=image, owner=owner))
             for manifest in (
                 builders.controller_service(name, namespace, owner),
                 builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),

@@ -73,9 +73,37 @@ class Resources(_Frozen):
     requests: dict[str, int | str] = {}
 
 
-class ControllerSpec(_Frozen):
+class EtcdSpec(_Frozen):
+    """Where the controller quorum keeps its log: an existing etcd, or one the operator runs."""
+
+    endpoints: tuple[str, ...] = Field(default=(), max_length=9)
     storage: Volume = Volume()
     resources: Resources = Resources()
+
+    @field_validator("endpoints")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")) or len(url) > 253:
+                raise ValueError(f"etcd endpoint {url!r} must be an http(s):// URL")
+        return value
+
+
+class ControllerSpec(_Frozen):
+    # 1: one controller and its file log (the default); 3 or 5: a quorum on etcd (§3.8).
+    replicas: Literal[1, 3, 5] = 1
+    etcd: EtcdSpec = EtcdSpec()
+    storage: Volume = Volume()
+    resources: Resources = Resources()
+
+    @property
+    def quorum(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def runs_etcd(self) -> bool:
+        """The operator runs a 3-member etcd for the quorum (no `etcd.endpoints` given)."""
+        return self.quorum and not self.etcd.endpoints
 
 
 class BrokerSettings(_Frozen):

@@ -98,7 +98,44 @@ def disk_of_log_dir(path: str) -> str | None:
 
 
 def controller_url(cluster: str, namespace: str) -> str:
+    """The controllers' Service: any controller answers, and a standby names the active one (41)."""
     return f"http://{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+
+
+def controller_pod_url(cluster: str, namespace: str, ordinal: int | str) -> str:
+    return f"http://{controller(cluster)}-{ordinal}.{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+
+
+def controller_urls(cluster: str, namespace: str, replicas: int) -> str:
+    """What brokers are given: the Service for one controller, every controller pod for a quorum."""
+    if replicas <= 1:
+        return controller_url(cluster, namespace)
+    return ",".join(controller_pod_url(cluster, namespace, n) for n in range(replicas))
+
+
+def etcd(cluster: str) -> str:
+    """The etcd StatefulSet and its headless Service (a quorum without `etcd.endpoints`)."""
+    return f"{cluster}-etcd"
+
+
+ETCD_MEMBERS: Final = 3
+ETCD_CLIENT_PORT: Final = 2379
+ETCD_PEER_PORT: Final = 2380
+ETCD_MOUNT: Final = "/var/lib/etcd"
+
+
+def etcd_member_host(cluster: str, namespace: str, ordinal: int | str) -> str:
+    return f"{etcd(cluster)}-{ordinal}.{etcd(cluster)}.{namespace}.svc"
+
+
+def etcd_endpoints(cluster: str, namespace: str) -> str:
+    return ",".join(
+        f"http://{etcd_member_host(cluster, namespace, n)}:{ETCD_CLIENT_PORT}" for n in range(ETCD_MEMBERS)
+    )
+
+
+def etcd_selector(cluster: str) -> dict[str, str]:
+    return {LABEL_CLUSTER: cluster, LABEL_COMPONENT: "etcd"}
 
 
 def broker_host(cluster: str, namespace: str, broker_id: int) -> str:

@@ -37,7 +37,7 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kind_cluster() -> Iterator[KindCluster]:
     if os.geteuid() != 0:
         pytest.skip("the kind tier needs root (its own dockerd, privileged node containers)")
@@ -77,10 +77,13 @@ def kind_cluster() -> Iterator[KindCluster]:
 class ControllerTunnel:
     """`kubectl port-forward svc/<service> :<port>` on 127.0.0.1; `url` restarts it when it died."""
 
-    def __init__(self, cluster: KindCluster, namespace: str, service: str, port: int) -> None:
+    def __init__(
+        self, cluster: KindCluster, namespace: str, service: str, port: int, *, kind: str = "svc"
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.service = service
+        self.kind = kind  # "svc", or "pod" for one pod (a quorum's active controller)
         self.port = port
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
@@ -99,7 +102,7 @@ class ControllerTunnel:
                 "127.0.0.1",
                 "-n",
                 self.namespace,
-                f"svc/{self.service}",
+                f"{self.kind}/{self.service}",
                 f":{self.port}",
             ],
             env=self.cluster.env(),

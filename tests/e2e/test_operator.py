@@ -78,15 +78,19 @@ def cluster_spec() -> dict[str, Any]:
 class Env:
     """The running pieces shared by the module's tests."""
 
-    def __init__(self, cluster: KindCluster) -> None:
+    def __init__(self, cluster: KindCluster, namespace: str = NS, name: str = CLUSTER) -> None:
         self.cluster = cluster
-        self.tunnel = ControllerTunnel(cluster, NS, f"{CLUSTER}-controller", 9093)
+        self.ns = namespace
+        self.name = name
+        self.tunnel = ControllerTunnel(cluster, namespace, f"{name}-controller", 9093)
+        # What pods in the cluster give clients as the controller URL (a list for a quorum).
+        self.controller_url = f"http://{name}-controller.{namespace}.svc:9093"
 
     def get(self, *args: str) -> Any:
         return self.cluster.get(*args)
 
     def secret(self, key: str) -> str:
-        data = self.get("secret", f"{CLUSTER}-tokens", "-n", NS)["data"]
+        data = self.get("secret", f"{self.name}-tokens", "-n", self.ns)["data"]
         return base64.b64decode(data[key]).decode()
 
     @property
@@ -114,7 +118,7 @@ class Env:
         return result
 
     def jbod_broker(self, broker_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self.get("jbodbroker", f"{CLUSTER}-broker-{broker_id}", "-n", NS)
+        result: dict[str, Any] = self.get("jbodbroker", f"{self.name}-broker-{broker_id}", "-n", self.ns)
         return result
 
     def log_dir(self, broker_id: int, disk: str) -> dict[str, Any]:
@@ -124,14 +128,14 @@ class Env:
         return {}
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        proc = self.cluster.kubectl("get", "pod", name, "-n", NS, "-o", "json", check=False)
+        proc = self.cluster.kubectl("get", "pod", name, "-n", self.ns, "-o", "json", check=False)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
 
     def broker_pod(self, broker_id: int) -> dict[str, Any] | None:
-        return self.pod(f"{CLUSTER}-broker-{broker_id}")
+        return self.pod(f"{self.name}-broker-{broker_id}")
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        return [e for e in self.get("events", "-n", NS)["items"] if e.get("reason") == reason]
+        return [e for e in self.get("events", "-n", self.ns)["items"] if e.get("reason") == reason]
 
     def apply(self, spec: dict[str, Any]) -> None:
         self.cluster.apply(spec)
@@ -149,7 +153,7 @@ class Env:
         return proc.stdout[-4000:]
 
     def conditions(self) -> list[dict[str, Any]]:
-        return self.get("jbodcluster", CLUSTER, "-n", NS).get("status", {}).get("conditions") or []
+        return self.get("jbodcluster", self.name, "-n", self.ns).get("status", {}).get("conditions") or []
 
 
 def _pod_ready(pod: dict[str, Any] | None) -> bool:
@@ -169,6 +173,8 @@ def env(kind_cluster: KindCluster) -> Iterator[Env]:
     finally:
         running.tunnel.close()
         print(running.operator_log())
+        # Free the node for the next module (one kind cluster per session).
+        kind_cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
 
 
 def test_brokers_turn_ready_only_once_unfenced(env: Env) -> None:
@@ -228,12 +234,12 @@ class InPodWorkload:
     def __init__(self, env: Env, name: str, topic: str, mode: str, rate: int = 200) -> None:
         self.env, self.name, self.topic = env, name, topic
         env.cluster.kubectl(
-            "create", "configmap", "inpod", "-n", NS, f"--from-file=inpod.py={INPOD}", check=False
+            "create", "configmap", "inpod", "-n", env.ns, f"--from-file=inpod.py={INPOD}", check=False
         )
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS},
+            "metadata": {"name": name, "namespace": env.ns},
             "spec": {
                 "restartPolicy": "Never",
                 "securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
@@ -244,11 +250,11 @@ class InPodWorkload:
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["python", "/workload/inpod.py", mode],
                         "env": [
-                            {"name": "CONTROLLER_URL", "value": f"http://{CLUSTER}-controller.{NS}.svc:9093"},
+                            {"name": "CONTROLLER_URL", "value": env.controller_url},
                             {
                                 "name": "JBOD_TOKEN",
                                 "valueFrom": {
-                                    "secretKeyRef": {"name": f"{CLUSTER}-tokens", "key": "admin-token"}
+                                    "secretKeyRef": {"name": f"{env.name}-tokens", "key": "admin-token"}
                                 },
                             },
                             {"name": "TOPIC", "value": topic},
@@ -266,7 +272,7 @@ class InPodWorkload:
         env.apply(pod)
 
     def events(self) -> list[dict[str, Any]]:
-        proc = self.env.cluster.kubectl("logs", "-n", NS, self.name, check=False, timeout=120)
+        proc = self.env.cluster.kubectl("logs", "-n", self.env.ns, self.name, check=False, timeout=120)
         out = []
         for line in proc.stdout.splitlines():
             try:
@@ -292,11 +298,11 @@ class InPodWorkload:
         return acked
 
     def tail(self) -> str:
-        return self.env.cluster.kubectl("logs", "-n", NS, self.name, "--tail=5", check=False).stdout
+        return self.env.cluster.kubectl("logs", "-n", self.env.ns, self.name, "--tail=5", check=False).stdout
 
     def finish(self, *, stop: bool, timeout: float = 180) -> list[dict[str, Any]]:
         if stop:
-            self.env.cluster.kubectl("exec", "-n", NS, self.name, "--", "touch", "/tmp/stop")
+            self.env.cluster.kubectl("exec", "-n", self.env.ns, self.name, "--", "touch", "/tmp/stop")
 
         def done() -> bool:
             pod = self.env.pod(self.name)
@@ -413,7 +419,7 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
     ]
     report: Report = history.check(consumed)
     print(report.summary())
-    assert report.ok, report.problems[:20]
+    assert report.ok, report.problems()[:20]
     assert len(history.acked) > 1000
 
 

@@ -135,6 +135,73 @@ def test_controller_statefulset_passes_topic_defaults() -> None:
     assert "--cluster-id=$(JBOD_CLUSTER_ID)" in args
 
 
+def _quorum_spec(**etcd: Any) -> model.ClusterSpec:
+    data = example()["spec"]
+    data["controller"] = {**data["controller"], "replicas": 3, "etcd": etcd}
+    return model.parse_cluster("demo", data)
+
+
+def test_a_controller_quorum_runs_three_controllers_on_the_operators_etcd() -> None:
+    spec = _quorum_spec()
+    assert spec.controller.quorum and spec.controller.runs_etcd
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    assert sts["spec"]["replicas"] == 3
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    endpoints = ",".join(f"http://demo-etcd-{n}.demo-etcd.ns.svc:2379" for n in range(3))
+    assert f"--etcd-endpoints={endpoints}" in args
+    assert "--node-id=$(POD_NAME)" in args
+    assert "--advertised-url=http://$(POD_NAME).demo-controller.ns.svc:9093" in args
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    etcd = builders.etcd_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    assert etcd["spec"]["replicas"] == 3 and etcd["spec"]["podManagementPolicy"] == "Parallel"
+    etcd_args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (
+        "--initial-cluster="
+        + ",".join(f"demo-etcd-{n}=http://demo-etcd-{n}.demo-etcd.ns.svc:2380" for n in range(3))
+    ) in etcd_args
+    service = builders.etcd_service("demo", "ns", OWNER)
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    props = builders.server_properties(spec, "demo", "ns", 0, spec.disks)
+    urls = ",".join(f"http://demo-controller-{n}.demo-controller.ns.svc:9093" for n in range(3))
+    assert f"controller.url={urls}" in props.splitlines()
+
+
+def test_a_controller_quorum_on_an_existing_etcd_runs_none() -> None:
+    spec = _quorum_spec(endpoints=["http://etcd-a:2379", "http://etcd-b:2379"])
+    assert spec.controller.quorum and not spec.controller.runs_etcd
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--etcd-endpoints=http://etcd-a:2379,http://etcd-b:2379" in args
+
+
+def test_one_controller_stays_as_it_was() -> None:
+    spec = model.parse_cluster("demo", example()["spec"])
+    assert not spec.controller.quorum and not spec.controller.runs_etcd
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    assert sts["spec"]["replicas"] == 1
+    assert not any(
+        a.startswith(("--etcd", "--node-id"))
+        for a in sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    props = builders.server_properties(spec, "demo", "ns", 0, spec.disks)
+    assert "controller.url=http://demo-controller.ns.svc:9093" in props.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("controller", "needle"),
+    [
+        ({"replicas": 2}, "spec.controller.replicas"),
+        ({"replicas": 3, "etcd": {"endpoints": ["etcd:2379"]}}, "http(s)://"),
+    ],
+)
+def test_bad_quorum_specs_name_the_field(controller: dict[str, Any], needle: str) -> None:
+    data = example()["spec"]
+    data["controller"] = {**data["controller"], **controller}
+    with pytest.raises(model.SpecError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        model.parse_cluster("demo", data)
+
+
 def _schema(path: str) -> dict[str, Any]:
     crd = yaml.safe_load((ROOT / "crds" / path).read_text())
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

@@ -1,0 +1,194 @@
+"""A controller quorum on Kubernetes (issue 15, §3.8): kind, the project's image, etcd run by the operator.
+
+A `JbodCluster` with `spec.controller.replicas: 3` gets an etcd StatefulSet of 3 members and 3
+controller pods (node ids from their pod names). While a producer pod writes with acks=-1:
+1. `kill -9` of the active controller's process (from its node): another controller takes over;
+2. `kill -9` of one etcd member of three;
+3. `kill -9` of the new active controller.
+Each time the producer keeps being acknowledged, no broker is fenced at any sample, and at the end
+a consumer pod reads the topic back: the History check finds no acknowledged record lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from e2e.kind.cluster import KindCluster
+from e2e.kind.images import PROJECT_IMAGE
+from e2e.wait import wait_for
+from jbod_client.controller import ControllerClient
+from jbod_client.history import Report
+from jbod_operator import names
+from tests.e2e.conftest import STORAGE_CLASS, ControllerTunnel
+from tests.e2e.test_operator import Env, InPodWorkload, _history, _pod_ready
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+NS = "jbod-ha"
+NAME = "ha"
+
+
+def quorum_spec() -> dict[str, Any]:
+    small = {"requests": {"cpu": "50m", "memory": "128Mi"}}
+    return {
+        "apiVersion": "jbod.dev/v1alpha1",
+        "kind": "JbodCluster",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {
+            "brokers": 3,
+            "image": PROJECT_IMAGE,
+            "disks": [{"name": "d0", "size": "96Mi", "storageClass": STORAGE_CLASS}],
+            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+            "controller": {
+                "replicas": 3,
+                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+                "resources": small,
+                "etcd": {"storage": {"size": "64Mi", "storageClass": STORAGE_CLASS}, "resources": small},
+            },
+            "resources": small,
+            "config": {
+                "heartbeatIntervalMs": 500,
+                "sessionTimeoutMs": 9000,
+                "minInsyncReplicas": 2,
+                "defaultReplicationFactor": 3,
+                "replicaLagTimeMaxMs": 5000,
+            },
+            "diskFailurePolicy": "Automatic",
+        },
+    }
+
+
+class QuorumEnv(Env):
+    def __init__(self, cluster: KindCluster) -> None:
+        super().__init__(cluster, NS, NAME)
+        self.controller_url = names.controller_urls(NAME, NS, 3)
+        self.fenced_seen: list[str] = []
+
+    def cluster_view(self) -> dict[str, Any] | None:
+        """`GET /v1/cluster` from any controller (reads are served by standbys too)."""
+        for _ in range(2):
+            try:
+                response = httpx.get(
+                    self.tunnel.url + "/v1/cluster",
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    timeout=5,
+                )
+                if response.status_code == 200:
+                    result: dict[str, Any] = response.json()
+                    return result
+            except httpx.HTTPError:
+                pass
+            self.tunnel.restart()
+        return None
+
+    def active_pod(self, *, other_than: str | None = None) -> str:
+        def found() -> str | None:
+            view = self.cluster_view()
+            active = (view or {}).get("activeController")
+            if not active:
+                return None
+            pod = f"{NAME}-controller-{active['nodeId'] - 1}"
+            return pod if pod != other_than and _pod_ready(self.pod(pod)) else None
+
+        pod: str = wait_for(
+            found, timeout=120, what=f"an active controller other than {other_than}", interval=0.5
+        )
+        return pod
+
+    def admin_on(self, pod: str) -> tuple[ControllerTunnel, ControllerClient]:
+        tunnel = ControllerTunnel(self.cluster, NS, pod, 9093, kind="pod")
+        return tunnel, ControllerClient(tunnel.url, token=self.token, timeout=10)
+
+    def sample_fencing(self) -> None:
+        view = self.cluster_view()
+        if view is not None and view.get("fencedBrokers"):
+            self.fenced_seen.append(f"{time.strftime('%X')}: {view}")
+
+
+@pytest.fixture(scope="module")
+def ha(kind_cluster: KindCluster) -> Iterator[QuorumEnv]:
+    kind_cluster.kubectl("create", "namespace", NS)
+    running = QuorumEnv(kind_cluster)
+    try:
+        running.apply(quorum_spec())
+        yield running
+    finally:
+        running.tunnel.close()
+        print(running.operator_log())
+        kind_cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_quorum_survives_kill_9_of_controllers_and_of_an_etcd_member(ha: QuorumEnv) -> None:
+    wait_for(
+        lambda: all(_pod_ready(ha.pod(f"{NAME}-etcd-{n}")) for n in range(3)),
+        timeout=300,
+        what=lambda: f"3 Ready etcd members; operator log:\n{ha.operator_log()}",
+    )
+    wait_for(
+        lambda: all(_pod_ready(ha.pod(f"{NAME}-controller-{n}")) for n in range(3)),
+        timeout=300,
+        what="3 Ready controllers",
+    )
+    wait_for(
+        lambda: all(_pod_ready(ha.broker_pod(n)) for n in range(3)),
+        timeout=420,
+        what=lambda: f"3 Ready brokers; operator log:\n{ha.operator_log()}",
+    )
+    view = ha.cluster_view()
+    assert view is not None and len(view["controllers"]) == 3, view
+    first = ha.active_pod()
+    tunnel, admin = ha.admin_on(first)
+    try:
+        created = admin.create_topic("orders", partitions=6)
+        assert created["errorCode"] == 0, created
+    finally:
+        admin.close()
+        tunnel.close()
+
+    producer = InPodWorkload(ha, "producer", "orders", "produce", rate=100)
+    producer.wait_acked(300, timeout=240, what="before any failure")
+
+    def keep_going(what: str) -> None:
+        acked = producer.acked()
+
+        def more() -> int | None:
+            ha.sample_fencing()
+            count = producer.acked()
+            return count if count >= acked + 300 else None
+
+        wait_for(more, timeout=240, what=f"300 more acknowledged records {what}", interval=2)
+
+    killed_at = time.monotonic()
+    ha.cluster.kill_container(NS, first)
+    second = ha.active_pod(other_than=first)
+    print(
+        f"{second} active {time.monotonic() - killed_at:.1f} s after kill -9 of {first} (as seen by the test)"
+    )
+    keep_going("after kill -9 of the active controller")
+
+    ha.cluster.kill_container(NS, f"{NAME}-etcd-0")
+    keep_going("after kill -9 of one etcd member")
+
+    ha.cluster.kill_container(NS, second)
+    third = ha.active_pod(other_than=second)
+    print(f"{third} active after kill -9 of {second}")
+    keep_going("after kill -9 of the second active controller")
+
+    history = _history(producer.finish(stop=True))
+    consumer = InPodWorkload(ha, "consumer", "orders", "consume")
+    consumed = [
+        ("orders", e["p"], e["o"], e["v"].encode("latin-1") if e["v"] is not None else None)
+        for e in consumer.finish(stop=False, timeout=300)
+        if e["e"] == "rec"
+    ]
+    report: Report = history.check(consumed)
+    print(report.summary())
+    assert report.ok, report.problems()[:20]
+    assert ha.fenced_seen == [], ha.fenced_seen[:5]
+    final = ha.cluster_view()
+    assert final is not None and final["fencedBrokers"] == 0, final
