@@ -184,28 +184,18 @@ def etcd_statefulset(
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.etcd.resources),
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": _meta(names.etcd(cluster), namespace, labels, owner),
-        "spec": {
-            "replicas": names.ETCD_MEMBERS,
-            "serviceName": names.etcd(cluster),
-            "selector": {"matchLabels": names.etcd_selector(cluster)},
-            "podManagementPolicy": "Parallel",  # members must start together to form the cluster
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "securityContext": _POD_SECURITY,
-                    "automountServiceAccountToken": False,
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [container],
-                    "volumes": [_TMP_VOLUME],
-                },
-            },
-            "volumeClaimTemplates": [_claim_template("data", spec.controller.etcd.storage)],
-        },
-    }
+    # Parallel: the members must start together to form the cluster.
+    return _statefulset(
+        names.etcd(cluster),
+        namespace,
+        labels,
+        names.etcd_selector(cluster),
+        owner,
+        replicas=names.ETCD_MEMBERS,
+        container=container,
+        volumes=[_TMP_VOLUME],
+        data=spec.controller.etcd.storage,
+    )
 
 
 def controller_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
@@ -281,14 +271,40 @@ def controller_statefulset(
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.resources),
     }
+    return _statefulset(
+        names.controller(cluster),
+        namespace,
+        labels,
+        names.controller_selector(cluster),
+        owner,
+        replicas=replicas,
+        container=container,
+        volumes=[_tokens_volume(cluster), _TMP_VOLUME],
+        data=spec.controller.storage,
+    )
+
+
+def _statefulset(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    owner: Mapping[str, Any],
+    *,
+    replicas: int,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    data: model.Volume,
+) -> Manifest:
+    """A StatefulSet of one container, a `data` claim per pod, pods started in parallel."""
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _meta(names.controller(cluster), namespace, labels, owner),
+        "metadata": _meta(name, namespace, labels, owner),
         "spec": {
             "replicas": replicas,
-            "serviceName": names.controller(cluster),
-            "selector": {"matchLabels": names.controller_selector(cluster)},
+            "serviceName": name,
+            "selector": {"matchLabels": selector},
             "podManagementPolicy": "Parallel",
             "template": {
                 "metadata": {"labels": labels},
@@ -297,10 +313,10 @@ def controller_statefulset(
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": [_tokens_volume(cluster), _TMP_VOLUME],
+                    "volumes": volumes,
                 },
             },
-            "volumeClaimTemplates": [_claim_template("data", spec.controller.storage)],
+            "volumeClaimTemplates": [_claim_template("data", data)],
         },
     }
 
