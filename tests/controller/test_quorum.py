@@ -234,6 +234,8 @@ def test_kill_9_of_the_active_loses_nothing_and_fences_no_broker(quorum: Quorum)
             time.sleep(0.05)
     assert heartbeats.fenced_replies == []
     print(f"failover seen by the controllers in {failover:.2f} s; {len(writer.acked)} topics acked")
+    metrics = httpx.get(quorum.nodes[second].url + "/metrics").text
+    assert "jbod_controller_elections_total 1.0" in metrics and "jbod_controller_active 1.0" in metrics
     survivors = [n for n in quorum.nodes if n != first]
     end = quorum.cluster(second)["metadataEndOffset"]  # type: ignore[index]
     for node_id in survivors:
