@@ -1,9 +1,12 @@
-"""A real local cluster for agent integration tests: one `jbod-controller` and `jbod-agent`
-processes whose log dirs are loop-mounted ext4 volumes (so they can really fail)."""
+"""A real local cluster for agent integration tests: one `jbod-controller` (or, with
+`start_cluster(..., quorum=True)`, three sharing one metadata log in a 3-member etcd, contract
+§3.8) and `jbod-agent` processes whose log dirs are loop-mounted ext4 volumes (so they can really
+fail)."""
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from jbod_client.controller import ControllerClient, read_token
+from jbod_client.controller import ClientError, ControllerClient, read_token
+from jbod_local.etcd import EtcdCluster
 from jbod_local.processes import LocalBroker, LocalController
 from tests.fs import LoopMount, loop_ext4
 
@@ -33,16 +37,71 @@ def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str =
 
 @dataclass
 class Cluster:
+    """`controller` is the first of `controllers` (the only one without a quorum); with a quorum
+    every controller has the same token files, and `etcd` is the cluster holding their log."""
+
     base: Path
     stack: contextlib.ExitStack
     controller: LocalController
     admin: ControllerClient
     brokers: dict[int, LocalBroker] = field(default_factory=dict)
     mounts: dict[tuple[int, int], LoopMount] = field(default_factory=dict)
+    controllers: list[LocalController] = field(default_factory=list)
+    etcd: EtcdCluster | None = None
+
+    def __post_init__(self) -> None:
+        if not self.controllers:
+            self.controllers = [self.controller]
+
+    @property
+    def controller_urls(self) -> str:
+        """What clients and brokers are given: every controller's URL, comma-separated."""
+        return ",".join(c.url for c in self.controllers)
 
     @property
     def cluster_token(self) -> str:
         return read_token(self.controller.cluster_token_file)
+
+    def described(self, index: int) -> dict[str, Any] | None:
+        """`GET /v1/cluster` of controller `index` alone (no failover); None if it does not answer."""
+        controller = self.controllers[index]
+        if controller.process is None or controller.process.poll() is not None:
+            return None
+        try:
+            reply = httpx.get(
+                f"{controller.url}/v1/cluster",
+                headers={"Authorization": f"Bearer {read_token(controller.admin_token_file)}"},
+                timeout=1,
+                trust_env=False,
+            )
+        except (httpx.HTTPError, ClientError):
+            return None
+        described: dict[str, Any] | None = reply.json() if reply.status_code == 200 else None
+        return described
+
+    def named_active(self, indices: Sequence[int] | None = None) -> int | None:
+        """The index in `controllers` of the controller that every one of `indices` (default: all)
+        that answers names as active; None while they disagree, name none, or none answers."""
+        named: set[int | None] = set()
+        for i in range(len(self.controllers)) if indices is None else indices:
+            described = self.described(i)
+            if described is not None:
+                active = described.get("activeController")
+                named.add(None if active is None else self.controller_index(active))
+        return next(iter(named)) if len(named) == 1 else None
+
+    def controller_index(self, active: Mapping[str, Any]) -> int | None:
+        found = [i for i, c in enumerate(self.controllers) if c.url == str(active.get("url", "")).rstrip("/")]
+        return found[0] if found else None
+
+    def active_controller(self, *, timeout: float = 30.0, other_than: int | None = None) -> int:
+        """The index of the controller that every running one names as active (waits for that)."""
+        found: int = wait_for(
+            lambda: (i := self.named_active()) is not None and i != other_than and i + 1,
+            timeout=timeout,
+            what="the controllers to agree on an active one" + ("" if other_than is None else " (a new one)"),
+        )
+        return found - 1
 
     def add_broker(
         self,
@@ -69,7 +128,7 @@ class Cluster:
             node_id=node_id,
             work_dir=self.base / f"b{node_id}",
             log_dirs=paths,
-            controller_url=self.controller.url,
+            controller_url=self.controller_urls,
             cluster_token_file=self.controller.cluster_token_file,
             cluster_id=self.controller.cluster_id,
             settings={**{k.replace("_", "."): v for k, v in settings.items()}, **(properties or {})},
@@ -113,17 +172,59 @@ class Cluster:
 
 
 def start_cluster(
-    stack: contextlib.ExitStack, base: Path, *, cluster_id: str = "it", controller_args: Sequence[str] = ()
+    stack: contextlib.ExitStack,
+    base: Path,
+    *,
+    cluster_id: str = "it",
+    controller_args: Sequence[str] = (),
+    quorum: bool = False,
+    admin_timeout: float = 30.0,
 ) -> Cluster:
     """A running controller in `base/controller` (with `controller_args`) and its admin client, no
-    broker yet; everything is stopped when `stack` closes."""
-    controller = LocalController(
-        data_dir=base / "controller", cluster_id=cluster_id, extra_args=list(controller_args)
-    ).start()
-    stack.callback(controller.kill)
-    admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file))
+    broker yet; everything is stopped when `stack` closes.
+
+    With `quorum`: a 3-member etcd in `base/etcd` and three controllers `base/controller-1..3`
+    (`--node-id 1..3`, the same cluster and admin tokens, `controller_args` each), returned once
+    they agree on an active one; the admin client (and every broker and client of the tests) is
+    given all three URLs."""
+    if not quorum:
+        controller = LocalController(
+            data_dir=base / "controller", cluster_id=cluster_id, extra_args=list(controller_args)
+        ).start()
+        stack.callback(controller.kill)
+        admin = ControllerClient(
+            controller.url, token=read_token(controller.admin_token_file), timeout=admin_timeout
+        )
+        stack.callback(admin.close)
+        return Cluster(base=base, stack=stack, controller=controller, admin=admin)
+
+    etcd = EtcdCluster(base / "etcd", 3)
+    stack.callback(etcd.stop)
+    etcd.start()
+    tokens = {"cluster.token": secrets.token_urlsafe(32), "admin.token": secrets.token_urlsafe(32)}
+    controllers = []
+    for node_id in (1, 2, 3):
+        data_dir = base / f"controller-{node_id}"
+        data_dir.mkdir(parents=True)
+        for name, token in tokens.items():
+            (data_dir / name).write_text(token + "\n")
+            (data_dir / name).chmod(0o600)
+        controller = LocalController(
+            data_dir=data_dir,
+            cluster_id=cluster_id,
+            extra_args=["--etcd-endpoints", etcd.endpoints, "--node-id", str(node_id), *controller_args],
+        )
+        stack.callback(controller.kill)  # registered first: a failed start is killed too
+        controllers.append(controller.start())
+    admin = ControllerClient(
+        ",".join(c.url for c in controllers), token=tokens["admin.token"], timeout=admin_timeout
+    )
     stack.callback(admin.close)
-    return Cluster(base=base, stack=stack, controller=controller, admin=admin)
+    cluster = Cluster(
+        base=base, stack=stack, controller=controllers[0], admin=admin, controllers=controllers, etcd=etcd
+    )
+    cluster.active_controller()
+    return cluster
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ no acknowledged record lost or moved, none reordered, no duplicate of a never-re
    two other brokers killed, the damaged broker still leads and serves from its healthy dir.
 4. A seeded random run of faults (dir failures with replaced volumes, kill -9 of brokers and of
    the controller, SIGSTOP pauses) during production; `KIP112_SEED=<n>` replays a run.
+5. The same run on a controller quorum (three controllers, a 3-member etcd, contract §3.8), with
+   controller failovers among the faults: kill -9 and SIGSTOP of the active controller, kill -9 of
+   an etcd member. Each failover is timed until the workload progressed again.
 """
 
 from __future__ import annotations
@@ -19,18 +22,20 @@ import contextlib
 import os
 import random
 import signal
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from jbod_client.controller import ClientError, ControllerClient, read_token
+from jbod_client.controller import ClientError, read_token
 from jbod_client.history import History
 from jbod_local.processes import LocalController
-from tests.broker.conftest import Cluster, wait_for
+from tests.broker.conftest import Cluster, start_cluster, wait_for
 from tests.broker.workload import Workload, check
 from tests.fs import loop_ext4, requires_root
 
@@ -51,15 +56,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """The shared `cluster` fixture, but with a controller that fences silent brokers after 3 s
     (the broker session timeout is the controller's setting, not the brokers')."""
     with contextlib.ExitStack() as stack:
-        controller = LocalController(
-            data_dir=tmp_path / "controller",
-            cluster_id="it",
-            extra_args=["--broker-session-timeout-ms", str(SESSION_TIMEOUT_MS)],
-        ).start()
-        stack.callback(controller.kill)
-        admin = ControllerClient(controller.url, token=read_token(controller.admin_token_file), timeout=10)
-        stack.callback(admin.close)
-        yield Cluster(base=tmp_path, stack=stack, controller=controller, admin=admin)
+        yield start_cluster(
+            stack,
+            tmp_path,
+            controller_args=["--broker-session-timeout-ms", str(SESSION_TIMEOUT_MS)],
+            admin_timeout=10,
+        )
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -107,7 +109,7 @@ def create_topic(
 def workload(cluster: Cluster, topic: str, run: str, history: History, **kwargs: Any) -> Workload:
     partitions = len(cluster.admin.describe_topic(topic)["partitions"])
     return Workload(
-        controller_url=cluster.controller.url,
+        controller_url=cluster.controller_urls,
         token=client_token(cluster),
         topic=topic,
         partitions=partitions,
@@ -438,7 +440,157 @@ def inject(cluster: Cluster, rng: random.Random, kind: str, broker: int) -> str:
     return f"EIO on dir {index} of broker {broker}, volume replaced after {seconds:.1f} s"
 
 
-def test_randomized_faults(cluster: Cluster) -> None:
+# -- 5. randomized faults with controller failovers (contract §3.8) ---------------------------
+
+QUORUM_FAULTS = ("kill-active-controller", "pause-active-controller", "kill-etcd-member")
+#: The module's short session timeout: a failover (~2-2.5 s) fences no broker, as the new active
+#: controller gives every registered broker a fresh session (§3.8).
+QUORUM_SESSION_TIMEOUT_MS = SESSION_TIMEOUT_MS
+MAX_CONTROLLER_PAUSE_SECONDS = 4.0  # sometimes past the 2 s lease: a standby takes over
+
+
+@dataclass
+class Failover:
+    """What one quorum fault did to the controllers and how long the workload took to go on.
+    Times are seconds from the fault (the kill -9 or SIGSTOP)."""
+
+    fault: str
+    before: int  # node id of the active controller at the fault
+    after: int  # node id of the one the controllers agreed on afterwards
+    agreed_s: float  # until the running controllers agreed on an active one (a new one after a kill)
+    progressed_s: float  # until then, every partition had 20 more records acknowledged
+    stall_s: float  # the longest time in that window with no acknowledgement at all
+
+    def __str__(self) -> str:
+        change = (
+            f"active {self.before} -> {self.after}"
+            if self.after != self.before
+            else f"active {self.before} kept"
+        )
+        return (
+            f"{self.fault}: {change}, agreed after {self.agreed_s:.2f} s, every partition progressed "
+            f"after {self.progressed_s:.2f} s, longest ack stall {self.stall_s:.2f} s"
+        )
+
+
+class ActiveWatch(threading.Thread):
+    """Polls which controller the running ones agree is active, every 50 ms, and keeps every
+    change (also one no fault asked for, such as a lease lost while an etcd member was down)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(name="active-watch", daemon=True)
+        self.cluster = cluster
+        self.stopping = threading.Event()
+        # (monotonic time agreed, node id before, node id after, seconds with no agreed active)
+        self.changes: list[tuple[float, int, int, float]] = []
+
+    def run(self) -> None:
+        last: int | None = None
+        lost: float | None = None
+        while not self.stopping.wait(0.05):
+            active, now = self.cluster.named_active(), time.monotonic()
+            if active is None:
+                lost = now if lost is None else lost
+                continue
+            if last is not None and active != last:
+                self.changes.append((now, last + 1, active + 1, now - (now if lost is None else lost)))
+            last, lost = active, None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+def restart_later(controller: LocalController, delay: float) -> tuple[threading.Thread, list[BaseException]]:
+    """Restart a killed controller (same data dir, same port) after `delay` s, in a thread."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            time.sleep(delay)
+            controller.start()
+        except BaseException as exc:  # surfaced by the caller after join()
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name=f"restart {controller.data_dir.name}", daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def inject_quorum_fault(
+    cluster: Cluster, rng: random.Random, kind: str, work: Workload
+) -> tuple[str, Failover]:
+    """One fault of the controller quorum, healed before returning: which, and the `Failover` seen."""
+    assert cluster.etcd is not None
+    before = cluster.active_controller()
+    started = time.monotonic()
+    if kind == "kill-active-controller":
+        seconds = rng.uniform(0.2, 3.0)
+        cluster.controllers[before].kill()
+        thread, errors = restart_later(cluster.controllers[before], seconds)
+        # The restarted one comes back as a standby; only if it won the election itself may the
+        # controllers name it again.
+        after = wait_for(
+            lambda: (
+                (i := cluster.named_active()) is not None and (i != before or not thread.is_alive()) and [i]
+            ),
+            timeout=30,
+            what=f"a new active controller after the kill of {before + 1}",
+        )[0]
+        agreed = time.monotonic() - started
+        thread.join(90)
+        assert not thread.is_alive() and not errors, f"restart of controller {before + 1}: {errors}"
+        what = f"kill -9 the active controller {before + 1}, restart after {seconds:.1f} s"
+    elif kind == "pause-active-controller":
+        seconds = rng.uniform(0.5, MAX_CONTROLLER_PAUSE_SECONDS)
+        process = cluster.controllers[before].process
+        assert process is not None
+        others = [i for i in range(len(cluster.controllers)) if i != before]
+        taken_over: float | None = None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            while time.monotonic() < started + seconds:
+                if taken_over is None and cluster.named_active(others) not in (None, before):
+                    taken_over = time.monotonic() - started
+                time.sleep(0.05)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        after = cluster.active_controller()
+        agreed = time.monotonic() - started if taken_over is None else taken_over
+        what = f"SIGSTOP the active controller {before + 1} for {seconds:.1f} s"
+    else:
+        assert kind == "kill-etcd-member", kind
+        member = rng.randrange(cluster.etcd.size)
+        seconds = rng.uniform(0.5, 3.0)
+        cluster.etcd.kill_member(member)
+        time.sleep(seconds)
+        cluster.etcd.start_member(member)
+        after = cluster.active_controller()
+        agreed = time.monotonic() - started
+        what = f"kill -9 etcd member {member}, restart after {seconds:.1f} s"
+    work.wait_every_partition_progress(20, timeout=60, what=f"after: {what}")
+    progressed = time.monotonic() - started
+    failover = Failover(
+        fault=what,
+        before=before + 1,
+        after=after + 1,
+        agreed_s=agreed,
+        progressed_s=progressed,
+        stall_s=work.longest_ack_gap(started, started + progressed),
+    )
+    return what, failover
+
+
+# -- the randomized run (4. and 5.) -----------------------------------------------------------
+
+
+def randomized_faults(
+    cluster: Cluster, kinds: Sequence[str], *, required: Sequence[str] = ()
+) -> list[Failover]:
+    """A seeded random run of `kinds` (weighted by repetition; at most `MAX_DISK_FAILURES` "disk")
+    during production for `FAULT_SECONDS`, and then until each of `required` happened once; each
+    fault healed and every partition writable again before the next. Checks that nothing
+    acknowledged was lost; returns the `Failover` of every quorum fault."""
     seed = int(os.environ.get("KIP112_SEED") or random.SystemRandom().randrange(2**32))
     print(f"\nKIP-112 randomized run: seed {seed} (replay with KIP112_SEED={seed})")
     rng = random.Random(seed)
@@ -449,31 +601,107 @@ def test_randomized_faults(cluster: Cluster) -> None:
     work.wait_acked(500)
 
     faults: list[str] = []
+    failovers: list[Failover] = []
+    windows: list[tuple[float, float, str]] = []  # (start, healed, what) of every fault
+    watch = ActiveWatch(cluster) if cluster.etcd is not None else None
+    if watch is not None:
+        watch.start()
+        cluster.stack.callback(watch.stop)
+    done: set[str] = set()
     disk_failures = 0
     ends = time.monotonic() + FAULT_SECONDS
-    while time.monotonic() < ends:
+    while True:
+        overtime = time.monotonic() >= ends  # then only the required kinds not seen yet
+        if overtime and done.issuperset(required):
+            break
         time.sleep(rng.uniform(0.5, 2.0))
-        kinds = ["pause", "pause", "kill", "kill", "kill-controller", "pause-controller"]
-        if disk_failures < MAX_DISK_FAILURES:
-            kinds += ["disk", "disk"]
-        kind = rng.choice(kinds)
+        if overtime:
+            choices = [k for k in required if k not in done]
+        else:
+            choices = [k for k in kinds if k != "disk" or disk_failures < MAX_DISK_FAILURES]
+        kind = rng.choice(choices)
+        done.add(kind)
         disk_failures += kind == "disk"
         started, acked = time.monotonic(), work.acked
-        what = inject(cluster, rng, kind, rng.choice(sorted(cluster.brokers)))
+        try:
+            if kind in QUORUM_FAULTS:
+                what, failover = inject_quorum_fault(cluster, rng, kind, work)
+                failovers.append(failover)
+                print(f"  failover: {failover}")
+            else:
+                what = inject(cluster, rng, kind, rng.choice(sorted(cluster.brokers)))
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}: {exc}\n{cluster_state(cluster, 'chaos')}") from exc
         try:
             wait_for(tolerant(lambda: healthy(cluster, "chaos")), timeout=60, what=f"recovery from: {what}")
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}: {exc}\n{cluster_state(cluster, 'chaos')}") from exc
         # Every partition takes acks=-1 writes again before the next fault.
         work.wait_every_partition_progress(20, timeout=60, what=f"after: {what}")
+        windows.append((started, time.monotonic(), what))
         faults.append(
             f"{what}: healed in {time.monotonic() - started:.1f} s, +{work.acked - acked} acknowledged"
         )
         print(f"  {faults[-1]}")
 
     work.stop()
+    if watch is not None:
+        watch.stop()
+        print("active controller changes seen by the controllers:")
+        for when, before, after, gap in watch.changes:
+            during = [f"{w} (+{when - a:.2f} s)" for a, b, w in windows if a <= when <= b + 0.5]
+            print(f"  {before} -> {after} after {gap:.2f} s without one, during: {during or 'no fault'}")
     report = check(cluster, client_token(cluster), work)
     summary = f"seed {seed}: {report.summary()}; {work.describe()}; faults: {faults}"
     assert report.ok, summary
     assert len(faults) >= 4, summary
     assert work.acked >= 5000, summary
+    return failovers
+
+
+def test_randomized_faults(cluster: Cluster) -> None:
+    randomized_faults(
+        cluster, ["pause", "pause", "kill", "kill", "kill-controller", "pause-controller", "disk", "disk"]
+    )
+
+
+@pytest.fixture
+def quorum_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three controllers on a 3-member etcd (§3.8), fencing silent brokers after
+    `QUORUM_SESSION_TIMEOUT_MS`."""
+    with contextlib.ExitStack() as stack:
+        yield start_cluster(
+            stack,
+            tmp_path,
+            controller_args=["--broker-session-timeout-ms", str(QUORUM_SESSION_TIMEOUT_MS)],
+            quorum=True,
+            admin_timeout=10,
+        )
+
+
+def test_randomized_faults_with_controller_failovers(quorum_cluster: Cluster) -> None:
+    """Test 4's run on a controller quorum, with kill -9 and SIGSTOP of the active controller and
+    kill -9 of etcd members among the faults (each at least once): nothing acknowledged is lost,
+    and every failover is timed until the workload progressed again."""
+    failovers = randomized_faults(
+        quorum_cluster,
+        [
+            "pause",
+            "pause",
+            "kill",
+            "kill",
+            "disk",
+            "disk",
+            "kill-active-controller",
+            "kill-active-controller",
+            "pause-active-controller",
+            "pause-active-controller",
+            "kill-etcd-member",
+        ],
+        required=QUORUM_FAULTS,
+    )
+    print("controller failovers:")
+    for failover in failovers:
+        print(f"  {failover}")
+    kills = [f for f in failovers if f.fault.startswith("kill -9 the active")]
+    assert kills and all(f.after != f.before for f in kills), [str(f) for f in failovers]

@@ -5,6 +5,8 @@
   bounded rate, while the test thread injects faults. Every send, acknowledgement and retry goes
   into a `History`: a retry of a partition marks every record of that partition not acknowledged
   at that moment as retried (the producer is not idempotent, so those may legitimately land twice).
+* Every acknowledgement's time is kept (`ack_times`), so a test can tell how long production
+  stalled around a fault (`longest_ack_gap`).
 * `consume_all` reads a topic back with a real `jbod_client.consumer.Consumer` up to each
   partition's high watermark (taken from its leader once production has stopped), so the
   History check sees every record the cluster kept, acknowledged or not.
@@ -14,6 +16,7 @@ Records that finally fail (`ProduceError`) are simply never acknowledged.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import Counter
@@ -47,6 +50,7 @@ class Workload:
     buffer_bytes: int = 1 << 20
     failed: int = 0
     acked_by_partition: Counter[int] = field(default_factory=Counter)
+    ack_times: list[float] = field(default_factory=list)  # time.monotonic() of every acknowledgement
     retry_codes: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     _pending: dict[int, dict[RecordId, None]] = field(default_factory=dict)
@@ -95,6 +99,11 @@ class Workload:
                 f"{exc} (per partition {dict(self.acked_by_partition)}, goal {goal}; {self.describe()})"
             ) from exc
 
+    def longest_ack_gap(self, since: float, until: float) -> float:
+        """The longest time within [since, until] (monotonic clock) in which nothing was acknowledged."""
+        times = [since, *(t for t in list(self.ack_times) if since < t < until), until]
+        return max(b - a for a, b in itertools.pairwise(times))
+
     def stop(self, *, timeout: float = 90.0) -> None:
         """Stop sending, wait until every record sent is acknowledged or failed."""
         self._stopping.set()
@@ -139,6 +148,7 @@ class Workload:
             if error is None:
                 self.history.on_ack(rid, future.result().offset)
                 self.acked_by_partition[partition] += 1
+                self.ack_times.append(time.monotonic())
             else:
                 self.failed += 1
                 self.errors[str(error)[:160]] += 1
@@ -245,7 +255,7 @@ def consume_all(
 ) -> list[tuple[str, int, int, bytes]]:
     """Every record of `topic` up to the high watermarks read now, via a real Consumer."""
     until = high_watermarks(cluster, topic)
-    return asyncio.run(_consume(cluster.controller.url, token, topic, until, timeout))
+    return asyncio.run(_consume(cluster.controller_urls, token, topic, until, timeout))
 
 
 def check(cluster: Cluster, token: str, *workloads: Workload, timeout: float = 60.0) -> Report:
