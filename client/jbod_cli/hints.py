@@ -97,9 +97,10 @@ def for_error(exc: BaseException, *, local_dir: Path, cwd: Path) -> str | None:
     if layout is not None:
         running = supervisor.controller_alive(layout)
         where = f"the local cluster in {_shown(layout.root, cwd)}"
-        own = {layout.controller_url: (where, running)} | {
-            b.url: (f"broker {b.broker_id} of {where}", supervisor.broker_alive(b)) for b in layout.brokers
-        }
+        own = {
+            c.url: (where if c.node_id is None else f"{c.name} of {where}", c.alive())
+            for c in layout.controllers
+        } | {b.url: (f"broker {b.broker_id} of {where}", supervisor.broker_alive(b)) for b in layout.brokers}
         if failed is not None and failed.url in own:
             process, alive = own[failed.url]
             return None if alive else f"{process} is not running (start it with: jbodctl local up)"

@@ -1,4 +1,5 @@
-"""`jbodctl local up|down|status|fail-disk|restore-disk|demo`: a local cluster of real processes.
+"""`jbodctl local up|down|status|env|kill-controller|fail-disk|restore-disk|demo`: a local cluster
+of real processes.
 
 `register(group)` adds the commands to the existing `jbodctl local` group; the logic lives in
 `jbod_local.supervisor`, the demo scenario in `jbod_cli.demo`; this module parses flags
@@ -35,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import commands, tables
-from jbod_local import supervisor
+from jbod_local import failover, quorum, supervisor
 from jbod_local.supervisor import ClusterStatus, LocalClusterError
 
 DIR_OPTION_HELP = "the local cluster's directory"
@@ -68,13 +69,13 @@ def layout_table(layout: supervisor.ClusterLayout) -> Table:
     table = Table(title=f"Local cluster {layout.cluster_id} in {layout.root}{kind}", title_justify="left")
     for column in ("process", "pid", "url", "disks", "log"):
         table.add_column(column)
-    table.add_row(
-        "controller",
-        str(layout.controller_pid or "-"),
-        layout.controller_url,
-        "-",
-        str(layout.controller_log.relative_to(layout.root)),
-    )
+    for node in layout.controllers:
+        table.add_row(
+            node.name, str(node.pid or "-"), node.url, "-", str(node.log_path.relative_to(layout.root))
+        )
+    for member in layout.etcd:
+        log = member.member.log_path.relative_to(layout.root)
+        table.add_row(member.name, str(member.pid or "-"), member.url, "-", str(log))
     for broker in layout.brokers:
         disks = "\n".join(
             f"{d.name}{' [red](failed)[/]' if broker.disk_failed(i) else ''}"
@@ -90,6 +91,9 @@ def layout_table(layout: supervisor.ClusterLayout) -> Table:
     return table
 
 
+CONTROLLER_STYLES = {"active": "bold green", "standby": "green", "down": "red"}
+
+
 def processes_table(snapshot: ClusterStatus) -> Table:
     layout = snapshot.layout
     table = Table(title=f"Processes ({layout.root})", title_justify="left")
@@ -99,12 +103,22 @@ def processes_table(snapshot: ClusterStatus) -> Table:
     def state(running: bool) -> str:
         return "[green]running[/]" if running else "[red]stopped[/]"
 
-    table.add_row(
-        "controller",
-        str(layout.controller_pid or "-"),
-        state(snapshot.controller_running),
-        layout.controller_url,
-    )
+    if not layout.quorum:
+        node = layout.controllers[0]
+        table.add_row("controller", str(node.pid or "-"), state(snapshot.controller_running), node.url)
+    for controller in snapshot.controllers:
+        style = CONTROLLER_STYLES.get(controller.state, "yellow")
+        table.add_row(
+            controller.node.name,
+            str(controller.node.pid or "-") if controller.running else "-",
+            f"[{style}]{'stopped' if controller.state == 'down' else controller.state}[/]",
+            controller.node.url,
+        )
+    for member in layout.etcd:
+        running = snapshot.etcd_running.get(member.name, False)
+        healthy = snapshot.etcd_healthy.get(member.name, False)
+        etcd_state = "[green]healthy[/]" if healthy else "[red]unhealthy[/]" if running else state(False)
+        table.add_row(member.name, str(member.pid or "-") if running else "-", etcd_state, member.url)
     for broker in layout.brokers:
         table.add_row(
             f"broker {broker.broker_id}",
@@ -201,13 +215,25 @@ def compact_lines(snapshot: ClusterStatus, *, width: int, height: int, now: str)
     that have a problem; lines that do not fit are counted in the last line."""
     layout = snapshot.layout
     controller = "running" if snapshot.controller_running else "stopped"
+    first = Text.assemble(
+        ("controller ", "bold"),
+        f"{layout.controller_url} ",
+        (controller, "green" if snapshot.controller_running else "red"),
+        f"  {now}",
+    )
+    if layout.quorum:
+        healthy = sum(snapshot.etcd_healthy.values())
+        first = Text.assemble(("controllers", "bold"))
+        for c in snapshot.controllers:
+            first.append(f" {c.node.node_id}:")
+            first.append(c.state, CONTROLLER_STYLES.get(c.state, "yellow"))
+        first.append(
+            f"  etcd {healthy}/{len(layout.etcd)}",
+            "green" if 2 * healthy > len(layout.etcd) else "red",
+        )
+        first.append(f"  {now}")
     lines = [
-        Text.assemble(
-            ("controller ", "bold"),
-            f"{layout.controller_url} ",
-            (controller, "green" if snapshot.controller_running else "red"),
-            f"  {now}",
-        ),
+        first,
         Text("broker  process  state       epoch  disks (index:replicas)", style="bold"),
     ]
     views = {int(b["brokerId"]): b for b in snapshot.brokers}
@@ -288,8 +314,21 @@ def status_view(snapshot: ClusterStatus, *, wide: bool = False) -> RenderableTyp
 # -- commands ----------------------------------------------------------------------------------
 
 
+def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value not in quorum.CONTROLLER_COUNTS:
+        raise click.BadParameter(f"must be 1, 3 or 5 (a quorum on a local etcd), not {value}")
+    return value
+
+
 @click.command("up")
 @dir_option
+@click.option(
+    "--controllers",
+    type=int,
+    default=None,
+    callback=_controllers,
+    help="1 (default), or 3 or 5: a quorum on a local 3-member etcd cluster (HA)",
+)
 @click.option("--brokers", type=click.IntRange(1, 9), default=None, help="number of brokers (default 3)")
 @click.option("--disks", type=click.IntRange(1, 8), default=None, help="log dirs per broker (default 3)")
 @click.option("--fresh", is_flag=True, help="delete an existing cluster in DIR first")
@@ -305,6 +344,7 @@ def status_view(snapshot: ClusterStatus, *, wide: bool = False) -> RenderableTyp
 @click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds")
 def up_command(
     root: Path,
+    controllers: int | None,
     brokers: int | None,
     disks: int | None,
     fresh: bool,
@@ -316,6 +356,7 @@ def up_command(
     console = Console()
     result = supervisor.up(
         root,
+        controllers=controllers,
         brokers=brokers,
         disks=disks,
         fresh=fresh,
@@ -335,11 +376,12 @@ def up_command(
             highlight=False,
         )
     console.print(layout_table(layout))
+    kill_hint = f"\n  jbodctl local kill-controller --dir {layout.root}" if layout.quorum else ""
     console.print(
         "Next:\n"
         f'  eval "$(jbodctl local env --dir {shlex.quote(str(layout.root))})"   # controller URL, token, telemetry\n'
         f"  jbodctl local status --dir {layout.root}\n"
-        f"  jbodctl local fail-disk 2 1 --dir {layout.root}",
+        f"  jbodctl local fail-disk 2 1 --dir {layout.root}{kill_hint}",
         highlight=False,
         soft_wrap=True,
     )
@@ -352,7 +394,7 @@ def up_command(
     "--grace", type=click.FloatRange(min=0), default=10.0, show_default=True, help="seconds before SIGKILL"
 )
 def down_command(root: Path, purge: bool, grace: float) -> None:
-    """Stop the brokers, then the controller (SIGTERM, then SIGKILL after a grace period)."""
+    """Stop the brokers, then the controller(s) and etcd (SIGTERM, then SIGKILL after a grace period)."""
     result = supervisor.down(root, purge=purge, grace=grace)
     if result.stopped:
         click.echo(f"Stopped {', '.join(result.stopped)}")
@@ -502,14 +544,45 @@ def demo_command(root: Path | None, records: int, seconds: float, keep: bool) ->
     scenario.main(root=root, records=records, keep=keep, seconds=seconds)
 
 
+@click.command("kill-controller")
+@dir_option
+@click.option(
+    "--node", "node_id", type=click.IntRange(min=1), default=None, help="node id (default: the active one)"
+)
+@click.option("--wait", type=click.FloatRange(min=1), default=30.0, show_default=True, help="seconds")
+def kill_controller_command(root: Path, node_id: int | None, wait: float) -> None:
+    """kill -9 a controller (default: the active one) and show which one is active after the failover."""
+    killed = failover.kill_controller(root, node_id, wait=wait)
+    role = " (the active one)" if killed.was_active and killed.node.node_id is not None else ""
+    click.echo(f"Killed {killed.node.label}{role} with SIGKILL (pid {killed.node.pid})")
+    if killed.node.node_id is None:
+        click.echo(
+            "The local cluster has one controller: it is down until `jbodctl local up` restarts it "
+            "(for a failover, run a quorum: jbodctl local up --fresh --controllers 3)"
+        )
+        return
+    if killed.active is None:
+        click.echo("No other controller runs: no controller is active until `jbodctl local up`")
+    elif killed.was_active:
+        click.echo(f"Controller {killed.active} is active now, {killed.seconds:.1f} s after the kill")
+    else:
+        click.echo(f"Controller {killed.active} is still the active one")
+    click.echo(
+        f"Restart controller {killed.node.node_id} (it rejoins as a standby): jbodctl local up --dir {root}"
+    )
+
+
 @click.command("env")
 @dir_option
 def env_command(root: Path) -> None:
     """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)".
 
-    JBOD_TELEMETRY_DIR is the brokers' disk samples, for `jbod-pipeline --telemetry`."""
+    JBOD_CONTROLLER_URL lists every controller of a quorum; JBOD_BOOTSTRAP lists the brokers
+    (produce and consume read metadata from them first); JBOD_TELEMETRY_DIR is the brokers' disk
+    samples, for `jbod-pipeline --telemetry`."""
     layout = supervisor.read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
+    click.echo(f"export JBOD_BOOTSTRAP={shlex.quote(','.join(b.url for b in layout.brokers))}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
     click.echo(f"export JBOD_TELEMETRY_DIR={shlex.quote(str(layout.telemetry_dir.resolve()))}")
 
@@ -519,6 +592,7 @@ COMMANDS = (
     down_command,
     status_command,
     env_command,
+    kill_controller_command,
     fail_disk_command,
     restore_disk_command,
     demo_command,
@@ -526,7 +600,7 @@ COMMANDS = (
 
 
 def register(group: click.Group) -> None:
-    """Add `up`, `down`, `status`, `fail-disk`, `restore-disk` and `demo` to `group`."""
+    """Add the commands of `COMMANDS` to `group`."""
     for command in COMMANDS:
         group.add_command(command)
 

@@ -5,11 +5,14 @@ Guarantees:
   0 asks for any free loopback port, so runs never collide); it raises `ClientError` with the
   process's last stderr lines if it exits or does not become ready in time.
 * `stop()` asks politely (SIGTERM) and kills after a grace period; `kill()` is a crash (SIGKILL).
-* `spawn_detached` starts a process in its own session that outlives the caller (`jbodctl local up`).
+* `spawn_detached` starts a process in its own session that outlives the caller (`jbodctl local up`);
+  `process_alive(pid, marker)` knows such a process by pid *and* command line (a recycled pid is
+  never taken for it), `stop_processes` stops several of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,6 +134,61 @@ def await_readyz(
             pass
         time.sleep(0.05)
     raise error(f"{name} did not become ready in time: {_tail(log_path)}")
+
+
+class LocalClusterError(ClientError):
+    """A user mistake or a cluster that does not behave; `str()` is one line."""
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def process_alive(pid: int | None, marker: Path) -> bool:
+    """True iff `pid` runs and its command line names `marker` (a recycled pid does not)."""
+    if pid is None:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if we started it in this process
+    args = _cmdline(pid)
+    if not args or _is_zombie(pid):
+        return False
+    return str(marker) in args
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def stop_processes(processes: Sequence[tuple[int, Path]], *, grace: float) -> None:
+    """SIGTERM each (pid, marker) that is alive, SIGKILL those still alive after `grace` seconds,
+    and return once all are gone."""
+    alive = [(pid, marker) for pid, marker in processes if process_alive(pid, marker)]
+    for pid, _marker in alive:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [(pid, marker) for pid, marker in alive if process_alive(pid, marker)]
+    for pid, _marker in alive:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [(pid, marker) for pid, marker in alive if process_alive(pid, marker)]
 
 
 def console_script(name: str) -> str:

@@ -1,5 +1,6 @@
-"""A local cluster as real processes: one `jbod-controller` and N `jbod-agent` brokers with JBOD
-disks under one directory (`jbodctl local up|down|status|fail-disk|restore-disk`).
+"""A local cluster as real processes: one `jbod-controller` (or, with `controllers=3|5`, a quorum
+of them on a local etcd cluster: `jbod_local.quorum`) and N `jbod-agent` brokers with JBOD disks
+under one directory (`jbodctl local up|down|status|fail-disk|restore-disk`).
 
 Layout of the cluster directory (DIR, `./.jbod-local` by default):
 
@@ -8,6 +9,7 @@ Layout of the cluster directory (DIR, `./.jbod-local` by default):
     tokens/admin.token          admin bearer token (also accepted by the brokers' own API)
     tokens/cluster.token        cluster (broker-to-controller) bearer token
     controller/                 the controller's data dir (metadata log)
+    controller-N/, etcd/        a quorum's: controller N's data dir; the etcd members' data
     broker-N/server.properties  written by `up` from cluster.json
     broker-N/metadata/          the broker's metadata.log.dir
     broker-N/disk-K/            log dir K of broker N (K = 1..disks)
@@ -16,15 +18,17 @@ Layout of the cluster directory (DIR, `./.jbod-local` by default):
     broker-N/disk-K.img         with --loop: the ext4 image loop-mounted at disk-K
     telemetry/                  every broker's disk samples (`telemetry.dir`), the input of
                                 `jbod-pipeline --telemetry` (`jbodctl local env`: JBOD_TELEMETRY_DIR)
-    logs/controller.log, logs/broker-N.log
+    logs/controller.log, logs/broker-N.log (a quorum's: logs/controller-N.log, logs/etcd-K.log)
 
 Guarantees:
 * `up` is idempotent: on a running cluster it starts nothing; after `down` it restarts the same
   processes on the same data (same cluster id, same directory ids); after a crash it starts only
   the processes that are down, each on its saved port unless another program listens there (a
   port in TIME_WAIT is free: our servers bind with SO_REUSEADDR), and restarts running brokers
-  only if the controller had to move; it returns only once every broker is registered and
-  unfenced, and stops what it started if that does not happen in time.
+  only if a controller had to move (a quorum's etcd members keep their ports); it starts etcd,
+  then the controllers (one of a quorum rejoins as a standby), then the brokers; it returns only
+  once every broker is registered and unfenced, and stops what it started if that does not happen
+  in time. `down` stops the brokers, then the controllers, then etcd.
 * Processes are detached (own session) and identified by pid *and* command line (their data dir or
   config path), so a recycled pid is never signalled and a dead process is never reported running.
 * `cluster.json` is written atomically and lists a pid only while that process may be running;
@@ -50,7 +54,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -66,7 +69,16 @@ from jbod_client import durable_files
 from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
-from jbod_local.processes import LocalBroker, await_readyz, console_script, spawn_detached
+from jbod_local import processes, quorum
+from jbod_local.processes import (
+    LocalBroker,
+    await_readyz,
+    console_script,
+    process_alive,
+    spawn_detached,
+    stop_processes,
+)
+from jbod_local.quorum import ControllerNode, EtcdNode
 
 DEFAULT_DIR = Path(".jbod-local")
 STATE_FILE = "cluster.json"
@@ -76,6 +88,7 @@ HOST = "127.0.0.1"
 
 # Short timeouts so that a failure shows within seconds (a demo, not production defaults).
 CONTROLLER_SESSION_TIMEOUT_MS = 3000
+QUORUM_SESSION_TIMEOUT_MS = 6000
 BROKER_SETTINGS: dict[str, str] = {
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": str(CONTROLLER_SESSION_TIMEOUT_MS),
@@ -96,10 +109,7 @@ LOOP_TOOLS = ("mkfs.ext4", "losetup", "mount", "umount", "blockdev")
 DEFAULT_DISK_MIB = 64
 
 Report = Callable[[str], None]
-
-
-class LocalClusterError(ClientError):
-    """A user mistake or a cluster that does not behave; `str()` is one line."""
+LocalClusterError = processes.LocalClusterError  # a user mistake or a misbehaving cluster (one line)
 
 
 def _quiet(_message: str) -> None:
@@ -177,14 +187,18 @@ class ClusterLayout:
 
     root: Path
     cluster_id: str
-    controller_port: int
+    controllers: tuple[ControllerNode, ...]  # one (node id None), or a quorum: nodes 1..N
     brokers: tuple[BrokerLayout, ...]
-    controller_pid: int | None = None
     loop_disk_mib: int | None = None  # every disk is a loop-mounted ext4 image of this size
+    etcd: tuple[EtcdNode, ...] = ()  # a quorum's etcd members
 
     @property
     def loop(self) -> bool:
         return self.loop_disk_mib is not None
+
+    @property
+    def quorum(self) -> bool:
+        return any(c.node_id is not None for c in self.controllers)
 
     @property
     def state_path(self) -> Path:
@@ -192,11 +206,8 @@ class ClusterLayout:
 
     @property
     def controller_url(self) -> str:
-        return f"http://{HOST}:{self.controller_port}"
-
-    @property
-    def controller_dir(self) -> Path:
-        return self.root / "controller"
+        """The controller's URL; a quorum's is the comma-separated list of every controller's."""
+        return ",".join(c.url for c in self.controllers)
 
     @property
     def admin_token_file(self) -> Path:
@@ -215,10 +226,6 @@ class ClusterLayout:
         """Where every broker writes its disk samples (`telemetry.dir`) for `jbod-pipeline`."""
         return self.root / "telemetry"
 
-    @property
-    def controller_log(self) -> Path:
-        return self.logs_dir / "controller.log"
-
     def broker_log(self, broker_id: int) -> Path:
         return self.logs_dir / f"broker-{broker_id}.log"
 
@@ -228,6 +235,23 @@ class ClusterLayout:
                 return broker
         known = ", ".join(str(b.broker_id) for b in self.brokers)
         raise LocalClusterError(f"no broker {broker_id} in the local cluster (brokers: {known})")
+
+    def node(self, node_id: int | None) -> ControllerNode:
+        for node in self.controllers:
+            if node.node_id == node_id:
+                return node
+        known = ", ".join(str(c.node_id) for c in self.controllers)
+        raise LocalClusterError(f"no controller {node_id} in the local cluster (controllers: {known})")
+
+    def with_controller(self, node: ControllerNode) -> ClusterLayout:
+        return replace(
+            self, controllers=tuple(node if c.node_id == node.node_id else c for c in self.controllers)
+        )
+
+    def ports(self) -> set[int]:
+        """Every port the cluster's processes listen on."""
+        etcd = {p for e in self.etcd for p in (e.member.client_port, e.member.peer_port)}
+        return {*(c.port for c in self.controllers), *(b.port for b in self.brokers), *etcd}
 
     def with_broker(self, broker: BrokerLayout) -> ClusterLayout:
         return replace(
@@ -245,13 +269,14 @@ class ClusterLayout:
             "version": STATE_VERSION,
             "clusterId": self.cluster_id,
             "dir": str(self.root),
-            "controller": {
-                "port": self.controller_port,
-                "url": self.controller_url,
-                "pid": self.controller_pid,
-                "dataDir": str(self.controller_dir),
-                "log": str(self.controller_log),
-            },
+            **(
+                {
+                    "controllers": [c.to_json() for c in self.controllers],
+                    "etcd": [e.to_json() for e in self.etcd],
+                }
+                if self.quorum
+                else {"controller": self.controllers[0].to_json()}
+            ),
             "adminTokenFile": str(self.admin_token_file),
             "clusterTokenFile": str(self.cluster_token_file),
             "telemetryDir": str(self.telemetry_dir),
@@ -261,14 +286,19 @@ class ClusterLayout:
 
     @classmethod
     def from_json(cls, root: Path, data: Mapping[str, Any]) -> ClusterLayout:
-        controller = data["controller"]
+        if "controllers" in data:
+            controllers = tuple(
+                ControllerNode.from_json(root, c, int(c["nodeId"])) for c in data["controllers"]
+            )
+        else:
+            controllers = (ControllerNode.from_json(root, data["controller"], None),)
         return cls(
             root=root,
             cluster_id=str(data["clusterId"]),
-            controller_port=int(controller["port"]),
-            controller_pid=None if controller.get("pid") is None else int(controller["pid"]),
+            controllers=controllers,
             brokers=tuple(BrokerLayout.from_json(b) for b in data["brokers"]),
             loop_disk_mib=None if data.get("loopDiskMiB") is None else int(data["loopDiskMiB"]),
+            etcd=tuple(EtcdNode.from_json(e) for e in data.get("etcd") or ()),
         )
 
 
@@ -319,63 +349,13 @@ def exclusive(root: Path) -> Iterator[None]:
 # -- processes ---------------------------------------------------------------------------------
 
 
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
-
-
-def process_alive(pid: int | None, marker: Path) -> bool:
-    """True iff `pid` runs and its command line names `marker` (a recycled pid does not)."""
-    if pid is None:
-        return False
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if we started it in this process
-    args = _cmdline(pid)
-    if not args or _is_zombie(pid):
-        return False
-    return str(marker) in args
-
-
 def controller_alive(layout: ClusterLayout) -> bool:
-    return process_alive(layout.controller_pid, layout.controller_dir)
+    """The controller runs (of a quorum: at least one of them)."""
+    return any(c.alive() for c in layout.controllers)
 
 
 def broker_alive(broker: BrokerLayout) -> bool:
     return process_alive(broker.pid, broker.config_path)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def stop_processes(processes: Sequence[tuple[int, Path]], *, grace: float) -> None:
-    """SIGTERM each (pid, marker) that is alive, SIGKILL those still alive after `grace` seconds,
-    and return once all are gone."""
-    alive = [(pid, marker) for pid, marker in processes if process_alive(pid, marker)]
-    for pid, _marker in alive:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [(pid, marker) for pid, marker in alive if process_alive(pid, marker)]
-    for pid, _marker in alive:
-        _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = [(pid, marker) for pid, marker in alive if process_alive(pid, marker)]
 
 
 def _tail(path: Path, lines: int = 3) -> str:
@@ -531,14 +511,20 @@ class UpResult:
     notes: tuple[str, ...] = ()
 
 
-def _new_layout(root: Path, *, brokers: int, disks: int, loop_disk_mib: int | None) -> ClusterLayout:
+def _new_layout(
+    root: Path, *, controllers: int, brokers: int, disks: int, loop_disk_mib: int | None
+) -> ClusterLayout:
     if not 1 <= brokers <= 9:
         raise LocalClusterError(f"--brokers must be between 1 and 9, got {brokers}")
     if not 1 <= disks <= 8:
         raise LocalClusterError(f"--disks must be between 1 and 8, got {disks}")
-    taken: set[int] = set()
-    controller_port = _free_port(taken)
-    taken.add(controller_port)
+    quorum.check_count(controllers)
+    etcd = quorum.plan_etcd(root) if controllers > 1 else ()
+    taken = {p for e in etcd for p in (e.member.client_port, e.member.peer_port)}
+    nodes = []
+    for node_id in range(1, controllers + 1) if controllers > 1 else [None]:
+        nodes.append(quorum.plan_controller(root, node_id, _free_port(taken)))
+        taken.add(nodes[-1].port)
     layouts = []
     for broker_id in range(1, brokers + 1):
         port = _free_port(taken)
@@ -555,19 +541,24 @@ def _new_layout(root: Path, *, brokers: int, disks: int, loop_disk_mib: int | No
     return ClusterLayout(
         root=root,
         cluster_id=str(random_uuid(random.SystemRandom())),
-        controller_port=controller_port,
+        controllers=tuple(nodes),
         brokers=tuple(layouts),
         loop_disk_mib=loop_disk_mib,
+        etcd=etcd,
     )
 
 
-def _refresh_ports(layout: ClusterLayout, *, restart_controller: bool) -> ClusterLayout:
-    """Keep every saved port that is still free; pick new ones for ports something else took."""
-    taken = {layout.controller_port, *(b.port for b in layout.brokers)}
-    controller_port = layout.controller_port
-    if restart_controller and not _port_free(controller_port):
-        controller_port = _free_port(taken)
-        taken.add(controller_port)
+def _refresh_ports(layout: ClusterLayout) -> ClusterLayout:
+    """Keep every saved port that is still free; pick new ones for ports something else took
+    (etcd members keep theirs: etcd's membership names them)."""
+    taken = layout.ports()
+    controllers = []
+    for node in layout.controllers:
+        port = node.port
+        if not node.alive() and not _port_free(port):
+            port = _free_port(taken)
+            taken.add(port)
+        controllers.append(replace(node, port=port))
     brokers = []
     for broker in layout.brokers:
         port = broker.port
@@ -575,7 +566,12 @@ def _refresh_ports(layout: ClusterLayout, *, restart_controller: bool) -> Cluste
             port = _free_port(taken)
             taken.add(port)
         brokers.append(replace(broker, port=port))
-    return replace(layout, controller_port=controller_port, brokers=tuple(brokers))
+    return replace(layout, controllers=tuple(controllers), brokers=tuple(brokers))
+
+
+def session_timeout_ms(layout: ClusterLayout) -> int:
+    """A quorum's failover (up to a lease, `--lease-ms` 2000, and a replay) must fit in a session."""
+    return QUORUM_SESSION_TIMEOUT_MS if layout.quorum else CONTROLLER_SESSION_TIMEOUT_MS
 
 
 def _local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
@@ -592,6 +588,7 @@ def _local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
             "admin.token.file": str(layout.admin_token_file),
             "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,
+            "broker.session.timeout.ms": str(session_timeout_ms(layout)),
         },
     )
 
@@ -643,24 +640,28 @@ def _directory_ids(broker: BrokerLayout) -> tuple[str | None, ...]:
     return tuple(ids)
 
 
-def _start_controller(layout: ClusterLayout) -> ClusterLayout:
+def _start_controller(layout: ClusterLayout, node: ControllerNode) -> ControllerNode:
     command = [
         console_script("jbod-controller"),
         "--data-dir",
-        str(layout.controller_dir),
+        str(node.data_dir),
         "--cluster-id",
         layout.cluster_id,
         "--listen",
-        f"{HOST}:{layout.controller_port}",
+        f"{HOST}:{node.port}",
         "--cluster-token-file",
         str(layout.cluster_token_file),
         "--admin-token-file",
         str(layout.admin_token_file),
         "--broker-session-timeout-ms",
-        str(CONTROLLER_SESSION_TIMEOUT_MS),
+        str(session_timeout_ms(layout)),
+        *quorum.quorum_args(node, layout.etcd),
     ]
-    pid = spawn_detached(command, log_path=layout.controller_log)
-    return replace(layout, controller_pid=pid)
+    return replace(node, pid=spawn_detached(command, log_path=node.log_path))
+
+
+def _exited(node: ControllerNode) -> Callable[[], str | None]:
+    return lambda: None if node.alive() else "exited"
 
 
 def _start_broker(layout: ClusterLayout, broker: BrokerLayout) -> BrokerLayout:
@@ -745,6 +746,7 @@ def await_brokers_ready(
 def up(
     root: Path,
     *,
+    controllers: int | None = None,
     brokers: int | None = None,
     disks: int | None = None,
     fresh: bool = False,
@@ -756,6 +758,8 @@ def up(
     """Create (first time) and start the local cluster in `root`; see the module's guarantees."""
     started_at = time.monotonic()
     root = resolve_root(root)
+    if controllers is not None:
+        quorum.check_count(controllers)
     if loop:
         check_loop_support()
         if disk_size_mib < 8:
@@ -773,6 +777,7 @@ def up(
             report(f"Removed the previous cluster in {root}")
         return _up(
             root,
+            controllers=controllers,
             brokers=brokers,
             disks=disks,
             loop=loop,
@@ -786,6 +791,7 @@ def up(
 def _up(
     root: Path,
     *,
+    controllers: int | None,
     brokers: int | None,
     disks: int | None,
     loop: bool,
@@ -799,35 +805,41 @@ def _up(
         layout = read_layout(root)
         shape = (len(layout.brokers), len(layout.brokers[0].disks) if layout.brokers else 0)
         changed = (brokers is not None and brokers != shape[0]) or (disks is not None and disks != shape[1])
-        if changed or (loop and not layout.loop):
+        if changed or (loop and not layout.loop) or controllers not in (None, len(layout.controllers)):
             kind = "loop-mounted" if layout.loop else "plain-directory"
+            quorum_note = f"{len(layout.controllers)} controllers, " if layout.quorum else ""
             notes.append(
-                f"Kept the existing layout ({shape[0]} brokers x {shape[1]} {kind} disks); "
+                f"Kept the existing layout ({quorum_note}{shape[0]} brokers x {shape[1]} {kind} disks); "
                 "pass --fresh to create a new cluster"
             )
         if layout.loop:
             check_loop_support()
     else:
         layout = _new_layout(
-            root, brokers=brokers or 3, disks=disks or 3, loop_disk_mib=disk_size_mib if loop else None
+            root,
+            controllers=controllers or 1,
+            brokers=brokers or 3,
+            disks=disks or 3,
+            loop_disk_mib=disk_size_mib if loop else None,
         )
         write_layout(layout)  # from now on the cluster id is fixed, even if starting fails
         report(f"Created cluster {layout.cluster_id} in {root}")
-    if controller_alive(layout) and all(broker_alive(b) for b in layout.brokers):
+    running = [c.alive() for c in layout.controllers] + [e.alive() for e in layout.etcd]
+    if all(running) and all(broker_alive(b) for b in layout.brokers):
         return UpResult(layout, True, (), time.monotonic() - started_at, tuple(notes))
 
-    restart_controller = not controller_alive(layout)
-    old_controller_port = layout.controller_port
-    layout = _refresh_ports(layout, restart_controller=restart_controller)
-    if layout.controller_port != old_controller_port:
-        # Something else took the controller's port: the running brokers' server.properties name
+    restart_controllers = [c.node_id for c in layout.controllers if not c.alive()]
+    before = layout.controllers
+    layout = _refresh_ports(layout)
+    moved = [(old, new) for old, new in zip(before, layout.controllers, strict=True) if old.port != new.port]
+    if moved:
+        # Something else took a controller's port: the running brokers' server.properties name
         # the old URL, so they restart with the new one. On its own port they just reconnect.
         stop_processes([(b.pid, b.config_path) for b in layout.brokers if b.pid is not None], grace=10)
         layout = replace(layout, brokers=tuple(replace(b, pid=None) for b in layout.brokers))
-        notes.append(
-            f"Port {old_controller_port} was taken: moved the controller to {layout.controller_port} "
-            "and restarted every broker"
-        )
+        ports = ", ".join(str(old.port) for old, _new in moved)
+        to = ", ".join(f"{new.name} to {new.port}" for _old, new in moved)
+        notes.append(f"Port {ports} was taken: moved the {to} and restarted every broker")
     _write_token(layout.admin_token_file)
     _write_token(layout.cluster_token_file)
     layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -841,21 +853,33 @@ def _up(
     started: list[str] = []
     started_processes: list[tuple[int, Path]] = []
     try:
-        if restart_controller:
-            layout = _start_controller(layout)
+        if layout.etcd:
+            etcd, indices = quorum.start_etcd(root, layout.etcd)
+            layout = replace(layout, etcd=etcd)
             write_layout(layout)
-            started.append("controller")
-            assert layout.controller_pid is not None
-            started_processes.append((layout.controller_pid, layout.controller_dir))
+            started += [etcd[i].name for i in indices]
+            started_processes += [(etcd[i].pid or 0, etcd[i].member.data_dir) for i in indices]
+            quorum.await_etcd(root, etcd, indices, deadline=deadline)
+            if indices:
+                report(
+                    f"Started etcd ({', '.join(etcd[i].name for i in indices)}) on {quorum.endpoints(etcd)}"
+                )
+        nodes = [_start_controller(layout, layout.node(node_id)) for node_id in restart_controllers]
+        for node in nodes:
+            layout = layout.with_controller(node)
+            started.append(node.name)
+            started_processes.append((node.pid or 0, node.data_dir))
+        write_layout(layout)
+        for node in nodes:
             await_readyz(
-                layout.controller_url,
+                node.url,
                 name="jbod-controller",
-                log_path=layout.controller_log,
+                log_path=node.log_path,
                 deadline=deadline,
-                exited=lambda: None if controller_alive(layout) else "exited",
+                exited=_exited(node),
                 error=LocalClusterError,
             )
-            report(f"Started the controller (pid {layout.controller_pid}) on {layout.controller_url}")
+            report(f"Started {node.label} (pid {node.pid}) on {node.url}")
         for stopped in to_start:
             broker = _start_broker(layout, layout.broker(stopped.broker_id))
             layout = layout.with_broker(broker)
@@ -864,7 +888,7 @@ def _up(
             started_processes.insert(0, (broker.pid, broker.config_path))
         write_layout(layout)
         # A restarted controller must see the brokers that kept running too.
-        waiting = layout.brokers if restart_controller else to_start
+        waiting = layout.brokers if restart_controllers else to_start
         if to_start:
             report(f"Started {len(to_start)} broker(s); waiting until they are registered and unfenced")
         else:
@@ -925,17 +949,25 @@ def purge_tree(root: Path) -> tuple[Path, ...]:
 
 
 def _forget_dead(layout: ClusterLayout) -> ClusterLayout:
-    controller_pid = layout.controller_pid if controller_alive(layout) else None
-    brokers = tuple(b if broker_alive(b) else replace(b, pid=None) for b in layout.brokers)
-    return replace(layout, controller_pid=controller_pid, brokers=brokers)
+    return replace(
+        layout,
+        controllers=tuple(c if c.alive() else replace(c, pid=None) for c in layout.controllers),
+        brokers=tuple(b if broker_alive(b) else replace(b, pid=None) for b in layout.brokers),
+        etcd=tuple(e if e.alive() else replace(e, pid=None) for e in layout.etcd),
+    )
 
 
 def _without_pids(layout: ClusterLayout) -> ClusterLayout:
-    return replace(layout, controller_pid=None, brokers=tuple(replace(b, pid=None) for b in layout.brokers))
+    return replace(
+        layout,
+        controllers=tuple(replace(c, pid=None) for c in layout.controllers),
+        brokers=tuple(replace(b, pid=None) for b in layout.brokers),
+        etcd=tuple(replace(e, pid=None) for e in layout.etcd),
+    )
 
 
 def down(root: Path, *, purge: bool = False, grace: float = 10.0) -> DownResult:
-    """Stop the brokers (SIGTERM: a controlled shutdown), then the controller; SIGKILL after
+    """Stop the brokers (SIGTERM: a controlled shutdown), then the controller(s), then etcd; SIGKILL after
     `grace`; forget the pids; with `purge`, delete the whole cluster directory (a mount point in
     it is emptied and left in place)."""
     layout = read_layout(resolve_root(root))
@@ -947,10 +979,9 @@ def _down(layout: ClusterLayout, *, purge: bool, grace: float) -> DownResult:
     root = layout.root
     stopped = [f"broker {b.broker_id}" for b in layout.brokers if broker_alive(b)]
     stop_processes([(b.pid, b.config_path) for b in layout.brokers if b.pid is not None], grace=grace)
-    if controller_alive(layout):
-        stopped.append("controller")
-    if layout.controller_pid is not None:
-        stop_processes([(layout.controller_pid, layout.controller_dir)], grace=grace)
+    stopped += [c.name for c in layout.controllers if c.alive()]
+    stop_processes([(c.pid, c.data_dir) for c in layout.controllers if c.pid is not None], grace=grace)
+    stopped += quorum.stop_etcd(root, layout.etcd, grace=grace)
     if layout.loop:
         _unmount_disks(layout)
     kept: tuple[Path, ...] = ()
@@ -977,10 +1008,19 @@ class ClusterStatus:
     topics: list[dict[str, Any]]
     log_dirs: dict[int, list[dict[str, Any]] | None]
     errors: list[str] = field(default_factory=list)
+    controllers: list[quorum.ControllerState] = field(default_factory=list)  # a quorum's, each's own word
+    etcd_running: dict[str, bool] = field(default_factory=dict)  # a quorum's etcd members by name
+    etcd_healthy: dict[str, bool] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
-        return self.controller_running or any(self.brokers_running.values())
+        return (
+            self.controller_running or any(self.brokers_running.values()) or any(self.etcd_running.values())
+        )
+
+    @property
+    def active_controller(self) -> int | None:
+        return quorum.agreed_active(self.controllers)
 
     def disk_label(self, broker_id: int, path: str) -> str:
         broker = self.layout.broker(broker_id)
@@ -1040,9 +1080,27 @@ class ClusterStatus:
             "running": self.running,
             "controller": {
                 "url": self.layout.controller_url,
-                "pid": self.layout.controller_pid,
+                "pid": None if self.layout.quorum else self.layout.controllers[0].pid,
                 "running": self.controller_running,
             },
+            **(
+                {
+                    "controllers": [c.to_json() for c in self.controllers],
+                    "activeController": self.active_controller,
+                    "etcd": [
+                        {
+                            "name": e.name,
+                            "url": e.url,
+                            "pid": e.pid,
+                            "running": self.etcd_running.get(e.name, False),
+                            "healthy": self.etcd_healthy.get(e.name, False),
+                        }
+                        for e in self.layout.etcd
+                    ],
+                }
+                if self.layout.quorum
+                else {}
+            ),
             "adminTokenFile": str(self.layout.admin_token_file),
             "loopDiskMiB": self.layout.loop_disk_mib,
             "cluster": self.cluster,
@@ -1082,6 +1140,9 @@ def status(root: Path) -> ClusterStatus:
     topics: list[dict[str, Any]] = []
     log_dirs: dict[int, list[dict[str, Any]] | None] = {}
     token = layout.admin_token()
+    etcd_running = {e.name: e.alive() for e in layout.etcd}
+    etcd_healthy = quorum.etcd_health(layout.root, layout.etcd) if any(etcd_running.values()) else {}
+    controllers = quorum.controller_states(layout.controllers, token) if layout.quorum else []
     if controller_running:
         try:
             with layout.controller(timeout=3.0) as client:
@@ -1106,6 +1167,9 @@ def status(root: Path) -> ClusterStatus:
         topics=topics,
         log_dirs=log_dirs,
         errors=errors,
+        controllers=controllers,
+        etcd_running=etcd_running,
+        etcd_healthy=etcd_healthy,
     )
 
 
@@ -1317,7 +1381,7 @@ def _restore_disk(
     report(f"Starting broker {broker_id} again")
     broker = replace(layout.broker(broker_id), directory_ids=_directory_ids(broker))
     if not _port_free(broker.port):
-        broker = replace(broker, port=_free_port({layout.controller_port, *(b.port for b in layout.brokers)}))
+        broker = replace(broker, port=_free_port(layout.ports()))
     layout = layout.with_broker(broker)
     _local_broker(layout, broker).write_config()
     broker = _start_broker(layout, broker)
