@@ -189,6 +189,7 @@ class EtcdRecordLog:
         self.revision = 0  # etcd revision the copy is current at
         self.fence = 0  # create revision of our leader key; 0 = not active
         self.lease_deadline: Callable[[], float] = lambda: 0.0
+        self.give_up_s = 4.0  # how long appends wait for a lease renewal before stepping down
         self.appended_batches = 0
 
     # -- RecordLog: offsets ----------------------------------------------------------------------
@@ -303,16 +304,35 @@ class EtcdRecordLog:
 
     # -- appends (active) --------------------------------------------------------------------------
 
-    def take_over(self, fence: int, lease_deadline: Callable[[], float]) -> None:
+    def take_over(self, fence: int, lease_deadline: Callable[[], float], *, give_up_s: float = 4.0) -> None:
         """Start writing as the holder of the leader key created at revision `fence`."""
         self.fence = fence
         self.lease_deadline = lease_deadline
+        self.give_up_s = give_up_s
+
+    def writable_now(self) -> bool:
+        return self.fence != 0 and time.monotonic() < self.lease_deadline()
+
+    def wait_writable(self) -> None:
+        """Wait while the lease deadline has passed but the lease may live on (etcd electing a new
+        leader, a pause shorter than the lease in etcd): a renewal proves the leader key is still
+        ours. `NotActiveError` once the lease is known lost or after `give_up_s`."""
+        give_up = time.monotonic() + self.give_up_s
+        while True:
+            if self.fence == 0:
+                raise NotActiveError("this controller is a standby")
+            now = time.monotonic()
+            if now < self.lease_deadline():
+                return
+            if now >= give_up:
+                raise NotActiveError(f"the etcd lease was not renewed within {self.give_up_s:.0f} s")
+            time.sleep(_RETRY_PAUSE_S / 2)
 
     def check_writable(self) -> None:
         if self.fence == 0:
             raise NotActiveError("this controller is a standby")
         if time.monotonic() >= self.lease_deadline():
-            raise NotActiveError("this controller's etcd lease may have expired")
+            self.wait_writable()
 
     def append(self, entries: list[bytes]) -> None:
         for payload in entries:

@@ -84,8 +84,11 @@ class RecordLog(Protocol):
 
     def recover(self) -> Recovery: ...
 
-    def check_writable(self) -> None:
-        """Raise `NotActiveError` when this process may not append (a standby, a lost lease)."""
+    def writable_now(self) -> bool:
+        """True when an append may go ahead at once (cheap; called before every batch)."""
+
+    def wait_writable(self) -> None:
+        """Block until an append may go ahead; `NotActiveError` when it will not (lost the election)."""
 
     def append(self, entries: list[bytes]) -> None: ...
 
@@ -288,8 +291,12 @@ class FileRecordLog:
 
     # -- appends ----------------------------------------------------------------------------
 
-    def check_writable(self) -> None:
+    def writable_now(self) -> bool:
         """The file log's one process may always append."""
+        return True
+
+    def wait_writable(self) -> None:
+        return None
 
     def _open_segment(self, base: int) -> _Segment:
         path = self.directory / f"{base:020d}.log"

@@ -245,7 +245,9 @@ class ControllerService:
         async with self._transition:
             started = time.perf_counter()
             await self.quorum.catch_up(self.apply_committed)
-            self.record_log.take_over(fence, self.quorum.lease_deadline)
+            self.record_log.take_over(
+                fence, self.quorum.lease_deadline, give_up_s=2 * self.quorum.config.lease_ttl_s
+            )
             self._start_writing()
             log.info(
                 "Active controller from offset %d (took over in %.0f ms)",

@@ -10,8 +10,9 @@ Guarantees:
 * The metadata readers (`wait_for_commit`, the log's `read`) only ever see fsync'd records.
 * A record that cannot be replayed or a log that cannot be written is fatal: the process exits
   rather than run with an image the log does not hold.
-* In a controller quorum (§3.8) the log refuses appends once this controller lost the election
-  (`NotActiveError`): every command of the batch and every queued one fails with that error, the
+* In a controller quorum (§3.8) nothing is decided while the log cannot say that this controller
+  still holds the election (its lease deadline passed: `wait_writable` waits for the renewal); the
+  log refuses appends once this controller lost the election (`NotActiveError`): every command of the batch and every queued one fails with that error, the
   writer stops for good and `on_deposed` is called, so the service can drop its image (it may
   hold records that were never committed) and follow the log again as a standby.
 """
@@ -173,7 +174,8 @@ class Writer:
             append = self.record_log.append_one
             encode_entry = frames.encode_entry
             try:
-                self.record_log.check_writable()
+                if not self.record_log.writable_now():
+                    await loop.run_in_executor(None, self.record_log.wait_writable)
                 for command in batch:
                     if command.future.cancelled():
                         # The caller went away before its command was decided: nothing to do.

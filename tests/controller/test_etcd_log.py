@@ -116,11 +116,26 @@ def test_a_deposed_writer_cannot_append(gateway: EtcdGateway, keys: Keys) -> Non
 def test_an_expired_lease_deadline_refuses_before_any_call(gateway: EtcdGateway, keys: Keys) -> None:
     log = EtcdRecordLog(gateway, keys)
     log.recover()
-    log.take_over(elect(gateway, keys, 1), lambda: time.monotonic() - 0.001)
+    log.take_over(elect(gateway, keys, 1), lambda: time.monotonic() - 0.001, give_up_s=0.3)
+    assert not log.writable_now()
     log.append_one(entry(0))
-    with pytest.raises(NotActiveError, match="lease"):
+    with pytest.raises(NotActiveError, match="lease was not renewed"):
         log.flush()
     assert not gateway.range(keys.head).kvs
+
+
+def test_a_renewed_lease_lets_a_waiting_append_through(gateway: EtcdGateway, keys: Keys) -> None:
+    log = EtcdRecordLog(gateway, keys)
+    log.recover()
+    renewed_at = time.monotonic() + 0.3  # the deadline passed; the lease keeper renews it later
+    log.take_over(
+        elect(gateway, keys, 1),
+        lambda: time.monotonic() + 2 if time.monotonic() >= renewed_at else time.monotonic() - 1,
+        give_up_s=5,
+    )
+    log.append_one(entry(0))
+    log.flush()
+    assert head(gateway, keys)[0] == 1 and time.monotonic() >= renewed_at
 
 
 def test_a_batch_larger_than_an_etcd_request_is_committed_whole(gateway: EtcdGateway, keys: Keys) -> None:
