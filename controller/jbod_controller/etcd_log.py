@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,6 +55,7 @@ INLINE: Final = b"F"
 STAGED: Final = b"S"
 _PAGE_KEYS: Final = 16
 _RETRY_PAUSE_S: Final = 0.1
+_CHUNK_WRITERS: Final = 4  # staged chunks and snapshot chunks written concurrently
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,7 @@ class EtcdRecordLog:
         self._snapshot: Snapshot | None = None
         self._pending = bytearray()
         self._pending_payloads: list[bytes] = []
+        self._pending_crcs: list[int] = []
         self.head_revision = 0  # mod revision of P/head as last read or written
         self.revision = 0  # etcd revision the copy is current at
         self.fence = 0  # create revision of our leader key; 0 = not active
@@ -236,6 +239,7 @@ class EtcdRecordLog:
             self._crcs = [frames.checksum(p) for p in entries]
             self._pending = bytearray()
             self._pending_payloads = []
+            self._pending_crcs = []
             self.revision = revision
         return Recovery(snapshot=snapshot, entries=list(entries), start_offset=start, truncated_bytes=0)
 
@@ -339,7 +343,7 @@ class EtcdRecordLog:
             self.append_one(payload)
 
     def append_one(self, payload: bytes) -> None:
-        frames.append_frame(self._pending, payload)
+        self._pending_crcs.append(frames.append_frame(self._pending, payload))
         self._pending_payloads.append(payload)
 
     def flush(self) -> None:
@@ -348,19 +352,14 @@ class EtcdRecordLog:
             return
         blob, self._pending = bytes(self._pending), bytearray()
         payloads, self._pending_payloads = self._pending_payloads, []
+        crcs, self._pending_crcs = self._pending_crcs, []
         first = self.committed_offset
         end = first + len(payloads)
         if len(blob) + 1 <= MAX_TXN_BYTES:
             value = INLINE + blob
         else:
             pieces = split_frames(blob, MAX_TXN_BYTES)
-            base = self.keys.staging(first)
-            self._fenced(
-                "staging a large batch",
-                [delete_op(base, prefix_end(base))],
-            )
-            for number, piece in enumerate(pieces):
-                self._fenced("staging a large batch", [put_op(_chunk_key(base, number), piece)])
+            self._write_chunks(self.keys.staging(first), pieces, "staging a large batch")
             value = STAGED + orjson.dumps({"records": len(payloads), "chunks": len(pieces)})
         fence = self.fence
         self._commit(first, end, value)
@@ -368,8 +367,23 @@ class EtcdRecordLog:
             if self.fence != fence:  # stepped down meanwhile: the copy is being re-read
                 raise NotActiveError("stepped down while appending")
             self._entries.extend(payloads)
-            self._crcs.extend(frames.checksum(p) for p in payloads)
+            self._crcs.extend(crcs)
         self.appended_batches += 1
+
+    def _write_chunks(self, base: bytes, pieces: list[bytes], what: str) -> None:
+        """Clear `base`, then put `pieces` as its numbered chunks, each only while the fence holds.
+
+        The chunks are independent keys, so several transactions are in flight at once (etcd
+        batches them into fewer raft rounds); any refused one raises `NotActiveError`.
+        """
+        self._fenced(what, [delete_op(base, prefix_end(base))])
+        with ThreadPoolExecutor(max_workers=_CHUNK_WRITERS, thread_name_prefix="etcd-chunks") as pool:
+            written = [
+                pool.submit(self._fenced, what, [put_op(_chunk_key(base, number), piece)])
+                for number, piece in enumerate(pieces)
+            ]
+            for future in written:
+                future.result()
 
     def _fenced(self, what: str, ops: list[dict[str, object]]) -> int:
         """Run `ops` only while this controller holds the election; the revision written."""
@@ -458,10 +472,7 @@ class EtcdRecordLog:
         for payload in payloads:
             frames.append_frame(blob, payload)
         pieces = split_frames(bytes(blob), MAX_TXN_BYTES) if blob else []
-        base = self.keys.snapshot_chunks(offset)
-        self._fenced("writing a snapshot", [delete_op(base, prefix_end(base))])
-        for number, piece in enumerate(pieces):
-            self._fenced("writing a snapshot", [put_op(_chunk_key(base, number), piece)])
+        self._write_chunks(self.keys.snapshot_chunks(offset), pieces, "writing a snapshot")
         pointer = orjson.dumps({"offset": offset, "records": count, "chunks": len(pieces)})
         self._fenced("publishing a snapshot", [put_op(self.keys.snapshot, pointer)])
         self.adopt_snapshot(Snapshot(offset=offset, entries=payloads))
