@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -172,6 +172,7 @@ class Quorum:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.apply_lock = asyncio.Lock()
         self.following_log = True
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -214,7 +215,13 @@ class Quorum:
     def _lease_lost_from_thread(self) -> None:
         loop = self._loop
         if loop is not None:
-            loop.call_soon_threadsafe(lambda: loop.create_task(self.role.step_down("the etcd lease expired")))
+            loop.call_soon_threadsafe(self.spawn, self.role.step_down("the etcd lease expired"))
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task that is kept referenced until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _campaign_forever(self) -> None:
         period = self.config.lease_ms / 2000
@@ -223,9 +230,14 @@ class Quorum:
                 # Stepped down while etcd kept our leader key (e.g. etcd was down): give it back.
                 await self.resign()
                 self.active_controller = None
-            if not self.role.active and self.active_controller is None:
+            if not self.role.active:
                 try:
-                    await self._campaign()
+                    if self.active_controller is not None:
+                        # Do not rely on the watch alone to learn that the leader key is gone.
+                        leader = await self.gateway.range(self.keys.leader)
+                        self.active_controller = _info(leader.kvs[0].value) if leader.kvs else None
+                    if self.active_controller is None:
+                        await self._campaign()
                 except (EtcdUnavailableError, EtcdError) as exc:
                     log.warning("Could not campaign: %s", exc)
             self._wake.clear()
@@ -255,6 +267,11 @@ class Quorum:
             log.warning("Could not take over: %s", exc)
             await self.role.step_down(f"taking over failed: {exc}")
             await self.resign()
+            self.active_controller = None
+            # The catch-up applied committed records only, but it may have stopped short (a
+            # standby behind a snapshot): read the log again, then follow it.
+            self.resume_following()
+            await self._resync()
 
     async def resign(self) -> None:
         """Delete the leader key if it is still ours, so a standby need not wait for the lease."""
@@ -321,7 +338,10 @@ class Quorum:
                     self.members.pop(int(node), None)
             elif event.kind == "PUT" and self.following_log and not self.role.active:
                 await self._apply_log_event(key, event.kv.value, event.kv.mod_revision)
-        self.record_log.revision = max(self.record_log.revision, batch.revision)
+        # Resume after the last event seen; a batch without events is a progress notification,
+        # whose header revision says every event up to it was sent.
+        seen = max((e.kv.mod_revision for e in batch.events), default=batch.revision)
+        self.record_log.revision = max(self.record_log.revision, seen)
 
     async def _apply_log_event(self, key: bytes, value: bytes, revision: int) -> None:
         loop = asyncio.get_running_loop()
@@ -359,6 +379,11 @@ class Quorum:
                     offset = self.keys.log_offset(kv.key)
                     if offset is None or offset < record_log.committed_offset:
                         continue
+                    if offset > record_log.committed_offset:
+                        raise ValueError(
+                            f"the log continues at {offset}, after this copy's end "
+                            f"{record_log.committed_offset} (behind a snapshot)"
+                        )
                     decoded = decode_log_value(offset, kv.value)
                     if isinstance(decoded, StagedBatch):
                         decoded = await loop.run_in_executor(None, record_log.read_staged, decoded, 0)

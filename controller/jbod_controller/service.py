@@ -256,7 +256,8 @@ class ControllerService:
             )
 
     def _deposed_by_writer(self, exc: NotActiveError) -> None:
-        asyncio.get_running_loop().create_task(self.step_down(str(exc)))
+        assert self.quorum is not None
+        self.quorum.spawn(self.step_down(str(exc)))
 
     async def step_down(self, why: str) -> None:
         """Stop writing, drop the image and follow the log again as a standby."""
