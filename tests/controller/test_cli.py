@@ -71,6 +71,22 @@ def base_args(data_dir: Path, cluster_id: str = "cli-cluster") -> list[str]:
         (["--data-dir", "{data}", "--cluster-id", "has spaces"], "--cluster-id"),
         (["--data-dir", "{data}", "--cluster-id", ""], "--cluster-id"),
         (["--data-dir", "{data}", "--cluster-id", "x" * 65], "--cluster-id"),
+        (["{base}", "--node-id", "1"], "--node-id needs --etcd-endpoints"),
+        (["{base}", "--etcd-prefix", "/x"], "--etcd-prefix needs --etcd-endpoints"),
+        (["{base}", "--etcd-endpoints", "http://127.0.0.1:2379"], "needs --node-id"),
+        (["{base}", "--etcd-endpoints", "127.0.0.1:2379", "--node-id", "1"], "--etcd-endpoints"),
+        (["{base}", "--etcd-endpoints", " , ", "--node-id", "1"], "--etcd-endpoints"),
+        (["{base}", "--etcd-endpoints", "http://127.0.0.1:2379", "--node-id", "0"], "--node-id"),
+        (["{base}", "--etcd-endpoints", "http://127.0.0.1:2379", "--node-id", "c-x"], "--node-id"),
+        (
+            ["{base}", "--etcd-endpoints", "http://127.0.0.1:2379", "--node-id", "1", "--lease-ms", "10"],
+            "--lease-ms",
+        ),
+        (
+            ["{base}", "--etcd-endpoints", "http://127.0.0.1:2379", "--node-id", "1", "--etcd-prefix", "x"],
+            "--etcd-prefix",
+        ),
+        (["{base}", "--advertised-url", "nope"], "--advertised-url"),
     ],
 )
 def test_bad_flags(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -210,3 +226,10 @@ def test_missing_token_files_are_created_private_and_printed(tmp_path: Path) -> 
         process.communicate()
     assert any(str(fresh / "cluster.token") in line for line in lines), lines
     assert any(str(fresh / "admin.token") in line for line in lines), lines
+
+
+def test_an_etcd_that_does_not_answer_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    result = run_controller(*base_args(data_dir), "--etcd-endpoints", "http://127.0.0.1:1", "--node-id", "1")
+    assert_one_line_error(result, "no etcd endpoint answered")
+    assert not data_dir.exists()
