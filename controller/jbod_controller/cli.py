@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from pathlib import Path
 from aiohttp import web
 
 from jbod_client import console, durable_files
+from jbod_controller.etcd_gateway import EtcdTls
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.quorum import QuorumConfig
@@ -132,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     quorum.add_argument(
         "--lease-ms", type=int, default=2000, help="etcd lease of the election (whole seconds in etcd)"
     )
+    quorum.add_argument("--etcd-cacert", type=Path, help="CA bundle that signed etcd's certificate (https)")
+    quorum.add_argument("--etcd-cert", type=Path, help="client certificate for etcd (--client-cert-auth)")
+    quorum.add_argument("--etcd-key", type=Path, help="the client certificate's private key")
     parser.add_argument(
         "--advertised-url",
         help="the URL clients use to reach this controller (default http://LISTEN_HOST:PORT)",
@@ -156,10 +161,41 @@ def parse_node_id(text: str) -> int:
     return value
 
 
+def etcd_tls(args: argparse.Namespace, endpoints: tuple[str, ...]) -> EtcdTls | None:
+    """The TLS flags checked (files readable, cert and key together, https endpoints)."""
+    given = {"--etcd-cacert": args.etcd_cacert, "--etcd-cert": args.etcd_cert, "--etcd-key": args.etcd_key}
+    if all(value is None for value in given.values()):
+        return None
+    if (args.etcd_cert is None) != (args.etcd_key is None):
+        raise UsageError("--etcd-cert and --etcd-key go together")
+    for flag, path in given.items():
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: not a readable file")
+    plain = [e for e in endpoints if not e.startswith("https://")]
+    if plain:
+        raise UsageError(f"--etcd-cacert/--etcd-cert need https:// endpoints, got {plain[0]}")
+    tls = EtcdTls(
+        cacert=str(args.etcd_cacert) if args.etcd_cacert else None,
+        cert=str(args.etcd_cert) if args.etcd_cert else None,
+        key=str(args.etcd_key) if args.etcd_key else None,
+    )
+    try:
+        tls.context()
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise UsageError(f"cannot use the etcd TLS files: {exc}") from exc
+    return tls
+
+
 def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
     """The quorum flags checked; None without `--etcd-endpoints` (UsageError on bad flags)."""
     if args.etcd_endpoints is None:
-        for flag, value in (("--node-id", args.node_id), ("--etcd-prefix", args.etcd_prefix)):
+        for flag, value in (
+            ("--node-id", args.node_id),
+            ("--etcd-prefix", args.etcd_prefix),
+            ("--etcd-cacert", args.etcd_cacert),
+            ("--etcd-cert", args.etcd_cert),
+            ("--etcd-key", args.etcd_key),
+        ):
             if value is not None:
                 raise UsageError(f"{flag} needs --etcd-endpoints")
         return None
@@ -178,7 +214,12 @@ def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
     if not prefix.startswith("/") or len(prefix) < 2:
         raise UsageError(f"--etcd-prefix must start with / and name something, got {prefix!r}")
     return QuorumConfig(
-        node_id=node_id, url="", endpoints=endpoints, prefix=prefix.rstrip("/"), lease_ms=args.lease_ms
+        tls=etcd_tls(args, endpoints),
+        node_id=node_id,
+        url="",
+        endpoints=endpoints,
+        prefix=prefix.rstrip("/"),
+        lease_ms=args.lease_ms,
     )
 
 

@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import base64
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -205,6 +206,27 @@ def watch_batch(line: bytes) -> WatchBatch | None:
     return batch
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """TLS toward etcd: the CA that signed its certificate, and this client's certificate and key
+    (for an etcd started with `--client-cert-auth`); etcdctl's `--cacert`, `--cert`, `--key`."""
+
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """An SSL context for httpx; `ssl.SSLError`/`OSError` name an unreadable or bad file."""
+        context = ssl.create_default_context(cafile=self.cacert)
+        if self.cert is not None:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+def _verify(tls: EtcdTls | None) -> ssl.SSLContext | bool:
+    return tls.context() if tls is not None else True
+
+
 class _Endpoints:
     def __init__(self, endpoints: Sequence[str]) -> None:
         cleaned = [e.strip().rstrip("/") for e in endpoints if e.strip()]
@@ -226,9 +248,9 @@ class _Endpoints:
 class EtcdGateway:
     """Blocking calls, for worker threads (the controller's appends and its lease keeper)."""
 
-    def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0) -> None:
+    def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0, tls: EtcdTls | None = None) -> None:
         self.endpoints = _Endpoints(endpoints)
-        self._client = httpx.Client(timeout=timeout)
+        self._client = httpx.Client(timeout=timeout, verify=_verify(tls), trust_env=False)
 
     def close(self) -> None:
         self._client.close()
@@ -280,9 +302,9 @@ class EtcdGateway:
 class AsyncEtcdGateway:
     """Event-loop calls: ranges and the watch stream of a following standby."""
 
-    def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0) -> None:
+    def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0, tls: EtcdTls | None = None) -> None:
         self.endpoints = _Endpoints(endpoints)
-        self._client = httpx.AsyncClient(timeout=timeout)
+        self._client = httpx.AsyncClient(timeout=timeout, verify=_verify(tls), trust_env=False)
         self._timeout = timeout
 
     async def aclose(self) -> None:

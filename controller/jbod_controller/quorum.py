@@ -34,6 +34,7 @@ from jbod_controller.etcd_gateway import (
     AsyncEtcdGateway,
     EtcdError,
     EtcdGateway,
+    EtcdTls,
     EtcdUnavailableError,
     WatchBatch,
     compare_create,
@@ -56,6 +57,7 @@ class QuorumConfig:
     endpoints: tuple[str, ...]
     prefix: str
     lease_ms: int = 2000
+    tls: EtcdTls | None = None
 
     @property
     def lease_ttl_s(self) -> int:
@@ -85,7 +87,9 @@ class LeaseKeeper:
     def __init__(self, config: QuorumConfig, keys: Keys, on_lost: Callable[[], None]) -> None:
         self.config = config
         self.keys = keys
-        self._gateway = EtcdGateway(config.endpoints, timeout=max(0.5, config.lease_ms / 2000))
+        self._gateway = EtcdGateway(
+            config.endpoints, timeout=max(0.5, config.lease_ms / 2000), tls=config.tls
+        )
         self._on_lost = on_lost
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -162,7 +166,9 @@ class Quorum:
         self.record_log = record_log
         self.role = role
         self.me = ControllerInfo(config.node_id, config.url)
-        self.gateway = AsyncEtcdGateway(config.endpoints, timeout=max(1.0, config.lease_ms / 1000))
+        self.gateway = AsyncEtcdGateway(
+            config.endpoints, timeout=max(1.0, config.lease_ms / 1000), tls=config.tls
+        )
         self.keeper: LeaseKeeper | None = None
         self.active_controller: ControllerInfo | None = None
         self.members: dict[int, ControllerInfo] = {}

@@ -122,7 +122,8 @@ class ControllerService:
         if config.quorum is None:
             self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
         else:
-            etcd_log = EtcdRecordLog(EtcdGateway(config.quorum.endpoints), Keys.under(config.quorum.prefix))
+            gateway = EtcdGateway(config.quorum.endpoints, tls=config.quorum.tls)
+            etcd_log = EtcdRecordLog(gateway, Keys.under(config.quorum.prefix))
             self.record_log = etcd_log
             self.quorum = Quorum(config.quorum, etcd_log, self)
         self.commits = CommitSignal(lambda: self.record_log.committed_offset)

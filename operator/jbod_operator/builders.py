@@ -247,12 +247,23 @@ def controller_statefulset(
             else names.etcd_endpoints(cluster, namespace)
         )
         env.append(_POD_NAME_ENV)
+        if spec.controller.etcd.tls_secret:
+            args += [
+                f"--etcd-cacert={names.ETCD_TLS_DIR}/ca.crt",
+                f"--etcd-cert={names.ETCD_TLS_DIR}/tls.crt",
+                f"--etcd-key={names.ETCD_TLS_DIR}/tls.key",
+            ]
         args += [
             f"--etcd-endpoints={etcd_endpoints}",
             "--node-id=$(POD_NAME)",  # controller-K is node K+1
             f"--advertised-url=http://$(POD_NAME).{names.controller(cluster)}.{namespace}.svc:"
             f"{names.CONTROLLER_PORT}",
         ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": names.CONTROLLER_MOUNT},
+        {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
+        _TMP_MOUNT,
+    ]
     container = {
         "name": "controller",
         "image": image,
@@ -263,14 +274,15 @@ def controller_statefulset(
         "ports": [{"name": "http", "containerPort": names.CONTROLLER_PORT}],
         "readinessProbe": _probe("/readyz", names.CONTROLLER_PORT, period=2),
         "livenessProbe": _probe("/healthz", names.CONTROLLER_PORT, period=10, failures=6),
-        "volumeMounts": [
-            {"name": "data", "mountPath": names.CONTROLLER_MOUNT},
-            {"name": "tokens", "mountPath": names.TOKENS_DIR, "readOnly": True},
-            _TMP_MOUNT,
-        ],
+        "volumeMounts": mounts,
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.resources),
     }
+    volumes = [_tokens_volume(cluster), _TMP_VOLUME]
+    if spec.controller.quorum and spec.controller.etcd.tls_secret:
+        secret = spec.controller.etcd.tls_secret
+        volumes.append({"name": "etcd-tls", "secret": {"secretName": secret, "defaultMode": 0o440}})
+        mounts.append({"name": "etcd-tls", "mountPath": names.ETCD_TLS_DIR, "readOnly": True})
     return _statefulset(
         names.controller(cluster),
         namespace,
@@ -279,7 +291,7 @@ def controller_statefulset(
         owner,
         replicas=replicas,
         container=container,
-        volumes=[_tokens_volume(cluster), _TMP_VOLUME],
+        volumes=volumes,
         data=spec.controller.storage,
     )
 

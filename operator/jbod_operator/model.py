@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MAX_CLUSTER_NAME: Final = 40  # keeps `<cluster>-broker-<id>` a DNS label (63) for up to 10 digits of id
 _QUANTITY: Final = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
@@ -77,6 +77,8 @@ class EtcdSpec(_Frozen):
     """Where the controller quorum keeps its log: an existing etcd, or one the operator runs."""
 
     endpoints: tuple[str, ...] = Field(default=(), max_length=9)
+    # A Secret with `ca.crt` (and `tls.crt`, `tls.key` for client certificates) for https endpoints.
+    tls_secret: str | None = Field(default=None, alias="tlsSecret", max_length=253)
     storage: Volume = Volume()
     resources: Resources = Resources()
 
@@ -87,6 +89,14 @@ class EtcdSpec(_Frozen):
             if not url.startswith(("http://", "https://")) or len(url) > 253:
                 raise ValueError(f"etcd endpoint {url!r} must be an http(s):// URL")
         return value
+
+    @model_validator(mode="after")
+    def _tls_needs_endpoints(self) -> EtcdSpec:
+        if self.tls_secret and not self.endpoints:
+            raise ValueError("tlsSecret is for an existing etcd: give endpoints (https://) too")
+        if self.tls_secret and any(not url.startswith("https://") for url in self.endpoints):
+            raise ValueError("tlsSecret needs https:// endpoints")
+        return self
 
 
 class ControllerSpec(_Frozen):

@@ -35,6 +35,7 @@ CONTROLLER_PORT: Final = 9093
 BROKER_PORT: Final = 9092
 CONFIG_DIR: Final = "/etc/jbod/config"
 TOKENS_DIR: Final = "/etc/jbod/tokens"
+ETCD_TLS_DIR: Final = "/etc/jbod/etcd-tls"
 DISKS_DIR: Final = "/var/lib/jbod/disks"
 METADATA_MOUNT: Final = "/var/lib/jbod/metadata"
 CONTROLLER_MOUNT: Final = "/var/lib/jbod/controller"

@@ -175,6 +175,20 @@ def test_a_controller_quorum_on_an_existing_etcd_runs_none() -> None:
     assert "--etcd-endpoints=http://etcd-a:2379,http://etcd-b:2379" in args
 
 
+def test_a_quorum_on_an_etcd_with_tls_mounts_the_secret_and_passes_the_files() -> None:
+    spec = _quorum_spec(endpoints=["https://etcd-a:2379"], tlsSecret="etcd-client")
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    pod = sts["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    for flag, name in (("--etcd-cacert", "ca.crt"), ("--etcd-cert", "tls.crt"), ("--etcd-key", "tls.key")):
+        assert f"{flag}={names.ETCD_TLS_DIR}/{name}" in args
+    assert {"name": "etcd-tls", "secret": {"secretName": "etcd-client", "defaultMode": 0o440}} in pod[
+        "volumes"
+    ]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "etcd-tls", "mountPath": names.ETCD_TLS_DIR, "readOnly": True} in mounts
+
+
 def test_one_controller_stays_as_it_was() -> None:
     spec = model.parse_cluster("demo", example()["spec"])
     assert not spec.controller.quorum and not spec.controller.runs_etcd
@@ -193,6 +207,8 @@ def test_one_controller_stays_as_it_was() -> None:
     [
         ({"replicas": 2}, "spec.controller.replicas"),
         ({"replicas": 3, "etcd": {"endpoints": ["etcd:2379"]}}, "http(s)://"),
+        ({"replicas": 3, "etcd": {"tlsSecret": "s"}}, "give endpoints"),
+        ({"replicas": 3, "etcd": {"endpoints": ["http://etcd:2379"], "tlsSecret": "s"}}, "needs https://"),
     ],
 )
 def test_bad_quorum_specs_name_the_field(controller: dict[str, Any], needle: str) -> None:
