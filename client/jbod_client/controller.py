@@ -302,41 +302,20 @@ class ControllerClient:
 
     # -- broker calls -------------------------------------------------------------------------
 
+    def _post(self, path: str, request: Message, reply_type: type[ReplyT]) -> ReplyT:
+        return _reply(reply_type, self._call("POST", path, body=request), self.url, "POST", path)
+
     def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
-        return _reply(
-            RegisterBrokerReply,
-            self._call("POST", "/v1/brokers/register", body=request),
-            self.url,
-            "POST",
-            "/v1/brokers/register",
-        )
+        return self._post("/v1/brokers/register", request, RegisterBrokerReply)
 
     def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
-        return _reply(
-            BrokerHeartbeatReply,
-            self._call("POST", "/v1/brokers/heartbeat", body=request),
-            self.url,
-            "POST",
-            "/v1/brokers/heartbeat",
-        )
+        return self._post("/v1/brokers/heartbeat", request, BrokerHeartbeatReply)
 
     def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsReply:
-        return _reply(
-            AssignReplicasToDirsReply,
-            self._call("POST", "/v1/assignments", body=request),
-            self.url,
-            "POST",
-            "/v1/assignments",
-        )
+        return self._post("/v1/assignments", request, AssignReplicasToDirsReply)
 
     def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
-        return _reply(
-            AlterPartitionReply,
-            self._call("POST", "/v1/partitions/alter", body=request),
-            self.url,
-            "POST",
-            "/v1/partitions/alter",
-        )
+        return self._post("/v1/partitions/alter", request, AlterPartitionReply)
 
     def metadata(
         self, *, from_offset: int, max_wait_ms: int = 0, max_records: int = 10_000
