@@ -159,7 +159,7 @@ class Env:
 def _pod_ready(pod: dict[str, Any] | None) -> bool:
     for condition in (pod or {}).get("status", {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return False
 
 
