@@ -147,9 +147,10 @@ def etcd_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Mani
 
 
 def etcd_statefulset(
-    spec: model.ClusterSpec, cluster: str, namespace: str, *, image: str, owner: Mapping[str, Any]
+    spec: model.ClusterSpec, cluster: str, namespace: str, *, owner: Mapping[str, Any]
 ) -> Manifest:
-    """Three etcd members for the controller quorum, from the project image (its `etcd`)."""
+    """Three etcd members for the controller quorum, from `spec.controller.etcd.image` (by default
+    kubeadm's etcd image, `names.ETCD_IMAGE`). Only `etcd` and its flags: no shell is needed."""
     labels = names.cluster_labels(cluster, "etcd")
     host = f"$(POD_NAME).{names.etcd(cluster)}.{namespace}.svc"
     initial = ",".join(
@@ -158,8 +159,9 @@ def etcd_statefulset(
     )
     container = {
         "name": "etcd",
-        "image": image,
-        "imagePullPolicy": spec.image_pull_policy,
+        "image": spec.controller.etcd.image or names.ETCD_IMAGE,
+        # A pinned tag: pulled once (and never with the project image's policy "Always").
+        "imagePullPolicy": "IfNotPresent",
         "command": ["etcd"],
         "args": [
             "--name=$(POD_NAME)",

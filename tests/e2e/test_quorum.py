@@ -172,6 +172,11 @@ def test_quorum_survives_kill_9_of_controllers_and_of_an_etcd_member(ha: QuorumE
         timeout=300,
         what=lambda: f"3 Ready etcd members; operator log:\n{ha.operator_log()}",
     )
+    # The etcd users get: kubeadm's image (v3.6.8), not the project image's etcd 3.5.1.
+    etcd_pod = ha.pod(f"{NAME}-etcd-0") or {}
+    assert etcd_pod["spec"]["containers"][0]["image"] == names.ETCD_IMAGE
+    version = ha.cluster.kubectl("exec", "-n", NS, f"{NAME}-etcd-0", "--", "etcd", "--version").stdout
+    assert "etcd Version: 3.6.8" in version, version
     wait_for(
         lambda: all(_pod_ready(ha.pod(f"{NAME}-controller-{n}")) for n in range(3)),
         timeout=300,

@@ -153,9 +153,12 @@ def test_a_controller_quorum_runs_three_controllers_on_the_operators_etcd() -> N
     assert "--node-id=$(POD_NAME)" in args
     assert "--advertised-url=http://$(POD_NAME).demo-controller.ns.svc:9093" in args
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
-    etcd = builders.etcd_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    etcd = builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER)
     assert etcd["spec"]["replicas"] == 3 and etcd["spec"]["podManagementPolicy"] == "Parallel"
-    etcd_args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    etcd_container = etcd["spec"]["template"]["spec"]["containers"][0]
+    assert etcd_container["image"] == names.ETCD_IMAGE == "registry.k8s.io/etcd:3.6.8-0"
+    assert etcd_container["imagePullPolicy"] == "IfNotPresent"
+    etcd_args = etcd_container["args"]
     assert (
         "--initial-cluster="
         + ",".join(f"demo-etcd-{n}=http://demo-etcd-{n}.demo-etcd.ns.svc:2380" for n in range(3))
@@ -165,6 +168,12 @@ def test_a_controller_quorum_runs_three_controllers_on_the_operators_etcd() -> N
     props = builders.server_properties(spec, "demo", "ns", 0, spec.disks)
     urls = ",".join(f"http://demo-controller-{n}.demo-controller.ns.svc:9093" for n in range(3))
     assert f"controller.url={urls}" in props.splitlines()
+
+
+def test_the_etcd_image_can_be_chosen() -> None:
+    spec = _quorum_spec(image="mirror.example/etcd:3.6.9")
+    etcd = builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER)
+    assert etcd["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.example/etcd:3.6.9"
 
 
 def test_a_controller_quorum_on_an_existing_etcd_runs_none() -> None:
@@ -209,6 +218,10 @@ def test_one_controller_stays_as_it_was() -> None:
         ({"replicas": 3, "etcd": {"endpoints": ["etcd:2379"]}}, "http(s)://"),
         ({"replicas": 3, "etcd": {"tlsSecret": "s"}}, "give endpoints"),
         ({"replicas": 3, "etcd": {"endpoints": ["http://etcd:2379"], "tlsSecret": "s"}}, "needs https://"),
+        (
+            {"replicas": 3, "etcd": {"endpoints": ["http://etcd:2379"], "image": "etcd:1"}},
+            "not used with endpoints",
+        ),
     ],
 )
 def test_bad_quorum_specs_name_the_field(controller: dict[str, Any], needle: str) -> None:
