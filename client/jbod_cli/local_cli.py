@@ -1,4 +1,4 @@
-"""`jbodctl local up|down|status|env|kill-controller|fail-disk|restore-disk|demo`: a local cluster
+"""`jbodctl local up|down|status|env|kill-controller|kill-etcd|fail-disk|restore-disk|demo`: a local cluster
 of real processes.
 
 `register(group)` adds the commands to the existing `jbodctl local` group; the logic lives in
@@ -376,7 +376,11 @@ def up_command(
             highlight=False,
         )
     console.print(layout_table(layout))
-    kill_hint = f"\n  jbodctl local kill-controller --dir {layout.root}" if layout.quorum else ""
+    kill_hint = (
+        f"\n  jbodctl local kill-controller --dir {layout.root}\n  jbodctl local kill-etcd --dir {layout.root}"
+        if layout.quorum
+        else ""
+    )
     console.print(
         "Next:\n"
         f'  eval "$(jbodctl local env --dir {shlex.quote(str(layout.root))})"   # controller URL, token, telemetry\n'
@@ -572,6 +576,32 @@ def kill_controller_command(root: Path, node_id: int | None, wait: float) -> Non
     )
 
 
+@click.command("kill-etcd")
+@dir_option
+@click.option(
+    "--member",
+    "name",
+    default=None,
+    metavar="NAME",
+    help="etcd member, e.g. etcd-1 (default: the raft leader)",
+)
+@click.option("--wait", type=click.FloatRange(min=1), default=30.0, show_default=True, help="seconds")
+def kill_etcd_command(root: Path, name: str | None, wait: float) -> None:
+    """kill -9 an etcd member of a quorum's etcd (default: its raft leader) and show who leads after."""
+    killed = failover.kill_etcd(root, name, wait=wait)
+    role = " (the raft leader)" if killed.was_leader else ""
+    click.echo(f"Killed {killed.node.name}{role} with SIGKILL (pid {killed.node.pid})")
+    if killed.leader is None:
+        click.echo(
+            "The members left are no majority: etcd has lost its quorum, and no controller can write "
+            "until `jbodctl local up` restarts the killed members"
+        )
+    else:
+        active = f", controller {killed.active} is active" if killed.active is not None else ""
+        click.echo(f"{killed.leader} leads etcd now{active}, {killed.seconds:.1f} s after the kill")
+    click.echo(f"Restart {killed.node.name} (it rejoins etcd): jbodctl local up --dir {root}")
+
+
 @click.command("env")
 @dir_option
 def env_command(root: Path) -> None:
@@ -593,6 +623,7 @@ COMMANDS = (
     status_command,
     env_command,
     kill_controller_command,
+    kill_etcd_command,
     fail_disk_command,
     restore_disk_command,
     demo_command,

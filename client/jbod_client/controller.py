@@ -232,7 +232,22 @@ def _active_url(data: Mapping[str, Any]) -> str | None:
     return url.strip().rstrip("/")
 
 
-class ControllerClient:
+class _ControllerList:
+    """What both links show of the controllers they follow."""
+
+    _endpoints: ControllerEndpoints
+
+    @property
+    def url(self) -> str:
+        """The controller the next call goes to first (the last one that answered)."""
+        return self._endpoints.url
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._endpoints.urls)
+
+
+class ControllerClient(_ControllerList):
     """Blocking link to the controller(s): `url` is one URL, a comma-separated list, or a sequence
     of URLs; calls follow the active controller (module docstring)."""
 
@@ -249,15 +264,6 @@ class ControllerClient:
         self._http = httpx.Client(
             headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False
         )
-
-    @property
-    def url(self) -> str:
-        """The controller the next call goes to first (the last one that answered)."""
-        return self._endpoints.url
-
-    @property
-    def urls(self) -> list[str]:
-        return list(self._endpoints.urls)
 
     def close(self) -> None:
         self._http.close()
@@ -439,7 +445,7 @@ def _reply(reply_type: type[ReplyT], data: Any, url: str, method: str, path: str
         ) from exc
 
 
-class ControllerLink:
+class ControllerLink(_ControllerList):
     """The broker agent's asyncio link to the controller: typed broker calls, one error mapping.
 
     `urls` lists the controllers (a sequence, or one comma-separated string); calls follow the
@@ -466,15 +472,6 @@ class ControllerLink:
             timeout=httpx.Timeout(timeout, read=read_timeout),
             trust_env=False,
         )
-
-    @property
-    def url(self) -> str:
-        """The controller the next call goes to first (the last one that answered)."""
-        return self._endpoints.url
-
-    @property
-    def urls(self) -> list[str]:
-        return list(self._endpoints.urls)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -1,6 +1,7 @@
-"""`jbodctl local kill-controller`: a crash of one controller, to try a quorum's failover (§3.8).
+"""`jbodctl local kill-controller` and `kill-etcd`: a crash of one controller, or of one etcd member
+under a quorum, to try a quorum's failover (§3.8).
 
-Guarantees:
+Guarantees of `kill_controller`:
 * The controller killed (`kill -9`) is the one given, or the one that says it is active; a user
   mistake (no such node, not running, `--node` with one controller, no single active one) raises
   `LocalClusterError` before anything is killed.
@@ -8,6 +9,15 @@ Guarantees:
   active was killed), with the seconds that took from the kill; at once if none runs any more.
   The killed one stays down until `jbodctl local up` restarts it (it rejoins as a standby).
 * cluster.json forgets the killed pid; the command holds the cluster directory's lock.
+
+Guarantees of `kill_etcd`:
+* Only a quorum has etcd: with one controller, an unknown member or one not running, it raises
+  `LocalClusterError` before anything is killed. The member killed (`kill -9`) is the one named,
+  or etcd's raft leader.
+* It returns once the members still running have elected a raft leader and the running controllers
+  agree on an active one, with the seconds that took from the kill; with `leader` None at once if
+  the members left are no majority (etcd has lost its quorum: no controller can write until
+  `jbodctl local up` restarts the killed ones). `up` restarts the member, which rejoins etcd.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from pathlib import Path
 
 from jbod_local import quorum
 from jbod_local.processes import LocalClusterError
-from jbod_local.quorum import ControllerNode
+from jbod_local.quorum import ControllerNode, EtcdNode
 from jbod_local.supervisor import exclusive, read_layout, resolve_root, write_layout
 
 
@@ -78,3 +88,68 @@ def kill_controller(root: Path, node_id: int | None = None, *, wait: float = 30.
                 f"active one within {wait:.0f} s; see {layout.logs_dir}"
             )
         return ControllerKill(node, was_active, agreed, time.monotonic() - killed_at)
+
+
+@dataclass(frozen=True)
+class EtcdKill:
+    node: EtcdNode  # the member killed (with the pid it had)
+    was_leader: bool  # etcd's raft leader when it was killed
+    leader: str | None  # the raft leader among the members left (None: they are no majority)
+    active: int | None  # the controller the running ones agree is active then
+    seconds: float | None  # from the kill until both were so
+
+
+def kill_etcd(root: Path, name: str | None = None, *, wait: float = 30.0) -> EtcdKill:
+    """`kill -9` of an etcd member (default: the raft leader), then wait until the others elect a
+    leader and the controllers agree on an active one; `LocalClusterError` if not within `wait`."""
+    root = read_layout(resolve_root(root)).root
+    with exclusive(root):
+        layout = read_layout(root)
+        if not layout.etcd:
+            raise LocalClusterError(
+                "the local cluster has one controller and no etcd (for one: jbodctl local up --fresh --controllers 3)"
+            )
+        members = list(layout.etcd)
+        cluster = quorum.etcd_cluster(root, members)
+        leader = cluster.leader()
+        if name is None:
+            if leader is None:
+                raise LocalClusterError("etcd has no raft leader now; pick a member with --member NAME")
+            index = leader
+        else:
+            known = [m.name for m in members]
+            if name not in known:
+                raise LocalClusterError(f"no etcd member {name!r}: the members are {', '.join(known)}")
+            index = known.index(name)
+        node = members[index]
+        if not node.alive() or node.pid is None:
+            raise LocalClusterError(f"{node.name} is not running (start it with: jbodctl local up)")
+        killed_at = time.monotonic()
+        os.kill(node.pid, signal.SIGKILL)
+        while node.alive() and time.monotonic() < killed_at + 5:
+            time.sleep(0.01)
+        members[index] = replace(node, pid=None)
+        layout = replace(layout, etcd=tuple(members))
+        write_layout(layout)
+        left = [i for i, m in enumerate(members) if m.alive()]
+        if len(left) < len(members) // 2 + 1:
+            return EtcdKill(node, index == leader, None, None, None)
+        deadline = killed_at + wait
+        cluster = quorum.etcd_cluster(root, members)
+        new_leader = cluster.leader()
+        while new_leader is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            new_leader = cluster.leader()
+        controllers = [c for c in layout.controllers if c.alive()]
+        agreed = (
+            quorum.await_active(controllers, layout.admin_token(), other_than=None, deadline=deadline)
+            if controllers and new_leader is not None
+            else None
+        )
+        if new_leader is None or (controllers and agreed is None):
+            missing = "a raft leader" if new_leader is None else "an active controller"
+            raise LocalClusterError(
+                f"killed {node.name} (pid {node.pid}), but there was no {missing} within {wait:.0f} s; "
+                f"see {layout.logs_dir}"
+            )
+        return EtcdKill(node, index == leader, members[new_leader].name, agreed, time.monotonic() - killed_at)

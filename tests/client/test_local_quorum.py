@@ -1,4 +1,4 @@
-"""`jbodctl local up --controllers 3`, `local kill-controller` and a failover with real processes
+"""`jbodctl local up --controllers 3`, `local kill-controller`, `local kill-etcd` and failovers with real processes
 (3 etcd members, 3 controllers, 3 brokers): nothing produced is lost, no broker is fenced, and
 `local down` leaves no process behind."""
 
@@ -118,9 +118,34 @@ def test_up_with_three_controllers_survives_kill_of_the_active_one(root: Path) -
     assert all(v["fenced"] is False for v in views.values()), views
     assert {b: v["brokerEpoch"] for b, v in views.items()} == epochs  # none had to register again
 
-    # `up` restarts only the killed controller, on its port; it rejoins as a standby.
+    # kill -9 of etcd's raft leader: the others elect one, the controllers keep an active one.
+    bad = run("kill-etcd", "--dir", str(root), "--member", "etcd-7")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "no etcd member 'etcd-7': the members are etcd-0, etcd-1, etcd-2" in bad.stderr
+    out = ok("kill-etcd", "--dir", str(root))
+    match = re.search(r"Killed (etcd-\d) \(the raft leader\) with SIGKILL \(pid (\d+)\)", out)
+    assert match, out
+    member, member_pid = match.group(1), int(match.group(2))
+    led = re.search(r"(etcd-\d) leads etcd now, controller (\d) is active, [0-9.]+ s after the kill", out)
+    assert led and led.group(1) != member, out
+    assert not running(member_pid)
+    etcd_now = {e["name"]: (e["running"], e["healthy"]) for e in status(root)["etcd"]}
+    assert etcd_now[member] == (False, False) and list(etcd_now.values()).count((True, True)) == 2
+    more = [f"more-{i}" for i in range(30)]
+    jbodctl(env, "produce", "orders", stdin="\n".join(more) + "\n")
+    jbodctl(env, "topics", "create", "after-etcd", "-p", "1", "-r", "3")
+    assert sorted(jbodctl(env, "consume", "orders", "--timeout", "2").split()) == sorted(
+        before + after + more
+    )
+    assert all(v["fenced"] is False for v in brokers(env).values())
+    again_bad = run("kill-etcd", "--dir", str(root), "--member", member)
+    assert again_bad.returncode == 1 and f"{member} is not running" in again_bad.stderr
+
+    # `up` restarts only what was killed (the etcd member, then the controller, on their ports):
+    # the member rejoins etcd, the controller as a standby.
     out = ok("up", "--dir", str(root))
-    assert f"started controller {killed};" in out, out
+    assert f"started {member}, controller {killed};" in out, out
+    assert all(e["healthy"] for e in status(root)["etcd"])
     again = status(root)
     assert roles(again) == {n: "active" if n == active else "standby" for n in (1, 2, 3)}
     assert supervisor.read_layout(root).node(killed).port == layout.node(killed).port
@@ -159,3 +184,5 @@ def test_kill_controller_with_one_controller_says_it_stays_down(root: Path) -> N
     result = run("kill-controller", "--dir", str(root))
     assert result.returncode == 1 and "the controller is not running" in result.stderr
     assert "started controller;" in ok("up", "--dir", str(root))
+    refused = run("kill-etcd", "--dir", str(root))
+    assert refused.returncode == 1 and "one controller and no etcd" in refused.stderr
