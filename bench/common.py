@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import json
 import os
 import random
@@ -628,7 +629,9 @@ class AgentCluster:
 
     def wait_unfenced(self, *nodes: int, timeout: float = 120.0) -> None:
         for node in nodes:
-            wait_until(lambda n=node: self.unfenced(n), timeout=timeout, what=f"broker {node} unfenced")
+            wait_until(
+                functools.partial(self.unfenced, node), timeout=timeout, what=f"broker {node} unfenced"
+            )
 
     def placed(self, topic: str) -> bool:
         parts = self.admin.describe_topic(topic)["partitions"]
@@ -839,7 +842,6 @@ class PacedProducer:
 
     async def _main(self) -> None:
         import asyncio
-        import functools
 
         from jbod_client.producer import ProduceError, Producer
 

@@ -72,7 +72,7 @@ from bench.common import (
     new_id,
     percentile,
 )
-from bench.offline_dir import BROKERS, TOPIC_PARTITIONS, Layout
+from bench.offline_dir import BROKERS, TOPIC_PARTITIONS, Layout, populate
 from jbod_local.etcd import EtcdCluster
 
 SESSION_MS = 9000  # the product default: a failover must fit well inside it
@@ -493,42 +493,11 @@ def throughput(cluster: Cluster, rng: random.Random, *, topics: int, duration: f
 # -- part 3: a 100,000-replica offline dir --------------------------------------------------------
 
 
-def build_offline_cluster(api: Api, layout: Layout, rng: random.Random) -> dict[str, Any]:
-    """bench.offline_dir's cluster through `api`; returns epochs and how long the steps took."""
-    epochs = {}
-    for broker_id in BROKERS:
-        epochs[broker_id] = api.register(broker_id, new_id(rng), layout.dirs[broker_id])
-        api.unfence(broker_id, epochs[broker_id])
-    started = time.perf_counter()
-    topic_ids: list[str] = []
-    for t in range(layout.topics()):
-        count = min(TOPIC_PARTITIONS, layout.partitions - t * TOPIC_PARTITIONS)
-        assignment = [[BROKERS[(t * TOPIC_PARTITIONS + p + k) % 3] for k in range(3)] for p in range(count)]
-        topic_ids.append(api.create_topic(f"bench-{t}", assignment))
-    created = time.perf_counter()
-    for broker_id in BROKERS:
-        placements = []
-        for index in range(layout.partitions):
-            topic, partition = divmod(index, TOPIC_PARTITIONS)
-            placements.append((layout.directory(broker_id, index), topic_ids[topic], partition))
-        api.assign(broker_id, epochs[broker_id], placements)
-    assigned = time.perf_counter()
-    brokers = api.get("/v1/brokers")
-    if any(b["unassignedReplicas"] or b["fenced"] for b in brokers):
-        raise BenchError(f"setup left brokers fenced or with unassigned replicas: {brokers}")
-    return {
-        "epochs": epochs,
-        "create": created - started,
-        "assign": assigned - created,
-        "end": api.end_offset(),
-    }
-
-
 def offline_dir(cluster: Cluster, partitions: int, rng: random.Random) -> dict[str, Any]:
     layout = Layout(partitions=partitions, dirs={b: (new_id(rng), new_id(rng)) for b in BROKERS})
     active = cluster.nodes[cluster.active()]
     with Api(active) as api:
-        built = build_offline_cluster(api, layout, rng)
+        built = populate(api, layout, rng)
         log(
             f"  {cluster.kind}: {partitions:,} partitions (RF 3) created in {built['create']:.1f} s, "
             f"{3 * partitions:,} placements confirmed in {built['assign']:.1f} s; {built['end']:,} records"

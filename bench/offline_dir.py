@@ -30,6 +30,7 @@ import argparse
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from bench.common import (
     Api,
@@ -79,40 +80,54 @@ class Case:
     goal_s: float | None  # None: a control, not a goal
 
 
+def populate(api: Api, layout: Layout, rng: random.Random) -> dict[str, Any]:
+    """Register and unfence the brokers, create `layout`'s topics (RF 3) and confirm every
+    placement through `api`; returns the broker epochs, how long creating and assigning took, and
+    the log's end offset. Raises BenchError if a broker is left fenced or with unassigned replicas."""
+    epochs = {}
+    for broker_id in BROKERS:
+        epochs[broker_id] = api.register(broker_id, new_id(rng), layout.dirs[broker_id])
+        api.unfence(broker_id, epochs[broker_id])
+    started = time.perf_counter()
+    topic_ids: list[str] = []
+    for t in range(layout.topics()):
+        count = min(TOPIC_PARTITIONS, layout.partitions - t * TOPIC_PARTITIONS)
+        assignment = [[BROKERS[(t * TOPIC_PARTITIONS + p + k) % 3] for k in range(3)] for p in range(count)]
+        topic_ids.append(api.create_topic(f"bench-{t}", assignment))
+    created = time.perf_counter()
+    requests = 0
+    for broker_id in BROKERS:
+        placements = []
+        for index in range(layout.partitions):
+            topic, partition = divmod(index, TOPIC_PARTITIONS)
+            placements.append((layout.directory(broker_id, index), topic_ids[topic], partition))
+        requests += api.assign(broker_id, epochs[broker_id], placements)
+    assigned = time.perf_counter()
+    brokers = api.get("/v1/brokers")
+    if any(b["unassignedReplicas"] or b["fenced"] for b in brokers):
+        raise BenchError(f"setup left brokers fenced or with unassigned replicas: {brokers}")
+    return {
+        "epochs": epochs,
+        "create": created - started,
+        "assign": assigned - created,
+        "requests": requests,
+        "end": api.end_offset(),
+    }
+
+
 def build_cluster(ws: Workspace, layout: Layout, rng: random.Random, name: str) -> dict[int, int]:
     """Create the pristine cluster in `ws/<name>`; returns broker epochs."""
     proc = ws.controller(name)
     with running(proc), Api(proc) as api:
-        epochs = {}
-        for broker_id in BROKERS:
-            epochs[broker_id] = api.register(broker_id, new_id(rng), layout.dirs[broker_id])
-            api.unfence(broker_id, epochs[broker_id])
-        started = time.perf_counter()
-        topic_ids: list[str] = []
-        for t in range(layout.topics()):
-            count = min(TOPIC_PARTITIONS, layout.partitions - t * TOPIC_PARTITIONS)
-            assignment = [
-                [BROKERS[(t * TOPIC_PARTITIONS + p + k) % 3] for k in range(3)] for p in range(count)
-            ]
-            topic_ids.append(api.create_topic(f"bench-{t}", assignment))
-        created = time.perf_counter()
-        log(f"  created {layout.partitions:,} partitions (RF 3) in {created - started:.1f} s")
-        requests = 0
-        for broker_id in BROKERS:
-            placements = []
-            for index in range(layout.partitions):
-                topic, partition = divmod(index, TOPIC_PARTITIONS)
-                placements.append((layout.directory(broker_id, index), topic_ids[topic], partition))
-            requests += api.assign(broker_id, epochs[broker_id], placements)
+        built = populate(api, layout, rng)
+        log(f"  created {layout.partitions:,} partitions (RF 3) in {built['create']:.1f} s")
         log(
-            f"  confirmed {3 * layout.partitions:,} placements in {requests} requests "
-            f"in {time.perf_counter() - created:.1f} s"
+            f"  confirmed {3 * layout.partitions:,} placements in {built['requests']} requests "
+            f"in {built['assign']:.1f} s"
         )
-        brokers = api.get("/v1/brokers")
-        if any(b["unassignedReplicas"] or b["fenced"] for b in brokers):
-            raise BenchError(f"setup left brokers fenced or with unassigned replicas: {brokers}")
-        log(f"  pristine log: {api.end_offset():,} records")
+        log(f"  pristine log: {built['end']:,} records")
     proc.stop()
+    epochs: dict[int, int] = built["epochs"]
     return epochs
 
 
