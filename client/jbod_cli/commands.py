@@ -29,7 +29,7 @@ import click
 from jbod_cli import hints, tables
 from jbod_client import console
 from jbod_client.controller import ClientError, ControllerClient, read_token
-from jbod_local import supervisor
+from jbod_local.layout import DEFAULT_DIR
 
 OUTPUTS = click.Choice(["table", "json"])
 T = TypeVar("T")
@@ -104,7 +104,7 @@ def hint(exc: Exception) -> str | None:
     `jbodctl local env` would (`JBOD_LOCAL_DIR`, else `./.jbod-local`)."""
     return hints.for_error(
         exc,
-        local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or supervisor.DEFAULT_DIR),
+        local_dir=Path(os.environ.get("JBOD_LOCAL_DIR") or DEFAULT_DIR),
         cwd=Path.cwd(),
     )
 

@@ -55,7 +55,8 @@ from jbod_cli import tables
 from jbod_client.controller import ClientError
 from jbod_client.history import Consumed, History, RecordId, Report, make_value
 from jbod_core.ids import UNASSIGNED_DIR_TEXT
-from jbod_local import supervisor
+from jbod_local import disk_faults, status, supervisor
+from jbod_local.layout import ClusterLayout
 
 TOPIC = "demo"
 PARTITIONS = 6
@@ -146,13 +147,13 @@ class DemoReport:
     records: int
     log: DeliveryLog
     verification: Report
-    failure: supervisor.DiskFailure | None
+    failure: disk_faults.DiskFailure | None
     failover_seconds: float | None
     produce_seconds: float
     final_topic: dict[str, Any]
 
 
-async def _describe(layout: supervisor.ClusterLayout) -> dict[str, Any]:
+async def _describe(layout: ClusterLayout) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         with layout.controller(timeout=5.0) as client:
             return client.describe_topic(TOPIC)
@@ -160,7 +161,7 @@ async def _describe(layout: supervisor.ClusterLayout) -> dict[str, Any]:
     return await asyncio.to_thread(call)
 
 
-async def _await_placed(layout: supervisor.ClusterLayout, *, timeout: float = 20.0) -> dict[str, Any]:
+async def _await_placed(layout: ClusterLayout, *, timeout: float = 20.0) -> dict[str, Any]:
     """Wait until every replica of the topic sits in a real dir and every partition has a leader."""
     deadline = time.monotonic() + timeout
     unassigned = UNASSIGNED_DIR_TEXT
@@ -174,7 +175,7 @@ async def _await_placed(layout: supervisor.ClusterLayout, *, timeout: float = 20
         await asyncio.sleep(0.2)
 
 
-async def _pick_disk(layout: supervisor.ClusterLayout, token: str) -> tuple[int, int]:
+async def _pick_disk(layout: ClusterLayout, token: str) -> tuple[int, int]:
     """(broker, disk index) of the replica of partition 0 on its leader, from the broker's log dirs."""
     from jbod_client.broker import BrokerClient
 
@@ -187,12 +188,12 @@ async def _pick_disk(layout: supervisor.ClusterLayout, token: str) -> tuple[int,
         dirs = await client.log_dirs()
     for d in dirs:
         if any(r["topic"] == TOPIC and int(r["partition"]) == 0 for r in d["replicas"]):
-            _broker, index = supervisor.resolve_disk(layout, leader, d["path"])
+            _broker, index = disk_faults.resolve_disk(layout, leader, d["path"])
             return leader, index
     raise DemoError(f"broker {leader} does not list {TOPIC}-0 in any of its log dirs")
 
 
-def failover_seconds(log: DeliveryLog, failure: supervisor.DiskFailure | None) -> float | None:
+def failover_seconds(log: DeliveryLog, failure: disk_faults.DiskFailure | None) -> float | None:
     """Disk failure → first acknowledged write, after the controller took the dir offline, to a
     partition whose leader moved to a live broker; None while there is none (or nothing moved)."""
     if failure is None or failure.offline_after is None:
@@ -202,7 +203,7 @@ def failover_seconds(log: DeliveryLog, failure: supervisor.DiskFailure | None) -
     return None if first is None else first - failure.failed_at
 
 
-def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[supervisor.DiskFailure] | None) -> bool:
+def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[disk_faults.DiskFailure] | None) -> bool:
     """True while production should go on to measure the failover: the disk failure has not been
     triggered or is still under way, or it moved a leader and no write to it is acknowledged yet."""
     if fail_task is None or not fail_task.done():
@@ -259,7 +260,7 @@ async def _produce(
 
 
 async def _consume(
-    layout: supervisor.ClusterLayout, token: str, log: DeliveryLog, progress: Progress, *, timeout: float
+    layout: ClusterLayout, token: str, log: DeliveryLog, progress: Progress, *, timeout: float
 ) -> list[Consumed]:
     from jbod_client.consumer import Consumer
 
@@ -297,9 +298,7 @@ def _events_text(events: Sequence[str]) -> Text:
     return Text("\n".join(events[-6:]) if events else "", style="dim")
 
 
-async def _scenario(
-    layout: supervisor.ClusterLayout, *, records: int, seconds: float, console: Console
-) -> DemoReport:
+async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, console: Console) -> DemoReport:
     from jbod_client.producer import Producer
 
     say = tables.bullets(console)
@@ -313,7 +312,7 @@ async def _scenario(
         configs={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
     )
     topic = await _await_placed(layout)
-    aliases = supervisor.status(layout.root).aliases()
+    aliases = status.status(layout.root).aliases()
     console.print(tables.partitions_table(topic, aliases))
 
     console.print(
@@ -323,18 +322,18 @@ async def _scenario(
     events: list[str] = []
     progress = _progress()
     produce_task_id = progress.add_task("Producing", total=records)
-    failure: supervisor.DiskFailure | None = None
-    fail_task: asyncio.Task[supervisor.DiskFailure] | None = None
+    failure: disk_faults.DiskFailure | None = None
+    fail_task: asyncio.Task[disk_faults.DiskFailure] | None = None
     started = time.monotonic()
 
     def event(message: str) -> None:
         events.append(f"{time.monotonic() - started:6.2f} s  {message}")
 
-    async def fail_leader_disk() -> supervisor.DiskFailure:
+    async def fail_leader_disk() -> disk_faults.DiskFailure:
         broker_id, index = await _pick_disk(layout, token)
         event(f"Partition 0 is led by broker {broker_id}; its replica is on disk-{index}: failing that disk")
         result = await asyncio.to_thread(
-            supervisor.fail_disk, layout.root, broker_id, str(index), wait=15.0, report=event
+            disk_faults.fail_disk, layout.root, broker_id, str(index), wait=15.0, report=event
         )
         if result.offline_after is None:
             event("The controller did not show the dir offline within 15 s")
@@ -464,7 +463,7 @@ def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUC
     finished = False
     try:
         report = asyncio.run(_scenario(layout, records=records, seconds=seconds, console=console))
-        console.print(tables.partitions_table(report.final_topic, supervisor.status(layout.root).aliases()))
+        console.print(tables.partitions_table(report.final_topic, status.status(layout.root).aliases()))
         console.print(summary_table(report))
         problems = report.verification.problems()
         for problem in problems:
@@ -472,7 +471,7 @@ def main(*, root: Path | None, records: int, keep: bool, seconds: float = PRODUC
         if report.failure is not None:
             console.print(Rule("5. Restore the disk"))
             f = report.failure
-            restored = supervisor.restore_disk(layout.root, f.broker_id, str(f.index), report=say)
+            restored = disk_faults.restore_disk(layout.root, f.broker_id, str(f.index), report=say)
             say(f"Broker {f.broker_id} is unfenced again with all dirs online ({restored.seconds:.1f} s)")
         finished = True
     finally:

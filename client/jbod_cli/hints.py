@@ -23,7 +23,15 @@ import httpx
 
 from jbod_client.broker import BrokerUnreachableError
 from jbod_client.controller import DEFAULT_URL, ClientError, ControllerUnreachableError
-from jbod_local import supervisor
+from jbod_local.layout import (
+    STATE_FILE,
+    ClusterLayout,
+    broker_alive,
+    controller_alive,
+    read_layout,
+    resolve_root,
+)
+from jbod_local.processes import LocalClusterError
 
 LOCAL_ENV = 'eval "$(jbodctl local env)"'
 CONTROLLER_URL_SOURCES = "--controller URL or JBOD_CONTROLLER_URL"
@@ -69,13 +77,13 @@ def _shown(path: Path, cwd: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-def _local_layout(local_dir: Path, cwd: Path) -> supervisor.ClusterLayout | None:
-    root = supervisor.resolve_root(cwd / local_dir)
-    if not (root / supervisor.STATE_FILE).is_file():
+def _local_layout(local_dir: Path, cwd: Path) -> ClusterLayout | None:
+    root = resolve_root(cwd / local_dir)
+    if not (root / STATE_FILE).is_file():
         return None
     try:
-        return supervisor.read_layout(root)
-    except supervisor.LocalClusterError:
+        return read_layout(root)
+    except LocalClusterError:
         return None
 
 
@@ -95,12 +103,12 @@ def for_error(exc: BaseException, *, local_dir: Path, cwd: Path) -> str | None:
         return None
     layout = _local_layout(local_dir, cwd)
     if layout is not None:
-        running = supervisor.controller_alive(layout)
+        running = controller_alive(layout)
         where = f"the local cluster in {_shown(layout.root, cwd)}"
         own = {
             c.url: (where if c.node_id is None else f"{c.name} of {where}", c.alive())
             for c in layout.controllers
-        } | {b.url: (f"broker {b.broker_id} of {where}", supervisor.broker_alive(b)) for b in layout.brokers}
+        } | {b.url: (f"broker {b.broker_id} of {where}", broker_alive(b)) for b in layout.brokers}
         if failed is not None and failed.url in own:
             process, alive = own[failed.url]
             return None if alive else f"{process} is not running (start it with: jbodctl local up)"

@@ -2,7 +2,8 @@
 of real processes.
 
 `register(group)` adds the commands to the existing `jbodctl local` group; the logic lives in
-`jbod_local.supervisor`, the demo scenario in `jbod_cli.demo`; this module parses flags
+`jbod_local` (`supervisor`: up, down; `status`; `disk_faults`: fail-disk, restore-disk; `failover`:
+kill-controller, kill-etcd), the demo scenario in `jbod_cli.demo`; this module parses flags
 and renders tables.
 
 Guarantees:
@@ -36,8 +37,10 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import commands, tables
-from jbod_local import failover, quorum, supervisor
-from jbod_local.supervisor import ClusterStatus, LocalClusterError
+from jbod_local import disk_faults, failover, quorum, status, supervisor
+from jbod_local.layout import DEFAULT_DIR, ClusterLayout, read_layout
+from jbod_local.status import ClusterStatus
+from jbod_local.supervisor import LocalClusterError
 
 DIR_OPTION_HELP = "the local cluster's directory"
 
@@ -47,7 +50,7 @@ def dir_option(command: Any) -> Any:
         "--dir",
         "root",
         type=click.Path(path_type=Path, file_okay=False),
-        default=supervisor.DEFAULT_DIR,
+        default=DEFAULT_DIR,
         envvar="JBOD_LOCAL_DIR",
         show_default=True,
         help=DIR_OPTION_HELP,
@@ -64,7 +67,7 @@ def _output(ctx: click.Context, output: str | None) -> str:
 # -- tables ------------------------------------------------------------------------------------
 
 
-def layout_table(layout: supervisor.ClusterLayout) -> Table:
+def layout_table(layout: ClusterLayout) -> Table:
     kind = f", disks: loop-mounted ext4, {layout.loop_disk_mib} MiB each" if layout.loop else ""
     table = Table(title=f"Local cluster {layout.cluster_id} in {layout.root}{kind}", title_justify="left")
     for column in ("process", "pid", "url", "disks", "log"):
@@ -419,7 +422,7 @@ def down_command(root: Path, purge: bool, grace: float) -> None:
 @click.pass_context
 def status_command(ctx: click.Context, root: Path, watch: bool, wide: bool, output: str | None) -> None:
     """Show processes, brokers, each broker's log dirs, and partitions (leader, ISR, offline replicas)."""
-    snapshot = supervisor.status(root)
+    snapshot = status.status(root)
     if not snapshot.running:
         raise LocalClusterError(
             f"the local cluster in {snapshot.layout.root} is not running (start it with: jbodctl local up)"
@@ -454,7 +457,7 @@ def _watch_terminal(root: Path, console: Console, snapshot: ClusterStatus) -> No
     with Live(view(snapshot), console=console, auto_refresh=False, screen=False) as live:
         while True:
             time.sleep(WATCH_INTERVAL)
-            live.update(view(supervisor.status(root)), refresh=True)
+            live.update(view(status.status(root)), refresh=True)
 
 
 def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide: bool = False) -> None:
@@ -468,7 +471,7 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide:
         console.print(status_view(snapshot, wide=wide))
         console.file.flush()
         time.sleep(WATCH_INTERVAL)
-        snapshot = supervisor.status(root)
+        snapshot = status.status(root)
 
 
 @click.command("fail-disk")
@@ -479,7 +482,7 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide:
 def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> None:
     """Make disk DISK (1..n or its path) of broker BROKER fail, and show where leadership went."""
     console = Console()
-    failure = supervisor.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
+    failure = disk_faults.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
     if failure.offline_after is None:
         raise LocalClusterError(
             f"disk {failure.index} of broker {broker_id} is failed, but the controller did not show its dir "
@@ -511,7 +514,9 @@ def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> Non
 def restore_disk_command(broker_id: int, disk: str, root: Path, timeout: float) -> None:
     """Put back a disk failed by fail-disk and restart its broker until it is unfenced again."""
     console = Console()
-    restored = supervisor.restore_disk(root, broker_id, disk, timeout=timeout, report=tables.bullets(console))
+    restored = disk_faults.restore_disk(
+        root, broker_id, disk, timeout=timeout, report=tables.bullets(console)
+    )
     if restored.restarted:
         console.print(
             f"Broker {broker_id} is unfenced again (epoch {restored.broker_epoch}) with dir "
@@ -610,7 +615,7 @@ def env_command(root: Path) -> None:
     JBOD_CONTROLLER_URL lists every controller of a quorum; JBOD_BOOTSTRAP lists the brokers
     (produce and consume read metadata from them first); JBOD_TELEMETRY_DIR is the brokers' disk
     samples, for `jbod-pipeline --telemetry`."""
-    layout = supervisor.read_layout(root)
+    layout = read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
     click.echo(f"export JBOD_BOOTSTRAP={shlex.quote(','.join(b.url for b in layout.brokers))}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")

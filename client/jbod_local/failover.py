@@ -29,9 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jbod_local import quorum
+from jbod_local.layout import exclusive, read_layout, resolve_root, write_layout
 from jbod_local.processes import LocalClusterError
 from jbod_local.quorum import ControllerNode, EtcdNode
-from jbod_local.supervisor import exclusive, read_layout, resolve_root, write_layout
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,18 @@ class ControllerKill:
     was_active: bool
     active: int | None  # the node the other controllers agree is active now (None: no other runs)
     seconds: float | None  # from the kill until they agreed on `active`
+
+
+def _kill_9(node: ControllerNode | EtcdNode, label: str) -> float:
+    """SIGKILL `node`'s process and wait (up to 5 s) until it is gone; when it was sent. A node that
+    is not running is refused before anything is killed."""
+    if not node.alive() or node.pid is None:
+        raise LocalClusterError(f"{label} is not running (start it with: jbodctl local up)")
+    killed_at = time.monotonic()
+    os.kill(node.pid, signal.SIGKILL)
+    while node.alive() and time.monotonic() < killed_at + 5:
+        time.sleep(0.01)
+    return killed_at
 
 
 def kill_controller(root: Path, node_id: int | None = None, *, wait: float = 30.0) -> ControllerKill:
@@ -68,12 +80,7 @@ def kill_controller(root: Path, node_id: int | None = None, *, wait: float = 30.
         else:
             node = layout.node(node_id)
             was_active = any(s.node.node_id == node_id and s.state == "active" for s in states)
-        if not node.alive() or node.pid is None:
-            raise LocalClusterError(f"{node.label} is not running (start it with: jbodctl local up)")
-        killed_at = time.monotonic()
-        os.kill(node.pid, signal.SIGKILL)
-        while node.alive() and time.monotonic() < killed_at + 5:
-            time.sleep(0.01)
+        killed_at = _kill_9(node, node.label)
         layout = layout.with_controller(replace(node, pid=None))
         write_layout(layout)
         others = [c for c in layout.controllers if c.alive()]
@@ -122,12 +129,7 @@ def kill_etcd(root: Path, name: str | None = None, *, wait: float = 30.0) -> Etc
                 raise LocalClusterError(f"no etcd member {name!r}: the members are {', '.join(known)}")
             index = known.index(name)
         node = members[index]
-        if not node.alive() or node.pid is None:
-            raise LocalClusterError(f"{node.name} is not running (start it with: jbodctl local up)")
-        killed_at = time.monotonic()
-        os.kill(node.pid, signal.SIGKILL)
-        while node.alive() and time.monotonic() < killed_at + 5:
-            time.sleep(0.01)
+        killed_at = _kill_9(node, node.name)
         members[index] = replace(node, pid=None)
         layout = replace(layout, etcd=tuple(members))
         write_layout(layout)

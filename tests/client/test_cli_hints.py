@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jbod_local import supervisor
+from jbod_local.layout import STATE_FILE, broker_alive, read_layout
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 HINT = 'a local cluster is running here: eval "$(jbodctl local env)"'
@@ -65,7 +65,7 @@ def cwd(tmp_path: Path) -> Iterator[Path]:
         assert up.returncode == 0, up.stdout + up.stderr
         yield tmp_path
     finally:
-        if (tmp_path / ".jbod-local" / supervisor.STATE_FILE).exists():
+        if (tmp_path / ".jbod-local" / STATE_FILE).exists():
             down = jbodctl("local", "down", "--grace", "5", cwd=tmp_path)
             assert down.returncode == 0, down.stderr
 
@@ -91,12 +91,12 @@ def test_a_forgotten_eval_is_named_in_the_error(cwd: Path, dead_url: str) -> Non
 
 def test_a_stopped_local_process_is_named(cwd: Path) -> None:
     env = local_env(cwd)
-    layout = supervisor.read_layout(cwd / ".jbod-local")
+    layout = read_layout(cwd / ".jbod-local")
     broker_pid = layout.brokers[0].pid
     assert broker_pid is not None
     os.kill(broker_pid, signal.SIGTERM)  # the broker this test's `local up` started
     deadline = time.monotonic() + 30
-    while supervisor.broker_alive(layout.brokers[0]) and time.monotonic() < deadline:
+    while broker_alive(layout.brokers[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     broker_down = one_line_error(jbodctl("log-dirs", cwd=cwd, env=env))
     assert f"cannot reach the broker at {layout.brokers[0].url}" in broker_down, broker_down

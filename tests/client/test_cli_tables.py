@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from jbod_cli import tables
-from jbod_local import supervisor
+from jbod_local.layout import STATE_FILE
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 ID_CHAR = r"[A-Za-z0-9_-]"
@@ -52,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
         jbodctl(cwd, "local", "fail-disk", "2", "1")
         yield cwd, env
     finally:
-        if (cwd / ".jbod-local" / supervisor.STATE_FILE).exists():
+        if (cwd / ".jbod-local" / STATE_FILE).exists():
             subprocess.run(
                 [JBODCTL, "local", "down", "--grace", "5"], cwd=cwd, capture_output=True, timeout=120
             )

@@ -13,6 +13,7 @@ import pytest
 
 from jbod_cli.demo import VERDICT_OK
 from jbod_local import supervisor
+from jbod_local.layout import STATE_FILE
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
@@ -31,7 +32,7 @@ def test_default_demo_shows_the_failover_and_a_whole_verdict_in_80_columns(tmp_p
             timeout=240,
         )
     finally:
-        if (root / supervisor.STATE_FILE).exists():  # never leave processes behind
+        if (root / STATE_FILE).exists():  # never leave processes behind
             supervisor.down(root, grace=2)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     summary = result.stdout[result.stdout.index("Summary") :].splitlines()

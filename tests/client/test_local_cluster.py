@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from jbod_cli.demo import DeliveryLog
-from jbod_local import supervisor
+from jbod_local import loop_disks, supervisor
+from jbod_local.layout import STATE_FILE, exclusive
 from tests.client.local_commands import ok, run, status
 
 
@@ -29,7 +30,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 def root(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "cluster"
     yield path
-    if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+    if (path / STATE_FILE).exists():  # never leave processes behind
         supervisor.down(path, grace=2)
 
 
@@ -69,16 +70,16 @@ def test_lifecycle_up_fail_restore_down_up(root: Path) -> None:
     assert "already up" in ok("up", "--dir", str(root))
 
     # Bad input changes nothing.
-    state_before = (root / supervisor.STATE_FILE).read_text()
+    state_before = (root / STATE_FILE).read_text()
     assert "no broker 7" in one_line_error(run("fail-disk", "7", "1", "--dir", str(root)))
     assert "disks 1..3, not 4" in one_line_error(run("fail-disk", "2", "4", "--dir", str(root)))
     assert "not a disk of broker 2" in one_line_error(run("fail-disk", "2", "/nowhere", "--dir", str(root)))
     assert "is not failed" in one_line_error(run("restore-disk", "2", "1", "--dir", str(root)))
-    with supervisor.exclusive(root):
+    with exclusive(root):
         assert "another jbodctl local command" in one_line_error(
             run("fail-disk", "2", "1", "--dir", str(root))
         )
-    assert (root / supervisor.STATE_FILE).read_text() == state_before
+    assert (root / STATE_FILE).read_text() == state_before
     assert all((root / "broker-2" / f"disk-{k}").is_dir() for k in (1, 2, 3))
 
     failed_id = ids[2][0]
@@ -150,13 +151,13 @@ def test_delivery_log_marks_pending_records_of_a_retried_partition() -> None:
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in supervisor.LOOP_TOOLS),
+    os.geteuid() != 0 or not all(shutil.which(t) for t in loop_disks.LOOP_TOOLS),
     reason="needs root and mkfs.ext4/losetup/mount (CI runs as root)",
 )
 def test_loop_disks_fail_for_real_and_survive_restarts(root: Path) -> None:
     ok("up", "--dir", str(root), "--loop", "--disk-size", "16", "--disks", "2")
     disks = [root / f"broker-{b}" / f"disk-{k}" for b in (1, 2, 3) for k in (1, 2)]
-    assert all(supervisor.mount_of(d) is not None for d in disks)
+    assert all(loop_disks.mount_of(d) is not None for d in disks)
     ids = disk_ids(status(root))
 
     out = ok("fail-disk", "1", "2", "--dir", str(root))
@@ -166,7 +167,7 @@ def test_loop_disks_fail_for_real_and_survive_restarts(root: Path) -> None:
     assert broker1["disks"][1]["state"] == "offline" and "EIO" in broker1["disks"][1]["error"]
 
     ok("down", "--dir", str(root))
-    assert not any(supervisor.mount_of(d) for d in disks)
+    assert not any(loop_disks.mount_of(d) for d in disks)
     ok("up", "--dir", str(root))  # the failed disk stays failed: shut down again at mount
     broker1 = status(root)["brokers"][0]
     assert broker1["disks"][1]["state"] == "offline" and ids[1][1] not in broker1["logDirs"]
@@ -177,5 +178,5 @@ def test_loop_disks_fail_for_real_and_survive_restarts(root: Path) -> None:
     assert disk_ids(status(root)) == ids
 
     ok("down", "--dir", str(root), "--purge")
-    assert not any(supervisor.mount_of(d) for d in disks)
+    assert not any(loop_disks.mount_of(d) for d in disks)
     assert not root.exists()

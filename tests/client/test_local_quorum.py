@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jbod_local import supervisor
+from jbod_local.layout import STATE_FILE, read_layout
 from tests.client.local_commands import JBODCTL, ok, run, status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def root(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "cluster"
     yield path
-    if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+    if (path / STATE_FILE).exists():  # never leave processes behind
         supervisor.down(path, grace=2)
 
 
@@ -71,7 +72,7 @@ def test_up_with_three_controllers_survives_kill_of_the_active_one(root: Path) -
     assert "started etcd-0, etcd-1, etcd-2, controller 1, controller 2, controller 3, broker 1" in out
     assert f"jbodctl local kill-controller --dir {root}" in out
     env = exports(root)
-    layout = supervisor.read_layout(root)
+    layout = read_layout(root)
     assert env["JBOD_CONTROLLER_URL"] == ",".join(c.url for c in layout.controllers)
     assert len(env["JBOD_CONTROLLER_URL"].split(",")) == 3
     assert env["JBOD_BOOTSTRAP"] == ",".join(b.url for b in layout.brokers)
@@ -148,7 +149,7 @@ def test_up_with_three_controllers_survives_kill_of_the_active_one(root: Path) -
     assert all(e["healthy"] for e in status(root)["etcd"])
     again = status(root)
     assert roles(again) == {n: "active" if n == active else "standby" for n in (1, 2, 3)}
-    assert supervisor.read_layout(root).node(killed).port == layout.node(killed).port
+    assert read_layout(root).node(killed).port == layout.node(killed).port
 
     pids = [
         *(c["pid"] for c in again["controllers"]),
@@ -162,7 +163,7 @@ def test_up_with_three_controllers_survives_kill_of_the_active_one(root: Path) -
         "etcd-0, etcd-1, etcd-2" in out
     )
     assert not any(running(p) for p in pids)
-    state = json.loads((root / supervisor.STATE_FILE).read_text())
+    state = json.loads((root / STATE_FILE).read_text())
     assert all(p["pid"] is None for p in (*state["controllers"], *state["etcd"], *state["brokers"]))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from jbod_local import supervisor
+from jbod_local.layout import STATE_FILE, controller_alive, read_layout
 from tests.client.local_commands import ok, status
 
 
@@ -20,7 +21,7 @@ from tests.client.local_commands import ok, status
 def root(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "cluster"
     yield path
-    if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+    if (path / STATE_FILE).exists():  # never leave processes behind
         supervisor.down(path, grace=2)
 
 
@@ -34,11 +35,11 @@ def test_up_after_kill_9_of_the_controller_restarts_only_it_on_its_port(root: Pa
     # Let the brokers talk to the controller, so that the kill leaves its port in TIME_WAIT.
     ok("status", "--dir", str(root))
     os.kill(controller_pid, signal.SIGKILL)
-    layout = supervisor.read_layout(root)
+    layout = read_layout(root)
     deadline = time.monotonic() + 10
-    while supervisor.controller_alive(layout) and time.monotonic() < deadline:
+    while controller_alive(layout) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not supervisor.controller_alive(layout)
+    assert not controller_alive(layout)
 
     out = ok("up", "--dir", str(root))
     assert "started controller;" in out, out

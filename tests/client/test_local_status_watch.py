@@ -22,7 +22,8 @@ from rich.console import Console
 
 from jbod_cli.local_cli import compact_lines
 from jbod_core.ids import UNASSIGNED_DIR
-from jbod_local import supervisor
+from jbod_local import disk_faults, status, supervisor
+from jbod_local.layout import STATE_FILE, read_layout
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -47,12 +48,12 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             d for p in partitions for b, d in zip(p["replicas"], p["directories"], strict=True) if b == 2
         }
         disk = 1 + next(i for i, d in enumerate(layout.broker(2).directory_ids) if d in on_broker_2)
-        failure = supervisor.fail_disk(path, 2, str(disk))
+        failure = disk_faults.fail_disk(path, 2, str(disk))
         assert failure.offline_after is not None
         FAILED_DISK.append(disk)
         yield path
     finally:
-        if (path / supervisor.STATE_FILE).exists():  # never leave processes behind
+        if (path / STATE_FILE).exists():  # never leave processes behind
             supervisor.down(path, grace=2)
 
 
@@ -106,7 +107,7 @@ def test_watch_piped_prints_plain_snapshots_while_it_runs(root: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_watch_in_an_80x24_terminal_cuts_nothing(root: Path) -> None:
-    snapshot = supervisor.status(root)
+    snapshot = status.status(root)
     lines = compact_lines(snapshot, width=80, height=23, now="12:00:00")
     console = Console(width=80, height=24, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     for line in lines:
@@ -145,7 +146,7 @@ def test_status_fits_80_columns_and_wide_shows_everything(root: Path) -> None:
     ellipsis (short ids, unique in the table), the failed disk's error is one line; `--wide` shows
     the paths and the ids whole."""
     env = {**os.environ, "COLUMNS": "80", "LINES": "200", "NO_COLOR": "1", "TERM": "dumb"}
-    layout = supervisor.read_layout(root)
+    layout = read_layout(root)
     shown = subprocess.run(
         [JBODCTL, "local", "status", "--dir", str(root)], capture_output=True, text=True, env=env, timeout=60
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jbod_local import supervisor
+from jbod_local.layout import DEFAULT_DIR, STATE_FILE
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 VENV_BIN = Path(sys.executable).parent
@@ -56,7 +57,7 @@ def run_block(block: str, *, cwd: Path, timeout: float) -> subprocess.CompletedP
 
 
 def stop_local_cluster(root: Path) -> None:
-    if (root / supervisor.STATE_FILE).exists():  # never leave processes behind
+    if (root / STATE_FILE).exists():  # never leave processes behind
         supervisor.down(root, grace=2, purge=True)
 
 
@@ -69,7 +70,7 @@ def test_analytics_section_runs_verbatim_on_the_local_cluster(tmp_path: Path) ->
     try:
         result = run_block(block, cwd=tmp_path, timeout=1100)
     finally:
-        stop_local_cluster(tmp_path / supervisor.DEFAULT_DIR)
+        stop_local_cluster(tmp_path / DEFAULT_DIR)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "Applied plan:" in result.stderr
     assert (tmp_path / "report" / "report.html").stat().st_size > 0
@@ -85,9 +86,9 @@ def test_using_the_controller_section_runs_verbatim(tmp_path: Path) -> None:
     try:
         result = run_block(block, cwd=tmp_path, timeout=240)
     finally:
-        stop_local_cluster(tmp_path / supervisor.DEFAULT_DIR)
+        stop_local_cluster(tmp_path / DEFAULT_DIR)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "Created topic orders" in result.stdout
     assert '"brokers"' in result.stdout or '"clusterId"' in result.stdout, result.stdout
     assert (tmp_path / "metadata.jsonl").stat().st_size > 0
-    assert not (tmp_path / supervisor.DEFAULT_DIR).exists()  # the block cleans up after itself
+    assert not (tmp_path / DEFAULT_DIR).exists()  # the block cleans up after itself
