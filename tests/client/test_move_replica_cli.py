@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jbod_cli import cli
+from jbod_cli import commands, log_dirs_cli
 from jbod_client.controller import ControllerClient, read_token
 from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import start_cluster, wait_for
@@ -117,9 +117,9 @@ def test_move_takes_a_unique_prefix_of_the_dir_id(cluster: Cluster) -> None:
 
 def test_resolve_directory_names_the_whole_id_or_refuses() -> None:
     ids = ["AAAAbbbbCCCCddddEEEEff", "AAAAbbbbZZZZddddEEEEff", "QQQQbbbbCCCCddddEEEEff"]
-    assert cli.resolve_directory("QQ", ids) == ids[2]
-    assert cli.resolve_directory(ids[0], ids) == ids[0]
-    with pytest.raises(cli.CommandError, match="ambiguous, it starts 2 dir ids"):
-        cli.resolve_directory("AAAAbbbb", ids)
-    with pytest.raises(cli.CommandError, match="no log dir"):
-        cli.resolve_directory("X", ids)
+    assert log_dirs_cli.resolve_directory("QQ", ids) == ids[2]
+    assert log_dirs_cli.resolve_directory(ids[0], ids) == ids[0]
+    with pytest.raises(commands.CommandError, match="ambiguous, it starts 2 dir ids"):
+        log_dirs_cli.resolve_directory("AAAAbbbb", ids)
+    with pytest.raises(commands.CommandError, match="no log dir"):
+        log_dirs_cli.resolve_directory("X", ids)
