@@ -137,7 +137,6 @@ def kill_etcd(root: Path, name: str | None = None, *, wait: float = 30.0) -> Etc
         if len(left) < len(members) // 2 + 1:
             return EtcdKill(node, index == leader, None, None, None)
         deadline = killed_at + wait
-        cluster = quorum.etcd_cluster(root, members)
         new_leader = cluster.leader()
         while new_leader is None and time.monotonic() < deadline:
             time.sleep(0.05)

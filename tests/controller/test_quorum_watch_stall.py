@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -78,7 +77,7 @@ async def stalled_watch(key: bytes, range_end: bytes, *, start_revision: int) ->
 
 @pytest.mark.asyncio
 async def test_a_standby_with_a_stalled_watch_takes_over_when_the_leader_resigns(
-    etcd: EtcdCluster, tmp_path: Path
+    etcd: EtcdCluster,
 ) -> None:
     prefix = f"/stall/{time.monotonic_ns()}"
     first, first_role, first_gateway = member(etcd, prefix, 1)
