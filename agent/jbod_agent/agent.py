@@ -30,6 +30,7 @@ from typing import Any
 from jbod_agent import telemetry
 from jbod_agent.assignment_queue import AssignmentQueue, PlacementOutbox
 from jbod_agent.config import BrokerConfig
+from jbod_agent.controller_port import LinkedController
 from jbod_agent.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
 from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
 from jbod_agent.fetcher import Fetchers
@@ -79,8 +80,10 @@ class Agent:
             ),
         )
         self.token = token
-        self.link: ControllerCalls = link or ControllerLink(
-            config.controller_urls, token=token, failover_timeout=config.session_timeout_ms / 1000
+        self.link: ControllerCalls = link or LinkedController(
+            ControllerLink(
+                config.controller_urls, token=token, failover_timeout=config.session_timeout_ms / 1000
+            )
         )
         self.wakeup = asyncio.Event()
         self.queue = AssignmentQueue()

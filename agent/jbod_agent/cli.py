@@ -21,9 +21,9 @@ from jbod_agent import storage
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
-from jbod_client import console
 from jbod_client.controller import ClientError, read_token
-from jbod_serving.event_loop import run_event_loop
+from jbod_runtime import console
+from jbod_runtime.event_loop import run_event_loop
 
 PROG = "jbod-agent"
 log = logging.getLogger("jbod_agent")

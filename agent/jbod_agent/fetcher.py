@@ -2,7 +2,7 @@
 
 Guarantees:
 * A follower fetches from the end of its log and names the epoch of its last record, so the
-  leader can report a divergence; the follower then truncates (`replication.truncation_offset`)
+  leader can report a divergence; the follower then truncates (`divergence.truncate_follower`)
   before it appends anything, and never keeps records the leader's history does not contain.
 * Fetched frames are appended only when they continue the log exactly (base offset = end
   offset) and only while the partition still follows the same leader at the same epoch as when
@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from jbod_agent import divergence
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.state import BrokerState
 from jbod_core import fetch_session, replication
@@ -304,25 +305,19 @@ class Fetchers:
         log_ = hosted.log
         diverging = entry.get("divergingEpoch")
         if diverging is not None:
-            target = replication.truncation_offset(
-                replication.DivergingEpoch(diverging["epoch"], diverging["endOffset"]),
-                log_.epoch_end_offset,
-                local_end_offset=log_.end_offset,
-                high_watermark=log_.high_watermark,
+            end = log_.end_offset
+            target = divergence.truncate_follower(
+                log_, replication.DivergingEpoch(diverging["epoch"], diverging["endOffset"])
             )
-            target = min(max(target, log_.log_start_offset), log_.end_offset)
-            if target < log_.end_offset:
+            if target < end:
                 log.info(
-                    "%s: truncating %d record(s) to offset %d (diverged from the leader at epoch %d)",
+                    "%s: truncated %d record(s) to offset %d (diverged from the leader at epoch %d)",
                     hosted.name,
-                    log_.end_offset - target,
+                    end - target,
                     target,
                     diverging["epoch"],
                 )
                 self.on_source_truncated(hosted.key, target)
-            # Even with nothing to cut, epochs that start at or after the target go (an epoch this
-            # broker recorded as leader but never wrote in), or the next fetch would diverge again.
-            log_.truncate_to(target)
             return
         if len(data) and log_.end_offset == offset:
             log_.append_replicated(bytes(data))

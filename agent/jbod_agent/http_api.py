@@ -14,7 +14,7 @@ registered and unfenced. Metrics are computed from the agent's state when scrape
   gets HTTP 413 with errorCode 10 (MESSAGE_TOO_LARGE), refused from its Content-Length before it
   is read; other bodies over their limit get 413 with errorCode 42. A produce whose records' key
   and value bytes exceed `message.max.bytes` gets errorCode 10 and appends nothing. Connections
-  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_serving.http_server`).
+  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_runtime.http_server`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, p
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
-from jbod_serving import http_server
+from jbod_runtime import http_server
 
 log = logging.getLogger("jbod_agent.http")
 

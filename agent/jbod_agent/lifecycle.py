@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jbod_agent.assignment_queue import AssignmentQueue, Placement
-from jbod_agent.ports import Clock, ControllerCalls
+from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.state import BrokerState
-from jbod_client.controller import ClientError
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
@@ -83,7 +82,7 @@ class LifecycleCalls:
         )
         try:
             reply = await self.link.register(request)
-        except ClientError as exc:
+        except ControllerCallError as exc:
             log.warning("Failed registering with the controller: %s", exc)
             reply = None
         if reply is not None and reply.error_code == ErrorCode.NONE:
@@ -123,7 +122,7 @@ class LifecycleCalls:
         state = self.state
         try:
             reply = await self.link.heartbeat(self.heartbeat_request(offline, want_shut_down=False))
-        except ClientError as exc:
+        except ControllerCallError as exc:
             log.warning("Failed sending a heartbeat: %s", exc)
             return
         finally:
@@ -159,7 +158,7 @@ class LifecycleCalls:
             request = self.heartbeat_request(self.state.reported_offline_dirs(), want_shut_down=True)
             try:
                 reply = await self.link.heartbeat(request)
-            except ClientError as exc:
+            except ControllerCallError as exc:
                 log.warning("Failed sending a heartbeat: %s", exc)
             else:
                 if reply.error_code == 0 and reply.should_shut_down:
@@ -189,7 +188,7 @@ class LifecycleCalls:
         error: str | None = None
         try:
             reply = await self.link.assign_replicas_to_dirs(request)
-        except ClientError as exc:
+        except ControllerCallError as exc:
             error = str(exc)
         else:
             if reply.error_code != 0:

@@ -21,9 +21,9 @@ from typing import Final
 
 import orjson
 
-from jbod_client.durable_files import write_atomically
 from jbod_core import records
 from jbod_core.image import ClusterImage
+from jbod_runtime.durable_files import write_atomically
 
 log = logging.getLogger("jbod_agent")
 

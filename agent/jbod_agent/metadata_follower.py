@@ -25,10 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from jbod_agent import metadata_cache
-from jbod_agent.ports import Clock, ControllerCalls
+from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.state import BrokerState
-from jbod_client.controller import ClientError
 from jbod_core import records
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, PartitionKey
@@ -106,7 +105,7 @@ class MetadataFollower:
             try:
                 await self._recheck_while_waiting(fetch)
                 reply = fetch.result()
-            except ClientError as exc:
+            except ControllerCallError as exc:
                 log.warning("Failed fetching metadata: %s", exc)
                 await self.clock.sleep(RETRY_DELAY)
                 continue

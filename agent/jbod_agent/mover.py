@@ -44,11 +44,11 @@ from jbod_agent.placement import DirHealth
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import BrokerState
-from jbod_client.durable_files import write_atomically
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
+from jbod_runtime.durable_files import write_atomically
 
 log = logging.getLogger("jbod_agent.mover")
 

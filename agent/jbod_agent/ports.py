@@ -5,6 +5,8 @@ Guarantees:
   agent only through these: a clock, a way to report an I/O error on a dir, a place to put a
   replica placement for the controller, and a controller link for its own calls. None of them
   imports the agent, so `jbod_agent` has no import cycle.
+* The controller link's failures are the port's own `ControllerCallError`: only
+  `controller_port` knows the wire client behind it.
 * `SystemClock` is the real clock; tests pass a fake one (`tests/agent/runtime_support.py`) and
   drive time by hand. Every wait of the agent's loop and probes goes through the clock.
 """
@@ -81,9 +83,16 @@ class PartitionAlterations(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply: ...
 
 
+class ControllerCallError(Exception):
+    """A controller call that got no answer (no controller reachable, an HTTP failure, a body that
+    is not the contract's); `str()` is one line for the log. A reply with a non-zero errorCode is
+    an answer, not this."""
+
+
 class ControllerCalls(PartitionAlterations, Protocol):
-    """What the agent asks the controller: `jbod_client.controller.ControllerLink` in production,
-    the controller's own decisions in-process in tests. Transport failures raise `ClientError`."""
+    """What the agent asks the controller: `controller_port.LinkedController` in production, the
+    controller's own decisions in-process in tests. A call that gets no answer raises
+    `ControllerCallError`."""
 
     async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply: ...
 

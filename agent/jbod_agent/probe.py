@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid
+from jbod_runtime import durable_files
 
 PROBE_FILE: Final = ".jbod-probe"
 _FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -41,12 +41,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from jbod_agent import record_batch
+from jbod_agent import divergence, record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
-from jbod_agent.ports import DirFailures, PartitionAlterations
+from jbod_agent.ports import ControllerCallError, DirFailures, PartitionAlterations
 from jbod_agent.state import BrokerState
-from jbod_client.controller import ClientError
 from jbod_core import fetch_session, replication, topic_configs
 from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
@@ -653,8 +652,8 @@ class ReplicaManager:
             if hosted.fetch_sessions is None:
                 hosted.fetch_sessions = set()
             hosted.fetch_sessions.add(session)
-        diverging = replication.diverging_epoch(
-            position.fetch_offset, position.last_fetched_epoch, hosted.log.epoch_end_offset
+        diverging = divergence.leader_check(
+            hosted.log, fetch_offset=position.fetch_offset, last_fetched_epoch=position.last_fetched_epoch
         )
         return _FetchState(key, position, hosted, code, diverging)
 
@@ -855,7 +854,7 @@ class ReplicaManager:
         results: dict[PartitionKey, AlterPartitionResult] = {}
         try:
             reply = await self.link.alter_partition(request)
-        except ClientError as exc:
+        except ControllerCallError as exc:
             log.warning("AlterPartition failed: %s", exc)
         else:
             if reply.error_code == 0:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from jbod_client.durable_files import write_atomically
 from jbod_core.ids import Uuid
 from jbod_core.meta_properties import parse_properties
+from jbod_runtime.durable_files import write_atomically
 
 METADATA_FILE: Final = "partition.metadata"
 _REPLICA_DIR: Final = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")

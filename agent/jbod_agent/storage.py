@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid, random_uuid
 from jbod_core.meta_properties import MetaProperties
+from jbod_runtime import durable_files
 
 
 class StorageError(Exception):

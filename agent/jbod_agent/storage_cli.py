@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jbod_agent import storage
 from jbod_agent.config import CLUSTER_ID_PATTERN, ConfigError, load_config
-from jbod_client import console
+from jbod_runtime import console
 
 PROG = "jbod-storage"
 

@@ -6,7 +6,7 @@ each other's internals, so the command modules form no import cycle.
 
 Guarantees:
 * `run_main(group, argv, prog=...)` runs a click group through the one console-script runner
-  (`jbod_client.console.run_main`: a group without a subcommand prints its help and exits 0, a
+  (`jbod_runtime.console.run_main`: a group without a subcommand prints its help and exits 0, a
   usage error is one line `PROG: error: ...` and exit 2, Ctrl-C exits 130, a closed stdout is not
   an error) with jbodctl's own errors: a `CommandError` or `ClientError` is one line and exit 1,
   with what to do next when `jbod_cli.hints` knows (most often `eval "$(jbodctl local env)"`).
@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 import click
 
 from jbod_cli import hints, tables
-from jbod_client import console
 from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_local.layout import DEFAULT_DIR
+from jbod_runtime import console
 
 OUTPUTS = click.Choice(["table", "json"])
 T = TypeVar("T")

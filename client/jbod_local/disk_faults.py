@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from jbod_client import durable_files
 from jbod_client.controller import ClientError
 from jbod_local import supervisor
 from jbod_local.layout import (
@@ -48,6 +47,7 @@ from jbod_local.loop_disks import (
 )
 from jbod_local.processes import LocalClusterError, stop_processes
 from jbod_local.supervisor import Report
+from jbod_runtime import durable_files
 
 FAILED_MARKER_TEXT = (
     "This disk was failed by `jbodctl local fail-disk`; its data is in {moved}.\n"

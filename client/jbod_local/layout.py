@@ -5,6 +5,7 @@ the pids it started; and the lock under which a command changes the cluster.
 Layout of the cluster directory:
 
     cluster.json                what `up` started: cluster id, ports, URLs, pids, token paths, disks
+                                (a quorum's: whether etcd may run on a known-bad version)
     .jbodctl.lock               held by the command changing the cluster (up, down, fail/restore-disk)
     tokens/admin.token          admin bearer token (also accepted by the brokers' own API)
     tokens/cluster.token        cluster (broker-to-controller) bearer token
@@ -42,10 +43,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from jbod_client import durable_files
 from jbod_client.controller import ControllerClient, read_token
 from jbod_local.processes import LocalClusterError, process_alive
 from jbod_local.quorum import ControllerNode, EtcdNode
+from jbod_runtime import durable_files
 
 DEFAULT_DIR = Path(".jbod-local")
 STATE_FILE = "cluster.json"
@@ -126,6 +127,9 @@ class ClusterLayout:
     brokers: tuple[BrokerLayout, ...]
     loop_disk_mib: int | None = None  # every disk is a loop-mounted ext4 image of this size
     etcd: tuple[EtcdNode, ...] = ()  # a quorum's etcd members
+    # `up --accept-etcd-data-loss-risk` was given once: etcd may run on a known-bad version
+    # (`jbod_local.etcd_binary`) at this and every later `up`, with a warning each time.
+    etcd_data_loss_risk_accepted: bool = False
 
     @property
     def loop(self) -> bool:
@@ -208,6 +212,7 @@ class ClusterLayout:
                 {
                     "controllers": [c.to_json() for c in self.controllers],
                     "etcd": [e.to_json() for e in self.etcd],
+                    "etcdDataLossRiskAccepted": self.etcd_data_loss_risk_accepted,
                 }
                 if self.quorum
                 else {"controller": self.controllers[0].to_json()}
@@ -234,6 +239,7 @@ class ClusterLayout:
             brokers=tuple(BrokerLayout.from_json(b) for b in data["brokers"]),
             loop_disk_mib=None if data.get("loopDiskMiB") is None else int(data["loopDiskMiB"]),
             etcd=tuple(EtcdNode.from_json(e) for e in data.get("etcd") or ()),
+            etcd_data_loss_risk_accepted=data.get("etcdDataLossRiskAccepted") is True,
         )
 
 

@@ -44,7 +44,6 @@ from typing import Any
 
 import httpx
 
-from jbod_client import durable_files
 from jbod_client.controller import ClientError
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
@@ -77,6 +76,7 @@ from jbod_local.processes import (
     stop_processes,
 )
 from jbod_local.quorum import ControllerNode
+from jbod_runtime import durable_files
 
 # Short timeouts so that a failure shows within seconds (a demo, not production defaults).
 CONTROLLER_SESSION_TIMEOUT_MS = 3000

@@ -36,15 +36,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jbod_client import console, durable_files
 from jbod_controller.etcd_gateway import EtcdTls
 from jbod_controller.http_api import CONNECTION_LIMITS, ControllerApi, Tokens
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.quorum import QuorumConfig
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
-from jbod_serving import http_server
-from jbod_serving.event_loop import run_event_loop
+from jbod_runtime import console, durable_files, http_server
+from jbod_runtime.event_loop import run_event_loop
 
 PROG = "jbod-controller"
 CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")

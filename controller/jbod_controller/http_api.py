@@ -52,7 +52,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
-from jbod_serving import http_server
+from jbod_runtime import http_server
 
 log = logging.getLogger("jbod_controller.http")
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from jbod_client.durable_files import fsync_directory
 from jbod_core import frames
+from jbod_runtime.durable_files import fsync_directory
 
 _HEADER: Final = frames.HEADER
 _INDEX_EVERY: Final = 64

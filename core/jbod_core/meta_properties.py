@@ -5,7 +5,7 @@ Guarantees:
 * `parse` accepts Java properties syntax (`#`/`!` comments, `=` or `:` separators, surrounding
   whitespace) and raises `MetaPropertiesError` naming the key for a missing or malformed value.
 * Pure: text in, values out. Reading and (atomically) writing the file on disk is
-  `jbod_client.durable_files` (`read_meta_properties`, `write_meta_properties`).
+  `jbod_runtime.durable_files` (`read_meta_properties`, `write_meta_properties`).
 """
 
 from __future__ import annotations

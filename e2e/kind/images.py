@@ -57,6 +57,7 @@ PROJECT_INPUTS = (
     "README.md",
     "Dockerfile",
     "core",
+    "runtime",
     "client",
     "controller",
     "agent",

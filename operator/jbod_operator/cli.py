@@ -1,7 +1,7 @@
 """`jbod-operator`: runs the kopf operator (protocol §5) with the handlers of `jbod_operator.handlers`.
 
 Bad flags or missing Kubernetes credentials print one line and exit non-zero (2 for usage, 1
-otherwise; `jbod_client.console`), Ctrl-C exits 130. The operator runs
+otherwise; `jbod_runtime.console`), Ctrl-C exits 130. The operator runs
 standalone (one replica, `strategy: Recreate` in the chart), so kopf's peering is off.
 """
 
@@ -18,7 +18,7 @@ import kopf
 from kubernetes import config as kube_config
 from prometheus_client import start_http_server
 
-from jbod_client import console
+from jbod_runtime import console
 
 PROG = "jbod-operator"
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import click
 
-from jbod_client import console
 from jbod_pipeline import errors, paths, planner, runtime, synthetic
+from jbod_runtime import console
 
 PROG = "jbod-pipeline"
 

@@ -7,7 +7,9 @@ manager) on one event loop without root and without sockets:
 * `FakeDisks` — the injected prober: a dir answers OK until the test fails it.
 * `InProcessController` — a `ControllerLink` stand-in backed by the controller's own pure decisions
   (`jbod_core.brokers`, `jbod_core.assignments`, `jbod_core.isr`) and a replayed `ClusterImage`,
-  as the controller service runs them; it records every request and can be made unreachable.
+  as the controller service runs them; it records every request, the placements it confirmed by
+  the time of each heartbeat, and every call refused while it is unreachable. It can be made
+  unreachable, and its AssignReplicasToDirs replies can be delayed in fake time.
 Replica dirs are real directories under the test's tmp_path.
 """
 
@@ -27,13 +29,13 @@ import orjson
 
 from jbod_agent.agent import Agent
 from jbod_agent.config import parse_config
+from jbod_agent.ports import ControllerCallError
 from jbod_agent.probe import ProbeOutcome, ProbeResult
 from jbod_agent.state import LogDirState
 from jbod_agent.storage import LoadedDir, LoadedStorage
-from jbod_client.controller import ControllerUnreachableError
 from jbod_core import assignments, brokers, isr, records
 from jbod_core.ids import Uuid
-from jbod_core.image import ClusterImage
+from jbod_core.image import ClusterImage, PartitionKey
 from jbod_core.messages import (
     AlterPartitionReply,
     AlterPartitionRequest,
@@ -127,6 +129,15 @@ class InProcessController:
     replies: list[BrokerHeartbeatReply] = field(default_factory=list)
     assignments: list[AssignReplicasToDirsRequest] = field(default_factory=list)
     registrations: list[RegisterBrokerRequest] = field(default_factory=list)
+    # Placements committed so far, and for each heartbeat received, the ones committed before it.
+    confirmed: set[PartitionKey] = field(default_factory=set)
+    heartbeats_with_confirmed: list[tuple[BrokerHeartbeatRequest, frozenset[PartitionKey]]] = field(
+        default_factory=list
+    )
+    # Every call made while unreachable, by name, with its request (None for a metadata fetch).
+    refused: list[tuple[str, Any]] = field(default_factory=list)
+    # Fake seconds an AssignReplicasToDirs waits before it is decided and answered.
+    assignment_delay: float = 0.0
     appended: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = "in-process"
 
@@ -137,12 +148,13 @@ class InProcessController:
         if produced:
             self.appended.set()
 
-    def _check(self, path: str) -> None:
+    def _check(self, path: str, request: Any = None) -> None:
         if not self.reachable:
-            raise ControllerUnreachableError(f"cannot reach the controller at {self.url}: {path} (test)")
+            self.refused.append((path, request))
+            raise ControllerCallError(f"cannot reach the controller at {self.url}: {path} (test)")
 
     async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
-        self._check("register")
+        self._check("register", request)
         self.registrations.append(request)
         produced, reply = brokers.register_broker(
             self.image,
@@ -158,8 +170,9 @@ class InProcessController:
         return reply
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
-        self._check("heartbeat")
+        self._check("heartbeat", request)
         self.heartbeats.append(request)
+        self.heartbeats_with_confirmed.append((request, frozenset(self.confirmed)))
         produced, reply = brokers.broker_heartbeat(self.image, self.sessions, request)
         if reply.error_code == 0:
             self.sessions[request.broker_id] = Session(
@@ -172,14 +185,25 @@ class InProcessController:
     async def assign_replicas_to_dirs(
         self, request: AssignReplicasToDirsRequest
     ) -> AssignReplicasToDirsReply:
-        self._check("assignments")
+        self._check("assignments", request)
+        if self.assignment_delay:
+            await self.clock.sleep(self.assignment_delay)
+            self._check("assignments", request)
         self.assignments.append(request)
         produced, reply = assignments.assign_replicas_to_dirs(self.image, request)
         self.apply(produced)
+        if reply.error_code == 0:
+            self.confirmed.update(
+                (topic.topic_id, p.partition_index)
+                for directory in reply.directories
+                for topic in directory.topics
+                for p in topic.partitions
+                if p.error_code == 0
+            )
         return reply
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
-        self._check("alter partition")
+        self._check("alter partition", request)
         produced, reply = isr.alter_partition(self.image, request)
         self.apply(produced)
         return reply

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid, random_uuid
 from jbod_core.meta_properties import MetaProperties
+from jbod_runtime import durable_files
 
 STORAGE = shutil.which("jbod-storage", path=str(Path(sys.executable).parent)) or "jbod-storage"
 CLUSTER = "agent-test-cluster"

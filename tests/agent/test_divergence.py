@@ -1,13 +1,14 @@
-"""Divergence handling on real partition logs: the leader's check and the follower's truncation
-(the same calls `replica_manager` and `fetcher` make), until the follower's log is a prefix."""
+"""Divergence handling on real partition logs: fetch rounds through the same functions the replica
+manager (the leader's check) and the fetcher (the follower's truncation) call, until the
+follower's log is a prefix of the leader's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from jbod_agent import divergence
 from jbod_agent.fetcher import decode_reply, encode_reply
 from jbod_agent.partition_log import PartitionLog
-from jbod_core.replication import diverging_epoch, truncation_offset
 
 
 def _log(path: Path) -> PartitionLog:
@@ -19,18 +20,14 @@ def _converge(leader: PartitionLog, follower: PartitionLog) -> int:
     """Run fetch rounds as the fetcher does; returns how many truncations it took."""
     rounds = 0
     while True:
-        diverging = diverging_epoch(follower.end_offset, follower.latest_epoch, leader.epoch_end_offset)
+        diverging = divergence.leader_check(
+            leader, fetch_offset=follower.end_offset, last_fetched_epoch=follower.latest_epoch
+        )
         if diverging is None:
             break
         rounds += 1
         assert rounds < 10, "divergence never resolves"
-        target = truncation_offset(
-            diverging,
-            follower.epoch_end_offset,
-            local_end_offset=follower.end_offset,
-            high_watermark=follower.high_watermark,
-        )
-        follower.truncate_to(min(max(target, follower.log_start_offset), follower.end_offset))
+        assert divergence.truncate_follower(follower, diverging) == follower.end_offset
     if follower.end_offset < leader.end_offset:
         follower.append_replicated(leader.read(follower.end_offset, 1 << 20))
     return rounds

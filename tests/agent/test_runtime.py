@@ -71,19 +71,19 @@ async def test_registers_catches_up_and_is_unfenced(tmp_path: Path) -> None:
 
 async def test_fenced_until_every_placement_is_confirmed(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
+    h.controller.assignment_delay = 1.0  # heartbeats go out while placements await their answer
     keys = add_topic(h.controller, 40)
     await unfenced(h)
-    # Every replica was created on a disk and its placement confirmed before the broker asked.
-    first_unfenced_ask = next(i for i, b in enumerate(h.controller.heartbeats) if not b.want_fence)
-    confirmed_by = {
-        k
-        for a in h.controller.assignments
-        for d in a.directories
-        for t in d.topics
-        for k in ((t.topic_id, p.partition_index) for p in t.partitions)
-    }
-    assert confirmed_by == set(keys)
-    assert all(b.want_fence for b in h.controller.heartbeats[:first_unfenced_ask])
+    assert h.controller.confirmed == set(keys)
+    # No heartbeat asked to be unfenced before the controller had confirmed every placement.
+    early_asks = [
+        len(set(keys) - confirmed)
+        for request, confirmed in h.controller.heartbeats_with_confirmed
+        if not request.want_fence and not set(keys) <= confirmed
+    ]
+    assert early_asks == [], f"asked to be unfenced with this many placements unconfirmed: {early_asks}"
+    # The window this guards was there: the broker heartbeated while placements were unconfirmed.
+    assert any(not set(keys) <= confirmed for _, confirmed in h.controller.heartbeats_with_confirmed)
     placed = {h.controller.image.partition(k).directory_of(NODE) for k in keys}  # type: ignore[union-attr]
     assert placed <= {h.ids[p] for p in h.data_dirs}
     for key in keys:
@@ -96,15 +96,23 @@ async def test_fenced_until_every_placement_is_confirmed(tmp_path: Path) -> None
 
 async def test_stays_fenced_while_its_placements_cannot_reach_the_controller(tmp_path: Path) -> None:
     h = make_harness(tmp_path)
-    add_topic(h.controller, 4)
+    keys = add_topic(h.controller, 4)
+    h.controller.assignment_delay = 0.5  # the outage starts before any placement is answered
     h.start()
     await h.until(lambda: h.agent.state.registered and bool(h.agent.state.local), within=10.0)
     h.controller.reachable = False  # placements cannot be confirmed now
     await h.run_for(5.0)
+    assert h.controller.confirmed == set()
+    # The broker went on heartbeating through the outage, and every heartbeat (answered before
+    # it, refused during it) asked to stay fenced.
+    refused_beats = [request for name, request in h.controller.refused if name == "heartbeat"]
+    assert len(refused_beats) >= 10
+    assert all(b.want_fence for b in [*h.controller.heartbeats, *refused_beats])
     assert not h.agent.state.ready_to_unfence
-    assert all(b.want_fence for b in h.controller.heartbeats)
+    assert any(name == "assignments" for name, _ in h.controller.refused)
     h.controller.reachable = True
     await h.until(lambda: h.agent.state.fenced is False, within=20.0)  # the queue backs off ≤ 10 s
+    assert h.controller.confirmed == set(keys)
     await h.stop()
 
 

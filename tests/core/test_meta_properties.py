@@ -1,4 +1,4 @@
-"""`meta.properties` parse / render (protocol §4.1); the file on disk: `tests/client/test_durable_files.py`."""
+"""`meta.properties` parse / render (protocol §4.1); the file on disk: `tests/runtime/test_durable_files.py`."""
 
 from __future__ import annotations
 

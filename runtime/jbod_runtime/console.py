@@ -2,9 +2,9 @@
 reads and the exit status (`jbod-controller`, `jbod-agent`, `jbod-storage`, `jbodctl`,
 `jbod-operator`, `jbod-pipeline`).
 
-It lives in `jbod_client` because every component may import `jbod_client` (none may import
-another component or the CLI package), and it does process I/O (stderr, the exit status, stdout's
-file descriptor) that the pure `jbod_core` must not.
+It is part of `jbod_runtime`, the process runtime every console script shares: it does process
+I/O (stderr, the exit status, stdout's file descriptor) that the pure `jbod_core` must not, and it
+knows no component, client or CLI.
 
 Guarantees of `run_main(entry, prog=PROG, describe=...)` (`run_click` for a click command):
 * A user mistake is one line `PROG: error: MESSAGE` on stderr, never a traceback:

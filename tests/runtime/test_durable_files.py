@@ -1,4 +1,4 @@
-"""`jbod_client.durable_files`: `meta.properties` read and atomically replaced on disk."""
+"""`jbod_runtime.durable_files`: `meta.properties` read and atomically replaced on disk."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jbod_client import durable_files
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid
 from jbod_core.meta_properties import MetaProperties
+from jbod_runtime import durable_files
 
 DIR_ID = Uuid(0x1234_5678, 0x9ABC)
 
