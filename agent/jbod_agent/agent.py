@@ -1,7 +1,7 @@
 """The broker agent's loop: observe → decide → act (Patroni's shape, KIP-112 / KIP-858's rules).
 
 Guarantees:
-* One state owner: `BrokerState`, touched only on the event loop. Collaborators get the state and
+* One state owner: `AgentState`, touched only on the event loop. Collaborators get the state and
   narrow ports (`jbod_agent.ports`), never this class: `DirMonitor` (probes, a dir goes offline),
   `MetadataFollower` (the metadata log into the image), `Reconciler` (replicas on disk match the
   image, placements), `ReplicaManager` / `Fetchers` / `Mover` (the data plane), telemetry.
@@ -40,7 +40,7 @@ from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock, ControllerCalls, SystemClock
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.replica_manager import ReplicaManager
-from jbod_agent.state import BrokerState, LogDirState
+from jbod_agent.state import AgentState, LogDirState
 from jbod_agent.storage import LoadedStorage
 from jbod_client.controller import ControllerLink
 from jbod_core.ids import Uuid, random_uuid
@@ -61,7 +61,7 @@ class Agent:
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         now = self.clock.time()
-        self.state = BrokerState(
+        self.state = AgentState(
             config=config,
             cluster_id=storage.cluster_id,
             incarnation=random_uuid(random.SystemRandom()),

@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Listener:
+class HttpListener:
     scheme: str
     host: str
     port: int
@@ -44,7 +44,7 @@ class BrokerConfig:
     log_dirs: tuple[Path, ...]
     metadata_log_dir: Path
     controller_url: str  # one URL or a comma-separated list (`controller_urls`)
-    listener: Listener
+    listener: HttpListener
     cluster_token_file: Path
     admin_token_file: Path | None = None
     heartbeat_interval_ms: int = 2000
@@ -66,7 +66,7 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
     replica_move_max_bytes_per_second: int = -1
-    advertised_listener: Listener | None = None
+    advertised_listener: HttpListener | None = None
     telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
     telemetry_interval_ms: int = 60_000
     # Limits of the broker's HTTP server (docs/operations.md, "Limits").
@@ -135,7 +135,7 @@ def _urls(key: str, value: str) -> str:
     return ",".join(_url(key, url) for url in urls)
 
 
-def _listener(key: str, value: str) -> Listener:
+def _listener(key: str, value: str) -> HttpListener:
     entries = [v.strip() for v in value.split(",") if v.strip()]
     if len(entries) != 1:
         raise ConfigError(f"{key}: expected exactly one listener like http://127.0.0.1:9092, got '{value}'")
@@ -146,7 +146,7 @@ def _listener(key: str, value: str) -> Listener:
         raise ConfigError(f"{key}: '{value}' has an invalid port") from None
     if parts.scheme != "http" or not parts.hostname or port is None:
         raise ConfigError(f"{key}: expected http://HOST:PORT, got '{value}'")
-    return Listener(scheme="http", host=parts.hostname, port=port)
+    return HttpListener(scheme="http", host=parts.hostname, port=port)
 
 
 def _bool(key: str, value: str) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from jbod_agent import probe
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock
-from jbod_agent.state import BrokerState, FailedDir, LogDirState
+from jbod_agent.state import AgentState, FailedDir, LogDirState
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent")
@@ -43,7 +43,7 @@ def probe_log_dir(state: LogDirState, payload: bytes) -> probe.ProbeResult:
 class DirMonitor:
     """Implements the `DirFailures` port; runs the probe loops."""
 
-    def __init__(self, state: BrokerState, clock: Clock, prober: Prober = probe_log_dir) -> None:
+    def __init__(self, state: AgentState, clock: Clock, prober: Prober = probe_log_dir) -> None:
         self.state = state
         self.clock = clock
         self.prober = prober

@@ -36,7 +36,7 @@ import orjson
 
 from jbod_agent import divergence
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core import fetch_session, replication
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -86,7 +86,7 @@ class Fetchers:
 
     def __init__(
         self,
-        broker: BrokerState,
+        broker: AgentState,
         manager: ReplicaManager,
         token: str,
         *,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from jbod_agent.assignment_queue import AssignmentQueue, Placement
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
@@ -51,7 +51,7 @@ class LifecycleProgress:
 
 class LifecycleCalls:
     def __init__(
-        self, state: BrokerState, *, link: ControllerCalls, clock: Clock, queue: AssignmentQueue
+        self, state: AgentState, *, link: ControllerCalls, clock: Clock, queue: AssignmentQueue
     ) -> None:
         self.state = state
         self.link = link

@@ -27,7 +27,7 @@ from typing import Any
 from jbod_agent import metadata_cache
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.reconciler import Reconciler
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core import records
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, PartitionKey
@@ -42,7 +42,7 @@ RETRY_DELAY = 0.5
 class MetadataFollower:
     def __init__(
         self,
-        state: BrokerState,
+        state: AgentState,
         *,
         link: ControllerCalls,
         reconciler: Reconciler,

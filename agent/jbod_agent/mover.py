@@ -43,7 +43,7 @@ from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -129,7 +129,7 @@ def settle_abandoned_futures(dirs: list[Path]) -> list[str]:
 class Mover:
     def __init__(
         self,
-        state: BrokerState,
+        state: AgentState,
         *,
         manager: ReplicaManager,
         placements: PlacementSink,

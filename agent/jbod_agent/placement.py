@@ -46,14 +46,14 @@ class DirView:
     replicas: int
 
 
-class ActionKind(enum.Enum):
+class ReplicaActionKind(enum.Enum):
     CREATE = "create"  # create the replica in `directory`, then report it
     REPORT = "report"  # the replica exists in `directory`: tell the controller
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
-    kind: ActionKind
+class ReplicaAction:
+    kind: ReplicaActionKind
     key: PartitionKey
     directory: Uuid
     reason: str
@@ -84,7 +84,7 @@ def decide_replica(
     dirs: Mapping[Uuid, DirView],
     has_offline_dirs: bool,
     chosen: Uuid | None,
-) -> Action | None:
+) -> ReplicaAction | None:
     """The action for one replica. `local_dir` is where a local copy lives (None if nowhere),
     `chosen` the dir a new replica would go to (see `choose_dir`)."""
     local_online = (
@@ -98,13 +98,13 @@ def decide_replica(
             if assigned_view.health is DirHealth.FULL:
                 if chosen is None:
                     return None
-                return Action(ActionKind.CREATE, key, chosen, "assigned dir is full")
-            return Action(ActionKind.CREATE, key, assigned, "assigned to a local online dir")
+                return ReplicaAction(ReplicaActionKind.CREATE, key, chosen, "assigned dir is full")
+            return ReplicaAction(ReplicaActionKind.CREATE, key, assigned, "assigned to a local online dir")
         if local_dir != assigned:
-            return Action(ActionKind.REPORT, key, local_dir, "found in another local dir")
+            return ReplicaAction(ReplicaActionKind.REPORT, key, local_dir, "found in another local dir")
         return None
     if local_dir is not None:
-        return Action(ActionKind.REPORT, key, local_dir, "found locally")
+        return ReplicaAction(ReplicaActionKind.REPORT, key, local_dir, "found locally")
     if assigned != UNASSIGNED_DIR and has_offline_dirs:
         return None  # LOST / MIGRATING / unknown: it may sit in an offline dir
     if chosen is None:
@@ -112,4 +112,4 @@ def decide_replica(
     reason = (
         "new replica" if assigned == UNASSIGNED_DIR else "assigned dir unknown here and no dir is offline"
     )
-    return Action(ActionKind.CREATE, key, chosen, reason)
+    return ReplicaAction(ReplicaActionKind.CREATE, key, chosen, reason)

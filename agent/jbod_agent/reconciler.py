@@ -24,7 +24,7 @@ from jbod_agent import mover, placement, probe, replicas
 from jbod_agent.placement import DirHealth, DirView
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
-from jbod_agent.state import BrokerState, LocalReplica
+from jbod_agent.state import AgentState, LocalReplica
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
@@ -35,7 +35,7 @@ log = logging.getLogger("jbod_agent")
 class Reconciler:
     def __init__(
         self,
-        state: BrokerState,
+        state: AgentState,
         *,
         manager: ReplicaManager,
         moves: mover.Mover,
@@ -102,11 +102,11 @@ class Reconciler:
             if action is None:
                 continue
             if (
-                action.kind is placement.ActionKind.REPORT
+                action.kind is placement.ReplicaActionKind.REPORT
                 and self.placements.pending(key) == action.directory
             ):
                 continue  # already on its way to the controller
-            if action.kind is placement.ActionKind.CREATE:
+            if action.kind is placement.ReplicaActionKind.CREATE:
                 if key not in state.creating:
                     state.creating[key] = action.directory
                     self.creations_now.set()

@@ -45,7 +45,7 @@ from jbod_agent import divergence, record_batch
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import ControllerCallError, DirFailures, PartitionAlterations
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core import fetch_session, replication, topic_configs
 from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
@@ -143,7 +143,7 @@ def _now_ms() -> float:
 
 
 class ReplicaManager:
-    def __init__(self, state: BrokerState, *, failures: DirFailures, link: PartitionAlterations) -> None:
+    def __init__(self, state: AgentState, *, failures: DirFailures, link: PartitionAlterations) -> None:
         self.state = state
         self.failures = failures
         self.link = link
@@ -158,7 +158,6 @@ class ReplicaManager:
         self.replica_fetches = dict.fromkeys(("sessionless", "full", "incremental", "rejected"), 0)
         self.replica_fetch_partitions = dict.fromkeys(("sessionless", "full", "incremental"), 0)
         self.alter_now = asyncio.Event()
-        self._alter_in_flight = False
         self._warned_configs: set[tuple[Uuid, str, str]] = set()  # (topic id, key, value) logged once
 
     # -- roles ---------------------------------------------------------------------------------

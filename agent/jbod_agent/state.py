@@ -1,7 +1,7 @@
 """The broker agent's state: one object, owned by the agent's loop, read by its collaborators.
 
 Guarantees:
-* Everything the agent knows about itself lives in one `BrokerState`: its dirs and their health,
+* Everything the agent knows about itself lives in one `AgentState`: its dirs and their health,
   the replicas it hosts (online and in failed dirs), the metadata image it follows, its
   registration, fencing and the dir failures it must report. It is only touched on the event
   loop, so there are no locks.
@@ -52,7 +52,7 @@ class FailedDir:
 
 
 @dataclass
-class BrokerState:
+class AgentState:
     config: BrokerConfig
     cluster_id: str
     incarnation: Uuid

@@ -30,7 +30,7 @@ import orjson
 
 from jbod_agent import probe, replicas
 from jbod_agent.placement import DirHealth
-from jbod_agent.state import BrokerState
+from jbod_agent.state import AgentState
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent.telemetry")
@@ -132,7 +132,7 @@ class RotatingFiles:
 
 
 class TelemetryWriter:
-    def __init__(self, broker: BrokerState, directory: Path, *, interval_ms: int) -> None:
+    def __init__(self, broker: AgentState, directory: Path, *, interval_ms: int) -> None:
         """Call `observe_probe` with every probe result (the agent hooks it to its probes)."""
         self.broker = broker
         self.interval = interval_ms / 1000

@@ -1,6 +1,6 @@
 """Read-only views of the agent's state for its HTTP API.
 
-Guarantees: built on the event loop from `BrokerState` and the mover, no side effect; replica
+Guarantees: built on the event loop from `AgentState` and the mover, no side effect; replica
 sizes are read from disk only for dirs that are not offline.
 """
 
@@ -10,12 +10,12 @@ from typing import Any
 
 from jbod_agent import mover, replicas
 from jbod_agent.placement import DirHealth
-from jbod_agent.state import BrokerState, LocalReplica
+from jbod_agent.state import AgentState, LocalReplica
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 
 
-def log_dirs_view(broker: BrokerState, moves: mover.Mover) -> list[dict[str, Any]]:
+def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]]:
     """`GET /v1/log-dirs`: every dir (sorted by path) with its replicas, futures included."""
     out: list[dict[str, Any]] = []
     by_dir: dict[Uuid, list[tuple[PartitionKey, LocalReplica]]] = {}

@@ -8,6 +8,10 @@ Guarantees:
 * `write_atomically(path, data)` writes a temp file next to `path`, fsyncs it, renames it over
   `path` and fsyncs the directory: a reader sees the old file or the new one, never a mix, and
   after it returns the new file survives a crash. A failed rename removes the temp file.
+* `replace_atomically(path, data)` is the same temp file and rename without any fsync: a reader
+  sees the old file or the new one, and the new one is durable only once the caller fsyncs the
+  file and its directory (for derived files whose writer flushes them with its data later, such
+  as a partition log's indexes and leader-epoch checkpoint). The temp file is `path` + `.tmp`.
 * `fsync_directory(directory)` makes a rename or a new file in `directory` durable.
 * `read_meta_properties(directory)` is `meta_properties.parse` of `directory/meta.properties`:
   `FileNotFoundError` when absent, `OSError` when unreadable, `ValueError` (`MetaPropertiesError`,
@@ -47,6 +51,26 @@ def write_atomically(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` atomically but not durably (the module's guarantee)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(f"write to {tmp} returned {written}")
+            view = view[written:]
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def fsync_directory(directory: Path) -> None:

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jbod_agent import config
-from jbod_agent.config import BrokerConfig, ConfigError, Listener
+from jbod_agent.config import BrokerConfig, ConfigError, HttpListener
 
 BASE = {
     "node.id": "1",
@@ -54,7 +54,7 @@ def test_minimal_config_takes_every_default() -> None:
         log_dirs=(Path("/data/a"), Path("/data/b")),
         metadata_log_dir=Path("/data/meta"),
         controller_url="http://127.0.0.1:9093",
-        listener=Listener(scheme="http", host="127.0.0.1", port=9092),
+        listener=HttpListener(scheme="http", host="127.0.0.1", port=9092),
         cluster_token_file=Path("/etc/jbod/cluster.token"),
     )
     # The defaults the contract names, spelled out.
@@ -82,12 +82,12 @@ def test_minimal_config_takes_every_default() -> None:
         ("metadata.log.dir", "/var/meta", "metadata_log_dir", Path("/var/meta")),
         ("controller.url", "https://ctl.example:443/", "controller_url", "https://ctl.example:443"),
         ("controller.url", "http://[::1]:9093", "controller_url", "http://[::1]:9093"),
-        ("listeners", "http://0.0.0.0:19092", "listener", Listener("http", "0.0.0.0", 19092)),
+        ("listeners", "http://0.0.0.0:19092", "listener", HttpListener("http", "0.0.0.0", 19092)),
         (
             "advertised.listeners",
             "http://broker-0.brokers.ns.svc:9092",
             "advertised_listener",
-            Listener("http", "broker-0.brokers.ns.svc", 9092),
+            HttpListener("http", "broker-0.brokers.ns.svc", 9092),
         ),
         ("cluster.token.file", "/run/token", "cluster_token_file", Path("/run/token")),
         ("admin.token.file", "/run/admin", "admin_token_file", Path("/run/admin")),
@@ -321,7 +321,7 @@ def test_overrides_win_over_the_file() -> None:
     parsed = config.parse_config(text({**BASE, "min.insync.replicas": "2"}), overrides)
     assert parsed.node_id == 7
     assert parsed.log_dirs == (Path("/o/a"), Path("/o/b"), Path("/o/c"))
-    assert parsed.listener == Listener("http", "0.0.0.0", 1234)
+    assert parsed.listener == HttpListener("http", "0.0.0.0", 1234)
     assert parsed.min_insync_replicas == 3
     assert parsed.metadata_log_dir == Path("/data/meta")  # untouched keys come from the file
 

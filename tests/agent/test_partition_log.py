@@ -1039,3 +1039,26 @@ def test_a_new_epoch_costs_no_fsync_until_flush(tmp_path: Path, monkeypatch: pyt
     entries = log.epoch_entries()
     log.close()
     assert PartitionLog.open(path).epoch_entries() == entries
+
+
+def test_a_checkpoint_older_than_the_batches_is_rebuilt_from_them(tmp_path: Path) -> None:
+    """A power loss after the segment's fsync but before the dir's keeps the batches of a new
+    epoch and loses the checkpoint's rename: the history must not stop at the older epoch."""
+    path = tmp_path / "t-0"
+    path.mkdir()
+    log = PartitionLog.open(path, segment_bytes=4096)
+    log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=0)
+    log.flush()
+    stale = (path / "leader-epoch-checkpoint").read_bytes()
+    for epoch in (3, 3, 7):
+        log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=epoch)
+    expected = log.epoch_entries()
+    log.flush()
+    log.close()
+    assert expected == [(0, 0), (3, 2), (7, 6)]
+    (path / "leader-epoch-checkpoint").write_bytes(stale)  # the rename that was not durable
+    reopened = PartitionLog.open(path, segment_bytes=4096)
+    assert reopened.epoch_entries() == expected
+    assert reopened.epoch_end_offset(3) == (3, 6)
+    reopened.close()
+    assert PartitionLog.open(path).epoch_entries() == expected  # and rewritten

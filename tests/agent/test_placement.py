@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jbod_agent.placement import Action, ActionKind, DirHealth, DirView, choose_dir, decide_replica
+from jbod_agent.placement import (
+    DirHealth,
+    DirView,
+    ReplicaAction,
+    ReplicaActionKind,
+    choose_dir,
+    decide_replica,
+)
 from jbod_core.ids import LOST_DIR, MIGRATING_DIR, UNASSIGNED_DIR, Uuid
 from jbod_core.image import PartitionKey
 
@@ -38,25 +45,25 @@ NOT_LOCAL = [LOST_DIR, MIGRATING_DIR, UNKNOWN]
 
 def decide(
     assigned: Uuid, local: Uuid | None, *, offline: bool = False, chosen: Uuid | None = C
-) -> Action | None:
+) -> ReplicaAction | None:
     return decide_replica(KEY, assigned, local_dir=local, dirs=DIRS, has_offline_dirs=offline, chosen=chosen)
 
 
-def kind_and_dir(action: Action | None) -> tuple[ActionKind, Uuid] | None:
+def kind_and_dir(action: ReplicaAction | None) -> tuple[ReplicaActionKind, Uuid] | None:
     return None if action is None else (action.kind, action.directory)
 
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_unassigned_found_in_online_dir_is_reported(offline: bool) -> None:
-    assert kind_and_dir(decide(UNASSIGNED_DIR, X, offline=offline)) == (ActionKind.REPORT, X)
-    assert kind_and_dir(decide(UNASSIGNED_DIR, F, offline=offline)) == (ActionKind.REPORT, F)
+    assert kind_and_dir(decide(UNASSIGNED_DIR, X, offline=offline)) == (ReplicaActionKind.REPORT, X)
+    assert kind_and_dir(decide(UNASSIGNED_DIR, F, offline=offline)) == (ReplicaActionKind.REPORT, F)
 
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_unassigned_new_replica_is_created_in_the_chosen_dir(offline: bool) -> None:
     # Created even when some dir is offline: UNASSIGNED means it never had a dir.
     action = decide(UNASSIGNED_DIR, None, offline=offline)
-    assert kind_and_dir(action) == (ActionKind.CREATE, C)
+    assert kind_and_dir(action) == (ReplicaActionKind.CREATE, C)
     assert action is not None and action.key == KEY and action.reason
 
 
@@ -71,21 +78,21 @@ def test_assigned_online_dir_holding_it_needs_nothing(offline: bool) -> None:
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_assigned_online_dir_without_local_copy_is_created_there(offline: bool) -> None:
-    assert kind_and_dir(decide(D, None, offline=offline)) == (ActionKind.CREATE, D)
+    assert kind_and_dir(decide(D, None, offline=offline)) == (ReplicaActionKind.CREATE, D)
     # ... not in the chosen dir, and even if nothing would be chosen.
-    assert kind_and_dir(decide(D, None, chosen=None)) == (ActionKind.CREATE, D)
+    assert kind_and_dir(decide(D, None, chosen=None)) == (ReplicaActionKind.CREATE, D)
 
 
 @pytest.mark.parametrize("offline", [False, True])
 def test_assigned_online_dir_but_found_in_another_is_reported(offline: bool) -> None:
-    assert kind_and_dir(decide(D, X, offline=offline)) == (ActionKind.REPORT, X)
-    assert kind_and_dir(decide(D, F, offline=offline)) == (ActionKind.REPORT, F)
+    assert kind_and_dir(decide(D, X, offline=offline)) == (ReplicaActionKind.REPORT, X)
+    assert kind_and_dir(decide(D, F, offline=offline)) == (ReplicaActionKind.REPORT, F)
 
 
 @pytest.mark.parametrize("assigned", NOT_LOCAL)
 @pytest.mark.parametrize("offline", [False, True])
 def test_lost_migrating_or_unknown_found_locally_is_reported(assigned: Uuid, offline: bool) -> None:
-    assert kind_and_dir(decide(assigned, X, offline=offline)) == (ActionKind.REPORT, X)
+    assert kind_and_dir(decide(assigned, X, offline=offline)) == (ReplicaActionKind.REPORT, X)
 
 
 @pytest.mark.parametrize("assigned", NOT_LOCAL)
@@ -95,7 +102,7 @@ def test_lost_migrating_or_unknown_missing_with_offline_dirs_waits(assigned: Uui
 
 @pytest.mark.parametrize("assigned", NOT_LOCAL)
 def test_lost_migrating_or_unknown_missing_without_offline_dirs_is_created(assigned: Uuid) -> None:
-    assert kind_and_dir(decide(assigned, None, offline=False)) == (ActionKind.CREATE, C)
+    assert kind_and_dir(decide(assigned, None, offline=False)) == (ReplicaActionKind.CREATE, C)
     assert decide(assigned, None, offline=False, chosen=None) is None
 
 
@@ -116,7 +123,7 @@ def test_assigned_offline_dir_without_local_copy_waits() -> None:
 
 def test_assigned_full_dir_without_local_copy_goes_to_the_chosen_dir() -> None:
     action = decide(F, None)
-    assert kind_and_dir(action) == (ActionKind.CREATE, C)
+    assert kind_and_dir(action) == (ReplicaActionKind.CREATE, C)
     assert action is not None and "full" in action.reason
 
 
@@ -129,7 +136,7 @@ def test_assigned_full_dir_holding_it_needs_nothing() -> None:
 
 
 def test_assigned_full_dir_found_elsewhere_is_reported() -> None:
-    assert kind_and_dir(decide(F, X)) == (ActionKind.REPORT, X)
+    assert kind_and_dir(decide(F, X)) == (ReplicaActionKind.REPORT, X)
 
 
 # -- choose_dir ---------------------------------------------------------------------------------

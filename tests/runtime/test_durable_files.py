@@ -46,3 +46,26 @@ def test_failed_rename_removes_the_temp_file(tmp_path: Path) -> None:
 def test_read_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         durable_files.read_meta_properties(tmp_path)
+
+
+def test_replace_atomically_replaces_without_fsync_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_bytes(b"old")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    durable_files.replace_atomically(path, b"new" * 10_000)
+    assert path.read_bytes() == b"new" * 10_000
+    assert synced == []  # durable only when its writer flushes it
+    assert sorted(os.listdir(tmp_path)) == ["leader-epoch-checkpoint"]
+
+
+def test_replace_atomically_keeps_the_old_file_when_the_rename_fails(tmp_path: Path) -> None:
+    blocker = tmp_path / "index"
+    blocker.mkdir()
+    (blocker / "x").write_text("x")
+    with pytest.raises(OSError):
+        durable_files.replace_atomically(blocker, b"data")
+    assert sorted(os.listdir(tmp_path)) == ["index"] and blocker.is_dir()

@@ -1,0 +1,78 @@
+"""The product's code is where its names say (issue 21): one meaning per class name, docstrings
+that name only modules that exist, and the shared runtime outside the client packages."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_ROOTS = ("core", "runtime", "client", "controller", "agent", "operator", "pipeline")
+
+
+def _packages() -> dict[str, Path]:
+    """Every product package (`jbod_*`) by name, with its directory."""
+    found = {}
+    for root in SOURCE_ROOTS:
+        for directory in sorted((ROOT / root).glob("jbod_*")):
+            if directory.is_dir():
+                found[directory.name] = directory
+    return found
+
+
+def _public_classes(package: Path) -> dict[str, list[str]]:
+    """Public class names defined at any depth of `package`'s modules → the modules defining them."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names[node.name].append(f"{package.name}.{path.stem}")
+    return names
+
+
+def test_no_two_modules_of_a_package_define_one_class_name() -> None:
+    clashes = {
+        name: modules
+        for package in _packages().values()
+        for name, modules in _public_classes(package).items()
+        if len(modules) > 1
+    }
+    assert clashes == {}
+
+
+def test_no_package_reuses_a_class_name_of_the_core() -> None:
+    packages = _packages()
+    core = _public_classes(packages["jbod_core"])
+    clashes = {
+        name: [*core[name], *modules]
+        for package_name, package in packages.items()
+        if package_name != "jbod_core"
+        for name, modules in _public_classes(package).items()
+        if name in core
+    }
+    assert clashes == {}
+
+
+def test_package_docstrings_name_only_modules_that_exist() -> None:
+    """An `__init__.py` that lists its modules in backquotes lists real ones."""
+    missing = []
+    for package in _packages().values():
+        init = package / "__init__.py"
+        if not init.exists():
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        for name in re.findall(r"`([a-z_]+)`", doc):
+            if name != package.name and not (package / f"{name}.py").exists():
+                missing.append(f"{package.name}: `{name}`")
+    assert missing == []
+
+
+def test_the_client_packages_hold_no_runtime_or_server_code() -> None:
+    """Server plumbing and file durability are `jbod_runtime`'s, not the clients'."""
+    client_root = ROOT / "client"
+    assert sorted(p.name for p in client_root.glob("jbod_*")) == ["jbod_cli", "jbod_client", "jbod_local"]
+    runtime_modules = {p.stem for p in (ROOT / "runtime" / "jbod_runtime").glob("*.py")}
+    for package in client_root.glob("jbod_*"):
+        assert runtime_modules.isdisjoint(p.stem for p in package.glob("*.py")), package.name
