@@ -26,7 +26,10 @@ Guarantees:
   - no attempt starts after the call's deadline (`failover_timeout`, default 15 s, from the
     call's start); a call that met errorCode 41 then raises `ApiError` (errorCode 41, the
     controller's message), one that met only transport failures `ControllerUnreachableError`;
-  - the URL that last answered is sticky: the next call starts there.
+  - the URL that last answered is sticky: the next call starts there;
+  - a `map_url` given to `ControllerClient` is applied to every URL it dials, the listed ones
+    and those learnt from errorCode 41 replies alike (an operator outside the cluster maps the
+    controllers' advertised names to addresses it can reach).
 * Retrying is safe for every call the links make, because a write may be retried after an
   unknown outcome (a lost reply, a controller that died after committing): the controller's
   decisions for register (same incarnation), heartbeat, assignments and alter-partition are
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -115,10 +118,12 @@ def parse_controller_urls(text: str | Sequence[str]) -> list[str]:
 
 
 class ControllerEndpoints:
-    """The controller URLs a link knows, and the one its next call starts at (sticky)."""
+    """The controller URLs a link knows, and the one its next call starts at (sticky); `map_url`
+    turns each URL, listed or learnt, into the one to dial (identity by default)."""
 
-    def __init__(self, urls: str | Sequence[str]) -> None:
-        self.urls = parse_controller_urls(urls)
+    def __init__(self, urls: str | Sequence[str], *, map_url: Callable[[str], str] | None = None) -> None:
+        self.map_url: Callable[[str], str] = map_url or _same_url
+        self.urls = list(dict.fromkeys(self.map_url(url) for url in parse_controller_urls(urls)))
         self.current = 0
 
     @property
@@ -197,6 +202,8 @@ class Failover:
         if now >= self._deadline:
             raise self._gave_up(*self._not_controller_seen)
         active = _active_url(data)
+        if active is not None:
+            active = self._endpoints.map_url(active)
         if active is not None and active != self.url and active not in self._followed:
             self._followed.add(active)
             self._move(active)
@@ -221,6 +228,10 @@ class Failover:
 
     def _tried_text(self) -> str:
         return ", ".join(dict.fromkeys(self._tried))
+
+
+def _same_url(url: str) -> str:
+    return url
 
 
 def _active_url(data: Mapping[str, Any]) -> str | None:
@@ -258,8 +269,9 @@ class ControllerClient(_ControllerList):
         token: str,
         timeout: float = 30.0,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+        map_url: Callable[[str], str] | None = None,
     ) -> None:
-        self._endpoints = ControllerEndpoints(url)
+        self._endpoints = ControllerEndpoints(url, map_url=map_url)
         self._failover_timeout = failover_timeout
         self._http = httpx.Client(
             headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False

@@ -9,7 +9,9 @@ Addresses: the operator dials the controller Service's DNS name (or a comma-sepa
 controller URLs, followed like every `ControllerClient`'s) and the listeners brokers registered.
 An operator running outside the cluster (development, the e2e tests) maps those to reachable
 addresses with `JBOD_ENDPOINTS_FILE`: a JSON object `{"host:port": "host2:port2"}`,
-re-read whenever it changes.
+re-read whenever it changes. The map applies to every address dialled: the controller URLs it
+was given, the active controller a standby names in an errorCode 41 reply, and the brokers'
+listeners.
 """
 
 from __future__ import annotations
@@ -95,9 +97,9 @@ def listener_url(registration: Mapping[str, Any]) -> str | None:
 
 
 def _controller_snapshot(
-    url: str, token: str
+    url: str, token: str, endpoints: Endpoints
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    with ControllerClient(url, token=token, timeout=5.0) as client:
+    with ControllerClient(url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
         return client.cluster(), client.brokers(), client.list_topics()
 
 
@@ -113,7 +115,7 @@ async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) ->
     started = time.time()
     try:
         _cluster, brokers, topics = await asyncio.to_thread(
-            _controller_snapshot, endpoints.resolve(controller_url), token
+            _controller_snapshot, controller_url, token, endpoints
         )
     except ClientError as exc:
         return ClusterView(reachable=False, error=str(exc), fetched_at=started)
@@ -136,7 +138,7 @@ def fresh_placements(
 ) -> dict[int, dict[str, health.DirPlacements]] | None:
     """The controller's placements right now (None when it cannot be reached)."""
     try:
-        with ControllerClient(endpoints.resolve(controller_url), token=token, timeout=5.0) as client:
+        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
             return health.placements_by_broker(client.list_topics())
     except ClientError:
         return None
@@ -145,7 +147,7 @@ def fresh_placements(
 def unregister(controller_url: str, token: str, endpoints: Endpoints, broker_id: int) -> str | None:
     """Unregister a removed broker; the error line, or None on success."""
     try:
-        with ControllerClient(endpoints.resolve(controller_url), token=token, timeout=5.0) as client:
+        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
             reply = client.unregister_broker(broker_id)
     except ClientError as exc:
         return str(exc)
