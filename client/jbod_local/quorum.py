@@ -10,6 +10,8 @@ Guarantees:
   DIR/logs/etcd-K.log), detached like every other process of the local cluster. Nodes and members
   keep their ports and data across restarts: a restarted controller rejoins as a standby, a
   restarted member rejoins etcd (etcd ignores its initial-cluster flags once its data exists).
+* `start_etcd` runs the binary it is given (`jbod_local.etcd_binary` chose it); one with a known
+  data-loss bug (the user accepted the risk) gets a WARNING line in each member's log as it starts.
 * `stop_etcd` stops the raft leader last (a leader stopped together with its followers waits
   seconds trying to hand over leadership to a dying member).
 * `controller_states` asks each running controller itself whether it is active (`GET
@@ -27,6 +29,7 @@ from typing import Any
 import httpx
 
 from jbod_local.etcd import EtcdCluster, EtcdMember
+from jbod_local.etcd_binary import EtcdBinary
 from jbod_local.processes import LocalClusterError, process_alive, spawn_detached, stop_processes
 
 HOST = "127.0.0.1"
@@ -129,9 +132,9 @@ def plan_etcd(root: Path) -> tuple[EtcdNode, ...]:
     return tuple(EtcdNode(replace(m, log_path=root / "logs" / f"{m.name}.log")) for m in members)
 
 
-def etcd_cluster(root: Path, nodes: Sequence[EtcdNode]) -> EtcdCluster:
+def etcd_cluster(root: Path, nodes: Sequence[EtcdNode], *, binary: Path | None = None) -> EtcdCluster:
     """The cluster those members form (for command lines, health and the raft leader)."""
-    return EtcdCluster.from_members(root / ETCD_DIR, [n.member for n in nodes])
+    return EtcdCluster.from_members(root / ETCD_DIR, [n.member for n in nodes], binary=binary)
 
 
 def endpoints(nodes: Iterable[EtcdNode]) -> str:
@@ -148,10 +151,13 @@ def quorum_args(node: ControllerNode, etcd: Sequence[EtcdNode]) -> list[str]:
 # -- etcd processes --------------------------------------------------------------------------------
 
 
-def start_etcd(root: Path, nodes: Sequence[EtcdNode]) -> tuple[tuple[EtcdNode, ...], list[int]]:
-    """Start every member that is not running (detached); (the members with their pids, the
-    indices of those started). `await_etcd` then waits for them."""
-    cluster = etcd_cluster(root, nodes)
+def start_etcd(
+    root: Path, nodes: Sequence[EtcdNode], *, etcd: EtcdBinary
+) -> tuple[tuple[EtcdNode, ...], list[int]]:
+    """Start every member that is not running (detached) on the binary `etcd`; (the members with
+    their pids, the indices of those started). `await_etcd` then waits for them. The binary's
+    `warning` (a known data-loss bug the user accepted) goes first into each started member's log."""
+    cluster = etcd_cluster(root, nodes, binary=etcd.path)
     out: list[EtcdNode] = []
     started: list[int] = []
     for i, node in enumerate(nodes):
@@ -159,6 +165,10 @@ def start_etcd(root: Path, nodes: Sequence[EtcdNode]) -> tuple[tuple[EtcdNode, .
             out.append(node)
             continue
         node.member.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if etcd.warning is not None:
+            node.member.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(node.member.log_path, "a", encoding="utf-8") as log:
+                log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} jbodctl: WARNING: {etcd.warning}\n")
         pid = spawn_detached(cluster.member_command(i), log_path=node.member.log_path)
         out.append(replace(node, pid=pid))
         started.append(i)

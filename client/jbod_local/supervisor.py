@@ -25,11 +25,18 @@ Guarantees:
 * Every user mistake (a count or a disk size out of range, `--fresh` on a directory holding
   something else, no cluster in DIR) raises `LocalClusterError` with one line, before anything is
   changed.
+* A quorum's etcd binary is chosen by `jbod_local.etcd_binary` (found, or built on demand, once,
+  announced through `report`) before anything is created, deleted or started, so its refusal of an
+  etcd with a known data-loss bug changes nothing. The user's acceptance of that risk
+  (`accept_etcd_data_loss_risk`) is recorded in cluster.json and holds for every later `up` of the
+  cluster (not for a `fresh` one); each `up` that starts etcd on such a binary says so through
+  `warn` and in the members' logs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import secrets
@@ -47,7 +54,7 @@ import httpx
 from jbod_client.controller import ClientError
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
-from jbod_local import processes, quorum
+from jbod_local import etcd_binary, processes, quorum
 from jbod_local.layout import (
     HOST,
     LOCK_FILE,
@@ -92,6 +99,8 @@ BROKER_SETTINGS: dict[str, str] = {
 }
 
 DEFAULT_DISK_MIB = 64
+
+_log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]
 LocalClusterError = processes.LocalClusterError  # a user mistake or a misbehaving cluster (one line)
@@ -416,7 +425,9 @@ def up(
     loop: bool = False,
     disk_size_mib: int = DEFAULT_DISK_MIB,
     timeout: float = 60.0,
+    accept_etcd_data_loss_risk: bool = False,
     report: Report = quiet,
+    warn: Report = _log.warning,
 ) -> UpResult:
     """Create (first time) and start the local cluster in `root`; see the module's guarantees."""
     started_at = time.monotonic()
@@ -435,7 +446,10 @@ def up(
     ):
         raise LocalClusterError(f"{root} is not empty and holds no local cluster; refusing to --fresh it")
     with exclusive(root):
+        chosen = None
         if fresh and (root / STATE_FILE).exists():
+            if (controllers or 1) > 1:  # refused or built before the old cluster is deleted
+                chosen = choose_etcd(accepted=accept_etcd_data_loss_risk, report=report)
             _down(read_layout(root), purge=True, grace=10.0)
             report(f"Removed the previous cluster in {root}")
         return _up(
@@ -447,8 +461,33 @@ def up(
             disk_size_mib=disk_size_mib,
             deadline=started_at + timeout,
             started_at=started_at,
+            accept_etcd_data_loss_risk=accept_etcd_data_loss_risk,
+            chosen=chosen,
             report=report,
+            warn=warn,
         )
+
+
+def choose_etcd(*, accepted: bool, report: Report) -> etcd_binary.EtcdBinary:
+    """The binary a quorum's etcd members start on: found, or built (`report` says so);
+    `LocalClusterError` (one line) if `jbod_local.etcd_binary` refuses every etcd there is."""
+    try:
+        return etcd_binary.find_etcd(accept_data_loss_risk=accepted, report=report)
+    except ClientError as error:
+        raise LocalClusterError(str(error)) from None
+
+
+def _etcd_for(
+    layout: ClusterLayout, *, chosen: etcd_binary.EtcdBinary | None, report: Report, warn: Report
+) -> etcd_binary.EtcdBinary | None:
+    """The binary a quorum's etcd starts on (`chosen` already, or chosen now; None without etcd),
+    its warning said through `warn`."""
+    if not layout.etcd:
+        return None
+    etcd = chosen or choose_etcd(accepted=layout.etcd_data_loss_risk_accepted, report=report)
+    if etcd.warning is not None:
+        warn(etcd.warning)
+    return etcd
 
 
 def _up(
@@ -461,10 +500,14 @@ def _up(
     disk_size_mib: int,
     deadline: float,
     started_at: float,
+    accept_etcd_data_loss_risk: bool,
+    chosen: etcd_binary.EtcdBinary | None,
     report: Report,
+    warn: Report,
 ) -> UpResult:
     notes: list[str] = []
-    if (root / STATE_FILE).exists():
+    created = not (root / STATE_FILE).exists()
+    if not created:
         layout = read_layout(root)
         shape = (len(layout.brokers), len(layout.brokers[0].disks) if layout.brokers else 0)
         changed = (brokers is not None and brokers != shape[0]) or (disks is not None and disks != shape[1])
@@ -485,11 +528,17 @@ def _up(
             disks=disks or 3,
             loop_disk_mib=disk_size_mib if loop else None,
         )
-        write_layout(layout)  # from now on the cluster id is fixed, even if starting fails
-        report(f"Created cluster {layout.cluster_id} in {root}")
+    if accept_etcd_data_loss_risk and layout.quorum and not layout.etcd_data_loss_risk_accepted:
+        layout = replace(layout, etcd_data_loss_risk_accepted=True)
+        if not created:
+            write_layout(layout)
     running = [c.alive() for c in layout.controllers] + [e.alive() for e in layout.etcd]
     if all(running) and all(broker_alive(b) for b in layout.brokers):
         return UpResult(layout, True, (), time.monotonic() - started_at, tuple(notes))
+    etcd_bin = _etcd_for(layout, chosen=chosen, report=report, warn=warn)  # before anything starts
+    if created:
+        write_layout(layout)  # from now on the cluster id is fixed, even if starting fails
+        report(f"Created cluster {layout.cluster_id} in {root}")
 
     restart_controllers = [c.node_id for c in layout.controllers if not c.alive()]
     before = layout.controllers
@@ -516,8 +565,8 @@ def _up(
     started: list[str] = []
     started_processes: list[tuple[int, Path]] = []
     try:
-        if layout.etcd:
-            etcd, indices = quorum.start_etcd(root, layout.etcd)
+        if etcd_bin is not None:
+            etcd, indices = quorum.start_etcd(root, layout.etcd, etcd=etcd_bin)
             layout = replace(layout, etcd=etcd)
             write_layout(layout)
             started += [etcd[i].name for i in indices]
