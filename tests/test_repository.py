@@ -33,11 +33,14 @@ def test_demo_installs_the_core_only(fresh_venv: Path) -> None:
 
 
 def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
-    planned = _make(f"VENV={fresh_venv}", "lint")
+    planned = _make(f"VENV={fresh_venv}", "test")
     assert planned.returncode == 0, planned.stderr
-    assert f"{fresh_venv}/bin/pip install --quiet -e '.[dev,pipeline]'" in planned.stdout
+    lines = planned.stdout.splitlines()
+    install = lines.index(f"{fresh_venv}/bin/pip install --quiet -e '.[dev,pipeline]'")
+    run = lines.index(f"JBOD_E2E_REQUIRED=1 {fresh_venv}/bin/pytest")
+    assert install < run, "the extras are installed before the tests run"
     for check in ("ruff check", "ruff format --check", "mypy", "lint-imports"):
-        assert any(check in line for line in planned.stdout.splitlines()), check
+        assert any(check in line for line in lines[install:run]), check
 
 
 def test_a_venv_from_an_unsupported_python_is_recreated(tmp_path: Path) -> None:

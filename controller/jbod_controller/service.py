@@ -468,9 +468,7 @@ class ControllerService:
         started = time.perf_counter()
 
         def work() -> tuple[int, int]:
-            count = copy.record_count()
-            entries = (frames.encode_snapshot_entry(r.TYPE, r.to_data()) for r in copy.iter_records())
-            self.record_log.write_snapshot(copy.end_offset, entries, count=count)
+            count = write_image_snapshot(self.record_log, copy)
             deleted = self.record_log.delete_segments_before(
                 copy.end_offset, keep_bytes=self.config.log_retention_bytes
             )
@@ -496,6 +494,15 @@ class ControllerService:
         if snapshot is None:
             return None
         return snapshot.offset, snapshot.entries
+
+
+def write_image_snapshot(record_log: RecordLog, image: ClusterImage) -> int:
+    """Write `image` to `record_log` as the snapshot at its end offset, one snapshot entry per
+    record of `ClusterImage.iter_records`; returns the number of records."""
+    count = image.record_count()
+    entries = (frames.encode_snapshot_entry(r.TYPE, r.to_data()) for r in image.iter_records())
+    record_log.write_snapshot(image.end_offset, entries, count=count)
+    return count
 
 
 def _log_transition(was_fenced: bool, reply: BrokerHeartbeatReply, request: BrokerHeartbeatRequest) -> None:

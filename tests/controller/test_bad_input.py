@@ -104,6 +104,25 @@ def valid_bodies(api: Api, brokers: dict[int, Broker], topic_id: str) -> dict[st
     }
 
 
+def test_the_valid_bodies_are_accepted_and_applied(api: Api) -> None:
+    """What the checks below rest on: each body they break one field of (and send with a wrong
+    token, to see it not applied) is accepted and writes to the log when sent as it is. Run on a
+    controller of its own set up like the module's, in an order where every body changes something."""
+    brokers = bring_up(api, [1, 2])
+    topic_id = api.create_topic("existing", replicaAssignment=[[1, 2]])["topicId"]
+    bodies = valid_bodies(api, brokers, topic_id)
+    order = ["/v1/partitions/alter", "/v1/assignments", "/v1/brokers/register", "/v1/topics"]
+    order.append("/v1/brokers/heartbeat")  # last: it fences broker 1
+    assert sorted(order) == POST_ENDPOINTS
+    for endpoint in order:
+        end = api.end_offset()
+        response = post_raw(api, endpoint, json.dumps(bodies[endpoint]).encode())
+        assert response.status_code == 200, f"{endpoint}: HTTP {response.status_code} {response.text}"
+        reply = response.json()
+        assert reply["errorCode"] == 0, f"{endpoint}: {reply}"
+        assert api.end_offset() > end, f"{endpoint}: the valid body changed nothing: {reply}"
+
+
 def set_path(body: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     out = copy.deepcopy(body)
     target: Any = out

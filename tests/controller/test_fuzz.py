@@ -4,7 +4,9 @@ Bodies mix well-typed fields that name real brokers, dirs and topics (so many re
 validation and reach the decisions) with arbitrary JSON values, missing fields and non-object
 bodies. Every reply must be HTTP 200 with an error code the contract lists for that endpoint, or
 HTTP 400 with errorCode 42 — never 500 — and afterwards the controller must be alive, ready, free
-of tracebacks, and its read API must agree with a replay of its metadata log.
+of tracebacks, and its read API must agree with a replay of its metadata log. A share of the
+bodies must get past the validation to a decision (and, for the two per-partition endpoints, to
+per-partition results), so that the checks of those replies run at all.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,7 +134,14 @@ def body(
     return out
 
 
-def strategies(known: Known) -> dict[str, st.SearchStrategy[Any]]:
+def strategies(known: Known, *, junk: bool) -> dict[str, st.SearchStrategy[Any]]:
+    """The bodies per endpoint; with `junk`, any nested field may also be any JSON value (without,
+    a well-typed body is well-typed all through, so it reaches the per-partition decisions)."""
+
+    def nested(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return field(good) if junk else good
+
+    least = 0 if junk else 1  # well-typed bodies name at least one partition (empty lists: junk's)
     broker_id = st.sampled_from(known.broker_ids) | st.integers(-(2**31), 2**31 - 1)
     epoch = st.sampled_from(known.epochs) | st.integers(-(2**63), 2**63 - 1)
     a_dir = st.sampled_from([*known.dirs, UNASSIGNED, LOST, MIGRATING]) | st.uuids().map(
@@ -181,21 +191,24 @@ def strategies(known: Known) -> dict[str, st.SearchStrategy[Any]]:
                 "directories": st.lists(
                     st.fixed_dictionaries(
                         {
-                            "id": field(a_dir),
+                            "id": nested(a_dir),
                             "topics": st.lists(
                                 st.fixed_dictionaries(
                                     {
-                                        "topicId": field(topic_id),
+                                        "topicId": nested(topic_id),
                                         "partitions": st.lists(
-                                            st.fixed_dictionaries({"partitionIndex": field(index)}),
+                                            st.fixed_dictionaries({"partitionIndex": nested(index)}),
+                                            min_size=least,
                                             max_size=3,
                                         ),
                                     }
                                 ),
+                                min_size=least,
                                 max_size=2,
                             ),
                         }
                     ),
+                    min_size=least,
                     max_size=2,
                 ),
             },
@@ -208,20 +221,22 @@ def strategies(known: Known) -> dict[str, st.SearchStrategy[Any]]:
                 "topics": st.lists(
                     st.fixed_dictionaries(
                         {
-                            "topicId": field(topic_id),
+                            "topicId": nested(topic_id),
                             "partitions": st.lists(
                                 st.fixed_dictionaries(
                                     {
-                                        "partitionIndex": field(index),
-                                        "leaderEpoch": field(st.integers(-1, 4)),
-                                        "partitionEpoch": field(st.integers(-1, 6)),
-                                        "newIsr": field(small_ints),
+                                        "partitionIndex": nested(index),
+                                        "leaderEpoch": nested(st.integers(-1, 4)),
+                                        "partitionEpoch": nested(st.integers(-1, 6)),
+                                        "newIsr": nested(small_ints),
                                     }
                                 ),
+                                min_size=least,
                                 max_size=3,
                             ),
                         }
                     ),
+                    min_size=least,
                     max_size=2,
                 ),
             },
@@ -263,7 +278,9 @@ def fuzz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api
             api.close()
 
 
-def check_reply(endpoint: str, response: httpx.Response, sent: bytes) -> None:
+def check_reply(endpoint: str, response: httpx.Response, sent: bytes) -> str:
+    """Checks one reply; says how far the request got: "rejected" (400/42), "refused" (a
+    decision's error code), "accepted" (0) or "per-partition" (0 with partition results)."""
     what = f"{endpoint} {sent[:300]!r}"
     assert response.status_code in (200, 400), f"{what}: HTTP {response.status_code} {response.text}"
     reply = response.json()
@@ -272,17 +289,20 @@ def check_reply(endpoint: str, response: httpx.Response, sent: bytes) -> None:
     if response.status_code == 400:
         assert code == 42, f"{what}: {reply}"
         assert isinstance(reply["errorMessage"], str) and reply["errorMessage"], what
-        return
+        return "rejected"
     assert code in ALLOWED_CODES[endpoint], f"{what}: {reply}"
     if code != 0:
         assert reply.get("errorMessage"), f"{what}: {reply}"
-    if endpoint in PARTITION_CODES and code == 0:
-        if endpoint == "/v1/assignments":
-            nested = [p for d in reply["directories"] for t in d["topics"] for p in t["partitions"]]
-        else:
-            nested = [p for t in reply["topics"] for p in t["partitions"]]
-        for result in nested:
-            assert result["errorCode"] in PARTITION_CODES[endpoint], f"{what}: {reply}"
+        return "refused"
+    if endpoint not in PARTITION_CODES:
+        return "accepted"
+    if endpoint == "/v1/assignments":
+        nested = [p for d in reply["directories"] for t in d["topics"] for p in t["partitions"]]
+    else:
+        nested = [p for t in reply["topics"] for p in t["partitions"]]
+    for result in nested:
+        assert result["errorCode"] in PARTITION_CODES[endpoint], f"{what}: {reply}"
+    return "per-partition" if nested else "accepted"
 
 
 @pytest.mark.parametrize("endpoint", sorted(ALLOWED_CODES))
@@ -291,6 +311,7 @@ def test_random_bodies_never_500(fuzz_cluster: tuple[Api, Known], endpoint: str)
     known.refresh(api)
     token = api.proc.admin_token if endpoint == "/v1/topics" else api.proc.cluster_token
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    outcomes: Counter[str] = Counter()
 
     with httpx.Client(base_url=api.proc.url, timeout=60, headers=headers) as client:
 
@@ -300,13 +321,20 @@ def test_random_bodies_never_500(fuzz_cluster: tuple[Api, Known], endpoint: str)
             database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         )
-        @given(strategies(known)[endpoint])
+        @given(st.one_of(strategies(known, junk=False)[endpoint], strategies(known, junk=True)[endpoint]))
         def run(value: Any) -> None:
             sent = json.dumps(value).encode()
-            check_reply(endpoint, client.post(endpoint, content=sent), sent)
+            outcomes[check_reply(endpoint, client.post(endpoint, content=sent), sent)] += 1
 
         run()
 
+    # The bodies are meant to reach the decisions, not only the validation: a controller that
+    # answered every body with 400/42 (or refused every well-formed one) would pass the checks above.
+    print(f"{endpoint}: {dict(outcomes)}")
+    assert outcomes["rejected"] > 0, outcomes
+    assert outcomes["refused"] + outcomes["accepted"] + outcomes["per-partition"] >= EXAMPLES // 5, outcomes
+    if endpoint in PARTITION_CODES:
+        assert outcomes["per-partition"] >= EXAMPLES // 20, outcomes
     assert api.proc.process is not None and api.proc.process.poll() is None, "the controller died"
     assert httpx.get(f"{api.proc.url}/healthz").status_code == 200
     assert httpx.get(f"{api.proc.url}/readyz").status_code == 200

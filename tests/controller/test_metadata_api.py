@@ -90,19 +90,16 @@ def test_long_poll_returns_when_a_record_commits(api: Api) -> None:
     result: dict[str, Any] = {}
 
     def poll() -> None:
-        started = time.monotonic()
-        with api.proc.broker(timeout=30) as client:
-            response = client.get("/v1/metadata", params={"fromOffset": end, "maxWaitMs": 5000})
-        result["elapsed"] = time.monotonic() - started
-        result["response"] = response
+        # The longest wait allowed (60 s): only the commit can end it within the join below.
+        with api.proc.broker(timeout=90) as client:
+            result["response"] = client.get("/v1/metadata", params={"fromOffset": end, "maxWaitMs": 60_000})
 
-    thread = threading.Thread(target=poll)
-    started = time.monotonic()
+    thread = threading.Thread(target=poll, daemon=True)
     thread.start()
     time.sleep(0.3)  # let the poll reach the server; not an assertion
     created = api.create_topic("woken", numPartitions=1, replicationFactor=1)
     thread.join(timeout=30)
-    assert not thread.is_alive()
+    assert not thread.is_alive(), "the long poll was not woken by the commit"
     response = result["response"]
     assert response.status_code == 200
     body = response.json()
@@ -112,9 +109,6 @@ def test_long_poll_returns_when_a_record_commits(api: Api) -> None:
     assert first["offset"] == end
     assert first["type"] == "TopicRecord"
     assert first["data"]["topicId"] == created["topicId"]
-    # It came back well before its 5 s deadline: the commit woke it.
-    assert result["elapsed"] < 4.5, result["elapsed"]
-    assert time.monotonic() - started < 4.5
 
 
 def test_long_poll_times_out_empty(api: Api) -> None:

@@ -306,27 +306,33 @@ _event = st.one_of(
 def test_an_idle_partition_in_a_session_is_caught_up_exactly_as_if_listed_every_time(
     events: list[tuple[str, int]],
 ) -> None:
-    """The leader looks at a session partition only when listed, marked (an append) or behind;
-    its caught-up time must equal Kafka's rule applied at every request."""
+    """The follower's builder lists the partition only when its position changed, and the
+    leader's session looks at it only when listed, marked (an append) or behind (`to_check`, as
+    the agent's leader does); its caught-up time must equal Kafka's rule applied at every request."""
     every = FollowerProgress(last_caught_up_ms=0)  # listed in every request
     lazy = FollowerProgress(last_caught_up_ms=0)  # looked at as the session rules say
-    clock = SessionClock()
-    leader_end, offset, sent_offset = 0, 0, -1
-    marked = pending = False
+    builder: FetchSessionBuilder[str] = FetchSessionBuilder(max_partitions=1)
+    session: LeaderSession[str] = LeaderSession(session_id=1, replica_id=2)
+    leader_end, offset = 0, 0
     now = 0.0
     for kind, value in events:
         now += 100
         if kind == "append":
             leader_end += value
-            marked = True
+            session.mark("p")
             assert lazy.caught_up_ms() == every.last_caught_up_ms
             continue
         offset = offset + (leader_end - offset) * value // 100
         every.on_fetch(offset, leader_end, now)
-        if offset != sent_offset or marked or pending:
-            lazy.on_fetch(offset, leader_end, now, session=clock)
-        clock.last_fetch_ms = now
-        sent_offset, marked, pending = offset, False, offset < leader_end
+        full = builder.needs_full
+        plan = builder.full({"p": _at(offset)}) if full else builder.incremental({"p": _at(offset)})
+        assert builder.on_reply(plan, session_id=session.session_id, error_code=0)
+        listed, _ = session.update(plan.partitions, plan.forgotten)
+        for key in listed if full else session.to_check(listed):
+            lazy.on_fetch(offset, leader_end, now, session=session.clock)
+            if offset < leader_end:
+                session.keep_checking(key)
+        session.clock.last_fetch_ms = now
         assert lazy.caught_up_ms() == every.last_caught_up_ms
         assert lazy.end_offset == every.end_offset
 

@@ -149,8 +149,10 @@ def test_line_numbers_are_exact_across_many_splits(spark: SparkSession, tmp_path
     try:
         read = inputs.read_metadata(spark, str(path))
         numbered = read.records.select("offset", "pos").collect()
+        splits = read.cache.where("problem IS NOT NULL").select("_pid").distinct().count()
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert splits == len(broken), "each broken line is read in another split"
     assert {b.line for b in read.report.examples} == broken
     by_position = [r["offset"] for r in sorted(numbered, key=lambda r: r["pos"])]
     assert by_position == sorted(by_position) and len(by_position) == 3000 - len(broken)

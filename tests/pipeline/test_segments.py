@@ -14,6 +14,7 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
+from jbod_controller import service
 from jbod_controller.record_log import FileRecordLog
 from jbod_core import frames, records
 from jbod_core.image import ClusterImage
@@ -88,14 +89,13 @@ def _write_log(directory: Path, lines: list[str], *, segment_bytes: int, per_flu
 
 
 def _snapshot(log: FileRecordLog, lines: list[str], offset: int) -> None:
-    """A snapshot at `offset` exactly as the controller cuts one (`ControllerService._write_snapshot`)."""
+    """A snapshot at `offset`, cut by the controller's own code from the image of the records below it."""
     image = ClusterImage()
     for line in lines[:offset]:
         entry = json.loads(line)
         image.replay(records.decode(entry["type"], entry["data"]), entry["offset"])
-    image.end_offset = offset
-    entries = (orjson.dumps({"type": r.TYPE, "data": r.to_data()}) for r in image.iter_records())
-    log.write_snapshot(offset, entries, count=image.record_count())
+    assert image.end_offset == offset
+    service.write_image_snapshot(log, image)
 
 
 def _generated(tmp_path: Path) -> list[str]:
