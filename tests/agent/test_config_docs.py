@@ -10,6 +10,7 @@ import pytest
 
 from jbod_agent import config
 from jbod_agent.config import ConfigError
+from jbod_core.meta_properties import parse_properties
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
@@ -23,10 +24,17 @@ def properties_blocks() -> list[str]:
 @pytest.mark.parametrize("block", properties_blocks())
 def test_the_documented_example_parses(block: str) -> None:
     parsed = config.parse_config(block)
-    # Every key the example sets is used with the value it shows.
-    assert parsed.log_dir_probe_interval_ms == 1000
-    assert parsed.log_dir_failure_timeout_ms == 30000
-    assert [str(p) for p in parsed.log_dirs] == ["/mnt/disk0", "/mnt/disk1", "/mnt/disk2"]
+    shown = parse_properties(block)
+    # The values the example shows (read from the block, not copied from it) ...
+    assert parsed.log_dir_probe_interval_ms == int(shown["log.dir.probe.interval.ms"])
+    assert parsed.log_dir_failure_timeout_ms == int(shown["log.dir.failure.timeout.ms"])
+    assert parsed.log_dirs == tuple(Path(p) for p in shown["log.dirs"].split(","))
+    # ... are the ones used: each number it sets, changed, changes the config (the example may
+    # show a default, which an ignored key would also give).
+    for key, value in shown.items():
+        if value.isdigit():
+            changed = block.replace(f"{key}={value}\n", f"{key}={int(value) + 1}\n")
+            assert config.parse_config(changed) != parsed, f"{key}={value} is not used"
 
 
 BASE = (

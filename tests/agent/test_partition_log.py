@@ -100,6 +100,11 @@ def segment_logs(path: Path) -> list[Path]:
     return sorted(path.glob("*.log"))
 
 
+def checkpoint_text(entries: list[tuple[int, int]]) -> str:
+    """The leader-epoch-checkpoint file holding `entries` (version 0, a count, then one line each)."""
+    return f"0\n{len(entries)}\n" + "".join(f"{epoch} {start}\n" for epoch, start in entries)
+
+
 # -- empty logs --------------------------------------------------------------------------------
 
 
@@ -907,6 +912,7 @@ class LogMachine(RuleBasedStateMachine):
         self.options = {"segment_bytes": 220, "index_interval_bytes": 60}
         self.log = PartitionLog.open(self.path, **self.options)
         self.records: list[Record] = []
+        self.frame_bases: list[int] = []  # the base offset of every frame the log holds, in order
         self.start = 0
         self.epoch = 0
 
@@ -928,6 +934,7 @@ class LogMachine(RuleBasedStateMachine):
         self.epoch += new_epoch
         base = self.log.append_as_leader(records, leader_epoch=self.epoch, timestamp_ms=1)
         assert base == self.end
+        self.frame_bases.append(base)
         self.records.extend((base + i, key, value) for i, (key, value) in enumerate(records))
 
     @rule(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4), value=st.binary(max_size=50))
@@ -937,6 +944,7 @@ class LogMachine(RuleBasedStateMachine):
         for size in sizes:
             records: list[tuple[bytes | None, bytes]] = [(None, value)] * size
             parts.append(record_batch.encode_batch(offset, self.epoch, 1, records))
+            self.frame_bases.append(offset)
             self.records.extend((offset + i, None, value) for i in range(size))
             offset += size
         assert self.log.append_replicated(b"".join(parts)) == self.end
@@ -944,27 +952,37 @@ class LogMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def truncate_to(self, data: st.DataObject) -> None:
         offset = data.draw(st.integers(self.start, self.end))
+        # The cut lands on the start of the frame holding `offset` (at the end: nothing is cut).
+        cut = offset if offset == self.end else max(b for b in self.frame_bases if b <= offset)
         self.log.truncate_to(offset)
-        # The cut lands on the start of the frame holding `offset`.
-        assert self.log.end_offset <= offset
-        self.records = [r for r in self.records if r[0] < self.log.end_offset]
-        assert self.end == self.log.end_offset
+        assert self.log.end_offset == cut
+        self.records = [r for r in self.records if r[0] < cut]
+        self.frame_bases = [b for b in self.frame_bases if b < cut]
 
     @rule(gap=st.integers(0, 5))
     def truncate_fully_and_start_at(self, gap: int) -> None:
         self.start = self.end + gap
         self.records = []
+        self.frame_bases = []
         self.log.truncate_fully_and_start_at(self.start)
 
     @precondition(lambda self: self.records)
     @rule(data=st.data())
     def apply_retention(self, data: st.DataObject) -> None:
-        self.log.high_watermark = data.draw(st.integers(self.start, self.end))
+        high_watermark = data.draw(st.integers(self.start, self.end))
+        self.log.high_watermark = high_watermark
         self.log.retention_bytes = data.draw(st.integers(0, 1500))
         self.log.apply_retention(now_ms=0)
-        assert self.log.log_start_offset >= self.start
-        self.start = self.log.log_start_offset
-        self.records = [r for r in self.records if r[0] >= self.start]
+        # Whole segments go, never one holding offsets at or above the high watermark: the log
+        # now starts where it did, or at a frame boundary not past the high watermark.
+        start = self.log.log_start_offset
+        assert start == self.start or (start in self.frame_bases and start <= high_watermark), (
+            start,
+            high_watermark,
+        )
+        self.start = start
+        self.records = [r for r in self.records if r[0] >= start]
+        self.frame_bases = [b for b in self.frame_bases if b >= start]
 
     @rule()
     def reopen(self) -> None:
@@ -1021,7 +1039,8 @@ def test_a_damaged_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path) 
         reopened = PartitionLog.open(path, segment_bytes=4096)
         assert reopened.epoch_entries() == expected == [(0, 0), (2, 4), (5, 8)]
         reopened.close()
-        assert PartitionLog.open(path).epoch_entries() == expected  # and rewritten
+        # ... and rewritten: the next open reads it instead of rebuilding again.
+        assert (path / EPOCH_CHECKPOINT).read_text() == checkpoint_text(expected)
 
 
 def test_a_new_epoch_costs_no_fsync_until_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1061,4 +1080,5 @@ def test_a_checkpoint_older_than_the_batches_is_rebuilt_from_them(tmp_path: Path
     assert reopened.epoch_entries() == expected
     assert reopened.epoch_end_offset(3) == (3, 6)
     reopened.close()
-    assert PartitionLog.open(path).epoch_entries() == expected  # and rewritten
+    # ... and rewritten: the stale checkpoint is replaced by the rebuilt history.
+    assert (path / EPOCH_CHECKPOINT).read_text() == checkpoint_text(expected)

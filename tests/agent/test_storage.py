@@ -112,19 +112,19 @@ def test_missing_directory_id_is_generated_and_written(tmp_path: Path) -> None:
     assert {d.path: d.directory_id for d in [*again.online, again.metadata_dir]} == generated
 
 
+class Scripted(random.Random):
+    """Yields the given words first (msb, lsb of each id to draw), then random ones."""
+
+    def __init__(self, words: list[int]) -> None:
+        super().__init__(0)
+        self.words = words
+
+    def getrandbits(self, k: int) -> int:
+        return self.words.pop(0) if self.words else super().getrandbits(k)
+
+
 def test_generated_id_avoids_ids_already_on_disk(tmp_path: Path) -> None:
     data, meta = dirs(tmp_path, 2)
-
-    class Scripted(random.Random):
-        """Yields the bits of an existing id, a reserved id, then a fresh one."""
-
-        def __init__(self, words: list[int]) -> None:
-            super().__init__(0)
-            self.words = words
-
-        def getrandbits(self, k: int) -> int:
-            return self.words.pop(0) if self.words else super().getrandbits(k)
-
     existing = Uuid(0x11, 0x22)
     format_dir(data[0], directory_id=existing)
     format_dir(data[1], with_id=False)
@@ -347,17 +347,20 @@ def test_format_on_start_write_failure(tmp_path: Path) -> None:
 
 
 def test_plan_format_ids_are_fresh_and_unique(tmp_path: Path) -> None:
+    """Every draw that breaks a rule is drawn again: the kept dir's id, a reserved id, an id whose
+    text starts with '-', and the id just given to the first new dir."""
     kept_id = Uuid(0x7, 0x7)
     format_dir(tmp_path / "kept", directory_id=kept_id)
-    states = [storage.inspect(tmp_path / "kept")] + [storage.inspect(tmp_path / f"e{i}") for i in range(50)]
+    states = [storage.inspect(tmp_path / "kept")] + [storage.inspect(tmp_path / f"e{i}") for i in range(2)]
+    first, second = Uuid(0x51, 0x52), Uuid(0x53, 0x54)
+    dash = Uuid(0xF800_0000_0000_0001, 9)
+    assert str(dash).startswith("-") and Uuid(0, 5).is_reserved
+    draws = [0x7, 0x7, 0, 5, 0xF800_0000_0000_0001, 9, 0x51, 0x52, 0x51, 0x52, 0x53, 0x54]
     plan = storage.plan_format(
-        states, cluster_id=CLUSTER, node_id=NODE, ignore_formatted=True, rng=random.Random(1)
+        states, cluster_id=CLUSTER, node_id=NODE, ignore_formatted=True, rng=Scripted(draws)
     )
     assert plan.kept == (tmp_path / "kept",)
-    new_ids = [props.directory_id for _, props in plan.writes]
-    assert len(new_ids) == 50
-    assert len(set(new_ids)) == 50
-    assert kept_id not in new_ids
+    assert [props.directory_id for _, props in plan.writes] == [first, second]
     for props in (p for _, p in plan.writes):
         assert props.directory_id is not None and not props.directory_id.is_reserved
         assert not str(props.directory_id).startswith("-")

@@ -37,7 +37,6 @@ def test_leader_dir_fails_at_runtime_with_eio(cluster: Cluster) -> None:
     ]
     assert hosted and led, "broker 1 should lead some partitions in its first dir"
 
-    started = time.monotonic()
     cluster.mounts[(1, 0)].shutdown()  # every I/O on the volume now returns EIO
 
     def moved() -> bool:
@@ -48,8 +47,6 @@ def test_leader_dir_fails_at_runtime_with_eio(cluster: Cluster) -> None:
         )
 
     wait_for(moved, timeout=15, what="leadership and ISR to leave the failed dir")
-    detected_in = time.monotonic() - started
-    assert detected_in < 15
     after = cluster.admin.describe_topic("orders")
     for i in hosted:
         assert 1 in after["partitions"][i]["offlineReplicas"]

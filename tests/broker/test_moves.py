@@ -54,13 +54,32 @@ def _assigned(cluster: Cluster) -> str:
     return directory
 
 
+def _copied(cluster: Cluster, directory: str) -> int:
+    """The bytes copied so far into the future replica in `directory` (0 when there is none)."""
+    return sum(
+        r["copiedBytes"]
+        for d in cluster.log_dirs(1)
+        if d["directoryId"] == directory
+        for r in d["replicas"]
+        if r["future"]
+    )
+
+
 def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Cluster) -> None:
     source, other, values = _setup(cluster)
-    reply = _move(cluster, 1, {"topic": "t", "partition": 0, "directoryId": other})
-    assert reply.json() == {"errorCode": 0, "outcome": "started"}
+    slow = {"topic": "t", "partition": 0, "directoryId": other, "maxBytesPerSecond": 100_000}
+    assert _move(cluster, 1, slow).json() == {"errorCode": 0, "outcome": "started"}
+    # Mid-copy (a tenth of the 2 MB at 100 kB/s): still placed, and served, in the source dir.
+    wait_for(lambda: _copied(cluster, other) >= 200_000, what="a tenth of the copy")
+    assert _assigned(cluster) == source
+    assert _where(cluster) == {source: [False], other: [True]}
     # Writes continue during the move.
     extra = [os.urandom(1000) for _ in range(300)]
     assert produce(cluster, 1, "t", 0, extra)["errorCode"] == 0
+    assert _assigned(cluster) == source
+    # Unthrottled from now on: the copy catches up, and only then does the placement switch.
+    fast = {**slow, "maxBytesPerSecond": 10**9}
+    assert _move(cluster, 1, fast).json() == {"errorCode": 0, "outcome": "in-progress"}
     wait_for(lambda: _where(cluster) == {source: [], other: [False]}, timeout=30, what="the move to finish")
     assert _assigned(cluster) == other
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == values + extra

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import time
 
@@ -49,8 +50,15 @@ def test_acks_all_is_replicated_to_every_isr_member_and_fetchable(cluster: Clust
     assert (fire["errorCode"], fire["baseOffset"]) == (0, -1)
     wait_for(lambda: fetch(cluster, lead, "orders", 0, 0)["highWatermark"] == 501, what="HW 501")
     assert fetch_all(cluster, lead, "orders", 0)[-1] == (500, b"fire-and-forget")
-    # A long-poll fetch at the end waits for new data and returns it.
-    assert fetch(cluster, lead, "orders", 0, 501, max_wait_ms=200)["records"] == []
+    # A long-poll fetch at the end waits for new data and returns it, woken by it (long before its
+    # 30 s are up).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(fetch, cluster, lead, "orders", 0, 501, max_wait_ms=30_000)
+        time.sleep(0.5)
+        assert not waiting.done(), waiting.result()  # still waiting: nothing past offset 500 yet
+        assert produce(cluster, lead, "orders", 0, [b"late"])["errorCode"] == 0
+        woken = waiting.result(timeout=15)
+    assert [(r["offset"], r["value"]) for r in woken["records"]] == [(501, b"late")]
     # Every follower holds the data on disk.
     for node in (1, 2, 3):
         sizes = [

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,13 +166,10 @@ def test_unreachable_broker_is_one_line(cluster: Cluster) -> None:
 
 
 def test_produce_to_an_unreachable_leader_fails_after_the_timeout(cluster: Cluster) -> None:
-    started = time.monotonic()
     result = cluster.run("produce", "orders", "--timeout", "1", stdin="a\nb\nc\n")
-    elapsed = time.monotonic() - started
     assert_one_line_error(result, "3 of 3 records not produced to orders")
     assert "NETWORK_OR_TIMEOUT (errorCode -1)" in result.stderr
     assert f"127.0.0.1:{cluster.dead_port}" in result.stderr
-    assert elapsed < 20
 
 
 def test_consume_from_an_unreachable_leader_reports_it(cluster: Cluster) -> None:
