@@ -49,7 +49,7 @@ log = logging.getLogger("jbod_agent")
 
 
 class Agent:
-    def __init__(
+    def __init__(  # noqa: PLR0913  config, storage and token, then the three ports a test replaces (link, clock, prober)
         self,
         config: BrokerConfig,
         storage: LoadedStorage,

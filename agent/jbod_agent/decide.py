@@ -160,26 +160,39 @@ def decide(s: Snapshot) -> Plan:
     becomes_ready = not s.ready_to_unfence and ready_to_unfence(s)
     if becomes_ready:
         actions.append(Action(ActionKind.READY_TO_UNFENCE, "caught up and every placement confirmed"))
-    if not s.heartbeat_in_flight:
-        unsent = [f.directory_id for f in s.failed_dirs if f.directory_id not in s.sent_offline_dirs]
-        interval = s.heartbeat_interval_ms / 1000
-        if s.fenced or not (s.ready_to_unfence or becomes_ready):
-            interval = min(interval, FENCED_HEARTBEAT_INTERVAL)
-        due = s.now if s.last_heartbeat_at is None else s.last_heartbeat_at + interval
-        if unsent:
-            actions.append(Action(ActionKind.HEARTBEAT, f"log dir(s) {_names(unsent)} failed"))
-        elif becomes_ready:
-            actions.append(Action(ActionKind.HEARTBEAT, "ready to be unfenced"))
-        elif s.now >= due:
-            actions.append(Action(ActionKind.HEARTBEAT, "heartbeat interval"))
-        else:
+    for action, due in (_heartbeat(s, becomes_ready=becomes_ready), _placements(s)):
+        if action is not None:
+            actions.append(action)
+        if due is not None:
             deadlines.append(due)
-    if not s.placements_in_flight and s.placements_due_at is not None:
-        if s.placements_due_at <= s.now:
-            actions.append(Action(ActionKind.SEND_PLACEMENTS, f"{s.queued_placements} placement(s) queued"))
-        else:
-            deadlines.append(s.placements_due_at)
     return Plan(tuple(actions), _earliest(deadlines))
+
+
+def _heartbeat(s: Snapshot, *, becomes_ready: bool) -> tuple[Action | None, float | None]:
+    """(the heartbeat to send now, or None; when the next one is due if not now)."""
+    if s.heartbeat_in_flight:
+        return None, None
+    unsent = [f.directory_id for f in s.failed_dirs if f.directory_id not in s.sent_offline_dirs]
+    interval = s.heartbeat_interval_ms / 1000
+    if s.fenced or not (s.ready_to_unfence or becomes_ready):
+        interval = min(interval, FENCED_HEARTBEAT_INTERVAL)
+    due = s.now if s.last_heartbeat_at is None else s.last_heartbeat_at + interval
+    if unsent:
+        return Action(ActionKind.HEARTBEAT, f"log dir(s) {_names(unsent)} failed"), None
+    if becomes_ready:
+        return Action(ActionKind.HEARTBEAT, "ready to be unfenced"), None
+    if s.now >= due:
+        return Action(ActionKind.HEARTBEAT, "heartbeat interval"), None
+    return None, due
+
+
+def _placements(s: Snapshot) -> tuple[Action | None, float | None]:
+    """(sending the queued placements now, or None; when they are due if not now)."""
+    if s.placements_in_flight or s.placements_due_at is None:
+        return None, None
+    if s.placements_due_at <= s.now:
+        return Action(ActionKind.SEND_PLACEMENTS, f"{s.queued_placements} placement(s) queued"), None
+    return None, s.placements_due_at
 
 
 def _earliest(deadlines: list[float]) -> float | None:

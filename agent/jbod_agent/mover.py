@@ -43,7 +43,7 @@ from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
-from jbod_agent.state import AgentState
+from jbod_agent.state import AgentState, LocalReplica, LogDirState
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -151,27 +151,11 @@ class Mover:
     # -- requests ------------------------------------------------------------------------------
 
     def request_move(self, request: MoveReplicaRequest) -> dict[str, Any]:
-        broker = self.state
+        try:
+            key, local, state = self._movable(request)
+        except _MoveRefusedError as refused:
+            return _error(refused.code, refused.message)
         destination = request.directory_id
-        state = broker.dirs.get(destination)
-        if state is None:
-            return _error(
-                ErrorCode.LOG_DIR_NOT_FOUND, f"broker {broker.node_id} has no log dir {destination}"
-            )
-        if state.health is DirHealth.OFFLINE:
-            return _error(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is offline")
-        topic_id = broker.image.topic_ids_by_name.get(request.topic)
-        key = (topic_id, request.partition) if topic_id is not None else None
-        if key is not None and key in broker.offline_local:
-            return _error(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir"
-            )
-        local = broker.local.get(key) if key is not None else None
-        if key is None or local is None or key not in self.manager.partitions:
-            return _error(
-                ErrorCode.REPLICA_NOT_AVAILABLE,
-                f"broker {broker.node_id} does not host {request.topic}-{request.partition}",
-            )
         current = self.moves.get(key)
         if local.directory_id == destination:
             if current is not None and current.active:
@@ -186,7 +170,41 @@ class Mover:
                     current.rate = request.max_bytes_per_second
                 return {"errorCode": 0, "outcome": "in-progress"}
             self.cancel(key, f"replaced by a move to {destination}")
-        rate = request.max_bytes_per_second or broker.config.replica_move_max_bytes_per_second
+        self._start(key, local, state, request)
+        return {"errorCode": 0, "outcome": "started"}
+
+    def _movable(self, request: MoveReplicaRequest) -> tuple[PartitionKey, LocalReplica, LogDirState]:
+        """(the replica's key, where it is, the destination dir); `_MoveRefusedError` when the destination
+        is unknown or offline, or the replica is not served here."""
+        broker = self.state
+        destination = request.directory_id
+        state = broker.dirs.get(destination)
+        if state is None:
+            raise _MoveRefusedError(
+                ErrorCode.LOG_DIR_NOT_FOUND, f"broker {broker.node_id} has no log dir {destination}"
+            )
+        if state.health is DirHealth.OFFLINE:
+            raise _MoveRefusedError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {destination} is offline")
+        topic_id = broker.image.topic_ids_by_name.get(request.topic)
+        key = (topic_id, request.partition) if topic_id is not None else None
+        if key is not None and key in broker.offline_local:
+            raise _MoveRefusedError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir"
+            )
+        local = broker.local.get(key) if key is not None else None
+        if key is None or local is None or key not in self.manager.partitions:
+            raise _MoveRefusedError(
+                ErrorCode.REPLICA_NOT_AVAILABLE,
+                f"broker {broker.node_id} does not host {request.topic}-{request.partition}",
+            )
+        return key, local, state
+
+    def _start(
+        self, key: PartitionKey, local: LocalReplica, state: LogDirState, request: MoveReplicaRequest
+    ) -> None:
+        """Start copying the replica into a future replica in `state`'s dir."""
+        destination = request.directory_id
+        rate = request.max_bytes_per_second or self.state.config.replica_move_max_bytes_per_second
         name = replicas.replica_dir_name(local.topic, key[1])
         move = Move(
             key=key,
@@ -205,7 +223,6 @@ class Mover:
             destination,
             "unthrottled" if rate <= 0 else f"{rate} B/s",
         )
-        return {"errorCode": 0, "outcome": "started"}
 
     def destination_of(self, key: PartitionKey) -> Uuid | None:
         move = self.moves.get(key)
@@ -266,15 +283,7 @@ class Mover:
                     await asyncio.to_thread(_follow_truncation, move, source)
                     continue
                 if future.end_offset < source.end_offset:
-                    chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
-                    data = source.read(future.end_offset, chunk)
-                    started = time.monotonic()
-                    await asyncio.to_thread(future.append_replicated, data)
-                    move.copied_bytes += len(data)
-                    if move.rate > 0:
-                        pause = len(data) / move.rate - (time.monotonic() - started)
-                        if pause > 0:
-                            await asyncio.sleep(pause)
+                    await _copy_chunk(move, source, future)
                     continue
                 if move.state is MoveState.COPYING:
                     move.state = MoveState.QUEUED
@@ -373,6 +382,28 @@ def _follow_truncation(move: Move, source: PartitionLog) -> None:
         future.truncate_fully_and_start_at(source.log_start_offset)
     elif offset < future.end_offset:
         future.truncate_to(offset)
+
+
+async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog) -> None:
+    """Copy the next chunk of the current replica into the future one, keeping to the move's rate."""
+    chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
+    data = source.read(future.end_offset, chunk)
+    started = time.monotonic()
+    await asyncio.to_thread(future.append_replicated, data)
+    move.copied_bytes += len(data)
+    if move.rate > 0:
+        pause = len(data) / move.rate - (time.monotonic() - started)
+        if pause > 0:
+            await asyncio.sleep(pause)
+
+
+class _MoveRefusedError(Exception):
+    """A move request that cannot be served: its error code and message."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -54,6 +54,7 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -301,28 +302,49 @@ def _epoch_end_offset(entries: Sequence[tuple[int, int]], epoch: int, end_offset
     return entries[higher - 1][0], entries[higher][1]
 
 
+def _scan_replica_dir(path: Path) -> list[int]:
+    """The base offsets of the segments in `path`, ascending; deletes the leftovers of interrupted
+    atomic writes and full truncations, and the indexes of deleted segments."""
+    bases: list[int] = []
+    index_bases: set[int] = set()
+    for name in os.listdir(path):
+        if match := _LOG_NAME.fullmatch(name):
+            bases.append(int(match[1]))
+        elif match := _INDEX_NAME.fullmatch(name):
+            index_bases.add(int(match[1]))
+        elif _TEMP_NAME.fullmatch(name):
+            os.unlink(path / name)  # an interrupted atomic write or full truncation
+    bases.sort()
+    for base in sorted(index_bases.difference(bases)):
+        os.unlink(path / f"{base:020d}.index")  # its segment was deleted
+    return bases
+
+
+@dataclass(frozen=True, slots=True)
+class _LogSettings:
+    """The topic settings a log applies: `segment.bytes`, `index.interval.bytes`, `retention.bytes`
+    and `retention.ms` (-1: unlimited)."""
+
+    segment_bytes: int
+    index_interval_bytes: int
+    retention_bytes: int
+    retention_ms: int
+
+
 class PartitionLog:
     """The log of one replica (see the module docstring); build it with `PartitionLog.open`."""
 
     def __init__(
-        self,
-        path: Path,
-        segments: list[_Segment],
-        epochs: list[tuple[int, int]],
-        *,
-        segment_bytes: int,
-        index_interval_bytes: int,
-        retention_bytes: int,
-        retention_ms: int,
+        self, path: Path, segments: list[_Segment], epochs: list[tuple[int, int]], *, settings: _LogSettings
     ) -> None:
         self._path = path
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
         self._epochs = epochs
-        self._segment_bytes = segment_bytes
-        self._index_interval = index_interval_bytes
-        self.retention_bytes = retention_bytes
-        self.retention_ms = retention_ms
+        self._segment_bytes = settings.segment_bytes
+        self._index_interval = settings.index_interval_bytes
+        self.retention_bytes = settings.retention_bytes
+        self.retention_ms = settings.retention_ms
         self._log_start = segments[0].base_offset if segments else 0
         self._end = segments[-1].next_offset if segments else 0
         self._size = sum(segment.size for segment in segments)
@@ -358,18 +380,7 @@ class PartitionLog:
         if index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
         path = Path(path)
-        bases: list[int] = []
-        index_bases: set[int] = set()
-        for name in os.listdir(path):
-            if match := _LOG_NAME.fullmatch(name):
-                bases.append(int(match[1]))
-            elif match := _INDEX_NAME.fullmatch(name):
-                index_bases.add(int(match[1]))
-            elif _TEMP_NAME.fullmatch(name):
-                os.unlink(path / name)  # an interrupted atomic write or full truncation
-        bases.sort()
-        for base in sorted(index_bases.difference(bases)):
-            os.unlink(path / f"{base:020d}.index")  # its segment was deleted
+        bases = _scan_replica_dir(path)
         segments: list[_Segment] = []
         last_batch_epoch = -1
         for number, base in enumerate(bases):
@@ -408,15 +419,8 @@ class PartitionLog:
                 )
                 epochs = _epochs_from_segments(segments)
                 rebuilt = True
-        partition_log = cls(
-            path,
-            segments,
-            epochs,
-            segment_bytes=segment_bytes,
-            index_interval_bytes=index_interval_bytes,
-            retention_bytes=retention_bytes,
-            retention_ms=retention_ms,
-        )
+        settings = _LogSettings(segment_bytes, index_interval_bytes, retention_bytes, retention_ms)
+        partition_log = cls(path, segments, epochs, settings=settings)
         trimmed = partition_log._truncate_epochs_from_start(partition_log._log_start)
         trimmed |= partition_log._truncate_epochs_from_end(partition_log._end)
         if trimmed or rebuilt:

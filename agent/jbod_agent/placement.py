@@ -76,7 +76,7 @@ def choose_dir(dirs: Iterable[DirView]) -> Uuid | None:
     return best.directory_id
 
 
-def decide_replica(
+def decide_replica(  # noqa: PLR0911, PLR0913  the design's table (module docstring): its columns in, a return per row
     key: PartitionKey,
     assigned: Uuid,
     *,

@@ -62,6 +62,44 @@ def free_space(path: Path) -> tuple[int, int]:
     return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
 
 
+def _identity_problem(path: Path, *, device: int, directory_id: Uuid) -> str | None:
+    """Why `path` no longer holds the volume it held at load (another device, a vanished or
+    damaged `meta.properties`, another `directory.id`), or None."""
+    current = os.stat(path).st_dev
+    if current != device:
+        return f"the volume changed under the path (device {device} → {current})"
+    try:
+        props = durable_files.read_meta_properties(path)
+    except FileNotFoundError:
+        return "meta.properties vanished (volume detached or replaced)"
+    except meta_properties.MetaPropertiesError as exc:
+        return f"meta.properties is damaged: {exc}"
+    if props.directory_id != directory_id:
+        return f"directory.id changed from {directory_id} to {props.directory_id} (volume swapped)"
+    return None
+
+
+def _write_reads_back(path: Path, payload: bytes) -> bool:
+    """Write `payload` into the probe file, fsync it and read it back: True (and the file removed)
+    when it reads back byte for byte."""
+    probe = path / PROBE_FILE
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with open(probe, "rb") as handle:
+        if handle.read() != payload:
+            return False
+    # Removed so that the next probe allocates fresh space: rewriting a file that already holds
+    # the payload reuses its blocks and would succeed on a full disk (never ENOSPC, never FULL).
+    os.unlink(probe)
+    return True
+
+
 def probe_dir(path: Path, *, device: int, directory_id: Uuid, payload: bytes) -> ProbeResult:
     started = time.perf_counter()
 
@@ -69,37 +107,11 @@ def probe_dir(path: Path, *, device: int, directory_id: Uuid, payload: bytes) ->
         return ProbeResult(outcome, error, time.perf_counter() - started, total, usable)
 
     try:
-        current = os.stat(path).st_dev
-        if current != device:
-            return result(
-                ProbeOutcome.FAILED, f"the volume changed under the path (device {device} → {current})"
-            )
-        try:
-            props = durable_files.read_meta_properties(path)
-        except FileNotFoundError:
-            return result(ProbeOutcome.FAILED, "meta.properties vanished (volume detached or replaced)")
-        except meta_properties.MetaPropertiesError as exc:
-            return result(ProbeOutcome.FAILED, f"meta.properties is damaged: {exc}")
-        if props.directory_id != directory_id:
-            return result(
-                ProbeOutcome.FAILED,
-                f"directory.id changed from {directory_id} to {props.directory_id} (volume swapped)",
-            )
-        probe = path / PROBE_FILE
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with open(probe, "rb") as handle:
-            if handle.read() != payload:
-                return result(ProbeOutcome.FAILED, "the probe file did not read back as written")
-        # Removed so that the next probe allocates fresh space: rewriting a file that already holds
-        # the payload reuses its blocks and would succeed on a full disk (never ENOSPC, never FULL).
-        os.unlink(probe)
+        problem = _identity_problem(path, device=device, directory_id=directory_id)
+        if problem is not None:
+            return result(ProbeOutcome.FAILED, problem)
+        if not _write_reads_back(path, payload):
+            return result(ProbeOutcome.FAILED, "the probe file did not read back as written")
         total, usable = free_space(path)
     except OSError as exc:
         outcome = classify_io_error(exc)

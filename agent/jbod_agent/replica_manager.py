@@ -374,63 +374,69 @@ class ReplicaManager:
 
     async def produce(self, request: ProduceCall) -> dict[str, Any]:
         records = request.records
-        hosted, code, message = self.lookup(request.topic, request.partition)
+        hosted, code, message = self._admit(request)
         if hosted is None:
-            return {"errorCode": int(code), "errorMessage": message, "baseOffset": -1}
-        admission = replication.produce_admission(request.acks, len(hosted.isr), hosted.min_isr)
-        if admission is not ErrorCode.NONE:
-            return {
-                "errorCode": int(admission),
-                "errorMessage": f"{hosted.name}: ISR {list(hosted.isr)} is smaller than "
-                f"min.insync.replicas={hosted.min_isr}",
-                "baseOffset": -1,
-            }
+            return _produce_error(code, message)
         if not records:
             return {"errorCode": 0, "baseOffset": hosted.log.end_offset}
         try:
             base = hosted.log.append_as_leader(records, leader_epoch=hosted.leader_epoch)
         except OSError as exc:
             self.storage_error(hosted, exc, "appending")
-            return {
-                "errorCode": int(ErrorCode.KAFKA_STORAGE_ERROR),
-                "errorMessage": f"{hosted.name}: the log dir failed while appending",
-                "baseOffset": -1,
-            }
+            return _produce_error(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{hosted.name}: the log dir failed while appending"
+            )
         hosted.dirty = True
         hosted.wake_data_waiters()
         self._update_high_watermark(hosted)
         if request.acks == 0:
             return {"errorCode": 0, "baseOffset": -1}
-        if request.acks == 1:
-            return {"errorCode": 0, "baseOffset": base}
         required = base + len(records)
-        if hosted.log.high_watermark >= required:  # the leader is the whole ISR
+        if (
+            request.acks == 1 or hosted.log.high_watermark >= required
+        ):  # acks=1, or the leader is the whole ISR
             return {"errorCode": 0, "baseOffset": base}
+        return await self._await_isr(hosted, base=base, required=required, timeout_ms=request.timeout_ms)
+
+    def _admit(self, request: ProduceCall) -> tuple[HostedPartition | None, ErrorCode, str]:
+        """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""
+        hosted, code, message = self.lookup(request.topic, request.partition)
+        if hosted is None:
+            return None, code, message
+        admission = replication.produce_admission(request.acks, len(hosted.isr), hosted.min_isr)
+        if admission is not ErrorCode.NONE:
+            return (
+                None,
+                admission,
+                f"{hosted.name}: ISR {list(hosted.isr)} is smaller than min.insync.replicas={hosted.min_isr}",
+            )
+        return hosted, ErrorCode.NONE, ""
+
+    async def _await_isr(
+        self, hosted: HostedPartition, *, base: int, required: int, timeout_ms: int
+    ) -> dict[str, Any]:
+        """The reply to an acks=-1 produce once the high watermark reaches `required` (or not)."""
         waiter: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         hosted.ack_waiters.append((required, waiter))
         try:
-            outcome = await asyncio.wait_for(waiter, request.timeout_ms / 1000)
+            outcome = await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
             with contextlib.suppress(ValueError):
                 hosted.ack_waiters.remove((required, waiter))
-            return {
-                "errorCode": int(ErrorCode.REQUEST_TIMED_OUT),
-                "errorMessage": f"{hosted.name}: not replicated to the ISR within {request.timeout_ms} ms",
-                "baseOffset": -1,
-            }
+            return _produce_error(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{hosted.name}: not replicated to the ISR within {timeout_ms} ms",
+            )
         if outcome is ErrorCode.NOT_ENOUGH_REPLICAS:
-            return {
-                "errorCode": int(outcome),
-                "errorMessage": f"{hosted.name}: the ISR shrank below min.insync.replicas={hosted.min_isr} "
+            return _produce_error(
+                outcome,
+                f"{hosted.name}: the ISR shrank below min.insync.replicas={hosted.min_isr} "
                 "after the records were appended",
-                "baseOffset": -1,
-            }
+            )
         if outcome is not ErrorCode.NONE:
-            return {
-                "errorCode": int(outcome),
-                "errorMessage": f"{hosted.name}: leadership or the log dir was lost before replication",
-                "baseOffset": -1,
-            }
+            return _produce_error(
+                outcome, f"{hosted.name}: leadership or the log dir was lost before replication"
+            )
         return {"errorCode": 0, "baseOffset": base}
 
     def _update_high_watermark(self, hosted: HostedPartition) -> None:
@@ -584,10 +590,41 @@ class ReplicaManager:
             self._leave_session(session, key)
         keys = listed if full else session.to_check(listed)
         states = {key: self._check(session, key) for key in keys}
-        # Progress first: a fetch at offset N proves the follower holds everything below N.
+        self._record_progress(session, states.values(), replica, now=now, cached=cached)
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        answers: dict[PartitionKey, _Answer] = {}
+        budget = request.max_bytes
+        fresh = list(states)
+        while True:
+            news = False
+            for key in fresh:
+                answer = self._answer(request, states[key], budget)
+                answers[key] = answer
+                budget -= len(answer.data)
+                news = news or answer.news
+            remaining = deadline - time.monotonic()
+            if news or remaining <= 0 or not session.partitions:
+                break
+            await self._wait_for_session(session, remaining)
+            # Partitions marked while waiting (data, leadership, ...) are checked again.
+            fresh = [key for key in session.take_dirty() if key in session.partitions]
+            for key in fresh:
+                states[key] = self._check(session, key)
+        return self._reply(session, states, answers, full=full)
+
+    def _record_progress(
+        self,
+        session: fetch_session.LeaderSession[PartitionKey],
+        states: Iterable[_FetchState],
+        replica: int,
+        *,
+        now: float,
+        cached: bool,
+    ) -> None:
+        """Progress first: a fetch at offset N proves the follower holds everything below N."""
         clock = session.clock if cached else None
         expand = False
-        for state in states.values():
+        for state in states:
             hosted = state.hosted
             if hosted is None:
                 continue
@@ -609,26 +646,6 @@ class ReplicaManager:
         session.take_dirty()  # marks from the progress above concern partitions answered below
         if expand:
             self.alter_now.set()
-        deadline = time.monotonic() + request.max_wait_ms / 1000
-        answers: dict[PartitionKey, _Answer] = {}
-        budget = request.max_bytes
-        fresh = list(states)
-        while True:
-            news = False
-            for key in fresh:
-                answer = self._answer(request, states[key], budget)
-                answers[key] = answer
-                budget -= len(answer.data)
-                news = news or answer.news
-            remaining = deadline - time.monotonic()
-            if news or remaining <= 0 or not session.partitions:
-                break
-            await self._wait_for_session(session, remaining)
-            # Partitions marked while waiting (data, leadership, ...) are checked again.
-            fresh = [key for key in session.take_dirty() if key in session.partitions]
-            for key in fresh:
-                states[key] = self._check(session, key)
-        return self._reply(session, states, answers, full=full)
 
     def _check(self, session: fetch_session.LeaderSession[PartitionKey], key: PartitionKey) -> _FetchState:
         position = session.partitions[key].position
@@ -676,17 +693,26 @@ class ReplicaManager:
             return _Answer(entry, b"", True)
         if p.fetch_offset == log_.end_offset or budget <= 0:
             return _Answer(entry, b"", False)
-        try:
-            data = log_.read(p.fetch_offset, min(request.partition_max_bytes, budget))
-        except OffsetOutOfRangeError:
-            entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-            return _Answer(entry, b"", True)
-        except OSError as exc:
-            self.storage_error(hosted, exc, "reading for a follower")
-            entry["errorCode"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        data, error = self._read_for_follower(
+            hosted, p.fetch_offset, min(request.partition_max_bytes, budget)
+        )
+        if error is not ErrorCode.NONE:
+            entry["errorCode"] = int(error)
             return _Answer(entry, b"", True)
         entry["size"] = len(data)
         return _Answer(entry, data, bool(data))
+
+    def _read_for_follower(
+        self, hosted: HostedPartition, offset: int, max_bytes: int
+    ) -> tuple[bytes, ErrorCode]:
+        """(the batches from `offset`, NONE), or (nothing, the error): out of range or a failed dir."""
+        try:
+            return hosted.log.read(offset, max_bytes), ErrorCode.NONE
+        except OffsetOutOfRangeError:
+            return b"", ErrorCode.OFFSET_OUT_OF_RANGE
+        except OSError as exc:
+            self.storage_error(hosted, exc, "reading for a follower")
+            return b"", ErrorCode.KAFKA_STORAGE_ERROR
 
     def _reply(
         self,
@@ -909,6 +935,10 @@ class ReplicaManager:
                 if deleted:
                     log.info("%s: retention deleted %d segment(s)", hosted.name, deleted)
                     hosted.wake_data_waiters()  # the log start offset moved
+
+
+def _produce_error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"errorCode": int(code), "errorMessage": message, "baseOffset": -1}
 
 
 def _client_records(data: bytes, offset: int, high_watermark: int, max_bytes: int) -> list[dict[str, Any]]:

@@ -178,7 +178,7 @@ class LoadPlan:
     ids: dict[Path, Uuid]
 
 
-def plan_load(
+def plan_load(  # noqa: PLR0913  the broker config's storage settings (dirs, node.id, log.dirs.format.on.start, cluster id) and the id generator
     data: Sequence[DirState],
     metadata: DirState,
     *,
@@ -219,7 +219,7 @@ def plan_load(
     return LoadPlan(cluster_id=expected, data_dirs=online, offline=offline, writes=tuple(writes), ids=ids)
 
 
-def load(
+def load(  # noqa: PLR0913  the broker config's storage settings (dirs, node.id, log.dirs.format.on.start, cluster id) and the id generator
     log_dirs: Sequence[Path],
     metadata_dir: Path,
     *,

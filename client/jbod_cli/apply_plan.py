@@ -159,24 +159,30 @@ def _locate(dirs: list[dict[str, Any]], move: PlannedMove) -> tuple[str | None, 
     return current, future
 
 
+@dataclass(frozen=True, slots=True)
+class _Pacing:
+    """How each broker's moves are paced: at most `max_in_flight` at once, each throttled to `rate`
+    bytes per second (None: unthrottled), polled every `poll_interval` seconds until `deadline`
+    (`time.monotonic`)."""
+
+    max_in_flight: int
+    rate: int | None
+    poll_interval: float
+    deadline: float
+
+
 class _BrokerRunner:
     def __init__(
         self,
         client: BrokerClient,
         moves: list[MoveOutcome],
         *,
-        max_in_flight: int,
-        rate: int | None,
-        poll_interval: float,
-        deadline: float,
+        pacing: _Pacing,
         report: Callable[[MoveOutcome], None],
     ) -> None:
         self.client = client
         self.queue = list(moves)
-        self.max_in_flight = max_in_flight
-        self.rate = rate
-        self.poll_interval = poll_interval
-        self.deadline = deadline
+        self.pacing = pacing
         self.report = report
         self.started: dict[int, float] = {}
 
@@ -190,7 +196,7 @@ class _BrokerRunner:
         active: list[MoveOutcome] = []
         first_look = True
         while self.queue or active:
-            if time.monotonic() > self.deadline:
+            if time.monotonic() > self.pacing.deadline:
                 for outcome in [*active, *self.queue]:
                     self._finish(outcome, "failed", "timed out waiting for the move")
                 return
@@ -202,55 +208,65 @@ class _BrokerRunner:
                 return
             still: list[MoveOutcome] = []
             for outcome in active:
-                current, future = _locate(dirs, outcome.move)
-                if current == outcome.move.to_dir and not future:
-                    self._finish(outcome, "done")
-                elif not future and current == outcome.move.from_dir and outcome.detail == "copying":
-                    self._finish(outcome, "failed", "the broker reverted the move")
-                else:
-                    if future:
-                        outcome.detail = "copying"
+                if not self._settled(outcome, dirs):
                     still.append(outcome)
             active = still
-            while self.queue and len(active) < self.max_in_flight:
+            while self.queue and len(active) < self.pacing.max_in_flight:
                 outcome = self.queue.pop(0)
-                move = outcome.move
-                current, future = _locate(dirs, move)
-                if current == move.to_dir and not future:
-                    self._finish(outcome, "already-done" if first_look else "done")
-                    continue
-                if current not in (move.from_dir, move.to_dir):
-                    where = "not hosted" if current is None else f"in dir {current}"
-                    self._finish(
-                        outcome,
-                        "skipped",
-                        f"the replica is {where}, not in {move.from_dir}: the plan is stale",
-                    )
-                    continue
-                self.started[id(outcome)] = time.monotonic()
-                if future:
-                    outcome.detail = "copying"  # a move from an earlier run: wait for it
+                if await self._start(outcome, dirs, first_look=first_look):
                     active.append(outcome)
-                    continue
-                try:
-                    reply = await self.client.move(
-                        move.topic, move.partition, move.to_dir, max_bytes_per_second=self.rate
-                    )
-                except ClientError as exc:
-                    self._finish(outcome, "failed", str(exc))
-                    continue
-                code = int(reply.get("errorCode", 0))
-                if code != 0:
-                    self._finish(outcome, "failed", describe_error(code, reply.get("errorMessage")))
-                    continue
-                outcome.detail = "started"
-                active.append(outcome)
             first_look = False
             if active:
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(self.pacing.poll_interval)
+
+    def _settled(self, outcome: MoveOutcome, dirs: list[dict[str, Any]]) -> bool:
+        """Finish an active move that is done or that the broker reverted; False while it runs."""
+        current, future = _locate(dirs, outcome.move)
+        if current == outcome.move.to_dir and not future:
+            self._finish(outcome, "done")
+            return True
+        if not future and current == outcome.move.from_dir and outcome.detail == "copying":
+            self._finish(outcome, "failed", "the broker reverted the move")
+            return True
+        if future:
+            outcome.detail = "copying"
+        return False
+
+    async def _start(self, outcome: MoveOutcome, dirs: list[dict[str, Any]], *, first_look: bool) -> bool:
+        """Start a queued move, or finish it at once (done, stale or refused); True once it is active."""
+        move = outcome.move
+        current, future = _locate(dirs, move)
+        if current == move.to_dir and not future:
+            self._finish(outcome, "already-done" if first_look else "done")
+            return False
+        if current not in (move.from_dir, move.to_dir):
+            where = "not hosted" if current is None else f"in dir {current}"
+            self._finish(
+                outcome,
+                "skipped",
+                f"the replica is {where}, not in {move.from_dir}: the plan is stale",
+            )
+            return False
+        self.started[id(outcome)] = time.monotonic()
+        if future:
+            outcome.detail = "copying"  # a move from an earlier run: wait for it
+            return True
+        try:
+            reply = await self.client.move(
+                move.topic, move.partition, move.to_dir, max_bytes_per_second=self.pacing.rate
+            )
+        except ClientError as exc:
+            self._finish(outcome, "failed", str(exc))
+            return False
+        code = int(reply.get("errorCode", 0))
+        if code != 0:
+            self._finish(outcome, "failed", describe_error(code, reply.get("errorMessage")))
+            return False
+        outcome.detail = "started"
+        return True
 
 
-async def apply_plan(
+async def apply_plan(  # noqa: PLR0913  the library form of `jbodctl apply-plan`: one keyword per option
     controller_url: str,
     token: str,
     moves: Sequence[PlannedMove],
@@ -266,7 +282,12 @@ async def apply_plan(
     by_broker: dict[int, list[MoveOutcome]] = {}
     for outcome in outcomes:
         by_broker.setdefault(outcome.move.broker_id, []).append(outcome)
-    deadline = time.monotonic() + timeout
+    pacing = _Pacing(
+        max_in_flight=max_in_flight,
+        rate=max_bytes_per_second,
+        poll_interval=poll_interval,
+        deadline=time.monotonic() + timeout,
+    )
     async with ClusterMetadata(controller_url, token=token) as metadata:
         runners = []
         for broker_id, group in sorted(by_broker.items()):
@@ -277,17 +298,7 @@ async def apply_plan(
                     outcome.status, outcome.detail = "failed", str(exc)
                     report(outcome)
                 continue
-            runners.append(
-                _BrokerRunner(
-                    client,
-                    group,
-                    max_in_flight=max_in_flight,
-                    rate=max_bytes_per_second,
-                    poll_interval=poll_interval,
-                    deadline=deadline,
-                    report=report,
-                ).run()
-            )
+            runners.append(_BrokerRunner(client, group, pacing=pacing, report=report).run())
         await asyncio.gather(*runners)
     return outcomes
 
@@ -319,7 +330,7 @@ def register(group: click.Group) -> None:
     )
     @commands.output_option
     @click.pass_context
-    def apply_plan_command(
+    def apply_plan_command(  # noqa: PLR0913  click command: one parameter per option
         ctx: click.Context,
         plan_file: Path,
         max_bytes_per_second: int | None,

@@ -113,7 +113,7 @@ def topics_group() -> None:
 @click.option("--config", "-c", "configs", multiple=True, help="KEY=VALUE, repeatable")
 @output_option
 @click.pass_context
-def topics_create(
+def topics_create(  # noqa: PLR0913  click command: one parameter per option
     ctx: click.Context,
     name: str,
     partitions: int | None,

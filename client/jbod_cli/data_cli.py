@@ -21,6 +21,7 @@ import binascii
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -58,26 +59,33 @@ def _show(data: bytes | None, *, b64: bool) -> str | None:
     return base64.b64encode(data).decode("ascii") if b64 else data.decode("utf-8", "replace")
 
 
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """How `produce` sends every record: its key, its partition (None: by key, else sticky), the
+    acks, and the seconds to keep retrying it."""
+
+    key: bytes | None
+    partition: int | None
+    acks: int
+    timeout: float
+
+
 async def _produce_all(
-    settings: Settings,
-    topic: str,
-    values: Sequence[bytes],
-    *,
-    key: bytes | None,
-    partition: int | None,
-    acks: int,
-    timeout: float,
+    settings: Settings, topic: str, values: Sequence[bytes], sending: _Sending
 ) -> list[RecordMetadata | BaseException]:
-    timeout_ms = max(1, int(timeout * 1000))
+    timeout_ms = max(1, int(sending.timeout * 1000))
     async with Producer(
         settings.controller,
         token=settings.token(),
         bootstrap=settings.bootstrap,
-        acks=acks,
+        acks=sending.acks,
         delivery_timeout_ms=timeout_ms,
         request_timeout_ms=min(15_000, timeout_ms),
     ) as producer:
-        futures = [await producer.send(topic, value, key=key, partition=partition) for value in values]
+        futures = [
+            await producer.send(topic, value, key=sending.key, partition=sending.partition)
+            for value in values
+        ]
         await producer.flush()
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
@@ -116,7 +124,7 @@ async def _produce_all(
 )
 @output_option
 @click.pass_context
-def produce(
+def produce(  # noqa: PLR0913  click command: one parameter per option
     ctx: click.Context,
     topic: str,
     partition: int | None,
@@ -146,10 +154,9 @@ def produce(
             settings,
             topic,
             payloads,
-            key=key_bytes,
-            partition=partition,
-            acks=-1 if acks == "all" else int(acks),
-            timeout=timeout,
+            _Sending(
+                key=key_bytes, partition=partition, acks=-1 if acks == "all" else int(acks), timeout=timeout
+            ),
         )
     )
     failed = [r for r in results if isinstance(r, BaseException)]
@@ -190,18 +197,24 @@ def produce(
     click.echo(f"Produced {len(done)} records to {topic}: {parts}")
 
 
-async def _consume(
-    settings: Settings,
-    topic: str,
-    *,
-    partitions: Sequence[int] | None,
-    start: str | dict[int, int],
-    offset: int | None,
-    max_messages: int | None,
-    idle_timeout: float,
-    emit: Any,
-) -> int:
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What `consume` reads: the partitions (None: all), where it starts ("earliest", "latest", or
+    every partition at `offset` when that is given), and when it stops (after `max_messages`, or
+    once nothing new arrived for `idle_timeout` seconds)."""
+
+    partitions: Sequence[int] | None
+    start: str
+    offset: int | None
+    max_messages: int | None
+    idle_timeout: float
+
+
+async def _consume(settings: Settings, topic: str, reading: _Reading, *, emit: Any) -> int:
     token = settings.token()
+    partitions, offset = reading.partitions, reading.offset
+    max_messages, idle_timeout = reading.max_messages, reading.idle_timeout
+    start: str | dict[int, int] = reading.start
     if offset is not None:
         async with ClusterMetadata(
             settings.controller, token=token, bootstrap=settings.bootstrap
@@ -265,7 +278,7 @@ async def _consume(
 @click.option("--base64", "b64", is_flag=True, help="print keys and values as base64")
 @output_option
 @click.pass_context
-def consume(
+def consume(  # noqa: PLR0913  click command: one parameter per option
     ctx: click.Context,
     topic: str,
     partitions: tuple[int, ...],
@@ -306,11 +319,13 @@ def consume(
         _consume(
             settings,
             topic,
-            partitions=list(dict.fromkeys(partitions)) or None,
-            start="latest" if latest else "earliest",
-            offset=offset,
-            max_messages=max_messages,
-            idle_timeout=timeout,
+            _Reading(
+                partitions=list(dict.fromkeys(partitions)) or None,
+                start="latest" if latest else "earliest",
+                offset=offset,
+                max_messages=max_messages,
+                idle_timeout=timeout,
+            ),
             emit=emit,
         )
     )

@@ -223,10 +223,9 @@ async def _produce(
     records: int,
     seconds: float,
     keep_going: Callable[[], bool] = lambda: False,
-    grace: float = FAILOVER_GRACE_SECONDS,
 ) -> None:
     """Send `records` records paced evenly over `seconds`, then more at the same pace while
-    `keep_going()` (at most `grace` seconds longer); then flush."""
+    `keep_going()` (at most `FAILOVER_GRACE_SECONDS` longer); then flush."""
     from jbod_client.producer import ProduceError
 
     def done(rid: RecordId, partition: int) -> Callable[[asyncio.Future[Any]], None]:
@@ -243,7 +242,7 @@ async def _produce(
     interval = seconds / records
     started = time.monotonic()
     i = 0
-    while i < records or (keep_going() and time.monotonic() < started + seconds + grace):
+    while i < records or (keep_going() and time.monotonic() < started + seconds + FAILOVER_GRACE_SECONDS):
         ahead = started + i * interval - time.monotonic()
         if ahead > 0.005:
             await asyncio.sleep(ahead)
@@ -298,9 +297,106 @@ def _events_text(events: Sequence[str]) -> Text:
     return Text("\n".join(events[-6:]) if events else "", style="dim")
 
 
-async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, console: Console) -> DemoReport:
-    from jbod_client.producer import Producer
+class _ProductionUnderFailure:
+    """Step 3: production paced over the given seconds with acks=-1, and the disk under partition 0's
+    leader failed once a share of the records is acknowledged; shown live (progress, the narrated
+    events, the partitions as leadership moves)."""
 
+    def __init__(
+        self, layout: ClusterLayout, token: str, *, topic: dict[str, Any], aliases: dict[str, str]
+    ) -> None:
+        self.layout = layout
+        self.token = token
+        self.topic = topic
+        self.aliases = aliases
+        self.log = DeliveryLog()
+        self.events: list[str] = []
+        self.progress = _progress()
+        self.fail_task: asyncio.Task[disk_faults.DiskFailure] | None = None
+        self.started = time.monotonic()
+
+    def event(self, message: str) -> None:
+        self.events.append(f"{time.monotonic() - self.started:6.2f} s  {message}")
+
+    def view(self) -> RenderableType:
+        return Group(
+            self.progress, _events_text(self.events), tables.partitions_table(self.topic, self.aliases)
+        )
+
+    async def fail_leader_disk(self) -> disk_faults.DiskFailure:
+        event = self.event
+        broker_id, index = await _pick_disk(self.layout, self.token)
+        event(f"Partition 0 is led by broker {broker_id}; its replica is on disk-{index}: failing that disk")
+        result = await asyncio.to_thread(
+            disk_faults.fail_disk, self.layout.root, broker_id, str(index), wait=15.0, report=event
+        )
+        if result.offline_after is None:
+            event("The controller did not show the dir offline within 15 s")
+        else:
+            event(f"The controller took the dir offline {result.offline_after:.2f} s after the failure")
+        for move in result.leader_moves:
+            event(f"Leader of {move.topic}-{move.partition} moved {move.old_leader} → {move.new_leader}")
+        return result
+
+    async def run(
+        self, *, records: int, seconds: float, console: Console
+    ) -> tuple[disk_faults.DiskFailure | None, float]:
+        """(the disk failure, or None if production ended before it; the seconds production took)."""
+        from jbod_client.producer import Producer
+
+        log, progress = self.log, self.progress
+        produce_task_id = progress.add_task("Producing", total=records)
+        failure: disk_faults.DiskFailure | None = None
+        producer = Producer(
+            self.layout.controller_url,
+            token=self.token,
+            acks=-1,
+            delivery_timeout_ms=30_000,
+            request_timeout_ms=10_000,
+        )
+        producer.on_retry.append(log.on_retry)
+        with Live(self.view(), console=console, refresh_per_second=8, transient=False) as live:
+            produce = asyncio.create_task(
+                _produce(
+                    producer,
+                    log,
+                    records=records,
+                    seconds=seconds,
+                    keep_going=lambda: awaits_failover(log, self.fail_task),
+                )
+            )
+            produce_done_at: list[float] = []
+            produce.add_done_callback(lambda _task: produce_done_at.append(time.monotonic()))
+            last_poll = 0.0
+            while not produce.done() or (self.fail_task is not None and not self.fail_task.done()):
+                await asyncio.sleep(0.1)
+                progress.update(
+                    produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
+                )
+                if self.fail_task is None and len(log.acked) >= records * FAIL_AFTER_FRACTION:
+                    self.fail_task = asyncio.create_task(self.fail_leader_disk())
+                if time.monotonic() - last_poll > 0.5:
+                    last_poll = time.monotonic()
+                    with contextlib.suppress(ClientError):
+                        self.topic = await _describe(self.layout)
+                live.update(self.view())
+            progress.update(
+                produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
+            )
+            try:
+                await produce
+            finally:
+                await producer.close()
+            produce_seconds = (produce_done_at or [time.monotonic()])[0] - self.started
+            if self.fail_task is not None:
+                failure = await self.fail_task
+            self.topic = await _describe(self.layout)
+            live.update(self.view())
+        _end_live(console)
+        return failure, produce_seconds
+
+
+async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, console: Console) -> DemoReport:
     say = tables.bullets(console)
     token = layout.admin_token()
     console.print(Rule(f"2. Create topic {TOPIC}"))
@@ -318,76 +414,9 @@ async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, cons
     console.print(
         Rule(f"3. Produce {records:,} records of {RECORD_BYTES} B in {seconds:g} s, acks=-1; fail a disk")
     )
-    log = DeliveryLog()
-    events: list[str] = []
-    progress = _progress()
-    produce_task_id = progress.add_task("Producing", total=records)
-    failure: disk_faults.DiskFailure | None = None
-    fail_task: asyncio.Task[disk_faults.DiskFailure] | None = None
-    started = time.monotonic()
-
-    def event(message: str) -> None:
-        events.append(f"{time.monotonic() - started:6.2f} s  {message}")
-
-    async def fail_leader_disk() -> disk_faults.DiskFailure:
-        broker_id, index = await _pick_disk(layout, token)
-        event(f"Partition 0 is led by broker {broker_id}; its replica is on disk-{index}: failing that disk")
-        result = await asyncio.to_thread(
-            disk_faults.fail_disk, layout.root, broker_id, str(index), wait=15.0, report=event
-        )
-        if result.offline_after is None:
-            event("The controller did not show the dir offline within 15 s")
-        else:
-            event(f"The controller took the dir offline {result.offline_after:.2f} s after the failure")
-        for move in result.leader_moves:
-            event(f"Leader of {move.topic}-{move.partition} moved {move.old_leader} → {move.new_leader}")
-        return result
-
-    def view() -> RenderableType:
-        return Group(progress, _events_text(events), tables.partitions_table(topic, aliases))
-
-    producer = Producer(
-        layout.controller_url, token=token, acks=-1, delivery_timeout_ms=30_000, request_timeout_ms=10_000
-    )
-    producer.on_retry.append(log.on_retry)
-    with Live(view(), console=console, refresh_per_second=8, transient=False) as live:
-        produce = asyncio.create_task(
-            _produce(
-                producer,
-                log,
-                records=records,
-                seconds=seconds,
-                keep_going=lambda: awaits_failover(log, fail_task),
-            )
-        )
-        produce_done_at: list[float] = []
-        produce.add_done_callback(lambda _task: produce_done_at.append(time.monotonic()))
-        last_poll = 0.0
-        while not produce.done() or (fail_task is not None and not fail_task.done()):
-            await asyncio.sleep(0.1)
-            progress.update(
-                produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
-            )
-            if fail_task is None and len(log.acked) >= records * FAIL_AFTER_FRACTION:
-                fail_task = asyncio.create_task(fail_leader_disk())
-            if time.monotonic() - last_poll > 0.5:
-                last_poll = time.monotonic()
-                with contextlib.suppress(ClientError):
-                    topic = await _describe(layout)
-            live.update(view())
-        progress.update(
-            produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
-        )
-        try:
-            await produce
-        finally:
-            await producer.close()
-        produce_seconds = (produce_done_at or [time.monotonic()])[0] - started
-        if fail_task is not None:
-            failure = await fail_task
-        topic = await _describe(layout)
-        live.update(view())
-    _end_live(console)
+    production = _ProductionUnderFailure(layout, token, topic=topic, aliases=aliases)
+    failure, produce_seconds = await production.run(records=records, seconds=seconds, console=console)
+    log = production.log
     if log.retry_codes:
         codes = ", ".join(f"{code} x{n}" for code, n in sorted(log.retry_codes.items()))
         say(f"The producer retried {sum(log.retry_codes.values())} times (errorCode x count: {codes})")
@@ -411,7 +440,7 @@ async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, cons
         failure=failure,
         failover_seconds=failover,
         produce_seconds=produce_seconds,
-        final_topic=topic,
+        final_topic=production.topic,
     )
 
 

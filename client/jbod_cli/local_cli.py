@@ -212,6 +212,17 @@ def _partition_problem(p: dict[str, Any]) -> str | None:
     return None
 
 
+def _broker_state(view: dict[str, Any] | None) -> tuple[str, str, str]:
+    """(state, its style, epoch) of a broker as the controller shows it (None: not registered)."""
+    if view is None:
+        return "unknown", "dim", "-"
+    if view["fenced"]:
+        return "fenced", "red", str(view["brokerEpoch"])
+    if view.get("inControlledShutdown"):
+        return "shutdown", "yellow", str(view["brokerEpoch"])
+    return "unfenced", "green", str(view["brokerEpoch"])
+
+
 def compact_lines(snapshot: ClusterStatus, *, width: int, height: int, now: str) -> list[Text]:
     """The `status --watch` view for a terminal: at most `height` lines of at most `width` cells.
     Brokers one line each (disks as index:replicas), topics one line each, then the partitions
@@ -242,15 +253,7 @@ def compact_lines(snapshot: ClusterStatus, *, width: int, height: int, now: str)
     views = {int(b["brokerId"]): b for b in snapshot.brokers}
     for broker in layout.brokers:
         running = snapshot.brokers_running.get(broker.broker_id, False)
-        view = views.get(broker.broker_id)
-        if view is None:
-            state, style, epoch = "unknown", "dim", "-"
-        elif view["fenced"]:
-            state, style, epoch = "fenced", "red", str(view["brokerEpoch"])
-        elif view.get("inControlledShutdown"):
-            state, style, epoch = "shutdown", "yellow", str(view["brokerEpoch"])
-        else:
-            state, style, epoch = "unfenced", "green", str(view["brokerEpoch"])
+        state, style, epoch = _broker_state(views.get(broker.broker_id))
         lines.append(
             Text.assemble(
                 f"{broker.broker_id:<8}",
@@ -358,7 +361,7 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None
     "wheel's 3.5.1) when no safe etcd is found or built; kept for the cluster's later ups, and "
     "warned about at each",
 )
-def up_command(
+def up_command(  # noqa: PLR0913  click command: one parameter per option
     root: Path,
     controllers: int | None,
     brokers: int | None,

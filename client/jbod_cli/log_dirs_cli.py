@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -106,20 +107,34 @@ def resolve_directory(given: str, directory_ids: Sequence[str]) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Replica:
+    """One broker's replica of a partition."""
+
+    topic: str
+    partition: int
+    broker_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} on broker {self.broker_id}"
+
+
 async def _move(
-    settings: Settings, topic: str, partition: int, broker_id: int, directory_id: str, rate: int | None
+    settings: Settings, replica: _Replica, directory_id: str, rate: int | None
 ) -> tuple[str, dict[str, Any]]:
     async with ClusterMetadata(
         settings.controller, token=settings.token(), bootstrap=settings.bootstrap
     ) as metadata:
-        client = await metadata.broker(broker_id)
+        client = await metadata.broker(replica.broker_id)
         try:
             Uuid.parse(directory_id)
         except ValueError:
             # A short id from a table: the broker's own dirs say which one it is.
             dirs = await client.log_dirs()
             directory_id = resolve_directory(directory_id, [str(d["directoryId"]) for d in dirs])
-        return directory_id, await client.move(topic, partition, directory_id, max_bytes_per_second=rate)
+        return directory_id, await client.move(
+            replica.topic, replica.partition, directory_id, max_bytes_per_second=rate
+        )
 
 
 @click.command("move-replica")
@@ -135,7 +150,7 @@ async def _move(
 @click.option("--max-bytes-per-second", type=click.IntRange(min=1), default=None, help="throttle the copy")
 @output_option
 @click.pass_context
-def move_replica(
+def move_replica(  # noqa: PLR0913  click command: one parameter per argument and option
     ctx: click.Context,
     topic: str,
     partition: int,
@@ -152,16 +167,13 @@ def move_replica(
     settings = commands.settings_of(ctx, output)
     if not 0 < len(directory_id) <= 22 or not all(c.isalnum() or c in "-_" for c in directory_id):
         raise CommandError(f"--to {directory_id!r}: not a directory id or a prefix of one")
-    directory_id, reply = commands.run(
-        _move(settings, topic, partition, broker_id, directory_id, max_bytes_per_second)
-    )
+    replica = _Replica(topic, partition, broker_id)
+    directory_id, reply = commands.run(_move(settings, replica, directory_id, max_bytes_per_second))
     code = int(reply.get("errorCode", 0))
     if code != 0:
         raise CommandError(
-            f"cannot move {topic}-{partition} on broker {broker_id} to {directory_id}: "
-            f"{describe_error(code, reply.get('errorMessage'))}"
+            f"cannot move {replica} to {directory_id}: {describe_error(code, reply.get('errorMessage'))}"
         )
-    replica = f"{topic}-{partition} on broker {broker_id}"
     outcome = reply.get("outcome")
     if outcome == "already-there":
         message = f"Nothing to move: {replica} is already in dir {directory_id}"

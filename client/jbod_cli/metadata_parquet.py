@@ -76,7 +76,7 @@ def _is_int(value: object, bounds: tuple[int, int]) -> bool:
     return type(value) is int and bounds[0] <= value <= bounds[1]
 
 
-def _fits(value: object, kind: pa.DataType) -> bool:
+def _fits(value: object, kind: pa.DataType) -> bool:  # noqa: PLR0911  a return per Arrow type of the schema
     """Whether `value` (decoded JSON) has exactly the type `kind`."""
     if pa.types.is_int32(kind):
         return _is_int(value, _INT32)

@@ -226,7 +226,19 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     ]
     aliases = {str(d): f"b{b.broker_id}/disk{n}" for b in brokers for n, d in enumerate(b.dirs)}
     story = _Story(console, client, aliases)
+    _register(story, brokers, cluster_id=cluster_id)
+    _create_and_place(story, brokers)
+    _restart_broker_one(story, brokers, cluster_id=cluster_id)
+    _fail_a_disk(story, brokers)
+    story.title("The cluster and the tail of its metadata log")
+    console.print(tables.cluster_table(client.cluster()))
+    end = int(client.cluster()["metadataEndOffset"])
+    tail = client.metadata(from_offset=max(0, end - 12))["records"]
+    console.print(tables.records_table(tail, title="Metadata log (last records)"))
 
+
+def _register(story: _Story, brokers: list[SimulatedBroker], *, cluster_id: str) -> None:
+    client = story.client
     story.title("Three JBOD brokers register, two disks (log dirs) each")
     for b in brokers:
         b.register(client, cluster_id)
@@ -239,6 +251,9 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
         not any(_fenced(story.brokers()).values()), "caught-up brokers without unassigned replicas unfence"
     )
 
+
+def _create_and_place(story: _Story, brokers: list[SimulatedBroker]) -> None:
+    client = story.client
     story.title(f"Create topic '{TOPIC}': 6 partitions, replication factor 3")
     created = client.create_topic(
         TOPIC, partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"}
@@ -251,8 +266,11 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     for b in brokers[1:]:
         count = b.place_replicas(client, topic)
         story.say(f"Broker {b.broker_id} sent AssignReplicasToDirs for {count} replicas")
-    topic = story.topic()
+    story.topic()
 
+
+def _restart_broker_one(story: _Story, brokers: list[SimulatedBroker], *, cluster_id: str) -> None:
+    client = story.client
     story.title("Broker 1 restarts: controlled shutdown, then a new incarnation")
     one = brokers[0]
     reply = one.heartbeat(client, want_shut_down=True)
@@ -285,6 +303,9 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
     story.say(f"Leaders sent AlterPartition for {rejoined} partitions")
     story.topic()
 
+
+def _fail_a_disk(story: _Story, brokers: list[SimulatedBroker]) -> None:
+    client = story.client
     two = brokers[1]
     failed = two.dirs[0]
     before = client.describe_topic(TOPIC)
@@ -294,7 +315,7 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
         if two.broker_id in p["replicas"]
         and p["directories"][p["replicas"].index(two.broker_id)] == str(failed)
     ]
-    story.title(f"Disk {aliases[str(failed)]} of broker 2 fails (it hosts partitions {hosted})")
+    story.title(f"Disk {story.aliases[str(failed)]} of broker 2 fails (it hosts partitions {hosted})")
     two.offline = [failed]
     two.heartbeat(client)
     story.say(
@@ -306,12 +327,6 @@ def play(client: ControllerClient, *, cluster_id: str, console: Console, rng: ra
             _check(p["leader"] != two.broker_id, "a replica on an offline dir must not lead")
             _check(two.broker_id in p["offlineReplicas"], "the replica on the failed dir must be offline")
     story.brokers()
-
-    story.title("The cluster and the tail of its metadata log")
-    console.print(tables.cluster_table(client.cluster()))
-    end = int(client.cluster()["metadataEndOffset"])
-    tail = client.metadata(from_offset=max(0, end - 12))["records"]
-    console.print(tables.records_table(tail, title="Metadata log (last records)"))
 
 
 def run(*, data_dir: Path | None, keep: bool) -> None:

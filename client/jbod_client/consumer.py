@@ -96,7 +96,7 @@ def out_of_range_position(
 class Consumer:
     """Read a topic; see the module docstring for what is guaranteed."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the consumer's configs (Kafka's fetch.max.bytes, fetch.max.wait.ms, ...): one keyword each
         self,
         controller_url: str | None,
         *,
@@ -206,7 +206,7 @@ class Consumer:
         self._assignments = assignments
         return assignments
 
-    async def _fetch(self, a: _Assignment) -> _FetchResult:
+    async def _fetch(self, a: _Assignment) -> _FetchResult:  # noqa: PLR0911  one result per way a fetch ends (no leader, each error of the call, the code)
         """One fetch for a partition from its leader (or, for "latest", a probe for the high watermark)."""
         refresh, a.refresh = a.refresh, False
         try:

@@ -150,8 +150,30 @@ class History:
 
     def check(self, consumed: Iterable[tuple[str, int, int, bytes | None]]) -> Report:
         """`consumed`: (topic, partition, offset, value) as read back, in any order."""
-        by_offset: dict[tuple[str, int, int], RecordId | None] = {}
         report = Report(acknowledged=len(self.acked))
+        by_offset, copies = self._read_back(consumed, report)
+        report.consumed = len(by_offset)
+        report.unique = len(copies)
+        for rid, offset in self.acked.items():
+            if not copies.get(rid):
+                report.missing.append(rid)
+            elif offset >= 0 and by_offset.get((*self.sent[rid][:2], offset)) != rid:
+                report.moved.append((rid, offset))
+        self._check_order(by_offset, report)
+        for rid, count in copies.items():
+            if count > 1:
+                if rid in self.retried:
+                    report.retried_duplicates += count - 1
+                else:
+                    report.duplicated.append(rid)
+        return report
+
+    def _read_back(
+        self, consumed: Iterable[tuple[str, int, int, bytes | None]], report: Report
+    ) -> tuple[dict[tuple[str, int, int], RecordId | None], Counter[RecordId]]:
+        """(topic, partition, offset) → the record read there (None: not one this history sent,
+        listed in `report.unknown`), and the copies read of each record."""
+        by_offset: dict[tuple[str, int, int], RecordId | None] = {}
         copies: Counter[RecordId] = Counter()
         for topic, partition, offset, value in consumed:
             if (topic, partition, offset) in by_offset:
@@ -164,13 +186,10 @@ class History:
             by_offset[(topic, partition, offset)] = rid
             if rid is not None:
                 copies[rid] += 1
-        report.consumed = len(by_offset)
-        report.unique = len(copies)
-        for rid, offset in self.acked.items():
-            if not copies.get(rid):
-                report.missing.append(rid)
-            elif offset >= 0 and by_offset.get((*self.sent[rid][:2], offset)) != rid:
-                report.moved.append((rid, offset))
+        return by_offset, copies
+
+    def _check_order(self, by_offset: dict[tuple[str, int, int], RecordId | None], report: Report) -> None:
+        """List in `report.reordered` each acknowledged record read before one sent earlier."""
         highest: dict[tuple[str, int], int] = {}
         first_seen: set[RecordId] = set()
         for (topic, partition, offset), rid in sorted(by_offset.items()):
@@ -181,10 +200,3 @@ class History:
             if index < highest.get((topic, partition), -1):
                 report.reordered.append((topic, partition, offset, rid))
             highest[(topic, partition)] = max(highest.get((topic, partition), -1), index)
-        for rid, count in copies.items():
-            if count > 1:
-                if rid in self.retried:
-                    report.retried_duplicates += count - 1
-                else:
-                    report.duplicated.append(rid)
-        return report

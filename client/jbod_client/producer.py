@@ -152,7 +152,7 @@ class Batch(Generic[F]):
         self.size_bytes += size
 
 
-def append_record(
+def append_record(  # noqa: PLR0913  the new batch's fields (topic, partition, limit_bytes, now) and the record's
     batches: deque[Batch[F]],
     *,
     topic: str,
@@ -173,6 +173,16 @@ def append_record(
     batch.append(record, size, future)
     batches.append(batch)
     return batch, True
+
+
+def keyless_partition(
+    current: int | None, num_partitions: int, *, open_batch: Batch[Any] | None, size: int, first: int = 0
+) -> int:
+    """The partition of a keyless record of `size` bytes: the sticky `current` one while its open
+    batch (the last one queued for it, if any) has room for the record, else the next one
+    (`next_sticky`)."""
+    has_room = open_batch is not None and open_batch.has_room(size)
+    return next_sticky(current, num_partitions, current_has_room=has_room, first=first)
 
 
 def ready_in(batch: Batch[Any], *, now: float, linger: float, has_successor: bool, closing: bool) -> float:
@@ -220,10 +230,24 @@ class _Attempt:
     fatal: bool = False  # not worth retrying whatever the code says (auth, malformed, no route)
 
 
+_FATAL_LOOKUP_CODES = frozenset({NO_CODE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+_FATAL_PRODUCE_CODES = frozenset({NO_CODE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST})
+
+
+def _failed_attempt(exc: ClientError, *, fatal_codes: frozenset[int]) -> _Attempt:
+    """The attempt a failed call ends: an unknown topic or partition and a transport error are
+    retried; an API error keeps its code, fatal when it is one of `fatal_codes`."""
+    if isinstance(exc, UnknownTopicError):
+        return _Attempt(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc))
+    if isinstance(exc, ApiError):
+        return _Attempt(exc.code, str(exc), fatal=exc.code in fatal_codes)
+    return _Attempt(NO_CODE, str(exc))
+
+
 class Producer:
     """Send records to topics; see the module docstring for what is guaranteed."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  Kafka's producer configs (acks, batch.size, linger.ms, ...): one keyword each
         self,
         controller_url: str | None,
         *,
@@ -295,14 +319,12 @@ class Producer:
                 raise ProduceError(NO_CODE, "the producer is closed")
         if partition is None and key is None:
             current = self._sticky.get(topic)
-            has_room = False
-            if current is not None:
-                queue = self._queues.get((topic, current))
-                has_room = bool(queue and queue.batches and queue.batches[-1].has_room(size))
-            partition = next_sticky(
+            sticky_queue = None if current is None else self._queues.get((topic, current))
+            partition = keyless_partition(
                 current,
                 num_partitions,
-                current_has_room=has_room,
+                open_batch=sticky_queue.batches[-1] if sticky_queue and sticky_queue.batches else None,
+                size=size,
                 first=self._rng.randrange(num_partitions) if current is None else 0,
             )
             self._sticky[topic] = partition
@@ -485,31 +507,9 @@ class Producer:
     ) -> _Attempt:
         """One try: find the leader (refreshing metadata after an error), send, read the reply."""
         try:
-            leaders = await self.metadata.partitions(batch.topic, refresh=refresh)
-        except UnknownTopicError as exc:
-            return _Attempt(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc))
-        except ApiError as exc:
-            return _Attempt(
-                exc.code, str(exc), fatal=exc.code in (NO_CODE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-            )
+            client = await self._leader(batch, refresh=refresh)
         except ClientError as exc:
-            return _Attempt(NO_CODE, str(exc))
-        leader = leaders.get(batch.partition)
-        if leader is None:
-            return _Attempt(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic {batch.topic} has no partition {batch.partition}",
-            )
-        if leader < 0:
-            return _Attempt(NO_CODE, f"partition {batch.topic}-{batch.partition} has no leader")
-        try:
-            client = await self.metadata.broker(leader, refresh=refresh)
-        except ApiError as exc:
-            return _Attempt(
-                exc.code, str(exc), fatal=exc.code in (NO_CODE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-            )
-        except ClientError as exc:
-            return _Attempt(NO_CODE, str(exc))
+            return _failed_attempt(exc, fatal_codes=_FATAL_LOOKUP_CODES)
         budget_ms = max(1, min(self.request_timeout_ms, int(remaining * 1000)))
         body = broker_api.produce_body(
             batch.topic,
@@ -520,22 +520,27 @@ class Producer:
         )
         try:
             reply = await client.produce_raw(body, timeout=budget_ms / 1000 + 1.0)
-        except ApiError as exc:
-            # 4xx: 401 (token) and 400 (malformed) never get better; 404 + errorCode 3 might.
-            return _Attempt(
-                exc.code,
-                str(exc),
-                fatal=exc.code
-                in (NO_CODE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.INVALID_REQUEST),
-            )
         except ClientError as exc:
-            return _Attempt(NO_CODE, str(exc))
+            # 4xx: 401 (token) and 400 (malformed) never get better; 404 + errorCode 3 might.
+            return _failed_attempt(exc, fatal_codes=_FATAL_PRODUCE_CODES)
         try:
             code = int(reply.get("errorCode", 0))
             base_offset = int(reply.get("baseOffset", -1))
         except (TypeError, ValueError, AttributeError):
             return _Attempt(NO_CODE, f"broker at {client.url} sent a produce reply without errorCode")
         return _Attempt(code, str(reply.get("errorMessage") or ""), base_offset=base_offset)
+
+    async def _leader(
+        self, batch: Batch[asyncio.Future[RecordMetadata]], *, refresh: bool
+    ) -> broker_api.BrokerClient:
+        """The client of the batch's partition leader; `ClientError` when there is none."""
+        leaders = await self.metadata.partitions(batch.topic, refresh=refresh)
+        leader = leaders.get(batch.partition)
+        if leader is None:
+            raise UnknownTopicError(batch.topic, f"topic {batch.topic} has no partition {batch.partition}")
+        if leader < 0:
+            raise ClientError(f"partition {batch.topic}-{batch.partition} has no leader")
+        return await self.metadata.broker(leader, refresh=refresh)
 
     def _finish(
         self,

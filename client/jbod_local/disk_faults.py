@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from jbod_client.controller import ClientError
+from jbod_client.controller import ClientError, ControllerClient
 from jbod_local import supervisor
 from jbod_local.layout import (
     BrokerLayout,
@@ -113,7 +113,7 @@ def _require_running(layout: ClusterLayout, broker: BrokerLayout) -> None:
         raise LocalClusterError(f"broker {broker.broker_id} is not running (start it with: jbodctl local up)")
 
 
-def fail_disk(
+def fail_disk(  # noqa: PLR0913  `jbodctl local fail-disk`'s arguments and --wait, plus the report hook and the clock
     root: Path,
     broker_id: int,
     disk: str,
@@ -127,58 +127,27 @@ def fail_disk(
     for that broker."""
     root = read_layout(resolve_root(root)).root  # no cluster there: say so before taking the lock
     with exclusive(root):
-        return _fail_disk(read_layout(root), broker_id, disk, wait=wait, report=report, clock=clock)
-
-
-def _fail_disk(
-    layout: ClusterLayout,
-    broker_id: int,
-    disk: str,
-    *,
-    wait: float,
-    report: Report,
-    clock: Callable[[], float],
-) -> DiskFailure:
-    broker, index = resolve_disk(layout, broker_id, disk)
-    path = broker.disks[index - 1]
-    if broker.disk_failed(index):
-        raise LocalClusterError(f"disk {index} of broker {broker_id} is already failed ({path})")
-    _require_running(layout, broker)
-    if layout.loop:
-        check_loop_support()
-        if mount_of(path) is None:
-            raise LocalClusterError(f"disk {index} of broker {broker_id} is not mounted at {path}")
-    try:
-        directory_id: str | None = str(durable_files.read_meta_properties(path).directory_id)
-    except (OSError, ValueError):
-        directory_id = None
-    with layout.controller(timeout=5.0) as client:
-        before = client.list_topics()
-        marker = broker.failed_path(index)
-        moved_to: Path | None = None
-        failed_at = clock()
+        layout = read_layout(root)
+        broker, index = resolve_disk(layout, broker_id, disk)
+        path = broker.disks[index - 1]
+        if broker.disk_failed(index):
+            raise LocalClusterError(f"disk {index} of broker {broker_id} is already failed ({path})")
+        _require_running(layout, broker)
         if layout.loop:
-            shut_down_filesystem(path)
-            marker.write_text(f"The filesystem at {path} was shut down by `jbodctl local fail-disk`\n")
-            report(
-                f"Failed disk {index} of broker {broker_id}: shut down the ext4 filesystem at {path} "
-                "(EXT4_IOC_SHUTDOWN: every I/O on it now fails with EIO)"
-            )
-        else:
-            os.rename(path, marker)
-            moved_to = marker
-            path.write_text(FAILED_MARKER_TEXT.format(moved=marker, broker=broker_id, disk=index))
-            report(f"Failed disk {index} of broker {broker_id}: moved {path} to {marker}")
-        offline_after: float | None = None
-        deadline = failed_at + wait
-        while clock() < deadline:
-            with contextlib.suppress(ClientError):
-                view = client.broker(broker_id)
-                if directory_id is not None and directory_id in view["offlineLogDirs"]:
-                    offline_after = clock() - failed_at
-                    break
-            time.sleep(0.1)
-        after = client.list_topics() if offline_after is not None else before
+            check_loop_support()
+            if mount_of(path) is None:
+                raise LocalClusterError(f"disk {index} of broker {broker_id} is not mounted at {path}")
+        try:
+            directory_id: str | None = str(durable_files.read_meta_properties(path).directory_id)
+        except (OSError, ValueError):
+            directory_id = None
+        with layout.controller(timeout=5.0) as client:
+            before = client.list_topics()
+            failed_at = clock()
+            moved_to = _take_away(layout, broker, index, report=report)
+            seen_at = _await_offline(client, broker_id, directory_id, deadline=failed_at + wait, clock=clock)
+            offline_after = None if seen_at is None else seen_at - failed_at
+            after = client.list_topics() if offline_after is not None else before
     return DiskFailure(
         broker_id=broker_id,
         index=index,
@@ -189,6 +158,44 @@ def _fail_disk(
         offline_after=offline_after,
         leader_moves=tuple(leader_moves(before, after)),
     )
+
+
+def _take_away(layout: ClusterLayout, broker: BrokerLayout, index: int, *, report: Report) -> Path | None:
+    """Fail the disk: shut its loop filesystem down, or move its dir to the marker path (returned)."""
+    path = broker.disks[index - 1]
+    marker = broker.failed_path(index)
+    broker_id = broker.broker_id
+    if layout.loop:
+        shut_down_filesystem(path)
+        marker.write_text(f"The filesystem at {path} was shut down by `jbodctl local fail-disk`\n")
+        report(
+            f"Failed disk {index} of broker {broker_id}: shut down the ext4 filesystem at {path} "
+            "(EXT4_IOC_SHUTDOWN: every I/O on it now fails with EIO)"
+        )
+        return None
+    os.rename(path, marker)
+    path.write_text(FAILED_MARKER_TEXT.format(moved=marker, broker=broker_id, disk=index))
+    report(f"Failed disk {index} of broker {broker_id}: moved {path} to {marker}")
+    return marker
+
+
+def _await_offline(
+    client: ControllerClient,
+    broker_id: int,
+    directory_id: str | None,
+    *,
+    deadline: float,
+    clock: Callable[[], float],
+) -> float | None:
+    """The clock's reading when the controller first listed the dir offline for the broker; None
+    if it did not before `deadline`."""
+    while clock() < deadline:
+        with contextlib.suppress(ClientError):
+            view = client.broker(broker_id)
+            if directory_id is not None and directory_id in view["offlineLogDirs"]:
+                return clock()
+        time.sleep(0.1)
+    return None
 
 
 @dataclass(frozen=True)

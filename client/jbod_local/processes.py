@@ -113,7 +113,7 @@ def await_ready(
     )
 
 
-def await_readyz(
+def await_readyz(  # noqa: PLR0913  the URL, then the name, log, deadline, exit check and error of its process
     url: str,
     *,
     name: str,

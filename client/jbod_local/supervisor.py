@@ -415,7 +415,7 @@ def await_brokers_ready(
         time.sleep(0.1)
 
 
-def up(
+def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and the report and warn hooks
     root: Path,
     *,
     controllers: int | None = None,
@@ -452,20 +452,17 @@ def up(
                 chosen = choose_etcd(accepted=accept_etcd_data_loss_risk, report=report)
             _down(read_layout(root), purge=True, grace=10.0)
             report(f"Removed the previous cluster in {root}")
-        return _up(
-            root,
+        request = _UpRequest(
             controllers=controllers,
             brokers=brokers,
             disks=disks,
             loop=loop,
             disk_size_mib=disk_size_mib,
-            deadline=started_at + timeout,
-            started_at=started_at,
             accept_etcd_data_loss_risk=accept_etcd_data_loss_risk,
-            chosen=chosen,
             report=report,
             warn=warn,
         )
+        return _up(root, request, deadline=started_at + timeout, started_at=started_at, chosen=chosen)
 
 
 def choose_etcd(*, accepted: bool, report: Report) -> etcd_binary.EtcdBinary:
@@ -490,68 +487,58 @@ def _etcd_for(
     return etcd
 
 
+@dataclass(frozen=True)
+class _UpRequest:
+    """What `up` was asked for beyond the directory: the shape of a new cluster (None: the default;
+    an existing cluster keeps its own), loop disks, the accepted etcd risk, and how to tell the user."""
+
+    controllers: int | None
+    brokers: int | None
+    disks: int | None
+    loop: bool
+    disk_size_mib: int
+    accept_etcd_data_loss_risk: bool
+    report: Report
+    warn: Report
+
+
 def _up(
     root: Path,
+    request: _UpRequest,
     *,
-    controllers: int | None,
-    brokers: int | None,
-    disks: int | None,
-    loop: bool,
-    disk_size_mib: int,
     deadline: float,
     started_at: float,
-    accept_etcd_data_loss_risk: bool,
     chosen: etcd_binary.EtcdBinary | None,
-    report: Report,
-    warn: Report,
 ) -> UpResult:
     notes: list[str] = []
     created = not (root / STATE_FILE).exists()
-    if not created:
-        layout = read_layout(root)
-        shape = (len(layout.brokers), len(layout.brokers[0].disks) if layout.brokers else 0)
-        changed = (brokers is not None and brokers != shape[0]) or (disks is not None and disks != shape[1])
-        if changed or (loop and not layout.loop) or controllers not in (None, len(layout.controllers)):
-            kind = "loop-mounted" if layout.loop else "plain-directory"
-            quorum_note = f"{len(layout.controllers)} controllers, " if layout.quorum else ""
-            notes.append(
-                f"Kept the existing layout ({quorum_note}{shape[0]} brokers x {shape[1]} {kind} disks); "
-                "pass --fresh to create a new cluster"
-            )
-        if layout.loop:
-            check_loop_support()
-    else:
+    if created:
         layout = _new_layout(
             root,
-            controllers=controllers or 1,
-            brokers=brokers or 3,
-            disks=disks or 3,
-            loop_disk_mib=disk_size_mib if loop else None,
+            controllers=request.controllers or 1,
+            brokers=request.brokers or 3,
+            disks=request.disks or 3,
+            loop_disk_mib=request.disk_size_mib if request.loop else None,
         )
-    if accept_etcd_data_loss_risk and layout.quorum and not layout.etcd_data_loss_risk_accepted:
+    else:
+        layout, kept = _existing_layout(root, request)
+        notes.extend(kept)
+    if request.accept_etcd_data_loss_risk and layout.quorum and not layout.etcd_data_loss_risk_accepted:
         layout = replace(layout, etcd_data_loss_risk_accepted=True)
         if not created:
             write_layout(layout)
     running = [c.alive() for c in layout.controllers] + [e.alive() for e in layout.etcd]
     if all(running) and all(broker_alive(b) for b in layout.brokers):
         return UpResult(layout, True, (), time.monotonic() - started_at, tuple(notes))
-    etcd_bin = _etcd_for(layout, chosen=chosen, report=report, warn=warn)  # before anything starts
+    # The etcd binary is chosen before anything starts.
+    etcd_bin = _etcd_for(layout, chosen=chosen, report=request.report, warn=request.warn)
     if created:
         write_layout(layout)  # from now on the cluster id is fixed, even if starting fails
-        report(f"Created cluster {layout.cluster_id} in {root}")
+        request.report(f"Created cluster {layout.cluster_id} in {root}")
 
     restart_controllers = [c.node_id for c in layout.controllers if not c.alive()]
-    before = layout.controllers
-    layout = _refresh_ports(layout)
-    moved = [(old, new) for old, new in zip(before, layout.controllers, strict=True) if old.port != new.port]
-    if moved:
-        # Something else took a controller's port: the running brokers' server.properties name
-        # the old URL, so they restart with the new one. On its own port they just reconnect.
-        stop_processes([(b.pid, b.config_path) for b in layout.brokers if b.pid is not None], grace=10)
-        layout = replace(layout, brokers=tuple(replace(b, pid=None) for b in layout.brokers))
-        ports = ", ".join(str(old.port) for old, _new in moved)
-        to = ", ".join(f"{new.name} to {new.port}" for _old, new in moved)
-        notes.append(f"Port {ports} was taken: moved the {to} and restarted every broker")
+    layout, moved = _refresh_controller_ports(layout)
+    notes.extend(moved)
     _write_token(layout.admin_token_file)
     _write_token(layout.cluster_token_file)
     layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -562,53 +549,15 @@ def _up(
     layout = replace(
         layout, brokers=tuple(replace(b, directory_ids=directory_ids(b)) for b in layout.brokers)
     )
-    started: list[str] = []
-    started_processes: list[tuple[int, Path]] = []
+    startup = _Startup(root, layout, deadline=deadline, report=request.report)
     try:
         if etcd_bin is not None:
-            etcd, indices = quorum.start_etcd(root, layout.etcd, etcd=etcd_bin)
-            layout = replace(layout, etcd=etcd)
-            write_layout(layout)
-            started += [etcd[i].name for i in indices]
-            started_processes += [(etcd[i].pid or 0, etcd[i].member.data_dir) for i in indices]
-            quorum.await_etcd(root, etcd, indices, deadline=deadline)
-            if indices:
-                report(
-                    f"Started etcd ({', '.join(etcd[i].name for i in indices)}) on {quorum.endpoints(etcd)}"
-                )
-        nodes = [_start_controller(layout, layout.node(node_id)) for node_id in restart_controllers]
-        for node in nodes:
-            layout = layout.with_controller(node)
-            started.append(node.name)
-            started_processes.append((node.pid or 0, node.data_dir))
-        write_layout(layout)
-        for node in nodes:
-            await_readyz(
-                node.url,
-                name="jbod-controller",
-                log_path=node.log_path,
-                deadline=deadline,
-                exited=_exited(node),
-                error=LocalClusterError,
-            )
-            report(f"Started {node.label} (pid {node.pid}) on {node.url}")
-        for stopped in to_start:
-            broker = start_broker(layout, layout.broker(stopped.broker_id))
-            layout = layout.with_broker(broker)
-            started.append(f"broker {broker.broker_id}")
-            assert broker.pid is not None
-            started_processes.insert(0, (broker.pid, broker.config_path))
-        write_layout(layout)
+            startup.start_etcd(etcd_bin)
+        startup.start_controllers(restart_controllers)
         # A restarted controller must see the brokers that kept running too.
-        waiting = layout.brokers if restart_controllers else to_start
-        if to_start:
-            report(f"Started {len(to_start)} broker(s); waiting until they are registered and unfenced")
-        else:
-            report("Waiting until the running brokers are registered and unfenced again")
-        await_brokers_ready(layout, [b.broker_id for b in waiting], deadline=deadline)
+        startup.start_brokers(to_start, await_all=bool(restart_controllers))
     except (LocalClusterError, OSError, KeyboardInterrupt):
-        stop_processes(started_processes, grace=3)  # only what this call started
-        write_layout(_forget_dead(layout))
+        startup.stop()  # only what this call started
         raise
     for broker in to_start:
         for index in broker.failed_disks():
@@ -616,7 +565,111 @@ def _up(
                 f"Disk {index} of broker {broker.broker_id} is failed: it started without it "
                 f"(restore it with: jbodctl local restore-disk {broker.broker_id} {index})"
             )
-    return UpResult(layout, False, tuple(started), time.monotonic() - started_at, tuple(notes))
+    return UpResult(
+        startup.layout, False, tuple(startup.started), time.monotonic() - started_at, tuple(notes)
+    )
+
+
+def _existing_layout(root: Path, request: _UpRequest) -> tuple[ClusterLayout, list[str]]:
+    """The cluster already in `root`, and a note when the request asked for another shape."""
+    notes = []
+    layout = read_layout(root)
+    shape = (len(layout.brokers), len(layout.brokers[0].disks) if layout.brokers else 0)
+    changed = (request.brokers is not None and request.brokers != shape[0]) or (
+        request.disks is not None and request.disks != shape[1]
+    )
+    if (
+        changed
+        or (request.loop and not layout.loop)
+        or request.controllers not in (None, len(layout.controllers))
+    ):
+        kind = "loop-mounted" if layout.loop else "plain-directory"
+        quorum_note = f"{len(layout.controllers)} controllers, " if layout.quorum else ""
+        notes.append(
+            f"Kept the existing layout ({quorum_note}{shape[0]} brokers x {shape[1]} {kind} disks); "
+            "pass --fresh to create a new cluster"
+        )
+    if layout.loop:
+        check_loop_support()
+    return layout, notes
+
+
+def _refresh_controller_ports(layout: ClusterLayout) -> tuple[ClusterLayout, list[str]]:
+    """`_refresh_ports`, and when a controller moved, the running brokers stopped (their
+    server.properties name the old URL: they restart with the new one) and a note saying so."""
+    before = layout.controllers
+    layout = _refresh_ports(layout)
+    moved = [(old, new) for old, new in zip(before, layout.controllers, strict=True) if old.port != new.port]
+    if not moved:  # every controller kept its port: running brokers just reconnect
+        return layout, []
+    stop_processes([(b.pid, b.config_path) for b in layout.brokers if b.pid is not None], grace=10)
+    layout = replace(layout, brokers=tuple(replace(b, pid=None) for b in layout.brokers))
+    ports = ", ".join(str(old.port) for old, _new in moved)
+    to = ", ".join(f"{new.name} to {new.port}" for _old, new in moved)
+    return layout, [f"Port {ports} was taken: moved the {to} and restarted every broker"]
+
+
+class _Startup:
+    """The processes one `up` starts, in order (etcd, controllers, brokers), with the layout as it
+    goes, so that a failure stops exactly those (`stop`) and never one this call did not start."""
+
+    def __init__(self, root: Path, layout: ClusterLayout, *, deadline: float, report: Report) -> None:
+        self.root = root
+        self.layout = layout
+        self.deadline = deadline
+        self.report = report
+        self.started: list[str] = []
+        self.processes: list[tuple[int, Path]] = []
+
+    def start_etcd(self, etcd_bin: etcd_binary.EtcdBinary) -> None:
+        etcd, indices = quorum.start_etcd(self.root, self.layout.etcd, etcd=etcd_bin)
+        self.layout = replace(self.layout, etcd=etcd)
+        write_layout(self.layout)
+        self.started += [etcd[i].name for i in indices]
+        self.processes += [(etcd[i].pid or 0, etcd[i].member.data_dir) for i in indices]
+        quorum.await_etcd(self.root, etcd, indices, deadline=self.deadline)
+        if indices:
+            self.report(
+                f"Started etcd ({', '.join(etcd[i].name for i in indices)}) on {quorum.endpoints(etcd)}"
+            )
+
+    def start_controllers(self, node_ids: Sequence[int | None]) -> None:
+        nodes = [_start_controller(self.layout, self.layout.node(node_id)) for node_id in node_ids]
+        for node in nodes:
+            self.layout = self.layout.with_controller(node)
+            self.started.append(node.name)
+            self.processes.append((node.pid or 0, node.data_dir))
+        write_layout(self.layout)
+        for node in nodes:
+            await_readyz(
+                node.url,
+                name="jbod-controller",
+                log_path=node.log_path,
+                deadline=self.deadline,
+                exited=_exited(node),
+                error=LocalClusterError,
+            )
+            self.report(f"Started {node.label} (pid {node.pid}) on {node.url}")
+
+    def start_brokers(self, to_start: Sequence[BrokerLayout], *, await_all: bool) -> None:
+        """Start the stopped brokers, then wait until they (`await_all`: every broker) are ready."""
+        for stopped in to_start:
+            broker = start_broker(self.layout, self.layout.broker(stopped.broker_id))
+            self.layout = self.layout.with_broker(broker)
+            self.started.append(f"broker {broker.broker_id}")
+            assert broker.pid is not None
+            self.processes.insert(0, (broker.pid, broker.config_path))
+        write_layout(self.layout)
+        waiting = self.layout.brokers if await_all else to_start
+        if to_start:
+            self.report(f"Started {len(to_start)} broker(s); waiting until they are registered and unfenced")
+        else:
+            self.report("Waiting until the running brokers are registered and unfenced again")
+        await_brokers_ready(self.layout, [b.broker_id for b in waiting], deadline=self.deadline)
+
+    def stop(self) -> None:
+        stop_processes(self.processes, grace=3)
+        write_layout(_forget_dead(self.layout))
 
 
 # -- down --------------------------------------------------------------------------------------

@@ -206,7 +206,9 @@ class ControllerApi:
         return wrapped
 
     @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _errors(  # noqa: PLR0911  the error middleware: one reply per exception class
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
         try:
             return await handler(request)
         except ApiError as exc:

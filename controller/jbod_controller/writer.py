@@ -159,50 +159,11 @@ class Writer:
             self._on_deposed(exc)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            while len(batch) < MAX_BATCH_COMMANDS:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except asyncio.QueueEmpty:
-                    break
+            batch = await self._next_batch()
             self._in_flight = batch
-            outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
-            written = 0
-            append = self.record_log.append_one
-            encode_entry = frames.encode_entry
             try:
-                if not self.record_log.writable_now():
-                    await loop.run_in_executor(None, self.record_log.wait_writable)
-                for command in batch:
-                    if command.future.cancelled():
-                        # The caller went away before its command was decided: nothing to do.
-                        continue
-                    try:
-                        produced, reply = command.decide(self.image)
-                    except Exception as exc:  # a decision bug must not stop the writer
-                        log.exception("Failed deciding %s", command.name)
-                        outcomes.append((command, None, exc))
-                        continue
-                    for record in produced:
-                        offset = self.image.end_offset
-                        append(encode_entry(offset, record.TYPE, record.to_data()))
-                        self.image.replay(record, offset)
-                    written += len(produced)
-                    outcomes.append((command, reply, None))
-                if written:
-                    started = time.perf_counter()
-                    await loop.run_in_executor(None, self.record_log.flush)
-                    self.records_since_snapshot += written
-                    self.batches += 1
-                    if log.isEnabledFor(logging.DEBUG):
-                        log.debug(
-                            "Committed %d records in %.1f ms",
-                            written,
-                            (time.perf_counter() - started) * 1000,
-                        )
+                outcomes, written = await self._write_batch(batch)
             except NotActiveError as exc:
                 log.warning("Stopped writing the metadata log: %s", exc)
                 self._depose(batch, exc)
@@ -213,11 +174,7 @@ class Writer:
                 self._on_fatal(exc)
                 raise FatalWriterError(str(exc)) from exc
             if written:
-                if written >= memory.FREEZE_AFTER_RECORDS:
-                    memory.freeze()
-                await self.commits.notify()
-                for hook in self.after_commit:
-                    hook()
+                await self._announce_commit(written)
             self._in_flight = []
             for command, reply, error in outcomes:
                 if command.future.done():
@@ -226,6 +183,74 @@ class Writer:
                     command.future.set_exception(error)
                 else:
                     command.future.set_result(reply)
+
+    async def _next_batch(self) -> list[_Command[Any]]:
+        """Wait for a command, then take every queued one with it (up to `MAX_BATCH_COMMANDS`)."""
+        batch = [await self._queue.get()]
+        while len(batch) < MAX_BATCH_COMMANDS:
+            try:
+                batch.append(self._queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        return batch
+
+    async def _write_batch(
+        self, batch: list[_Command[Any]]
+    ) -> tuple[list[tuple[_Command[Any], Any, BaseException | None]], int]:
+        """Decide, append and replay each command of the batch, then fsync them all (group commit).
+
+        Returns each decided command with its reply or error, and the number of records written.
+        """
+        loop = asyncio.get_running_loop()
+        if not self.record_log.writable_now():
+            await loop.run_in_executor(None, self.record_log.wait_writable)
+        outcomes: list[tuple[_Command[Any], Any, BaseException | None]] = []
+        written = 0
+        for command in batch:
+            if command.future.cancelled():
+                # The caller went away before its command was decided: nothing to do.
+                continue
+            reply, error, count = self._apply(command)
+            outcomes.append((command, reply, error))
+            written += count
+        if written:
+            started = time.perf_counter()
+            await loop.run_in_executor(None, self.record_log.flush)
+            self.records_since_snapshot += written
+            self.batches += 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "Committed %d records in %.1f ms",
+                    written,
+                    (time.perf_counter() - started) * 1000,
+                )
+        return outcomes, written
+
+    def _apply(self, command: _Command[Any]) -> tuple[Any, BaseException | None, int]:
+        """Decide one command, then append and replay its records: (reply, error, records appended).
+
+        A failed decision is the command's error; a failed append or replay propagates (fatal).
+        """
+        try:
+            produced, reply = command.decide(self.image)
+        except Exception as exc:  # a decision bug must not stop the writer
+            log.exception("Failed deciding %s", command.name)
+            return None, exc, 0
+        append = self.record_log.append_one
+        encode_entry = frames.encode_entry
+        for record in produced:
+            offset = self.image.end_offset
+            append(encode_entry(offset, record.TYPE, record.to_data()))
+            self.image.replay(record, offset)
+        return reply, None, len(produced)
+
+    async def _announce_commit(self, written: int) -> None:
+        """After a durable batch: wake the metadata readers and run the after-commit hooks."""
+        if written >= memory.FREEZE_AFTER_RECORDS:
+            memory.freeze()
+        await self.commits.notify()
+        for hook in self.after_commit:
+            hook()
 
 
 def exit_on_fatal(exc: BaseException) -> None:

@@ -53,7 +53,7 @@ def _registration_error(code: ErrorCode, message: str) -> tuple[list[records.Rec
     return [], RegisterBrokerReply(error_code=code, error_message=message, broker_epoch=-1)
 
 
-def register_broker(
+def register_broker(  # noqa: PLR0913  image, sessions and request, then the cluster id, the time and the session timeout
     image: ClusterImage,
     sessions: Mapping[int, Session],
     request: RegisterBrokerRequest,
@@ -79,21 +79,9 @@ def register_broker(
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
             f"Broker {request.broker_id} is registered with another incarnation whose session is alive",
         )
-    if not request.log_dirs:
-        return _registration_error(ErrorCode.INVALID_REQUEST, "No directories specified in request")
-    for directory in request.log_dirs:
-        if directory.is_reserved:
-            return _registration_error(
-                ErrorCode.INVALID_REQUEST, f"Reserved directory id {directory} in request"
-            )
-    if len(set(request.log_dirs)) != len(request.log_dirs):
-        return _registration_error(ErrorCode.INVALID_REQUEST, "Duplicate directory id in request")
-    for directory in request.log_dirs:
-        owner = image.dir_owner.get(directory)
-        if owner is not None and owner != request.broker_id:
-            return _registration_error(
-                ErrorCode.INVALID_REQUEST, f"Broker {owner} is already registered with directory {directory}"
-            )
+    dirs_problem = _dirs_problem(image, request)
+    if dirs_problem is not None:
+        return _registration_error(ErrorCode.INVALID_REQUEST, dirs_problem)
 
     draft = Draft(image)
     listeners = tuple(records.Listener(name=x.name, host=x.host, port=x.port) for x in request.listeners)
@@ -143,6 +131,22 @@ def register_broker(
     return draft.records, RegisterBrokerReply(broker_epoch=epoch)
 
 
+def _dirs_problem(image: ClusterImage, request: RegisterBrokerRequest) -> str | None:
+    """Why the registration's dir list is invalid (42), or None."""
+    if not request.log_dirs:
+        return "No directories specified in request"
+    for directory in request.log_dirs:
+        if directory.is_reserved:
+            return f"Reserved directory id {directory} in request"
+    if len(set(request.log_dirs)) != len(request.log_dirs):
+        return "Duplicate directory id in request"
+    for directory in request.log_dirs:
+        owner = image.dir_owner.get(directory)
+        if owner is not None and owner != request.broker_id:
+            return f"Broker {owner} is already registered with directory {directory}"
+    return None
+
+
 def _next_state(
     image: ClusterImage,
     sessions: Mapping[int, Session],
@@ -153,27 +157,48 @@ def _next_state(
 ) -> BrokerState:
     state = current_state(reg)
     if state is BrokerState.FENCED:
-        if request.want_shut_down:
-            return BrokerState.SHUTDOWN_NOW
-        if (
-            not request.want_fence
-            and caught_up
-            and (not reg.is_multi_dir or image.unassigned_count(reg.broker_id) == 0)
-        ):
-            return BrokerState.UNFENCED
-        return BrokerState.FENCED
+        return _next_from_fenced(image, reg, request, caught_up=caught_up)
     if state is BrokerState.UNFENCED:
-        if request.want_fence:
-            return BrokerState.SHUTDOWN_NOW if request.want_shut_down else BrokerState.FENCED
-        if request.want_shut_down:
-            return (
-                BrokerState.CONTROLLED_SHUTDOWN
-                if image.leader_count(reg.broker_id) > 0
-                else BrokerState.SHUTDOWN_NOW
-            )
+        return _next_from_unfenced(image, reg, request)
+    return _next_from_controlled_shutdown(image, sessions, reg)
+
+
+def _next_from_fenced(
+    image: ClusterImage, reg: BrokerRegistration, request: BrokerHeartbeatRequest, *, caught_up: bool
+) -> BrokerState:
+    """Unfence a caught-up broker that does not ask to stay fenced (a multi-dir one only once none
+    of its replicas is UNASSIGNED: the JBOD gate)."""
+    if request.want_shut_down:
+        return BrokerState.SHUTDOWN_NOW
+    if (
+        not request.want_fence
+        and caught_up
+        and (not reg.is_multi_dir or image.unassigned_count(reg.broker_id) == 0)
+    ):
         return BrokerState.UNFENCED
-    # Controlled shutdown: finish once it leads nothing and every other active broker has seen the
-    # record that started the shutdown.
+    return BrokerState.FENCED
+
+
+def _next_from_unfenced(
+    image: ClusterImage, reg: BrokerRegistration, request: BrokerHeartbeatRequest
+) -> BrokerState:
+    """A shutdown waits for leadership to move (controlled shutdown) unless the broker leads nothing."""
+    if request.want_fence:
+        return BrokerState.SHUTDOWN_NOW if request.want_shut_down else BrokerState.FENCED
+    if request.want_shut_down:
+        return (
+            BrokerState.CONTROLLED_SHUTDOWN
+            if image.leader_count(reg.broker_id) > 0
+            else BrokerState.SHUTDOWN_NOW
+        )
+    return BrokerState.UNFENCED
+
+
+def _next_from_controlled_shutdown(
+    image: ClusterImage, sessions: Mapping[int, Session], reg: BrokerRegistration
+) -> BrokerState:
+    """Finish once it leads nothing and every other active broker has seen the record that
+    started the shutdown."""
     if image.leader_count(reg.broker_id) > 0:
         return BrokerState.CONTROLLED_SHUTDOWN
     started = image.controlled_shutdown_offsets.get(reg.broker_id, image.end_offset - 1)

@@ -78,7 +78,7 @@ def elect_leader(
     return records.NO_LEADER
 
 
-def partition_change(
+def partition_change(  # noqa: PLR0913  the partition, then its optional targets (ISR, dirs, broker to remove) and the acceptor
     draft: Draft,
     key: PartitionKey,
     part: PartitionRegistration,

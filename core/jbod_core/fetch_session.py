@@ -223,7 +223,7 @@ class SessionPartition:
     sent_high_watermark: int = -1
     sent_log_start_offset: int = -1
 
-    def answer_needed(
+    def answer_needed(  # noqa: PLR0913  Kafka's rule (maybeUpdateResponseData): a keyword per field of the answer
         self,
         *,
         full: bool,

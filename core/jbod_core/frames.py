@@ -138,7 +138,7 @@ def intact_entry_after(data: bytes, position: int) -> int | None:
         search = found + 1
 
 
-def tail_damage(data: bytes, position: int) -> str | None:
+def tail_damage(data: bytes, position: int) -> str | None:  # noqa: PLR0911  a return per case of the torn-tail rule (module docstring)
     """Why the damaged frame at `position` of a last segment is corruption; None if it is a torn
     tail (the rule in the module docstring)."""
     following = intact_entry_after(data, position)

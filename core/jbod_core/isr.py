@@ -62,9 +62,12 @@ def _validate(
         if member in part.isr:
             continue
         reg = draft.broker(member)
-        if reg is None or reg.fenced or reg.in_controlled_shutdown:
-            return ErrorCode.INELIGIBLE_REPLICA
-        if not is_online(part.directory_of(member), reg.log_dirs):
+        if (
+            reg is None
+            or reg.fenced
+            or reg.in_controlled_shutdown
+            or not is_online(part.directory_of(member), reg.log_dirs)
+        ):
             return ErrorCode.INELIGIBLE_REPLICA
     return ErrorCode.NONE
 

@@ -126,7 +126,7 @@ def isr_to_shrink(
     return out
 
 
-def isr_to_expand(
+def isr_to_expand(  # noqa: PLR0913  Kafka's ISR expansion inputs: replicas, ISR, progress, HW, epoch start, eligibility
     replicas: Iterable[int],
     isr: Iterable[int],
     followers: Mapping[int, FollowerProgress],

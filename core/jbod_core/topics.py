@@ -91,18 +91,70 @@ def _manual_assignment_error(
     if request.replication_factor is not None and request.replication_factor != factor:
         return f"replicationFactor {request.replication_factor} does not match replicaAssignment"
     for index, replicas in enumerate(assignment):
-        if not replicas:
-            return f"Partition {index} has no replicas"
-        if len(replicas) != factor:
-            return "All partitions must have the same number of replicas"
-        if len(set(replicas)) != len(replicas):
-            return f"Partition {index} lists a broker more than once"
-        unknown = [b for b in replicas if b not in image.brokers]
-        if unknown:
-            return f"Partition {index} names unregistered broker(s) {unknown}"
-        if not any(image.brokers[b].is_active for b in replicas):
-            return f"Partition {index} has no active replica"
+        problem = _partition_replicas_error(image, index, replicas, factor=factor)
+        if problem is not None:
+            return problem
     return None
+
+
+def _partition_replicas_error(
+    image: ClusterImage, index: int, replicas: Sequence[int], *, factor: int
+) -> str | None:
+    if not replicas:
+        return f"Partition {index} has no replicas"
+    if len(replicas) != factor:
+        return "All partitions must have the same number of replicas"
+    if len(set(replicas)) != len(replicas):
+        return f"Partition {index} lists a broker more than once"
+    unknown = [b for b in replicas if b not in image.brokers]
+    if unknown:
+        return f"Partition {index} names unregistered broker(s) {unknown}"
+    if not any(image.brokers[b].is_active for b in replicas):
+        return f"Partition {index} has no active replica"
+    return None
+
+
+def _manual_assignment(
+    image: ClusterImage, request: CreateTopicRequest
+) -> tuple[list[list[int]], ErrorCode, str]:
+    """The request's `replicaAssignment`, or the error refusing it."""
+    assignment: list[list[int]] = [list(r) for r in request.replica_assignment or ()]
+    if not assignment or len(assignment) > MAX_PARTITIONS_PER_REQUEST:
+        return (
+            [],
+            ErrorCode.INVALID_PARTITIONS,
+            f"A topic needs 1 to {MAX_PARTITIONS_PER_REQUEST} partitions",
+        )
+    problem = _manual_assignment_error(image, assignment, request)
+    if problem is not None:
+        return [], ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+    return assignment, ErrorCode.NONE, ""
+
+
+def _striped_assignment(
+    image: ClusterImage, request: CreateTopicRequest, *, rng: random.Random
+) -> tuple[list[list[int]], ErrorCode, str]:
+    """Replicas striped over the active brokers (`stripe_replicas`), or the error refusing the counts."""
+    partitions = request.num_partitions or 0
+    factor = request.replication_factor or 0
+    if partitions < 1 or partitions > MAX_PARTITIONS_PER_REQUEST:
+        return (
+            [],
+            ErrorCode.INVALID_PARTITIONS,
+            f"numPartitions must be 1 to {MAX_PARTITIONS_PER_REQUEST}, got {partitions}",
+        )
+    brokers = active_brokers(image)
+    if factor < 1 or factor > len(brokers):
+        return (
+            [],
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor {factor} is not between 1 and the {len(brokers)} active broker(s)",
+        )
+    return (
+        stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng),
+        ErrorCode.NONE,
+        "",
+    )
 
 
 def create_topic(
@@ -118,29 +170,11 @@ def create_topic(
     if request.name in image.topic_ids_by_name:
         return _error(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{request.name}' already exists")
     if request.replica_assignment is not None:
-        assignment: list[list[int]] = [list(r) for r in request.replica_assignment]
-        if not assignment or len(assignment) > MAX_PARTITIONS_PER_REQUEST:
-            return _error(
-                ErrorCode.INVALID_PARTITIONS, f"A topic needs 1 to {MAX_PARTITIONS_PER_REQUEST} partitions"
-            )
-        problem = _manual_assignment_error(image, assignment, request)
-        if problem is not None:
-            return _error(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+        assignment, code, problem = _manual_assignment(image, request)
     else:
-        partitions = request.num_partitions or 0
-        factor = request.replication_factor or 0
-        if partitions < 1 or partitions > MAX_PARTITIONS_PER_REQUEST:
-            return _error(
-                ErrorCode.INVALID_PARTITIONS,
-                f"numPartitions must be 1 to {MAX_PARTITIONS_PER_REQUEST}, got {partitions}",
-            )
-        brokers = active_brokers(image)
-        if factor < 1 or factor > len(brokers):
-            return _error(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor {factor} is not between 1 and the {len(brokers)} active broker(s)",
-            )
-        assignment = stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng)
+        assignment, code, problem = _striped_assignment(image, request, rng=rng)
+    if code is not ErrorCode.NONE:
+        return _error(code, problem)
 
     factor = len(assignment[0])
     config_problem = topic_configs.create_error(request.configs, replication_factor=factor)

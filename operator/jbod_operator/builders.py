@@ -100,7 +100,7 @@ def _claim_template(name: str, volume: model.Volume) -> dict[str, Any]:
 # Cluster-wide objects
 
 
-def tokens_secret(
+def tokens_secret(  # noqa: PLR0913  the Secret's name parts, its three values and its owner
     cluster: str,
     namespace: str,
     *,
@@ -298,7 +298,7 @@ def controller_statefulset(
     )
 
 
-def _statefulset(
+def _statefulset(  # noqa: PLR0913  a parameter per field the controller and etcd StatefulSets differ in
     name: str,
     namespace: str,
     labels: dict[str, str],
@@ -435,7 +435,7 @@ def server_properties(
     return "\n".join(lines) + "\n"
 
 
-def broker_config_map(
+def broker_config_map(  # noqa: PLR0913  the broker (spec, cluster, namespace, id, disks) and its owner
     spec: model.ClusterSpec,
     cluster: str,
     namespace: str,
@@ -453,7 +453,7 @@ def broker_config_map(
     }
 
 
-def volume_claim(
+def volume_claim(  # noqa: PLR0913  the broker (cluster, namespace, id), then the claim's disk, volume and generation
     cluster: str,
     namespace: str,
     broker_id: int,
@@ -478,7 +478,7 @@ def volume_claim(
     }
 
 
-def broker_pod(
+def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), then its disks, claims, image and owner
     spec: model.ClusterSpec,
     cluster: str,
     namespace: str,

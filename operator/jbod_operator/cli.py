@@ -59,7 +59,7 @@ def _listen(value: str) -> tuple[str, int]:
     help="JSON map of host:port to reachable host:port, for an operator outside the cluster",
 )
 @click.option("--verbose", "-v", is_flag=True, help="debug logging")
-def command(
+def command(  # noqa: PLR0913  click command: one parameter per option
     namespaces: tuple[str, ...],
     all_namespaces: bool,
     image: str | None,

@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -188,7 +189,7 @@ def _parse_cluster(
     initial_delay=1.0,
     backoff=5.0,
 )
-def reconcile_cluster(
+def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf passes
     body: kopf.Body,
     spec: kopf.Spec,
     name: str,
@@ -202,56 +203,20 @@ def reconcile_cluster(
     """Everything on a spec change and every minute: the cluster's own objects (applied), its
     brokers, its status; every few seconds (`param="refresh"`) only its brokers and status."""
     full = param != "refresh"
-    _reconcile_cluster(body, spec, name, namespace or "default", meta, status, patch, kwargs, full=full)
-
-
-def _reconcile_cluster(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    indexes: Mapping[str, Any],
-    *,
-    full: bool,
-) -> None:
-    brokers_index: kopf.Index[Any, Any] = indexes["brokers_index"]
+    namespace = namespace or "default"
+    brokers_index: kopf.Index[Any, Any] = kwargs["brokers_index"]
     started = time.perf_counter()
     with metrics.reconcile("JbodCluster"):
         if meta.get("deletionTimestamp"):
             return
         cluster_spec = _parse_cluster(name, spec, patch, status)
         owner = _plain(body)
-        image = cluster_spec.image or str(SETTINGS["image"])
         cluster_id = status.get("clusterId")
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
         if full:
-            if cluster_spec.controller.runs_etcd:
-                kube.apply(builders.etcd_service(name, namespace, owner))
-                kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, owner=owner))
-            for manifest in (
-                builders.controller_service(name, namespace, owner),
-                builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
-                builders.brokers_service(name, namespace, owner),
-                builders.ready_brokers_service(name, namespace, owner),
-                builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
-            ):
-                kube.apply(manifest)
-
-        existing: dict[int, model.BrokerSpec] = {}
-        statuses: dict[int, Mapping[str, Any]] = {}
-        current_disks: dict[int, Any] = {}
-        for broker in brokers_index.get((namespace, name), []):
-            try:
-                parsed = model.parse_broker(broker.get("spec") or {})
-            except model.SpecError:
-                continue
-            existing[parsed.broker_id] = parsed
-            statuses[parsed.broker_id] = broker.get("status") or {}
-            current_disks[parsed.broker_id] = (broker.get("spec") or {}).get("disks")
+            _apply_cluster_objects(cluster_spec, name, namespace, owner)
+        existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         if plan.removes_something(broker_plan, existing):
@@ -272,22 +237,9 @@ def _reconcile_cluster(
             if full or current_disks.get(broker_id) != desired["spec"]["disks"]:
                 kube.apply(desired)
         for broker_id in broker_plan.delete:
-            kube.delete(names.API_VERSION, "JbodBroker", names.broker(name, broker_id), namespace)
-            for claim in kube.list_objects(
-                "v1", "PersistentVolumeClaim", namespace, names.broker_labels(name, broker_id)
-            ):
-                kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], namespace)
-            kopf.info(
-                body, reason="BrokerRemoved", message=f"Removed broker {broker_id}: it hosted no replicas"
-            )
+            _delete_broker(body, name, namespace, broker_id)
         _unregister_removed(name, namespace, cluster_spec, existing, view)
-
-        previous_refusals = {
-            c.get("message") for c in status.get("conditions") or [] if c.get("reason") == "Blocked"
-        }
-        for line in broker_plan.refused:
-            if not any(line in (m or "") for m in previous_refusals):
-                kopf.warn(body, reason="RemovalRefused", message=line)
+        _warn_new_refusals(body, broker_plan.refused, status)
         broker_statuses = [statuses.get(i, {}) for i in range(cluster_spec.brokers)]
         computed = plan.cluster_status(
             cluster_spec,
@@ -306,6 +258,63 @@ def _reconcile_cluster(
             }
         )
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
+
+
+def _apply_cluster_objects(
+    cluster_spec: model.ClusterSpec, name: str, namespace: str, owner: Mapping[str, Any]
+) -> None:
+    """The cluster's own objects: etcd (when the controllers run one), the controllers, the
+    brokers' services and their disruption budget."""
+    image = cluster_spec.image or str(SETTINGS["image"])
+    if cluster_spec.controller.runs_etcd:
+        kube.apply(builders.etcd_service(name, namespace, owner))
+        kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, owner=owner))
+    for manifest in (
+        builders.controller_service(name, namespace, owner),
+        builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
+        builders.brokers_service(name, namespace, owner),
+        builders.ready_brokers_service(name, namespace, owner),
+        builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
+    ):
+        kube.apply(manifest)
+
+
+def _indexed_brokers(
+    brokers: Iterable[Mapping[str, Any]],
+) -> tuple[dict[int, model.BrokerSpec], dict[int, Mapping[str, Any]], dict[int, Any]]:
+    """The cluster's JbodBrokers with a valid spec, by broker id: (spec, status, spec's disks)."""
+    existing: dict[int, model.BrokerSpec] = {}
+    statuses: dict[int, Mapping[str, Any]] = {}
+    current_disks: dict[int, Any] = {}
+    for broker in brokers:
+        try:
+            parsed = model.parse_broker(broker.get("spec") or {})
+        except model.SpecError:
+            continue
+        existing[parsed.broker_id] = parsed
+        statuses[parsed.broker_id] = broker.get("status") or {}
+        current_disks[parsed.broker_id] = (broker.get("spec") or {}).get("disks")
+    return existing, statuses, current_disks
+
+
+def _delete_broker(body: kopf.Body, cluster: str, namespace: str, broker_id: int) -> None:
+    """Delete a broker the plan removes (it hosts no replicas), and its volume claims."""
+    kube.delete(names.API_VERSION, "JbodBroker", names.broker(cluster, broker_id), namespace)
+    for claim in kube.list_objects(
+        "v1", "PersistentVolumeClaim", namespace, names.broker_labels(cluster, broker_id)
+    ):
+        kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], namespace)
+    kopf.info(body, reason="BrokerRemoved", message=f"Removed broker {broker_id}: it hosted no replicas")
+
+
+def _warn_new_refusals(body: kopf.Body, refused: Iterable[str], status: Mapping[str, Any]) -> None:
+    """A warning event per refused removal the previous status did not already report."""
+    previous_refusals = {
+        c.get("message") for c in status.get("conditions") or [] if c.get("reason") == "Blocked"
+    }
+    for line in refused:
+        if not any(line in (m or "") for m in previous_refusals):
+            kopf.warn(body, reason="RemovalRefused", message=line)
 
 
 def _unregister_removed(
@@ -359,7 +368,7 @@ def _others_ready(
 @kopf.timer(
     names.GROUP, names.VERSION, names.BROKERS, interval=BROKER_TIMER_INTERVAL, initial_delay=0.5, backoff=5.0
 )
-def reconcile_broker(
+def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf passes
     body: kopf.Body,
     spec: kopf.Spec,
     name: str,
@@ -414,46 +423,24 @@ def reconcile_broker(
             now=_now(),
         )
         decision = health.decide(observation)
-        for event in decision.events:
-            (kopf.warn if event.type == "Warning" else kopf.info)(
-                body, reason=event.reason, message=event.message
-            )
+        _post_events(body, decision.events)
 
+        reconciled = _BrokerInCluster(cluster_spec, cluster, namespace, broker, owner)
         choices = health.choose_claims(broker.disks, claims, pod)
         existing_claims = {c["metadata"]["name"]: c for c in claims}
-        _ensure_claims(cluster_spec, cluster, namespace, broker, choices, existing_claims)
-        for claim_name, directory_id in decision.directory_ids.items():
-            kube.merge_patch(
-                "v1",
-                "PersistentVolumeClaim",
-                claim_name,
-                namespace,
-                {"metadata": {"annotations": {names.ANNOTATION_DIRECTORY_ID: directory_id}}},
-            )
+        _ensure_claims(reconciled, choices, existing_claims)
+        _record_directory_ids(namespace, decision.directory_ids)
         restart = decision.restart_pod
         for disk in decision.replace:
             choice = choices[disk]
             replaced_id: str | None = next(
                 (d.get("directoryId") for d in decision.status["logDirs"] if d["name"] == disk), None
             )
-            _replace_volume(
-                cluster_spec, cluster, namespace, broker, disk, choice, existing_claims, replaced_id
-            )
+            _replace_volume(reconciled, disk, choice, existing_claims, replaced_id)
             metrics.REPLACEMENTS.labels(cluster=cluster).inc()
             restart = f"disk {disk} gets a new volume"
         if decision.replace:
-            remaining = _replace_requested(meta) - set(decision.replace)
-            kube.merge_patch(
-                names.API_VERSION,
-                "JbodBroker",
-                name,
-                namespace,
-                {
-                    "metadata": {
-                        "annotations": {names.ANNOTATION_REPLACE_DISKS: ",".join(sorted(remaining)) or None}
-                    }
-                },
-            )
+            _forget_replace_requests(name, namespace, meta, replaced=decision.replace)
         for claim_name in decision.delete_claims:
             kube.delete("v1", "PersistentVolumeClaim", claim_name, namespace)
 
@@ -461,21 +448,69 @@ def reconcile_broker(
             builders.broker_config_map(cluster_spec, cluster, namespace, broker_id, broker.disks, owner)
         )
         if pod is not None and decision.unfenced is not None:
-            wanted = "True" if decision.unfenced else "False"
-            if health.pod_condition(pod, names.READINESS_GATE) != wanted:
-                kube.set_pod_condition(
-                    pod_name,
-                    namespace,
-                    names.READINESS_GATE,
-                    decision.unfenced,
-                    "Unfenced" if decision.unfenced else "Fenced",
-                    "the controller has unfenced the broker: its placements are confirmed"
-                    if decision.unfenced
-                    else "the controller keeps the broker fenced",
-                )
+            _set_readiness_gate(pod, pod_name, namespace, unfenced=decision.unfenced)
         patch.status.update({**decision.status, "observedGeneration": meta.get("generation")})
         metrics.observe_broker(namespace, cluster, broker_id, decision.status)
-        _converge_pod(cluster_spec, cluster, namespace, broker, pod, owner, restart, claims, pods_index)
+        _converge_pod(reconciled, pod, restart, claims, pods_index)
+
+
+@dataclass(frozen=True)
+class _BrokerInCluster:
+    """The JbodBroker being reconciled: its cluster (spec, name, namespace), its own spec, and its
+    body, the owner of the pod and config map made for it."""
+
+    cluster_spec: model.ClusterSpec
+    cluster: str
+    namespace: str
+    broker: model.BrokerSpec
+    owner: Mapping[str, Any]
+
+
+def _record_directory_ids(namespace: str, directory_ids: Mapping[str, str]) -> None:
+    """Annotate each claim with the directory id the broker reported for its volume."""
+    for claim_name, directory_id in directory_ids.items():
+        kube.merge_patch(
+            "v1",
+            "PersistentVolumeClaim",
+            claim_name,
+            namespace,
+            {"metadata": {"annotations": {names.ANNOTATION_DIRECTORY_ID: directory_id}}},
+        )
+
+
+def _forget_replace_requests(name: str, namespace: str, meta: kopf.Meta, *, replaced: Iterable[str]) -> None:
+    """Take the disks whose volume is being replaced out of the JbodBroker's replace annotation."""
+    remaining = _replace_requested(meta) - set(replaced)
+    kube.merge_patch(
+        names.API_VERSION,
+        "JbodBroker",
+        name,
+        namespace,
+        {"metadata": {"annotations": {names.ANNOTATION_REPLACE_DISKS: ",".join(sorted(remaining)) or None}}},
+    )
+
+
+def _post_events(body: kopf.Body, events: Iterable[health.Event]) -> None:
+    for event in events:
+        (kopf.warn if event.type == "Warning" else kopf.info)(
+            body, reason=event.reason, message=event.message
+        )
+
+
+def _set_readiness_gate(pod: Mapping[str, Any], pod_name: str, namespace: str, *, unfenced: bool) -> None:
+    """The pod's readiness gate follows the controller's fencing (set only when it differs)."""
+    wanted = "True" if unfenced else "False"
+    if health.pod_condition(pod, names.READINESS_GATE) != wanted:
+        kube.set_pod_condition(
+            pod_name,
+            namespace,
+            names.READINESS_GATE,
+            unfenced,
+            "Unfenced" if unfenced else "Fenced",
+            "the controller has unfenced the broker: its placements are confirmed"
+            if unfenced
+            else "the controller keeps the broker fenced",
+        )
 
 
 @kopf.on.delete(names.GROUP, names.VERSION, names.BROKERS, optional=True)
@@ -485,14 +520,13 @@ def forget_broker(spec: kopf.Spec, namespace: str | None, **_: Any) -> None:
 
 
 def _ensure_claims(
-    cluster_spec: model.ClusterSpec,
-    cluster: str,
-    namespace: str,
-    broker: model.BrokerSpec,
+    reconciled: _BrokerInCluster,
     choices: Mapping[str, health.ClaimChoice],
     existing: Mapping[str, Mapping[str, Any]],
 ) -> None:
     """First claims of new disks, the metadata claim, and growth of claims smaller than the spec."""
+    cluster_spec, broker = reconciled.cluster_spec, reconciled.broker
+    cluster, namespace = reconciled.cluster, reconciled.namespace
     metadata = builders.volume_claim(
         cluster,
         namespace,
@@ -537,15 +571,14 @@ def _create_or_grow(
 
 
 def _replace_volume(
-    cluster_spec: model.ClusterSpec,
-    cluster: str,
-    namespace: str,
-    broker: model.BrokerSpec,
+    reconciled: _BrokerInCluster,
     disk: str,
     choice: health.ClaimChoice,
     existing: Mapping[str, Mapping[str, Any]],
     directory_id: str | None,
 ) -> None:
+    cluster_spec, broker = reconciled.cluster_spec, reconciled.broker
+    cluster, namespace = reconciled.cluster, reconciled.namespace
     volume = broker.disk(disk) or next(d for d in cluster_spec.disks if d.name == disk)
     kube.create(
         builders.volume_claim(
@@ -566,17 +599,16 @@ def _replace_volume(
 
 
 def _converge_pod(
-    cluster_spec: model.ClusterSpec,
-    cluster: str,
-    namespace: str,
-    broker: model.BrokerSpec,
+    reconciled: _BrokerInCluster,
     pod: Mapping[str, Any] | None,
-    owner: Mapping[str, Any],
     restart: str | None,
     claims: list[Mapping[str, Any]],
     pods_index: kopf.Index[Any, Any],
 ) -> None:
     """Create the pod once every claim exists; recreate it for a new volume or a changed spec."""
+    cluster_spec, broker = reconciled.cluster_spec, reconciled.broker
+    cluster, namespace = reconciled.cluster, reconciled.namespace
+    owner = reconciled.owner
     pod_name = names.broker(cluster, broker.broker_id)
     if pod is not None and pod.get("metadata", {}).get("deletionTimestamp"):
         raise kopf.TemporaryError(f"waiting for pod {pod_name} to terminate", delay=2)

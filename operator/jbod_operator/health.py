@@ -146,38 +146,47 @@ def choose_claims(
     return out
 
 
+def _claim_gone(claim_name: str, claim: Mapping[str, Any] | None) -> str | None:
+    """Why the claim no longer gives the disk a volume, or None."""
+    if claim is None:
+        return f"PVC {claim_name} was deleted"
+    if claim["metadata"].get("deletionTimestamp"):
+        return f"PVC {claim_name} is being deleted"
+    if claim.get("status", {}).get("phase") == "Lost":
+        return f"PVC {claim_name} lost its volume"
+    return None
+
+
+def _volume_gone(pv_name: str, volume: Mapping[str, Any] | None) -> str | None:
+    """Why the claim's PV is no longer usable, or None."""
+    if volume is None:
+        return f"PV {pv_name} was deleted"
+    phase = volume.get("status", {}).get("phase")
+    if phase in ("Released", "Failed"):
+        return f"PV {pv_name} is {phase}"
+    return None
+
+
 def _detached_reason(
-    claim_name: str | None,
-    claims: Mapping[str, Mapping[str, Any]],
-    volumes: Mapping[str, Mapping[str, Any]],
-    attachments: Mapping[str, Sequence[Mapping[str, Any]]],
-    *,
-    node: str | None,
-    was_attached: bool,
+    obs: Observation, ctx: _Context, claim_name: str | None, *, was_attached: bool
 ) -> tuple[str | None, str | None, bool]:
     """(why the volume is detached or None, the PV name, attached now)."""
     if claim_name is None:
         return None, None, False
-    claim = claims.get(claim_name)
-    if claim is None:
-        return f"PVC {claim_name} was deleted", None, False
-    if claim["metadata"].get("deletionTimestamp"):
-        return f"PVC {claim_name} is being deleted", None, False
-    if claim.get("status", {}).get("phase") == "Lost":
-        return f"PVC {claim_name} lost its volume", None, False
+    claim = ctx.claims_by_name.get(claim_name)
+    gone = _claim_gone(claim_name, claim)
+    if gone is not None or claim is None:
+        return gone, None, False
     pv_name = claim.get("spec", {}).get("volumeName")
     if not pv_name:
         return None, None, False
-    volume = volumes.get(pv_name)
-    if volume is None:
-        return f"PV {pv_name} was deleted", pv_name, False
-    phase = volume.get("status", {}).get("phase")
-    if phase in ("Released", "Failed"):
-        return f"PV {pv_name} is {phase}", pv_name, False
+    gone = _volume_gone(pv_name, obs.volumes.get(pv_name))
+    if gone is not None:
+        return gone, pv_name, False
     attached = any(
         (a.get("status") or {}).get("attached")
-        and (node is None or a.get("spec", {}).get("nodeName") == node)
-        for a in attachments.get(pv_name, ())
+        and (ctx.node is None or a.get("spec", {}).get("nodeName") == ctx.node)
+        for a in obs.attachments.get(pv_name, ())
     )
     if was_attached and not attached:
         return f"VolumeAttachment of PV {pv_name} was removed", pv_name, False
@@ -208,176 +217,231 @@ def _since(previous: Mapping[str, Any] | None, state: str, now: str) -> str:
     return now
 
 
-def decide(obs: Observation) -> Decision:
-    now = obs.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    claims_by_name = {_name(c): c for c in obs.claims}
-    choices = choose_claims(obs.disks, obs.claims, obs.pod)
-    previous_dirs = {d.get("name"): d for d in obs.previous.get("logDirs") or []}
-    node = (obs.pod or {}).get("spec", {}).get("nodeName")
+@dataclass(frozen=True)
+class _Context:
+    """What `decide` derives once from an observation and shares between its disks."""
+
+    now: str
+    claims_by_name: Mapping[str, Mapping[str, Any]]
+    choices: Mapping[str, ClaimChoice]
+    previous_dirs: Mapping[str, Mapping[str, Any]]
+    node: str | None
+    same_pod: bool  # the running pod is the one the previous status saw
+    broker_dirs: Mapping[str, Mapping[str, Any]]  # disk name → the broker's own view of its log dir
+    controller_offline: frozenset[str]  # directory ids the controller lists offline
+
+
+@dataclass(frozen=True)
+class _DiskOutcome:
+    """What `decide` concludes for one disk."""
+
+    log_dir: dict[str, Any]
+    events: tuple[Event, ...]
+    replace: bool
+    directory_id: tuple[str, str] | None  # (claim name, directory id) to record on the claim
+    restart: str | None
+
+
+def _context(obs: Observation) -> _Context:
     pod_uid = (obs.pod or {}).get("metadata", {}).get("uid")
     # A missing VolumeAttachment means a detach only for the running pod that had it attached: a
     # recreated pod (new uid) gets its attachments anew, possibly on another node.
     running = (obs.pod or {}).get("status", {}).get("phase") == "Running"
-    same_pod = running and pod_uid is not None and obs.previous.get("podUid") == pod_uid
-    broker_dirs = {
-        disk_name: entry
-        for entry in obs.log_dirs or []
-        if (disk_name := names.disk_of_log_dir(str(entry.get("path", "")))) is not None
-    }
-    registration = obs.registration
-    controller_offline = set((registration or {}).get("offlineLogDirs") or [])
-    events: list[Event] = []
-    replace: list[str] = []
-    directory_ids: dict[str, str] = {}
-    restart: str | None = None
-    log_dirs: list[dict[str, Any]] = []
+    return _Context(
+        now=obs.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        claims_by_name={_name(c): c for c in obs.claims},
+        choices=choose_claims(obs.disks, obs.claims, obs.pod),
+        previous_dirs={d.get("name"): d for d in obs.previous.get("logDirs") or []},
+        node=(obs.pod or {}).get("spec", {}).get("nodeName"),
+        same_pod=running and pod_uid is not None and obs.previous.get("podUid") == pod_uid,
+        broker_dirs={
+            disk_name: entry
+            for entry in obs.log_dirs or []
+            if (disk_name := names.disk_of_log_dir(str(entry.get("path", "")))) is not None
+        },
+        controller_offline=frozenset((obs.registration or {}).get("offlineLogDirs") or []),
+    )
 
-    for disk in obs.disks:
-        choice = choices[disk.name]
-        before = previous_dirs.get(disk.name)
-        seen = broker_dirs.get(disk.name)
-        claim = claims_by_name.get(choice.current or "")
-        if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
-            seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
-        directory_id = (seen or {}).get("directoryId") or (_annotations(claim) if claim else {}).get(
-            names.ANNOTATION_DIRECTORY_ID
-        )
-        if directory_id is None and before is not None and before.get("pvc") == choice.current:
-            directory_id = before.get("directoryId")
-        if (
-            claim is not None
-            and seen is not None
-            and directory_id
-            and (_annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) != directory_id)
-        ):
-            directory_ids[_name(claim)] = str(directory_id)
-        detached, pv_name, attached = _detached_reason(
-            choice.current,
-            claims_by_name,
-            obs.volumes,
-            obs.attachments,
-            node=node,
-            was_attached=bool(
-                same_pod and before and before.get("attached") and before.get("pvc") == choice.current
-            ),
-        )
-        error: str | None = None
-        if detached is not None:
-            state, error = "Detached", detached
-        elif (seen is not None and seen.get("state") == "offline") or (directory_id in controller_offline):
-            state = "Offline"
-            error = (seen or {}).get("error") or "the controller lists the log dir offline"
-        elif seen is not None and seen.get("state") == "full":
-            state, error = "Full", (seen.get("error") or "no space left on the volume")
-        elif disk.removed:
-            state = "Draining"
-        elif seen is not None:
-            state = "Online"
-        else:
-            state = "Pending"
-        placed = obs.placements.get(str(directory_id)) if directory_id else None
-        entry: dict[str, Any] = {
-            "name": disk.name,
-            "mountPath": names.disk_mount(disk.name),
-            "state": state,
-            "since": _since(before, state, now),
-            "attached": attached,
-        }
-        for key, value in (
-            ("pvc", choice.current),
-            ("pv", pv_name),
-            ("directoryId", directory_id),
-            ("usableBytes", (seen or {}).get("usableBytes")),
-            ("totalBytes", (seen or {}).get("totalBytes")),
-            (
-                "replicas",
-                placed.replicas if placed else (0 if directory_id and obs.controller_reachable else None),
-            ),
-            (
-                "leaders",
-                placed.leaders if placed else (0 if directory_id and obs.controller_reachable else None),
-            ),
-            ("lastError", error or (before or {}).get("lastError")),
-        ):
-            if value is not None:
-                entry[key] = value
-        log_dirs.append(entry)
 
-        old_state = (before or {}).get("state")
-        if state != old_state:
-            where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {directory_id})"
-            if state == "Detached":
-                events.append(Event("Warning", "VolumeDetached", f"Detached {where}: {error}"))
-            elif state == "Offline":
-                events.append(Event("Warning", "LogDirOffline", f"Took {where} offline: {error}"))
-            elif state == "Full":
-                events.append(Event("Warning", "LogDirFull", f"Filled {where}: {error}"))
-            elif state == "Online" and old_state in TROUBLED | {"Full"}:
-                events.append(Event("Normal", "LogDirOnline", f"Brought {where} back online"))
+def decide(obs: Observation) -> Decision:
+    ctx = _context(obs)
+    outcomes = [_decide_disk(obs, ctx, disk) for disk in obs.disks]
+    events = [event for outcome in outcomes for event in outcome.events]
+    replace = [disk.name for disk, outcome in zip(obs.disks, outcomes, strict=True) if outcome.replace]
+    directory_ids = dict(outcome.directory_id for outcome in outcomes if outcome.directory_id is not None)
+    restarts = [outcome.restart for outcome in outcomes if outcome.restart is not None]
+    restart = restarts[-1] if restarts else None
 
-        newer = (
-            choice.newest is not None
-            and choice.current is not None
-            and (generation_of(choice.newest) or 0) > (generation_of(choice.current) or 0)
-        )
-        if newer and obs.pod is not None:
-            restart = f"disk {disk.name} moves to its replacement volume {choice.newest}"
-        wants = obs.policy == "Automatic" or disk.name in obs.replace_requested
-        if state in TROUBLED and not disk.removed and not newer:
-            leaders = placed.leaders if placed else 0
-            if wants and obs.controller_reachable and leaders == 0:
-                replace.append(disk.name)
-                events.append(
-                    Event(
-                        "Normal",
-                        "ReplacingVolume",
-                        f"Replacing the volume of disk {disk.name} of broker {obs.broker_id} "
-                        f"(PVC {choice.current}): {error}",
-                    )
-                )
-            elif not wants and state != old_state:
-                events.append(
-                    Event(
-                        "Warning",
-                        "VolumeNeedsReplacement",
-                        f"Disk {disk.name} of broker {obs.broker_id} needs a new volume: annotate the "
-                        f"JbodBroker with {names.ANNOTATION_REPLACE_DISKS}={disk.name} once leadership has moved",
-                    )
-                )
-
-    delete_claims = _retired_claims_to_delete(obs, choices)
+    delete_claims = _retired_claims_to_delete(obs, ctx.choices)
     for claim_name in delete_claims:
         events.append(
             Event("Normal", "DeletedClaim", f"Deleted retired PVC {claim_name}: it holds no replicas")
         )
 
-    status = _broker_status(obs, log_dirs, replacing=bool(replace) or restart is not None)
-    unfenced: bool | None
-    if not obs.controller_reachable:
-        unfenced = None
-    else:
-        unfenced = bool(
-            registration is not None
-            and not registration.get("fenced")
-            and not registration.get("inControlledShutdown")
-        )
-    was_fenced = obs.previous.get("fenced")
-    if "fenced" in status and was_fenced is not None and status["fenced"] != was_fenced:
-        events.append(
-            Event("Warning", "BrokerFenced", f"Broker {obs.broker_id} was fenced by the controller")
-            if status["fenced"]
-            else Event(
-                "Normal", "BrokerUnfenced", f"Broker {obs.broker_id} was unfenced: placements confirmed"
-            )
-        )
+    status = _broker_status(
+        obs, [outcome.log_dir for outcome in outcomes], replacing=bool(replace) or restart is not None
+    )
+    events.extend(_fencing_events(obs, status))
     return Decision(
         status=status,
-        unfenced=unfenced,
+        unfenced=_unfenced(obs),
         events=tuple(events),
         replace=tuple(replace),
         delete_claims=delete_claims,
         directory_ids=directory_ids,
         restart_pod=restart,
+    )
+
+
+def _unfenced(obs: Observation) -> bool | None:
+    """The readiness gate: None (left alone) while the controller cannot be reached."""
+    if not obs.controller_reachable:
+        return None
+    registration = obs.registration
+    return bool(
+        registration is not None
+        and not registration.get("fenced")
+        and not registration.get("inControlledShutdown")
+    )
+
+
+def _fencing_events(obs: Observation, status: Mapping[str, Any]) -> tuple[Event, ...]:
+    was_fenced = obs.previous.get("fenced")
+    if "fenced" not in status or was_fenced is None or status["fenced"] == was_fenced:
+        return ()
+    if status["fenced"]:
+        return (Event("Warning", "BrokerFenced", f"Broker {obs.broker_id} was fenced by the controller"),)
+    return (Event("Normal", "BrokerUnfenced", f"Broker {obs.broker_id} was unfenced: placements confirmed"),)
+
+
+def _decide_disk(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskOutcome:
+    choice = ctx.choices[disk.name]
+    before = ctx.previous_dirs.get(disk.name)
+    seen = ctx.broker_dirs.get(disk.name)
+    claim = ctx.claims_by_name.get(choice.current or "")
+    if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
+        seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
+    directory_id = (seen or {}).get("directoryId") or (_annotations(claim) if claim else {}).get(
+        names.ANNOTATION_DIRECTORY_ID
+    )
+    if directory_id is None and before is not None and before.get("pvc") == choice.current:
+        directory_id = before.get("directoryId")
+    record: tuple[str, str] | None = None
+    if (
+        claim is not None
+        and seen is not None
+        and directory_id
+        and (_annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) != directory_id)
+    ):
+        record = (_name(claim), str(directory_id))
+    detached, pv_name, attached = _detached_reason(
+        obs,
+        ctx,
+        choice.current,
+        was_attached=bool(
+            ctx.same_pod and before and before.get("attached") and before.get("pvc") == choice.current
+        ),
+    )
+    state, error = _disk_state(
+        disk, seen, detached=detached, listed_offline=directory_id in ctx.controller_offline
+    )
+    placed = obs.placements.get(str(directory_id)) if directory_id else None
+    # Replicas and leaders: unknown without a directory id or while the controller cannot be reached.
+    no_placements = 0 if directory_id and obs.controller_reachable else None
+    entry: dict[str, Any] = {
+        "name": disk.name,
+        "mountPath": names.disk_mount(disk.name),
+        "state": state,
+        "since": _since(before, state, ctx.now),
+        "attached": attached,
+    }
+    for key, value in (
+        ("pvc", choice.current),
+        ("pv", pv_name),
+        ("directoryId", directory_id),
+        ("usableBytes", (seen or {}).get("usableBytes")),
+        ("totalBytes", (seen or {}).get("totalBytes")),
+        ("replicas", placed.replicas if placed else no_placements),
+        ("leaders", placed.leaders if placed else no_placements),
+        ("lastError", error or (before or {}).get("lastError")),
+    ):
+        if value is not None:
+            entry[key] = value
+
+    old_state = (before or {}).get("state")
+    where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {directory_id})"
+    events = [event for event in (_state_change_event(where, state, old_state, error),) if event is not None]
+    newer = (
+        choice.newest is not None
+        and choice.current is not None
+        and (generation_of(choice.newest) or 0) > (generation_of(choice.current) or 0)
+    )
+    replace = False
+    if state in TROUBLED and not disk.removed and not newer:
+        wants = obs.policy == "Automatic" or disk.name in obs.replace_requested
+        replace = wants and obs.controller_reachable and (placed.leaders if placed else 0) == 0
+        if replace:
+            events.append(_replacing_event(obs.broker_id, disk.name, choice.current, error))
+        elif not wants and state != old_state:
+            events.append(_needs_replacement_event(obs.broker_id, disk.name))
+    return _DiskOutcome(
+        log_dir=entry,
+        events=tuple(events),
+        replace=replace,
+        directory_id=record,
+        restart=(
+            f"disk {disk.name} moves to its replacement volume {choice.newest}"
+            if newer and obs.pod is not None
+            else None
+        ),
+    )
+
+
+def _disk_state(
+    disk: model.Disk, seen: Mapping[str, Any] | None, *, detached: str | None, listed_offline: bool
+) -> tuple[str, str | None]:
+    """(state, error): the precedence of the module docstring's first guarantee."""
+    if detached is not None:
+        return "Detached", detached
+    if (seen is not None and seen.get("state") == "offline") or listed_offline:
+        return "Offline", (seen or {}).get("error") or "the controller lists the log dir offline"
+    if seen is not None and seen.get("state") == "full":
+        return "Full", (seen.get("error") or "no space left on the volume")
+    if disk.removed:
+        return "Draining", None
+    if seen is not None:
+        return "Online", None
+    return "Pending", None
+
+
+def _state_change_event(where: str, state: str, old_state: str | None, error: str | None) -> Event | None:
+    if state == old_state:
+        return None
+    if state == "Detached":
+        return Event("Warning", "VolumeDetached", f"Detached {where}: {error}")
+    if state == "Offline":
+        return Event("Warning", "LogDirOffline", f"Took {where} offline: {error}")
+    if state == "Full":
+        return Event("Warning", "LogDirFull", f"Filled {where}: {error}")
+    if state == "Online" and old_state in TROUBLED | {"Full"}:
+        return Event("Normal", "LogDirOnline", f"Brought {where} back online")
+    return None
+
+
+def _replacing_event(broker_id: int, disk_name: str, pvc: str | None, error: str | None) -> Event:
+    return Event(
+        "Normal",
+        "ReplacingVolume",
+        f"Replacing the volume of disk {disk_name} of broker {broker_id} (PVC {pvc}): {error}",
+    )
+
+
+def _needs_replacement_event(broker_id: int, disk_name: str) -> Event:
+    return Event(
+        "Warning",
+        "VolumeNeedsReplacement",
+        f"Disk {disk_name} of broker {broker_id} needs a new volume: annotate the "
+        f"JbodBroker with {names.ANNOTATION_REPLACE_DISKS}={disk_name} once leadership has moved",
     )
 
 
@@ -472,7 +536,7 @@ def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacin
     return status
 
 
-def condition(
+def condition(  # noqa: PLR0913  a status condition's four fields, plus the previous conditions and the clock
     type_: str,
     value: bool,
     reason: str,

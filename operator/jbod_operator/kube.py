@@ -101,7 +101,7 @@ def merge_patch(
     )
 
 
-def set_pod_condition(
+def set_pod_condition(  # noqa: PLR0913  the pod (name, namespace), then the condition's four fields
     name: str, namespace: str, condition_type: str, value: bool, reason: str, message: str
 ) -> bool:
     """Set one pod condition (a readiness gate), keeping the others; False if the pod is gone."""

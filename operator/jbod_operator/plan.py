@@ -105,7 +105,7 @@ def with_replica_counts(
     return out
 
 
-def cluster_status(
+def cluster_status(  # noqa: PLR0913  spec and broker statuses, then refusals, controller readiness, previous status, clock
     spec: model.ClusterSpec,
     broker_statuses: Sequence[Mapping[str, Any]],
     *,

@@ -208,7 +208,7 @@ def all_command(**kw: Any) -> None:
 @click.option("--replication-factor", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--topics", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
-def generate_command(
+def generate_command(  # noqa: PLR0913  click command: one parameter per option
     out: Path, brokers: int, dirs: int, partitions: int, replication_factor: int, topics: int, seed: int
 ) -> None:
     """Write a generated cluster (metadata export and telemetry) to try the jobs on."""

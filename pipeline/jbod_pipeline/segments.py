@@ -114,13 +114,12 @@ def snapshot_records(data: bytes, offset: int) -> int | None:
         return None
 
 
-def segment_rows(
-    data: bytes, *, file: str, base_offset: int, keep_from: int, next_base: int | None, last: bool
-) -> Iterator[Row]:
+def segment_rows(data: bytes, task: FileTask) -> Iterator[Row]:
     """The rows of one segment: its frames from offset `keep_from` on (frame k holds offset
     `base_offset + k - 1`). A damaged frame ends the segment: silently in the `last` segment
     (a torn tail), as a bad row elsewhere. `next_base`: where the next segment starts."""
-    offset = base_offset
+    file, keep_from, next_base, last = task.file, task.keep_from, task.next_base, task.last
+    offset = task.base_offset
     number = 0
     for item in frames.iter_frames(data, entries=True):
         if isinstance(item, frames.Damage):
@@ -310,14 +309,7 @@ def decode_task(task: FileTask) -> Iterator[Row]:
         data = data[: task.end]  # the last segment as the driver saw it: its torn tail cut
     if task.kind == "snapshot":
         return snapshot_rows(data, file=task.file, offset=task.base_offset)
-    return segment_rows(
-        data,
-        file=task.file,
-        base_offset=task.base_offset,
-        keep_from=task.keep_from,
-        next_base=task.next_base,
-        last=task.last,
-    )
+    return segment_rows(data, task)
 
 
 _ARROW_SCHEMA: Final = pa.schema(

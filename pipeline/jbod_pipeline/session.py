@@ -95,7 +95,7 @@ def settings(
     return conf
 
 
-def build(
+def build(  # noqa: PLR0913  a keyword per Spark setting (master, app name, shuffle partitions, driver memory, ...)
     *,
     master: str = DEFAULT_MASTER,
     app_name: str = "jbod-pipeline",

@@ -91,7 +91,9 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def run_main(entry: Callable[[], object], *, prog: str, describe: Describe = no_user_errors) -> int:
+def run_main(  # noqa: PLR0911  the mapping of the module docstring: a return per case
+    entry: Callable[[], object], *, prog: str, describe: Describe = no_user_errors
+) -> int:
     """Run `entry` as the console script `prog`; its exit status (see the module docstring)."""
     try:
         result = entry()

@@ -51,13 +51,14 @@ def test_sticky_partition_stays_while_its_batch_has_room_then_moves_round_robin(
 
 
 def test_keyless_records_fill_one_batch_per_partition_in_turn() -> None:
-    """Simulate the producer's loop: sticky choice, then append; batches of 3 records."""
+    """The producer's two steps for a keyless record, `keyless_partition` then `append_record`,
+    twelve times; batches of 3 records."""
     queues: dict[int, deque[producer.Batch[int]]] = {p: deque() for p in range(3)}
     sticky: int | None = None
     placed = []
     for i in range(12):
-        has_room = sticky is not None and bool(queues[sticky]) and queues[sticky][-1].has_room(10)
-        sticky = producer.next_sticky(sticky, 3, current_has_room=has_room)
+        open_batch = queues[sticky][-1] if sticky is not None and queues[sticky] else None
+        sticky = producer.keyless_partition(sticky, 3, open_batch=open_batch, size=10)
         producer.append_record(
             queues[sticky], topic="t", partition=sticky, record={}, size=10, future=i, limit_bytes=30, now=0.0
         )
