@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("core", "runtime", "client", "controller", "agent", "operator", "pipeline")
+SOURCE_ROOTS = ("core", "kafka", "runtime", "client", "controller", "agent", "operator", "pipeline")
 
 
 def _packages() -> dict[str, Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jbod_agent import storage
+from jbod_agent import log_format, storage
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
@@ -40,6 +40,22 @@ def _read_token(path: Path, key: str) -> str:
         raise StartupError(f"{key}: {exc}") from exc
 
 
+def _refuse_legacy_logs(loaded: storage.LoadedStorage) -> None:
+    """A replica in jbod's legacy record format is never read as Kafka batches."""
+    for loaded_dir in loaded.online:
+        try:
+            legacy = log_format.find_legacy(loaded_dir.path)
+        except OSError:
+            continue  # the dir's probe takes it offline; nothing of it is read meanwhile
+        if legacy:
+            names = ", ".join(p.name for p in legacy[:3]) + (", ..." if len(legacy) > 3 else "")
+            raise StartupError(
+                f"log dir {loaded_dir.path} holds {len(legacy)} replica(s) in jbod's legacy record format "
+                f"({names}); convert them to Kafka's RecordBatch v2 with "
+                f"`jbod-storage convert-logs --config server.properties` before starting"
+            )
+
+
 async def serve(config: BrokerConfig) -> int:
     loaded = storage.load(
         config.log_dirs,
@@ -50,6 +66,7 @@ async def serve(config: BrokerConfig) -> int:
     )
     for path, reason in loaded.offline:
         log.error("Started without log dir %s: %s", path, reason)
+    _refuse_legacy_logs(loaded)
     cluster_token = _read_token(config.cluster_token_file, "cluster.token.file")
     tokens = [cluster_token]
     if config.admin_token_file is not None:

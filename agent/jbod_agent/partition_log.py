@@ -7,8 +7,9 @@ acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what wa
 recovery then cuts the torn tail.
 
 Files in the replica dir `<logdir>/<topic>-<partition>/` (its `partition.metadata` is left alone):
-* `{base_offset:020d}.log`: concatenated frames (`jbod_agent.record_batch`), offsets contiguous
-  within and across segments;
+* `{base_offset:020d}.log`: concatenated Kafka RecordBatch v2 batches (`jbod_kafka.record_batch`),
+  offsets contiguous within and across segments (a segment in jbod's legacy frames is refused:
+  `log_format`);
 * `{base_offset:020d}.index`: sparse entries (relative offset u32, byte position u32), big-endian,
   one for the first frame of the segment and then one each time `index_interval_bytes` or more
   were appended since the last entry; derived data, checked and rebuilt on open when needed;
@@ -58,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from jbod_agent import record_batch
-from jbod_agent.record_batch import HEADER_SIZE, BatchHeader, CorruptBatchError
+from jbod_kafka import record_batch
+from jbod_kafka.record_batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptBatchError
 from jbod_runtime import durable_files
 
 log = logging.getLogger("jbod_agent.partition_log")
@@ -182,8 +183,9 @@ def _scan_file(
             return headers, pos + valid, error
         # The frame at `valid` continues after this chunk: read again from its start, whole.
         needed = HEADER_SIZE
-        if len(chunk) - valid >= 4:
-            needed = max(needed, int.from_bytes(chunk[valid : valid + 4], "big") + 4)
+        if len(chunk) - valid >= LOG_OVERHEAD:
+            batch_length = int.from_bytes(chunk[valid + 8 : valid + LOG_OVERHEAD], "big", signed=True)
+            needed = max(needed, batch_length + LOG_OVERHEAD)
         pos += valid
         if pos + needed > end:
             return headers, pos, error  # torn: the file ends inside this frame
@@ -497,25 +499,20 @@ class PartitionLog:
             timestamp_ms = time.time_ns() // 1_000_000
         base_offset = self._end
         frame = record_batch.encode_frame(base_offset, leader_epoch, timestamp_ms, records)
-        header = BatchHeader(0, len(frame), base_offset, len(records), leader_epoch, timestamp_ms)
+        header = record_batch.read_header(frame)
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)
         self._append(frame, (header,))
         return base_offset
 
     def append_as_leader_frame(self, frame: bytes | memoryview, *, leader_epoch: int) -> int:
-        """Append one client-encoded frame (verified, then given the end offset as base offset and
-        `leader_epoch`); returns its base offset."""
-        headers = list(record_batch.iter_headers(frame))
-        if len(headers) != 1:
-            raise ValueError(f"Expected exactly one frame, got {len(headers)}")
+        """Append one produced batch (checked as Kafka checks it, `record_batch.check_produced`,
+        then given the end offset as base offset and `leader_epoch`); returns its base offset."""
+        record_batch.check_produced(frame)
         self._check_leader_epoch(leader_epoch)
         base_offset = self._end
         rewritten = record_batch.with_base_offset(frame, base_offset, leader_epoch=leader_epoch)
-        original = headers[0]
-        header = BatchHeader(
-            0, original.size, base_offset, original.record_count, leader_epoch, original.max_timestamp_ms
-        )
+        header = record_batch.read_header(rewritten)
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)
         self._append(rewritten, (header,))

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from jbod_agent import divergence, record_batch
+from jbod_agent import divergence
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import ControllerCallError, DirFailures, PartitionAlterations
@@ -59,6 +59,7 @@ from jbod_core.messages import (
     AlterPartitionTopic,
 )
 from jbod_core.replication import FollowerProgress
+from jbod_kafka import record_batch
 
 log = logging.getLogger("jbod_agent.replicas")
 
@@ -948,15 +949,16 @@ def _client_records(data: bytes, offset: int, high_watermark: int, max_bytes: in
     size = 0
     for header in record_batch.iter_headers(data, verify_crc=False):
         frame = memoryview(data)[header.position : header.position + header.size]
-        for record_offset, key, value in record_batch.decode_records(frame):
-            if record_offset < offset or record_offset >= high_watermark:
+        for record in record_batch.decode_records(frame, verify_crc=False):
+            if record.offset < offset or record.offset >= high_watermark:
                 continue
+            key, value = record.key, record.value or b""
             if out and size + len(value) > max_bytes:
                 return out
             size += len(value) + (len(key) if key else 0)
             out.append(
                 {
-                    "offset": record_offset,
+                    "offset": record.offset,
                     "key": None if key is None else base64.b64encode(key).decode("ascii"),
                     "value": base64.b64encode(value).decode("ascii"),
                 }

@@ -1,7 +1,10 @@
-"""`jbod-storage format`: give every empty log dir (and the metadata dir) a `directory.id` (§4.1).
+"""`jbod-storage format`: give every empty log dir (and the metadata dir) a `directory.id` (§4.1);
+`jbod-storage convert-logs`: rewrite replicas kept in jbod's legacy record frames as Kafka's
+RecordBatch v2 (`log_format`), with the broker stopped.
 
-Guarantees: one line per dir saying what was done; any error is one line
-`jbod-storage: error: ...` on stderr and a non-zero exit (2 for usage); no traceback.
+Guarantees: one line per dir (format) or per converted replica (convert-logs) saying what was
+done; any error is one line `jbod-storage: error: ...` on stderr and a non-zero exit (2 for
+usage); no traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import random
 import sys
 from pathlib import Path
 
-from jbod_agent import storage
+from jbod_agent import log_format, storage
 from jbod_agent.config import CLUSTER_ID_PATTERN, ConfigError, load_config
 from jbod_runtime import console
 
@@ -29,7 +32,34 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument(
         "--ignore-formatted", action="store_true", help="keep already formatted dirs as they are"
     )
+    convert = commands.add_parser(
+        "convert-logs",
+        help="rewrite replicas in jbod's legacy record format as Kafka's RecordBatch v2 (broker stopped)",
+    )
+    convert.add_argument("--config", required=True, type=Path, help="server.properties")
     return parser
+
+
+def convert_logs_command(config_path: Path) -> int:
+    config = load_config(config_path)
+    total = 0
+    for log_dir in config.log_dirs:
+        try:
+            legacy = log_format.find_legacy(log_dir)
+        except OSError as exc:
+            print(f"Skipped log directory {log_dir}: {exc.strerror or exc}")
+            continue
+        for replica in legacy:
+            try:
+                done = log_format.convert_replica(replica)
+            except (OSError, ValueError) as exc:
+                raise storage.StorageError(f"cannot convert {replica}: {exc}") from exc
+            total += 1
+            torn = f"; cut a torn tail of {done.torn_bytes} bytes" if done.torn_bytes else ""
+            print(f"Converted {replica}: {done.segments} segment(s), {done.batches} batch(es){torn}")
+    if not total:
+        print("No replica is in the legacy record format.")
+    return 0
 
 
 def format_command(config_path: Path, cluster_id: str, *, ignore_formatted: bool) -> int:
@@ -64,6 +94,8 @@ def format_command(config_path: Path, cluster_id: str, *, ignore_formatted: bool
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "convert-logs":
+        return convert_logs_command(args.config)
     if not args.cluster_id.strip():
         raise storage.StorageError("--cluster-id must not be empty")
     if not CLUSTER_ID_PATTERN.fullmatch(args.cluster_id.strip()):

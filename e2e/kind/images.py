@@ -58,6 +58,7 @@ PROJECT_INPUTS = (
     "Dockerfile",
     "core",
     "runtime",
+    "kafka",
     "client",
     "controller",
     "agent",

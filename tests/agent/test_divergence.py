@@ -34,12 +34,12 @@ def _converge(leader: PartitionLog, follower: PartitionLog) -> int:
 
 
 def _values(log: PartitionLog) -> list[bytes]:
-    from jbod_agent.record_batch import decode_records, iter_headers
+    from jbod_kafka.record_batch import decode_records, iter_headers
 
     data = log.read(log.log_start_offset, 1 << 20) if log.end_offset > log.log_start_offset else b""
     out = []
     for header in iter_headers(data):
-        out += [v for _, _, v in decode_records(data[header.position : header.position + header.size])]
+        out += [r.value or b"" for r in decode_records(data[header.position : header.position + header.size])]
     return out
 
 

@@ -35,9 +35,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jbod_agent import record_batch
 from jbod_agent.partition_log import EPOCH_CHECKPOINT, MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
-from jbod_agent.record_batch import CorruptBatchError
+from jbod_kafka import record_batch
+from jbod_kafka.record_batch import CorruptBatchError
 from tests.fs import loop_ext4, requires_root, tmpfs
 
 METADATA = b"version=0\ntopic_id=AAAAAAAAAAAAAAAAAAAAAQ\n"
@@ -61,7 +61,10 @@ def all_records(log: PartitionLog) -> list[Record]:
     out: list[Record] = []
     for header in record_batch.iter_headers(data):
         out.extend(
-            record_batch.decode_records(memoryview(data)[header.position : header.position + header.size])
+            (r.offset, r.key, r.value or b"")
+            for r in record_batch.decode_records(
+                memoryview(data)[header.position : header.position + header.size]
+            )
         )
     return out
 
@@ -245,7 +248,7 @@ def test_append_as_leader_frame_assigns_offset_and_epoch(tmp_path: Path) -> None
     assert log.epoch_entries() == [(1, 0), (3, 2)]
     with pytest.raises(CorruptBatchError):
         log.append_as_leader_frame(client_frame[:-1], leader_epoch=3)
-    with pytest.raises(ValueError, match="exactly one frame"):
+    with pytest.raises(ValueError, match="exactly one batch"):
         log.append_as_leader_frame(client_frame + client_frame, leader_epoch=3)
     assert log.end_offset == 3
     log.close()

@@ -1,0 +1,395 @@
+"""Kafka's RecordBatch v2 (magic 2): the unit a replica appends, replicates, stores and serves.
+
+Layout (big-endian), as Kafka's `DefaultRecordBatch`:
+
+    baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 (2) | crc u32 |
+    attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+    producerId i64 | producerEpoch i16 | baseSequence i32 | recordsCount i32 | records
+
+`batchLength` counts the bytes after itself; the CRC-32C covers `attributes` to the end, so the
+broker stamps `baseOffset` and `partitionLeaderEpoch` without recomputing it. The attributes hold
+the compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), the timestamp type, and the
+transactional and control flags.
+
+The header is read here with `struct` (the hot path: append, scan, recovery); records are
+decoded and built by `aiokafka.record` (C-accelerated, all four codecs, Kafka's xerial snappy
+framing), never by hand.
+
+Guarantees:
+* Parsing never trusts a length: every length is checked against the bytes present before
+  anything is sliced, so garbage input raises nothing but `CorruptBatchError`, which says what is
+  wrong and at which byte position (`incomplete` when the data merely ends inside a batch).
+* `iter_headers` yields only batches that are whole and valid (magic 2, lengths, CRC-32C unless
+  `verify_crc=False`) and raises at the first one that is not; `scan_frames` never raises and
+  returns the batches before the first damage, which is what torn-tail recovery keeps.
+* `check_produced` applies Kafka's checks of a produced batch (`LogValidator`): magic 2, CRC,
+  at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
+  transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
+  A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
+  the compressed bytes; consumers decompress).
+* `with_base_offset` stamps the base offset and leader epoch into a copy, the CRC untouched.
+* `encode_batch` builds a batch that `iter_headers` and `decode_records` read back to the same
+  values. Headers are frozen values; positions are byte positions in the parsed buffer (plus
+  `position_base` where a caller parses a window of a larger file).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_LENGTH: Final = struct.Struct(">qi")
+_I64: Final = struct.Struct(">q")
+_I32: Final = struct.Struct(">i")
+
+HEADER_SIZE: Final[int] = _HEADER.size  # 61
+LOG_OVERHEAD: Final[int] = 12  # baseOffset + batchLength: the bytes `batchLength` does not count
+MIN_LENGTH: Final[int] = HEADER_SIZE - LOG_OVERHEAD  # a batchLength with no record bytes
+MAGIC: Final[int] = 2
+_MAGIC_AT: Final[int] = 16
+_CRC_AT: Final[int] = 17
+CRC_START: Final[int] = 21  # the CRC covers batch[CRC_START:]
+_EPOCH_AT: Final[int] = 12
+MAX_LENGTH: Final[int] = 0x7FFFFFFF
+
+NO_PRODUCER_ID: Final[int] = -1
+NO_PRODUCER_EPOCH: Final[int] = -1
+NO_SEQUENCE: Final[int] = -1
+
+_COMPRESSION_MASK: Final = 0x07
+_TIMESTAMP_TYPE_MASK: Final = 0x08
+_TRANSACTIONAL_MASK: Final = 0x10
+_CONTROL_MASK: Final = 0x20
+
+
+class Compression(enum.IntEnum):
+    """The compression codec in a batch's attributes (bits 0-2)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class CorruptBatchError(ValueError):
+    """Bytes that are not a valid batch; `position` is the byte position of the problem.
+
+    `incomplete` is true when the data simply ends inside a batch (more bytes could complete it),
+    as opposed to bytes that are wrong.
+    """
+
+    def __init__(self, message: str, *, position: int, incomplete: bool = False) -> None:
+        super().__init__(message)
+        self.position = position
+        self.incomplete = incomplete
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    position: int  # byte position of the batch in the buffer it was parsed from
+    size: int  # whole batch size in bytes (batchLength + 12)
+    base_offset: int
+    leader_epoch: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        """The codec number (a `Compression` value for a batch that passed `check_produced`)."""
+        return self.attributes & _COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_MASK)
+
+    @property
+    def log_append_time(self) -> bool:
+        """The timestamp type: LogAppendTime (True) or CreateTime (False)."""
+        return bool(self.attributes & _TIMESTAMP_TYPE_MASK)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def read_header(
+    data: bytes | bytearray | memoryview, offset: int = 0, *, position_base: int = 0
+) -> BatchHeader:
+    """The header of the batch at `data[offset:]`, checking only what the header itself says
+    (magic, lengths, record count plausible); the records need not be present and are not checked.
+
+    The header's `position` is `position_base + offset`.
+    """
+    position = position_base + offset
+    available = len(data) - offset
+    if available < HEADER_SIZE:
+        if available >= _MAGIC_AT + 1 and data[offset + _MAGIC_AT] != MAGIC:
+            raise _bad_magic(data[offset + _MAGIC_AT], position)
+        raise CorruptBatchError(
+            f"Partial batch header at byte {position}: {max(available, 0)} of {HEADER_SIZE} bytes",
+            position=position,
+            incomplete=True,
+        )
+    (
+        base_offset,
+        length,
+        epoch,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(data, offset)
+    if magic != MAGIC:
+        raise _bad_magic(magic, position)
+    if length < MIN_LENGTH:
+        raise CorruptBatchError(f"Bad batch length {length} at byte {position}", position=position)
+    if base_offset < 0:
+        raise CorruptBatchError(f"Bad base offset {base_offset} at byte {position}", position=position)
+    if last_delta < 0 or count < 0:
+        raise CorruptBatchError(
+            f"Bad last offset delta {last_delta} or record count {count} at byte {position}",
+            position=position,
+        )
+    return BatchHeader(
+        position,
+        length + LOG_OVERHEAD,
+        base_offset,
+        epoch,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+
+
+def _bad_magic(magic: int, position: int) -> CorruptBatchError:
+    return CorruptBatchError(
+        f"Unsupported record batch magic {magic} at byte {position} (only magic 2 is kept)", position=position
+    )
+
+
+def _check_frame(
+    data: bytes | bytearray | memoryview, offset: int, position_base: int, verify_crc: bool
+) -> BatchHeader:
+    header = read_header(data, offset, position_base=position_base)
+    end = offset + header.size
+    if end > len(data):
+        raise CorruptBatchError(
+            f"Partial batch at byte {header.position}: {len(data) - offset} of {header.size} bytes",
+            position=header.position,
+            incomplete=True,
+        )
+    if verify_crc:
+        actual = crc32c.crc32c(memoryview(data)[offset + CRC_START : end])
+        if actual != header.crc:
+            raise CorruptBatchError(
+                f"Bad CRC-32C of batch at byte {header.position}: stored {header.crc:#010x}, "
+                f"computed {actual:#010x}",
+                position=header.position,
+            )
+    return header
+
+
+def scan_frames(
+    data: bytes | bytearray | memoryview, *, verify_crc: bool = True, position_base: int = 0
+) -> tuple[list[BatchHeader], int, CorruptBatchError | None]:
+    """Every batch from the start of `data` up to the first damage: (headers, byte length of that
+    valid prefix, the error at its end or None when all of `data` is valid). Never raises.
+
+    With `verify_crc=False` only headers and lengths are checked: for bytes that were verified
+    when they were written.
+    """
+    headers: list[BatchHeader] = []
+    offset = 0
+    size = len(data)
+    while offset < size:
+        try:
+            header = _check_frame(data, offset, position_base, verify_crc)
+        except CorruptBatchError as exc:
+            return headers, offset, exc
+        headers.append(header)
+        offset += header.size
+    return headers, offset, None
+
+
+def iter_headers(data: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> Iterator[BatchHeader]:
+    """Every batch of `data`; raises `CorruptBatchError` at the first bad magic, bad length, bad
+    CRC or trailing partial batch."""
+    offset = 0
+    size = len(data)
+    while offset < size:
+        header = _check_frame(data, offset, 0, verify_crc)
+        yield header
+        offset += header.size
+
+
+def scan_valid_prefix(data: bytes | bytearray | memoryview) -> tuple[list[BatchHeader], int]:
+    """The batches that are whole and valid from the start of `data`, and the byte length of that
+    valid prefix; never raises (torn-tail recovery keeps exactly this prefix)."""
+    headers, valid_size, _error = scan_frames(data)
+    return headers, valid_size
+
+
+def check_produced(batch: bytes | bytearray | memoryview) -> BatchHeader:
+    """Kafka's checks of one produced batch (the module's guarantee); `CorruptBatchError` says
+    which failed. `batch` must be exactly one batch."""
+    header = _check_frame(batch, 0, 0, True)
+    if header.size != len(batch):
+        raise CorruptBatchError(
+            f"Expected exactly one batch of {header.size} bytes, got {len(batch)} bytes",
+            position=min(header.size, len(batch)),
+        )
+    if header.record_count < 1:
+        raise CorruptBatchError("A produced batch holds no record", position=0)
+    if header.last_offset_delta + 1 != header.record_count:
+        raise CorruptBatchError(
+            f"Inconsistent batch offset range and record count: last offset delta "
+            f"{header.last_offset_delta}, {header.record_count} records",
+            position=0,
+        )
+    if header.is_control:
+        raise CorruptBatchError("Clients may not produce control batches", position=0)
+    if header.is_transactional:
+        raise CorruptBatchError("Transactions are not supported", position=0)
+    if header.compression > Compression.ZSTD:
+        raise CorruptBatchError(f"Unknown compression codec {header.compression}", position=0)
+    if header.compression == Compression.NONE:
+        _check_uncompressed_records(batch, header)
+    return header
+
+
+def _check_uncompressed_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """The records exactly fill the batch, with offset deltas 0..n-1 (parsed by aiokafka, which
+    checks every length against the bytes present)."""
+    try:
+        deltas = [record.offset for record in DefaultRecordBatch(bytes(batch))]
+    except Exception as exc:  # aiokafka raises CorruptRecordException and friends
+        raise CorruptBatchError(f"Bad records in the batch: {exc}", position=HEADER_SIZE) from None
+    if deltas != list(range(header.base_offset, header.base_offset + header.record_count)):
+        raise CorruptBatchError("Record offset deltas are not 0, 1, 2, ...", position=HEADER_SIZE)
+
+
+def with_base_offset(
+    batch: bytes | bytearray | memoryview, base_offset: int, *, leader_epoch: int | None = None
+) -> bytes:
+    """`batch` (exactly one) with its base offset and, when given, its leader epoch stamped; the
+    CRC does not cover them and stays as it is."""
+    header = read_header(batch)
+    if header.size != len(batch):
+        raise CorruptBatchError(
+            f"Expected exactly one batch of {header.size} bytes, got {len(batch)} bytes",
+            position=min(header.size, len(batch)),
+            incomplete=header.size > len(batch),
+        )
+    if base_offset < 0 or base_offset + header.last_offset_delta > (1 << 63) - 1:
+        raise ValueError(f"Base offset {base_offset} is out of range")
+    stamped = bytearray(batch)
+    _I64.pack_into(stamped, 0, base_offset)
+    if leader_epoch is not None:
+        _I32.pack_into(stamped, _EPOCH_AT, leader_epoch)
+    return bytes(stamped)
+
+
+def encode_batch(
+    base_offset: int,
+    leader_epoch: int,
+    timestamp_ms: int,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    compression: Compression = Compression.NONE,
+) -> bytes:
+    """One batch holding `records` ((key or None, value) pairs, at least one), every record
+    timestamped `timestamp_ms`, with no producer id (not idempotent)."""
+    return bytes(encode_frame(base_offset, leader_epoch, timestamp_ms, records, compression=compression))
+
+
+def encode_frame(
+    base_offset: int,
+    leader_epoch: int,
+    timestamp_ms: int,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    compression: Compression = Compression.NONE,
+) -> bytearray:
+    """`encode_batch` into a fresh bytearray (the leader's append path)."""
+    if not records:
+        raise ValueError("A batch needs at least one record")
+    if base_offset < 0:
+        raise ValueError(f"Base offset {base_offset} is out of range")
+    builder = DefaultRecordBatchBuilder(
+        magic=MAGIC,
+        compression_type=int(compression),
+        is_transactional=0,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        batch_size=MAX_LENGTH,
+    )
+    append = builder.append
+    for delta, (key, value) in enumerate(records):
+        append(offset=delta, timestamp=timestamp_ms, key=key, value=value, headers=[])
+    frame: bytearray = builder.build()
+    if len(frame) - LOG_OVERHEAD > MAX_LENGTH:
+        raise ValueError(f"A batch of {len(frame)} bytes does not fit a batch length")
+    _I64.pack_into(frame, 0, base_offset)
+    _I32.pack_into(frame, _EPOCH_AT, leader_epoch)
+    return frame
+
+
+def decode_records(batch: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> list[Record]:
+    """Every record of `batch` (exactly one batch), decompressed when compressed."""
+    data = bytes(batch)
+    header = _check_frame(data, 0, 0, verify_crc)
+    if header.size != len(data):
+        raise CorruptBatchError(
+            f"Expected exactly one batch of {header.size} bytes, got {len(data)} bytes", position=header.size
+        )
+    try:
+        return [
+            Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in DefaultRecordBatch(data)
+        ]
+    except Exception as exc:  # aiokafka raises CorruptRecordException, codec errors
+        raise CorruptBatchError(f"Bad records in the batch: {exc}", position=HEADER_SIZE) from None
