@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SOURCES := core kafka runtime controller client agent operator pipeline e2e tests bench
 TYPED := core kafka runtime controller client agent operator pipeline e2e bench
 
-.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kind-up kind-down python-check
+.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools kind-up kind-down python-check
 
 python-check:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
@@ -39,7 +39,7 @@ setup-dev: python-check $(BIN)/.installed-dev
 demo: setup
 	$(BIN)/jbodctl local demo
 
-test: lint e2e-toolchain e2e-images
+test: lint e2e-toolchain e2e-images kafka-tools
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest
 
 lint: setup-dev
@@ -69,6 +69,11 @@ e2e-toolchain: setup-dev
 e2e-images: e2e-toolchain
 	@if [ "$$(id -u)" = 0 ]; then $(BIN)/python -m e2e.kind images --offline; \
 	else echo "e2e-images: skipped (needs root: debootstrap, its own dockerd); the e2e tier skips too"; fi
+
+# Apache Kafka's own tools (kafka-topics.sh, kafka-configs.sh, ...) and server, run from Kafka's jars
+# on Maven Central: resolved once with Maven and cached in ~/.cache/jbod-kafka (~15 s cold).
+kafka-tools: setup-dev
+	$(BIN)/python -m e2e.kafka_tools jars
 
 e2e: e2e-images
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m e2e tests/e2e

@@ -21,6 +21,7 @@ from jbod_agent import log_format, storage
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
 from jbod_agent.http_api import AgentApi
+from jbod_agent.kafka import server as kafka_server
 from jbod_client.controller import ClientError, read_token
 from jbod_runtime import console
 from jbod_runtime.event_loop import run_event_loop
@@ -69,8 +70,10 @@ async def serve(config: BrokerConfig) -> int:
     _refuse_legacy_logs(loaded)
     cluster_token = _read_token(config.cluster_token_file, "cluster.token.file")
     tokens = [cluster_token]
+    admin_token = None
     if config.admin_token_file is not None:
-        tokens.append(_read_token(config.admin_token_file, "admin.token.file"))
+        admin_token = _read_token(config.admin_token_file, "admin.token.file")
+        tokens.append(admin_token)
     agent = Agent(config, loaded, token=cluster_token)
     api = AgentApi(agent, tuple(tokens))
     runner = api.runner(shutdown_timeout=2.0)
@@ -85,12 +88,21 @@ async def serve(config: BrokerConfig) -> int:
     port = sockets[0].getsockname()[1] if sockets else config.listener.port
     agent.state.listener_port = port
     print(f"Listening on http://{config.listener.host}:{port}", flush=True)
+    try:
+        kafka_servers = await kafka_server.start_listeners(agent, admin_password=admin_token)
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartupError(exc.strerror or str(exc)) from exc
+    for server in kafka_servers:
+        print(f"Listening on {server.listener.name}://{server.listener.host}:{server.port}", flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, agent.request_stop)
     try:
         return await agent.run()
     finally:
+        for server in kafka_servers:
+            await server.close()
         await runner.cleanup()
 
 

@@ -38,6 +38,39 @@ class HttpListener:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
+#: The security protocols a Kafka listener may name (`NAME://HOST:PORT`, Kafka's syntax).
+KAFKA_PROTOCOLS: Final = ("SASL_PLAINTEXT", "PLAINTEXT")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaListener:
+    """A Kafka-protocol listener: its name is its security protocol (Kafka's default map)."""
+
+    name: str
+    host: str
+    port: int
+
+    @property
+    def security_protocol(self) -> str:
+        return self.name
+
+    @property
+    def authenticates(self) -> bool:
+        return self.name.startswith("SASL_")
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Listeners:
+    """What `listeners` (or `advertised.listeners`) lists: at most one `http://` listener (the
+    broker's HTTP API) and Kafka listeners, at most one per name."""
+
+    http: HttpListener | None
+    kafka: tuple[KafkaListener, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: int
@@ -67,6 +100,8 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_move_max_bytes_per_second: int = -1
     advertised_listener: HttpListener | None = None
+    kafka_listeners: tuple[KafkaListener, ...] = ()
+    advertised_kafka_listeners: tuple[KafkaListener, ...] = ()
     telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
     telemetry_interval_ms: int = 60_000
     # Limits of the broker's HTTP server (docs/operations.md, "Limits").
@@ -135,18 +170,36 @@ def _urls(key: str, value: str) -> str:
     return ",".join(_url(key, url) for url in urls)
 
 
-def _listener(key: str, value: str) -> HttpListener:
+def _listeners(key: str, value: str) -> Listeners:
+    """`http://HOST:PORT` (the HTTP API) and Kafka's `PROTOCOL://HOST:PORT` entries, comma-separated."""
     entries = [v.strip() for v in value.split(",") if v.strip()]
-    if len(entries) != 1:
-        raise ConfigError(f"{key}: expected exactly one listener like http://127.0.0.1:9092, got '{value}'")
-    parts = urlsplit(entries[0])
-    try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{key}: '{value}' has an invalid port") from None
-    if parts.scheme != "http" or not parts.hostname or port is None:
-        raise ConfigError(f"{key}: expected http://HOST:PORT, got '{value}'")
-    return HttpListener(scheme="http", host=parts.hostname, port=port)
+    if not entries:
+        raise ConfigError(f"{key}: expected listeners like SASL_PLAINTEXT://127.0.0.1:9092, got '{value}'")
+    http: HttpListener | None = None
+    kafka: list[KafkaListener] = []
+    for entry in entries:
+        scheme, sep, rest = entry.partition("://")
+        # urlsplit does not take Kafka's names as schemes (an underscore), so parse //HOST:PORT.
+        parts = urlsplit("//" + rest)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigError(f"{key}: '{entry}' has an invalid port") from None
+        if not sep or not parts.hostname or port is None or parts.path:
+            raise ConfigError(f"{key}: expected NAME://HOST:PORT, got '{entry}'")
+        if scheme == "http":
+            if http is not None:
+                raise ConfigError(f"{key}: more than one http:// listener in '{value}'")
+            http = HttpListener(scheme="http", host=parts.hostname, port=port)
+        elif scheme in KAFKA_PROTOCOLS:
+            if any(k.name == scheme for k in kafka):
+                raise ConfigError(f"{key}: more than one {scheme} listener in '{value}'")
+            kafka.append(KafkaListener(scheme, parts.hostname, port))
+        else:
+            raise ConfigError(
+                f"{key}: unknown listener name '{scheme}' in '{entry}' (http or one of {', '.join(KAFKA_PROTOCOLS)})"
+            )
+    return Listeners(http, tuple(kafka))
 
 
 def _bool(key: str, value: str) -> bool:
@@ -181,8 +234,8 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "log.dirs": ("log_dirs", _paths),
     "metadata.log.dir": ("metadata_log_dir", _path),
     "controller.url": ("controller_url", _urls),
-    "listeners": ("listener", _listener),
-    "advertised.listeners": ("advertised_listener", _listener),
+    "listeners": ("listener", _listeners),
+    "advertised.listeners": ("advertised_listener", _listeners),
     "cluster.token.file": ("cluster_token_file", _path),
     "admin.token.file": ("admin_token_file", _path),
     "broker.heartbeat.interval.ms": ("heartbeat_interval_ms", _int(10, _MAX_MS)),
@@ -249,6 +302,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
             if "#" in value:
                 raise ConfigError(f"{exc} ({INLINE_COMMENT_NOTE})") from None
             raise
+    _split_listeners(fields)
     config = BrokerConfig(**fields)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
@@ -260,6 +314,32 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
     if config.format_on_start and config.cluster_id is None:
         raise ConfigError("cluster.id: required when log.dirs.format.on.start is true")
     return config
+
+
+def _split_listeners(fields: dict[str, Any]) -> None:
+    """`listeners` and `advertised.listeners` into the HTTP API's listener and the Kafka ones.
+    Without an http:// entry the HTTP API listens on the first Kafka listener's host, on a port
+    of its own choosing (advertised with the first advertised Kafka listener's host)."""
+    listeners: Listeners = fields.pop("listener")
+    if listeners.http is None:
+        first = listeners.kafka[0]
+        fields["listener"] = HttpListener(scheme="http", host=first.host, port=0)
+    else:
+        fields["listener"] = listeners.http
+    fields["kafka_listeners"] = listeners.kafka
+    advertised: Listeners | None = fields.pop("advertised_listener", None)
+    if advertised is None:
+        return
+    unknown = sorted({k.name for k in advertised.kafka} - {k.name for k in listeners.kafka})
+    if unknown:
+        raise ConfigError(f"advertised.listeners: {unknown[0]} is not one of listeners")
+    if advertised.http is None and listeners.http is not None and advertised.kafka:
+        raise ConfigError("advertised.listeners: the http:// listener of listeners is not advertised")
+    if advertised.http is not None:
+        fields["advertised_listener"] = advertised.http
+    elif advertised.kafka:
+        fields["advertised_listener"] = HttpListener(scheme="http", host=advertised.kafka[0].host, port=0)
+    fields["advertised_kafka_listeners"] = advertised.kafka
 
 
 def load_config(path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -60,13 +60,30 @@ class LifecycleCalls:
         self.progress = LifecycleProgress()
         self.on_registered: list[Callable[[], None]] = []
 
-    def listener(self) -> ListenerModel:
-        config = self.state.config
-        if config.advertised_listener is not None:
-            return ListenerModel(
-                name="http", host=config.advertised_listener.host, port=config.advertised_listener.port
+    def listeners(self) -> list[ListenerModel]:
+        """What the broker registers: its HTTP API first (replication and the tools find it
+        there), then its Kafka listeners, each as advertised (a port 0 or no advertised entry:
+        the port it is bound to)."""
+        config, state = self.state.config, self.state
+        advertised_http = config.advertised_listener
+        http = ListenerModel(
+            name="http",
+            host=(advertised_http or config.listener).host,
+            port=advertised_http.port if advertised_http and advertised_http.port else state.listener_port,
+        )
+        advertised = {k.name: k for k in config.advertised_kafka_listeners}
+        kafka = []
+        for listener in config.kafka_listeners:
+            named = advertised.get(listener.name)
+            bound = state.kafka_ports.get(listener.name, listener.port)
+            kafka.append(
+                ListenerModel(
+                    name=listener.name,
+                    host=named.host if named else listener.host,
+                    port=named.port if named and named.port else bound,
+                )
             )
-        return ListenerModel(name="http", host=config.listener.host, port=self.state.listener_port)
+        return [http, *kafka]
 
     async def register(self) -> None:
         state = self.state
@@ -76,7 +93,7 @@ class LifecycleCalls:
             incarnation_id=state.incarnation,
             log_dirs=list(state.registered_dirs),
             has_offline_log_dirs=bool(state.startup_offline),
-            listeners=[self.listener()],
+            listeners=self.listeners(),
             rack=state.config.rack,
             previous_broker_epoch=state.epoch,
         )

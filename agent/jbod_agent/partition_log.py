@@ -907,6 +907,53 @@ class PartitionLog:
                 self._write_checkpoint()
         return deleted
 
+    # -- timestamps (ListOffsets) --------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` whose timestamp is at
+        least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp. Segments whose newest
+        timestamp is older are skipped; only the batch that holds the answer is decoded."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.base_offset >= max_offset:
+                return None
+            if self._max_timestamp(segment) < timestamp_ms:
+                continue
+            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+                if header.base_offset >= max_offset:
+                    return None
+                if header.max_timestamp_ms < timestamp_ms:
+                    continue
+                for record in self._records_of(segment, header):
+                    if record.offset < max_offset and record.timestamp_ms >= timestamp_ms:
+                        return record.offset, record.timestamp_ms
+        return None
+
+    def offset_of_max_timestamp(self, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` carrying the largest
+        timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
+        self._check_open()
+        best: tuple[_Segment, BatchHeader] | None = None
+        for segment in self._segments:
+            if segment.base_offset >= max_offset:
+                break
+            if best is not None and self._max_timestamp(segment) <= best[1].max_timestamp_ms:
+                continue
+            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+                if header.base_offset >= max_offset:
+                    break
+                if best is None or header.max_timestamp_ms > best[1].max_timestamp_ms:
+                    best = (segment, header)
+        if best is None:
+            return None
+        records = [r for r in self._records_of(*best) if r.offset < max_offset]
+        newest = max(records, key=lambda r: (r.timestamp_ms, -r.offset), default=None)
+        return None if newest is None else (newest.offset, newest.timestamp_ms)
+
+    def _records_of(self, segment: _Segment, header: BatchHeader) -> list[record_batch.Record]:
+        data = os.pread(self._reader(segment), header.size, header.position)
+        return record_batch.decode_records(data, verify_crc=False)
+
     def _max_timestamp(self, segment: _Segment) -> int:
         if segment.max_timestamp_ms is None:
             newest = _NO_TIMESTAMP

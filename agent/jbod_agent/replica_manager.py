@@ -374,37 +374,70 @@ class ReplicaManager:
     # -- produce -------------------------------------------------------------------------------
 
     async def produce(self, request: ProduceCall) -> dict[str, Any]:
-        records = request.records
-        hosted, code, message = self._admit(request)
+        """The HTTP API's produce: `request.records` appended as one batch the leader builds."""
+        hosted, code, message = self._admit(request.topic, request.partition, request.acks)
         if hosted is None:
             return _produce_error(code, message)
-        if not records:
+        if not request.records:
             return {"errorCode": 0, "baseOffset": hosted.log.end_offset}
+        records, epoch = request.records, hosted.leader_epoch
+        return await self._append_and_ack(
+            hosted,
+            lambda log_: log_.append_as_leader(records, leader_epoch=epoch),
+            acks=request.acks,
+            timeout_ms=request.timeout_ms,
+        )
+
+    async def produce_batch(
+        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int
+    ) -> dict[str, Any]:
+        """The Kafka listener's produce: one client batch (`record_batch.check_produced`, raising
+        `CorruptBatchError` before anything is written) appended as it came, stamped with its
+        offset and the leader epoch. The reply is the HTTP produce's shape."""
+        hosted, code, message = self._admit(topic, partition, acks)
+        if hosted is None:
+            return _produce_error(code, message)
+        epoch = hosted.leader_epoch
+        return await self._append_and_ack(
+            hosted,
+            lambda log_: log_.append_as_leader_frame(batch, leader_epoch=epoch),
+            acks=acks,
+            timeout_ms=timeout_ms,
+        )
+
+    async def _append_and_ack(
+        self,
+        hosted: HostedPartition,
+        append: Callable[[PartitionLog], int],
+        *,
+        acks: int,
+        timeout_ms: int,
+    ) -> dict[str, Any]:
+        """`append` to the leader's log, then answer as `acks` asks (0: at once, 1: once
+        written, -1: once the ISR has it)."""
         try:
-            base = hosted.log.append_as_leader(records, leader_epoch=hosted.leader_epoch)
+            base = append(hosted.log)
         except OSError as exc:
             self.storage_error(hosted, exc, "appending")
             return _produce_error(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{hosted.name}: the log dir failed while appending"
             )
+        required = hosted.log.end_offset
         hosted.dirty = True
         hosted.wake_data_waiters()
         self._update_high_watermark(hosted)
-        if request.acks == 0:
+        if acks == 0:
             return {"errorCode": 0, "baseOffset": -1}
-        required = base + len(records)
-        if (
-            request.acks == 1 or hosted.log.high_watermark >= required
-        ):  # acks=1, or the leader is the whole ISR
+        if acks == 1 or hosted.log.high_watermark >= required:  # acks=1, or the leader is the whole ISR
             return {"errorCode": 0, "baseOffset": base}
-        return await self._await_isr(hosted, base=base, required=required, timeout_ms=request.timeout_ms)
+        return await self._await_isr(hosted, base=base, required=required, timeout_ms=timeout_ms)
 
-    def _admit(self, request: ProduceCall) -> tuple[HostedPartition | None, ErrorCode, str]:
+    def _admit(self, topic: str, partition: int, acks: int) -> tuple[HostedPartition | None, ErrorCode, str]:
         """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""
-        hosted, code, message = self.lookup(request.topic, request.partition)
+        hosted, code, message = self.lookup(topic, partition)
         if hosted is None:
             return None, code, message
-        admission = replication.produce_admission(request.acks, len(hosted.isr), hosted.min_isr)
+        admission = replication.produce_admission(acks, len(hosted.isr), hosted.min_isr)
         if admission is not ErrorCode.NONE:
             return (
                 None,
@@ -508,6 +541,10 @@ class ReplicaManager:
                     "records": out,
                 }
             await self._wait_for_data([hosted], remaining)
+
+    async def wait_for_data(self, hosted: Iterable[HostedPartition], timeout: float) -> None:
+        """Return when any of `hosted` has new data (or a moved log start), or after `timeout` s."""
+        await self._wait_for_data(hosted, timeout)
 
     async def _wait_for_data(self, hosted: Iterable[HostedPartition], timeout: float) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

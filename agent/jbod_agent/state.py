@@ -78,6 +78,7 @@ class AgentState:
     metadata_dir_error: str | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     listener_port: int = 0  # the bound port once listening (config port 0 = any)
+    kafka_ports: dict[str, int] = field(default_factory=dict)  # Kafka listener name -> bound port
 
     def __post_init__(self) -> None:
         self.registered_dirs: tuple[Uuid, ...] = tuple(sorted(self.dirs))

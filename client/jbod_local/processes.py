@@ -29,6 +29,7 @@ import httpx
 from jbod_client.controller import ClientError
 
 LISTENING_LINE = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
+KAFKA_LISTENING_LINE = re.compile(r"Listening on ([A-Z_]+)://([^\s:]+):(\d+)")
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -98,6 +99,24 @@ def await_listening(
         if time.monotonic() > deadline:
             break
     raise ClientError(f"{name} did not start (exit {process.poll()}): {_tail(log_path)}")
+
+
+def await_kafka_listening(
+    process: subprocess.Popen[str], *, count: int, name: str, log_path: Path, deadline: float
+) -> dict[str, str]:
+    """The `count` Kafka listeners the process printed after its HTTP one: name -> "host:port"."""
+    assert process.stdout is not None
+    found: dict[str, str] = {}
+    while len(found) < count:
+        line = process.stdout.readline()
+        match = KAFKA_LISTENING_LINE.search(line)
+        if match:
+            found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
+        elif not line or time.monotonic() > deadline:
+            raise ClientError(
+                f"{name} did not start its Kafka listeners (exit {process.poll()}): {_tail(log_path)}"
+            )
+    return found
 
 
 def await_ready(
@@ -268,6 +287,7 @@ class LocalBroker:
     settings: dict[str, str] = field(default_factory=dict)
     url: str = ""
     process: subprocess.Popen[str] | None = None
+    kafka: dict[str, str] = field(default_factory=dict)  # Kafka listener name -> "host:port", once started
 
     @property
     def config_path(self) -> Path:
@@ -329,6 +349,18 @@ class LocalBroker:
         try:
             self.url, _port = await_listening(
                 self.process, name=f"jbod-agent {self.node_id}", log_path=self.log_path, deadline=deadline
+            )
+            kafka_listeners = [
+                entry
+                for entry in self.settings.get("listeners", "").split(",")
+                if "://" in entry and not entry.startswith("http")
+            ]
+            self.kafka = await_kafka_listening(
+                self.process,
+                count=len(kafka_listeners),
+                name=f"jbod-agent {self.node_id}",
+                log_path=self.log_path,
+                deadline=deadline,
             )
         except ClientError:
             self.kill()

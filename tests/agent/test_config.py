@@ -225,13 +225,58 @@ def test_bad_controller_url(value: str) -> None:
         "127.0.0.1:9092",
         "http://127.0.0.1:70000",
         "http://127.0.0.1:x",
-        "http://a:1,http://b:2",  # exactly one listener
+        "http://a:1,http://b:2",  # at most one http:// listener
         "",
-        "PLAINTEXT://127.0.0.1:9092",
+        "SSL://127.0.0.1:9092",  # TLS is not served yet
+        "SASL_PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",  # one listener per name
+        "SASL_PLAINTEXT://127.0.0.1",
+        "SASL_PLAINTEXT://127.0.0.1:9092/path",
+        "BROKER://127.0.0.1:9092",  # names are security protocols
     ],
 )
 def test_bad_listener(value: str) -> None:
     expect_error(text({**BASE, "listeners": value}), "listeners")
+
+
+def test_kafka_listeners_beside_the_http_api() -> None:
+    parsed = config.parse_config(
+        text(
+            {
+                **BASE,
+                "listeners": "http://0.0.0.0:9192,SASL_PLAINTEXT://0.0.0.0:9092,PLAINTEXT://127.0.0.1:9093",
+                "advertised.listeners": "http://b-1.svc:9192,SASL_PLAINTEXT://b-1.svc:9092",
+            }
+        )
+    )
+    assert parsed.listener == HttpListener("http", "0.0.0.0", 9192)
+    assert [str(k) for k in parsed.kafka_listeners] == [
+        "SASL_PLAINTEXT://0.0.0.0:9092",
+        "PLAINTEXT://127.0.0.1:9093",
+    ]
+    assert parsed.advertised_listener == HttpListener("http", "b-1.svc", 9192)
+    assert [str(k) for k in parsed.advertised_kafka_listeners] == ["SASL_PLAINTEXT://b-1.svc:9092"]
+
+
+def test_without_an_http_listener_the_api_takes_a_port_of_its_own() -> None:
+    parsed = config.parse_config(text({**BASE, "listeners": "SASL_PLAINTEXT://127.0.0.1:9092"}))
+    assert parsed.listener == HttpListener("http", "127.0.0.1", 0)
+    assert [k.name for k in parsed.kafka_listeners] == ["SASL_PLAINTEXT"]
+
+
+@pytest.mark.parametrize(
+    ("advertised", "problem"),
+    [
+        ("PLAINTEXT://b:9092", "PLAINTEXT is not one of listeners"),
+        ("SASL_PLAINTEXT://b:9092", "the http:// listener of listeners is not advertised"),
+    ],
+)
+def test_advertised_listeners_name_configured_ones(advertised: str, problem: str) -> None:
+    values = {
+        **BASE,
+        "listeners": "http://0.0.0.0:1,SASL_PLAINTEXT://0.0.0.0:2",
+        "advertised.listeners": advertised,
+    }
+    assert problem in expect_error(text(values), "advertised.listeners")
 
 
 @pytest.mark.parametrize("value", ["maybe", "", "2", "on"])

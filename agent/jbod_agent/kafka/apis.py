@@ -1,0 +1,171 @@
+"""The Kafka APIs of a broker: one table from API key to handler, ApiVersions, and the SASL
+exchange (SaslHandshake, SaslAuthenticate, and bare tokens after SaslHandshake v0).
+
+Guarantees:
+* ApiVersions lists exactly the APIs of `jbod_kafka.protocol.APIS` that have a handler here.
+* SASL: the mechanisms are those `Authenticator.mechanisms` names; a handshake for another is
+  UNSUPPORTED_SASL_MECHANISM with the list; a failed exchange is SASL_AUTHENTICATION_FAILED with
+  a message that does not say whether the user exists, and the connection is closed after the
+  answer (as Kafka). A SaslAuthenticate without a handshake, or after success, is
+  ILLEGAL_SASL_STATE.
+* Admin requests (topics, configs, log dirs, users) need the principal `admin`: others get
+  TOPIC_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED from the handlers (`is_admin`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent.kafka import fetch_api, metadata_api, produce_api
+from jbod_agent.kafka.context import ADMIN, BrokerContext
+from jbod_agent.kafka.listener import CloseConnectionError, Connection
+from jbod_kafka import protocol
+
+ApiHandler = Callable[[BrokerContext, Connection, protocol.Request], Awaitable[Any]]
+
+
+class SaslExchange(Protocol):
+    """One SASL exchange in progress: each client token gives the token to send back."""
+
+    def step(self, token: bytes) -> bytes:
+        """The server's next token; raises `AuthenticationFailedError` to end the exchange."""
+
+    @property
+    def principal(self) -> str | None:
+        """The authenticated user once the exchange completed, else None."""
+
+
+class AuthenticationFailedError(Exception):
+    """A SASL exchange that failed; `str()` is the message the client gets."""
+
+
+class Authenticator(Protocol):
+    @property
+    def mechanisms(self) -> tuple[str, ...]: ...
+
+    def start(self, mechanism: str) -> SaslExchange: ...
+
+
+def is_admin(conn: Connection) -> bool:
+    return conn.principal == ADMIN
+
+
+class KafkaApis:
+    """Dispatch of one broker's Kafka requests (the module's guarantees)."""
+
+    def __init__(
+        self, ctx: BrokerContext, authenticator: Authenticator, handlers: dict[int, ApiHandler]
+    ) -> None:
+        self.ctx = ctx
+        self.authenticator = authenticator
+        self.handlers: dict[int, ApiHandler] = {
+            protocol.API_VERSIONS_KEY: self.api_versions,
+            protocol.SASL_HANDSHAKE_KEY: self.sasl_handshake,
+            protocol.SASL_AUTHENTICATE_KEY: self.sasl_authenticate,
+            0: produce_api.produce,
+            1: fetch_api.fetch,
+            2: fetch_api.list_offsets,
+            3: metadata_api.metadata,
+            23: fetch_api.offset_for_leader_epoch,
+            60: metadata_api.describe_cluster,
+            **handlers,
+        }
+
+    def missing(self) -> list[str]:
+        """APIs of `protocol.APIS` without a handler here: not advertised, their requests close
+        the connection (the list shrinks as the broker learns them)."""
+        return [api.name for key, api in protocol.APIS.items() if key not in self.handlers]
+
+    def answered(self) -> list[protocol.Api]:
+        """The APIs of `protocol.APIS` with a handler: what ApiVersions lists."""
+        return [api for key, api in protocol.APIS.items() if key in self.handlers]
+
+    def api_versions_fallback(self, correlation_id: int) -> bytes:
+        return protocol.api_versions_fallback(correlation_id, self.answered())
+
+    async def handle(self, conn: Connection, request: protocol.Request) -> Any:
+        handler = self.handlers.get(request.header.api_key)
+        if handler is None:
+            raise CloseConnectionError(f"no handler for API key {request.header.api_key}")
+        return await handler(self.ctx, conn, request)
+
+    async def api_versions(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        """The APIs this broker answers: `protocol.APIS` that have a handler (no other)."""
+        response = protocol.response_type(request.header.api_key, request.header.api_version)
+        return protocol.build(
+            response,
+            error_code=KafkaError.none,
+            api_keys=[
+                {"api_key": a.key, "min_version": a.advertised_min, "max_version": a.max_version}
+                for a in self.answered()
+            ],
+            throttle_time=0,
+            supported_features=[],
+            finalized_features_epoch=-1,
+            finalized_features=[],
+            zk_migration_ready=False,
+        )
+
+    # -- SASL ----------------------------------------------------------------------------------
+
+    async def sasl_handshake(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        response = protocol.response_type(request.header.api_key, request.header.api_version)
+        mechanisms = list(self.authenticator.mechanisms)
+        if conn.authenticated or conn.sasl is not None:
+            return protocol.build(response, error_code=KafkaError.illegal_sasl_state, mechanisms=mechanisms)
+        mechanism = request.body.mechanism
+        if mechanism not in mechanisms:
+            return protocol.build(
+                response, error_code=KafkaError.unsupported_sasl_mechanism, mechanisms=mechanisms
+            )
+        conn.sasl = self.authenticator.start(mechanism)
+        conn.raw_sasl_tokens = request.header.api_version == 0
+        return protocol.build(response, error_code=KafkaError.none, mechanisms=mechanisms)
+
+    async def sasl_authenticate(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        response = protocol.response_type(request.header.api_key, request.header.api_version)
+        exchange: SaslExchange | None = conn.sasl
+        if exchange is None or conn.authenticated:
+            conn.closing = True
+            return protocol.build(
+                response,
+                error_code=KafkaError.illegal_sasl_state,
+                error_message="SaslAuthenticate without a SaslHandshake, or after authentication",
+                auth_bytes=b"",
+                session_lifetime=0,
+            )
+        try:
+            token = exchange.step(bytes(request.body.auth_bytes))
+        except AuthenticationFailedError as exc:
+            conn.closing = True
+            return protocol.build(
+                response,
+                error_code=KafkaError.sasl_authentication_failed,
+                error_message=str(exc),
+                auth_bytes=b"",
+                session_lifetime=0,
+            )
+        if exchange.principal is not None:
+            conn.principal = exchange.principal
+            conn.sasl = None
+        return protocol.build(
+            response, error_code=KafkaError.none, error_message=None, auth_bytes=token, session_lifetime=0
+        )
+
+    async def raw_token(self, conn: Connection, token: bytes) -> bytes | None:
+        """A bare SASL token after SaslHandshake v0: the reply token, size-prefixed."""
+        exchange: SaslExchange | None = conn.sasl
+        if exchange is None:
+            raise CloseConnectionError("a SASL token without an exchange in progress")
+        try:
+            reply = exchange.step(token)
+        except AuthenticationFailedError as exc:
+            raise CloseConnectionError(f"authentication failed: {exc}") from None
+        if exchange.principal is not None:
+            conn.principal = exchange.principal
+            conn.sasl = None
+            conn.raw_sasl_tokens = False
+        return len(reply).to_bytes(4, "big") + reply

@@ -1,0 +1,275 @@
+"""Fetch, ListOffsets and OffsetForLeaderEpoch for Kafka consumers, served by partition leaders
+from the stored batches as they are.
+
+Guarantees:
+* Fetch returns whole stored batches from the one holding `fetch_offset`, only below the high
+  watermark (read_committed sees the same: there are no transactions); each partition gets at
+  most `partition_max_bytes` and the response at most `max_bytes`, except that the first
+  partition with data always gets its first batch (KIP-74). With less than `min_bytes` ready it
+  waits up to `max_wait` for new data on any of the partitions asked for.
+* Per partition, Kafka's codes: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID,
+  NOT_LEADER_OR_FOLLOWER (only leaders serve consumers), FENCED_LEADER_EPOCH /
+  UNKNOWN_LEADER_EPOCH against `current_leader_epoch`, OFFSET_OUT_OF_RANGE, KAFKA_STORAGE_ERROR;
+  a consumer whose `last_fetched_epoch` disagrees with the leader's history gets
+  `diverging_epoch` and no records (KIP-320), as followers do.
+* Fetch sessions (KIP-227) are declined: every response has session id 0, so clients keep
+  sending full requests, which the protocol allows.
+* ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
+  watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
+  it (offset -1 when there is none), each with the leader epoch of that offset.
+* OffsetForLeaderEpoch answers from the leader's epoch cache (Kafka's `endOffsetFor`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent import divergence
+from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.listener import Connection
+from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.replica_manager import HostedPartition
+from jbod_kafka import protocol
+
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+
+
+@dataclass(slots=True)
+class _Wanted:
+    topic_key: Any  # the name or the topic id, as the request named it
+    topic: str | None
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int
+    last_fetched_epoch: int
+    max_bytes: int
+
+
+def _leader(
+    ctx: BrokerContext, topic: str | None, partition: int, current_leader_epoch: int, *, by_id: bool
+) -> tuple[HostedPartition | None, KafkaError]:
+    if topic is None:
+        return None, KafkaError.unknown_topic_id if by_id else KafkaError.unknown_topic_or_partition
+    hosted, code, _message = ctx.manager.lookup(topic, partition)
+    if hosted is None:
+        return None, KafkaError(int(code))
+    if current_leader_epoch >= 0 and current_leader_epoch < hosted.leader_epoch:
+        return None, KafkaError.fenced_leader_epoch
+    if current_leader_epoch > hosted.leader_epoch:
+        return None, KafkaError.unknown_leader_epoch
+    return hosted, KafkaError.none
+
+
+def _error_entry(index: int, code: KafkaError) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "records": None,
+    }
+
+
+def _read_partition(
+    ctx: BrokerContext, wanted: _Wanted, budget: int, *, first: bool, by_id: bool
+) -> tuple[dict[str, Any], HostedPartition | None]:
+    hosted, code = _leader(ctx, wanted.topic, wanted.partition, wanted.current_leader_epoch, by_id=by_id)
+    if hosted is None:
+        return _error_entry(wanted.partition, code), None
+    log_ = hosted.log
+    hw = log_.high_watermark
+    entry: dict[str, Any] = {
+        "partition_index": wanted.partition,
+        "error_code": KafkaError.none,
+        "high_watermark": hw,
+        "last_stable_offset": hw,
+        "log_start_offset": log_.log_start_offset,
+        "aborted_transactions": None,
+        "records": None,
+    }
+    if wanted.last_fetched_epoch >= 0:
+        diverging = divergence.leader_check(
+            log_, fetch_offset=wanted.fetch_offset, last_fetched_epoch=wanted.last_fetched_epoch
+        )
+        if diverging is not None:
+            entry["diverging_epoch"] = {"epoch": diverging.epoch, "end_offset": diverging.end_offset}
+            return entry, hosted
+    if not log_.log_start_offset <= wanted.fetch_offset <= log_.end_offset:
+        entry["error_code"] = KafkaError.offset_out_of_range
+        return entry, hosted
+    limit = min(wanted.max_bytes, budget) if not first else wanted.max_bytes
+    try:
+        data = log_.read(wanted.fetch_offset, max(limit, 1), max_offset=hw) if limit > 0 or first else b""
+    except OffsetOutOfRangeError:
+        entry["error_code"] = KafkaError.offset_out_of_range
+        return entry, hosted
+    except OSError as exc:
+        ctx.manager.storage_error(hosted, exc, "reading for a consumer")
+        return _error_entry(wanted.partition, KafkaError.kafka_storage_error), None
+    entry["records"] = data
+    return entry, hosted
+
+
+def _wanted(ctx: BrokerContext, request: protocol.Request) -> tuple[list[_Wanted], bool]:
+    by_id = request.header.api_version >= 13
+    wanted = []
+    for topic in request.body.topics:
+        key = topic.topic_id if by_id else topic.topic
+        name = ctx.topic_name(topic.topic_id) if by_id else topic.topic
+        for part in topic.partitions:
+            wanted.append(
+                _Wanted(
+                    key,
+                    name,
+                    int(part.partition),
+                    int(part.fetch_offset),
+                    int(getattr(part, "current_leader_epoch", -1)),
+                    int(getattr(part, "last_fetched_epoch", -1)),
+                    int(part.partition_max_bytes),
+                )
+            )
+    return wanted, by_id
+
+
+def _read_all(
+    ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int, *, by_id: bool
+) -> tuple[list[dict[str, Any]], int, list[HostedPartition]]:
+    entries: list[dict[str, Any]] = []
+    hosted_parts: list[HostedPartition] = []
+    total = 0
+    for item in wanted:
+        entry, hosted = _read_partition(ctx, item, max_bytes - total, first=total == 0, by_id=by_id)
+        total += len(entry["records"] or b"")
+        entries.append(entry)
+        if hosted is not None:
+            hosted_parts.append(hosted)
+    return entries, total, hosted_parts
+
+
+async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    body = request.body
+    wanted, by_id = _wanted(ctx, request)
+    max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+    deadline = time.monotonic() + body.max_wait.total_seconds()
+    while True:
+        entries, total, hosted_parts = _read_all(ctx, wanted, max_bytes, by_id=by_id)
+        remaining = deadline - time.monotonic()
+        errors = any(e["error_code"] != KafkaError.none for e in entries)
+        if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
+            break
+        await ctx.manager.wait_for_data(hosted_parts, remaining)
+    responses: list[dict[str, Any]] = []
+    for item, entry in zip(wanted, entries, strict=True):
+        if not responses or responses[-1]["key"] != item.topic_key:
+            responses.append({"key": item.topic_key, "partitions": []})
+        responses[-1]["partitions"].append(entry)
+    key = "topic_id" if by_id else "topic"
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version),
+        throttle_time=0,
+        error_code=KafkaError.none,
+        session_id=0,
+        responses=[{key: r["key"], "partitions": r["partitions"]} for r in responses],
+        node_endpoints=[],
+    )
+
+
+def _epoch_at(hosted: HostedPartition, offset: int) -> int:
+    """The leader epoch of the record at `offset` (of the last record when at the end)."""
+    epoch = -1
+    for entry_epoch, start in hosted.log.epoch_entries():
+        if start > offset:
+            break
+        epoch = entry_epoch
+    return epoch
+
+
+def _list_offset(hosted: HostedPartition, timestamp: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) answering ListOffsets for `timestamp`."""
+    log_ = hosted.log
+    hw = log_.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, log_.log_start_offset, _epoch_at(hosted, log_.log_start_offset)
+    if timestamp == LATEST:
+        return -1, hw, _epoch_at(hosted, max(hw - 1, 0)) if hw > 0 else log_.latest_epoch
+    found = (
+        log_.offset_of_max_timestamp(max_offset=hw)
+        if timestamp == MAX_TIMESTAMP
+        else log_.offset_for_timestamp(timestamp, max_offset=hw)
+        if timestamp >= 0
+        else None
+    )
+    if found is None:
+        return -1, -1, -1
+    offset, found_timestamp = found
+    return found_timestamp, offset, _epoch_at(hosted, offset)
+
+
+async def list_offsets(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            hosted, code = _leader(
+                ctx,
+                topic.name,
+                int(part.partition_index),
+                int(getattr(part, "current_leader_epoch", -1)),
+                by_id=False,
+            )
+            answer: dict[str, Any] = {"partition_index": part.partition_index, "error_code": code}
+            if hosted is None:
+                answer.update(timestamp=-1, offset=-1, leader_epoch=-1)
+            else:
+                try:
+                    found_timestamp, offset, epoch = _list_offset(hosted, int(part.timestamp))
+                except OSError as exc:
+                    ctx.manager.storage_error(hosted, exc, "looking up an offset")
+                    answer.update(
+                        error_code=KafkaError.kafka_storage_error, timestamp=-1, offset=-1, leader_epoch=-1
+                    )
+                else:
+                    answer.update(timestamp=found_timestamp, offset=offset, leader_epoch=epoch)
+            partitions.append(answer)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version),
+        throttle_time=0,
+        topics=topics,
+    )
+
+
+async def offset_for_leader_epoch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            hosted, code = _leader(
+                ctx, topic.topic, int(part.partition), int(part.current_leader_epoch), by_id=False
+            )
+            if hosted is None:
+                partitions.append(
+                    {"error_code": code, "partition": part.partition, "leader_epoch": -1, "end_offset": -1}
+                )
+                continue
+            epoch, end = hosted.log.epoch_end_offset(int(part.leader_epoch))
+            partitions.append(
+                {
+                    "error_code": KafkaError.none,
+                    "partition": part.partition,
+                    "leader_epoch": epoch,
+                    "end_offset": end,
+                }
+            )
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version),
+        throttle_time=0,
+        topics=topics,
+    )

@@ -1,0 +1,204 @@
+"""The network side of a broker's Kafka listener: framing, limits, authentication gating and
+ordered dispatch; what a request means is the handlers' (`apis.KafkaApis`).
+
+Guarantees, per connection (as Kafka's `SocketServer` and `KafkaApis`):
+* Requests are read as size-prefixed frames and answered in the order they arrived, one at a
+  time (Kafka mutes a connection while its request is processed): a client may pipeline, and
+  at most `max_in_flight` requests are read ahead of the one being answered.
+* A frame larger than `socket.request.max.bytes`, a negative size, garbage that does not decode,
+  an unknown API key or an unsupported version, or a request other than ApiVersions and the
+  SASL exchange before a SASL listener's client authenticated: the connection is closed (an
+  ApiVersions request of an unknown version is first answered with v0 and UNSUPPORTED_VERSION,
+  KIP-511). Each refusal is one WARNING line, rate limited; nothing else is disturbed.
+* A connection with no request in progress for `connections.max.idle.ms` is closed; once the
+  first byte of a frame has arrived, the rest must arrive within `request.read.timeout.ms`.
+* A handler that raises closes that connection and logs the error with its traceback: a bug is
+  loud but never takes the listener down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from jbod_agent.config import KafkaListener
+from jbod_kafka import protocol
+from jbod_runtime.http_server import RateLimitedLog
+
+log = logging.getLogger("jbod_agent.kafka")
+_SIZE: Final = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    idle_timeout_s: float = 600.0  # connections.max.idle.ms
+    read_timeout_s: float = 30.0
+    max_in_flight: int = 5
+
+
+@dataclass(slots=True)
+class Connection:
+    """What a handler knows of the connection its request came on."""
+
+    listener: KafkaListener
+    peer: str
+    principal: str | None = None  # set once authenticated (PLAINTEXT: "ANONYMOUS" from the start)
+    sasl: Any = None  # the SASL exchange in progress (`apis` owns its meaning)
+    raw_sasl_tokens: bool = False  # after SaslHandshake v0, tokens come as bare frames
+    closing: bool = False
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+
+class RequestHandlers(Protocol):
+    """What a listener asks of the broker's APIs (`apis.KafkaApis`)."""
+
+    async def handle(self, conn: Connection, request: protocol.Request) -> Any:
+        """The response body (a kio message), or None for no response (acks=0)."""
+
+    async def raw_token(self, conn: Connection, token: bytes) -> bytes | None:
+        """The answer to a bare SASL token (after SaslHandshake v0), size prefix included."""
+
+    def api_versions_fallback(self, correlation_id: int) -> bytes:
+        """ApiVersions v0 with UNSUPPORTED_VERSION and the APIs answered (KIP-511)."""
+
+
+class CloseConnectionError(Exception):
+    """Raised by a handler: close this connection after logging `str()` (rate limited)."""
+
+
+class KafkaServer:
+    """One asyncio server per Kafka listener (the module's guarantees)."""
+
+    def __init__(self, listener: KafkaListener, handlers: RequestHandlers, *, limits: ListenerLimits) -> None:
+        self.listener = listener
+        self._handlers = handlers
+        self._limits = limits
+        self._refusals = RateLimitedLog(log, interval_s=1.0)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.port = listener.port
+
+    async def start(self) -> int:
+        """Listen; the bound port (the configured one, or the one chosen for port 0)."""
+        self._server = await asyncio.start_server(
+            self._serve, host=self.listener.host, port=self.listener.port, reuse_address=True, limit=1 << 16
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        conn = Connection(self.listener, peer, principal=None if self.listener.authenticates else "ANONYMOUS")
+        frames: asyncio.Queue[bytes | None] = asyncio.Queue(self._limits.max_in_flight)
+        read_ahead = asyncio.create_task(self._read_frames(reader, conn, frames))
+        try:
+            while True:
+                frame = await frames.get()
+                if frame is None:
+                    return
+                response = await self._answer(conn, frame)
+                if response:
+                    writer.write(response)
+                    await writer.drain()
+                if conn.closing:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return  # the peer went away, or the listener is closing
+        except CloseConnectionError as exc:
+            self._refusals.warning("Closed Kafka connection from %s: %s", peer, exc)
+        except Exception:
+            log.exception("Closed Kafka connection from %s: the request failed", peer)
+        finally:
+            read_ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await read_ahead
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._connections.discard(task)
+
+    async def _read_frames(
+        self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]
+    ) -> None:
+        """Read frames ahead of the answers (at most `max_in_flight` queued); None ends the stream."""
+        await self._read_until_done(reader, conn, frames)
+        await frames.put(None)  # the end of the stream, after every frame read
+
+    async def _read_until_done(
+        self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]
+    ) -> None:
+        limits = self._limits
+        try:
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readexactly(4), limits.idle_timeout_s)
+                except TimeoutError:
+                    log.debug("Closed idle Kafka connection from %s", conn.peer)
+                    return
+                (size,) = _SIZE.unpack(head)
+                if size < 0 or size > limits.max_request_bytes:
+                    self._refusals.warning(
+                        "Closed Kafka connection from %s: a request of %d bytes (socket.request.max.bytes %d)",
+                        conn.peer,
+                        size,
+                        limits.max_request_bytes,
+                    )
+                    return
+                try:
+                    frame = await asyncio.wait_for(reader.readexactly(size), limits.read_timeout_s)
+                except TimeoutError:
+                    self._refusals.warning(
+                        "Closed Kafka connection from %s: a request of %d bytes did not arrive within %.0f s",
+                        conn.peer,
+                        size,
+                        limits.read_timeout_s,
+                    )
+                    return
+                await frames.put(frame)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+
+    async def _answer(self, conn: Connection, frame: bytes) -> bytes | None:
+        if conn.raw_sasl_tokens:
+            return await self._handlers.raw_token(conn, frame)
+        try:
+            request = protocol.parse_request(frame)
+        except protocol.UnsupportedVersionError as exc:
+            if exc.api_key == protocol.API_VERSIONS_KEY and exc.correlation_id >= 0:
+                return self._handlers.api_versions_fallback(exc.correlation_id)
+            raise CloseConnectionError(str(exc)) from None
+        except protocol.RequestError as exc:
+            raise CloseConnectionError(str(exc)) from None
+        if not conn.authenticated and request.header.api_key not in protocol.BEFORE_AUTHENTICATION:
+            raise CloseConnectionError(
+                f"{protocol.APIS[request.header.api_key].name} before authentication on {conn.listener.name}"
+            )
+        body = await self._handlers.handle(conn, request)
+        if body is None:
+            return None
+        return protocol.encode_response(request.header, body)

@@ -1,0 +1,146 @@
+"""Produce through the Kafka listener: each partition's batch checked as Kafka checks it, appended
+by its leader as the client encoded it, acknowledged as `acks` asks.
+
+Guarantees:
+* acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets no
+  response at all, as in Kafka.
+* Each partition's `records` must be exactly one RecordBatch v2 no larger than
+  `message.max.bytes` (MESSAGE_TOO_LARGE), passing `record_batch.check_produced` (else
+  INVALID_RECORD or CORRUPT_MESSAGE, nothing appended); the partitions of one request are
+  appended and replicated concurrently, each answered with its own error code.
+* The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER,
+  NOT_ENOUGH_REPLICAS (before the append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
+  KAFKA_STORAGE_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.listener import CloseConnectionError, Connection
+from jbod_core.errors import ErrorCode
+from jbod_kafka import protocol, record_batch
+
+_AFTER_APPEND_MARK = "after the records were appended"
+
+
+def _partition_error(index: int, code: KafkaError, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Partition:
+    topic: str | None  # None: an unknown topic id
+    index: int
+    records: bytes | None
+
+
+def _reply_to_kafka(index: int, reply: dict[str, Any]) -> dict[str, Any] | None:
+    """The partition's error entry for the replica manager's error reply (None when it is none)."""
+    code = int(reply["errorCode"])
+    if code == 0:
+        return None
+    message = reply.get("errorMessage")
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS and message and _AFTER_APPEND_MARK in message:
+        return _partition_error(index, KafkaError.not_enough_replicas_after_append, message)
+    return _partition_error(index, KafkaError(code), message)
+
+
+async def _produce_partition(
+    ctx: BrokerContext, part: _Partition, *, acks: int, timeout_ms: int
+) -> dict[str, Any]:
+    index = part.index
+    batch = bytes(part.records or b"")
+    if part.topic is None:
+        return _partition_error(index, KafkaError.unknown_topic_id)
+    if len(batch) > ctx.state.config.message_max_bytes:
+        return _partition_error(
+            index,
+            KafkaError.message_too_large,
+            f"the batch of {len(batch)} bytes is larger than message.max.bytes "
+            f"{ctx.state.config.message_max_bytes}",
+        )
+    try:
+        reply = await ctx.manager.produce_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
+    except record_batch.CorruptBatchError as exc:
+        corrupt = KafkaError.corrupt_message if "CRC" in str(exc) else KafkaError.invalid_record
+        return _partition_error(index, corrupt, str(exc))
+    except ValueError as exc:  # a batch the log refuses (epoch, offsets)
+        return _partition_error(index, KafkaError.invalid_record, str(exc))
+    failed = _reply_to_kafka(index, reply)
+    if failed is not None:
+        return failed
+    hosted, _code, _message = ctx.manager.lookup(part.topic, index)
+    return {
+        "index": index,
+        "error_code": KafkaError.none,
+        "base_offset": reply["baseOffset"],
+        "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
+        "record_errors": [],
+        "error_message": None,
+    }
+
+
+async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    body = request.body
+    acks = int(body.acks)
+    timeout_ms = int(body.timeout.total_seconds() * 1000)
+    by_id = request.header.api_version >= 13
+    topics: list[tuple[Any, str | None, list[tuple[int, Any]]]] = []
+    for topic in body.topic_data:
+        name = ctx.topic_name(topic.topic_id) if by_id else topic.name
+        topics.append(
+            (
+                topic.topic_id if by_id else topic.name,
+                name,
+                [(p.index, p.records) for p in topic.partition_data],
+            )
+        )
+    if acks not in (-1, 0, 1):
+        results = [
+            [_partition_error(index, KafkaError.invalid_required_acks) for index, _records in parts]
+            for _key, _name, parts in topics
+        ]
+    else:
+        answers = iter(
+            await asyncio.gather(
+                *(
+                    _produce_partition(
+                        ctx, _Partition(name, index, records), acks=acks, timeout_ms=timeout_ms
+                    )
+                    for _key, name, parts in topics
+                    for index, records in parts
+                )
+            )
+        )
+        results = [[next(answers) for _part in parts] for _key, _name, parts in topics]
+    if acks == 0:
+        failed = [p for answered in results for p in answered if p["error_code"] != KafkaError.none]
+        if failed:
+            # As Kafka: an acks=0 producer learns of a failure only by the connection closing.
+            raise CloseConnectionError(
+                f"an acks=0 produce failed: {failed[0]['error_message'] or failed[0]['error_code']}"
+            )
+        return None
+    responses = [
+        {("topic_id" if by_id else "name"): key, "partition_responses": answered}
+        for (key, _name, _parts), answered in zip(topics, results, strict=True)
+    ]
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version),
+        responses=responses,
+        throttle_time=0,
+        node_endpoints=[],
+    )

@@ -1,0 +1,66 @@
+"""A real local cluster whose brokers serve the Kafka protocol on SASL_PLAINTEXT listeners, and
+client configurations for librdkafka (confluent-kafka) as a user writes them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jbod_client.controller import read_token
+from tests.broker.conftest import Cluster, start_cluster, wait_for
+
+KAFKA_LISTENERS = "http://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+
+
+@dataclass
+class KafkaCluster:
+    cluster: Cluster
+    admin_password: str
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.kafka["SASL_PLAINTEXT"] for b in self.cluster.brokers.values() if b.kafka)
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka's configuration of the `admin` principal over SASL/PLAIN."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": self.admin_password,
+            **extra,
+        }
+
+
+def start_kafka_cluster(
+    stack: contextlib.ExitStack, base: Path, *, brokers: int = 3, loop: bool = False, **settings: str
+) -> KafkaCluster:
+    cluster = start_cluster(stack, base)
+    for node_id in range(1, brokers + 1):
+        cluster.add_broker(
+            node_id,
+            dirs=2,
+            loop=loop,
+            properties={
+                "listeners": KAFKA_LISTENERS,
+                "admin.token.file": str(cluster.controller.admin_token_file),
+                **{k.replace("_", "."): v for k, v in settings.items()},
+            },
+        )
+    wait_for(
+        lambda: (c := cluster.admin.cluster())["brokers"] == brokers and c["fencedBrokers"] == 0,
+        what="every broker registered and unfenced",
+    )
+    return KafkaCluster(cluster, read_token(cluster.controller.admin_token_file))
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    with contextlib.ExitStack() as stack:
+        yield start_kafka_cluster(stack, tmp_path_factory.mktemp("kafka"))

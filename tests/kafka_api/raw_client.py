@@ -1,0 +1,95 @@
+"""A bare Kafka-protocol connection for tests that must send what no client library would: raw
+frames, garbage, unknown versions. Requests are encoded with kio (Kafka's own schemas)."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from jbod_kafka import protocol
+
+
+def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int = 1) -> bytes:
+    flexible = bool(type(body).__flexible__)
+    buffer = io.BytesIO()
+    header_type = HeaderV2 if flexible else HeaderV1
+    entity_writer(header_type)(
+        buffer,
+        header_type(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(correlation_id),
+            client_id="raw-test",
+        ),
+    )
+    entity_writer(type(body))(buffer, body)
+    return buffer.getvalue()
+
+
+class RawConnection:
+    def __init__(self, address: str, *, timeout: float = 10.0) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_frame(self, frame: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+
+    def read_frame(self) -> bytes | None:
+        """The next response frame, or None when the broker closed the connection."""
+        head = self._read(4)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        return self._read(size)
+
+    def _read(self, size: int) -> bytes | None:
+        data = b""
+        while len(data) < size:
+            try:
+                chunk = self.sock.recv(size - len(data))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def closed_by_peer(self) -> bool:
+        return self.read_frame() is None
+
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        """Send `body`, return the decoded response body (AssertionError if the broker closed)."""
+        self.correlation_id += 1
+        self.send_frame(encode_request(api_key, version, body, correlation_id=self.correlation_id))
+        frame = self.read_frame()
+        assert frame is not None, f"the broker closed the connection on API {api_key} v{version}"
+        (correlation_id,) = struct.unpack_from(">i", frame)
+        assert correlation_id == self.correlation_id
+        flexible = bool(type(body).__flexible__) and api_key != protocol.API_VERSIONS_KEY
+        offset = 4 + (1 if flexible else 0)  # response header v1: tagged fields (empty)
+        response, _size = entity_reader(protocol.response_type(api_key, version))(frame, offset)
+        return response
+
+    def authenticate(self, user: str, password: str) -> Any:
+        """SaslHandshake v1 (PLAIN) then SaslAuthenticate v2; the SaslAuthenticate response."""
+        handshake = self.request(17, 1, protocol.build(protocol.request_type(17, 1), mechanism="PLAIN"))
+        assert int(handshake.error_code) == 0, handshake
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        return self.request(36, 2, protocol.build(protocol.request_type(36, 2), auth_bytes=token))

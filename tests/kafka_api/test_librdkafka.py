@@ -1,0 +1,143 @@
+"""librdkafka (confluent-kafka) against the brokers' Kafka listeners, as an application uses it:
+metadata, produce with every compression codec at acks=all, consume back with assign(), offsets
+by time, and SASL refusals."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.kafka_api.conftest import KafkaCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def new_topic(kafka: KafkaCluster, *, partitions: int = 3) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kafka.cluster.admin.create_topic(
+        name, partitions=partitions, replication_factor=3, configs={"min.insync.replicas": "2"}
+    )
+    admin = AdminClient(kafka.client_config())
+    deadline = time.monotonic() + 20
+    while True:  # until every leader is known to the brokers (they follow the metadata log)
+        topic = admin.list_topics(topic=name, timeout=10).topics[name]
+        if (
+            topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        ):
+            return name
+        assert time.monotonic() < deadline, f"topic {name} never got leaders: {topic}"
+        time.sleep(0.1)
+
+
+def produce(kafka: KafkaCluster, topic: str, records: list[tuple[bytes, bytes]], **config: object) -> dict:
+    """Produce `records` with acks=all; (partition, offset) of each, keyed by value."""
+    producer = Producer(kafka.client_config(acks="all", **config))
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert errors == []
+    return acked
+
+
+def consume_all(kafka: KafkaCluster, topic: str, partitions: int, expected: int) -> dict[int, list]:
+    """Every record of `topic` from the beginning, by partition, through assign()."""
+    consumer = Consumer(kafka.client_config(**{"group.id": "unused", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    by_partition: dict[int, list] = defaultdict(list)
+    deadline = time.monotonic() + 60
+    count = 0
+    try:
+        while count < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            by_partition[msg.partition()].append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+            count += 1
+    finally:
+        consumer.close()
+    return by_partition
+
+
+def test_metadata_lists_every_broker_and_the_partitions_leaders(kafka_cluster: KafkaCluster) -> None:
+    topic = new_topic(kafka_cluster, partitions=4)
+    metadata = AdminClient(kafka_cluster.client_config()).list_topics(timeout=10)
+    assert sorted(metadata.brokers) == [1, 2, 3]
+    assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == set(
+        kafka_cluster.bootstrap.split(",")
+    )
+    described = kafka_cluster.cluster.admin.describe_topic(topic)
+    for p in described["partitions"]:
+        seen = metadata.topics[topic].partitions[p["partitionIndex"]]
+        assert (seen.leader, list(seen.replicas), list(seen.isrs)) == (p["leader"], p["replicas"], p["isr"])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_round_trips_every_record_once_in_order(kafka_cluster: KafkaCluster, codec: str) -> None:
+    topic = new_topic(kafka_cluster)
+    records = [(b"key-%d" % (i % 17), b"value-%06d-" % i + b"x" * (i % 300)) for i in range(3000)]
+    acked = produce(
+        kafka_cluster,
+        topic,
+        records,
+        **{"compression.type": codec, "enable.idempotence": False, "linger.ms": 5},
+    )
+    assert len(acked) == len(records)
+    consumed = consume_all(kafka_cluster, topic, 3, len(records))
+    for partition, got in consumed.items():
+        offsets = [offset for offset, _k, _v, _ts in got]
+        assert offsets == list(range(len(got))), f"partition {partition} has gaps or duplicates"
+        for offset, _key, value, timestamp in got:
+            assert acked[value] == (partition, offset)
+            assert timestamp > 0
+        # A key always maps to one partition: librdkafka's partitioner, kept through the broker.
+    assert sum(len(got) for got in consumed.values()) == len(records)
+    assert {value for got in consumed.values() for _o, _k, value, _t in got} == {v for _k, v in records}
+
+
+def test_offsets_by_time_earliest_and_latest(kafka_cluster: KafkaCluster) -> None:
+    topic = new_topic(kafka_cluster, partitions=1)
+    produce(kafka_cluster, topic, [(b"k", b"early-%d" % i) for i in range(10)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(kafka_cluster, topic, [(b"k", b"late-%d" % i) for i in range(5)])
+    consumer = Consumer(kafka_cluster.client_config(**{"group.id": "unused"}))
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 15)
+        [found] = consumer.offsets_for_times([TopicPartition(topic, 0, cut)], timeout=10)
+        assert found.offset == 10
+        [none_after] = consumer.offsets_for_times([TopicPartition(topic, 0, cut + 3_600_000)], timeout=10)
+        assert none_after.offset == -1
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(("user", "password"), [("admin", "wrong"), ("nobody", "secret")])
+def test_wrong_credentials_are_refused(kafka_cluster: KafkaCluster, user: str, password: str) -> None:
+    config = kafka_cluster.client_config(**{"sasl.username": user, "sasl.password": password})
+    with pytest.raises(KafkaException) as caught:
+        AdminClient(config).list_topics(timeout=5)
+    assert caught.value.args[0].code() in (
+        KafkaError._AUTHENTICATION,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    )
