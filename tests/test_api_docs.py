@@ -50,7 +50,9 @@ def test_every_route_is_documented(routes: object) -> None:
 
 def _error_rows() -> dict[int, str]:
     section = API.split("## Error codes", 1)[1].split("\n## ", 1)[0]
-    return {int(code): name for code, name in re.findall(r"^\| (\d+) \| ([A-Z_]+) \|", section, re.MULTILINE)}
+    return {
+        int(code): name for code, name in re.findall(r"^\| (-?\d+) \| ([A-Z_]+) \|", section, re.MULTILINE)
+    }
 
 
 def test_the_error_table_matches_the_error_codes() -> None:

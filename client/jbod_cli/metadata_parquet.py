@@ -2,22 +2,26 @@
 
 Layout (one row per record, in the order given):
 * `offset` (int64) and `type` (string): the record's, null when the record has none of that type;
-* one typed column per field of the seven record types of protocol §3.5 (`FIELDS`: `brokerId`
-  int32, `logDirs` list<string>, `listeners` list<struct<name, host, port>>, `configs`
-  map<string, string>, ...), null where the record does not carry the field; list elements are
-  declared required (never null);
+* one typed column per field of the seven record types of protocol §3.5 and of the admin
+  extensions (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`)
+  (`FIELDS`: `brokerId` int32, `logDirs` list<string>, `listeners` list<struct<name, host,
+  port>>, `configs` map<string, string>, `salt` string (base64), `nextProducerId` int64, ...),
+  null where the record does not carry the field; list elements are declared required (never
+  null);
 * `data` (string): null when the record's `data` fitted the typed columns; otherwise the `data`
   value as JSON text (`null` when absent) and every typed column null.
 
 Guarantees:
 * A record is typed only when its `data` is an object and every known field it carries has exactly
-  its column's type (an int in range, not a bool; a list without nulls; `rack` alone may be null).
+  its column's type (an int in range, not a bool; a list without nulls; `rack` and a
+  ConfigRecord's `value`, null for a deleted config, alone may be null).
   Anything else — a field of the wrong JSON type, a null, a number out of range — is kept verbatim
   as JSON text, so a reader checks it exactly as it checks a JSON-lines export: the typed layout
   never turns a bad record into a good one, nor loses one.
 * Fields the columns do not know are dropped from typed rows (§3.5: readers ignore them).
 * Writing streams: `write` holds one batch (`BATCH` records) in memory at a time. `read` gives
-  the records back (a typed row: the fields it carries, `rack: null` dropped).
+  the records back (a typed row: the fields it carries, `rack: null` and `value: null` dropped;
+  `jbod_core.records` reads a ConfigRecord without `value` as a deleted config).
 """
 
 from __future__ import annotations
@@ -66,10 +70,17 @@ FIELDS: Final = pa.schema(
         ("leaderEpoch", pa.int32()),
         ("partitionEpoch", pa.int32()),
         ("directories", _list(pa.string())),
+        ("value", pa.string()),
+        ("mechanism", pa.int32()),
+        ("salt", pa.string()),
+        ("storedKey", pa.string()),
+        ("serverKey", pa.string()),
+        ("iterations", pa.int32()),
+        ("nextProducerId", pa.int64()),
     ]
 )
 SCHEMA: Final = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string()), *FIELDS])
-NULLABLE: Final = frozenset({"rack"})
+NULLABLE: Final = frozenset({"rack", "value"})
 
 
 def _is_int(value: object, bounds: tuple[int, int]) -> bool:

@@ -4,8 +4,10 @@ agent).
 
 Guarantees:
 * Requests are built from the shared wire models (`jbod_core.messages`), so no caller can send a
-  body the controller's schema would reject for its shape; in both links the broker calls'
-  replies are validated into the reply models (`RegisterBrokerReply`, `BrokerHeartbeatReply`, …).
+  body the controller's schema would reject for its shape; in both links the replies of the
+  broker calls and of the admin extensions (config changes, CreatePartitions, SCRAM credentials,
+  producer ids: docs/api.md) are validated into the reply models (`RegisterBrokerReply`,
+  `AlterTopicConfigsReply`, …).
 * Transport failures (refused, timeout, DNS) raise `ControllerUnreachableError` with one line naming
   the URL; HTTP errors that carry the contract's `{errorCode, errorMessage}` raise `ApiError`; a
   body that is not JSON, or a reply that does not fit its model, raises `ClientError`. Both links
@@ -35,7 +37,10 @@ Guarantees:
   decisions for register (same incarnation), heartbeat, assignments and alter-partition are
   idempotent (a repeat leaves the same state, at worst answering an error code the caller already
   handles for a stale request, such as 108 for an ISR change already applied); a create-topic retried after a lost reply may answer 36 (topic already exists), a
-  delete 3 (unknown topic) or an unregister 102 (not registered). Only 41 replies and transport
+  delete 3 (unknown topic) or an unregister 102 (not registered). Of the admin extensions, a
+  config change and a SCRAM upsertion are idempotent; a retried CreatePartitions may answer 37
+  (not an increase), a SCRAM deletion 91 (no such credential); a retried producer-id allocation
+  gets a fresh block (the lost one is never handed out again). Only 41 replies and transport
   failures are retried; the controller changed nothing when it answered 41.
 * `GET /v1/metadata` long polls keep their longer read timeout on every attempt.
 """
@@ -56,13 +61,22 @@ from pydantic import ValidationError
 
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
+    AllocateProducerIdsReply,
+    AllocateProducerIdsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
+    AlterScramCredentialsReply,
+    AlterScramCredentialsRequest,
+    AlterTopicConfigsReply,
+    AlterTopicConfigsRequest,
     AssignReplicasToDirsReply,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    CreatePartitionsReply,
+    CreatePartitionsRequest,
     CreateTopicRequest,
+    DescribeScramCredentialsResult,
     Message,
     RegisterBrokerReply,
     RegisterBrokerRequest,
@@ -335,6 +349,9 @@ class ControllerClient(_ControllerList):
     def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
         return self._post("/v1/partitions/alter", request, AlterPartitionReply)
 
+    def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsReply:
+        return self._post(PRODUCER_IDS_PATH, request, AllocateProducerIdsReply)
+
     def metadata(
         self, *, from_offset: int, max_wait_ms: int = 0, max_records: int = 10_000
     ) -> dict[str, Any]:
@@ -409,9 +426,48 @@ class ControllerClient(_ControllerList):
         result: dict[str, Any] = self._call("GET", "/v1/cluster")
         return result
 
+    # -- admin extensions (docs/api.md): typed replies; protocol outcomes are returned ----------
+
+    def alter_topic_configs(self, name: str, request: AlterTopicConfigsRequest) -> AlterTopicConfigsReply:
+        return self._post(topic_configs_path(name), request, AlterTopicConfigsReply)
+
+    def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
+        return self._post(topic_partitions_path(name), request, CreatePartitionsReply)
+
+    def alter_scram_credentials(self, request: AlterScramCredentialsRequest) -> AlterScramCredentialsReply:
+        return self._post(SCRAM_CREDENTIALS_PATH, request, AlterScramCredentialsReply)
+
+    def describe_scram_credentials(
+        self, users: Sequence[str] | None = None
+    ) -> list[DescribeScramCredentialsResult]:
+        """Every named user's mechanisms and iterations (none named: every user with a credential)."""
+        data = self._call("GET", SCRAM_CREDENTIALS_PATH, params={"user": list(users or ())})
+        return _scram_results(data, self.url)
+
 
 def _path(segment: str) -> str:
     return quote(segment, safe="")
+
+
+PRODUCER_IDS_PATH: Final = "/v1/producer-ids"
+SCRAM_CREDENTIALS_PATH: Final = "/v1/scram-credentials"
+
+
+def topic_configs_path(name: str) -> str:
+    return f"/v1/topics/{_path(name)}/configs"
+
+
+def topic_partitions_path(name: str) -> str:
+    return f"/v1/topics/{_path(name)}/partitions"
+
+
+def _scram_results(data: Any, url: str) -> list[DescribeScramCredentialsResult]:
+    """The answer of `GET /v1/scram-credentials` as typed results (one validation for both links)."""
+    if not isinstance(data, list):
+        raise ClientError(
+            f"controller at {url} answered GET {SCRAM_CREDENTIALS_PATH} with a body that is not an array"
+        )
+    return [_reply(DescribeScramCredentialsResult, item, url, "GET", SCRAM_CREDENTIALS_PATH) for item in data]
 
 
 def transport_error(exc: httpx.HTTPError, url: str, method: str, path: str) -> ControllerUnreachableError:
@@ -524,6 +580,31 @@ class ControllerLink(_ControllerList):
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
         return await self._post("/v1/partitions/alter", request, AlterPartitionReply)
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsReply:
+        return await self._post(PRODUCER_IDS_PATH, request, AllocateProducerIdsReply)
+
+    # The admin requests a broker forwards to the active controller (Kafka's KIP-590); the link's
+    # token must be the admin token for these.
+
+    async def alter_topic_configs(
+        self, name: str, request: AlterTopicConfigsRequest
+    ) -> AlterTopicConfigsReply:
+        return await self._post(topic_configs_path(name), request, AlterTopicConfigsReply)
+
+    async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
+        return await self._post(topic_partitions_path(name), request, CreatePartitionsReply)
+
+    async def alter_scram_credentials(
+        self, request: AlterScramCredentialsRequest
+    ) -> AlterScramCredentialsReply:
+        return await self._post(SCRAM_CREDENTIALS_PATH, request, AlterScramCredentialsReply)
+
+    async def describe_scram_credentials(
+        self, users: Sequence[str] | None = None
+    ) -> list[DescribeScramCredentialsResult]:
+        data = await self._request("GET", SCRAM_CREDENTIALS_PATH, params={"user": list(users or ())})
+        return _scram_results(data, self.url)
 
     async def metadata(
         self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None

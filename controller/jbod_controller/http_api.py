@@ -40,13 +40,17 @@ from pydantic import ValidationError
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import NotActiveError, log_divergence, page_checksum
 from jbod_controller.service import ControllerService
-from jbod_core import frames, views
+from jbod_core import frames, scram, views
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
+    AlterScramCredentialsRequest,
+    AlterTopicConfigsRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
+    CreatePartitionsRequest,
     CreateTopicRequest,
     Message,
     RegisterBrokerRequest,
@@ -64,14 +68,23 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # partition entry is ~100 bytes of compact JSON in the worst layout (its own directory and topic
 # entry) — 256 bytes leave room for pretty-printed JSON; an alter-partition entry also carries
 # its new ISR. Registrations and heartbeats list a broker's directories only (1 MiB is ~40,000).
+# The admin extensions (docs/api.md): a config change or a SCRAM change names a few keys or users
+# (1 MiB is thousands), an added-partitions assignment at most 10,000 partitions like a create, a
+# producer-id request two numbers.
 BROKER_BODY_BYTES = 1024 * 1024
 PARTITION_BODY_BYTES = MAX_PARTITIONS_PER_REQUEST * 256 + 64 * 1024
+ADMIN_BODY_BYTES = 1024 * 1024
+SMALL_BODY_BYTES = 64 * 1024
 BODY_LIMITS: dict[str, int] = {
     "register": BROKER_BODY_BYTES,
     "heartbeat": BROKER_BODY_BYTES,
     "assignments": PARTITION_BODY_BYTES,
     "alter-partition": 2 * PARTITION_BODY_BYTES,
     "create-topic": PARTITION_BODY_BYTES,
+    "alter-configs": ADMIN_BODY_BYTES,
+    "create-partitions": PARTITION_BODY_BYTES,
+    "alter-scram-credentials": ADMIN_BODY_BYTES,
+    "allocate-producer-ids": SMALL_BODY_BYTES,
 }
 MAX_BODY_BYTES = max(BODY_LIMITS.values())
 # Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones on
@@ -254,10 +267,29 @@ class ControllerApi:
             "/v1/partitions/alter", self._timed("alter-partition", self.alter_partition, auth="cluster")
         )
         r.add_get("/v1/metadata", self._timed("metadata", self.metadata, auth="cluster"))
+        r.add_post(
+            "/v1/producer-ids",
+            self._timed("allocate-producer-ids", self.allocate_producer_ids, auth="cluster"),
+        )
         r.add_post("/v1/topics", self._timed("create-topic", self.create_topic, auth="admin"))
         r.add_get("/v1/topics", self._timed("list-topics", self.list_topics, auth="admin"))
         r.add_get("/v1/topics/{name}", self._timed("describe-topic", self.describe_topic, auth="admin"))
         r.add_delete("/v1/topics/{name}", self._timed("delete-topic", self.delete_topic, auth="admin"))
+        r.add_post(
+            "/v1/topics/{name}/configs", self._timed("alter-configs", self.alter_topic_configs, auth="admin")
+        )
+        r.add_post(
+            "/v1/topics/{name}/partitions",
+            self._timed("create-partitions", self.create_partitions, auth="admin"),
+        )
+        r.add_post(
+            "/v1/scram-credentials",
+            self._timed("alter-scram-credentials", self.alter_scram_credentials, auth="admin"),
+        )
+        r.add_get(
+            "/v1/scram-credentials",
+            self._timed("describe-scram-credentials", self.describe_scram_credentials, auth="admin"),
+        )
         r.add_get("/v1/brokers", self._timed("list-brokers", self.list_brokers, auth="admin"))
         r.add_get("/v1/brokers/{id}", self._timed("describe-broker", self.describe_broker, auth="admin"))
         r.add_delete("/v1/brokers/{id}", self._timed("unregister", self.unregister, auth="admin"))
@@ -296,6 +328,10 @@ class ControllerApi:
     async def alter_partition(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "alter-partition", AlterPartitionRequest)
         return reply_response(await self.service.alter_partition(parsed))
+
+    async def allocate_producer_ids(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "allocate-producer-ids", AllocateProducerIdsRequest)
+        return reply_response(await self.service.allocate_producer_ids(parsed))
 
     @staticmethod
     def _query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -414,6 +450,22 @@ class ControllerApi:
         if reply.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise ApiError(404, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, reply.error_message or "Unknown topic")
         return reply_response(reply)
+
+    async def alter_topic_configs(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "alter-configs", AlterTopicConfigsRequest)
+        return reply_response(await self.service.alter_topic_configs(request.match_info["name"], parsed))
+
+    async def create_partitions(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "create-partitions", CreatePartitionsRequest)
+        return reply_response(await self.service.create_partitions(request.match_info["name"], parsed))
+
+    async def alter_scram_credentials(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "alter-scram-credentials", AlterScramCredentialsRequest)
+        return reply_response(await self.service.alter_scram_credentials(parsed))
+
+    async def describe_scram_credentials(self, request: web.Request) -> web.Response:
+        results = scram.describe_credentials(self.service.image, request.query.getall("user", []))
+        return json_response([r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in results])
 
     @staticmethod
     def _broker_id(request: web.Request) -> int:

@@ -36,15 +36,33 @@ from jbod_controller.etcd_log import EtcdRecordLog, Keys
 from jbod_controller.quorum import ControllerInfo, Quorum, QuorumConfig
 from jbod_controller.record_log import FileRecordLog, LogCorruptError, NotActiveError, RecordLog, Recovery
 from jbod_controller.writer import CommitSignal, Writer, exit_on_fatal
-from jbod_core import assignments, brokers, frames, isr, records, topics
-from jbod_core.image import ClusterImage
+from jbod_core import (
+    assignments,
+    brokers,
+    config_changes,
+    frames,
+    isr,
+    producer_ids,
+    records,
+    scram,
+    topics,
+)
+from jbod_core.image import SCRAM_MECHANISMS, ClusterImage
 from jbod_core.messages import (
+    AllocateProducerIdsReply,
+    AllocateProducerIdsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
+    AlterScramCredentialsReply,
+    AlterScramCredentialsRequest,
+    AlterTopicConfigsReply,
+    AlterTopicConfigsRequest,
     AssignReplicasToDirsReply,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    CreatePartitionsReply,
+    CreatePartitionsRequest,
     CreateTopicReply,
     CreateTopicRequest,
     DeleteTopicReply,
@@ -403,6 +421,67 @@ class ControllerService:
             return produced, reply
 
         return await self._writer().submit(decide, name="delete-topic")
+
+    async def alter_topic_configs(
+        self, name: str, request: AlterTopicConfigsRequest
+    ) -> AlterTopicConfigsReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AlterTopicConfigsReply]:
+            produced, reply = config_changes.alter_topic_configs(image, name, request)
+            changes = [r for r in produced if isinstance(r, records.ConfigRecord)]
+            if changes:
+                log.info(
+                    "Changed configs of topic %s: %s",
+                    name,
+                    ", ".join(
+                        f"{r.name}={r.value}" if r.value is not None else f"{r.name} deleted" for r in changes
+                    ),
+                )
+            return produced, reply
+
+        return await self._writer().submit(decide, name="alter-configs")
+
+    async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], CreatePartitionsReply]:
+            produced, reply = topics.create_partitions(image, name, request, rng=self.rng)
+            if produced:
+                log.info("Added %d partitions to topic %s (now %d)", len(produced), name, request.total_count)
+            return produced, reply
+
+        return await self._writer().submit(decide, name="create-partitions")
+
+    async def alter_scram_credentials(
+        self, request: AlterScramCredentialsRequest
+    ) -> AlterScramCredentialsReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AlterScramCredentialsReply]:
+            produced, reply = scram.alter_credentials(image, request)
+            for record in produced:
+                if isinstance(
+                    record, records.UserScramCredentialRecord | records.RemoveUserScramCredentialRecord
+                ):
+                    verb = "Set" if isinstance(record, records.UserScramCredentialRecord) else "Deleted"
+                    log.info(
+                        "%s the %s credential of user %r",
+                        verb,
+                        SCRAM_MECHANISMS.get(record.mechanism, record.mechanism),
+                        record.name,
+                    )
+            return produced, reply
+
+        return await self._writer().submit(decide, name="alter-scram-credentials")
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AllocateProducerIdsReply]:
+            produced, reply = producer_ids.allocate_producer_ids(image, request)
+            if produced:
+                log.info(
+                    "Allocated producer ids %d to %d to broker %d",
+                    reply.producer_id_start,
+                    reply.producer_id_start + reply.producer_id_len - 1,
+                    request.broker_id,
+                )
+            return produced, reply
+
+        return await self._writer().submit(decide, name="allocate-producer-ids")
 
     async def unregister_broker(self, broker_id: int) -> UnregisterBrokerReply:
         def decide(image: ClusterImage) -> tuple[list[records.Record], UnregisterBrokerReply]:

@@ -6,6 +6,7 @@ from enum import IntEnum
 
 
 class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1  # extension: producer ids exhausted (docs/api.md)
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -16,6 +17,7 @@ class ErrorCode(IntEnum):
     INVALID_TOPIC_EXCEPTION = 17
     NOT_ENOUGH_REPLICAS = 19
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33  # extension: SCRAM credentials (docs/api.md)
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
@@ -27,6 +29,9 @@ class ErrorCode(IntEnum):
     LOG_DIR_NOT_FOUND = 57
     FENCED_LEADER_EPOCH = 74
     STALE_BROKER_EPOCH = 77
+    RESOURCE_NOT_FOUND = 91  # extension: SCRAM credentials
+    DUPLICATE_RESOURCE = 92  # extension: SCRAM credentials
+    UNACCEPTABLE_CREDENTIAL = 93  # extension: SCRAM credentials
     UNKNOWN_TOPIC_ID = 100
     DUPLICATE_BROKER_REGISTRATION = 101
     BROKER_ID_NOT_REGISTERED = 102

@@ -1,9 +1,14 @@
-"""The cluster image: brokers, topics and partitions as the metadata log describes them.
+"""The cluster image: brokers, topics, partitions, SCRAM credentials and the producer-id watermark
+as the metadata log describes them.
 
 Guarantees:
 * `ClusterImage.replay(record, offset)` is the only way the image changes; it is used alike for
   live writes, log recovery and snapshot loading. It raises `ReplayError` on an impossible record
-  (unknown broker, wrong epoch, unknown partition, skipped partition epoch, dir owned twice).
+  (unknown broker, wrong epoch, unknown partition, skipped partition epoch, dir owned twice, a
+  config of an unknown topic or a delete of a config it does not have, a removal of a credential
+  that does not exist, a producer-id watermark that does not move up).
+* A topic's `configs` are its effective configs: the TopicRecord's, overlaid by every later
+  ConfigRecord (a null value deletes the key). A change replaces the mapping, never mutates it.
 * Registrations and partitions are frozen values: a change replaces the value, so a reader holding
   an older value never sees it change, and a snapshot is a shallow copy of the dicts.
 * The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from jbod_core import records
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, is_online
@@ -68,6 +73,19 @@ class PartitionRegistration:
 
     def directory_of(self, broker_id: int) -> Uuid:
         return self.directories[self.replicas.index(broker_id)]
+
+
+class ScramCredential(NamedTuple):
+    """What a broker needs to check a SCRAM login (RFC 5802); never the password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+# Kafka's ScramMechanism types: the only mechanisms a credential may have.
+SCRAM_MECHANISMS: Final[Mapping[int, str]] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 
 
 @dataclass(slots=True)
@@ -185,6 +203,10 @@ class ClusterImage:
         self.leaderless: set[PartitionKey] = set()
         self.dir_owner: dict[Uuid, int] = {}
         self.partition_count = 0
+        # SCRAM credentials by (user name, mechanism).
+        self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
+        # The last producer-id block handed out (None: none yet); ids below its watermark are taken.
+        self.producer_ids: records.ProducerIdsRecord | None = None
         # Offset of the record that put a broker into controlled shutdown (derived, not compared).
         self.controlled_shutdown_offsets: dict[int, int] = {}
 
@@ -204,6 +226,15 @@ class ClusterImage:
 
     def leader_count(self, broker_id: int) -> int:
         return len(self.leaders_by_broker.get(broker_id, ()))
+
+    def scram_credential(self, name: str, mechanism: int) -> ScramCredential | None:
+        """The user's credential for `mechanism` (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), or None."""
+        return self.scram_credentials.get((name, mechanism))
+
+    @property
+    def next_producer_id(self) -> int:
+        """The first producer id not yet handed out."""
+        return 0 if self.producer_ids is None else self.producer_ids.next_producer_id
 
     def offline_replicas(self, part: PartitionRegistration) -> list[int]:
         """Protocol §3.6: replicas whose broker is unregistered or fenced, or whose dir is not online."""
@@ -235,9 +266,22 @@ class ClusterImage:
             self._replay_remove_topic(record)
         elif isinstance(record, records.UnregisterBrokerRecord):
             self._replay_unregister(record)
+        else:
+            self._replay_admin(record)
+        self.end_offset = offset + 1
+
+    def _replay_admin(self, record: records.Record) -> None:
+        """The records of the admin extensions: configs, SCRAM credentials, producer ids."""
+        if isinstance(record, records.ConfigRecord):
+            self._replay_config(record)
+        elif isinstance(record, records.UserScramCredentialRecord):
+            self._replay_scram(record)
+        elif isinstance(record, records.RemoveUserScramCredentialRecord):
+            self._replay_remove_scram(record)
+        elif isinstance(record, records.ProducerIdsRecord):
+            self._replay_producer_ids(record)
         else:  # pragma: no cover - the union is closed
             raise ReplayError(f"unknown record {record!r}")
-        self.end_offset = offset + 1
 
     def _set_dir_owner(self, broker_id: int, dirs: tuple[Uuid, ...], previous: tuple[Uuid, ...]) -> None:
         for d in previous:
@@ -302,6 +346,45 @@ class ClusterImage:
         self.partition_count -= len(topic.partitions)
         del self.topics[record.topic_id]
         del self.topic_ids_by_name[topic.name]
+
+    def _replay_config(self, record: records.ConfigRecord) -> None:
+        topic = self.topics.get(record.topic_id)
+        if topic is None:
+            raise ReplayError(f"ConfigRecord {record.name} for unknown topic id {record.topic_id}")
+        configs = dict(topic.configs)  # replaced, never mutated: snapshot copies share the old one
+        if record.value is not None:
+            configs[record.name] = record.value
+        elif configs.pop(record.name, None) is None:
+            raise ReplayError(
+                f"ConfigRecord deletes config {record.name} that topic {topic.name} does not have"
+            )
+        topic.configs = configs
+
+    def _replay_scram(self, record: records.UserScramCredentialRecord) -> None:
+        if record.mechanism not in SCRAM_MECHANISMS:
+            raise ReplayError(
+                f"UserScramCredentialRecord for {record.name} has unknown mechanism {record.mechanism}"
+            )
+        self.scram_credentials[(record.name, record.mechanism)] = ScramCredential(
+            salt=record.salt,
+            stored_key=record.stored_key,
+            server_key=record.server_key,
+            iterations=record.iterations,
+        )
+
+    def _replay_remove_scram(self, record: records.RemoveUserScramCredentialRecord) -> None:
+        if self.scram_credentials.pop((record.name, record.mechanism), None) is None:
+            raise ReplayError(
+                f"RemoveUserScramCredentialRecord for {record.name} mechanism {record.mechanism}: no such credential"
+            )
+
+    def _replay_producer_ids(self, record: records.ProducerIdsRecord) -> None:
+        if record.next_producer_id <= self.next_producer_id:
+            raise ReplayError(
+                f"ProducerIdsRecord moves the next producer id to {record.next_producer_id}, "
+                f"not above the current {self.next_producer_id}"
+            )
+        self.producer_ids = record
 
     def _replay_partition(self, record: records.PartitionRecord) -> None:
         topic = self.topics.get(record.topic_id)
@@ -389,12 +472,21 @@ class ClusterImage:
     # -- snapshots and checks ----------------------------------------------------------------
 
     def to_records(self) -> list[records.Record]:
-        """The image as records: replaying them into an empty image gives an equal image."""
+        """The image as records: replaying them into an empty image gives an equal image. A
+        TopicRecord carries the topic's effective configs (its ConfigRecords folded in); every
+        SCRAM credential is a UserScramCredentialRecord; the producer-id watermark is the last
+        ProducerIdsRecord."""
         return list(self.iter_records())
 
     def record_count(self) -> int:
         """How many records `iter_records` yields."""
-        return len(self.brokers) + len(self.topics) + sum(len(t.partitions) for t in self.topics.values())
+        return (
+            len(self.brokers)
+            + len(self.topics)
+            + sum(len(t.partitions) for t in self.topics.values())
+            + len(self.scram_credentials)
+            + (self.producer_ids is not None)
+        )
 
     def iter_records(self) -> Iterator[records.Record]:
         """`to_records` one at a time (for streaming a snapshot of a large image)."""
@@ -429,6 +521,17 @@ class ClusterImage:
                         directories=part.directories,
                     )
                 )
+        for (name, mechanism), credential in sorted(self.scram_credentials.items()):
+            yield records.UserScramCredentialRecord(
+                name=name,
+                mechanism=mechanism,
+                salt=credential.salt,
+                stored_key=credential.stored_key,
+                server_key=credential.server_key,
+                iterations=credential.iterations,
+            )
+        if self.producer_ids is not None:
+            yield self.producer_ids
 
     def copy_for_snapshot(self) -> ClusterImage:
         """A copy sharing the frozen registrations and partitions (cheap), without indexes."""
@@ -440,6 +543,8 @@ class ClusterImage:
             )
             for topic_id, t in self.topics.items()
         }
+        copy.scram_credentials = dict(self.scram_credentials)
+        copy.producer_ids = self.producer_ids
         copy.end_offset = self.end_offset
         return copy
 
@@ -449,7 +554,12 @@ class ClusterImage:
             (t.name, t.topic_id, tuple(sorted(t.configs.items())), tuple(sorted(t.partitions.items())))
             for t in self.topics.values()
         )
-        return (tuple(sorted(self.brokers.items())), tuple(topics))
+        return (
+            tuple(sorted(self.brokers.items())),
+            tuple(topics),
+            tuple(sorted(self.scram_credentials.items())),
+            self.producer_ids,
+        )
 
     def check_indexes(self) -> None:
         """Rebuild every index from scratch and raise `AssertionError` if any differs."""

@@ -10,7 +10,9 @@ Guarantees:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+import base64
+import binascii
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -50,6 +52,31 @@ UuidField = Annotated[
     PlainSerializer(str, return_type=str),
     WithJsonSchema({"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"}),
 ]
+
+
+def _parse_base64(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value  # built in Python; JSON always carries text
+    if not isinstance(value, str):
+        raise ValueError("must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"not base64 ({exc})") from exc
+
+
+def _base64_text(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+# Bytes on the wire: standard base64 with padding (Kafka's JSON form of a `bytes` field).
+Base64Bytes = Annotated[
+    bytes,
+    PlainValidator(_parse_base64),
+    PlainSerializer(_base64_text, return_type=str),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
+Int8 = Annotated[int, Field(ge=-(2**7), le=2**7 - 1)]
 Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
@@ -185,6 +212,56 @@ class CreateTopicRequest(Message):
         return self
 
 
+class AlterConfigOp(Message):
+    """One entry of Kafka's IncrementalAlterConfigs for a topic: `value` is required but for DELETE."""
+
+    name: str
+    op: Literal["SET", "DELETE", "APPEND", "SUBTRACT"]
+    value: str | None = None
+
+    @model_validator(mode="after")
+    def _value_unless_delete(self) -> AlterConfigOp:
+        if self.op != "DELETE" and self.value is None:
+            raise ValueError(f"value: required for op {self.op}")
+        return self
+
+
+class AlterTopicConfigsRequest(Message):
+    configs: list[AlterConfigOp]
+    validate_only: bool = False
+
+
+class CreatePartitionsRequest(Message):
+    total_count: Int32
+    assignment: list[list[Int32]] | None = None  # the replicas of each new partition, in order
+    validate_only: bool = False
+
+
+class ScramCredentialDeletion(Message):
+    name: str
+    mechanism: Int8
+
+
+class ScramCredentialUpsertion(Message):
+    name: str
+    mechanism: Int8
+    iterations: Int32
+    salt: Base64Bytes
+    salted_password: Annotated[Base64Bytes, Field(repr=False)]  # kept out of logs and reprs
+
+
+class AlterScramCredentialsRequest(Message):
+    """Kafka's AlterUserScramCredentials: the salted password never reaches the log."""
+
+    deletions: list[ScramCredentialDeletion] = []
+    upsertions: list[ScramCredentialUpsertion] = []
+
+
+class AllocateProducerIdsRequest(Message):
+    broker_id: Int32
+    broker_epoch: Int64
+
+
 # ---------------------------------------------------------------------------------------------
 # Replies
 
@@ -262,3 +339,48 @@ class DeleteTopicReply(Message):
 class UnregisterBrokerReply(Message):
     error_code: int = 0
     error_message: str | None = None
+
+
+class AlterTopicConfigsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    topic_id: UuidField | None = None
+    configs: dict[str, str] | None = None  # the effective configs after the change (or as they would be)
+
+
+class CreatePartitionsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    topic_id: UuidField | None = None
+    total_count: int | None = None  # the partition count after the change (or as it would be)
+
+
+class AlterScramCredentialResult(Message):
+    user: str
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class AlterScramCredentialsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    results: list[AlterScramCredentialResult] = []
+
+
+class ScramCredentialInfo(Message):
+    mechanism: int
+    iterations: int
+
+
+class DescribeScramCredentialsResult(Message):
+    user: str
+    error_code: int = 0
+    error_message: str | None = None
+    credential_infos: list[ScramCredentialInfo] = []
+
+
+class AllocateProducerIdsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    producer_id_start: int = -1
+    producer_id_len: int = 0

@@ -1,17 +1,23 @@
 """Metadata log records (protocol §3.5) as frozen typed values, and their JSON codec.
 
 Guarantees:
-* Every record type of the contract is a frozen dataclass; `to_data` gives the contract's `data`
+* Every record type of the contract (and of its extensions, below) is a frozen dataclass; `to_data` gives the contract's `data`
   object (camelCase, Uuids as text) and `decode(type, data)` gives the record back, so that
   `decode(r.TYPE, r.to_data()) == r` for every record.
 * Change records carry only what changed: a field left as `None` is omitted from `data` and means
   "unchanged" on replay.
 * `decode` raises `RecordError` for an unknown type or a malformed field; readers ignore fields
   they do not know (the contract allows records to carry more fields).
+* Extensions beyond the contract's seven types (docs/api.md, "Record types"), as in KRaft:
+  `ConfigRecord` (a topic config set or deleted), `UserScramCredentialRecord` and
+  `RemoveUserScramCredentialRecord` (SCRAM credentials; bytes as standard base64 with padding) and
+  `ProducerIdsRecord` (the producer-id watermark).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -37,6 +43,10 @@ class Listener:
 
 def _uuids(values: Sequence[Uuid]) -> list[str]:
     return [str(v) for v in values]
+
+
+def _base64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +189,71 @@ class RemoveTopicRecord:
         return {"topicId": str(self.topic_id)}
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """KRaft's ConfigRecord for a TOPIC resource: `name` (a topic config key) set to `value`, or
+    deleted when `value` is None (the topic then falls back to the broker's default)."""
+
+    TYPE: ClassVar[str] = "ConfigRecord"
+    topic_id: Uuid
+    name: str
+    value: str | None
+
+    def to_data(self) -> dict[str, Any]:
+        return {"topicId": str(self.topic_id), "name": self.name, "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (RFC 5802: never the password, nor the salted
+    password): added, or replacing the one of the same (name, mechanism)."""
+
+    TYPE: ClassVar[str] = "UserScramCredentialRecord"
+    name: str
+    mechanism: int  # Kafka's ScramMechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mechanism": self.mechanism,
+            "salt": _base64(self.salt),
+            "storedKey": _base64(self.stored_key),
+            "serverKey": _base64(self.server_key),
+            "iterations": self.iterations,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    TYPE: ClassVar[str] = "RemoveUserScramCredentialRecord"
+    name: str
+    mechanism: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {"name": self.name, "mechanism": self.mechanism}
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """A block of producer ids handed to `broker_id`: every id below `next_producer_id` is taken."""
+
+    TYPE: ClassVar[str] = "ProducerIdsRecord"
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "brokerId": self.broker_id,
+            "brokerEpoch": self.broker_epoch,
+            "nextProducerId": self.next_producer_id,
+        }
+
+
 Record = (
     RegisterBrokerRecord
     | BrokerRegistrationChangeRecord
@@ -187,6 +262,10 @@ Record = (
     | PartitionRecord
     | PartitionChangeRecord
     | RemoveTopicRecord
+    | ConfigRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
+    | ProducerIdsRecord
 )
 
 
@@ -227,6 +306,23 @@ def _int_list(data: Mapping[str, Any], key: str) -> tuple[int, ...]:
     if not isinstance(values, list) or any(type(v) is not int for v in values):
         raise RecordError(f"{key} must be a list of integers")
     return tuple(values)
+
+
+def _str(data: Mapping[str, Any], key: str) -> str:
+    value = data[key]
+    if type(value) is not str:
+        raise RecordError(f"{key} must be a string")
+    return value
+
+
+def _bytes(data: Mapping[str, Any], key: str) -> bytes:
+    value = data[key]
+    if type(value) is not str:
+        raise RecordError(f"{key} must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise RecordError(f"{key} is not base64: {exc}") from exc
 
 
 def _opt(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], Any]) -> Any:
@@ -308,6 +404,37 @@ def _decode_remove_topic(d: Mapping[str, Any]) -> RemoveTopicRecord:
     return RemoveTopicRecord(topic_id=_uuid(d, "topicId"))
 
 
+def _decode_config(d: Mapping[str, Any]) -> ConfigRecord:
+    # An absent `value` is a null one (a typed Parquet export cannot tell them apart).
+    value = d.get("value")
+    if value is not None and type(value) is not str:
+        raise RecordError("value must be a string or null")
+    return ConfigRecord(topic_id=_uuid(d, "topicId"), name=_str(d, "name"), value=value)
+
+
+def _decode_scram(d: Mapping[str, Any]) -> UserScramCredentialRecord:
+    return UserScramCredentialRecord(
+        name=_str(d, "name"),
+        mechanism=_int(d, "mechanism"),
+        salt=_bytes(d, "salt"),
+        stored_key=_bytes(d, "storedKey"),
+        server_key=_bytes(d, "serverKey"),
+        iterations=_int(d, "iterations"),
+    )
+
+
+def _decode_remove_scram(d: Mapping[str, Any]) -> RemoveUserScramCredentialRecord:
+    return RemoveUserScramCredentialRecord(name=_str(d, "name"), mechanism=_int(d, "mechanism"))
+
+
+def _decode_producer_ids(d: Mapping[str, Any]) -> ProducerIdsRecord:
+    return ProducerIdsRecord(
+        broker_id=_int(d, "brokerId"),
+        broker_epoch=_int(d, "brokerEpoch"),
+        next_producer_id=_int(d, "nextProducerId"),
+    )
+
+
 _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     RegisterBrokerRecord.TYPE: _decode_register,
     BrokerRegistrationChangeRecord.TYPE: _decode_change,
@@ -316,6 +443,10 @@ _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     PartitionRecord.TYPE: _decode_partition,
     PartitionChangeRecord.TYPE: _decode_partition_change,
     RemoveTopicRecord.TYPE: _decode_remove_topic,
+    ConfigRecord.TYPE: _decode_config,
+    UserScramCredentialRecord.TYPE: _decode_scram,
+    RemoveUserScramCredentialRecord.TYPE: _decode_remove_scram,
+    ProducerIdsRecord.TYPE: _decode_producer_ids,
 }
 
 RECORD_TYPES: Final = tuple(_DECODERS)

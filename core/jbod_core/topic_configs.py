@@ -10,6 +10,8 @@ Guarantees:
   blanks), a value outside its range, or `min.insync.replicas` above the replication factor is
   reported as one `ConfigProblem` naming the key and the value (keys in sorted order, the first
   problem wins). No problem means every key is usable by every broker.
+* `value_error(key, value, replication_factor=...)` is that check for one key; a config change
+  (`jbod_core.config_changes`) applies it to every key it sets.
 * `resolve(configs, defaults)` is the broker's reading: every defined key gets a usable value —
   the topic's when it parses and is in range, else the broker's default — and every value it
   could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
@@ -134,20 +136,32 @@ def parse_value(definition: ConfigDefinition, value: str) -> int | ConfigProblem
 def create_error(configs: Mapping[str, str], *, replication_factor: int) -> ConfigProblem | None:
     """The first reason (by key) why a topic with these configs must not be created, or None."""
     for key in sorted(configs):
-        value = configs[key]
-        definition = BY_NAME.get(key)
-        if definition is None:
-            return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(BY_NAME))})")
-        parsed = parse_value(definition, value)
-        if isinstance(parsed, ConfigProblem):
-            return parsed
-        if key == MIN_INSYNC_REPLICAS and parsed > replication_factor:
-            return ConfigProblem(
-                key,
-                value,
-                f"{parsed} is larger than the replication factor {replication_factor} "
-                "(every acks=-1 produce would fail with NOT_ENOUGH_REPLICAS)",
-            )
+        problem = value_error(key, configs[key], replication_factor=replication_factor)
+        if problem is not None:
+            return problem
+    return None
+
+
+def unknown_key(key: str, value: str) -> ConfigProblem:
+    return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(BY_NAME))})")
+
+
+def value_error(key: str, value: str, *, replication_factor: int) -> ConfigProblem | None:
+    """Why a topic of `replication_factor` replicas must not have `key` set to `value`, or None:
+    the one check of a topic create and of a config change."""
+    definition = BY_NAME.get(key)
+    if definition is None:
+        return unknown_key(key, value)
+    parsed = parse_value(definition, value)
+    if isinstance(parsed, ConfigProblem):
+        return parsed
+    if key == MIN_INSYNC_REPLICAS and parsed > replication_factor:
+        return ConfigProblem(
+            key,
+            value,
+            f"{parsed} is larger than the replication factor {replication_factor} "
+            "(every acks=-1 produce would fail with NOT_ENOUGH_REPLICAS)",
+        )
     return None
 
 

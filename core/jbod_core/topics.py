@@ -1,9 +1,16 @@
-"""Topic creation and deletion (protocol §3.5).
+"""Topic creation, deletion and partitions added to a topic (protocol §3.5; CreatePartitions is
+an extension, docs/api.md).
 
 Guarantees:
 * Checks run in this order and a rejection writes nothing: name 17, existing name 36, partition
   count 37, replication factor 38, manual assignment 39, configs 40 (`jbod_core.topic_configs`:
   unknown key, bad or out-of-range value, `min.insync.replicas` above the replication factor).
+* CreatePartitions (Kafka's rules and codes): unknown topic 3; a total not above the current
+  count 37 (more than 10,000 added: 37 too); with an assignment, one entry per new partition of
+  the topic's replication factor (that of partition 0, as Kafka) naming registered brokers once
+  each with an active one, else 39; without one, that factor above the active brokers 38. The new
+  partitions are numbered on from the current count and placed by the same code as a create's
+  (below). `validate_only` decides alike and writes nothing.
 * The controller's default `min.insync.replicas` (when the create sets none) is written into the
   TopicRecord, capped at the topic's replication factor so that acks=-1 writes can succeed.
 * Automatic placement stripes replicas over the active brokers (registered, unfenced, not
@@ -26,6 +33,8 @@ from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
 from jbod_core.image import ClusterImage
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
+    CreatePartitionsReply,
+    CreatePartitionsRequest,
     CreateTopicReply,
     CreateTopicRequest,
     DeleteTopicReply,
@@ -136,13 +145,19 @@ def _striped_assignment(
 ) -> tuple[list[list[int]], ErrorCode, str]:
     """Replicas striped over the active brokers (`stripe_replicas`), or the error refusing the counts."""
     partitions = request.num_partitions or 0
-    factor = request.replication_factor or 0
     if partitions < 1 or partitions > MAX_PARTITIONS_PER_REQUEST:
         return (
             [],
             ErrorCode.INVALID_PARTITIONS,
             f"numPartitions must be 1 to {MAX_PARTITIONS_PER_REQUEST}, got {partitions}",
         )
+    return _striped(image, partitions=partitions, factor=request.replication_factor or 0, rng=rng)
+
+
+def _striped(
+    image: ClusterImage, *, partitions: int, factor: int, rng: random.Random
+) -> tuple[list[list[int]], ErrorCode, str]:
+    """`partitions` new partitions of `factor` replicas striped over the active brokers, or 38."""
     brokers = active_brokers(image)
     if factor < 1 or factor > len(brokers):
         return (
@@ -186,14 +201,27 @@ def create_topic(
 
     topic_id = random_uuid(rng, avoid=image.topics.keys())
     out: list[records.Record] = [records.TopicRecord(name=request.name, topic_id=topic_id, configs=configs)]
+    out.extend(new_partitions(image, topic_id, assignment, first_index=0))
+    return out, CreateTopicReply(
+        topic_id=topic_id, num_partitions=len(assignment), replication_factor=len(assignment[0])
+    )
+
+
+def new_partitions(
+    image: ClusterImage, topic_id: Uuid, assignment: Sequence[Sequence[int]], *, first_index: int
+) -> list[records.Record]:
+    """The PartitionRecords of new partitions `first_index`, `first_index + 1`, ... with these
+    replicas (each naming at least one active broker): a broker's only online dir or UNASSIGNED,
+    ISR = the active replicas, leader = the first of them, epochs 0."""
+    out: list[records.Record] = []
     defaults: dict[int, Uuid] = {}
-    for index, replicas in enumerate(assignment):
+    for offset, replicas in enumerate(assignment):
         isr = tuple(b for b in replicas if image.brokers[b].is_active)
         directories = tuple(defaults.setdefault(b, default_directory(image, b)) for b in replicas)
         out.append(
             records.PartitionRecord(
                 topic_id=topic_id,
-                partition_id=index,
+                partition_id=first_index + offset,
                 replicas=tuple(replicas),
                 isr=isr,
                 leader=isr[0],
@@ -202,9 +230,7 @@ def create_topic(
                 directories=directories,
             )
         )
-    return out, CreateTopicReply(
-        topic_id=topic_id, num_partitions=len(assignment), replication_factor=len(assignment[0])
-    )
+    return out
 
 
 def delete_topic(image: ClusterImage, name: str) -> tuple[list[records.Record], DeleteTopicReply]:
@@ -214,3 +240,62 @@ def delete_topic(image: ClusterImage, name: str) -> tuple[list[records.Record], 
             error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Unknown topic '{name}'"
         )
     return [records.RemoveTopicRecord(topic_id=topic_id)], DeleteTopicReply(topic_id=topic_id)
+
+
+def _partitions_error(code: ErrorCode, message: str) -> tuple[list[records.Record], CreatePartitionsReply]:
+    return [], CreatePartitionsReply(error_code=code, error_message=message)
+
+
+def _added_assignment(
+    image: ClusterImage, request: CreatePartitionsRequest, *, current: int, factor: int, rng: random.Random
+) -> tuple[list[list[int]], ErrorCode, str]:
+    """The replicas of the partitions added after the `current` ones: the request's assignment
+    checked like a create's (39), or striped over the active brokers (38)."""
+    added = request.total_count - current
+    if request.assignment is None:
+        return _striped(image, partitions=added, factor=factor, rng=rng)
+    if len(request.assignment) != added:
+        return (
+            [],
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Attempted to add {added} additional partition(s), but only "
+            f"{len(request.assignment)} assignment(s) were specified",
+        )
+    for offset, replicas in enumerate(request.assignment):
+        problem = _partition_replicas_error(image, current + offset, replicas, factor=factor)
+        if problem is not None:
+            return [], ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+    return [list(r) for r in request.assignment], ErrorCode.NONE, ""
+
+
+def create_partitions(
+    image: ClusterImage, name: str, request: CreatePartitionsRequest, *, rng: random.Random
+) -> tuple[list[records.Record], CreatePartitionsReply]:
+    """Kafka's CreatePartitions for one topic: partitions added up to `request.total_count`."""
+    topic_id = image.topic_ids_by_name.get(name)
+    if topic_id is None:
+        return _partitions_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unknown topic '{name}'")
+    topic = image.topics[topic_id]
+    current = len(topic.partitions)
+    added = request.total_count - current
+    if added < 0:
+        return _partitions_error(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Topic '{name}' currently has {current} partition(s); {request.total_count} would not be an increase",
+        )
+    if added == 0:
+        return _partitions_error(
+            ErrorCode.INVALID_PARTITIONS, f"Topic '{name}' already has {current} partition(s)"
+        )
+    if added > MAX_PARTITIONS_PER_REQUEST:
+        return _partitions_error(
+            ErrorCode.INVALID_PARTITIONS,
+            f"At most {MAX_PARTITIONS_PER_REQUEST} partitions may be added at once, not {added}",
+        )
+    factor = len(topic.partitions[0].replicas)
+    assignment, code, problem = _added_assignment(image, request, current=current, factor=factor, rng=rng)
+    if code is not ErrorCode.NONE:
+        return _partitions_error(code, problem)
+    produced = new_partitions(image, topic_id, assignment, first_index=current)
+    reply = CreatePartitionsReply(topic_id=topic_id, total_count=request.total_count)
+    return ([] if request.validate_only else produced), reply

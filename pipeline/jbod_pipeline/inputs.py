@@ -252,7 +252,11 @@ def _parquet_lines(spark: SparkSession, path: str) -> DataFrame:
     missing = [c for c in ("offset", "type", "data") if c not in raw.columns]
     typed_columns = [f.name for f in schemas.RECORD_DATA.fields if f.name in raw.columns]
     if typed_columns:
-        missing += [f.name for f in schemas.RECORD_DATA.fields if f.name not in raw.columns]
+        missing += [
+            f.name
+            for f in schemas.RECORD_DATA.fields
+            if f.name not in raw.columns and f.name not in schemas.LATER_FIELDS
+        ]
     if missing:
         raise InputError(f"metadata {path}: the Parquet export has no column {missing[0]}")
     data = F.col("data").cast("string")
@@ -260,7 +264,12 @@ def _parquet_lines(spark: SparkSession, path: str) -> DataFrame:
     parsed = F.when(F.ltrim(data).startswith("{"), F.from_json(data, schemas.RECORD_DATA))
     presence = _presence(data, F.col("type"))
     if typed_columns:
-        typed = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.RECORD_DATA.fields])
+        typed = F.struct(
+            *[
+                (F.col(f.name) if f.name in typed_columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in schemas.RECORD_DATA.fields
+            ]
+        )
         parsed = F.when(F.col("data").isNull(), typed).otherwise(parsed)
         # A typed row carries no field of the wrong type: nothing to look for in its text.
         presence = F.when(F.col("data").isNull(), F.array().cast("array<string>")).otherwise(presence)

@@ -4,7 +4,10 @@ The state of every partition is a fold, in record order, of its PartitionRecord 
 PartitionChangeRecords applying only the fields they carry (`F.aggregate` over the records sorted
 by `(offset, file, position)`); brokers fold RegisterBrokerRecord (a fresh registration),
 BrokerRegistrationChangeRecord (only what changed) and UnregisterBrokerRecord; a topic lives unless
-a later RemoveTopicRecord names its id. The rules are those of `jbod_core.image`:
+a later RemoveTopicRecord names its id, and its configs are its TopicRecord's overlaid by the
+ConfigRecords after it (the last one of a key wins; a null value deletes the key). The SCRAM
+credential and producer-id records change nothing the jobs read. The rules are those of
+`jbod_core.image`:
 * a change carrying `replicas` without `directories` keeps the dir of every replica that stays and
   gives new replicas UNASSIGNED; a change carrying `leader` without `leaderEpoch` bumps the epoch;
 * a later PartitionRecord / RegisterBrokerRecord of the same key replaces the state (snapshots);
@@ -235,12 +238,39 @@ def replay_topics(records: DataFrame) -> DataFrame:
     live = created.join(removed, "topicId", "left").where(
         F.col("removedAt").isNull() | (F.struct(*[F.col(c) for c in _ORDER]) > F.col("removedAt"))
     )
+    configs = _effective_configs(records, live)
     min_isr = F.coalesce(F.col("configs").getItem("min.insync.replicas").cast("int"), F.lit(1))
-    return live.select(
-        "topicId",
-        "name",
-        F.coalesce("configs", F.create_map().cast("map<string,string>")).alias("configs"),
-        min_isr.alias("minIsr"),
+    return (
+        live.drop("configs")
+        .join(configs, "topicId", "left")
+        .select(
+            "topicId",
+            "name",
+            F.coalesce("configs", F.create_map().cast("map<string,string>")).alias("configs"),
+        )
+        .withColumn("minIsr", min_isr)
+    )
+
+
+def _effective_configs(records: DataFrame, live: DataFrame) -> DataFrame:
+    """`topicId`, `configs` of every live topic with a config: the entries of its TopicRecord,
+    then its ConfigRecords after that TopicRecord, the last of each key winning (null: deleted)."""
+    order = F.struct(*[F.col(c) for c in _ORDER])
+    created = live.select("topicId", order.alias("createdAt"))
+    from_topics = live.select("topicId", F.explode("configs").alias("key", "value"), *_ORDER)
+    changes = (
+        records.where(F.col("type") == "ConfigRecord")
+        .select("topicId", F.col("name").alias("key"), "value", *_ORDER)
+        .join(created, "topicId")
+        .where(order > F.col("createdAt"))
+        .drop("createdAt")
+    )
+    latest = Window.partitionBy("topicId", "key").orderBy(*[F.col(c).desc() for c in _ORDER])
+    entries = from_topics.unionByName(changes).withColumn("_n", F.row_number().over(latest))
+    return (
+        entries.where((F.col("_n") == 1) & F.col("value").isNotNull())
+        .groupBy("topicId")
+        .agg(F.map_from_entries(F.collect_list(F.struct("key", "value"))).alias("configs"))
     )
 
 

@@ -32,7 +32,9 @@ LISTENER: Final = T.StructType(
     ]
 )
 
-#: The union of the `data` fields of the seven record types (§3.5), camelCase as on the wire.
+#: The union of the `data` fields of the seven record types (§3.5) and of the admin extensions
+#: (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`), camelCase as
+#: on the wire. `name` is a topic's name, a config key or a user name, by record type.
 RECORD_DATA: Final = T.StructType(
     [
         T.StructField("brokerId", T.IntegerType()),
@@ -55,8 +57,19 @@ RECORD_DATA: Final = T.StructType(
         T.StructField("leaderEpoch", T.IntegerType()),
         T.StructField("partitionEpoch", T.IntegerType()),
         T.StructField("directories", T.ArrayType(T.StringType())),
+        T.StructField("value", T.StringType()),
+        T.StructField("mechanism", T.IntegerType()),
+        T.StructField("salt", T.StringType()),
+        T.StructField("storedKey", T.StringType()),
+        T.StructField("serverKey", T.StringType()),
+        T.StructField("iterations", T.IntegerType()),
+        T.StructField("nextProducerId", T.LongType()),
     ]
 )
+
+#: The fields of the admin extensions' records, added to the typed Parquet export after its first
+#: layout: an export without their columns (written before them) reads them as null.
+LATER_FIELDS: Final = ("value", "mechanism", "salt", "storedKey", "serverKey", "iterations", "nextProducerId")
 
 #: Fields every record of a type must carry (the rest are optional: "only what changed").
 REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
@@ -76,6 +89,10 @@ REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "PartitionChangeRecord": ("topicId", "partitionId", "partitionEpoch"),
     "RemoveTopicRecord": ("topicId",),
+    "ConfigRecord": ("topicId", "name"),
+    "UserScramCredentialRecord": ("name", "mechanism", "salt", "storedKey", "serverKey", "iterations"),
+    "RemoveUserScramCredentialRecord": ("name", "mechanism"),
+    "ProducerIdsRecord": ("brokerId", "brokerEpoch", "nextProducerId"),
 }
 RECORD_TYPES: Final = tuple(REQUIRED_FIELDS)
 
@@ -116,12 +133,20 @@ FIELDS_BY_TYPE: Final[dict[str, tuple[str, ...]]] = {
         "directories",
     ),
     "RemoveTopicRecord": ("topicId",),
+    "ConfigRecord": ("topicId", "name", "value"),
+    "UserScramCredentialRecord": REQUIRED_FIELDS["UserScramCredentialRecord"],
+    "RemoveUserScramCredentialRecord": REQUIRED_FIELDS["RemoveUserScramCredentialRecord"],
+    "ProducerIdsRecord": REQUIRED_FIELDS["ProducerIdsRecord"],
 }
+
+#: Fields that may be JSON null (`rack`; a ConfigRecord's `value`, null for a deleted config);
+#: any other listed field that is null or of the wrong JSON type is an error.
+NULLABLE_FIELDS: Final = frozenset({"rack", "value"})
 
 #: Per type, the fields it may leave out ("only what changed"): `inputs` looks for their keys in
 #: the line, to tell "left out" from "of the wrong type".
 OPTIONAL_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    t: tuple(f for f in FIELDS_BY_TYPE[t] if f not in REQUIRED_FIELDS[t] and f != "rack")
+    t: tuple(f for f in FIELDS_BY_TYPE[t] if f not in REQUIRED_FIELDS[t] and f not in NULLABLE_FIELDS)
     for t in FIELDS_BY_TYPE
 }
 
@@ -133,10 +158,6 @@ METADATA_RECORD: Final = T.StructType(
         T.StructField("data", RECORD_DATA),
     ]
 )
-
-#: Fields that may be JSON null (`rack`); any other listed field that is null or of the wrong
-#: JSON type is an error.
-NULLABLE_FIELDS: Final = frozenset({"rack"})
 
 #: Fields that hold Uuids (checked for the canonical 22-character text form).
 UUID_FIELDS: Final = ("incarnationId", "topicId")

@@ -42,7 +42,14 @@ EVERY_TYPE: list[records.Record] = [
     ),
     records.PartitionChangeRecord(topic_id=TOPIC, partition_id=0, partition_epoch=1, leader=2, isr=(2,)),
     records.UnregisterBrokerRecord(broker_id=2, broker_epoch=3),
+    records.ConfigRecord(topic_id=TOPIC, name="retention.ms", value="1000"),
+    records.ConfigRecord(topic_id=TOPIC, name="retention.ms", value=None),
     records.RemoveTopicRecord(topic_id=TOPIC),
+    records.UserScramCredentialRecord(
+        name="alice", mechanism=2, salt=b"salt", stored_key=b"s" * 64, server_key=b"k" * 64, iterations=4096
+    ),
+    records.RemoveUserScramCredentialRecord(name="alice", mechanism=2),
+    records.ProducerIdsRecord(broker_id=1, broker_epoch=2**40, next_producer_id=2**40 + 1000),
 ]
 
 
@@ -58,7 +65,7 @@ def test_every_record_type_is_typed_and_reads_back(tmp_path: Path) -> None:
     assert table.schema == metadata_parquet.SCHEMA
     assert table.column("data").null_count == len(exported)  # nothing fell back to JSON text
     back = metadata_parquet.read(path)
-    # `rack: null` is the one field a typed row cannot tell from absent.
+    # `rack: null` and `value: null` are the fields a typed row cannot tell from absent.
     want = [{**e, "data": {k: v for k, v in e["data"].items() if v is not None}} for e in exported]
     assert back == want
     assert [records.decode(r["type"], r["data"]) for r in back] == EVERY_TYPE

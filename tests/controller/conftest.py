@@ -320,6 +320,9 @@ class Heartbeater:
 class ReplayedImage:
     brokers: dict[int, dict[str, Any]] = field(default_factory=dict)
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)  # by topic id
+    # The admin extensions: SCRAM credentials' data by (user, mechanism); the producer-id watermark.
+    credentials: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    next_producer_id: int = 0
 
     def describe_brokers(self) -> list[dict[str, Any]]:
         """The registrations in the shape of `GET /v1/brokers` (without `unassignedReplicas`)."""
@@ -405,8 +408,29 @@ def replay_records(records: list[dict[str, Any]]) -> ReplayedImage:
         elif kind == "RemoveTopicRecord":
             del image.topics[data["topicId"]]
         else:
-            raise AssertionError(f"record type outside the contract: {record}")
+            _replay_extension(image, record)
     return image
+
+
+def _replay_extension(image: ReplayedImage, record: dict[str, Any]) -> None:
+    """The admin extensions' records (docs/api.md), each checked as the image's replay checks it."""
+    kind, data = record["type"], record["data"]
+    if kind == "ConfigRecord":
+        configs = dict(image.topics[data["topicId"]]["configs"])
+        if data["value"] is None:
+            del configs[data["name"]]
+        else:
+            configs[data["name"]] = data["value"]
+        image.topics[data["topicId"]]["configs"] = configs
+    elif kind == "UserScramCredentialRecord":
+        image.credentials[(data["name"], data["mechanism"])] = dict(data)
+    elif kind == "RemoveUserScramCredentialRecord":
+        del image.credentials[(data["name"], data["mechanism"])]
+    elif kind == "ProducerIdsRecord":
+        assert data["nextProducerId"] > image.next_producer_id, record
+        image.next_producer_id = data["nextProducerId"]
+    else:
+        raise AssertionError(f"record type outside the contract and its extensions: {record}")
 
 
 def assert_read_api_matches_log(api: Api) -> list[dict[str, Any]]:

@@ -114,6 +114,7 @@ def test_create_topic_needs_counts_without_an_assignment() -> None:
 
 def test_error_codes_are_the_contract_table() -> None:
     assert {code.name: code.value for code in ErrorCode} == {
+        "UNKNOWN_SERVER_ERROR": -1,
         "NONE": 0,
         "OFFSET_OUT_OF_RANGE": 1,
         "UNKNOWN_TOPIC_OR_PARTITION": 3,
@@ -124,6 +125,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "INVALID_TOPIC_EXCEPTION": 17,
         "NOT_ENOUGH_REPLICAS": 19,
         "CLUSTER_AUTHORIZATION_FAILED": 31,
+        "UNSUPPORTED_SASL_MECHANISM": 33,
         "TOPIC_ALREADY_EXISTS": 36,
         "INVALID_PARTITIONS": 37,
         "INVALID_REPLICATION_FACTOR": 38,
@@ -135,6 +137,9 @@ def test_error_codes_are_the_contract_table() -> None:
         "LOG_DIR_NOT_FOUND": 57,
         "FENCED_LEADER_EPOCH": 74,
         "STALE_BROKER_EPOCH": 77,
+        "RESOURCE_NOT_FOUND": 91,
+        "DUPLICATE_RESOURCE": 92,
+        "UNACCEPTABLE_CREDENTIAL": 93,
         "UNKNOWN_TOPIC_ID": 100,
         "DUPLICATE_BROKER_REGISTRATION": 101,
         "BROKER_ID_NOT_REGISTERED": 102,

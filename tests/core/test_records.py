@@ -65,6 +65,18 @@ EXAMPLES: list[records.Record] = [
         directories=(B, A),
     ),
     records.RemoveTopicRecord(topic_id=TOPIC),
+    records.ConfigRecord(topic_id=TOPIC, name="retention.ms", value="1000"),
+    records.ConfigRecord(topic_id=TOPIC, name="retention.ms", value=None),
+    records.UserScramCredentialRecord(
+        name="alice",
+        mechanism=2,
+        salt=b"\x00salt",
+        stored_key=b"\xff" * 64,
+        server_key=b"k" * 64,
+        iterations=4096,
+    ),
+    records.RemoveUserScramCredentialRecord(name="alice", mechanism=2),
+    records.ProducerIdsRecord(broker_id=3, broker_epoch=2**40, next_producer_id=5000),
 ]
 
 
@@ -83,7 +95,28 @@ def test_every_record_type_is_covered() -> None:
         "PartitionRecord",
         "PartitionChangeRecord",
         "RemoveTopicRecord",
+        "ConfigRecord",
+        "UserScramCredentialRecord",
+        "RemoveUserScramCredentialRecord",
+        "ProducerIdsRecord",
     }
+
+
+def test_extension_records_use_kraft_field_names() -> None:
+    assert EXAMPLES[14].to_data() == {"topicId": str(TOPIC), "name": "retention.ms", "value": "1000"}
+    assert EXAMPLES[15].to_data() == {"topicId": str(TOPIC), "name": "retention.ms", "value": None}
+    assert EXAMPLES[16].to_data() == {
+        "name": "alice",
+        "mechanism": 2,
+        "salt": "AHNhbHQ=",
+        "storedKey": "/" * 85 + "w==",
+        "serverKey": "a2tr" * 21 + "aw==",
+        "iterations": 4096,
+    }
+    assert EXAMPLES[17].to_data() == {"name": "alice", "mechanism": 2}
+    assert EXAMPLES[18].to_data() == {"brokerId": 3, "brokerEpoch": 2**40, "nextProducerId": 5000}
+    # A ConfigRecord without `value` deletes (a typed Parquet export drops nulls).
+    assert records.decode("ConfigRecord", {"topicId": str(TOPIC), "name": "retention.ms"}) == EXAMPLES[15]
 
 
 def test_data_uses_contract_field_names() -> None:
@@ -215,6 +248,16 @@ def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
         ("RemoveTopicRecord", {"topicId": "AAAAAAAAAAAAAAAAAAAAA+"}),
         ("RemoveTopicRecord", None),
         ("PartitionRecord", []),
+        ("ConfigRecord", {"topicId": str(TOPIC)}),
+        ("ConfigRecord", {"topicId": str(TOPIC), "name": "a", "value": 1}),
+        ("ConfigRecord", {"topicId": str(TOPIC), "name": 5, "value": "1"}),
+        ("UserScramCredentialRecord", _without(EXAMPLES[16].to_data(), "serverKey")),
+        ("UserScramCredentialRecord", {**EXAMPLES[16].to_data(), "salt": "not base64!"}),
+        ("UserScramCredentialRecord", {**EXAMPLES[16].to_data(), "storedKey": [1, 2]}),
+        ("UserScramCredentialRecord", {**EXAMPLES[16].to_data(), "iterations": "4096"}),
+        ("RemoveUserScramCredentialRecord", {"name": "a"}),
+        ("ProducerIdsRecord", {"brokerId": 1, "brokerEpoch": 2}),
+        ("ProducerIdsRecord", {"brokerId": 1, "brokerEpoch": 2, "nextProducerId": 1.5}),
     ],
 )
 def test_decode_errors_raise_record_error(record_type: str, data: Any) -> None:
@@ -300,6 +343,18 @@ any_record = st.one_of(
         directories=_opt(uuid_tuples),
     ),
     st.builds(records.RemoveTopicRecord, topic_id=uuids),
+    st.builds(records.ConfigRecord, topic_id=uuids, name=st.text(), value=_opt(st.text())),
+    st.builds(
+        records.UserScramCredentialRecord,
+        name=st.text(),
+        mechanism=ints,
+        salt=st.binary(),
+        stored_key=st.binary(),
+        server_key=st.binary(),
+        iterations=ints,
+    ),
+    st.builds(records.RemoveUserScramCredentialRecord, name=st.text(), mechanism=ints),
+    st.builds(records.ProducerIdsRecord, broker_id=ints, broker_epoch=epochs, next_producer_id=epochs),
 )
 
 

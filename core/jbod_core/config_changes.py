@@ -1,0 +1,86 @@
+"""Topic config changes: Kafka's IncrementalAlterConfigs for one topic (an extension of protocol
+§3.5, docs/api.md).
+
+Guarantees:
+* Checks run in this order and a rejection writes nothing (a topic's change is all or nothing, as
+  Kafka's for one resource): unknown topic 3; a key named twice 42 (INVALID_REQUEST); then each op
+  in request order: a key `topic_configs` does not define 40, APPEND or SUBTRACT 40 (every topic
+  config here is a number, none a list), a SET value `topic_configs.value_error` refuses 40 (as at
+  create: `min.insync.replicas` at most the topic's smallest replication factor). The message
+  names the key.
+* SET writes a `ConfigRecord` with the value, DELETE one with a null value (the topic falls back
+  to the broker's default), each only when the effective value changes: a repeat writes nothing.
+* `validate_only` decides alike and writes nothing; the reply carries the topic's effective
+  configs as they are after the change (as they would be, with `validate_only`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jbod_core import records, topic_configs
+from jbod_core.errors import ErrorCode
+from jbod_core.image import ClusterImage, TopicImage
+from jbod_core.messages import AlterConfigOp, AlterTopicConfigsReply, AlterTopicConfigsRequest
+
+
+def _op_error(op: AlterConfigOp, *, replication_factor: int) -> str | None:
+    """Why `op` cannot apply to a topic of `replication_factor` replicas, or None."""
+    value = op.value or ""
+    if op.name not in topic_configs.BY_NAME:
+        return topic_configs.unknown_key(op.name, value).message
+    if op.op in ("APPEND", "SUBTRACT"):
+        return f"{op.name}: {op.op} is not allowed (it applies to list configs only; this one is a number)"
+    if op.op == "SET":
+        problem = topic_configs.value_error(op.name, value, replication_factor=replication_factor)
+        if problem is not None:
+            return problem.message
+    return None
+
+
+def _request_error(request: AlterTopicConfigsRequest, topic: TopicImage) -> tuple[ErrorCode, str] | None:
+    names = [op.name for op in request.configs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        return ErrorCode.INVALID_REQUEST, f"Config key(s) named more than once: {', '.join(duplicates)}"
+    factor = min((len(p.replicas) for p in topic.partitions.values()), default=1)
+    for op in request.configs:
+        problem = _op_error(op, replication_factor=factor)
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, f"Invalid topic config {problem}"
+    return None
+
+
+def _changes(topic: TopicImage, ops: list[AlterConfigOp]) -> tuple[list[records.Record], Mapping[str, str]]:
+    """The ConfigRecords of the ops that change an effective value, and the configs after them."""
+    configs = dict(topic.configs)
+    produced: list[records.Record] = []
+    for op in ops:
+        value = None if op.op == "DELETE" else op.value
+        if configs.get(op.name) == value:
+            continue
+        produced.append(records.ConfigRecord(topic_id=topic.topic_id, name=op.name, value=value))
+        if value is None:
+            del configs[op.name]
+        else:
+            configs[op.name] = value
+    return produced, configs
+
+
+def alter_topic_configs(
+    image: ClusterImage, name: str, request: AlterTopicConfigsRequest
+) -> tuple[list[records.Record], AlterTopicConfigsReply]:
+    """IncrementalAlterConfigs of topic `name`: SET or DELETE of the keys `topic_configs` defines."""
+    topic_id = image.topic_ids_by_name.get(name)
+    if topic_id is None:
+        return [], AlterTopicConfigsReply(
+            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Unknown topic '{name}'"
+        )
+    topic = image.topics[topic_id]
+    refused = _request_error(request, topic)
+    if refused is not None:
+        code, message = refused
+        return [], AlterTopicConfigsReply(error_code=code, error_message=message)
+    produced, configs = _changes(topic, request.configs)
+    reply = AlterTopicConfigsReply(topic_id=topic_id, configs=dict(configs))
+    return ([] if request.validate_only else produced), reply
