@@ -63,8 +63,10 @@ class AssignmentQueue:
     def cancel(self, key: PartitionKey) -> None:
         """Forget a queued placement (e.g. the replica was deleted); an in-flight one finishes."""
         self.ready.pop(key, None)
-        if not self.ready and not self.failures:
-            self._due = None  # the next placement starts a new batch_delay
+        if not self.ready and (not self.failures or self.inflight):
+            # The next placement starts a new batch_delay. (A backoff deadline is kept; once the
+            # retry is in flight there is none: the reply sets the next due time.)
+            self._due = None
 
     def next_send_time(self, now: float) -> float | None:
         """When the next request should go out, or None if there is nothing to send."""

@@ -93,7 +93,7 @@ async def serve(config: BrokerConfig) -> int:
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(exc.strerror or str(exc)) from exc
-    for server in kafka_servers:
+    for server in kafka_servers.servers:
         print(f"Listening on {server.listener.name}://{server.listener.host}:{server.port}", flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -101,8 +101,7 @@ async def serve(config: BrokerConfig) -> int:
     try:
         return await agent.run()
     finally:
-        for server in kafka_servers:
-            await server.close()
+        await kafka_servers.close()
         await runner.cleanup()
 
 

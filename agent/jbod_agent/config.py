@@ -109,6 +109,7 @@ class BrokerConfig:
     socket_request_max_bytes: int = 16 * 1024 * 1024
     connections_max_idle_ms: int = 600_000
     request_read_timeout_ms: int = 30_000
+    producer_id_expiration_ms: int = 86_400_000  # Kafka's: idle idempotent producers are forgotten
 
     @property
     def controller_urls(self) -> list[str]:
@@ -259,6 +260,7 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024, 2**31 - 1)),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(100, _MAX_MS)),
     "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1, _MAX_MS)),
 }
 # The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
 # ranges of the one topic-config table, so a default is always a value a topic could set.

@@ -177,6 +177,8 @@ class MetadataFollower:
             elif isinstance(record, records.RemoveTopicRecord):
                 removed.add(record.topic_id)
                 self.changed.update(k for k in state.local if k[0] == record.topic_id)
+            elif isinstance(record, records.ConfigRecord):
+                self.changed.update(k for k in state.local if k[0] == record.topic_id)  # its settings
             elif isinstance(record, records.RegisterBrokerRecord) and record.broker_id == state.node_id:
                 self.full_reconcile = True
             elif (

@@ -907,6 +907,40 @@ class PartitionLog:
                 self._write_checkpoint()
         return deleted
 
+    @property
+    def segment_bytes(self) -> int:
+        """The size at which the active segment rolls (a topic config change applies at once)."""
+        return self._segment_bytes
+
+    @segment_bytes.setter
+    def segment_bytes(self, value: int) -> None:
+        if not 1 <= value <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {value}")
+        self._segment_bytes = value
+
+    # -- batch headers (producer state) --------------------------------------------------------
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """The headers of every batch from the one holding `start_offset` to the end, in order
+        (positions within their segment); nothing when `start_offset` is at or past the end."""
+        self._check_open()
+        start = max(start_offset, self._log_start)
+        if start >= self._end:
+            return
+        number = bisect.bisect_right(self._bases, start) - 1
+        first = self._locate(self._segments[number], start)
+        for index, segment in enumerate(self._segments[number:]):
+            position = first.position if index == 0 else 0
+            yield from _walk_headers(self._reader(segment), position, segment.size, _RECOVERY_CHUNK)
+
+    def batch_before(self, offset: int) -> BatchHeader | None:
+        """The header of the batch holding `offset - 1` (None at or before the log start)."""
+        self._check_open()
+        if offset <= self._log_start or offset > self._end:
+            return None
+        number = bisect.bisect_right(self._bases, offset - 1) - 1
+        return self._locate(self._segments[number], offset - 1)
+
     # -- timestamps (ListOffsets) --------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:

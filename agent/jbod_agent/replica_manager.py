@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from jbod_agent import divergence
+from jbod_agent import divergence, producers
 from jbod_agent.partition_log import OffsetOutOfRangeError, PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import ControllerCallError, DirFailures, PartitionAlterations
 from jbod_agent.state import AgentState
-from jbod_core import fetch_session, replication, topic_configs
+from jbod_core import fetch_session, producer_state, replication, topic_configs
 from jbod_core.broker_messages import ProduceCall, ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
@@ -92,6 +92,10 @@ class HostedPartition:
     fetch_sessions: set[fetch_session.LeaderSession[PartitionKey]] | None = None
     dirty: bool = False
     fetch_retry_at: float = 0.0
+    # The idempotent producers' state (leaders only; loaded on first use, `producers.load`), and
+    # whether it changed since its snapshot was last saved.
+    producers: producer_state.ProducerState | None = None
+    producers_changed: bool = False
 
     @property
     def name(self) -> str:
@@ -141,6 +145,11 @@ class _Answer:
 
 def _now_ms() -> float:
     return time.monotonic() * 1000
+
+
+def _wall_ms() -> int:
+    """Wall-clock milliseconds: what batch timestamps and producer activity are measured in."""
+    return time.time_ns() // 1_000_000
 
 
 class ReplicaManager:
@@ -217,11 +226,11 @@ class ReplicaManager:
             if hosted is not None and hosted.directory_id != local.directory_id:
                 self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 hosted = None
+            settings = resolved.get(key[0])
+            if settings is None:
+                settings = resolved[key[0]] = self.topic_settings(key[0])
             if hosted is None:
                 topic = state.image.topics[key[0]]
-                settings = resolved.get(key[0])
-                if settings is None:
-                    settings = resolved[key[0]] = self.topic_settings(key[0])
                 try:
                     opened = self.open_log(local.path, settings)
                 except OSError as exc:
@@ -233,8 +242,8 @@ class ReplicaManager:
                     )
                     continue
                 hosted = HostedPartition(key, topic.name, local.directory_id, opened)
-                hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
                 self.partitions[key] = hosted
+            _apply_settings(hosted, settings)
             changed_following |= self._apply(hosted, part)
             self._changed(key)
         if changed_following:
@@ -269,6 +278,7 @@ class ReplicaManager:
                 "%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch
             )
         hosted.role = Role.FOLLOWER
+        hosted.producers = None
         hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
         hosted.followers.clear()
@@ -278,6 +288,7 @@ class ReplicaManager:
 
     def _become_leader(self, hosted: HostedPartition, part: PartitionRegistration) -> None:
         now = _now_ms()
+        hosted.producers = None  # rebuilt from the log (and its snapshot) on first use
         hosted.role = Role.LEADER
         hosted.leader_id = self.state.node_id
         hosted.leader_epoch = part.leader_epoch
@@ -393,17 +404,46 @@ class ReplicaManager:
     ) -> dict[str, Any]:
         """The Kafka listener's produce: one client batch (`record_batch.check_produced`, raising
         `CorruptBatchError` before anything is written) appended as it came, stamped with its
-        offset and the leader epoch. The reply is the HTTP produce's shape."""
+        offset and the leader epoch. An idempotent producer's batch is first decided against the
+        partition's producer state (`jbod_core.producer_state`): a duplicate of one of its last
+        five batches is answered with the original offset and not written again; a sequence gap
+        or a fenced epoch is refused with Kafka's code. The reply is the HTTP produce's shape."""
+        header = record_batch.check_produced(batch)
         hosted, code, message = self._admit(topic, partition, acks)
         if hosted is None:
             return _produce_error(code, message)
+        if header.producer_id >= 0:
+            verdict = self._producer_verdict(hosted, header)
+            if isinstance(verdict, producer_state.Refused):  # Kafka's codes 45, 47, 87: not ErrorCode's
+                return {"errorCode": int(verdict.error), "errorMessage": verdict.message, "baseOffset": -1}
+            if isinstance(verdict, producer_state.Duplicate):
+                return await self._acknowledge(
+                    hosted,
+                    base=verdict.first_offset,
+                    required=verdict.last_offset + 1,
+                    acks=acks,
+                    timeout_ms=timeout_ms,
+                )
         epoch = hosted.leader_epoch
-        return await self._append_and_ack(
-            hosted,
-            lambda log_: log_.append_as_leader_frame(batch, leader_epoch=epoch),
-            acks=acks,
-            timeout_ms=timeout_ms,
-        )
+
+        def append(log_: PartitionLog) -> int:
+            base = log_.append_as_leader_frame(batch, leader_epoch=epoch)
+            if header.producer_id >= 0 and hosted.producers is not None:
+                hosted.producers = producer_state.record(
+                    hosted.producers, header, first_offset=base, now_ms=_wall_ms()
+                )
+                hosted.producers_changed = True
+            return base
+
+        return await self._append_and_ack(hosted, append, acks=acks, timeout_ms=timeout_ms)
+
+    def _producer_verdict(
+        self, hosted: HostedPartition, header: record_batch.BatchHeader
+    ) -> producer_state.Verdict:
+        """The producer state's decision on `header` (the state loaded from the log first if needed)."""
+        if hosted.producers is None:
+            hosted.producers = producers.load(hosted.log)
+        return producer_state.check(hosted.producers, header)
 
     async def _append_and_ack(
         self,
@@ -426,6 +466,12 @@ class ReplicaManager:
         hosted.dirty = True
         hosted.wake_data_waiters()
         self._update_high_watermark(hosted)
+        return await self._acknowledge(hosted, base=base, required=required, acks=acks, timeout_ms=timeout_ms)
+
+    async def _acknowledge(
+        self, hosted: HostedPartition, *, base: int, required: int, acks: int, timeout_ms: int
+    ) -> dict[str, Any]:
+        """The reply to records at [`base`, `required`) once `acks` is satisfied."""
         if acks == 0:
             return {"errorCode": 0, "baseOffset": -1}
         if acks == 1 or hosted.log.high_watermark >= required:  # acks=1, or the leader is the whole ISR
@@ -948,6 +994,7 @@ class ReplicaManager:
             dirty = [h for h in self.partitions.values() if h.dirty]
             for hosted in dirty:
                 hosted.dirty = False
+                self._save_producers(hosted)
                 try:
                     await asyncio.to_thread(hosted.log.flush)
                 except OSError as exc:
@@ -955,6 +1002,22 @@ class ReplicaManager:
                         self.storage_error(hosted, exc, "flushing")
                 except ValueError:
                     pass  # closed meanwhile
+
+    def _save_producers(self, hosted: HostedPartition) -> None:
+        """Snapshot a leader's changed producer state before its log is flushed (derived data: a
+        failure to write it only costs a longer rebuild, so it is logged, not fatal)."""
+        if hosted.producers is None or not hosted.producers_changed:
+            return
+        hosted.producers_changed = False
+        hosted.producers = producer_state.expire(
+            hosted.producers,
+            now_ms=_wall_ms(),
+            producer_id_expiration_ms=self.state.config.producer_id_expiration_ms,
+        )
+        try:
+            producers.save(hosted.log, hosted.producers)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: failed saving the producer snapshot: %s", hosted.name, exc)
 
     async def retention_forever(self) -> None:
         state = self.state
@@ -973,6 +1036,14 @@ class ReplicaManager:
                 if deleted:
                     log.info("%s: retention deleted %d segment(s)", hosted.name, deleted)
                     hosted.wake_data_waiters()  # the log start offset moved
+
+
+def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedConfigs) -> None:
+    """The topic's configs as they are now (a change reaches open logs, not only new ones)."""
+    hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
+    hosted.log.retention_bytes = settings[topic_configs.RETENTION_BYTES]
+    hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
+    hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]
 
 
 def _produce_error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import commands, tables
-from jbod_local import disk_faults, etcd_binary, failover, quorum, status, supervisor
+from jbod_local import disk_faults, etcd_binary, failover, kafka_clients, quorum, status, supervisor
 from jbod_local.layout import DEFAULT_DIR, ClusterLayout, read_layout
 from jbod_local.status import ClusterStatus
 from jbod_local.supervisor import LocalClusterError
@@ -87,7 +87,7 @@ def layout_table(layout: ClusterLayout) -> Table:
         table.add_row(
             f"broker {broker.broker_id}",
             str(broker.pid or "-"),
-            broker.url,
+            f"{broker.url}\nkafka {broker.kafka_address}" if broker.kafka_port else broker.url,
             disks,
             str(layout.broker_log(broker.broker_id).relative_to(layout.root)),
         )
@@ -409,7 +409,9 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
     )
     console.print(
         "Next:\n"
-        f'  eval "$(jbodctl local env --dir {shlex.quote(str(layout.root))})"   # controller URL, token, telemetry\n'
+        f'  eval "$(jbodctl local env --dir {shlex.quote(str(layout.root))})"   # controller URL, token, '
+        "KAFKA_BOOTSTRAP_SERVERS\n"
+        f"  jbodctl local client-properties --dir {layout.root} > admin.properties   # for Kafka clients\n"
         f"  jbodctl local status --dir {layout.root}\n"
         f"  jbodctl local fail-disk 2 1 --dir {layout.root}{kill_hint}",
         highlight=False,
@@ -636,13 +638,29 @@ def env_command(root: Path) -> None:
     """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)".
 
     JBOD_CONTROLLER_URL lists every controller of a quorum; JBOD_BOOTSTRAP lists the brokers
-    (produce and consume read metadata from them first); JBOD_TELEMETRY_DIR is the brokers' disk
+    (produce and consume read metadata from them first); KAFKA_BOOTSTRAP_SERVERS lists their
+    Kafka listeners (host:port), for any Kafka client; JBOD_TELEMETRY_DIR is the brokers' disk
     samples, for `jbod-pipeline --telemetry`."""
     layout = read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
+    kafka = ",".join(b.kafka_address for b in layout.brokers if b.kafka_port)
+    click.echo(f"export KAFKA_BOOTSTRAP_SERVERS={shlex.quote(kafka)}")
     click.echo(f"export JBOD_BOOTSTRAP={shlex.quote(','.join(b.url for b in layout.brokers))}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
     click.echo(f"export JBOD_TELEMETRY_DIR={shlex.quote(str(layout.telemetry_dir.resolve()))}")
+
+
+@click.command("client-properties")
+@dir_option
+def client_properties_command(root: Path) -> None:
+    """Print the Kafka client properties of the `admin` principal (Java properties syntax).
+
+    Usable as --command-config of Kafka's tools (kafka-topics.sh, kafka-configs.sh, ...), and
+    readable into librdkafka's configuration (security.protocol, sasl.mechanism, and the user and
+    password of sasl.jaas.config as sasl.username / sasl.password). The password is the admin
+    token: keep the output as private as the token file."""
+    layout = read_layout(root)
+    click.echo(kafka_clients.client_properties(layout.admin_token()), nl=False)
 
 
 COMMANDS = (
@@ -650,6 +668,7 @@ COMMANDS = (
     down_command,
     status_command,
     env_command,
+    client_properties_command,
     kill_controller_command,
     kill_etcd_command,
     fail_disk_command,

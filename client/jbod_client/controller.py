@@ -587,6 +587,24 @@ class ControllerLink(_ControllerList):
     # The admin requests a broker forwards to the active controller (Kafka's KIP-590); the link's
     # token must be the admin token for these.
 
+    async def create_topic(self, request: CreateTopicRequest) -> dict[str, Any]:
+        """`POST /v1/topics`: the reply's JSON (a non-zero errorCode is returned, not raised)."""
+        data = await self._request("POST", "/v1/topics", content=orjson.dumps(request.to_wire()))
+        if not isinstance(data, dict):
+            raise ClientError(
+                f"controller at {self.url} answered POST /v1/topics with a body that is not an object"
+            )
+        return data
+
+    async def delete_topic(self, name: str) -> dict[str, Any]:
+        """`DELETE /v1/topics/{name}`: the reply's JSON (errorCode 3 for an unknown topic)."""
+        data = await self._request("DELETE", f"/v1/topics/{_path(name)}")
+        if not isinstance(data, dict):
+            raise ClientError(
+                f"controller at {self.url} answered DELETE /v1/topics with a body that is not an object"
+            )
+        return data
+
     async def alter_topic_configs(
         self, name: str, request: AlterTopicConfigsRequest
     ) -> AlterTopicConfigsReply:

@@ -53,6 +53,8 @@ STATE_FILE = "cluster.json"
 LOCK_FILE = ".jbodctl.lock"
 STATE_VERSION = 1
 HOST = "127.0.0.1"
+# The security protocol of every local broker's Kafka listener (SASL/PLAIN and SCRAM-SHA-512).
+KAFKA_PROTOCOL = "SASL_PLAINTEXT"
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,21 @@ class BrokerLayout:
     port: int
     pid: int | None = None
     directory_ids: tuple[str | None, ...] = ()  # per disk, read from meta.properties by `up`
+    kafka_port: int = 0  # the Kafka listener's (SASL_PLAINTEXT); 0 in a cluster.json from before it
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """`host:port` of the broker's Kafka listener (what Kafka clients bootstrap from)."""
+        return f"{HOST}:{self.kafka_port}"
+
+    @property
+    def listeners(self) -> str:
+        """The broker's `listeners`: its HTTP API and its Kafka listener."""
+        return f"{self.url},{KAFKA_PROTOCOL}://{self.kafka_address}"
 
     @property
     def config_path(self) -> Path:
@@ -102,6 +115,8 @@ class BrokerLayout:
             "metadataDir": str(self.metadata_dir),
             "port": self.port,
             "url": self.url,
+            "kafkaPort": self.kafka_port,
+            "kafkaAddress": self.kafka_address,
             "pid": self.pid,
         }
 
@@ -114,6 +129,7 @@ class BrokerLayout:
             port=int(data["port"]),
             pid=None if data.get("pid") is None else int(data["pid"]),
             directory_ids=tuple(data.get("directoryIds") or ()),
+            kafka_port=int(data.get("kafkaPort") or 0),
         )
 
 
@@ -190,7 +206,8 @@ class ClusterLayout:
     def ports(self) -> set[int]:
         """Every port the cluster's processes listen on."""
         etcd = {p for e in self.etcd for p in (e.member.client_port, e.member.peer_port)}
-        return {*(c.port for c in self.controllers), *(b.port for b in self.brokers), *etcd}
+        kafka = {b.kafka_port for b in self.brokers if b.kafka_port}
+        return {*(c.port for c in self.controllers), *(b.port for b in self.brokers), *kafka, *etcd}
 
     def with_broker(self, broker: BrokerLayout) -> ClusterLayout:
         return replace(

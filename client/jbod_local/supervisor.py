@@ -201,6 +201,8 @@ def _new_layout(
     for broker_id in range(1, brokers + 1):
         port = free_port(taken)
         taken.add(port)
+        kafka_port = free_port(taken)
+        taken.add(kafka_port)
         work_dir = root / f"broker-{broker_id}"
         layouts.append(
             BrokerLayout(
@@ -208,6 +210,7 @@ def _new_layout(
                 work_dir=work_dir,
                 disks=tuple(work_dir / f"disk-{k}" for k in range(1, disks + 1)),
                 port=port,
+                kafka_port=kafka_port,
             )
         )
     return ClusterLayout(
@@ -233,11 +236,15 @@ def _refresh_ports(layout: ClusterLayout) -> ClusterLayout:
         controllers.append(replace(node, port=port))
     brokers = []
     for broker in layout.brokers:
-        port = broker.port
-        if not broker_alive(broker) and not port_free(port):
-            port = free_port(taken)
-            taken.add(port)
-        brokers.append(replace(broker, port=port))
+        port, kafka_port = broker.port, broker.kafka_port
+        if not broker_alive(broker):
+            if not port_free(port):
+                port = free_port(taken)
+                taken.add(port)
+            if not kafka_port or not port_free(kafka_port):
+                kafka_port = free_port(taken)
+                taken.add(kafka_port)
+        brokers.append(replace(broker, port=port, kafka_port=kafka_port))
     return replace(layout, controllers=tuple(controllers), brokers=tuple(brokers))
 
 
@@ -256,7 +263,7 @@ def local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
         cluster_id=layout.cluster_id,
         metadata_dir=broker.metadata_dir,
         settings={
-            "listeners": broker.url,
+            "listeners": broker.listeners,
             "admin.token.file": str(layout.admin_token_file),
             "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,

@@ -194,9 +194,56 @@ def parse_request(frame: bytes) -> Request:
         ) from None
     # Trailing bytes are ignored, as Kafka's own request parsing ignores them: librdkafka 2.16's
     # Metadata v13 for all topics carries three (`01 00 00`) after the body.
+    missing = _null_field(body)
+    if missing is not None:
+        raise MalformedRequestError(
+            f"{api.name} v{version}: {missing} is null but not nullable",
+            api_key=api_key,
+            api_version=version,
+            correlation_id=header.correlation_id,
+        )
     return Request(
         RequestHeader(api_key, version, int(header.correlation_id), header.client_id, flexible), body
     )
+
+
+@cache
+def _required_fields(entity: type) -> tuple[tuple[str, bool], ...]:
+    """(name, holds messages) of the fields of `entity` that may not be null."""
+    hints = typing.get_type_hints(entity)
+    out = []
+    for f in dataclasses.fields(entity):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        nested = typing.get_origin(hint) is tuple and bool(args) and dataclasses.is_dataclass(args[0])
+        nested = nested or (isinstance(hint, type) and dataclasses.is_dataclass(hint))
+        if not nullable or nested:
+            out.append((f.name, nested))
+    return tuple(out)
+
+
+def _null_field(entity: Any) -> str | None:
+    """The first field (as a dotted path) of a decoded message that is null but may not be."""
+    entity_type: Any = type(entity)
+    for name, nested in _required_fields(entity_type):
+        value = getattr(entity, name)
+        if value is None:
+            if not _is_nullable(entity_type, name):
+                return name
+            continue
+        if nested:
+            for item in value if isinstance(value, tuple) else (value,):
+                inner = _null_field(item)
+                if inner is not None:
+                    return f"{name}.{inner}"
+    return None
+
+
+@cache
+def _is_nullable(entity: type, name: str) -> bool:
+    hint = typing.get_type_hints(entity)[name]
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
 def _read_header(frame: bytes, header_type: Any, api_key: int, version: int) -> tuple[Any, int]:

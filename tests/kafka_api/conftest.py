@@ -31,7 +31,7 @@ class KafkaCluster:
         return {
             "bootstrap.servers": self.bootstrap,
             "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
+            "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": "admin",
             "sasl.password": self.admin_password,
             **extra,

@@ -6,6 +6,7 @@ unhandled error and keeps serving everyone else."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from collections.abc import Iterator
@@ -156,7 +157,11 @@ def _valid_requests() -> st.SearchStrategy[tuple[int, int, object]]:
     )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("JBOD_FUZZ_EXAMPLES", "400")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(
     request=_valid_requests(),
     mutations=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka import fetch_api, metadata_api, produce_api
+from jbod_agent.kafka import fetch_api, log_dirs_api, metadata_api, produce_api
 from jbod_agent.kafka.context import ADMIN, BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_kafka import protocol
@@ -70,6 +70,8 @@ class KafkaApis:
             2: fetch_api.list_offsets,
             3: metadata_api.metadata,
             23: fetch_api.offset_for_leader_epoch,
+            34: log_dirs_api.alter_replica_log_dirs,
+            35: log_dirs_api.describe_log_dirs,
             60: metadata_api.describe_cluster,
             **handlers,
         }

@@ -1,48 +1,107 @@
-"""Who may connect to a broker's SASL listener: SASL/PLAIN for the `admin` principal, whose
-password is the admin token.
+"""Who may use a broker's SASL listener: SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN over the users of
+the metadata log, plus the `admin` principal whose password is the admin token.
 
-Guarantees: a wrong password, an unknown user and a malformed token fail alike
-(`AuthenticationFailedError`, one message); the comparison is constant-time.
+Guarantees:
+* Users are the SCRAM credentials in the broker's replica of the metadata log
+  (`ClusterImage.scram_credential`, created with AlterUserScramCredentials / `kafka-configs.sh`):
+  a user added or removed there can log in, or not, as soon as this broker has replayed it.
+* `admin` authenticates with the admin token: over SCRAM through a credential derived from the
+  token at start (a random 32-byte salt, 4096 iterations: the shape of the decoys of unknown
+  users), over PLAIN by a constant-time comparison. No other user may call itself `admin` (the
+  controller refuses to store a credential for it).
+* PLAIN checks a user's password against the same SCRAM credential (SHA-512 first), so every user
+  has one password whatever the mechanism. Without an admin token nobody is `admin`.
+* A failure never says whether the user exists; its reason goes to the broker's log at DEBUG.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+import secrets
+from typing import Final
 
 from jbod_agent.kafka.apis import AuthenticationFailedError
 from jbod_agent.kafka.context import ADMIN
+from jbod_agent.state import AgentState
+from jbod_core import scram
+from jbod_core.image import ScramCredential
+from jbod_kafka import sasl
 
-_FAILED = "Authentication failed: invalid username or password"
+log = logging.getLogger("jbod_agent.kafka.auth")
+
+MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+_ADMIN_ITERATIONS: Final = scram.MIN_ITERATIONS
 
 
-class PlainExchange:
-    def __init__(self, admin_password: str | None) -> None:
-        self._admin_password = admin_password
+class _Exchange:
+    """One connection's SASL exchange, in the listener's terms (`apis.SaslExchange`)."""
+
+    def __init__(self, server: sasl.PlainServer | sasl.ScramServer) -> None:
+        self._server = server
         self.principal: str | None = None
 
     def step(self, token: bytes) -> bytes:
-        if self.principal is not None:
-            raise AuthenticationFailedError("the exchange is complete")
-        parts = token.split(b"\0")
-        if len(parts) != 3:
-            raise AuthenticationFailedError(_FAILED)
-        authzid, user, password = parts
-        if authzid and authzid != user:
-            raise AuthenticationFailedError(_FAILED)
-        expected = self._admin_password
-        if expected is None or user != ADMIN.encode() or not hmac.compare_digest(password, expected.encode()):
-            raise AuthenticationFailedError(_FAILED)
-        self.principal = ADMIN
-        return b""
+        try:
+            reply = self._server.respond(token)
+        except sasl.SaslError as exc:
+            log.debug("SASL %s failed: %s", self._server.mechanism, exc.reason)
+            raise AuthenticationFailedError(exc.message) from None
+        self.principal = reply.principal
+        return reply.token
 
 
 class BrokerAuthenticator:
-    def __init__(self, admin_password: str | None) -> None:
+    """The mechanisms of a broker's SASL listeners (the module's guarantees)."""
+
+    def __init__(self, state: AgentState, admin_password: str | None) -> None:
+        self._state = state
         self._admin_password = admin_password
+        self._decoy_secret = secrets.token_bytes(32)
+        self._admin: dict[int, ScramCredential] = {}
+        if admin_password is not None:
+            for mechanism in sasl.ScramMechanism:
+                salt = secrets.token_bytes(sasl.DECOY_SALT_SIZE)
+                stored, server = sasl.scram_credential(
+                    admin_password, salt=salt, iterations=_ADMIN_ITERATIONS, mechanism=mechanism
+                )
+                self._admin[mechanism.type] = ScramCredential(salt, stored, server, _ADMIN_ITERATIONS)
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
-        return ("PLAIN",)
+        return MECHANISMS
 
-    def start(self, mechanism: str) -> PlainExchange:
-        return PlainExchange(self._admin_password)
+    def start(self, mechanism: str) -> _Exchange:
+        if mechanism == "PLAIN":
+            return _Exchange(sasl.PlainServer(self._check_password))
+        scram_mechanism = sasl.ScramMechanism(mechanism)
+        return _Exchange(
+            sasl.ScramServer(
+                scram_mechanism,
+                lambda user: self._credential(user, scram_mechanism),
+                server_nonce=secrets.token_urlsafe(24),
+                decoy_secret=self._decoy_secret,
+            )
+        )
+
+    def _credential(self, user: str, mechanism: sasl.ScramMechanism) -> ScramCredential | None:
+        if user == ADMIN:
+            return self._admin.get(mechanism.type)
+        return self._state.image.scram_credential(user, mechanism.type)
+
+    def _check_password(self, user: str, password: str) -> bool:
+        if user == ADMIN:
+            expected = self._admin_password
+            return expected is not None and hmac.compare_digest(password.encode(), expected.encode())
+        for mechanism in (sasl.ScramMechanism.SCRAM_SHA_512, sasl.ScramMechanism.SCRAM_SHA_256):
+            credential = self._state.image.scram_credential(user, mechanism.type)
+            if credential is None:
+                continue
+            try:
+                stored, _server = sasl.scram_credential(
+                    password, salt=credential.salt, iterations=credential.iterations, mechanism=mechanism
+                )
+            except ValueError:
+                return False
+            return hmac.compare_digest(stored, credential.stored_key)
+        return False

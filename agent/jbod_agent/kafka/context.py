@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_agent.mover import Mover
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState
 from jbod_core.ids import Uuid
@@ -39,6 +40,7 @@ class Endpoint:
 class BrokerContext:
     state: AgentState
     manager: ReplicaManager
+    mover: Mover
 
     @property
     def node_id(self) -> int:

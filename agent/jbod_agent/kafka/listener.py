@@ -75,6 +75,10 @@ class CloseConnectionError(Exception):
     """Raised by a handler: close this connection after logging `str()` (rate limited)."""
 
 
+class _HandlerFailedError(Exception):
+    """A handler raised: already logged with its traceback; the connection closes."""
+
+
 class KafkaServer:
     """One asyncio server per Kafka listener (the module's guarantees)."""
 
@@ -131,6 +135,8 @@ class KafkaServer:
             return  # the peer went away, or the listener is closing
         except CloseConnectionError as exc:
             self._refusals.warning("Closed Kafka connection from %s: %s", peer, exc)
+        except _HandlerFailedError:
+            pass  # logged with its traceback where it failed
         except Exception:
             log.exception("Closed Kafka connection from %s: the request failed", peer)
         finally:
@@ -198,7 +204,17 @@ class KafkaServer:
             raise CloseConnectionError(
                 f"{protocol.APIS[request.header.api_key].name} before authentication on {conn.listener.name}"
             )
-        body = await self._handlers.handle(conn, request)
-        if body is None:
-            return None
-        return protocol.encode_response(request.header, body)
+        try:
+            body = await self._handlers.handle(conn, request)
+            return None if body is None else protocol.encode_response(request.header, body)
+        except CloseConnectionError:
+            raise
+        except Exception:
+            api = protocol.APIS[request.header.api_key]
+            log.exception(
+                "Closed Kafka connection from %s: %s v%d failed (the request failed)",
+                conn.peer,
+                api.name,
+                request.header.api_version,
+            )
+            raise _HandlerFailedError from None

@@ -62,8 +62,10 @@ def _topic(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
     }
 
 
-def _unknown(name: str | None, topic_id: Any, code: KafkaError) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id or ZERO_UUID, "partitions": []}
+def _unknown(name: str | None, topic_id: Any, code: KafkaError, *, version: int) -> dict[str, Any]:
+    """An unknown topic's entry; its name is nullable in responses from v12 only."""
+    shown = name if name is not None or version >= 12 else ""
+    return {"error_code": code, "name": shown, "topic_id": topic_id or ZERO_UUID, "partitions": []}
 
 
 def _requested_topics(ctx: BrokerContext, request: protocol.Request) -> list[dict[str, Any]]:
@@ -80,11 +82,19 @@ def _requested_topics(ctx: BrokerContext, request: protocol.Request) -> list[dic
         topic_id = getattr(item, "topic_id", None)
         if name is None and topic_id is not None and topic_id != ZERO_UUID:
             topic = image.topics.get(jbod_uuid(topic_id))
-            out.append(_topic(ctx, topic) if topic else _unknown(None, topic_id, KafkaError.unknown_topic_id))
+            out.append(
+                _topic(ctx, topic)
+                if topic
+                else _unknown(None, topic_id, KafkaError.unknown_topic_id, version=request.header.api_version)
+            )
             continue
         found = ctx.topic_id(name) if name is not None else None
         if found is None:
-            out.append(_unknown(name, None, KafkaError.unknown_topic_or_partition))
+            out.append(
+                _unknown(
+                    name, None, KafkaError.unknown_topic_or_partition, version=request.header.api_version
+                )
+            )
         else:
             out.append(_topic(ctx, image.topics[found]))
     return out

@@ -8,20 +8,47 @@ closing those already started; `start_listeners` records each bound port in the 
 from __future__ import annotations
 
 from jbod_agent.agent import Agent
+from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
 from jbod_agent.kafka.auth import BrokerAuthenticator
 from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
+from jbod_client.controller import ControllerLink
 
 
-def build_apis(agent: Agent, *, admin_password: str | None) -> KafkaApis:
-    ctx = BrokerContext(agent.state, agent.manager)
-    return KafkaApis(ctx, BrokerAuthenticator(admin_password), {})
-
-
-async def start_listeners(agent: Agent, *, admin_password: str | None) -> list[KafkaServer]:
+def build_apis(agent: Agent, *, admin_password: str | None) -> tuple[KafkaApis, AdminApis]:
+    """The broker's Kafka APIs over `agent`, and the admin half (whose links must be closed)."""
     config = agent.state.config
-    apis = build_apis(agent, admin_password=admin_password)
+    ctx = BrokerContext(agent.state, agent.manager, agent.mover)
+    timeout = config.session_timeout_ms / 1000
+    admin = AdminApis(
+        ctx,
+        Forwarder(config.controller_urls, admin_token=admin_password, timeout=timeout),
+        ProducerIds(
+            agent.state, ControllerLink(config.controller_urls, token=agent.token, failover_timeout=timeout)
+        ),
+    )
+    return KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), admin.handlers()), admin
+
+
+class KafkaListeners:
+    """The started Kafka listeners of a broker; `close` stops them and the admin links."""
+
+    def __init__(self, servers: list[KafkaServer], admin: AdminApis) -> None:
+        self.servers = servers
+        self._admin = admin
+
+    async def close(self) -> None:
+        for server in self.servers:
+            await server.close()
+        await self._admin.forwarder.aclose()
+        await self._admin.producer_ids.aclose()
+
+
+async def start_listeners(agent: Agent, *, admin_password: str | None) -> KafkaListeners:
+    config = agent.state.config
+    apis, admin = build_apis(agent, admin_password=admin_password)
     limits = ListenerLimits(
         max_request_bytes=config.socket_request_max_bytes,
         idle_timeout_s=config.connections_max_idle_ms / 1000,
@@ -33,9 +60,8 @@ async def start_listeners(agent: Agent, *, admin_password: str | None) -> list[K
         try:
             port = await server.start()
         except OSError as exc:
-            for other in started:
-                await other.close()
+            await KafkaListeners(started, admin).close()
             raise OSError(exc.errno, f"listeners: cannot listen on {listener}: {exc.strerror}") from exc
         agent.state.kafka_ports[listener.name] = port
         started.append(server)
-    return started
+    return KafkaListeners(started, admin)

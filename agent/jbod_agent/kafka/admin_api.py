@@ -1,0 +1,499 @@
+"""Kafka's admin APIs on a broker: topics, partitions, configs and SCRAM users, forwarded to the
+active controller (KIP-590); InitProducerId from the broker's block of producer ids.
+
+Guarantees:
+* Changes (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+  AlterUserScramCredentials) need the principal `admin`: anyone else gets
+  TOPIC_AUTHORIZATION_FAILED (topics) or CLUSTER_AUTHORIZATION_FAILED (users), and nothing
+  changes. Describing (DescribeConfigs) is open to every authenticated principal;
+  DescribeUserScramCredentials is `admin`'s (it lists users).
+* A forwarded change is answered once the controller committed it and, for topics, once this
+  broker's replica of the metadata log shows it (bounded by the request's timeout), so a client
+  that creates a topic and then asks this broker for its metadata finds it.
+* No controller answering is NOT_CONTROLLER for each item: retriable, as a controller failover
+  is to Kafka's clients. The controller's own codes pass through (TOPIC_ALREADY_EXISTS,
+  INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ...).
+* `validate_only` requests are checked without changing anything.
+* DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
+  value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
+  defaults as this broker has them (STATIC_BROKER_CONFIG).
+* InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
+  client and librdkafka bump epochs themselves); a transactional id is refused
+  (transactions are not supported).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent.kafka.context import ADMIN, BrokerContext, kafka_uuid
+from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
+from jbod_agent.kafka.listener import Connection
+from jbod_agent.ports import ControllerCallError
+from jbod_core import topic_configs
+from jbod_core.messages import (
+    AlterConfigOp,
+    AlterScramCredentialsRequest,
+    AlterTopicConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from jbod_kafka import protocol
+
+TOPIC: Final = 2
+BROKER: Final = 4
+# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType).
+DYNAMIC_TOPIC_CONFIG: Final = 1
+STATIC_BROKER_CONFIG: Final = 4
+DEFAULT_CONFIG: Final = 5
+_CONFIG_TYPES: Final = {"int": 3, "long": 4}
+_OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
+    0: "SET",
+    1: "DELETE",
+    2: "APPEND",
+    3: "SUBTRACT",
+}
+_DEFAULT_PARTITIONS: Final = 1  # Kafka's num.partitions
+_DEFAULT_REPLICATION: Final = 1  # Kafka's default.replication.factor
+_WAIT_STEP_S: Final = 0.02
+
+
+def _response(request: protocol.Request, **fields: Any) -> Any:
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version), throttle_time=0, **fields
+    )
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    """Wait (bounded) until this broker's image satisfies `condition`."""
+    deadline = time.monotonic() + max(timeout_s, 0.0)
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(_WAIT_STEP_S)
+
+
+class AdminApis:
+    def __init__(self, ctx: BrokerContext, forwarder: Forwarder, producer_ids: ProducerIds) -> None:
+        self.ctx = ctx
+        self.forwarder = forwarder
+        self.producer_ids = producer_ids
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            19: self.create_topics,
+            20: self.delete_topics,
+            22: self.init_producer_id,
+            32: self.describe_configs,
+            37: self.create_partitions,
+            44: self.incremental_alter_configs,
+            50: self.describe_user_scram_credentials,
+            51: self.alter_user_scram_credentials,
+        }
+
+    # -- topics --------------------------------------------------------------------------------
+
+    async def create_topics(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        timeout_s = body.timeout.total_seconds()
+        results = await asyncio.gather(
+            *(
+                self._create_topic(conn, topic, timeout_s, validate_only=body.validate_only)
+                for topic in body.topics
+            )
+        )
+        return _response(request, topics=list(results))
+
+    async def _create_topic(
+        self, conn: Connection, topic: Any, timeout_s: float, *, validate_only: bool
+    ) -> dict[str, Any]:
+        name = topic.name
+        result: dict[str, Any] = {
+            "name": name,
+            "topic_id": None,
+            "error_code": KafkaError.none,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+        }
+        if conn.principal != ADMIN:
+            return {**result, "error_code": KafkaError.topic_authorization_failed}
+        assignment = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
+        partitions = (
+            None
+            if assignment
+            else (topic.num_partitions if topic.num_partitions > 0 else _DEFAULT_PARTITIONS)
+        )
+        replication = (
+            None
+            if assignment
+            else (topic.replication_factor if topic.replication_factor > 0 else _DEFAULT_REPLICATION)
+        )
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        if validate_only:
+            code, message = self._validate_new_topic(name, partitions, replication, configs)
+            return {
+                **result,
+                "error_code": code,
+                "error_message": message,
+                "num_partitions": partitions or len(assignment),
+                "replication_factor": replication or len(assignment[0]),
+            }
+        try:
+            reply = await self.forwarder.create_topic(
+                CreateTopicRequest(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    replica_assignment=assignment or None,
+                    configs=configs,
+                )
+            )
+        except (ControllerCallError, ValueError) as exc:
+            return {
+                **result,
+                "error_code": KafkaError.not_controller
+                if isinstance(exc, ControllerCallError)
+                else KafkaError.invalid_request,
+                "error_message": str(exc),
+            }
+        created = int(reply.get("errorCode", 0))
+        if created != 0:
+            return {**result, "error_code": KafkaError(created), "error_message": reply.get("errorMessage")}
+        await _until(lambda: self.ctx.topic_id(name) is not None, timeout_s)
+        topic_id = self.ctx.topic_id(name)
+        return {
+            **result,
+            "topic_id": kafka_uuid(topic_id) if topic_id is not None else None,
+            "num_partitions": reply.get("numPartitions", partitions or -1),
+            "replication_factor": reply.get("replicationFactor", replication or -1),
+            "configs": [],
+        }
+
+    def _validate_new_topic(
+        self, name: str, partitions: int | None, replication: int | None, configs: dict[str, str]
+    ) -> tuple[KafkaError, str | None]:
+        if self.ctx.topic_id(name) is not None:
+            return KafkaError.topic_already_exists, f"Topic '{name}' already exists."
+        active = sum(1 for reg in self.ctx.state.image.brokers.values() if reg.is_active)
+        if replication is not None and replication > active:
+            return (
+                KafkaError.invalid_replication_factor,
+                f"Replication factor {replication} is larger than {active} brokers",
+            )
+        problem = topic_configs.create_error(configs, replication_factor=replication or 1)
+        if problem is not None:
+            return KafkaError.invalid_config, str(problem)
+        return KafkaError.none, None
+
+    async def delete_topics(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        if request.header.api_version >= 6:
+            named = [(t.name or ctx.topic_name(t.topic_id), t.topic_id) for t in body.topics]
+        else:
+            named = [(name, None) for name in body.topic_names]
+        timeout_s = body.timeout.total_seconds()
+        results = await asyncio.gather(
+            *(self._delete_topic(conn, name, topic_id, timeout_s) for name, topic_id in named)
+        )
+        return _response(request, responses=list(results))
+
+    async def _delete_topic(
+        self, conn: Connection, name: str | None, topic_id: Any, timeout_s: float
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "name": name,
+            "topic_id": topic_id,
+            "error_code": KafkaError.none,
+            "error_message": None,
+        }
+        if conn.principal != ADMIN:
+            return {**result, "error_code": KafkaError.topic_authorization_failed}
+        if name is None:
+            return {**result, "error_code": KafkaError.unknown_topic_id}
+        try:
+            reply = await self.forwarder.delete_topic(name)
+        except ControllerCallError as exc:
+            return {**result, "error_code": KafkaError.not_controller, "error_message": str(exc)}
+        code = int(reply.get("errorCode", 0))
+        if code != 0:
+            return {**result, "error_code": KafkaError(code), "error_message": reply.get("errorMessage")}
+        await _until(lambda: self.ctx.topic_id(name) is None, timeout_s)
+        return result
+
+    async def create_partitions(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        results = []
+        for topic in body.topics:
+            result: dict[str, Any] = {
+                "name": topic.name,
+                "error_code": KafkaError.none,
+                "error_message": None,
+            }
+            if conn.principal != ADMIN:
+                results.append({**result, "error_code": KafkaError.topic_authorization_failed})
+                continue
+            assignment = (
+                [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
+            )
+            try:
+                reply = await self.forwarder.create_partitions(
+                    topic.name,
+                    CreatePartitionsRequest(
+                        total_count=topic.count, assignment=assignment, validate_only=body.validate_only
+                    ),
+                )
+            except (ControllerCallError, ValueError) as exc:
+                code = (
+                    KafkaError.not_controller
+                    if isinstance(exc, ControllerCallError)
+                    else KafkaError.invalid_request
+                )
+                results.append({**result, "error_code": code, "error_message": str(exc)})
+                continue
+            if reply.error_code != 0:
+                results.append(
+                    {
+                        **result,
+                        "error_code": KafkaError(reply.error_code),
+                        "error_message": reply.error_message,
+                    }
+                )
+                continue
+            if not body.validate_only:
+                grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
+                await _until(grown, body.timeout.total_seconds())
+            results.append(result)
+        return _response(request, results=results)
+
+    def _has_partitions(self, name: str, count: int) -> bool:
+        topic_id = self.ctx.topic_id(name)
+        topic = self.ctx.state.image.topics.get(topic_id) if topic_id is not None else None
+        return topic is not None and len(topic.partitions) >= count
+
+    # -- configs -------------------------------------------------------------------------------
+
+    def _config_entries(
+        self, resource_type: int, name: str, keys: set[str] | None
+    ) -> tuple[KafkaError, list[dict[str, Any]]]:
+        defaults = {
+            d.name: getattr(self.ctx.state.config, d.broker_key.replace(".", "_"), d.default)
+            for d in topic_configs.DEFINITIONS
+        }
+        if resource_type == BROKER:
+            entries = [
+                {
+                    "name": d.broker_key,
+                    "value": str(defaults[d.name]),
+                    "read_only": True,
+                    "config_source": STATIC_BROKER_CONFIG,
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "config_type": _CONFIG_TYPES[d.type],
+                    "documentation": d.doc,
+                }
+                for d in topic_configs.DEFINITIONS
+                if keys is None or d.broker_key in keys
+            ]
+            return KafkaError.none, entries
+        if resource_type != TOPIC:
+            return KafkaError.invalid_request, []
+        topic_id = self.ctx.topic_id(name)
+        if topic_id is None:
+            return KafkaError.unknown_topic_or_partition, []
+        own = self.ctx.state.image.topics[topic_id].configs
+        entries = []
+        for definition in topic_configs.DEFINITIONS:
+            if keys is not None and definition.name not in keys:
+                continue
+            overridden = definition.name in own
+            entries.append(
+                {
+                    "name": definition.name,
+                    "value": own[definition.name] if overridden else str(defaults[definition.name]),
+                    "read_only": False,
+                    "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
+                    "is_default": not overridden,
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "config_type": _CONFIG_TYPES[definition.type],
+                    "documentation": definition.doc,
+                }
+            )
+        return KafkaError.none, entries
+
+    async def describe_configs(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        results = []
+        for resource in request.body.resources:
+            keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+            code, entries = self._config_entries(int(resource.resource_type), resource.resource_name, keys)
+            results.append(
+                {
+                    "error_code": code,
+                    "error_message": None,
+                    "resource_type": resource.resource_type,
+                    "resource_name": resource.resource_name,
+                    "configs": entries,
+                }
+            )
+        return _response(request, results=results)
+
+    async def incremental_alter_configs(
+        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
+    ) -> Any:
+        body = request.body
+        responses = []
+        for resource in body.resources:
+            result: dict[str, Any] = {
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "error_code": KafkaError.none,
+                "error_message": None,
+            }
+            if int(resource.resource_type) != TOPIC:
+                responses.append(
+                    {
+                        **result,
+                        "error_code": KafkaError.invalid_request,
+                        "error_message": "only topic configs can be changed",
+                    }
+                )
+                continue
+            if conn.principal != ADMIN:
+                responses.append({**result, "error_code": KafkaError.topic_authorization_failed})
+                continue
+            ops = [
+                AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
+                for c in resource.configs
+            ]
+            try:
+                reply = await self.forwarder.alter_topic_configs(
+                    resource.resource_name,
+                    AlterTopicConfigsRequest(configs=ops, validate_only=body.validate_only),
+                )
+            except (ControllerCallError, ValueError) as exc:
+                code = (
+                    KafkaError.not_controller
+                    if isinstance(exc, ControllerCallError)
+                    else KafkaError.invalid_config
+                )
+                responses.append({**result, "error_code": code, "error_message": str(exc)})
+                continue
+            if reply.error_code != 0:
+                responses.append(
+                    {
+                        **result,
+                        "error_code": KafkaError(reply.error_code),
+                        "error_message": reply.error_message,
+                    }
+                )
+                continue
+            responses.append(result)
+        return _response(request, responses=responses)
+
+    # -- users ---------------------------------------------------------------------------------
+
+    async def describe_user_scram_credentials(
+        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
+    ) -> Any:
+        if conn.principal != ADMIN:
+            return _response(
+                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, results=[]
+            )
+        users = None if request.body.users is None else [u.name for u in request.body.users]
+        try:
+            found = await self.forwarder.describe_scram_credentials(users)
+        except ControllerCallError as exc:
+            return _response(
+                request, error_code=KafkaError.not_controller, error_message=str(exc), results=[]
+            )
+        return _response(
+            request,
+            error_code=KafkaError.none,
+            error_message=None,
+            results=[
+                {
+                    "user": r.user,
+                    "error_code": KafkaError(r.error_code),
+                    "error_message": r.error_message,
+                    "credential_infos": [
+                        {"mechanism": c.mechanism, "iterations": c.iterations} for c in r.credential_infos
+                    ],
+                }
+                for r in found
+            ],
+        )
+
+    async def alter_user_scram_credentials(
+        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
+    ) -> Any:
+        body = request.body
+        users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+        if conn.principal != ADMIN:
+            return _response(
+                request,
+                results=[
+                    {"user": u, "error_code": KafkaError.cluster_authorization_failed, "error_message": None}
+                    for u in users
+                ],
+            )
+        try:
+            reply = await self.forwarder.alter_scram_credentials(
+                AlterScramCredentialsRequest(
+                    deletions=[
+                        ScramCredentialDeletion(name=d.name, mechanism=int(d.mechanism))
+                        for d in body.deletions
+                    ],
+                    upsertions=[
+                        ScramCredentialUpsertion(
+                            name=u.name,
+                            mechanism=int(u.mechanism),
+                            iterations=int(u.iterations),
+                            salt=bytes(u.salt),
+                            salted_password=bytes(u.salted_password),
+                        )
+                        for u in body.upsertions
+                    ],
+                )
+            )
+        except (ControllerCallError, ValueError) as exc:
+            code = (
+                KafkaError.not_controller
+                if isinstance(exc, ControllerCallError)
+                else KafkaError.unacceptable_credential
+            )
+            return _response(
+                request, results=[{"user": u, "error_code": code, "error_message": str(exc)} for u in users]
+            )
+        return _response(
+            request,
+            results=[
+                {"user": r.user, "error_code": KafkaError(r.error_code), "error_message": r.error_message}
+                for r in reply.results
+            ],
+        )
+
+    # -- producers -----------------------------------------------------------------------------
+
+    async def init_producer_id(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        if request.body.transactional_id is not None:
+            return _response(
+                request,
+                error_code=KafkaError.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        try:
+            producer_id = await self.producer_ids.next_id()
+        except ControllerCallError:
+            return _response(
+                request, error_code=KafkaError.coordinator_not_available, producer_id=-1, producer_epoch=-1
+            )
+        return _response(request, error_code=KafkaError.none, producer_id=producer_id, producer_epoch=0)

@@ -1,0 +1,136 @@
+"""What a broker asks the active controller for its Kafka clients: admin requests forwarded as
+Kafka forwards them (KIP-590) with the admin token, and blocks of producer ids with the cluster
+token. Clients never need the controller's address.
+
+Guarantees:
+* Every call follows the active controller (`jbod_client.controller.ControllerLink`, §3.8) and
+  raises the agent port's `ControllerCallError` when none answers in time: the handlers turn it
+  into a retriable Kafka error (a controller failover is a retry to clients).
+* Without an admin token the broker forwards nothing (`admin_enabled` is False): nobody can be
+  the `admin` principal then either.
+* `ProducerIds.next_id` hands out ids from the block the controller gave this broker (1000 at a
+  time, durable in the metadata log before they are handed out, so never reused), asking for the
+  next block when one runs out; concurrent callers share one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+from jbod_agent.ports import ControllerCallError
+from jbod_agent.state import AgentState
+from jbod_client.controller import ApiError, ClientError, ControllerLink
+from jbod_core.errors import ErrorCode
+from jbod_core.messages import (
+    AllocateProducerIdsRequest,
+    AlterScramCredentialsReply,
+    AlterScramCredentialsRequest,
+    AlterTopicConfigsReply,
+    AlterTopicConfigsRequest,
+    CreatePartitionsReply,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    DescribeScramCredentialsResult,
+)
+
+T = TypeVar("T")
+
+
+async def _answer(call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except ClientError as exc:
+        raise ControllerCallError(str(exc)) from exc
+
+
+async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """The controller's JSON reply, its HTTP error replies (a 404 for an unknown topic) included;
+    `ControllerCallError` when no active controller answered."""
+    try:
+        return await call
+    except ApiError as exc:
+        if exc.code == ErrorCode.NOT_CONTROLLER:
+            raise ControllerCallError(str(exc)) from exc
+        return {"errorCode": exc.code, "errorMessage": exc.message}
+    except ClientError as exc:
+        raise ControllerCallError(str(exc)) from exc
+
+
+class Forwarder:
+    """The admin calls of the Kafka APIs (the module's guarantees)."""
+
+    def __init__(self, urls: Sequence[str], *, admin_token: str | None, timeout: float) -> None:
+        self._link = (
+            ControllerLink(urls, token=admin_token, failover_timeout=timeout) if admin_token else None
+        )
+
+    @property
+    def admin_enabled(self) -> bool:
+        return self._link is not None
+
+    def _admin(self) -> ControllerLink:
+        if self._link is None:
+            raise ControllerCallError("this broker has no admin token: it forwards no admin request")
+        return self._link
+
+    async def create_topic(self, request: CreateTopicRequest) -> dict[str, Any]:
+        return await _reply(self._admin().create_topic(request))
+
+    async def delete_topic(self, name: str) -> dict[str, Any]:
+        return await _reply(self._admin().delete_topic(name))
+
+    async def alter_topic_configs(
+        self, name: str, request: AlterTopicConfigsRequest
+    ) -> AlterTopicConfigsReply:
+        return await _answer(self._admin().alter_topic_configs(name, request))
+
+    async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
+        return await _answer(self._admin().create_partitions(name, request))
+
+    async def alter_scram_credentials(
+        self, request: AlterScramCredentialsRequest
+    ) -> AlterScramCredentialsReply:
+        return await _answer(self._admin().alter_scram_credentials(request))
+
+    async def describe_scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> list[DescribeScramCredentialsResult]:
+        return await _answer(self._admin().describe_scram_credentials(users))
+
+    async def aclose(self) -> None:
+        if self._link is not None:
+            await self._link.aclose()
+
+
+class ProducerIds:
+    """Producer ids for InitProducerId, from blocks the controller allocates to this broker."""
+
+    def __init__(self, state: AgentState, link: ControllerLink) -> None:
+        self._state = state
+        self._link = link
+        self._next = 0
+        self._end = 0
+        self._lock = asyncio.Lock()
+
+    async def next_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                await self._new_block()
+            produced = self._next
+            self._next += 1
+            return produced
+
+    async def _new_block(self) -> None:
+        request = AllocateProducerIdsRequest(broker_id=self._state.node_id, broker_epoch=self._state.epoch)
+        reply = await _answer(self._link.allocate_producer_ids(request))
+        if reply.error_code != ErrorCode.NONE or reply.producer_id_len <= 0:
+            raise ControllerCallError(
+                f"the controller allocated no producer ids: errorCode {reply.error_code} {reply.error_message or ''}"
+            )
+        self._next = reply.producer_id_start
+        self._end = reply.producer_id_start + reply.producer_id_len
+
+    async def aclose(self) -> None:
+        await self._link.aclose()

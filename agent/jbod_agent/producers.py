@@ -1,0 +1,78 @@
+"""The idempotent producers of a partition led here: Kafka's producer state (`jbod_core.producer_state`)
+rebuilt from the log and its snapshot, kept current by the leader's appends, saved now and then.
+
+Guarantees:
+* `load(log)` is the producer state of the whole log: the newest snapshot, when it still
+  describes a prefix of this log (the batch just before its offset has the CRC it recorded: a
+  follower that truncated and re-fetched since has other batches there), then every batch after
+  it replayed in order; without a usable snapshot, every batch from the log start. A damaged
+  snapshot is ignored (logged), never trusted.
+* `save(log, state)` writes the snapshot of `state` at the log's end offset, atomically (temp
+  file and rename; it is derived data, made durable with the log's next flush). A snapshot at
+  an end offset of 0 is not written.
+* The state is only ever changed by `jbod_core.producer_state.record` on the leader's append path
+  (`ReplicaManager.produce_batch`), between its check and its append with no await in between:
+  two produce requests of one producer cannot both pass the same check.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+from typing import Final
+
+from jbod_agent.partition_log import PartitionLog
+from jbod_core import producer_state
+from jbod_core.producer_state import ProducerState
+from jbod_runtime import durable_files
+
+log = logging.getLogger("jbod_agent.producers")
+
+SNAPSHOT_FILE: Final = "producer-state.snapshot"
+_HEADER: Final = struct.Struct(">4sHqIq")  # magic, version, end offset, last batch CRC, its base offset
+_MAGIC: Final = b"JPSS"
+_VERSION: Final = 1
+
+
+def _path(log_: PartitionLog) -> Path:
+    return log_.path / SNAPSHOT_FILE
+
+
+def _read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
+    """(end offset, state) of the replica's snapshot, if it is whole and still fits the log."""
+    try:
+        data = _path(log_).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        if len(data) < _HEADER.size:
+            raise ValueError("shorter than its header")
+        magic, version, end, crc, base = _HEADER.unpack_from(data)
+        if magic != _MAGIC or version != _VERSION:
+            raise ValueError(f"not a version {_VERSION} producer snapshot")
+        state = producer_state.decode_snapshot(data[_HEADER.size :])
+    except ValueError as exc:
+        log.warning("Ignored the producer snapshot of %s: %s", log_.path.name, exc)
+        return None
+    before = log_.batch_before(end)
+    if before is None or before.crc != crc or before.base_offset != base or before.next_offset != end:
+        return None  # the log changed under it (truncated, or retention passed it)
+    return end, state
+
+
+def load(log_: PartitionLog) -> ProducerState:
+    """The producer state of `log_` (the module's guarantee)."""
+    snapshot = _read_snapshot(log_)
+    start, state = snapshot if snapshot is not None else (log_.log_start_offset, producer_state.EMPTY)
+    return producer_state.from_batches(log_.batch_headers(start), start=state)
+
+
+def save(log_: PartitionLog, state: ProducerState) -> None:
+    """Write the snapshot of `state` at `log_`'s end offset (the module's guarantee)."""
+    end = log_.end_offset
+    before = log_.batch_before(end)
+    if before is None:
+        return
+    header = _HEADER.pack(_MAGIC, _VERSION, end, before.crc, before.base_offset)
+    durable_files.replace_atomically(_path(log_), header + producer_state.encode_snapshot(state))
