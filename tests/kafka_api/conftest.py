@@ -4,7 +4,7 @@ client configurations for librdkafka (confluent-kafka) as a user writes them."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,17 @@ class KafkaCluster:
 
 
 def start_kafka_cluster(
-    stack: contextlib.ExitStack, base: Path, *, brokers: int = 3, loop: bool = False, **settings: str
+    stack: contextlib.ExitStack,
+    base: Path,
+    *,
+    brokers: int = 3,
+    loop: bool = False,
+    controller_args: Sequence[str] = (),
+    **settings: str,
 ) -> KafkaCluster:
-    cluster = start_cluster(stack, base)
+    """`brokers` brokers with two log dirs each (loop-mounted ext4 volumes with `loop`, root), the
+    controller started with `controller_args`; `settings` are broker properties, `_` for `.`."""
+    cluster = start_cluster(stack, base, controller_args=controller_args)
     for node_id in range(1, brokers + 1):
         cluster.add_broker(
             node_id,
