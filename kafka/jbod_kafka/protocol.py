@@ -60,7 +60,8 @@ def _api(key: int, name: str, low: int, high: int, *, advertised_min: int | None
     return Api(key, name, low, high, low if advertised_min is None else advertised_min)
 
 
-#: What a broker answers: Kafka 4's floors, kio 0.6.5's maxima (Kafka 4.x clients' versions).
+#: What a broker answers: Kafka 4's floors, and Kafka 4.3.1's maxima (checked against it by
+#: tests/kafka_tools/test_api_versions.py).
 APIS: Final[dict[int, Api]] = {
     api.key: api
     for api in (
@@ -72,7 +73,7 @@ APIS: Final[dict[int, Api]] = {
         _api(18, "api_versions", 0, 4),
         _api(19, "create_topics", 2, 7),
         _api(20, "delete_topics", 1, 6),
-        _api(22, "init_producer_id", 0, 6),
+        _api(22, "init_producer_id", 0, 5),  # v6 (KIP-939 two-phase commit): not in Kafka 4.3.1
         _api(23, "offset_for_leader_epoch", 2, 4),
         _api(32, "describe_configs", 1, 4),
         _api(34, "alter_replica_log_dirs", 1, 2),
@@ -80,6 +81,7 @@ APIS: Final[dict[int, Api]] = {
         _api(36, "sasl_authenticate", 0, 2),
         _api(37, "create_partitions", 0, 3),
         _api(44, "incremental_alter_configs", 0, 1),
+        _api(48, "describe_client_quotas", 0, 1),
         _api(50, "describe_user_scram_credentials", 0, 0),
         _api(51, "alter_user_scram_credentials", 0, 0),
         _api(60, "describe_cluster", 0, 2),

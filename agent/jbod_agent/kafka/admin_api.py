@@ -17,6 +17,7 @@ Guarantees:
 * DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
   value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
   defaults as this broker has them (STATIC_BROKER_CONFIG).
+* DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
   (transactions are not supported).
@@ -93,6 +94,7 @@ class AdminApis:
             32: self.describe_configs,
             37: self.create_partitions,
             44: self.incremental_alter_configs,
+            48: self.describe_client_quotas,
             50: self.describe_user_scram_credentials,
             51: self.alter_user_scram_credentials,
         }
@@ -397,6 +399,13 @@ class AdminApis:
                 continue
             responses.append(result)
         return _response(request, responses=responses)
+
+    async def describe_client_quotas(
+        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
+    ) -> Any:
+        """No client quotas are configured on these brokers: every filter matches nothing
+        (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
+        return _response(request, error_code=KafkaError.none, error_message=None, entries=[])
 
     # -- users ---------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ the broker's own dirs and its intra-broker mover.
 
 Guarantees:
 * DescribeLogDirs lists every log dir of this broker by path, with total and usable bytes (v4+),
+  each replica's size being its log segments' bytes (as Kafka's; no index or checkpoint),
   each replica once in the dir it lives in, and a move's future replica in its destination with
   `is_future_key` and its lag behind the current replica; an offline dir answers
   KAFKA_STORAGE_ERROR with no topics. A request naming topics gets only those.
@@ -15,11 +16,11 @@ Guarantees:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent import replicas
 from jbod_agent.kafka.context import ADMIN, BrokerContext
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.placement import DirHealth
@@ -35,6 +36,15 @@ _MOVE_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: KafkaError.replica_not_available,
     ErrorCode.REPLICA_NOT_AVAILABLE: KafkaError.replica_not_available,
 }
+
+
+def _segment_bytes(path: Path) -> int:
+    """The bytes of a replica's log segments (not its indexes, checkpoint or snapshot), as Kafka
+    reports a partition's size; 0 when the dir cannot be read."""
+    try:
+        return sum(entry.stat().st_size for entry in path.iterdir() if entry.name.endswith(".log"))
+    except OSError:
+        return 0
 
 
 def _wanted_topics(request: protocol.Request) -> dict[str, set[int]] | None:
@@ -63,10 +73,11 @@ def _dir_entry(ctx: BrokerContext, directory: Uuid, wanted: dict[str, set[int]] 
             wanted is not None and key[1] not in wanted.get(local.topic, ())
         ):
             continue
+        hosted = ctx.manager.partitions.get(key)
         by_topic.setdefault(local.topic, []).append(
             {
                 "partition_index": key[1],
-                "partition_size": replicas.size_bytes(local.path),
+                "partition_size": hosted.log.size_bytes if hosted is not None else _segment_bytes(local.path),
                 "offset_lag": 0,
                 "is_future_key": False,
             }
@@ -82,7 +93,9 @@ def _dir_entry(ctx: BrokerContext, directory: Uuid, wanted: dict[str, set[int]] 
         by_topic.setdefault(move.topic, []).append(
             {
                 "partition_index": move.key[1],
-                "partition_size": replicas.size_bytes(move.future_path),
+                "partition_size": move.future_log.size_bytes
+                if move.future_log is not None
+                else _segment_bytes(move.future_path),
                 "offset_lag": lag,
                 "is_future_key": True,
             }
