@@ -12,6 +12,8 @@ The `agent_*` benchmarks run real `jbod-agent` processes; `agent_detection` need
 loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can. The data-plane
 benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and producers;
 `failover` needs root (loop volumes), `replica_move` writes 4 x 1 GiB to the temp dir's disk.
+`kafka_vs_http` runs the same 3 agents with Kafka listeners and compares librdkafka (confluent-kafka)
+against the HTTP clients, produce and fetch, at three batch sizes.
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -38,6 +40,7 @@ BENCHMARKS = (
     "produce_throughput",
     "failover",
     "replica_move",
+    "kafka_vs_http",
     "pipeline_scale",
 )
 
