@@ -4,7 +4,8 @@ Guarantees:
 * One state owner: `AgentState`, touched only on the event loop. Collaborators get the state and
   narrow ports (`jbod_agent.ports`), never this class: `DirMonitor` (probes, a dir goes offline),
   `MetadataFollower` (the metadata log into the image), `Reconciler` (replicas on disk match the
-  image, placements), `ReplicaManager` / `Fetchers` / `Mover` (the data plane), telemetry.
+  image, placements), the data plane (`ReplicaManager` with its parts `Produce`, `ClientFetch`,
+  `ReplicaFetchServer`, `IsrUpkeep` and `LogUpkeep`; `Fetchers`; `Mover`), telemetry.
 * The control loop wakes when something happens (a dir fails, a metadata page lands, a reply
   arrives, a placement is queued) or at the deadline the last plan named; it builds a `Snapshot`,
   asks the pure `decide` for a `Plan`, and carries out its actions: register, mark ready to be
@@ -13,7 +14,7 @@ Guarantees:
   controller cannot delay the failure-timeout shutdown.
 * The clock and the disk prober are injected (`SystemClock` and `probe_log_dir` by default), so
   the whole runtime runs in-process under a fake clock with fake disks
-  (`tests/agent/runtime_support.py`).
+  (`tests/agent/runtime_support.py`); every collaborator that needs time gets this clock.
 * On a signal, a controlled shutdown (heartbeats with wantShutDown until the controller says
   shouldShutDown, bounded); then tasks stop, dirty logs are flushed, and `run` returns the exit code
   `decide` chose.
@@ -29,16 +30,21 @@ from typing import Any
 
 from jbod_agent import telemetry
 from jbod_agent.assignment_queue import AssignmentQueue, PlacementOutbox
+from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.config import BrokerConfig
 from jbod_agent.controller_port import LinkedController
 from jbod_agent.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
 from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
 from jbod_agent.fetcher import Fetchers
+from jbod_agent.isr_upkeep import IsrUpkeep
 from jbod_agent.lifecycle import LifecycleCalls
+from jbod_agent.log_upkeep import LogUpkeep
 from jbod_agent.metadata_follower import MetadataFollower
 from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock, ControllerCalls, SystemClock
+from jbod_agent.produce import Produce
 from jbod_agent.reconciler import Reconciler
+from jbod_agent.replica_fetch import ReplicaFetchServer
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState, LogDirState
 from jbod_agent.storage import LoadedStorage
@@ -89,9 +95,20 @@ class Agent:
         self.queue = AssignmentQueue()
         self.placements = PlacementOutbox(self.queue, self.clock.monotonic, self.wakeup.set)
         self.monitor = DirMonitor(self.state, self.clock, prober)
-        self.manager = ReplicaManager(self.state, failures=self.monitor, link=self.link)
+        self.manager = ReplicaManager(self.state, failures=self.monitor, clock=self.clock)
+        self.produce = Produce(self.manager, clock=self.clock)
+        self.client_fetch = ClientFetch(self.manager, clock=self.clock)
+        self.isr_upkeep = IsrUpkeep(self.manager, link=self.link, clock=self.clock)
+        self.replica_fetch = ReplicaFetchServer(
+            self.manager, clock=self.clock, on_isr_expandable=self.isr_upkeep.check_now
+        )
+        self.log_upkeep = LogUpkeep(self.manager, clock=self.clock)
         self.mover = Mover(
-            self.state, manager=self.manager, placements=self.placements, failures=self.monitor
+            self.state,
+            manager=self.manager,
+            placements=self.placements,
+            failures=self.monitor,
+            clock=self.clock,
         )
         self.reconciler = Reconciler(
             self.state,
@@ -133,11 +150,15 @@ class Agent:
         self._spawn(self.follower.follow_forever(), "metadata")
         self._spawn(self.reconciler.creations_forever(), "creations")
         self.fetchers = Fetchers(
-            state, self.manager, self.token, on_source_truncated=self.mover.source_truncated
+            state,
+            self.manager,
+            self.token,
+            clock=self.clock,
+            on_source_truncated=self.mover.source_truncated,
         )
-        self._spawn(self.manager.isr_forever(), "isr")
-        self._spawn(self.manager.flush_forever(), "flush")
-        self._spawn(self.manager.retention_forever(), "retention")
+        self._spawn(self.isr_upkeep.run_forever(), "isr")
+        self._spawn(self.log_upkeep.flush_forever(), "flush")
+        self._spawn(self.log_upkeep.retention_forever(), "retention")
         await state.stopping.wait()
         for call in (self._lifecycle_call, self._placement_call):
             if call is not None:
@@ -148,7 +169,7 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.fetchers.close()
-        await asyncio.to_thread(self._flush_all)
+        await asyncio.to_thread(self.log_upkeep.flush_dirty)
         await self.follower.save_cache()
         self.manager.close()
         await self.link.aclose()
@@ -172,15 +193,6 @@ class Agent:
             self.exit_code = code
             self.state.stopping.set()
             self.wakeup.set()
-
-    def _flush_all(self) -> None:
-        for hosted in list(self.manager.partitions.values()):
-            if not hosted.dirty:
-                continue
-            try:
-                hosted.log.flush()
-            except (OSError, ValueError) as exc:
-                log.warning("Could not flush %s at shutdown: %s", hosted.name, exc)
 
     def _dir_failed(self, directory: Uuid) -> None:
         for key, local in self.state.offline_local.items():

@@ -16,6 +16,8 @@ Guarantees:
   scanning every partition; a full request (after a start, a failed request, or the leader's
   70 / 71) does scan them. A partition answered with an error leaves the session and is added
   back after 0.2 s. A leader without sessions gets sessionless full requests, as before.
+* Time is the injected clock's: the retry delays, the backoff after a failed request and the
+  spacing of its warnings. Only the HTTP client's own timeout is real time.
 * The wire format of `POST /v1/replica/fetch` replies: `u32 length | JSON header | frames`; each
   header partition entry (named by `topicId` and `partition`) says how many bytes of frames
   follow for it (`size`), in order.
@@ -24,10 +26,8 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 
 from jbod_agent import divergence
+from jbod_agent.ports import Clock
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.state import AgentState
 from jbod_core import fetch_session, replication
@@ -90,9 +91,11 @@ class Fetchers:
         manager: ReplicaManager,
         token: str,
         *,
+        clock: Clock,
         on_source_truncated: Callable[[PartitionKey, int], None],
     ) -> None:
         self.broker = broker
+        self.clock = clock
         self.on_source_truncated = on_source_truncated
         self.manager = manager
         self.token = token
@@ -150,7 +153,7 @@ class Fetchers:
         return fetch_session.FetchPosition(log_.end_offset, log_.latest_epoch, hosted.leader_epoch)
 
     def _plan(self, leader: int, state: _LeaderLoop) -> fetch_session.FetchPlan[PartitionKey]:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for key, at in list(state.retry.items()):
             if at <= now:
                 del state.retry[key]
@@ -193,8 +196,7 @@ class Fetchers:
                 plan = self._plan(leader, state) if url is not None else None
                 if plan is None or (plan.empty and state.session.idle):
                     state.wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(state.wake.wait(), RETRY_AFTER_ERROR_S)
+                    await self.clock.wait(state.wake, RETRY_AFTER_ERROR_S)
                     if not self._follows(leader):
                         del self.loops[leader]
                         del self.state[leader]
@@ -229,11 +231,11 @@ class Fetchers:
                     header, payload = decode_reply(content)
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     state.session.on_failure()
-                    now = time.monotonic()
+                    now = self.clock.monotonic()
                     if now - last_warning > 10:
                         log.warning("Fetching from broker %d failed: %s", leader, exc)
                         last_warning = now
-                    await asyncio.sleep(backoff)
+                    await self.clock.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
                     continue
                 backoff = 0.05
@@ -291,7 +293,7 @@ class Fetchers:
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(hosted, offset, entry)
                 else:
-                    hosted.fetch_retry_at = time.monotonic() + RETRY_AFTER_ERROR_S
+                    hosted.fetch_retry_at = self.clock.monotonic() + RETRY_AFTER_ERROR_S
                     state.retry[key] = hosted.fetch_retry_at
             except OSError as exc:
                 self.manager.storage_error(hosted, exc, "replicating")

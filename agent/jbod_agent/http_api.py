@@ -140,8 +140,8 @@ class _AgentCollector(Collector):
         yield per_dir
         yield full
         yield usable
-        manager = agent.manager
-        sessions = manager.fetch_sessions.sessions
+        replica_fetch = agent.replica_fetch
+        sessions = replica_fetch.sessions.sessions
         yield GaugeMetricFamily(
             "jbod_replica_fetch_sessions",
             "Incremental fetch sessions this broker holds for its followers",
@@ -157,7 +157,7 @@ class _AgentCollector(Collector):
             "Follower fetches served, by kind (rejected: unknown session or wrong epoch)",
             labels=["kind"],
         )
-        for kind, count in manager.replica_fetches.items():
+        for kind, count in replica_fetch.requests.items():
             requests.add_metric([kind], count)
         yield requests
         listed = CounterMetricFamily(
@@ -165,7 +165,7 @@ class _AgentCollector(Collector):
             "Partitions listed in the follower fetches served, by kind",
             labels=["kind"],
         )
-        for kind, count in manager.replica_fetch_partitions.items():
+        for kind, count in replica_fetch.request_partitions.items():
             listed.add_metric([kind], count)
         yield listed
 
@@ -321,7 +321,7 @@ class AgentApi:
                     "baseOffset": -1,
                 }
             )
-        return _json(await self.agent.manager.produce(produce))
+        return _json(await self.agent.produce.append_records(produce))
 
     async def fetch(self, request: web.Request) -> web.Response:
         topic = request.query.get("topic")
@@ -331,12 +331,12 @@ class AgentApi:
         offset = _query_int(request, "offset", default=None, low=0, high=INT64_MAX)
         max_bytes = _query_int(request, "maxBytes", default=1024 * 1024, low=1, high=INT32_MAX)
         max_wait_ms = _query_int(request, "maxWaitMs", default=0, low=0, high=60_000)
-        reply = await self.agent.manager.fetch(topic, partition, offset, max_bytes, max_wait_ms)
+        reply = await self.agent.client_fetch.fetch(topic, partition, offset, max_bytes, max_wait_ms)
         return _json(reply)
 
     async def replica_fetch(self, request: web.Request) -> web.Response:
         fetch = await self._parse(request, ReplicaFetchRequest, limit=self.config.socket_request_max_bytes)
-        header, payload = await self.agent.manager.serve_replica_fetch(fetch)
+        header, payload = await self.agent.replica_fetch.serve(fetch)
         return web.Response(body=encode_reply(header, payload), content_type="application/octet-stream")
 
     async def move(self, request: web.Request) -> web.Response:

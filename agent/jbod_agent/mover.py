@@ -17,6 +17,8 @@ Guarantees:
 * A move that is cancelled (a new move of the same replica, a move back to its current dir, the
   topic deleted) or whose destination fails is reverted: the future replica is dropped and, if the
   destination had been reported, the original dir is reported again.
+* The throttle, the polls while waiting for the controller and the reported durations run on the
+  injected clock.
 * At startup, leftovers of interrupted moves are settled: a `-delete` replica is deleted; a future
   replica whose current replica is missing (crash between the two renames) is promoted; any other
   future replica is deleted.
@@ -32,16 +34,15 @@ import logging
 import os
 import re
 import shutil
-import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jbod_agent import replicas
 from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
-from jbod_agent.ports import DirFailures, PlacementSink
+from jbod_agent.ports import Clock, DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState, LocalReplica, LogDirState
 from jbod_core.broker_messages import MoveReplicaRequest
@@ -75,7 +76,7 @@ class Move:
     state: MoveState = MoveState.COPYING
     future_log: PartitionLog | None = None
     copied_bytes: int = 0
-    started: float = field(default_factory=time.monotonic)
+    started: float = 0.0  # the mover's clock (monotonic seconds)
     task: asyncio.Task[None] | None = None
     reported: bool = False
     truncated_to: int | None = None  # the current replica was truncated (a follower diverged)
@@ -134,11 +135,13 @@ class Mover:
         manager: ReplicaManager,
         placements: PlacementSink,
         failures: DirFailures,
+        clock: Clock,
     ) -> None:
         self.state = state
         self.manager = manager
         self.placements = placements
         self.failures = failures
+        self.clock = clock
         self.moves: dict[PartitionKey, Move] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -213,6 +216,7 @@ class Mover:
             destination=destination,
             future_path=state.path / f"{name}.{uuid.uuid4().hex}-future",
             rate=rate,
+            started=self.clock.monotonic(),
         )
         self.moves[key] = move
         move.task = asyncio.create_task(self._run(move), name=f"move-{name}")
@@ -283,7 +287,7 @@ class Mover:
                     await asyncio.to_thread(_follow_truncation, move, source)
                     continue
                 if future.end_offset < source.end_offset:
-                    await _copy_chunk(move, source, future)
+                    await _copy_chunk(move, source, future, self.clock)
                     continue
                 if move.state is MoveState.COPYING:
                     move.state = MoveState.QUEUED
@@ -299,7 +303,7 @@ class Mover:
                         self._promote(move)
                         return
                     continue
-                await asyncio.sleep(0.05)
+                await self.clock.sleep(0.05)
         except asyncio.CancelledError:
             raise
         except OSError as exc:
@@ -369,7 +373,7 @@ class Mover:
             name,
             move.destination,
             move.copied_bytes,
-            time.monotonic() - move.started,
+            self.clock.monotonic() - move.started,
         )
 
 
@@ -384,17 +388,17 @@ def _follow_truncation(move: Move, source: PartitionLog) -> None:
         future.truncate_to(offset)
 
 
-async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog) -> None:
+async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog, clock: Clock) -> None:
     """Copy the next chunk of the current replica into the future one, keeping to the move's rate."""
     chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
     data = source.read(future.end_offset, chunk)
-    started = time.monotonic()
+    started = clock.monotonic()
     await asyncio.to_thread(future.append_replicated, data)
     move.copied_bytes += len(data)
     if move.rate > 0:
-        pause = len(data) / move.rate - (time.monotonic() - started)
+        pause = len(data) / move.rate - (clock.monotonic() - started)
         if pause > 0:
-            await asyncio.sleep(pause)
+            await clock.sleep(pause)
 
 
 class _MoveRefusedError(Exception):

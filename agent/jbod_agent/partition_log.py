@@ -1,43 +1,36 @@
-"""The on-disk log of one replica: segments of record batches, sparse offset indexes, epoch cache.
+"""The on-disk log of one replica: appends, reads, truncation, retention and flush bookkeeping.
+
+`PartitionLog` orchestrates the replica dir `<logdir>/<topic>-<partition>/` (its
+`partition.metadata` is left alone): the segment files and their sparse offset indexes
+(`log_segments`: their format and recovery) and the leader-epoch cache with its checkpoint
+(`epoch_cache`: its rules and its repair). Offsets are contiguous across segments; a replica dir
+without segments is an empty log starting at 0.
 
 Durability stance: appends go to the page cache (one `os.write` per segment touched); `flush`
 fsyncs (the broker calls it periodically and on segment roll). Acknowledged data survives a
 process kill -9 because it is in the page cache, and survives the loss of one disk because
 acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what was not flushed;
-recovery then cuts the torn tail.
-
-Files in the replica dir `<logdir>/<topic>-<partition>/` (its `partition.metadata` is left alone):
-* `{base_offset:020d}.log`: concatenated Kafka RecordBatch v2 batches (`jbod_kafka.record_batch`),
-  offsets contiguous within and across segments (a segment in jbod's legacy frames is refused:
-  `log_format`);
-* `{base_offset:020d}.index`: sparse entries (relative offset u32, byte position u32), big-endian,
-  one for the first frame of the segment and then one each time `index_interval_bytes` or more
-  were appended since the last entry; derived data, checked and rebuilt on open when needed;
-* `leader-epoch-checkpoint`: Kafka's text format (`0`, the count, then `epoch start_offset`
-  lines), replaced atomically (temp file, rename) whenever it changes, without an fsync on the
-  request path (a leader change of 20,000 partitions would otherwise cost 40,000 fsyncs); `flush`
-  fsyncs it and the dir with the data. It is derived data: the batches carry their epochs.
+recovery then cuts the torn tail. The epoch checkpoint is replaced without an fsync when it
+changes; `flush` fsyncs it and the dir with the data.
 
 Guarantees:
-* Recovery on open keeps every whole, valid frame of the last segment up to the first damage and
-  cuts the rest (logged at WARNING with the bytes dropped); damage in any older segment, a frame
-  with an unexpected offset, or a gap between segments raises `CorruptBatchError` naming the file:
-  data in the middle of a log is never dropped silently.
-* A replica dir without segments is an empty log starting at 0; opening it creates no file and
-  keeps no fd. At most the active segment's log and index fds are open for writing; read fds are
-  cached for at most `MAX_READ_FDS` segments.
+* `open` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is cut,
+  damage anywhere else raises `CorruptBatchError` naming the file) and raises `CorruptBatchError`
+  for a gap between segments: data in the middle of a log is never dropped silently. It then
+  loads the epoch cache (`epoch_cache.LeaderEpochCache.load`, rebuilt from the batches when the
+  checkpoint is damaged or stale) and trims it to [log start, end offset]: the cache names only
+  epochs of offsets the log holds, after recovery and after every truncation and retention.
+* A replica dir without segments opens without creating a file or keeping a fd. At most the active
+  segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
+  segments.
 * `append_replicated` and the append methods validate everything before writing anything: a gap,
   an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged.
-* The epoch cache holds strictly increasing epochs with strictly increasing start offsets, all
-  below the end offset after recovery and truncation, and answers OffsetsForLeaderEpoch exactly
-  as Kafka's `LeaderEpochFileCache.endOffsetFor` does. After a crash the checkpoint may be torn,
-  empty, or older than the batches that survived (its rename not yet durable): `open` rebuilds
-  the history from the batches when the checkpoint cannot be parsed or names no epoch as recent
-  as the last batch's, and trims epochs beyond the recovered end.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
   failed write the segment is cut back to what was acknowledged before the next append. An
   OSError from writing an index entry is raised after its batch was appended (the index file is
   rewritten from memory before its next write, and checked on open anyway).
+* `append_as_leader` stamps the batch with the caller's `timestamp_ms` (the broker passes its
+  clock's); only a caller that gives none (tools, tests) gets the wall clock.
 * Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
   it opens its own fds by path (fsync works per file on Linux) and only updates counters.
 """
@@ -45,215 +38,36 @@ Guarantees:
 from __future__ import annotations
 
 import bisect
-import logging
-import operator
 import os
 import re
-import struct
-import sys
 import time
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from jbod_agent import epoch_cache, log_segments
+from jbod_agent.log_segments import MAX_SEGMENT_BYTES, Segment
 from jbod_kafka import record_batch
-from jbod_kafka.record_batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptBatchError
-from jbod_runtime import durable_files
+from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
 
-log = logging.getLogger("jbod_agent.partition_log")
-
-EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
 MAX_READ_FDS: Final = 8  # read fds cached per log
-MAX_SEGMENT_BYTES: Final = (1 << 31) - 1  # positions must fit the index's u32
 
-_LOG_NAME: Final = re.compile(r"(\d{20})\.log")
-_INDEX_NAME: Final = re.compile(r"(\d{20})\.index")
-_TEMP_NAME: Final = re.compile(r"(?:\d{20}\.(?:log|index)|leader-epoch-checkpoint)\.tmp")
-_INDEX_ENTRY: Final = struct.Struct(">II")
-_MAX_RELATIVE_OFFSET: Final = 0xFFFFFFFF
-_RECOVERY_CHUNK: Final = 1 << 20  # bytes read at a time when scanning a whole segment
-_WALK_CHUNK: Final = 16 << 10  # bytes read at a time when walking headers from an index entry
-_NO_TIMESTAMP: Final = -(1 << 63)
-_OPEN_READ: Final = os.O_RDONLY | os.O_CLOEXEC
-_OPEN_APPEND: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-if array("I").itemsize != 4:  # pragma: no cover - every platform we run on
-    raise ImportError("array typecode 'I' is not 4 bytes here")
+_TEMP_NAME: Final = re.compile(
+    r"(?:\d{20}\.(?:log|index)|" + re.escape(epoch_cache.EPOCH_CHECKPOINT) + r")\.tmp"
+)
 
 
 class OffsetOutOfRangeError(ValueError):
     """An offset outside [log_start_offset, end_offset]."""
 
 
-class CorruptCheckpointError(ValueError):
-    """A `leader-epoch-checkpoint` that cannot be parsed or is not monotonic."""
-
-
-class _Segment:
-    """In-memory state of one segment; `size` and `next_offset` count only acknowledged frames."""
-
-    __slots__ = (
-        "base_offset",
-        "bytes_since_index",
-        "index_file_ok",
-        "index_offsets",
-        "index_path",
-        "index_positions",
-        "log_path",
-        "max_timestamp_ms",
-        "next_offset",
-        "size",
-    )
-
-    def __init__(self, directory: Path, base_offset: int) -> None:
-        self.base_offset = base_offset
-        self.next_offset = base_offset
-        self.size = 0
-        self.max_timestamp_ms: int | None = _NO_TIMESTAMP  # None: not known yet (computed on demand)
-        self.index_offsets: array[int] = array("I")
-        self.index_positions: array[int] = array("I")
-        self.bytes_since_index = 0
-        self.index_file_ok = True  # False after a failed index write: rewritten before the next one
-        self.log_path = directory / f"{base_offset:020d}.log"
-        self.index_path = directory / f"{base_offset:020d}.index"
-
-    def set_index(self, headers: Sequence[BatchHeader], interval: int) -> None:
-        offsets: array[int] = array("I")
-        positions: array[int] = array("I")
-        since = 0
-        for header in headers:
-            if not offsets or since >= interval:
-                offsets.append(header.base_offset - self.base_offset)
-                positions.append(header.position)
-                since = 0
-            since += header.size
-        self.index_offsets, self.index_positions, self.bytes_since_index = offsets, positions, since
-
-    def index_bytes(self) -> bytes:
-        return _index_bytes(self.index_offsets, self.index_positions)
-
-
-def _index_bytes(offsets: array[int], positions: array[int]) -> bytes:
-    entries: array[int] = array("I", bytes(8 * len(offsets)))
-    entries[0::2] = offsets
-    entries[1::2] = positions
-    if sys.byteorder == "little":
-        entries.byteswap()
-    return entries.tobytes()
-
-
-def _parse_index(data: bytes, log_size: int) -> tuple[array[int], array[int]] | None:
-    """The entries of an index file, or None when they are not plausible for a log of `log_size`."""
-    if not data or len(data) % 8:
-        return None
-    entries: array[int] = array("I")
-    entries.frombytes(data)
-    if sys.byteorder == "little":
-        entries.byteswap()
-    offsets, positions = entries[0::2], entries[1::2]
-    if offsets[0] != 0 or positions[0] != 0 or positions[-1] >= log_size:
-        return None
-    if not all(map(operator.lt, offsets, offsets[1:])) or not all(map(operator.lt, positions, positions[1:])):
-        return None
-    return offsets, positions
-
-
-def _scan_file(
-    fd: int, start: int, end: int, *, verify_crc: bool
-) -> tuple[list[BatchHeader], int, CorruptBatchError | None]:
-    """`record_batch.scan_frames` over the file bytes [start, end), read in chunks: the frames up to
-    the first damage (absolute positions), the file position where the valid part ends, and the
-    error there (None when all is valid). Reads never go past `end`."""
-    headers: list[BatchHeader] = []
-    pos = start
-    want = _RECOVERY_CHUNK
-    while pos < end:
-        chunk = os.pread(fd, min(want, end - pos), pos)
-        if not chunk:
-            return headers, pos, CorruptBatchError(f"File ends at byte {pos}", position=pos, incomplete=True)
-        found, valid, error = record_batch.scan_frames(chunk, verify_crc=verify_crc, position_base=pos)
-        headers.extend(found)
-        if error is None:
-            pos += valid
-            want = _RECOVERY_CHUNK
-            continue
-        if not error.incomplete or pos + len(chunk) >= end:
-            return headers, pos + valid, error
-        # The frame at `valid` continues after this chunk: read again from its start, whole.
-        needed = HEADER_SIZE
-        if len(chunk) - valid >= LOG_OVERHEAD:
-            batch_length = int.from_bytes(chunk[valid + 8 : valid + LOG_OVERHEAD], "big", signed=True)
-            needed = max(needed, batch_length + LOG_OVERHEAD)
-        pos += valid
-        if pos + needed > end:
-            return headers, pos, error  # torn: the file ends inside this frame
-        want = max(_RECOVERY_CHUNK, needed)
-    return headers, pos, None
-
-
-def _walk_headers(fd: int, start: int, end: int, chunk_size: int = _WALK_CHUNK) -> Iterator[BatchHeader]:
-    """Headers of the frames in the file bytes [start, end) (already verified data: no crc)."""
-    buffer = b""
-    buffer_pos = start
-    pos = start
-    while pos < end:
-        local = pos - buffer_pos
-        if local + HEADER_SIZE > len(buffer):
-            buffer = os.pread(fd, min(chunk_size, end - pos), pos)
-            buffer_pos = pos
-            local = 0
-        header = record_batch.read_header(buffer, local, position_base=buffer_pos)
-        if pos + header.size > end:
-            raise CorruptBatchError(f"Frame at byte {pos} overruns the segment end {end}", position=pos)
-        yield header
-        pos += header.size
-
-
-def _check_contiguous(path: Path, headers: Sequence[BatchHeader], expected: int) -> None:
-    for header in headers:
-        if header.base_offset != expected:
-            raise CorruptBatchError(
-                f"{path}: frame at byte {header.position} has base offset {header.base_offset}, "
-                f"expected {expected}",
-                position=header.position,
-            )
-        expected = header.next_offset
-
-
-def _epochs_from_segments(segments: list[_Segment]) -> list[tuple[int, int]]:
-    """The leader-epoch history read from the batch headers (one small read per batch)."""
-    epochs: list[tuple[int, int]] = []
-    for segment in segments:
-        fd = os.open(segment.log_path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            position = 0
-            while position < segment.size:
-                header = record_batch.read_header(os.pread(fd, record_batch.HEADER_SIZE, position))
-                if not epochs or header.leader_epoch > epochs[-1][0]:
-                    epochs.append((header.leader_epoch, header.base_offset))
-                position += header.size
-        finally:
-            os.close(fd)
-    return epochs
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    written = 0
-    while written < len(view):
-        count = os.write(fd, view[written:])
-        if count <= 0:
-            raise OSError(f"write returned {count}")
-        written += count
-
-
 def _fsync_path(path: Path) -> None:
     """fsync `path` (a file or a dir) through a fd of our own; a file deleted meanwhile has
     nothing left to make durable."""
     try:
-        fd = os.open(path, _OPEN_READ)
+        fd = os.open(path, log_segments.OPEN_READ)
     except FileNotFoundError:
         return
     try:
@@ -262,63 +76,21 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _read_checkpoint(path: Path) -> list[tuple[int, int]]:
-    try:
-        text = path.read_bytes().decode("ascii")
-    except FileNotFoundError:
-        return []
-    except UnicodeDecodeError:
-        raise CorruptCheckpointError(f"{path}: not ASCII text") from None
-    lines = text.split("\n")
-    try:
-        if lines[0] != "0":
-            raise ValueError(f"unknown version {lines[0]!r}")
-        count = int(lines[1])
-        if count < 0 or lines[2 + count :] != [""]:
-            raise ValueError(f"count {count} does not match {len(lines) - 3} entry lines")
-        entries: list[tuple[int, int]] = []
-        for line in lines[2 : 2 + count]:
-            epoch_text, start_text = line.split(" ")
-            epoch, start = int(epoch_text), int(start_text)
-            if epoch < 0 or start < 0:
-                raise ValueError(f"negative entry {line!r}")
-            if entries and (epoch <= entries[-1][0] or start < entries[-1][1]):
-                raise ValueError(f"entry {line!r} is not after {entries[-1]}")
-            entries.append((epoch, start))
-    except (ValueError, IndexError) as exc:
-        raise CorruptCheckpointError(f"{path}: {exc}") from None
-    return entries
-
-
-def _epoch_end_offset(entries: Sequence[tuple[int, int]], epoch: int, end_offset: int) -> tuple[int, int]:
-    """Kafka's `LeaderEpochFileCache.endOffsetFor`."""
-    if epoch < 0 or not entries:
-        return -1, -1
-    if entries[-1][0] == epoch:
-        return epoch, end_offset
-    higher = bisect.bisect_right(entries, (epoch, 1 << 63))  # first entry with a larger epoch
-    if higher == len(entries):
-        return -1, -1  # above every known epoch
-    if higher == 0:
-        return epoch, entries[0][1]  # below every known epoch: the data was deleted
-    return entries[higher - 1][0], entries[higher][1]
-
-
 def _scan_replica_dir(path: Path) -> list[int]:
     """The base offsets of the segments in `path`, ascending; deletes the leftovers of interrupted
     atomic writes and full truncations, and the indexes of deleted segments."""
     bases: list[int] = []
     index_bases: set[int] = set()
     for name in os.listdir(path):
-        if match := _LOG_NAME.fullmatch(name):
+        if match := log_segments.LOG_NAME.fullmatch(name):
             bases.append(int(match[1]))
-        elif match := _INDEX_NAME.fullmatch(name):
+        elif match := log_segments.INDEX_NAME.fullmatch(name):
             index_bases.add(int(match[1]))
         elif _TEMP_NAME.fullmatch(name):
             os.unlink(path / name)  # an interrupted atomic write or full truncation
     bases.sort()
     for base in sorted(index_bases.difference(bases)):
-        os.unlink(path / f"{base:020d}.index")  # its segment was deleted
+        os.unlink(log_segments.index_path(path, base))  # its segment was deleted
     return bases
 
 
@@ -337,7 +109,12 @@ class PartitionLog:
     """The log of one replica (see the module docstring); build it with `PartitionLog.open`."""
 
     def __init__(
-        self, path: Path, segments: list[_Segment], epochs: list[tuple[int, int]], *, settings: _LogSettings
+        self,
+        path: Path,
+        segments: list[Segment],
+        epochs: epoch_cache.LeaderEpochCache,
+        *,
+        settings: _LogSettings,
     ) -> None:
         self._path = path
         self._segments = segments
@@ -383,10 +160,10 @@ class PartitionLog:
             raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
         path = Path(path)
         bases = _scan_replica_dir(path)
-        segments: list[_Segment] = []
+        segments: list[Segment] = []
         last_batch_epoch = -1
         for number, base in enumerate(bases):
-            segment, segment_epoch = _load_segment(
+            segment, segment_epoch = log_segments.load_segment(
                 path, base, last=number == len(bases) - 1, interval=index_interval_bytes
             )
             last_batch_epoch = max(last_batch_epoch, segment_epoch)
@@ -398,33 +175,13 @@ class PartitionLog:
                     position=0,
                 )
             segments.append(segment)
-        try:
-            epochs = _read_checkpoint(path / EPOCH_CHECKPOINT)
-            rebuilt = False
-        except CorruptCheckpointError as exc:
-            # The checkpoint is written without fsync (flush syncs it): after a power loss it
-            # may be empty or torn. The batches carry their epochs, so the history is rebuilt.
-            log.warning("%s; rebuilding the leader epochs from the log", exc)
-            epochs = _epochs_from_segments(segments)
-            rebuilt = True
-        else:
-            latest = epochs[-1][0] if epochs else -1
-            if last_batch_epoch > latest:
-                # Its rename was not durable when the batches were (a power loss between the
-                # segment's fsync and the dir's): an older checkpoint than the log.
-                log.warning(
-                    "%s names leader epoch %d at most, the log holds a batch of epoch %d; rebuilding the "
-                    "leader epochs from the log",
-                    path / EPOCH_CHECKPOINT,
-                    latest,
-                    last_batch_epoch,
-                )
-                epochs = _epochs_from_segments(segments)
-                rebuilt = True
+        epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
+            path, last_batch_epoch=last_batch_epoch, batch_epochs=lambda: log_segments.batch_epochs(segments)
+        )
         settings = _LogSettings(segment_bytes, index_interval_bytes, retention_bytes, retention_ms)
         partition_log = cls(path, segments, epochs, settings=settings)
-        trimmed = partition_log._truncate_epochs_from_start(partition_log._log_start)
-        trimmed |= partition_log._truncate_epochs_from_end(partition_log._end)
+        trimmed = epochs.truncate_from_start(partition_log._log_start)
+        trimmed |= epochs.truncate_from_end(partition_log._end)
         if trimmed or rebuilt:
             partition_log._write_checkpoint()
         return partition_log
@@ -454,7 +211,7 @@ class PartitionLog:
 
     @property
     def latest_epoch(self) -> int:
-        return self._epochs[-1][0] if self._epochs else -1
+        return self._epochs.latest_epoch
 
     @property
     def size_bytes(self) -> int:
@@ -462,14 +219,14 @@ class PartitionLog:
 
     def epoch_entries(self) -> list[tuple[int, int]]:
         """(epoch, start offset) of every epoch in the cache, oldest first."""
-        return list(self._epochs)
+        return self._epochs.entries()
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch, as Kafka answers it: (the largest cached epoch <= `epoch`, the
         start offset of the next cached epoch, or `end_offset` for the latest); (`epoch`, the first
         cached start offset) when `epoch` is below every cached epoch; (-1, -1) when the cache is
         empty, `epoch` is negative or above every cached epoch."""
-        return _epoch_end_offset(self._epochs, epoch, self._end)
+        return self._epochs.end_offset_for(epoch, self._end)
 
     def segment_paths(self) -> list[Path]:
         """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
@@ -491,7 +248,7 @@ class PartitionLog:
     ) -> int:
         """Append `records` as one batch at the end offset; returns its base offset.
 
-        `timestamp_ms` defaults to the wall clock. An epoch above the latest is first recorded in
+        `timestamp_ms` defaults to the wall clock (the broker passes its clock's). An epoch above the latest is first recorded in
         the epoch cache at the end offset; an epoch below it is a ValueError.
         """
         self._check_leader_epoch(leader_epoch)
@@ -549,7 +306,7 @@ class PartitionLog:
             return self._end
         if new_epochs:
             for epoch, start in new_epochs:
-                self._assign_epoch(epoch, start)
+                self._epochs.assign(epoch, start)
             self._write_checkpoint()
         self._append(data, headers)
         return self._end
@@ -559,7 +316,7 @@ class PartitionLog:
         first append, as Kafka's `maybeAssignEpochStartOffset`); a no-op for the latest epoch."""
         self._check_leader_epoch(leader_epoch)
         if leader_epoch > self.latest_epoch:
-            self._assign_epoch(leader_epoch, self._end)
+            self._epochs.assign(leader_epoch, self._end)
             if self._end == self._log_start:
                 # Nothing in the log to disagree about: persisted with the first append or at
                 # close (a broker taking over thousands of empty partitions writes no files).
@@ -623,19 +380,19 @@ class PartitionLog:
                 self._add_index_entries(segment, entries)
             first = stop
 
-    def _must_roll(self, segment: _Segment, size: int, header: BatchHeader) -> bool:
+    def _must_roll(self, segment: Segment, size: int, header: BatchHeader) -> bool:
         return (
             size + header.size > self._segment_bytes
-            or header.base_offset - segment.base_offset > _MAX_RELATIVE_OFFSET
+            or header.base_offset - segment.base_offset > log_segments.MAX_RELATIVE_OFFSET
         )
 
-    def _write_run(self, segment: _Segment, run: memoryview) -> None:
+    def _write_run(self, segment: Segment, run: memoryview) -> None:
         if self._write_fd is None:
             self._open_write_fds(segment)
         fd = self._write_fd
         assert fd is not None
         try:
-            _write_all(fd, run)
+            log_segments.write_all(fd, run)
         except OSError:
             self._tail_dirty = True
             try:
@@ -645,36 +402,25 @@ class PartitionLog:
                 pass  # retried before the next append; the first error is the one to report
             raise
 
-    def _add_index_entries(self, segment: _Segment, entries: Sequence[tuple[int, int]]) -> None:
-        for relative_offset, position in entries:
-            segment.index_offsets.append(relative_offset)
-            segment.index_positions.append(position)
+    def _add_index_entries(self, segment: Segment, entries: Sequence[tuple[int, int]]) -> None:
+        segment.add_index_entries(entries)
         if not segment.index_file_ok:
             return  # rewritten whole when the write fds are next opened
         if self._index_fd is None:
             self._open_write_fds(segment)
             return  # opening wrote the whole index, these entries included
         try:
-            _write_all(self._index_fd, b"".join(_INDEX_ENTRY.pack(o, p) for o, p in entries))
+            log_segments.write_all(self._index_fd, log_segments.encode_index_entries(entries))
         except OSError:
             segment.index_file_ok = False
             raise
 
-    def _open_write_fds(self, segment: _Segment) -> None:
+    def _open_write_fds(self, segment: Segment) -> None:
         """Open the active segment's files for appending, making its index file match memory."""
         self._close_write_fds()
-        self._write_fd = os.open(segment.log_path, _OPEN_APPEND, 0o644)
-        index_fd = os.open(segment.index_path, _OPEN_APPEND, 0o644)
-        self._index_fd = index_fd
-        expected = 8 * len(segment.index_offsets)
-        actual = os.fstat(index_fd).st_size
-        if actual != expected or not segment.index_file_ok:
-            if segment.index_file_ok and actual > expected:
-                os.ftruncate(index_fd, expected)  # entries past a truncation
-            else:
-                os.ftruncate(index_fd, 0)
-                _write_all(index_fd, segment.index_bytes())
-            segment.index_file_ok = True
+        self._write_fd = os.open(segment.log_path, log_segments.OPEN_APPEND, 0o644)
+        self._index_fd = os.open(segment.index_path, log_segments.OPEN_APPEND, 0o644)
+        log_segments.sync_index_file(segment, self._index_fd)
 
     def _close_write_fds(self) -> None:
         fds = (self._write_fd, self._index_fd)
@@ -683,7 +429,7 @@ class PartitionLog:
             if fd is not None:
                 os.close(fd)
 
-    def _roll(self, base_offset: int) -> _Segment:
+    def _roll(self, base_offset: int) -> Segment:
         """Start a new active segment at `base_offset` (the end offset)."""
         self._change_seq += 1
         if self._segments:
@@ -693,7 +439,7 @@ class PartitionLog:
         self._pending.append((self._change_seq, self._path))  # a new dir entry
         self._prune_pending()
         self._close_write_fds()
-        segment = _Segment(self._path, base_offset)
+        segment = Segment(self._path, base_offset)
         self._segments.append(segment)
         self._bases.append(base_offset)
         return segment
@@ -722,8 +468,8 @@ class PartitionLog:
         total = 0
         position = start.position
         while True:
-            part, stopped = self._read_segment(
-                segment, position, max_bytes - total, limit, must_return=not parts
+            part, stopped = segment.read_frames(
+                self._reader(segment), position, max_bytes - total, limit, must_return=not parts
             )
             if part:
                 parts.append(part)
@@ -737,61 +483,17 @@ class PartitionLog:
             position = 0
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _read_segment(
-        self, segment: _Segment, position: int, budget: int, limit: int, *, must_return: bool
-    ) -> tuple[bytes, bool]:
-        """Whole frames of `segment` from `position` within `budget` bytes and below offset
-        `limit` (the first one regardless of the budget when `must_return`); and whether reading
-        must stop here (rather than go on in the next segment)."""
-        fd = self._reader(segment)
-        want = min(segment.size - position, max(budget, 0))
-        buffer = os.pread(fd, want, position) if want > 0 else b""
-        used = 0
-        stopped = False
-        while used + HEADER_SIZE <= len(buffer):
-            header = record_batch.read_header(buffer, used, position_base=position)
-            if header.base_offset >= limit:
-                stopped = True
-                break
-            if used + header.size > len(buffer):
-                break
-            used += header.size
-        if used == 0:
-            if stopped or not must_return:
-                return b"", True
-            header = record_batch.read_header(os.pread(fd, HEADER_SIZE, position), position_base=position)
-            if header.base_offset >= limit:
-                return b"", True
-            return os.pread(fd, header.size, position), True
-        if used < len(buffer):
-            return buffer[:used], True
-        return buffer, stopped or position + used < segment.size
-
-    def _locate(self, segment: _Segment, offset: int) -> BatchHeader:
+    def _locate(self, segment: Segment, offset: int) -> BatchHeader:
         """The header of the frame of `segment` holding `offset` (found through the index)."""
-        entry = bisect.bisect_right(segment.index_offsets, offset - segment.base_offset) - 1
-        expected = segment.base_offset + segment.index_offsets[entry]
-        checked = False
-        for header in _walk_headers(self._reader(segment), segment.index_positions[entry], segment.size):
-            if not checked:
-                if header.base_offset != expected:
-                    raise CorruptBatchError(
-                        f"{segment.index_path}: entry {entry} points at byte {header.position} holding offset "
-                        f"{header.base_offset}, expected {expected}",
-                        position=header.position,
-                    )
-                checked = True
-            if header.next_offset > offset:
-                return header
-        raise CorruptBatchError(f"{segment.log_path}: offset {offset} not found", position=segment.size)
+        return log_segments.locate(segment, self._reader(segment), offset)
 
-    def _reader(self, segment: _Segment) -> int:
+    def _reader(self, segment: Segment) -> int:
         fds = self._read_fds
         fd = fds.get(segment.base_offset)
         if fd is not None:
             fds.move_to_end(segment.base_offset)
             return fd
-        fd = os.open(segment.log_path, _OPEN_READ)
+        fd = os.open(segment.log_path, log_segments.OPEN_READ)
         fds[segment.base_offset] = fd
         if len(fds) > MAX_READ_FDS:
             _base, oldest = fds.popitem(last=False)
@@ -832,21 +534,15 @@ class PartitionLog:
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
         self._high_watermark = min(self._high_watermark, self._end)
-        if self._truncate_epochs_from_end(self._end):
+        if self._epochs.truncate_from_end(self._end):
             self._write_checkpoint()
 
-    def _cut_segment(self, segment: _Segment, position: int, next_offset: int) -> None:
+    def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
         os.truncate(segment.log_path, position)
-        kept = bisect.bisect_left(segment.index_positions, position)
-        del segment.index_offsets[kept:]
-        del segment.index_positions[kept:]
-        segment.bytes_since_index = position - segment.index_positions[-1] if kept else 0
-        if self._index_fd is not None:
-            os.ftruncate(self._index_fd, 8 * kept)
         self._size -= segment.size - position
-        segment.size = position
-        segment.next_offset = next_offset
-        segment.max_timestamp_ms = None if position else _NO_TIMESTAMP
+        kept = segment.cut(position, next_offset)
+        if self._index_fd is not None:
+            os.ftruncate(self._index_fd, log_segments.INDEX_ENTRY.size * kept)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and the epoch cache; the log is empty and starts at `offset`, also
@@ -857,7 +553,7 @@ class PartitionLog:
         self._close_fds()
         self._tail_dirty = False
         self._change_seq += 1
-        segment = _Segment(self._path, offset)
+        segment = Segment(self._path, offset)
         tmp = segment.log_path.with_name(segment.log_path.name + ".tmp")
         if offset > 0:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
@@ -874,8 +570,8 @@ class PartitionLog:
         _fsync_path(self._path)
         self._log_start = self._end = self._high_watermark = offset
         self._size = 0
-        if self._epochs or (self._path / EPOCH_CHECKPOINT).exists():
-            self._epochs = []
+        if self._epochs or epoch_cache.checkpoint_path(self._path).exists():
+            self._epochs.clear()
             self._write_checkpoint()
 
     def apply_retention(self, now_ms: int) -> int:
@@ -903,7 +599,7 @@ class PartitionLog:
             self._log_start = self._segments[0].base_offset
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
-            if self._truncate_epochs_from_start(self._log_start):
+            if self._epochs.truncate_from_start(self._log_start):
                 self._write_checkpoint()
         return deleted
 
@@ -931,7 +627,9 @@ class PartitionLog:
         first = self._locate(self._segments[number], start)
         for index, segment in enumerate(self._segments[number:]):
             position = first.position if index == 0 else 0
-            yield from _walk_headers(self._reader(segment), position, segment.size, _RECOVERY_CHUNK)
+            yield from log_segments.walk_headers(
+                self._reader(segment), position, segment.size, log_segments.RECOVERY_CHUNK
+            )
 
     def batch_before(self, offset: int) -> BatchHeader | None:
         """The header of the batch holding `offset - 1` (None at or before the log start)."""
@@ -953,7 +651,9 @@ class PartitionLog:
                 return None
             if self._max_timestamp(segment) < timestamp_ms:
                 continue
-            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
                 if header.base_offset >= max_offset:
                     return None
                 if header.max_timestamp_ms < timestamp_ms:
@@ -967,13 +667,15 @@ class PartitionLog:
         """(offset, timestamp) of the first record below `max_offset` carrying the largest
         timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
         self._check_open()
-        best: tuple[_Segment, BatchHeader] | None = None
+        best: tuple[Segment, BatchHeader] | None = None
         for segment in self._segments:
             if segment.base_offset >= max_offset:
                 break
             if best is not None and self._max_timestamp(segment) <= best[1].max_timestamp_ms:
                 continue
-            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
                 if header.base_offset >= max_offset:
                     break
                 if best is None or header.max_timestamp_ms > best[1].max_timestamp_ms:
@@ -984,62 +686,34 @@ class PartitionLog:
         newest = max(records, key=lambda r: (r.timestamp_ms, -r.offset), default=None)
         return None if newest is None else (newest.offset, newest.timestamp_ms)
 
-    def _records_of(self, segment: _Segment, header: BatchHeader) -> list[record_batch.Record]:
+    def _records_of(self, segment: Segment, header: BatchHeader) -> list[record_batch.Record]:
         data = os.pread(self._reader(segment), header.size, header.position)
         return record_batch.decode_records(data, verify_crc=False)
 
-    def _max_timestamp(self, segment: _Segment) -> int:
+    def _max_timestamp(self, segment: Segment) -> int:
         if segment.max_timestamp_ms is None:
-            newest = _NO_TIMESTAMP
-            for header in _walk_headers(self._reader(segment), 0, segment.size, _RECOVERY_CHUNK):
+            newest = log_segments.NO_TIMESTAMP
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
                 newest = max(newest, header.max_timestamp_ms)
             segment.max_timestamp_ms = newest
         return segment.max_timestamp_ms
 
-    def _delete_segment_files(self, segment: _Segment) -> None:
+    def _delete_segment_files(self, segment: Segment) -> None:
         self._forget_reader(segment.base_offset)
         if self._segments and segment is self._segments[-1]:
             self._close_write_fds()
         segment.log_path.unlink(missing_ok=True)
         segment.index_path.unlink(missing_ok=True)
 
-    # -- epoch cache ---------------------------------------------------------------------------
-
-    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """Kafka's `assign`: entries at or after `start_offset` (or with an epoch >= `epoch`) give
-        way to the new one."""
-        epochs = self._epochs
-        while epochs and (epochs[-1][0] >= epoch or epochs[-1][1] >= start_offset):
-            epochs.pop()
-        epochs.append((epoch, start_offset))
-
-    def _truncate_epochs_from_end(self, end_offset: int) -> bool:
-        epochs = self._epochs
-        changed = False
-        while epochs and epochs[-1][1] >= end_offset:
-            epochs.pop()
-            changed = True
-        return changed
-
-    def _truncate_epochs_from_start(self, start_offset: int) -> bool:
-        """Kafka's `truncateFromStart`: the entry covering `start_offset` now starts there."""
-        epochs = self._epochs
-        covering = bisect.bisect_right([start for _epoch, start in epochs], start_offset)
-        if covering == 0 or (covering == 1 and epochs[0][1] == start_offset):
-            return False
-        epoch = epochs[covering - 1][0]
-        del epochs[:covering]
-        epochs.insert(0, (epoch, start_offset))
-        return True
+    # -- epoch checkpoint ----------------------------------------------------------------------
 
     def _write_checkpoint(self) -> None:
         """Replace the checkpoint atomically, without fsync; the next `flush` makes it durable
-        (the module docstring says why, and how `open` repairs what a crash left)."""
+        (`epoch_cache` says why, and how `LeaderEpochCache.load` repairs what a crash left)."""
         self._checkpoint_dirty = False
-        lines = [f"{epoch} {start}\n" for epoch, start in self._epochs]
-        content = f"0\n{len(lines)}\n{''.join(lines)}".encode("ascii")
-        checkpoint = self._path / EPOCH_CHECKPOINT
-        durable_files.replace_atomically(checkpoint, content)
+        checkpoint = self._epochs.write(self._path)
         self._change_seq += 1
         self._pending.append((self._change_seq, checkpoint))
         self._pending.append((self._change_seq, self._path))
@@ -1078,8 +752,7 @@ class PartitionLog:
         old = self._path
         self._path = path
         for segment in self._segments:
-            segment.log_path = path / segment.log_path.name
-            segment.index_path = path / segment.index_path.name
+            segment.relocate(path)
         self._pending = [
             (change, path if entry == old else path / entry.name if entry.parent == old else entry)
             for change, entry in self._pending
@@ -1114,97 +787,3 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({str(self._path)!r}, start={self._log_start}, end={self._end})"
-
-
-def _load_segment(directory: Path, base_offset: int, *, last: bool, interval: int) -> tuple[_Segment, int]:
-    """The recovered segment and the leader epoch of its last batch (-1 when it has none)."""
-    segment = _Segment(directory, base_offset)
-    fd = os.open(segment.log_path, _OPEN_READ)
-    try:
-        size = os.fstat(fd).st_size
-        tail: Sequence[BatchHeader] | None
-        if last:
-            tail = _recover_last_segment(segment, fd, size, interval)
-        else:
-            tail = _load_index(segment, fd, size)
-            if tail is None:
-                tail = _rebuild_segment(segment, fd, size, interval)
-    finally:
-        os.close(fd)
-    return segment, tail[-1].leader_epoch if tail else -1
-
-
-def _recover_last_segment(segment: _Segment, fd: int, size: int, interval: int) -> Sequence[BatchHeader]:
-    """Keep the valid prefix of the last segment (a torn tail is cut) and rebuild its index;
-    the headers of the batches kept."""
-    headers, valid, error = _scan_file(fd, 0, size, verify_crc=True)
-    _check_contiguous(segment.log_path, headers, segment.base_offset)
-    if error is not None:
-        log.warning(
-            "Truncated torn tail of %s: dropped %d bytes from byte %d (%s)",
-            segment.log_path,
-            size - valid,
-            valid,
-            error,
-        )
-        os.truncate(segment.log_path, valid)
-    _set_scanned(segment, headers, valid, interval)
-    expected = segment.index_bytes()
-    try:
-        current = segment.index_path.read_bytes()
-    except FileNotFoundError:
-        current = None
-    if current != expected and (current is not None or expected):
-        durable_files.replace_atomically(segment.index_path, expected)
-    return headers
-
-
-def _set_scanned(segment: _Segment, headers: Sequence[BatchHeader], size: int, interval: int) -> None:
-    segment.size = size
-    segment.next_offset = headers[-1].next_offset if headers else segment.base_offset
-    segment.max_timestamp_ms = max((h.max_timestamp_ms for h in headers), default=_NO_TIMESTAMP)
-    segment.set_index(headers, interval)
-
-
-def _load_index(segment: _Segment, fd: int, size: int) -> Sequence[BatchHeader] | None:
-    """Adopt an older segment's index file when it is consistent with the segment: entries
-    increasing, within the file, the last one pointing at a frame with the right offset, and the
-    frames from there to the end valid and contiguous. The headers of those frames, or None when
-    the index must be rebuilt."""
-    try:
-        entries = _parse_index(segment.index_path.read_bytes(), size)
-    except FileNotFoundError:
-        entries = None
-    if entries is None:
-        return None
-    offsets, positions = entries
-    headers, _valid, error = _scan_file(fd, positions[-1], size, verify_crc=True)
-    if error is not None or not headers:
-        return None
-    try:
-        _check_contiguous(segment.log_path, headers, segment.base_offset + offsets[-1])
-        if positions[-1] != 0:
-            first = record_batch.read_header(os.pread(fd, HEADER_SIZE, 0))
-            if first.base_offset != segment.base_offset:
-                return None
-    except CorruptBatchError:
-        return None
-    segment.size = size
-    segment.next_offset = headers[-1].next_offset
-    segment.max_timestamp_ms = None  # only the tail was read
-    segment.index_offsets, segment.index_positions = offsets, positions
-    segment.bytes_since_index = size - positions[-1]
-    return headers
-
-
-def _rebuild_segment(segment: _Segment, fd: int, size: int, interval: int) -> Sequence[BatchHeader]:
-    """Scan a whole older segment (any damage is an error: it is not a torn tail) and rewrite its
-    index; the headers of its batches."""
-    headers, _valid, error = _scan_file(fd, 0, size, verify_crc=True)
-    if error is not None:
-        raise CorruptBatchError(f"{segment.log_path}: {error}", position=error.position)
-    _check_contiguous(segment.log_path, headers, segment.base_offset)
-    _set_scanned(segment, headers, size, interval)
-    log.info("Rebuilt index %s (%d entries)", segment.index_path, len(segment.index_offsets))
-    durable_files.replace_atomically(segment.index_path, segment.index_bytes())
-    return headers

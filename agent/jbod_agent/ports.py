@@ -8,7 +8,11 @@ Guarantees:
 * The controller link's failures are the port's own `ControllerCallError`: only
   `controller_port` knows the wire client behind it.
 * `SystemClock` is the real clock; tests pass a fake one (`tests/agent/runtime_support.py`) and
-  drive time by hand. Every wait of the agent's loop and probes goes through the clock.
+  drive time by hand. Every wait of the agent's loop and probes goes through the clock, and so
+  does the data plane's time (`replica_manager` and its parts, `fetcher`, `mover`, the Kafka
+  listener's fetch): deadlines, lag and throttling on `monotonic`, batch timestamps, producer
+  activity and retention on `time` (`monotonic_ms`, `wall_ms`). Only the network's own timeouts
+  (a socket's idle or read limit, an HTTP client's total) are real time.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class Clock(Protocol):
         """Seconds on a clock that never goes back (durations and deadlines)."""
 
     def time(self) -> float:
-        """Seconds since the epoch (timestamps shown to people)."""
+        """Seconds since the epoch (timestamps shown to people or stored: batches, producers)."""
 
     async def sleep(self, seconds: float) -> None: ...
 
@@ -56,9 +60,22 @@ class SystemClock:
         await asyncio.sleep(seconds)
 
     async def wait(self, event: asyncio.Event, timeout: float | None) -> bool:
+        if event.is_set():
+            return True
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # no task per wait: fetches and acks wait here
+                await event.wait()
         return event.is_set()
+
+
+def monotonic_ms(clock: Clock) -> float:
+    """The clock's monotonic time in milliseconds: follower lag, fetch sessions."""
+    return clock.monotonic() * 1000
+
+
+def wall_ms(clock: Clock) -> int:
+    """The clock's wall time in whole milliseconds: batch timestamps, producer activity, retention."""
+    return int(clock.time() * 1000)
 
 
 class DirFailures(Protocol):

@@ -10,9 +10,10 @@ Guarantees:
 * `save(log, state)` writes the snapshot of `state` at the log's end offset, atomically (temp
   file and rename; it is derived data, made durable with the log's next flush). A snapshot at
   an end offset of 0 is not written.
-* The state is only ever changed by `jbod_core.producer_state.record` on the leader's append path
-  (`ReplicaManager.produce_batch`), between its check and its append with no await in between:
-  two produce requests of one producer cannot both pass the same check.
+* The state is changed only by `jbod_core.producer_state.record` on the leader's append path
+  (`produce.Produce.append_batch`), between its check and its append with no await in between,
+  so two produce requests of one producer cannot both pass the same check; and by
+  `producer_state.expire` just before a snapshot is saved (`log_upkeep`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The on-disk log of one replica (`jbod_agent.partition_log`), on real files in tmp dirs.
+"""The on-disk log of one replica (`jbod_agent.partition_log` over `log_segments` and
+`epoch_cache`), on real files in tmp dirs.
 
 Covers: an empty replica dir creates no file and holds no fd until the first append; append and
 read round trips across many segment rolls; `read` limits (max_bytes, max_offset, at least one
@@ -35,7 +36,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jbod_agent.partition_log import EPOCH_CHECKPOINT, MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
+from jbod_agent.epoch_cache import EPOCH_CHECKPOINT
+from jbod_agent.partition_log import MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import CorruptBatchError
 from tests.fs import loop_ext4, requires_root, tmpfs
@@ -309,7 +311,7 @@ def test_a_torn_tail_is_cut_and_everything_before_kept(
     damage(last_segment, last_frame.size)
     damaged_size = last_segment.stat().st_size
 
-    with caplog.at_level(logging.WARNING, logger="jbod_agent.partition_log"):
+    with caplog.at_level(logging.WARNING, logger="jbod_agent.log_segments"):
         reopened = PartitionLog.open(path, segment_bytes=400)
 
     if damage is _damage_garbage:

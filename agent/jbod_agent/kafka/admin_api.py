@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -36,7 +35,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.kafka.context import ADMIN, BrokerContext, kafka_uuid
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
-from jbod_agent.ports import ControllerCallError
+from jbod_agent.ports import Clock, ControllerCallError
 from jbod_core import topic_configs
 from jbod_core.messages import (
     AlterConfigOp,
@@ -73,11 +72,11 @@ def _response(request: protocol.Request, **fields: Any) -> Any:
     )
 
 
-async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
-    """Wait (bounded) until this broker's image satisfies `condition`."""
-    deadline = time.monotonic() + max(timeout_s, 0.0)
-    while not condition() and time.monotonic() < deadline:
-        await asyncio.sleep(_WAIT_STEP_S)
+async def _until(clock: Clock, condition: Callable[[], bool], timeout_s: float) -> None:
+    """Wait (bounded, on `clock`) until this broker's image satisfies `condition`."""
+    deadline = clock.monotonic() + max(timeout_s, 0.0)
+    while not condition() and clock.monotonic() < deadline:
+        await clock.sleep(_WAIT_STEP_S)
 
 
 class AdminApis:
@@ -169,7 +168,7 @@ class AdminApis:
         created = int(reply.get("errorCode", 0))
         if created != 0:
             return {**result, "error_code": KafkaError(created), "error_message": reply.get("errorMessage")}
-        await _until(lambda: self.ctx.topic_id(name) is not None, timeout_s)
+        await _until(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
             **result,
@@ -227,7 +226,7 @@ class AdminApis:
         code = int(reply.get("errorCode", 0))
         if code != 0:
             return {**result, "error_code": KafkaError(code), "error_message": reply.get("errorMessage")}
-        await _until(lambda: self.ctx.topic_id(name) is None, timeout_s)
+        await _until(self.ctx.clock, lambda: self.ctx.topic_id(name) is None, timeout_s)
         return result
 
     async def create_partitions(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
@@ -271,7 +270,7 @@ class AdminApis:
                 continue
             if not body.validate_only:
                 grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
-                await _until(grown, body.timeout.total_seconds())
+                await _until(self.ctx.clock, grown, body.timeout.total_seconds())
             results.append(result)
         return _response(request, results=results)
 

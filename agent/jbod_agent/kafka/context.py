@@ -2,7 +2,8 @@
 translations between the broker's own ids and Kafka's wire types.
 
 Guarantees: read-only over the agent (`AgentState`'s metadata image, the replica manager's
-hosted partitions); `kafka_uuid` and `jbod_uuid` are inverse; `endpoint` names the listener a
+hosted partitions), except through the data plane's own entry points (`produce`, `client_fetch`,
+`mover`); time is the agent's injected clock; `kafka_uuid` and `jbod_uuid` are inverse; `endpoint` names the listener a
 client connected through, so every address a client is given is one it can reach the same way.
 """
 
@@ -12,7 +13,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.mover import Mover
+from jbod_agent.ports import Clock
+from jbod_agent.produce import Produce
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState
 from jbod_core.ids import Uuid
@@ -40,7 +44,10 @@ class Endpoint:
 class BrokerContext:
     state: AgentState
     manager: ReplicaManager
+    produce: Produce
+    client_fetch: ClientFetch
     mover: Mover
+    clock: Clock
 
     @property
     def node_id(self) -> int:

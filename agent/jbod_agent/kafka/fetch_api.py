@@ -6,7 +6,7 @@ Guarantees:
   watermark (read_committed sees the same: there are no transactions); each partition gets at
   most `partition_max_bytes` and the response at most `max_bytes`, except that the first
   partition with data always gets its first batch (KIP-74). With less than `min_bytes` ready it
-  waits up to `max_wait` for new data on any of the partitions asked for.
+  waits up to `max_wait` (of the agent's clock) for new data on any of the partitions asked for.
 * Per partition, Kafka's codes: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID,
   NOT_LEADER_OR_FOLLOWER (only leaders serve consumers), FENCED_LEADER_EPOCH /
   UNKNOWN_LEADER_EPOCH against `current_leader_epoch`, OFFSET_OUT_OF_RANGE, KAFKA_STORAGE_ERROR;
@@ -22,7 +22,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,14 +155,14 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
     body = request.body
     wanted, by_id = _wanted(ctx, request)
     max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
-    deadline = time.monotonic() + body.max_wait.total_seconds()
+    deadline = ctx.clock.monotonic() + body.max_wait.total_seconds()
     while True:
         entries, total, hosted_parts = _read_all(ctx, wanted, max_bytes, by_id=by_id)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - ctx.clock.monotonic()
         errors = any(e["error_code"] != KafkaError.none for e in entries)
         if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
             break
-        await ctx.manager.wait_for_data(hosted_parts, remaining)
+        await ctx.client_fetch.wait_for_data(hosted_parts, remaining)
     responses: list[dict[str, Any]] = []
     for item, entry in zip(wanted, entries, strict=True):
         if not responses or responses[-1]["key"] != item.topic_key:

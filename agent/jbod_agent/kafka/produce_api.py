@@ -48,7 +48,7 @@ class _Partition:
 
 
 def _reply_to_kafka(index: int, reply: dict[str, Any]) -> dict[str, Any] | None:
-    """The partition's error entry for the replica manager's error reply (None when it is none)."""
+    """The partition's error entry for the produce path's error reply (None when it is none)."""
     code = int(reply["errorCode"])
     if code == 0:
         return None
@@ -73,7 +73,7 @@ async def _produce_partition(
             f"{ctx.state.config.message_max_bytes}",
         )
     try:
-        reply = await ctx.manager.produce_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
+        reply = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
     except record_batch.CorruptBatchError as exc:
         corrupt = KafkaError.corrupt_message if "CRC" in str(exc) else KafkaError.invalid_record
         return _partition_error(index, corrupt, str(exc))

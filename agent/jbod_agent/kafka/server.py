@@ -20,7 +20,14 @@ from jbod_client.controller import ControllerLink
 def build_apis(agent: Agent, *, admin_password: str | None) -> tuple[KafkaApis, AdminApis]:
     """The broker's Kafka APIs over `agent`, and the admin half (whose links must be closed)."""
     config = agent.state.config
-    ctx = BrokerContext(agent.state, agent.manager, agent.mover)
+    ctx = BrokerContext(
+        state=agent.state,
+        manager=agent.manager,
+        produce=agent.produce,
+        client_fetch=agent.client_fetch,
+        mover=agent.mover,
+        clock=agent.clock,
+    )
     timeout = config.session_timeout_ms / 1000
     admin = AdminApis(
         ctx,

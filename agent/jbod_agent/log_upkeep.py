@@ -1,0 +1,98 @@
+"""The hosted logs' background upkeep: periodic flush, retention, idempotent-producer snapshots.
+
+Guarantees:
+* Every `log.flush.interval.ms` of the injected clock, each log appended to since (`dirty`) is
+  fsynced in a worker thread, off the event loop (`PartitionLog.flush` allows that); a leader's
+  changed producer state is first expired (`producer.id.expiration.ms`, the clock's wall time)
+  and saved as a snapshot (`producers.save`: derived data, so a failure is logged, not fatal).
+* Every `log.retention.check.interval.ms`, retention runs on each hosted log against the clock's
+  wall time (`PartitionLog.apply_retention`: never the active segment nor data at or above the
+  high watermark); a moved log start wakes the fetches waiting on the partition.
+* An I/O error takes the dir offline (`ReplicaManager.storage_error`) — unless the partition was
+  removed or replaced meanwhile; a log closed meanwhile is skipped.
+* `flush_dirty` is the same flush, blocking, for the agent's shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from jbod_agent import producers
+from jbod_agent.ports import Clock, wall_ms
+from jbod_agent.replica_manager import HostedPartition, ReplicaManager
+from jbod_core import producer_state
+
+log = logging.getLogger("jbod_agent.replicas")
+
+
+class LogUpkeep:
+    """Flushes and trims the manager's logs in the background."""
+
+    def __init__(self, manager: ReplicaManager, *, clock: Clock) -> None:
+        self.manager = manager
+        self.clock = clock
+
+    async def flush_forever(self) -> None:
+        """fsync dirty logs periodically, off the event loop."""
+        manager = self.manager
+        state = manager.state
+        period = state.config.log_flush_interval_ms / 1000
+        while not state.stopping.is_set():
+            await self.clock.sleep(period)
+            dirty = [h for h in manager.partitions.values() if h.dirty]
+            for hosted in dirty:
+                hosted.dirty = False
+                self._save_producers(hosted)
+                try:
+                    await asyncio.to_thread(hosted.log.flush)
+                except OSError as exc:
+                    if manager.partitions.get(hosted.key) is hosted:
+                        manager.storage_error(hosted, exc, "flushing")
+                except ValueError:
+                    pass  # closed meanwhile
+
+    def flush_dirty(self) -> None:
+        """fsync every dirty log now (blocking: the agent's shutdown runs it in a worker thread)."""
+        for hosted in list(self.manager.partitions.values()):
+            if not hosted.dirty:
+                continue
+            try:
+                hosted.log.flush()
+            except (OSError, ValueError) as exc:
+                log.warning("Could not flush %s at shutdown: %s", hosted.name, exc)
+
+    def _save_producers(self, hosted: HostedPartition) -> None:
+        """Snapshot a leader's changed producer state before its log is flushed (derived data: a
+        failure to write it only costs a longer rebuild, so it is logged, not fatal)."""
+        if hosted.producers is None or not hosted.producers_changed:
+            return
+        hosted.producers_changed = False
+        hosted.producers = producer_state.expire(
+            hosted.producers,
+            now_ms=wall_ms(self.clock),
+            producer_id_expiration_ms=self.manager.state.config.producer_id_expiration_ms,
+        )
+        try:
+            producers.save(hosted.log, hosted.producers)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: failed saving the producer snapshot: %s", hosted.name, exc)
+
+    async def retention_forever(self) -> None:
+        manager = self.manager
+        state = manager.state
+        period = state.config.log_retention_check_interval_ms / 1000
+        while not state.stopping.is_set():
+            await self.clock.sleep(period)
+            now_ms = wall_ms(self.clock)
+            for hosted in list(manager.partitions.values()):
+                if manager.partitions.get(hosted.key) is not hosted:
+                    continue
+                try:
+                    deleted = hosted.log.apply_retention(now_ms)
+                except OSError as exc:
+                    manager.storage_error(hosted, exc, "applying retention")
+                    continue
+                if deleted:
+                    log.info("%s: retention deleted %d segment(s)", hosted.name, deleted)
+                    hosted.wake_data_waiters()  # the log start offset moved
