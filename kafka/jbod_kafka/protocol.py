@@ -218,6 +218,10 @@ def _required_fields(entity: type) -> tuple[tuple[str, bool], ...]:
         hint = hints[f.name]
         args = typing.get_args(hint)
         nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        if nullable:  # look inside `X | None` for messages to check as well
+            inner = [a for a in args if a is not type(None)]
+            hint = inner[0] if len(inner) == 1 else hint
+            args = typing.get_args(hint)
         nested = typing.get_origin(hint) is tuple and bool(args) and dataclasses.is_dataclass(args[0])
         nested = nested or (isinstance(hint, type) and dataclasses.is_dataclass(hint))
         if not nullable or nested:

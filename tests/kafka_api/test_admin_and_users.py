@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -218,3 +219,82 @@ def test_watermarks_after_idempotent_production(kafka_cluster: KafkaCluster) -> 
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 10)
     finally:
         consumer.close()
+
+
+def _fetch(
+    conn: RawConnection,
+    *,
+    session_id: int,
+    epoch: int,
+    partitions: list[tuple[str, int, int]],
+    forgotten: list[tuple[str, int]] | None = None,
+) -> Any:
+    """Fetch v12 (topic names, sessions): `partitions` as (topic, partition, fetch offset)."""
+    topics: dict[str, list[dict[str, int]]] = {}
+    for topic, partition, offset in partitions:
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20,
+            }
+        )
+    dropped: dict[str, list[int]] = {}
+    for topic, partition in forgotten or []:
+        dropped.setdefault(topic, []).append(partition)
+    body = protocol.build(
+        protocol.request_type(1, 12),
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=50,
+        min_bytes=1,
+        max_bytes=1 << 22,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        forgotten_topics_data=[{"topic": t, "partitions": ps} for t, ps in dropped.items()],
+        rack_id="",
+    )
+    return conn.request(1, 12, body)
+
+
+def _answered(response: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (bytes of records, high watermark) of every partition listed."""
+    return {
+        (t.topic, int(p.partition_index)): (len(p.records or b""), int(p.high_watermark))
+        for t in response.responses
+        for p in t.partitions
+    }
+
+
+def test_fetch_sessions_answer_only_what_changed(kafka_cluster: KafkaCluster) -> None:
+    client = admin(kafka_cluster)
+    busy, idle = name(), name()
+    for topic in (busy, idle):
+        client.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    leaders = {t: client.list_topics(t, timeout=10).topics[t].partitions[0].leader for t in (busy, idle)}
+    if leaders[busy] != leaders[idle]:  # one session holds partitions of one leader
+        client.delete_topics([idle])[idle].result(30)
+        idle = busy
+    produce(kafka_cluster, busy, [(b"k", b"old")])
+    with RawConnection(kafka_cluster.cluster.brokers[leaders[busy]].kafka["SASL_PLAINTEXT"]) as conn:
+        assert int(conn.authenticate("admin", kafka_cluster.admin_password).error_code) == 0
+        wanted = sorted({(busy, 0, 0), (idle, 0, 0)})
+        full = _fetch(conn, session_id=0, epoch=0, partitions=wanted)
+        session_id = int(full.session_id)
+        assert session_id != 0 and set(_answered(full)) == {(t, p) for t, p, _o in wanted}
+        end = _answered(full)[(busy, 0)][1]
+        caught_up = _fetch(conn, session_id=session_id, epoch=1, partitions=[(busy, 0, end)])
+        assert int(caught_up.error_code) == 0 and int(caught_up.session_id) == session_id
+        assert _answered(_fetch(conn, session_id=session_id, epoch=2, partitions=[])) == {}  # nothing new
+        produce(kafka_cluster, busy, [(b"k", b"new")])
+        grown = _answered(_fetch(conn, session_id=session_id, epoch=3, partitions=[]))
+        assert list(grown) == [(busy, 0)] and grown[(busy, 0)][0] > 0  # only the partition that grew
+        stale = _fetch(conn, session_id=session_id, epoch=3, partitions=[])
+        assert int(stale.error_code) == 71  # INVALID_FETCH_SESSION_EPOCH
+        unknown = _fetch(conn, session_id=session_id + 1, epoch=1, partitions=[])
+        assert int(unknown.error_code) == 70  # FETCH_SESSION_ID_NOT_FOUND

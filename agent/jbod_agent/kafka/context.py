@@ -10,10 +10,11 @@ client connected through, so every address a client is given is one it can reach
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from jbod_agent.client_fetch import ClientFetch
+from jbod_agent.kafka.fetch_sessions import ConsumerSessions
 from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock
 from jbod_agent.produce import Produce
@@ -48,6 +49,7 @@ class BrokerContext:
     client_fetch: ClientFetch
     mover: Mover
     clock: Clock
+    fetch_sessions: ConsumerSessions = field(default_factory=ConsumerSessions)
 
     @property
     def node_id(self) -> int:

@@ -12,8 +12,8 @@ Guarantees:
   UNKNOWN_LEADER_EPOCH against `current_leader_epoch`, OFFSET_OUT_OF_RANGE, KAFKA_STORAGE_ERROR;
   a consumer whose `last_fetched_epoch` disagrees with the leader's history gets
   `diverging_epoch` and no records (KIP-320), as followers do.
-* Fetch sessions (KIP-227) are declined: every response has session id 0, so clients keep
-  sending full requests, which the protocol allows.
+* Fetch sessions (KIP-227): a full fetch with epoch 0 opens one, incremental fetches list only
+  what changed and are answered only with what changed (`fetch_sessions`).
 * ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
   watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
   it (offset -1 when there is none), each with the leader epoch of that offset.
@@ -22,30 +22,21 @@ Guarantees:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import divergence
 from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.ports import monotonic_ms
 from jbod_agent.replica_manager import HostedPartition
 from jbod_kafka import protocol
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
-
-
-@dataclass(slots=True)
-class _Wanted:
-    topic_key: Any  # the name or the topic id, as the request named it
-    topic: str | None
-    partition: int
-    fetch_offset: int
-    current_leader_epoch: int
-    last_fetched_epoch: int
-    max_bytes: int
 
 
 def _leader(
@@ -75,16 +66,26 @@ def _error_entry(index: int, code: KafkaError) -> dict[str, Any]:
     }
 
 
+def _topic_name(ctx: BrokerContext, wanted: Wanted, *, by_id: bool) -> str | None:
+    """The topic of `wanted`, named by the client by name or (v13+) by id; None when unknown."""
+    topic_key = wanted.key[0]
+    if by_id:
+        return ctx.topic_name(topic_key) if isinstance(topic_key, uuid.UUID) else None
+    return topic_key if isinstance(topic_key, str) else None
+
+
 def _read_partition(
-    ctx: BrokerContext, wanted: _Wanted, budget: int, *, first: bool, by_id: bool
+    ctx: BrokerContext, wanted: Wanted, budget: int, *, first: bool, by_id: bool
 ) -> tuple[dict[str, Any], HostedPartition | None]:
-    hosted, code = _leader(ctx, wanted.topic, wanted.partition, wanted.current_leader_epoch, by_id=by_id)
+    partition = wanted.key[1]
+    topic = _topic_name(ctx, wanted, by_id=by_id)
+    hosted, code = _leader(ctx, topic, partition, wanted.current_leader_epoch, by_id=by_id)
     if hosted is None:
-        return _error_entry(wanted.partition, code), None
+        return _error_entry(partition, code), None
     log_ = hosted.log
     hw = log_.high_watermark
     entry: dict[str, Any] = {
-        "partition_index": wanted.partition,
+        "partition_index": partition,
         "error_code": KafkaError.none,
         "high_watermark": hw,
         "last_stable_offset": hw,
@@ -110,34 +111,36 @@ def _read_partition(
         return entry, hosted
     except OSError as exc:
         ctx.manager.storage_error(hosted, exc, "reading for a consumer")
-        return _error_entry(wanted.partition, KafkaError.kafka_storage_error), None
+        return _error_entry(partition, KafkaError.kafka_storage_error), None
     entry["records"] = data
     return entry, hosted
 
 
-def _wanted(ctx: BrokerContext, request: protocol.Request) -> tuple[list[_Wanted], bool]:
+def _listed(request: protocol.Request) -> tuple[list[Wanted], list[SessionKey], bool]:
+    """The partitions a Fetch lists and forgets, keyed by the topic as the client names it."""
     by_id = request.header.api_version >= 13
-    wanted = []
-    for topic in request.body.topics:
-        key = topic.topic_id if by_id else topic.topic
-        name = ctx.topic_name(topic.topic_id) if by_id else topic.topic
-        for part in topic.partitions:
-            wanted.append(
-                _Wanted(
-                    key,
-                    name,
-                    int(part.partition),
-                    int(part.fetch_offset),
-                    int(getattr(part, "current_leader_epoch", -1)),
-                    int(getattr(part, "last_fetched_epoch", -1)),
-                    int(part.partition_max_bytes),
-                )
-            )
-    return wanted, by_id
+    body = request.body
+    listed = [
+        Wanted(
+            (topic.topic_id if by_id else topic.topic, int(part.partition)),
+            int(part.fetch_offset),
+            int(getattr(part, "current_leader_epoch", -1)),
+            int(getattr(part, "last_fetched_epoch", -1)),
+            int(part.partition_max_bytes),
+        )
+        for topic in body.topics
+        for part in topic.partitions
+    ]
+    forgotten = [
+        (topic.topic_id if by_id else topic.topic, int(index))
+        for topic in getattr(body, "forgotten_topics_data", None) or ()
+        for index in topic.partitions
+    ]
+    return listed, forgotten, by_id
 
 
 def _read_all(
-    ctx: BrokerContext, wanted: list[_Wanted], max_bytes: int, *, by_id: bool
+    ctx: BrokerContext, wanted: list[Wanted], max_bytes: int, *, by_id: bool
 ) -> tuple[list[dict[str, Any]], int, list[HostedPartition]]:
     entries: list[dict[str, Any]] = []
     hosted_parts: list[HostedPartition] = []
@@ -153,27 +156,47 @@ def _read_all(
 
 async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     body = request.body
-    wanted, by_id = _wanted(ctx, request)
+    listed, forgotten, by_id = _listed(request)
+    plan = ctx.fetch_sessions.plan(
+        conn,
+        session_id=int(getattr(body, "session_id", 0)),
+        epoch=int(getattr(body, "session_epoch", -1)),
+        listed=listed,
+        forgotten=forgotten,
+        now_ms=monotonic_ms(ctx.clock),
+    )
+    response_type = protocol.response_type(request.header.api_key, request.header.api_version)
+    if plan.error is not None:
+        return protocol.build(
+            response_type,
+            throttle_time=0,
+            error_code=int(plan.error),
+            session_id=0,
+            responses=[],
+            node_endpoints=[],
+        )
     max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
     deadline = ctx.clock.monotonic() + body.max_wait.total_seconds()
     while True:
-        entries, total, hosted_parts = _read_all(ctx, wanted, max_bytes, by_id=by_id)
+        entries, total, hosted_parts = _read_all(ctx, plan.wanted, max_bytes, by_id=by_id)
         remaining = deadline - ctx.clock.monotonic()
         errors = any(e["error_code"] != KafkaError.none for e in entries)
         if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
             break
         await ctx.client_fetch.wait_for_data(hosted_parts, remaining)
     responses: list[dict[str, Any]] = []
-    for item, entry in zip(wanted, entries, strict=True):
-        if not responses or responses[-1]["key"] != item.topic_key:
-            responses.append({"key": item.topic_key, "partitions": []})
+    for item, entry in zip(plan.wanted, entries, strict=True):
+        if not ConsumerSessions.answered(plan, item, entry):
+            continue
+        if not responses or responses[-1]["key"] != item.key[0]:
+            responses.append({"key": item.key[0], "partitions": []})
         responses[-1]["partitions"].append(entry)
     key = "topic_id" if by_id else "topic"
     return protocol.build(
-        protocol.response_type(request.header.api_key, request.header.api_version),
+        response_type,
         throttle_time=0,
         error_code=KafkaError.none,
-        session_id=0,
+        session_id=plan.session_id,
         responses=[{key: r["key"], "partitions": r["partitions"]} for r in responses],
         node_endpoints=[],
     )

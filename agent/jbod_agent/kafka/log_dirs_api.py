@@ -51,7 +51,7 @@ def _wanted_topics(request: protocol.Request) -> dict[str, set[int]] | None:
     topics = request.body.topics
     if topics is None:
         return None
-    return {t.topic: {int(p) for p in t.partitions} for t in topics}
+    return {t.topic: {int(p) for p in t.partitions or ()} for t in topics}
 
 
 def _dir_entry(ctx: BrokerContext, directory: Uuid, wanted: dict[str, set[int]] | None) -> dict[str, Any]:
