@@ -38,7 +38,8 @@ def new_topic(kafka: KafkaCluster, *, partitions: int = 3) -> str:
 
 
 def produce(kafka: KafkaCluster, topic: str, records: list[tuple[bytes, bytes]], **config: object) -> dict:
-    """Produce `records` with acks=all; (partition, offset) of each, keyed by value."""
+    """Produce `records` with acks=all (idempotent unless `config` says otherwise, as Kafka's
+    clients are by default); (partition, offset) of each, keyed by value."""
     producer = Producer(kafka.client_config(acks="all", **config))
     acked: dict[bytes, tuple[int, int]] = {}
     errors: list[KafkaError] = []
@@ -91,7 +92,7 @@ def test_metadata_lists_every_broker_and_the_partitions_leaders(kafka_cluster: K
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_every_codec_round_trips_every_record_once_in_order(kafka_cluster: KafkaCluster, codec: str) -> None:
+def test_an_idempotent_producer_with_every_codec_round_trips_every_record_once_in_order(kafka_cluster: KafkaCluster, codec: str) -> None:
     topic = new_topic(kafka_cluster)
     records = [(b"key-%d" % (i % 17), b"value-%06d-" % i + b"x" * (i % 300)) for i in range(3000)]
     acked = produce(
