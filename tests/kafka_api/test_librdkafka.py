@@ -92,14 +92,16 @@ def test_metadata_lists_every_broker_and_the_partitions_leaders(kafka_cluster: K
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_an_idempotent_producer_with_every_codec_round_trips_every_record_once_in_order(kafka_cluster: KafkaCluster, codec: str) -> None:
+def test_an_idempotent_producer_with_every_codec_round_trips_every_record_once_in_order(
+    kafka_cluster: KafkaCluster, codec: str
+) -> None:
     topic = new_topic(kafka_cluster)
     records = [(b"key-%d" % (i % 17), b"value-%06d-" % i + b"x" * (i % 300)) for i in range(3000)]
     acked = produce(
         kafka_cluster,
         topic,
         records,
-        **{"compression.type": codec, "enable.idempotence": False, "linger.ms": 5},
+        **{"compression.type": codec, "enable.idempotence": True, "linger.ms": 5},
     )
     assert len(acked) == len(records)
     consumed = consume_all(kafka_cluster, topic, 3, len(records))
