@@ -31,7 +31,8 @@ from jbod_core.messages import (
 ReplyT = TypeVar("ReplyT")
 
 
-async def _answer(call: Awaitable[ReplyT]) -> ReplyT:
+async def answer(call: Awaitable[ReplyT]) -> ReplyT:
+    """`call`'s reply; a `ClientError` raised as the port's `ControllerCallError` (same message)."""
     try:
         return await call
     except ClientError as exc:
@@ -45,23 +46,23 @@ class LinkedController:
         self._link = link
 
     async def register(self, request: RegisterBrokerRequest) -> RegisterBrokerReply:
-        return await _answer(self._link.register(request))
+        return await answer(self._link.register(request))
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
-        return await _answer(self._link.heartbeat(request))
+        return await answer(self._link.heartbeat(request))
 
     async def assign_replicas_to_dirs(
         self, request: AssignReplicasToDirsRequest
     ) -> AssignReplicasToDirsReply:
-        return await _answer(self._link.assign_replicas_to_dirs(request))
+        return await answer(self._link.assign_replicas_to_dirs(request))
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
-        return await _answer(self._link.alter_partition(request))
+        return await answer(self._link.alter_partition(request))
 
     async def metadata(
         self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None
     ) -> dict[str, Any]:
-        return await _answer(
+        return await answer(
             self._link.metadata(
                 from_offset=from_offset,
                 max_wait_ms=max_wait_ms,

@@ -72,6 +72,18 @@ def _response(request: protocol.Request, **fields: Any) -> Any:
     )
 
 
+def _refused(exc: Exception, *, invalid: KafkaError) -> dict[str, Any]:
+    """The error fields of an item the controller did not decide: none answered (retriable
+    NOT_CONTROLLER), or the request did not fit the controller's schema (`invalid`)."""
+    code = KafkaError.not_controller if isinstance(exc, ControllerCallError) else invalid
+    return {"error_code": code, "error_message": str(exc)}
+
+
+def _controller_error(reply: Any) -> dict[str, Any]:
+    """The error fields of an item the controller refused, its code and message as they are."""
+    return {"error_code": KafkaError(reply.error_code), "error_message": reply.error_message}
+
+
 async def _until(clock: Clock, condition: Callable[[], bool], timeout_s: float) -> None:
     """Wait (bounded, on `clock`) until this broker's image satisfies `condition`."""
     deadline = clock.monotonic() + max(timeout_s, 0.0)
@@ -252,21 +264,10 @@ class AdminApis:
                     ),
                 )
             except (ControllerCallError, ValueError) as exc:
-                code = (
-                    KafkaError.not_controller
-                    if isinstance(exc, ControllerCallError)
-                    else KafkaError.invalid_request
-                )
-                results.append({**result, "error_code": code, "error_message": str(exc)})
+                results.append({**result, **_refused(exc, invalid=KafkaError.invalid_request)})
                 continue
             if reply.error_code != 0:
-                results.append(
-                    {
-                        **result,
-                        "error_code": KafkaError(reply.error_code),
-                        "error_message": reply.error_message,
-                    }
-                )
+                results.append({**result, **_controller_error(reply)})
                 continue
             if not body.validate_only:
                 grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
@@ -380,21 +381,10 @@ class AdminApis:
                     AlterTopicConfigsRequest(configs=ops, validate_only=body.validate_only),
                 )
             except (ControllerCallError, ValueError) as exc:
-                code = (
-                    KafkaError.not_controller
-                    if isinstance(exc, ControllerCallError)
-                    else KafkaError.invalid_config
-                )
-                responses.append({**result, "error_code": code, "error_message": str(exc)})
+                responses.append({**result, **_refused(exc, invalid=KafkaError.invalid_config)})
                 continue
             if reply.error_code != 0:
-                responses.append(
-                    {
-                        **result,
-                        "error_code": KafkaError(reply.error_code),
-                        "error_message": reply.error_message,
-                    }
-                )
+                responses.append({**result, **_controller_error(reply)})
                 continue
             responses.append(result)
         return _response(request, responses=responses)

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
+from jbod_agent.controller_port import answer
 from jbod_agent.ports import ControllerCallError
 from jbod_agent.state import AgentState
 from jbod_client.controller import ApiError, ClientError, ControllerLink
@@ -36,13 +37,6 @@ from jbod_core.messages import (
 )
 
 T = TypeVar("T")
-
-
-async def _answer(call: Awaitable[T]) -> T:
-    try:
-        return await call
-    except ClientError as exc:
-        raise ControllerCallError(str(exc)) from exc
 
 
 async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
@@ -84,20 +78,20 @@ class Forwarder:
     async def alter_topic_configs(
         self, name: str, request: AlterTopicConfigsRequest
     ) -> AlterTopicConfigsReply:
-        return await _answer(self._admin().alter_topic_configs(name, request))
+        return await answer(self._admin().alter_topic_configs(name, request))
 
     async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
-        return await _answer(self._admin().create_partitions(name, request))
+        return await answer(self._admin().create_partitions(name, request))
 
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest
     ) -> AlterScramCredentialsReply:
-        return await _answer(self._admin().alter_scram_credentials(request))
+        return await answer(self._admin().alter_scram_credentials(request))
 
     async def describe_scram_credentials(
         self, users: Sequence[str] | None
     ) -> list[DescribeScramCredentialsResult]:
-        return await _answer(self._admin().describe_scram_credentials(users))
+        return await answer(self._admin().describe_scram_credentials(users))
 
     async def aclose(self) -> None:
         if self._link is not None:
@@ -124,7 +118,7 @@ class ProducerIds:
 
     async def _new_block(self) -> None:
         request = AllocateProducerIdsRequest(broker_id=self._state.node_id, broker_epoch=self._state.epoch)
-        reply = await _answer(self._link.allocate_producer_ids(request))
+        reply = await answer(self._link.allocate_producer_ids(request))
         if reply.error_code != ErrorCode.NONE or reply.producer_id_len <= 0:
             raise ControllerCallError(
                 f"the controller allocated no producer ids: errorCode {reply.error_code} {reply.error_message or ''}"
