@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from jbod_agent.controller_port import answer
 from jbod_agent.ports import ControllerCallError
@@ -35,8 +35,6 @@ from jbod_core.messages import (
     CreateTopicRequest,
     DescribeScramCredentialsResult,
 )
-
-T = TypeVar("T")
 
 
 async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
