@@ -28,9 +28,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from jbod_core import group_records
+from jbod_kafka import protocol
 from tests.broker.conftest import wait_for
 from tests.fs import requires_root
 from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
+from tests.kafka_api.raw_client import RawConnection
 from tests.kafka_api.test_librdkafka import new_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -178,6 +180,42 @@ def coordinator_of(kafka: KafkaCluster, group: str) -> int:
     [partition] = [p for p in partitions if p["partitionIndex"] == index]
     leader: int = partition["leader"]
     return leader
+
+
+# --- Where a group lives --------------------------------------------------------------------------
+
+
+def test_only_the_leader_of_the_groups_offsets_partition_coordinates_it(kafka: KafkaCluster) -> None:
+    """FindCoordinator (v3, one key) on any broker names the leader of the group's partition of
+    `__consumer_offsets`; an OffsetFetch (v7) of the group is answered there, NOT_COORDINATOR (16)
+    by every other broker, as Kafka's clients expect to find out."""
+    group = f"g-where-{uuid.uuid4().hex[:6]}"
+
+    def ask(node_id: int, api_key: int, version: int, **fields: Any) -> Any:
+        address = kafka.cluster.brokers[node_id].kafka["SASL_PLAINTEXT"]
+        with RawConnection(address) as conn:
+            assert int(conn.authenticate("admin", kafka.admin_password).error_code) == 0
+            return conn.request(
+                api_key, version, protocol.build(protocol.request_type(api_key, version), **fields)
+            )
+
+    def found() -> Any:
+        answer = ask(1, 10, 3, key=group, key_type=0)
+        return answer if int(answer.error_code) == 0 else None  # 15 until the topic has leaders
+
+    answer = wait_for(found, timeout=30, what="a coordinator for the group")
+    assert answer.node_id == coordinator_of(kafka, group)
+    assert answer.port == int(kafka.cluster.brokers[answer.node_id].kafka["SASL_PLAINTEXT"].rsplit(":", 1)[1])
+    expected = {n: 0 if n == answer.node_id else 16 for n in kafka.cluster.brokers}
+
+    def errors() -> dict[int, int]:
+        return {
+            node_id: int(ask(node_id, 9, 7, group_id=group, topics=None, require_stable=False).error_code)
+            for node_id in kafka.cluster.brokers
+        }
+
+    # The coordinator answers 14 (COORDINATOR_LOAD_IN_PROGRESS) until it has loaded the partition.
+    wait_for(lambda: errors() == expected, timeout=30, what=f"OffsetFetch answered {expected}")
 
 
 # --- A group of three while members come and go -------------------------------------------------
