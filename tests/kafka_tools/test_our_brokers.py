@@ -8,7 +8,8 @@ controller's own view (`cluster.admin`) and the brokers' dirs. Each test uses to
 
 The console consumer reads by assignment (`--partition 0 --offset earliest`) and in a consumer
 group (issue 23); `kafka-consumer-groups.sh` lists, describes (partitions, committed offsets,
-lag), resets and deletes a group. A tool that fails shows the tail of every broker's `agent.log`
+lag), resets and deletes a group; `kafka-producer-perf-test.sh` and `kafka-consumer-perf-test.sh`
+(in a group) run to completion. A tool that fails shows the tail of every broker's `agent.log`
 beside its own output.
 """
 
