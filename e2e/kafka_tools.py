@@ -103,6 +103,13 @@ SCRIPTS: Mapping[str, Script] = {
             "kafka-console-consumer.sh", "org.apache.kafka.tools.consumer.ConsoleConsumer", heap=("-Xmx512M",)
         ),
         Script("kafka-get-offsets.sh", "org.apache.kafka.tools.GetOffsetShell"),
+        Script("kafka-consumer-groups.sh", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
+        Script(
+            "kafka-producer-perf-test.sh", "org.apache.kafka.tools.ProducerPerformance", heap=("-Xmx512M",)
+        ),
+        Script(
+            "kafka-consumer-perf-test.sh", "org.apache.kafka.tools.ConsumerPerformance", heap=("-Xmx512M",)
+        ),
         Script("kafka-storage.sh", "kafka.tools.StorageTool", connects=False),
         Script(
             "kafka-server-start.sh",

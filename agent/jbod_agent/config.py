@@ -110,6 +110,14 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000
     request_read_timeout_ms: int = 30_000
     producer_id_expiration_ms: int = 86_400_000  # Kafka's: idle idempotent producers are forgotten
+    # The group coordinator (Kafka's keys and defaults; docs/decisions.md "Consumer groups").
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
 
     @property
     def controller_urls(self) -> list[str]:
@@ -261,6 +269,13 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(100, _MAX_MS)),
     "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1, _MAX_MS)),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1, 10_000)),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int(1, 32_767)),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int(1, _MAX_MS)),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0, _MAX_MS)),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0, _MAX_MS)),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(1, _MAX_MS)),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1, _MAX_MS)),
 }
 # The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
 # ranges of the one topic-config table, so a default is always a value a topic could set.
@@ -313,6 +328,11 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
         )
     if config.metadata_log_dir.resolve() in {p.resolve() for p in config.log_dirs}:
         raise ConfigError("metadata.log.dir: must not also be one of log.dirs")
+    if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
+        raise ConfigError(
+            f"group.min.session.timeout.ms: {config.group_min_session_timeout_ms} is above "
+            f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})"
+        )
     if config.format_on_start and config.cluster_id is None:
         raise ConfigError("cluster.id: required when log.dirs.format.on.start is true")
     return config

@@ -101,6 +101,13 @@ def test_minimal_config_takes_every_default() -> None:
         ("broker.rack", " rack-a ", "rack", "rack-a"),
         ("log.dirs.format.on.start", "false", "format_on_start", False),
         ("cluster.id", "Ab_9-z", "cluster_id", "Ab_9-z"),
+        ("offsets.topic.num.partitions", "3", "offsets_topic_num_partitions", 3),
+        ("offsets.topic.replication.factor", "1", "offsets_topic_replication_factor", 1),
+        ("offsets.commit.timeout.ms", "2000", "offsets_commit_timeout_ms", 2000),
+        ("offset.metadata.max.bytes", "0", "offset_metadata_max_bytes", 0),
+        ("group.initial.rebalance.delay.ms", "0", "group_initial_rebalance_delay_ms", 0),
+        ("group.min.session.timeout.ms", "1000", "group_min_session_timeout_ms", 1000),
+        ("group.max.session.timeout.ms", "60000", "group_max_session_timeout_ms", 60000),
     ],
 )
 def test_each_key_parses(key: str, value: str, attribute: str, expected: object) -> None:
@@ -330,6 +337,12 @@ def test_heartbeat_not_below_session_timeout(heartbeat: str, session: str) -> No
 
 def test_default_heartbeat_against_a_short_session_timeout() -> None:
     expect_error(text({**BASE, "broker.session.timeout.ms": "1500"}), "broker.heartbeat.interval.ms")
+
+
+def test_group_session_timeout_bounds_in_order() -> None:
+    values = {**BASE, "group.min.session.timeout.ms": "7000", "group.max.session.timeout.ms": "6999"}
+    message = expect_error(text(values), "group.min.session.timeout.ms")
+    assert "group.max.session.timeout.ms" in message
 
 
 def test_format_on_start_needs_a_cluster_id() -> None:

@@ -1,4 +1,4 @@
-"""Apache Kafka 4.3.1's own tools against our brokers, run as a user runs them (issue 22).
+"""Apache Kafka 4.3.1's own tools against our brokers, run as a user runs them (issues 22, 23).
 
 One cluster for the module: a controller and three brokers with two plain log dirs each, every
 broker with a SASL_PLAINTEXT listener. Every tool logs in through `--command-config` with the
@@ -6,11 +6,11 @@ properties `jbodctl local client-properties` prints (`client_properties`), as th
 principal unless a test says otherwise, and what the tools print is checked against the
 controller's own view (`cluster.admin`) and the brokers' dirs. Each test uses topics of its own.
 
-Consumer groups are not implemented yet (no FindCoordinator), so the console consumer reads by
-assignment (`--partition 0 --offset earliest`). Strict expected failures pin where the brokers
-still differ from Kafka for a user of these tools: the group consumer, `kafka-configs.sh --describe
---entity-type users` (no DescribeClientQuotas) and the replica sizes `kafka-log-dirs.sh` shows.
-A tool that fails shows the tail of every broker's `agent.log` beside its own output.
+The console consumer reads by assignment (`--partition 0 --offset earliest`) and in a consumer
+group (issue 23); `kafka-consumer-groups.sh` lists, describes (partitions, committed offsets,
+lag), resets and deletes a group; `kafka-producer-perf-test.sh` and `kafka-consumer-perf-test.sh`
+(in a group) run to completion. A tool that fails shows the tail of every broker's `agent.log`
+beside its own output.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from e2e import kafka_tools
 from e2e.kafka_tools import AdminCallError, JavaAdmin, KafkaInstall, Replica
 from e2e.wait import wait_for
 from jbod_client.controller import ControllerClient
+from jbod_core import group_records
 from jbod_local.kafka_clients import client_properties
 from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
@@ -96,7 +97,9 @@ class Cluster:
 def cluster(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # noqa: F811
     base = tmp_path_factory.mktemp("ours")
     with contextlib.ExitStack() as stack:
-        kafka = start_kafka_cluster(stack, base, brokers=len(BROKERS), loop=False)
+        kafka = start_kafka_cluster(
+            stack, base, brokers=len(BROKERS), loop=False, group_initial_rebalance_delay_ms="300"
+        )
         admin_properties = base / "admin.properties"
         admin_properties.write_text(client_properties(kafka.admin_password))
         yield Cluster(kafka, install, admin_properties)
@@ -409,12 +412,6 @@ def test_console_producer_get_offsets_and_console_consumer_by_assignment(cluster
     assert _consume(cluster, topic, 50) == records
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="consumer groups are not implemented: a console consumer in a group needs FindCoordinator (API 10), "
-    "which the brokers do not list; it logs UnsupportedVersionException and exits 0 having read nothing",
-)
 def test_console_consumer_in_a_group(cluster: Cluster) -> None:
     topic = "tools-group"
     _create(cluster, topic)
@@ -423,3 +420,141 @@ def test_console_consumer_in_a_group(cluster: Cluster) -> None:
             "--timeout-ms", "30000"]  # fmt: skip
     consumed = cluster.run("kafka-console-consumer.sh", args)
     assert cluster.ok(consumed).splitlines() == ["g1", "g2"]
+
+
+# --- kafka-consumer-groups.sh ---------------------------------------------------------------------
+
+
+def _consumer_groups(cluster: Cluster, args: list[str]) -> str:
+    return cluster.ok(cluster.run("kafka-consumer-groups.sh", args))
+
+
+def _described_group(cluster: Cluster, group: str) -> dict[int, dict[str, str]]:
+    """`kafka-consumer-groups.sh --describe --group`: partition → the row's columns by header."""
+    lines = [
+        line.split() for line in _consumer_groups(cluster, ["--describe", "--group", group]).splitlines()
+    ]
+    [header] = [line for line in lines if line[:1] == ["GROUP"]]
+    rows = [dict(zip(header, line, strict=True)) for line in lines if line and line[0] == group]
+    return {int(row["PARTITION"]): row for row in rows}
+
+
+def _offsets_topic_records(cluster: Cluster, group: str, formatter: str) -> list[dict[str, Any]]:
+    """The records of `group` in its partition of `__consumer_offsets`, printed as JSON by one of
+    Kafka's formatters (the others' records are left out)."""
+    partition = group_records.partition_for(group, group_records.DEFAULT_PARTITIONS)
+    args = ["--topic", group_records.OFFSETS_TOPIC, "--partition", str(partition), "--offset", "earliest",
+            "--formatter", formatter, "--timeout-ms", "5000"]  # fmt: skip
+    out = cluster.run("kafka-console-consumer.sh", args).stdout  # exits 1 on its timeout
+    decoder, position, records = json.JSONDecoder(), 0, []
+    while (start := out.find("{", position)) >= 0:
+        record, position = decoder.raw_decode(out, start)
+        if record["key"]["data"]["group"] == group:
+            records.append(record)
+    return records
+
+
+def test_consumer_groups_describe_lag_reset_list_and_delete(cluster: Cluster) -> None:
+    topic, group = "tools-groups", "tools-groups-g"
+    _create(cluster, topic, partitions=3)
+    keyed = "".join(f"k{i}:v{i}\n" for i in range(30))
+    args = ["--topic", topic, "--property", "parse.key=true", "--property", "key.separator=:"]
+    cluster.ok(cluster.run("kafka-console-producer.sh", args, input=keyed))
+    consumed = cluster.run(
+        "kafka-console-consumer.sh",
+        [
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--max-messages",
+            "30",
+            "--timeout-ms",
+            "30000",
+        ],
+    )
+    assert sorted(cluster.ok(consumed).split()) == sorted(f"v{i}" for i in range(30))
+    cluster.ok(cluster.run("kafka-console-producer.sh", ["--topic", topic], input="late1\nlate2\nlate3\n"))
+    ends = _offsets(cluster, topic)
+    assert sum(ends.values()) == 33
+
+    assert group in _consumer_groups(cluster, ["--list"]).split()
+    described = _described_group(cluster, group)
+    assert sorted(described) == [0, 1, 2]
+    lags = {}
+    for partition, row in described.items():
+        assert row["TOPIC"] == topic and int(row["LOG-END-OFFSET"]) == ends[partition]
+        lags[partition] = int(row["LAG"])
+        assert int(row["CURRENT-OFFSET"]) + lags[partition] == ends[partition]
+        assert row["CONSUMER-ID"] == "-"  # the console consumer left: no active member
+    assert sum(lags.values()) == 3  # committed after the 30 read; the 3 late records are the lag
+
+    reset = _consumer_groups(
+        cluster, ["--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute"]
+    )
+    assert sorted(line.split()[2:] for line in reset.splitlines() if line.startswith(group)) == [
+        [str(p), "0"] for p in range(3)
+    ]
+    assert {
+        p: (int(r["CURRENT-OFFSET"]), int(r["LAG"])) for p, r in _described_group(cluster, group).items()
+    } == {p: (0, end) for p, end in ends.items()}
+
+    # What the coordinator wrote, as Kafka's own formatters read __consumer_offsets.
+    offsets = _offsets_topic_records(
+        cluster, group, "org.apache.kafka.tools.consumer.OffsetsMessageFormatter"
+    )
+    latest = {
+        r["key"]["data"]["partition"]: r["value"] for r in offsets if r["key"]["data"]["topic"] == topic
+    }
+    assert {p: (v["version"], v["data"]["offset"]) for p, v in latest.items()} == dict.fromkeys(
+        range(3), (3, 0)
+    )
+    metadata = _offsets_topic_records(
+        cluster, group, "org.apache.kafka.tools.consumer.GroupMetadataMessageFormatter"
+    )
+    assert metadata and metadata[-1]["value"]["data"]["protocolType"] == "consumer"
+    assert metadata[-1]["value"]["data"]["members"] == []  # the console consumer left
+
+    deleted = _consumer_groups(cluster, ["--delete", "--group", group])
+    assert f"Deletion of requested consumer groups ('{group}') was successful." in deleted
+    assert group not in _consumer_groups(cluster, ["--list"]).split()
+    gone = cluster.run("kafka-consumer-groups.sh", ["--describe", "--group", group])
+    # As Kafka 4.3.1 answers it (DescribeGroups v6, KIP-1043):
+    assert f"GroupIdNotFoundException: Group {group} not found." in gone.stdout
+
+
+# --- kafka-producer-perf-test.sh and kafka-consumer-perf-test.sh ---------------------------------
+
+
+def test_producer_perf_test_writes_every_record_with_acks_all(cluster: Cluster) -> None:
+    topic = "tools-perf"
+    _create(cluster, topic, partitions=3)
+    args = ["--topic", topic, "--num-records", "5000", "--record-size", "1024", "--throughput", "-1",
+            "--command-property", "acks=all", "enable.idempotence=true"]  # fmt: skip
+    out = cluster.ok(cluster.run("kafka-producer-perf-test.sh", args))
+    # The last line sums the run up: "5000 records sent, ... records/sec (... MB/sec), ... ms avg
+    # latency, ... ms max latency, ... ms 50th, ... ms 99.9th."
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("5000 records sent,") and summary.endswith("99.9th."), out
+    assert sum(_offsets(cluster, topic).values()) == 5000
+
+
+def test_consumer_perf_test_reads_every_record_in_a_group(cluster: Cluster) -> None:
+    topic, group = "tools-perf-consumed", "tools-perf-g"
+    _create(cluster, topic, partitions=3)
+    produced = cluster.run(
+        "kafka-producer-perf-test.sh",
+        ["--topic", topic, "--num-records", "3000", "--record-size", "512", "--throughput", "-1"],
+    )
+    cluster.ok(produced)
+    args = ["--topic", topic, "--messages", "3000", "--group", group, "--timeout", "60000"]
+    out = cluster.ok(cluster.run("kafka-consumer-perf-test.sh", args))
+    # A CSV header (start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, ...)
+    # and one row of the run's totals.
+    header, row = (line.split(", ") for line in out.strip().splitlines()[-2:])
+    stats = dict(zip(header, row, strict=True))
+    assert int(stats["data.consumed.in.nMsg"]) == 3000, out
+    # It consumed in the group, and closing committed its positions: no lag left.
+    described = _described_group(cluster, group)
+    assert {p: int(r["LAG"]) for p, r in described.items()} == dict.fromkeys(range(3), 0)

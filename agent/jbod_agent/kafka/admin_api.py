@@ -371,11 +371,11 @@ class AdminApis:
             if conn.principal != ADMIN:
                 responses.append({**result, "error_code": KafkaError.topic_authorization_failed})
                 continue
-            ops = [
-                AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
-                for c in resource.configs
-            ]
             try:
+                ops = [  # a null value but for DELETE is a ValueError (pydantic's), refused below
+                    AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
+                    for c in resource.configs
+                ]
                 reply = await self.forwarder.alter_topic_configs(
                     resource.resource_name,
                     AlterTopicConfigsRequest(configs=ops, validate_only=body.validate_only),

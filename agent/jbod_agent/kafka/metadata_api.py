@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import ZERO_UUID, BrokerContext, jbod_uuid, kafka_uuid
 from jbod_agent.kafka.listener import Connection
+from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.image import TopicImage
 from jbod_kafka import protocol
 
@@ -57,7 +58,7 @@ def _topic(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
         "error_code": KafkaError.none,
         "name": topic.name,
         "topic_id": kafka_uuid(topic.topic_id),
-        "is_internal": False,
+        "is_internal": topic.name == OFFSETS_TOPIC,
         "partitions": partitions,
     }
 

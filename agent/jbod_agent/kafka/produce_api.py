@@ -8,6 +8,9 @@ Guarantees:
   `message.max.bytes` (MESSAGE_TOO_LARGE), passing `record_batch.check_produced` (else
   INVALID_RECORD or CORRUPT_MESSAGE, nothing appended); the partitions of one request are
   appended and replicated concurrently, each answered with its own error code.
+* `__consumer_offsets` is the group coordinators' (they write it through `Produce` directly): a
+  client's produce to it is INVALID_TOPIC_EXCEPTION, unless its client id is Kafka's
+  `__admin_client` (as Kafka's `internalTopicsAllowed`).
 * The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER,
   NOT_ENOUGH_REPLICAS (before the append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
   KAFKA_STORAGE_ERROR.
@@ -17,16 +20,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_core.errors import ErrorCode
+from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_kafka import protocol, record_batch
 
 _AFTER_APPEND_MARK = "after the records were appended"
+ADMIN_CLIENT_ID: Final = "__admin_client"  # Kafka's: the one client allowed to write internal topics
 
 
 def _partition_error(index: int, code: KafkaError, message: str | None = None) -> dict[str, Any]:
@@ -58,20 +63,34 @@ def _reply_to_kafka(index: int, reply: dict[str, Any]) -> dict[str, Any] | None:
     return _partition_error(index, KafkaError(code), message)
 
 
-async def _produce_partition(
-    ctx: BrokerContext, part: _Partition, *, acks: int, timeout_ms: int
-) -> dict[str, Any]:
-    index = part.index
-    batch = bytes(part.records or b"")
+def _refused(
+    ctx: BrokerContext, part: _Partition, batch: bytes, *, internal_allowed: bool
+) -> dict[str, Any] | None:
+    """The partition's error entry when it is refused before the produce path sees it."""
     if part.topic is None:
-        return _partition_error(index, KafkaError.unknown_topic_id)
+        return _partition_error(part.index, KafkaError.unknown_topic_id)
+    if part.topic == OFFSETS_TOPIC and not internal_allowed:
+        message = f"Cannot append to internal topic {OFFSETS_TOPIC}"
+        return _partition_error(part.index, KafkaError.invalid_topic_exception, message)
     if len(batch) > ctx.state.config.message_max_bytes:
         return _partition_error(
-            index,
+            part.index,
             KafkaError.message_too_large,
             f"the batch of {len(batch)} bytes is larger than message.max.bytes "
             f"{ctx.state.config.message_max_bytes}",
         )
+    return None
+
+
+async def _produce_partition(
+    ctx: BrokerContext, part: _Partition, *, acks: int, timeout_ms: int, internal_allowed: bool
+) -> dict[str, Any]:
+    index = part.index
+    batch = bytes(part.records or b"")
+    refused = _refused(ctx, part, batch, internal_allowed=internal_allowed)
+    if refused is not None:
+        return refused
+    assert part.topic is not None  # an unknown topic id is refused above
     try:
         reply = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
     except record_batch.CorruptBatchError as exc:
@@ -118,7 +137,11 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
             await asyncio.gather(
                 *(
                     _produce_partition(
-                        ctx, _Partition(name, index, records), acks=acks, timeout_ms=timeout_ms
+                        ctx,
+                        _Partition(name, index, records),
+                        acks=acks,
+                        timeout_ms=timeout_ms,
+                        internal_allowed=request.header.client_id == ADMIN_CLIENT_ID,
                     )
                     for _key, name, parts in topics
                     for index, records in parts

@@ -1,24 +1,60 @@
 """A broker's Kafka listeners, wired to the agent: one `KafkaServer` per listener in `listeners`,
-bound before the broker registers (so it registers the ports it really listens on).
+bound before the broker registers (so it registers the ports it really listens on), and the
+group coordinator behind the group APIs.
 
 Guarantees: a listener that cannot bind raises `StartupError`-like `OSError` naming it, after
 closing those already started; `start_listeners` records each bound port in the agent's state.
+The group coordinator follows the replica manager's roles from before the agent runs (its hook
+is added when the APIs are built) and its timers run from `start_listeners` to `close`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
 from jbod_agent.agent import Agent
+from jbod_agent.config import BrokerConfig
+from jbod_agent.group_coordinator import CoordinatorSettings, GroupCoordinator
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
 from jbod_agent.kafka.auth import BrokerAuthenticator
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
+from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_client.controller import ControllerLink
+from jbod_core import groups
+
+log = logging.getLogger("jbod_agent.kafka")
 
 
-def build_apis(agent: Agent, *, admin_password: str | None) -> tuple[KafkaApis, AdminApis]:
-    """The broker's Kafka APIs over `agent`, and the admin half (whose links must be closed)."""
+def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
+    return CoordinatorSettings(
+        partitions=config.offsets_topic_num_partitions,
+        commit_timeout_ms=config.offsets_commit_timeout_ms,
+        group=groups.GroupSettings(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+        ),
+    )
+
+
+@dataclass
+class BrokerApis:
+    """What `build_apis` makes: the dispatch, and the parts with links and tasks to close."""
+
+    kafka: KafkaApis
+    admin: AdminApis
+    coordinator: GroupCoordinator
+
+
+def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
+    """The broker's Kafka APIs over `agent`."""
     config = agent.state.config
     ctx = BrokerContext(
         state=agent.state,
@@ -29,33 +65,49 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> tuple[KafkaApis, 
         clock=agent.clock,
     )
     timeout = config.session_timeout_ms / 1000
+    forwarder = Forwarder(config.controller_urls, admin_token=admin_password, timeout=timeout)
     admin = AdminApis(
         ctx,
-        Forwarder(config.controller_urls, admin_token=admin_password, timeout=timeout),
+        forwarder,
         ProducerIds(
             agent.state, ControllerLink(config.controller_urls, token=agent.token, failover_timeout=timeout)
         ),
     )
-    return KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), admin.handlers()), admin
+    coordinator = GroupCoordinator(
+        agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
+    )
+    group_apis = GroupApis(ctx, coordinator, forwarder)
+    handlers = {**admin.handlers(), **group_apis.handlers()}
+    kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
+    return BrokerApis(kafka, admin, coordinator)
 
 
 class KafkaListeners:
-    """The started Kafka listeners of a broker; `close` stops them and the admin links."""
+    """The started Kafka listeners of a broker; `close` stops them, the group coordinator and the
+    admin links."""
 
-    def __init__(self, servers: list[KafkaServer], admin: AdminApis) -> None:
+    def __init__(
+        self, servers: list[KafkaServer], apis: BrokerApis, timers: asyncio.Task[None] | None
+    ) -> None:
         self.servers = servers
-        self._admin = admin
+        self._apis = apis
+        self._timers = timers
 
     async def close(self) -> None:
         for server in self.servers:
             await server.close()
-        await self._admin.forwarder.aclose()
-        await self._admin.producer_ids.aclose()
+        if self._timers is not None:
+            self._timers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timers
+        self._apis.coordinator.close()
+        await self._apis.admin.forwarder.aclose()
+        await self._apis.admin.producer_ids.aclose()
 
 
 async def start_listeners(agent: Agent, *, admin_password: str | None) -> KafkaListeners:
     config = agent.state.config
-    apis, admin = build_apis(agent, admin_password=admin_password)
+    apis = build_apis(agent, admin_password=admin_password)
     limits = ListenerLimits(
         max_request_bytes=config.socket_request_max_bytes,
         idle_timeout_s=config.connections_max_idle_ms / 1000,
@@ -63,12 +115,19 @@ async def start_listeners(agent: Agent, *, admin_password: str | None) -> KafkaL
     )
     started: list[KafkaServer] = []
     for listener in config.kafka_listeners:
-        server = KafkaServer(listener, apis, limits=limits)
+        server = KafkaServer(listener, apis.kafka, limits=limits)
         try:
             port = await server.start()
         except OSError as exc:
-            await KafkaListeners(started, admin).close()
+            await KafkaListeners(started, apis, None).close()
             raise OSError(exc.errno, f"listeners: cannot listen on {listener}: {exc.strerror}") from exc
         agent.state.kafka_ports[listener.name] = port
         started.append(server)
-    return KafkaListeners(started, admin)
+    timers = asyncio.create_task(apis.coordinator.run_forever(), name="group-timers")
+    timers.add_done_callback(_log_failure)
+    return KafkaListeners(started, apis, timers)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("The group coordinator's %s task failed", task.get_name(), exc_info=task.exception())

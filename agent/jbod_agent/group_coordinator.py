@@ -1,0 +1,577 @@
+"""Kafka's group coordinator on a broker: the consumer groups of the `__consumer_offsets`
+partitions this broker leads, decided by `jbod_core.groups` and written to those partitions.
+
+A group lives in partition `abs(hash(group)) % partitions` of `__consumer_offsets`
+(`jbod_core.group_records.partition_for`); the leader of that partition is its coordinator.
+
+Guarantees:
+* Follows leadership: when this broker becomes leader of a partition of `__consumer_offsets`
+  (`ReplicaManager.on_partition_change`), it loads the partition's groups by replaying its
+  records from the log start to the end offset (`groups.GroupLoader`; a record that does not
+  decode is skipped with a WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it
+  stops leading it (a new leader epoch elsewhere, a failed dir, a deletion) it drops them at once
+  and every waiting JoinGroup and SyncGroup is answered NOT_COORDINATOR. A group of a partition
+  it does not lead is NOT_COORDINATOR.
+* Persistence first: the records of a decision are appended to the group's partition through the
+  leader's produce path (`Produce.append_batch`, acks=-1, `offsets.commit.timeout.ms`) before the
+  decision takes effect and before anything is answered; so an acknowledged commit or assignment
+  is on every in-sync replica, and a new coordinator loads it. A decision whose records were not
+  appended (not the leader any more, a failed dir, fewer in-sync replicas than
+  `min.insync.replicas`) leaves the group as it was and is answered NOT_COORDINATOR or
+  COORDINATOR_NOT_AVAILABLE. One whose records were appended but not acknowledged in time takes
+  effect (they are in this leader's log, what a reload would read) and is answered
+  COORDINATOR_NOT_AVAILABLE. Decisions of one partition are made and written one at a time (a
+  lock per partition), in the order they are made; a JoinGroup or SyncGroup that waits does not
+  hold the lock.
+* Timers: one task fires every group's due deadlines (`groups.tick`), woken early when a decision
+  sets a deadline sooner than the one it sleeps to, on the agent's clock, at least
+  `MIN_TIMER_STEP_S` apart. A timer decision takes effect even if its records could not be
+  written (as Kafka: a lost "group became Empty" record only brings back members whose sessions
+  then expire), with a WARNING.
+* Waiting requests: a JoinGroup or SyncGroup waits (parked under its member id) until a decision
+  delivers its answer; a second request of the same member replaces the first, which is answered
+  REBALANCE_IN_PROGRESS (its client went away: Kafka never answers it). A wait is bounded by the
+  group's longest rebalance timeout plus the initial rebalance delay plus `WAIT_MARGIN_S`; past
+  that (a bug) it is answered REBALANCE_IN_PROGRESS with a WARNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Generic, TypeVar
+
+from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.ports import Clock, wall_ms
+from jbod_agent.produce import Produce
+from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_core import group_records, groups
+from jbod_core.errors import ErrorCode
+from jbod_core.group_records import OFFSETS_TOPIC
+from jbod_core.groups import Group, GroupDecision, GroupError, JoinAnswer, SyncAnswer
+from jbod_core.image import PartitionKey
+from jbod_kafka import record_batch
+
+log = logging.getLogger("jbod_agent.groups")
+
+LOAD_CHUNK_BYTES: Final = 1024 * 1024
+MIN_TIMER_STEP_S: Final = 0.01
+WAIT_MARGIN_S: Final = 30.0
+_AFTER_APPEND_MARK: Final = (
+    "after the records were appended"  # produce's NOT_ENOUGH_REPLICAS after the append
+)
+
+A = TypeVar("A")
+
+
+class _Parking(enum.Enum):
+    """Where a request that waits is parked: JoinGroups and SyncGroups wait apart."""
+
+    JOIN = "join"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorSettings:
+    partitions: int = group_records.DEFAULT_PARTITIONS  # offsets.topic.num.partitions
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
+    group: groups.GroupSettings = field(default_factory=groups.GroupSettings)
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter(Generic[A]):
+    """A parked JoinGroup or SyncGroup: `answer` is set once, with `done`."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    answer: A | None = None
+
+    def settle(self, answer: A) -> None:
+        if not self.done.is_set():
+            self.answer = answer
+            self.done.set()
+
+
+@dataclass(eq=False)
+class _Shard:
+    """The groups of one `__consumer_offsets` partition this broker leads."""
+
+    key: PartitionKey
+    hosted: HostedPartition
+    leader_epoch: int
+    loaded: bool = False
+    groups: dict[str, Group] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    joins: dict[tuple[str, str], _Waiter[JoinAnswer]] = field(default_factory=dict)
+    syncs: dict[tuple[str, str], _Waiter[SyncAnswer]] = field(default_factory=dict)
+
+    @property
+    def index(self) -> int:
+        return self.key[1]
+
+
+class GroupCoordinator:
+    """The groups this broker coordinates (the module's guarantees)."""
+
+    def __init__(
+        self, manager: ReplicaManager, produce: Produce, *, clock: Clock, settings: CoordinatorSettings
+    ) -> None:
+        self._manager = manager
+        self._produce = produce
+        self._clock = clock
+        self.settings = settings
+        self._shards: dict[int, _Shard] = {}
+        self._loads: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._wake_at_ms: int | None = None
+        manager.on_partition_change.append(self._partition_changed)
+
+    # -- where groups live ----------------------------------------------------------------------
+
+    def offsets_topic_partitions(self) -> int:
+        """The partition count of `__consumer_offsets`: the topic's when it exists, else the setting."""
+        image = self._manager.state.image
+        topic_id = image.topic_ids_by_name.get(OFFSETS_TOPIC)
+        topic = image.topics.get(topic_id) if topic_id is not None else None
+        return len(topic.partitions) if topic is not None and topic.partitions else self.settings.partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return group_records.partition_for(group_id, self.offsets_topic_partitions())
+
+    def _shard_of(self, group_id: str) -> tuple[_Shard | None, GroupError]:
+        shard = self._shards.get(self.partition_of(group_id))
+        if shard is None:
+            return None, GroupError.NOT_COORDINATOR
+        if not shard.loaded:
+            return None, GroupError.COORDINATOR_LOAD_IN_PROGRESS
+        return shard, GroupError.NONE
+
+    def _now(self) -> groups.Now:
+        return groups.Now(int(self._clock.monotonic() * 1000), wall_ms(self._clock))
+
+    # -- leadership: loading and unloading ------------------------------------------------------
+
+    def _partition_changed(self, key: PartitionKey) -> None:
+        """`ReplicaManager` hook: load a partition of `__consumer_offsets` this broker now leads,
+        drop one it no longer leads."""
+        offsets_topic = self._manager.state.image.topic_ids_by_name.get(OFFSETS_TOPIC)
+        shard = self._shards.get(key[1])
+        if shard is not None and shard.key != key:
+            shard = None
+        if shard is None and key[0] != offsets_topic:
+            return
+        hosted = self._manager.partitions.get(key)
+        leading = hosted is not None and hosted.role is Role.LEADER and key[0] == offsets_topic
+        if shard is not None and (
+            not leading or hosted is not shard.hosted or hosted.leader_epoch != shard.leader_epoch
+        ):
+            self._unload(shard, "no longer its leader" if not leading else "a new leader epoch")
+            shard = None
+        if leading and shard is None and hosted is not None:
+            shard = _Shard(key, hosted, hosted.leader_epoch)
+            self._shards[key[1]] = shard
+            task = asyncio.get_running_loop().create_task(self._load(shard), name=f"load-groups-{key[1]}")
+            self._loads.add(task)
+            task.add_done_callback(self._loads.discard)
+
+    async def _load(self, shard: _Shard) -> None:
+        started = self._clock.monotonic()
+        loader = groups.GroupLoader()
+        skipped = 0
+        hosted = shard.hosted
+        position = hosted.log.log_start_offset
+        end = hosted.log.end_offset
+        while position < end:
+            if self._shards.get(shard.index) is not shard:
+                return
+            try:
+                data = hosted.log.read(position, LOAD_CHUNK_BYTES, max_offset=end)
+            except OffsetOutOfRangeError:
+                position = hosted.log.log_start_offset
+                continue
+            except OSError as exc:
+                self._manager.storage_error(hosted, exc, "loading the consumer groups")
+                return
+            if not data:
+                break
+            # Decoding is CPU work (some 15 µs a record): in a worker thread, so the event loop
+            # serves everything else meanwhile; only this task touches `loader`.
+            try:
+                position, chunk_skipped = await asyncio.to_thread(_replay_chunk, loader, data, position)
+            except ValueError as exc:  # batches the log took but cannot frame: nothing to serve
+                log.error("Stopped loading %s-%d at offset %d: %s", OFFSETS_TOPIC, shard.index, position, exc)
+                self._unload(shard, "its log does not decode")
+                return
+            skipped += chunk_skipped
+        if self._shards.get(shard.index) is not shard:
+            return
+        shard.groups = loader.groups(now=self._now())
+        shard.loaded = True
+        self._wake.set()
+        (log.info if loader.records else log.debug)(
+            "Loaded %d consumer groups of %s-%d from %d records in %.2f s (leader epoch %d)%s",
+            len(shard.groups),
+            OFFSETS_TOPIC,
+            shard.index,
+            loader.records,
+            self._clock.monotonic() - started,
+            shard.leader_epoch,
+            f"; skipped {skipped} records that do not decode" if skipped else "",
+        )
+
+    def _unload(self, shard: _Shard, reason: str) -> None:
+        if self._shards.get(shard.index) is shard:
+            del self._shards[shard.index]
+        for (_group_id, member_id), join_waiter in shard.joins.items():
+            join_waiter.settle(JoinAnswer(GroupError.NOT_COORDINATOR, member_id))
+        for sync_waiter in shard.syncs.values():
+            sync_waiter.settle(SyncAnswer(GroupError.NOT_COORDINATOR))
+        shard.joins.clear()
+        shard.syncs.clear()
+        if shard.loaded:
+            (log.info if shard.groups else log.debug)(
+                "Unloaded %d consumer groups of %s-%d: %s",
+                len(shard.groups),
+                OFFSETS_TOPIC,
+                shard.index,
+                reason,
+            )
+
+    def close(self) -> None:
+        for task in self._loads:
+            task.cancel()
+        for shard in list(self._shards.values()):
+            self._unload(shard, "the broker is stopping")
+
+    # -- deciding and writing -------------------------------------------------------------------
+
+    async def _append(
+        self, shard: _Shard, records: Sequence[group_records.CoordinatorRecord]
+    ) -> tuple[bool, GroupError]:
+        """Write `records` to the shard's partition (acks=-1): (appended, the error to answer)."""
+        now = wall_ms(self._clock)
+        batch = record_batch.encode_batch(0, -1, now, [group_records.encode(r) for r in records])
+        reply = await self._produce.append_batch(
+            OFFSETS_TOPIC, shard.index, batch, acks=-1, timeout_ms=self.settings.commit_timeout_ms
+        )
+        code = int(reply["errorCode"])
+        if code == ErrorCode.NONE:
+            return True, GroupError.NONE
+        message = str(reply.get("errorMessage") or "")
+        appended = code == ErrorCode.REQUEST_TIMED_OUT or (
+            code == ErrorCode.NOT_ENOUGH_REPLICAS and _AFTER_APPEND_MARK in message
+        )
+        lost = code in (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        )
+        log.warning(
+            "Writing %d records to %s-%d failed (errorCode %d, %s): %s",
+            len(records),
+            OFFSETS_TOPIC,
+            shard.index,
+            code,
+            "appended, not yet replicated" if appended else "not appended",
+            message,
+        )
+        return appended, GroupError.NOT_COORDINATOR if lost else GroupError.COORDINATOR_NOT_AVAILABLE
+
+    async def _decide(
+        self,
+        group_id: str,
+        decide: Callable[[Group | None, groups.Now], GroupDecision[A]],
+        failed: Callable[[GroupError], A],
+        *,
+        parking: _Parking | None = None,
+    ) -> A:
+        """Decide on the group's current state, write the records, apply, deliver, then answer
+        (at once, or once the parked request's answer is delivered)."""
+        shard, error = self._shard_of(group_id)
+        if shard is None:
+            return failed(error)
+        async with shard.lock:
+            if self._shards.get(shard.index) is not shard:
+                return failed(GroupError.NOT_COORDINATOR)
+            decision = decide(shard.groups.get(group_id), self._now())
+            write_error = GroupError.NONE
+            if decision.records:
+                appended, write_error = await self._append(shard, decision.records)
+                current = self._shards.get(shard.index) is shard
+                if not appended or not current:
+                    return failed(write_error if current else GroupError.NOT_COORDINATOR)
+            waiter = self._apply(shard, group_id, decision, parking)
+        if write_error is not GroupError.NONE:  # appended, not acknowledged: in effect, answered an error
+            _forget(shard, group_id, decision.parked, waiter)
+            return failed(write_error)
+        if decision.answer is not None:
+            return decision.answer
+        assert waiter is not None
+        return await self._wait(shard, group_id, decision, waiter, failed)
+
+    def _apply(
+        self, shard: _Shard, group_id: str, decision: GroupDecision[A], parking: _Parking | None
+    ) -> _Waiter[A] | None:
+        """The decision takes effect: the group, the parked request (registered before the
+        deliveries, which may answer it at once), the deliveries."""
+        before = shard.groups.get(group_id)
+        if decision.group is None:
+            shard.groups.pop(group_id, None)
+        else:
+            shard.groups[group_id] = decision.group
+        waiter: _Waiter[A] | None = None
+        if decision.parked is not None and parking is not None:
+            waiter = _Waiter()
+            _park(shard, group_id, decision.parked, waiter, parking)
+        for delivery in decision.deliveries:
+            key = (group_id, delivery.member_id)
+            if isinstance(delivery.answer, JoinAnswer):
+                join_waiter = shard.joins.pop(key, None)
+                if join_waiter is not None:
+                    join_waiter.settle(delivery.answer)
+            else:
+                sync_waiter = shard.syncs.pop(key, None)
+                if sync_waiter is not None:
+                    sync_waiter.settle(delivery.answer)
+        _log_change(group_id, before, decision.group)
+        deadline = None if decision.group is None else groups.next_deadline(decision.group)
+        if deadline is not None and (self._wake_at_ms is None or deadline < self._wake_at_ms):
+            self._wake.set()
+        return waiter
+
+    async def _wait(
+        self,
+        shard: _Shard,
+        group_id: str,
+        decision: GroupDecision[A],
+        waiter: _Waiter[A],
+        failed: Callable[[GroupError], A],
+    ) -> A:
+        group = decision.group
+        longest = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) if group else 0
+        bound = (longest + self.settings.group.initial_rebalance_delay_ms) / 1000 + WAIT_MARGIN_S
+        if not await self._clock.wait(waiter.done, bound):
+            _forget(shard, group_id, decision.parked, waiter)
+            log.warning(
+                "Answered a waiting request of member %s of group %s after %.0f s: nothing answered it",
+                decision.parked,
+                group_id,
+                bound,
+            )
+            return failed(GroupError.REBALANCE_IN_PROGRESS)
+        assert waiter.answer is not None
+        return waiter.answer
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    async def run_forever(self) -> None:
+        """Fire the groups' due timers (the module's guarantees); first, load the partitions this
+        broker already leads (those it led before the hook was added)."""
+        for key in list(self._manager.partitions):
+            self._partition_changed(key)
+        while True:
+            self._wake.clear()
+            now_ms = self._now().monotonic_ms
+            soonest: int | None = None
+            for shard in list(self._shards.values()):
+                if not shard.loaded:
+                    continue
+                for group_id, group in list(shard.groups.items()):
+                    deadline = groups.next_deadline(group)
+                    if deadline is None:
+                        continue
+                    if deadline <= now_ms:
+                        await self._tick(shard, group_id)
+                        group_after = shard.groups.get(group_id)
+                        deadline = None if group_after is None else groups.next_deadline(group_after)
+                        if deadline is None:
+                            continue
+                    soonest = deadline if soonest is None else min(soonest, deadline)
+            self._wake_at_ms = soonest
+            timeout = (
+                None
+                if soonest is None
+                else max((soonest - self._now().monotonic_ms) / 1000, MIN_TIMER_STEP_S)
+            )
+            await self._clock.wait(self._wake, timeout)
+            await self._clock.sleep(0)
+
+    async def _tick(self, shard: _Shard, group_id: str) -> None:
+        async with shard.lock:
+            group = shard.groups.get(group_id)
+            if self._shards.get(shard.index) is not shard or group is None:
+                return
+            decision = groups.tick(group, now=self._now(), settings=self.settings.group)
+            if decision.records:
+                await self._append(shard, decision.records)  # takes effect even if not written (logged)
+                if self._shards.get(shard.index) is not shard:
+                    return
+            self._apply(shard, group_id, decision, None)
+
+    # -- the requests ---------------------------------------------------------------------------
+
+    async def join(self, request: groups.JoinRequest) -> JoinAnswer:
+        member_id = groups.new_member_id(request.client_id, request.instance_id, str(uuid.uuid4()))
+        settings = self.settings.group
+
+        return await self._decide(
+            request.group_id,
+            lambda group, now: groups.join(group, request, now=now, member_id=member_id, settings=settings),
+            lambda e: JoinAnswer(e, request.member_id),
+            parking=_Parking.JOIN,
+        )
+
+    async def sync(self, request: groups.SyncRequest) -> SyncAnswer:
+        settings = self.settings.group
+
+        return await self._decide(
+            request.group_id,
+            lambda group, now: groups.sync(group, request, now=now, settings=settings),
+            SyncAnswer,
+            parking=_Parking.SYNC,
+        )
+
+    async def heartbeat(self, request: groups.HeartbeatRequest) -> GroupError:
+        settings = self.settings.group
+        answer = await self._decide(
+            request.group_id,
+            lambda group, now: groups.heartbeat(group, request, now=now, settings=settings),
+            lambda e: e,
+        )
+        # As Kafka: a heartbeat while the coordinator loads is answered without an error.
+        return GroupError.NONE if answer is GroupError.COORDINATOR_LOAD_IN_PROGRESS else answer
+
+    async def leave(self, group_id: str, members: Sequence[groups.LeavingMember]) -> groups.LeaveAnswer:
+        settings = self.settings.group
+        return await self._decide(
+            group_id,
+            lambda group, now: groups.leave(group, group_id, members, now=now, settings=settings),
+            lambda e: groups.LeaveAnswer(e, ()),
+        )
+
+    async def commit(self, request: groups.CommitRequest) -> tuple[GroupError, ...]:
+        settings = self.settings.group
+        return await self._decide(
+            request.group_id,
+            lambda group, now: groups.commit(group, request, now=now, settings=settings),
+            lambda e: tuple(e for _ in request.offsets),
+        )
+
+    async def delete_group(self, group_id: str) -> GroupError:
+        settings = self.settings.group
+        return await self._decide(
+            group_id, lambda group, now: groups.delete(group, now=now, settings=settings), lambda e: e
+        )
+
+    async def delete_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> groups.OffsetDeleteAnswer:
+        settings = self.settings.group
+        return await self._decide(
+            group_id,
+            lambda group, now: groups.delete_offsets(group, topics, now=now, settings=settings),
+            groups.OffsetDeleteAnswer,
+        )
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def group(self, group_id: str) -> tuple[GroupError, Group | None]:
+        """The group as it is now (None: none), or why this broker cannot say."""
+        shard, error = self._shard_of(group_id)
+        if shard is None:
+            return error, None
+        return GroupError.NONE, shard.groups.get(group_id)
+
+    def offsets(
+        self, group_id: str
+    ) -> tuple[GroupError, Mapping[groups.TopicPartition, groups.CommittedOffset]]:
+        error, group = self.group(group_id)
+        return error, ({} if group is None else group.offsets)
+
+    def all_groups(self) -> tuple[GroupError, list[Group]]:
+        """Every group this broker coordinates; COORDINATOR_LOAD_IN_PROGRESS while one loads."""
+        loading = any(not s.loaded for s in self._shards.values())
+        found = [g for s in self._shards.values() if s.loaded for g in s.groups.values()]
+        return (GroupError.COORDINATOR_LOAD_IN_PROGRESS if loading else GroupError.NONE), found
+
+
+def _park(shard: _Shard, group_id: str, member_id: str, waiter: _Waiter[A], parking: _Parking) -> None:
+    """Register a waiting request; an earlier one of the same member is answered
+    REBALANCE_IN_PROGRESS (superseded: its client went away)."""
+    key = (group_id, member_id)
+    if parking is _Parking.JOIN:
+        joins: dict[tuple[str, str], _Waiter[A]] = shard.joins  # type: ignore[assignment]
+        earlier_join = shard.joins.get(key)
+        if earlier_join is not None:
+            earlier_join.settle(JoinAnswer(GroupError.REBALANCE_IN_PROGRESS, member_id))
+        joins[key] = waiter
+    else:
+        syncs: dict[tuple[str, str], _Waiter[A]] = shard.syncs  # type: ignore[assignment]
+        earlier_sync = shard.syncs.get(key)
+        if earlier_sync is not None:
+            earlier_sync.settle(SyncAnswer(GroupError.REBALANCE_IN_PROGRESS))
+        syncs[key] = waiter
+
+
+def _forget(shard: _Shard, group_id: str, member_id: str | None, waiter: _Waiter[A] | None) -> None:
+    """Unregister a parked request answered otherwise (its member still counts as waiting in the
+    group: a later delivery to it finds no one, and its client rejoins)."""
+    if member_id is None or waiter is None:
+        return
+    key = (group_id, member_id)
+    if shard.joins.get(key) is waiter:
+        del shard.joins[key]
+    if shard.syncs.get(key) is waiter:
+        del shard.syncs[key]
+
+
+def _replay_chunk(loader: groups.GroupLoader, data: bytes, position: int) -> tuple[int, int]:
+    """Replay the whole batches of `data` (read from `position`): the offset after them, and how
+    many records were skipped."""
+    skipped = 0
+    for header in record_batch.iter_headers(data, verify_crc=False):
+        if not header.is_control:
+            frame = memoryview(data)[header.position : header.position + header.size]
+            skipped += _replay_batch(loader, frame, position)
+        position = header.next_offset
+    return position, skipped
+
+
+def _replay_batch(loader: groups.GroupLoader, frame: memoryview, position: int) -> int:
+    """Replay the records of one stored batch at or after `position`; the number skipped."""
+    try:
+        records = record_batch.decode_records(frame, verify_crc=False)
+    except ValueError as exc:
+        log.warning("Skipped a batch of %s that does not decode: %s", OFFSETS_TOPIC, exc)
+        return 1
+    skipped = 0
+    for record in records:
+        if record.offset < position or record.key is None:
+            continue
+        try:
+            decoded = group_records.decode(record.key, record.value)
+        except ValueError as exc:
+            skipped += 1
+            log.warning("Skipped record %d of %s: %s", record.offset, OFFSETS_TOPIC, exc)
+            continue
+        if decoded is not None:
+            loader.replay(decoded)
+    return skipped
+
+
+def _log_change(group_id: str, before: Group | None, after: Group | None) -> None:
+    if after is None:
+        if before is not None:
+            log.info("Removed consumer group %s", group_id)
+        return
+    if (0 if before is None else before.generation) != after.generation:
+        log.info(
+            "Moved consumer group %s to generation %d (%s, %d members)",
+            group_id,
+            after.generation,
+            after.state.value,
+            len(after.members),
+        )

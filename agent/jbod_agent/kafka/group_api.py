@@ -1,0 +1,538 @@
+"""Kafka's consumer-group APIs on a broker (the classic protocol): FindCoordinator, JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+DeleteGroups and OffsetDelete, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
+What they decide is `jbod_core.groups`' (through `jbod_agent.group_coordinator`); this module is
+the wire: versions, topic names and ids, the shape of each answer.
+
+Guarantees:
+* FindCoordinator answers the leader of the group's partition of `__consumer_offsets` at the
+  address of the listener the client came through (v4+: each key of the request). The topic is
+  created on the first FindCoordinator through the active controller with the admin token
+  (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas capped
+  at the active brokers, `min.insync.replicas` one below that (at least 1), retention off: the
+  topic is never compacted, so nothing may expire from it); until its partition has a leader the
+  answer is COORDINATOR_NOT_AVAILABLE, which clients retry. A transaction coordinator is
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not supported), another key type
+  INVALID_REQUEST.
+* Every authenticated principal may use, describe and delete groups (contract §4.6).
+* OffsetCommit and OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the
+  metadata image does not have (UNKNOWN_TOPIC_ID for an unknown id, v10), without asking the
+  coordinator about it; the other partitions are decided together.
+* OffsetFetch answers -1 for partitions without a committed offset, and every committed offset of
+  the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
+  longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
+* DescribeGroups of a group the coordinator does not know is Dead (v0-5) or GROUP_ID_NOT_FOUND
+  (v6+, KIP-1043); ListGroups lists the groups of every partition this broker leads (type
+  `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while one loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent.group_coordinator import GroupCoordinator
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid
+from jbod_agent.kafka.forwarding import Forwarder
+from jbod_agent.kafka.listener import Connection
+from jbod_agent.ports import ControllerCallError
+from jbod_core import groups
+from jbod_core.group_records import OFFSETS_TOPIC
+from jbod_core.groups import GroupError
+from jbod_core.messages import CreateTopicRequest
+from jbod_kafka import protocol
+
+log = logging.getLogger("jbod_agent.groups")
+
+GROUP_KEY: Final = 0
+TRANSACTION_KEY: Final = 1
+#: Describe, read and delete a group (Kafka's AclOperation codes 8, 3, 6), when asked.
+GROUP_OPERATIONS: Final = 1 << 3 | 1 << 6 | 1 << 8
+NO_OPERATIONS: Final = -(2**31)
+OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024  # Kafka's offsets.topic.segment.bytes
+_CREATE_WAIT_S: Final = 2.0
+_WAIT_STEP_S: Final = 0.02
+
+
+def _ms(value: datetime.timedelta) -> int:
+    return value // datetime.timedelta(milliseconds=1)
+
+
+def _response(request: protocol.Request, **fields: Any) -> Any:
+    return protocol.build(
+        protocol.response_type(request.header.api_key, request.header.api_version), throttle_time=0, **fields
+    )
+
+
+def _kafka(error: GroupError) -> KafkaError:
+    return KafkaError(int(error))
+
+
+class GroupApis:
+    """The handlers of the group APIs over one broker's coordinator (the module's guarantees)."""
+
+    def __init__(self, ctx: BrokerContext, coordinator: GroupCoordinator, forwarder: Forwarder) -> None:
+        self.ctx = ctx
+        self.coordinator = coordinator
+        self.forwarder = forwarder
+        self._creating: asyncio.Task[None] | None = None
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: self.find_coordinator,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+            42: self.delete_groups,
+            47: self.offset_delete,
+        }
+
+    # -- FindCoordinator --------------------------------------------------------------------------
+
+    async def find_coordinator(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        version = request.header.api_version
+        key_type = int(getattr(body, "key_type", GROUP_KEY))
+        keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+        found = [await self._coordinator(conn, key, key_type) for key in keys]
+        if version >= 4:
+            return _response(request, coordinators=found)
+        [only] = found
+        return _response(request, **{k: v for k, v in only.items() if k != "key"})
+
+    async def _coordinator(self, conn: Connection, key: str, key_type: int) -> dict[str, Any]:
+        missing: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type == TRANSACTION_KEY:
+            return {
+                **missing,
+                "error_code": KafkaError.transactional_id_authorization_failed,
+                "error_message": "transactions are not supported",
+            }
+        if key_type != GROUP_KEY:
+            return {
+                **missing,
+                "error_code": KafkaError.invalid_request,
+                "error_message": f"key type {key_type}",
+            }
+        image = self.ctx.state.image
+        if OFFSETS_TOPIC not in image.topic_ids_by_name:
+            await self._create_offsets_topic()
+        topic_id = image.topic_ids_by_name.get(OFFSETS_TOPIC)
+        if topic_id is None:
+            return {
+                **missing,
+                "error_code": KafkaError.coordinator_not_available,
+                "error_message": f"{OFFSETS_TOPIC} does not exist yet",
+            }
+        partition = self.ctx.state.image.partition((topic_id, self.coordinator.partition_of(key)))
+        leader = self.ctx.state.image.brokers.get(partition.leader) if partition is not None else None
+        endpoint = self.ctx.endpoint(leader, conn.listener.name) if leader is not None else None
+        if endpoint is None:
+            return {
+                **missing,
+                "error_code": KafkaError.coordinator_not_available,
+                "error_message": "the group's partition has no leader reachable on this listener",
+            }
+        assert partition is not None
+        return {
+            "key": key,
+            "node_id": partition.leader,
+            "host": endpoint.host,
+            "port": endpoint.port,
+            "error_code": KafkaError.none,
+            "error_message": None,
+        }
+
+    async def _create_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` (one creation at a time), then wait briefly for it."""
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.create_task(self._create())
+        await asyncio.shield(self._creating)
+        clock = self.ctx.clock
+        deadline = clock.monotonic() + _CREATE_WAIT_S
+        while clock.monotonic() < deadline and not self._offsets_topic_led():
+            await clock.sleep(_WAIT_STEP_S)
+
+    def _offsets_topic_led(self) -> bool:
+        image = self.ctx.state.image
+        topic_id = image.topic_ids_by_name.get(OFFSETS_TOPIC)
+        topic = image.topics.get(topic_id) if topic_id is not None else None
+        return topic is not None and all(p.leader >= 0 for p in topic.partitions.values())
+
+    async def _create(self) -> None:
+        config = self.ctx.state.config
+        active = sum(1 for reg in self.ctx.state.image.brokers.values() if reg.is_active)
+        replication = max(1, min(config.offsets_topic_replication_factor, active))
+        request = CreateTopicRequest(
+            name=OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=replication,
+            configs={
+                "min.insync.replicas": str(max(1, replication - 1)),
+                "retention.ms": "-1",
+                "retention.bytes": "-1",
+                "segment.bytes": str(OFFSETS_SEGMENT_BYTES),
+            },
+        )
+        try:
+            reply = await self.forwarder.create_topic(request)
+        except ControllerCallError as exc:
+            log.warning("Could not create %s: %s", OFFSETS_TOPIC, exc)
+            return
+        code = int(reply.get("errorCode", 0))
+        if code not in (0, int(KafkaError.topic_already_exists)):
+            log.warning(
+                "Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.get("errorMessage")
+            )
+            return
+        if code == 0:
+            log.info(
+                "Created %s: %d partitions, replication factor %d",
+                OFFSETS_TOPIC,
+                config.offsets_topic_num_partitions,
+                replication,
+            )
+
+    # -- membership -----------------------------------------------------------------------------
+
+    async def join_group(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        version = request.header.api_version
+        session_ms = _ms(body.session_timeout)
+        answer = await self.coordinator.join(
+            groups.JoinRequest(
+                group_id=body.group_id,
+                member_id=body.member_id,
+                instance_id=getattr(body, "group_instance_id", None),
+                protocol_type=body.protocol_type,
+                protocols=tuple(groups.Protocol(p.name, bytes(p.metadata)) for p in body.protocols),
+                session_timeout_ms=session_ms,
+                rebalance_timeout_ms=_ms(body.rebalance_timeout) if version >= 1 else session_ms,
+                client_id=request.header.client_id or "",
+                client_host="/" + conn.peer.rsplit(":", 1)[0],
+                api_version=version,
+            )
+        )
+        nullable = version >= 7
+        return _response(
+            request,
+            error_code=_kafka(answer.error),
+            generation_id=answer.generation,
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol_name if nullable else (answer.protocol_name or ""),
+            leader=answer.leader,
+            skip_assignment=answer.skip_assignment,
+            member_id=answer.member_id,
+            members=[
+                {"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata}
+                for m in answer.members
+            ],
+        )
+
+    async def sync_group(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        answer = await self.coordinator.sync(
+            groups.SyncRequest(
+                group_id=body.group_id,
+                member_id=body.member_id,
+                instance_id=getattr(body, "group_instance_id", None),
+                generation=int(body.generation_id),
+                protocol_type=getattr(body, "protocol_type", None),
+                protocol_name=getattr(body, "protocol_name", None),
+                assignments={a.member_id: bytes(a.assignment) for a in body.assignments},
+            )
+        )
+        return _response(
+            request,
+            error_code=_kafka(answer.error),
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol_name,
+            assignment=answer.assignment,
+        )
+
+    async def heartbeat(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        error = await self.coordinator.heartbeat(
+            groups.HeartbeatRequest(
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                int(body.generation_id),
+            )
+        )
+        return _response(request, error_code=_kafka(error))
+
+    async def leave_group(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        if request.header.api_version < 3:
+            answer = await self.coordinator.leave(body.group_id, [groups.LeavingMember(body.member_id, None)])
+            error = (
+                answer.error
+                if answer.error is not GroupError.NONE or not answer.members
+                else answer.members[0]
+            )
+            return _response(request, error_code=_kafka(error))
+        leaving = [groups.LeavingMember(m.member_id, m.group_instance_id) for m in body.members]
+        answer = await self.coordinator.leave(body.group_id, leaving)
+        return _response(
+            request,
+            error_code=_kafka(answer.error),
+            members=[
+                {"member_id": m.member_id, "group_instance_id": m.instance_id, "error_code": _kafka(e)}
+                for m, e in zip(leaving, answer.members, strict=True)
+            ]
+            if answer.error is GroupError.NONE
+            else [],
+        )
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def _partition_error(self, topic: str | None, partition: int, *, by_id: bool) -> GroupError:
+        """Why the image does not have this partition (NONE when it does)."""
+        if topic is None:
+            return GroupError.UNKNOWN_TOPIC_ID if by_id else GroupError.UNKNOWN_TOPIC_OR_PARTITION
+        topic_id = self.ctx.topic_id(topic)
+        if topic_id is None or self.ctx.state.image.partition((topic_id, partition)) is None:
+            return GroupError.UNKNOWN_TOPIC_OR_PARTITION
+        return GroupError.NONE
+
+    async def offset_commit(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        version = request.header.api_version
+        by_id = version >= 10
+        named = [(t, ctx.topic_name(t.topic_id) if by_id else t.name) for t in body.topics]
+        errors: dict[tuple[int, int], GroupError] = {}
+        to_commit: list[tuple[tuple[int, int], groups.OffsetToCommit]] = []
+        for i, (topic, name) in enumerate(named):
+            for j, p in enumerate(topic.partitions):
+                error = self._partition_error(name, int(p.partition_index), by_id=by_id)
+                if error is not GroupError.NONE:
+                    errors[(i, j)] = error
+                    continue
+                assert name is not None
+                epoch = int(getattr(p, "committed_leader_epoch", -1))
+                to_commit.append(
+                    (
+                        (i, j),
+                        groups.OffsetToCommit(
+                            name, int(p.partition_index), int(p.committed_offset), epoch, p.committed_metadata
+                        ),
+                    )
+                )
+        if to_commit:
+            answers = await self.coordinator.commit(
+                groups.CommitRequest(
+                    group_id=body.group_id,
+                    generation=int(body.generation_id_or_member_epoch),
+                    member_id=body.member_id,
+                    instance_id=getattr(body, "group_instance_id", None),
+                    offsets=tuple(item for _position, item in to_commit),
+                    api_version=version,
+                )
+            )
+            errors.update(zip((position for position, _item in to_commit), answers, strict=True))
+        return _response(
+            request,
+            topics=[
+                {
+                    ("topic_id" if by_id else "name"): topic.topic_id if by_id else topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": _kafka(errors[(i, j)])}
+                        for j, p in enumerate(topic.partitions)
+                    ],
+                }
+                for i, (topic, _name) in enumerate(named)
+            ],
+        )
+
+    async def offset_fetch(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        version = request.header.api_version
+        if version >= 8:
+            return _response(request, groups=[self._fetch_group(g, version) for g in body.groups])
+        fetched = self._fetch_group(body, version)
+        if version < 2 and fetched["error_code"] != KafkaError.none:
+            # v0-1 have no group error: every partition carries it.
+            for topic in fetched["topics"]:
+                for partition in topic["partitions"]:
+                    partition["error_code"] = fetched["error_code"]
+        return _response(request, topics=fetched["topics"], error_code=fetched["error_code"])
+
+    def _fetch_group(self, group: Any, version: int) -> dict[str, Any]:
+        """One group's answer: its error, and the offsets of the topics it names (or all)."""
+        by_id = version >= 10
+        error, offsets = self.coordinator.offsets(group.group_id)
+        failed = error is not GroupError.NONE
+        wanted = group.topics
+        topics: list[dict[str, Any]] = []
+        if wanted is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(offsets):
+                by_topic.setdefault(topic, []).append(partition)
+            for topic, partitions in by_topic.items():
+                topic_id = self.ctx.topic_id(topic)
+                if by_id and topic_id is None:
+                    continue
+                key = kafka_uuid(topic_id) if by_id and topic_id is not None else topic
+                topics.append(self._fetched_topic(key, topic, partitions, offsets, by_id=by_id))
+        else:
+            for requested in wanted:
+                name = self.ctx.topic_name(requested.topic_id) if by_id else requested.name
+                key = requested.topic_id if by_id else requested.name
+                partitions = [int(p) for p in requested.partition_indexes]
+                topics.append(
+                    self._fetched_topic(key, name or "", partitions, {} if failed else offsets, by_id=by_id)
+                )
+        return {"group_id": group.group_id, "topics": topics, "error_code": _kafka(error)}
+
+    @staticmethod
+    def _fetched_topic(
+        key: Any,
+        topic: str,
+        partitions: list[int],
+        offsets: Any,
+        *,
+        by_id: bool,
+    ) -> dict[str, Any]:
+        entries = []
+        for partition in partitions:
+            committed = offsets.get((topic, partition))
+            entries.append(
+                {
+                    "partition_index": partition,
+                    "committed_offset": -1 if committed is None else committed.offset,
+                    "committed_leader_epoch": -1 if committed is None else committed.leader_epoch,
+                    "metadata": "" if committed is None else committed.metadata,
+                    "error_code": KafkaError.none,
+                }
+            )
+        return {("topic_id" if by_id else "name"): key, "partitions": entries}
+
+    async def offset_delete(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        known: list[tuple[str, list[int]]] = []
+        for t in body.topics:
+            partitions = [
+                int(p.partition_index)
+                for p in t.partitions
+                if self._partition_error(t.name, int(p.partition_index), by_id=False) is GroupError.NONE
+            ]
+            if partitions:
+                known.append((t.name, partitions))
+        answer = await self.coordinator.delete_offsets(body.group_id, known)
+        decided = {(topic, p): e for topic, parts in answer.topics for p, e in parts}
+        if answer.error is not GroupError.NONE:
+            return _response(request, error_code=_kafka(answer.error), topics=[])
+        return _response(
+            request,
+            error_code=KafkaError.none,
+            topics=[
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": _kafka(
+                                decided.get(
+                                    (t.name, int(p.partition_index)),
+                                    self._partition_error(t.name, int(p.partition_index), by_id=False),
+                                )
+                            ),
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in body.topics
+            ],
+        )
+
+    # -- groups ---------------------------------------------------------------------------------
+
+    async def describe_groups(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        version = request.header.api_version
+        operations = (
+            GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False) else NO_OPERATIONS
+        )
+        described = []
+        for group_id in body.groups:
+            entry: dict[str, Any] = {
+                "group_id": group_id,
+                "error_code": KafkaError.none,
+                "error_message": None,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": operations,
+            }
+            error, group = self.coordinator.group(group_id)
+            if error is not GroupError.NONE:
+                described.append({**entry, "error_code": _kafka(error)})
+                continue
+            if group is None and version >= 6:
+                described.append(
+                    {
+                        **entry,
+                        "error_code": KafkaError.group_id_not_found,
+                        "error_message": f"Group {group_id} not found.",
+                    }
+                )
+                continue
+            description = groups.describe(group)
+            described.append(
+                {
+                    **entry,
+                    "group_state": description.state.value,
+                    "protocol_type": description.protocol_type,
+                    "protocol_data": description.protocol_data,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": m.metadata,
+                            "member_assignment": m.assignment,
+                        }
+                        for m in description.members
+                    ],
+                }
+            )
+        return _response(request, groups=described)
+
+    async def list_groups(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        states = list(getattr(body, "states_filter", ()))
+        types = list(getattr(body, "types_filter", ()))
+        error, found = self.coordinator.all_groups()
+        return _response(
+            request,
+            error_code=_kafka(error),
+            groups=[
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type or "",
+                    "group_state": g.state.value,
+                    "group_type": groups.CLASSIC_GROUP_TYPE,
+                }
+                for g in sorted(found, key=lambda g: g.group_id)
+                if groups.listed(g, states=states, types=types)
+            ],
+        )
+
+    async def delete_groups(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        results = []
+        for group_id in request.body.groups_names:
+            error = await self.coordinator.delete_group(group_id)
+            results.append({"group_id": group_id, "error_code": _kafka(error)})
+        return _response(request, results=results)
