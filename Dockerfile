@@ -63,7 +63,7 @@ LABEL org.opencontainers.image.title="jbod" \
 FROM base AS runtime
 COPY --from=builder /opt/jbod /opt/jbod
 USER 10001:10001
-EXPOSE 8000 8080 9092 9093
+EXPOSE 8000 8080 9092 9093 9192
 CMD ["jbod-operator"]
 
 # ---------------------------------------------------------------------------------------------

@@ -335,13 +335,17 @@ def _statefulset(  # noqa: PLR0913  a parameter per field the controller and etc
     }
 
 
+def _broker_service_ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "kafka", "port": names.KAFKA_PORT, "targetPort": "kafka"},
+        {"name": "http", "port": names.BROKER_HTTP_PORT, "targetPort": "http"},
+    ]
+
+
 def _broker_service(
     name: str, cluster: str, namespace: str, owner: Mapping[str, Any], *, headless: bool
 ) -> Manifest:
-    spec: dict[str, Any] = {
-        "selector": names.broker_selector(cluster),
-        "ports": [{"name": "http", "port": names.BROKER_PORT, "targetPort": names.BROKER_PORT}],
-    }
+    spec: dict[str, Any] = {"selector": names.broker_selector(cluster), "ports": _broker_service_ports()}
     if headless:
         spec |= {"clusterIP": "None", "publishNotReadyAddresses": True}
     return {
@@ -360,6 +364,56 @@ def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> M
 def ready_brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
     """Only Ready brokers: a pod is Ready once its process is up and the controller has unfenced it."""
     return _broker_service(names.ready_brokers_service(cluster), cluster, namespace, owner, headless=False)
+
+
+def kafka_bootstrap_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    """The Kafka clients' bootstrap: the Ready brokers' Kafka port only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(
+            names.kafka_bootstrap_service(cluster), namespace, names.cluster_labels(cluster, "broker"), owner
+        ),
+        "spec": {
+            "selector": names.broker_selector(cluster),
+            "ports": [{"name": "kafka", "port": names.KAFKA_PORT, "targetPort": "kafka"}],
+        },
+    }
+
+
+def kafka_client_secret(cluster: str, namespace: str, *, password: str, owner: Mapping[str, Any]) -> Manifest:
+    """What an application mounts to reach the cluster with a Kafka client, as the user
+    `names.KAFKA_CLIENT_USER`: the settings one by one, a Java client's properties file and a
+    librdkafka properties file (kcat's `-F`, confluent-kafka's config)."""
+    bootstrap = names.kafka_bootstrap_servers(cluster, namespace)
+    user = names.KAFKA_CLIENT_USER
+    jaas = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+    common = (
+        f"bootstrap.servers={bootstrap}\n"
+        f"security.protocol={names.KAFKA_SECURITY_PROTOCOL}\n"
+        f"sasl.mechanism={names.KAFKA_SASL_MECHANISM}\n"
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(
+            names.kafka_client_secret(cluster),
+            namespace,
+            names.cluster_labels(cluster, "kafka-client"),
+            owner,
+        ),
+        "type": "Opaque",
+        "stringData": {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": names.KAFKA_SECURITY_PROTOCOL,
+            "sasl.mechanism": names.KAFKA_SASL_MECHANISM,
+            "username": user,
+            "password": password,
+            "sasl.jaas.config": jaas,
+            "client.properties": common + f"sasl.jaas.config={jaas}\n",
+            "librdkafka.properties": common + f"sasl.username={user}\nsasl.password={password}\n",
+        },
+    }
 
 
 def broker_disruption_budget(
@@ -416,13 +470,14 @@ def server_properties(
 ) -> str:
     """The broker's `server.properties` (protocol §4.2 keys)."""
     settings = spec.config
+    host = names.broker_host(cluster, namespace, broker_id)
     lines = [
         f"node.id={broker_id}",
         "log.dirs=" + ",".join(names.log_dir(d.name) for d in disks),
         f"metadata.log.dir={names.metadata_log_dir()}",
         f"controller.url={names.controller_urls(cluster, namespace, spec.controller.replicas)}",
-        f"listeners=http://0.0.0.0:{names.BROKER_PORT}",
-        f"advertised.listeners=http://{names.broker_host(cluster, namespace, broker_id)}:{names.BROKER_PORT}",
+        f"listeners={names.KAFKA_SECURITY_PROTOCOL}://0.0.0.0:{names.KAFKA_PORT},http://0.0.0.0:{names.BROKER_HTTP_PORT}",
+        f"advertised.listeners={names.KAFKA_SECURITY_PROTOCOL}://{host}:{names.KAFKA_PORT},http://{host}:{names.BROKER_HTTP_PORT}",
         f"cluster.token.file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",
         f"admin.token.file={names.TOKENS_DIR}/{names.SECRET_ADMIN_TOKEN}",
         f"broker.heartbeat.interval.ms={settings.heartbeat_interval_ms}",
@@ -528,9 +583,12 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         **common,
         "command": ["jbod-agent"],
         "args": [f"--config={properties}"],
-        "ports": [{"name": "http", "containerPort": names.BROKER_PORT}],
-        "readinessProbe": _probe("/readyz", names.BROKER_PORT, period=2),
-        "livenessProbe": _probe("/healthz", names.BROKER_PORT, period=10, failures=6),
+        "ports": [
+            {"name": "kafka", "containerPort": names.KAFKA_PORT},
+            {"name": "http", "containerPort": names.BROKER_HTTP_PORT},
+        ],
+        "readinessProbe": _probe("/readyz", names.BROKER_HTTP_PORT, period=2),
+        "livenessProbe": _probe("/healthz", names.BROKER_HTTP_PORT, period=10, failures=6),
         "volumeMounts": mounts,
         "resources": _resources(spec.resources),
     }

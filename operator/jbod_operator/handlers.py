@@ -23,13 +23,14 @@ from typing import Any
 import kopf
 
 from jbod_core import ids
-from jbod_operator import builders, health, kube, metrics, model, names, plan, views
+from jbod_operator import builders, credentials, health, kube, metrics, model, names, plan, views
 
 log = logging.getLogger("jbod_operator")
 
 DEFAULT_IMAGE = "ghcr.io/jbod-dev/jbod:0.1.0"
 SETTINGS: dict[str, Any] = {"image": DEFAULT_IMAGE, "poll_seconds": 2.0, "broker_interval": 2.0}
 VIEWS: dict[tuple[str, str], views.ClusterView] = {}
+CREDENTIALS: dict[tuple[str, str], credentials.CredentialState] = {}
 ENDPOINTS = views.Endpoints()
 BROKER_TIMER_INTERVAL = 2.0
 CLUSTER_TIMER_INTERVAL = 5.0
@@ -101,12 +102,32 @@ def brokers_index(namespace: str | None, spec: Mapping[str, Any], body: Mapping[
 # The controller's and brokers' view, one poller per cluster
 
 
-def _tokens(cluster: str, namespace: str) -> dict[str, str] | None:
-    secret = kube.get("v1", "Secret", names.secret(cluster), namespace)
+def _secret_data(name: str, namespace: str) -> dict[str, str] | None:
+    secret = kube.get("v1", "Secret", name, namespace)
     if secret is None:
         return None
     data = secret.get("data") or {}
     return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def _tokens(cluster: str, namespace: str) -> dict[str, str] | None:
+    return _secret_data(names.secret(cluster), namespace)
+
+
+def _register_kafka_user(cluster: str, namespace: str, admin_token: str) -> None:
+    """The client user's SCRAM credential, registered when due (`credentials.ensure`)."""
+    client = _secret_data(names.kafka_client_secret(cluster), namespace)
+    if not client or "password" not in client:
+        return
+    state = CREDENTIALS.setdefault((namespace, cluster), credentials.CredentialState())
+    credentials.ensure(
+        names.controller_url(cluster, namespace),
+        admin_token,
+        ENDPOINTS.resolve,
+        client["password"],
+        state,
+        now=time.monotonic(),
+    )
 
 
 @kopf.daemon(names.GROUP, names.VERSION, names.CLUSTERS, cancellation_timeout=5.0)
@@ -122,10 +143,15 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
                 )
                 if not view.reachable:
                     metrics.VIEW_ERRORS.labels(cluster=name).inc()
+                else:
+                    await asyncio.to_thread(
+                        _register_kafka_user, name, namespace, tokens[names.SECRET_ADMIN_TOKEN]
+                    )
                 VIEWS[key] = view
             await asyncio.sleep(float(SETTINGS["poll_seconds"]))
     finally:
         VIEWS.pop(key, None)
+        CREDENTIALS.pop(key, None)
 
 
 def _view(namespace: str, cluster: str) -> views.ClusterView:
@@ -151,6 +177,10 @@ def _ensure_secret(cluster: str, namespace: str, owner: Mapping[str, Any]) -> st
             )
         )
         tokens = _tokens(cluster, namespace) or {names.SECRET_CLUSTER_ID: cluster_id}
+    if kube.get("v1", "Secret", names.kafka_client_secret(cluster), namespace) is None:
+        kube.create(
+            builders.kafka_client_secret(cluster, namespace, password=secrets.token_urlsafe(32), owner=owner)
+        )
     return tokens[names.SECRET_CLUSTER_ID]
 
 
@@ -255,9 +285,21 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 "observedGeneration": meta.get("generation"),
                 "clusterId": cluster_id,
                 "controllerEndpoint": names.controller_url(name, namespace),
+                "kafka": _kafka_status(name, namespace),
             }
         )
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
+
+
+def _kafka_status(cluster: str, namespace: str) -> dict[str, Any]:
+    """Where Kafka clients connect and the Secret they mount (`status.kafka`)."""
+    state = CREDENTIALS.get((namespace, cluster))
+    return {
+        "bootstrapServers": names.kafka_bootstrap_servers(cluster, namespace),
+        "clientSecret": names.kafka_client_secret(cluster),
+        "user": names.KAFKA_CLIENT_USER,
+        "userRegistered": state is not None and state.ready,
+    }
 
 
 def _apply_cluster_objects(
@@ -274,6 +316,7 @@ def _apply_cluster_objects(
         builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
         builders.brokers_service(name, namespace, owner),
         builders.ready_brokers_service(name, namespace, owner),
+        builders.kafka_bootstrap_service(name, namespace, owner),
         builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
     ):
         kube.apply(manifest)

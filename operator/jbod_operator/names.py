@@ -32,7 +32,15 @@ READINESS_GATE: Final = "jbod.dev/unfenced"
 METADATA_DISK: Final = "metadata"
 
 CONTROLLER_PORT: Final = 9093
-BROKER_PORT: Final = 9092
+# A broker's Kafka listener (SASL_PLAINTEXT, Kafka's port) and its HTTP API (health, readiness,
+# metrics, the KIP-858 calls, replication between brokers).
+KAFKA_PORT: Final = 9092
+BROKER_HTTP_PORT: Final = 9192
+# Kafka's clients of a cluster log in as this SCRAM-SHA-512 user; its password is in the Secret
+# `kafka_client_secret(cluster)` (the operator registers the credential with the controller).
+KAFKA_CLIENT_USER: Final = "client"
+KAFKA_SECURITY_PROTOCOL: Final = "SASL_PLAINTEXT"
+KAFKA_SASL_MECHANISM: Final = "SCRAM-SHA-512"
 CONFIG_DIR: Final = "/etc/jbod/config"
 TOKENS_DIR: Final = "/etc/jbod/tokens"
 ETCD_TLS_DIR: Final = "/etc/jbod/etcd-tls"
@@ -61,6 +69,20 @@ def brokers_service(cluster: str) -> str:
 def ready_brokers_service(cluster: str) -> str:
     """Service over the Ready (unfenced) brokers only."""
     return f"{cluster}-broker"
+
+
+def kafka_bootstrap_service(cluster: str) -> str:
+    """Service over the Ready brokers' Kafka listeners: what clients bootstrap from."""
+    return f"{cluster}-kafka-bootstrap"
+
+
+def kafka_client_secret(cluster: str) -> str:
+    """Secret with what a Kafka client needs: bootstrap servers, security settings, user, password."""
+    return f"{cluster}-kafka-client"
+
+
+def kafka_bootstrap_servers(cluster: str, namespace: str) -> str:
+    return f"{kafka_bootstrap_service(cluster)}.{namespace}.svc:{KAFKA_PORT}"
 
 
 def broker(cluster: str, broker_id: int) -> str:

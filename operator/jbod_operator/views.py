@@ -89,9 +89,11 @@ class Endpoints:
 
 
 def listener_url(registration: Mapping[str, Any]) -> str | None:
+    """The broker's HTTP API: its listener named `http` (a registration from before the Kafka
+    listeners has one unnamed listener, the HTTP API)."""
     for listener in registration.get("listeners") or []:
-        host, port = listener.get("host"), listener.get("port")
-        if host and port:
+        host, port, name = listener.get("host"), listener.get("port"), listener.get("name")
+        if host and port and name in (None, "", "http"):
             return f"http://{host}:{port}"
     return None
 

@@ -103,7 +103,10 @@ def test_broker_pod_shape() -> None:
         "log.dirs=/var/lib/jbod/disks/d0/log,/var/lib/jbod/disks/d1/log,/var/lib/jbod/disks/d2/log\n"
         in config
     )
-    assert "advertised.listeners=http://demo-broker-1.demo-brokers.ns.svc:9092\n" in config
+    assert (
+        "advertised.listeners=SASL_PLAINTEXT://demo-broker-1.demo-brokers.ns.svc:9092,"
+        "http://demo-broker-1.demo-brokers.ns.svc:9192\n"
+    ) in config
     assert "controller.url=http://demo-controller.ns.svc:9093\n" in config
     assert "min.insync.replicas=2\n" in config
 

@@ -112,12 +112,13 @@ for both `patch` and `create` on every kind the operator applies.
 - apiGroups: ["jbod.dev"]
   resources: ["jbodclusters/finalizers", "jbodbrokers/finalizers"]
   verbs: ["update"]
-# Secret <cluster>-tokens: read for the cluster id and admin token (handlers._tokens) and created
-# once with fresh tokens (kube.create); never listed, watched, changed or deleted.
+# Secrets <cluster>-tokens (the cluster id and admin token, handlers._tokens) and
+# <cluster>-kafka-client (the Kafka client user's password, handlers._register_kafka_user): read,
+# and created once with fresh values (kube.create); never listed, watched, changed or deleted.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]
-# Services (controller, brokers, ready brokers) and ConfigMaps (server.properties): server-side apply.
+# Services (controller, brokers, ready brokers, Kafka bootstrap) and ConfigMaps (server.properties): server-side apply.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["create", "patch"]

@@ -1,0 +1,111 @@
+"""The Kafka client user of a cluster: its SCRAM credential, registered with the controller.
+
+Kafka clients log in to the brokers' SASL_PLAINTEXT listeners as `names.KAFKA_CLIENT_USER` with
+SCRAM-SHA-512; the password lives only in the Secret `<cluster>-kafka-client` (created once by
+the operator, `builders.kafka_client_secret`). The controller keeps salted keys, never the
+password, so the operator registers the credential itself (`POST /v1/scram-credentials`, the
+admin token).
+
+Guarantees:
+* `CredentialState.due` decides, without I/O, when to ask the controller: at once for a password
+  this process has not registered (a new cluster, an operator restart, a Secret deleted and
+  recreated with a new password), then every `recheck_s` (a controller whose metadata was lost).
+* `ensure` registers the credential when the controller lacks it or holds another password's,
+  and reports whether the controller has it; it never raises (an unreachable controller is
+  "not yet", retried on the next poll) and never logs the password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jbod_client.controller import ClientError, ControllerClient
+from jbod_core.errors import ErrorCode
+from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialUpsertion
+from jbod_core.scram import SCRAM_SHA_512, salted_password
+from jbod_operator import names
+
+log = logging.getLogger("jbod_operator")
+
+ITERATIONS = 8192  # Kafka's clients take what the server says; 4096 is Kafka's minimum
+
+
+def digest(password: str) -> str:
+    """What the operator remembers of a password: enough to notice it changed."""
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
+@dataclass
+class CredentialState:
+    """What this operator process knows of one cluster's client credential."""
+
+    registered: str | None = None  # digest of the password last seen registered
+    checked_at: float | None = None
+    recheck_s: float = 60.0
+
+    def due(self, password_digest: str, now: float) -> bool:
+        if self.registered != password_digest or self.checked_at is None:
+            return True
+        return now - self.checked_at >= self.recheck_s
+
+    def confirmed(self, password_digest: str, now: float) -> None:
+        self.registered, self.checked_at = password_digest, now
+
+    @property
+    def ready(self) -> bool:
+        return self.registered is not None
+
+
+def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map), then the password and what is known of it
+    controller_url: str,
+    token: str,
+    map_url: Callable[[str], str],
+    password: str,
+    state: CredentialState,
+    *,
+    now: float,
+) -> bool:
+    """Register the client user's credential when it is missing or this process has not
+    registered this password yet; True once the controller has it."""
+    password_digest = digest(password)
+    if not state.due(password_digest, now):
+        return True
+    user = names.KAFKA_CLIENT_USER
+    try:
+        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url) as client:
+            known = state.registered == password_digest and _has_credential(client)
+            if not known:
+                salt = os.urandom(32)
+                upsertion = ScramCredentialUpsertion(
+                    name=user,
+                    mechanism=SCRAM_SHA_512,
+                    iterations=ITERATIONS,
+                    salt=salt,
+                    salted_password=salted_password(
+                        password.encode(), salt, ITERATIONS, mechanism=SCRAM_SHA_512
+                    ),
+                )
+                reply = client.alter_scram_credentials(AlterScramCredentialsRequest(upsertions=[upsertion]))
+                refused = [r for r in reply.results if r.error_code != ErrorCode.NONE]
+                if reply.error_code != ErrorCode.NONE or refused:
+                    why = refused[0].error_message if refused else reply.error_message
+                    log.warning("Registering Kafka user %s refused: %s", user, why)
+                    return False
+                log.info("Registered the SCRAM-SHA-512 credential of Kafka user %s", user)
+    except ClientError as exc:
+        log.debug("Kafka user %s not registered yet: %s", user, exc)
+        return state.ready
+    state.confirmed(password_digest, now)
+    return True
+
+
+def _has_credential(client: ControllerClient) -> bool:
+    results = client.describe_scram_credentials([names.KAFKA_CLIENT_USER])
+    return any(
+        r.error_code == ErrorCode.NONE and any(i.mechanism == SCRAM_SHA_512 for i in r.credential_infos)
+        for r in results
+    )
