@@ -1,9 +1,12 @@
 """Shared fixtures: a real controller process per test (see tests/harness.py).
 
-Under pytest-xdist (`make test` runs `pytest --numprocesses 3 --dist loadgroup`) the tests of a
-file run on one worker, so a module's shared cluster is started once, and every test of the kind
-tier runs on one worker, which builds and owns the one kind cluster `jbod-e2e`. Everything else
-uses its own temporary directory and ports picked by the kernel, so it may run beside anything.
+`make test` runs the suite in two passes: everything but the kind tier on pytest-xdist workers
+(`pytest -m "not e2e" --numprocesses 3 --dist loadgroup`), then the kind tier alone (`pytest -m
+e2e`), so the kind node boots and the operator runs on a machine the rest of the suite is not
+loading. On the workers the tests of a file run on one worker (a module's shared cluster is
+started once), every Spark test on one worker (one Spark session), and those groups, the longest,
+start first. Everything else uses its own temporary directory and ports picked by the kernel, so
+it may run beside anything.
 """
 
 from __future__ import annotations
@@ -15,11 +18,23 @@ import pytest
 
 from tests.harness import ControllerProcess
 
+# Groups that take the longest, started first so that no worker is left with them at the end.
+_FIRST: tuple[str, ...] = ("kind", "spark")
+
+
+def _group(item: pytest.Item) -> str:
+    if item.get_closest_marker("e2e") is not None:
+        return "kind"
+    path = item.nodeid.split("::", 1)[0]
+    return "spark" if path.startswith("tests/pipeline/") else path
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups = {item.nodeid: _group(item) for item in items}
     for item in items:
-        group = "kind" if item.get_closest_marker("e2e") is not None else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    rank = {group: n for n, group in enumerate(_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(_FIRST)))
 
 
 @pytest.fixture

@@ -37,7 +37,13 @@ def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
     assert planned.returncode == 0, planned.stderr
     lines = planned.stdout.splitlines()
     install = lines.index(f"{fresh_venv}/bin/pip install --quiet -e '.[dev,pipeline]'")
-    run = lines.index(f"JBOD_E2E_REQUIRED=1 {fresh_venv}/bin/pytest")
+    passes = [n for n, line in enumerate(lines) if f"JBOD_E2E_REQUIRED=1 {fresh_venv}/bin/pytest" in line]
+    assert len(passes) == 2, planned.stdout
+    run, kind = passes
+    assert '-m "not e2e" --numprocesses 3 --dist loadgroup' in lines[run], "all but the kind tier, on workers"
+    assert lines[kind].split("/bin/pytest", 1)[1].split("\\")[0].strip() == "-m e2e", (
+        "then the kind tier alone"
+    )
     assert install < run, "the extras are installed before the tests run"
     for check in ("ruff check", "ruff format --check", "mypy", "lint-imports"):
         assert any(check in line for line in lines[install:run]), check

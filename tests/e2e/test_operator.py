@@ -5,6 +5,8 @@ built locally, chart installed with helm; the operator runs as the chart's Deplo
 1. `kubectl apply` a `JbodCluster` of 3 brokers x 2 disks; brokers turn Ready only once the
    controller has unfenced them: at every sample, a Ready pod is a broker the controller lists
    unfenced with no queued placement.
+   The Kafka client of `examples/kafka-client.yaml` produces through the bootstrap Service with
+   the client Secret and reads everything back in a consumer group.
 2. A producer pod in the cluster writes through the brokers' Service while a leader's volume is
    detached inside its pod (`python -m e2e.kind detach`, the commands of docs/operations.md): the
    dir goes Offline, leadership leaves it, the operator replaces the volume (new claim, new
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.kind.cluster import OPERATOR_NAMESPACE, KindCluster
 from e2e.kind.images import PROJECT_IMAGE
@@ -41,6 +44,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.t
 NS = "jbod-kind"
 CLUSTER = "demo"
 INPOD = Path(__file__).with_name("inpod.py")
+EXAMPLE_CLIENT = Path(__file__).parents[2] / "examples" / "kafka-client.yaml"
 
 
 def cluster_spec() -> dict[str, Any]:
@@ -226,6 +230,36 @@ def test_brokers_turn_ready_only_once_unfenced(env: Env) -> None:
         "exec", "-n", NS, pod["metadata"]["name"], "-c", container["name"], "--", "id", "-u"
     )
     assert uid.stdout.strip() == "10001"
+
+
+def test_the_kafka_client_example_produces_and_reads_back_in_a_group(env: Env) -> None:
+    """examples/kafka-client.yaml as docs/install.md runs it: a pod of the project image mounts the
+    Secret `status.kafka` names, produces idempotently through the bootstrap Service as the user
+    `client` the operator registered, and reads everything back in a consumer group."""
+
+    def kafka_status() -> dict[str, Any] | None:
+        status = env.get("jbodcluster", CLUSTER, "-n", NS).get("status", {}).get("kafka") or {}
+        return status if status.get("userRegistered") else None
+
+    status = wait_for(kafka_status, timeout=120, what="status.kafka.userRegistered")
+    assert status["bootstrapServers"] == f"{CLUSTER}-kafka-bootstrap.{NS}.svc:9092"
+    assert status["clientSecret"] == f"{CLUSTER}-kafka-client"
+    pod = yaml.safe_load(EXAMPLE_CLIENT.read_text())
+    pod["metadata"]["namespace"] = NS
+    for container in pod["spec"]["initContainers"] + pod["spec"]["containers"]:
+        assert container["image"] == PROJECT_IMAGE  # the example names the image README builds
+        container["imagePullPolicy"] = "IfNotPresent"
+    env.apply(pod)
+
+    def finished() -> str | None:
+        phase = (env.pod("kafka-client") or {}).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(finished, timeout=300, what="the example's client pod finished", interval=2)
+    logs = env.cluster.kubectl("logs", "-n", NS, "kafka-client", check=False).stdout
+    assert phase == "Succeeded", logs[-2000:]
+    assert "acked 1000 of 1000" in logs, logs[-2000:]
+    assert "read back 1000 of 1000 in consumer group example" in logs, logs[-2000:]
 
 
 class InPodWorkload:

@@ -84,6 +84,9 @@ def _controller_error(reply: Any) -> dict[str, Any]:
     return {"error_code": KafkaError(reply.error_code), "error_message": reply.error_message}
 
 
+_CONFIG_WAIT_S: Final = 30.0  # IncrementalAlterConfigs has no timeout of its own; Kafka's admin default
+
+
 async def _until(clock: Clock, condition: Callable[[], bool], timeout_s: float) -> None:
     """Wait (bounded, on `clock`) until this broker's image satisfies `condition`."""
     deadline = clock.monotonic() + max(timeout_s, 0.0)
@@ -386,8 +389,18 @@ class AdminApis:
             if reply.error_code != 0:
                 responses.append({**result, **_controller_error(reply)})
                 continue
+            if not body.validate_only and reply.configs is not None:
+                # Answered once this broker's image shows the change, as topic creation is, so
+                # a DescribeConfigs sent to the same broker next reads what was just set.
+                shown = functools.partial(self._has_configs, resource.resource_name, reply.configs)
+                await _until(self.ctx.clock, shown, _CONFIG_WAIT_S)
             responses.append(result)
         return _response(request, responses=responses)
+
+    def _has_configs(self, name: str, configs: dict[str, str]) -> bool:
+        topic_id = self.ctx.topic_id(name)
+        topic = self.ctx.state.image.topics.get(topic_id) if topic_id is not None else None
+        return topic is not None and dict(topic.configs) == configs
 
     async def describe_client_quotas(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
