@@ -230,8 +230,9 @@ def human_bytes(value: int | None) -> str:
 def log_dirs_table(
     broker_id: int, dirs: Sequence[Mapping[str, Any]], *, wide: bool = False, cwd: str | None = None
 ) -> Table:
-    """One broker's `GET /v1/log-dirs`: a row per dir, future replicas (moves in progress) by name,
-    and under the table one line per dir with an error. Unless `wide`, paths are shown relative to
+    """One broker's log dirs (`jbodctl log-dirs`' JSON: DescribeLogDirs joined with the broker's
+    `GET /v1/log-dirs`): a row per dir, future replicas (moves in progress) by name (with `wide`,
+    and their lag in offsets while they have one), and under the table one line per dir with an error. Unless `wide`, paths are shown relative to
     the directory holding them all, which the title names (relative to `cwd` when that is shorter)."""
     paths = [str(d["path"]) for d in dirs if d.get("path")]
     base = None if wide else path_base(paths)
@@ -269,13 +270,19 @@ def log_dirs_table(
             human_bytes(d.get("usableBytes")),
             human_bytes(d.get("totalBytes")),
             str(len(replicas) - len(future)),
-            "\n".join(escape(f"{r['topic']}-{r['partition']}") for r in future) or "-",
+            "\n".join(escape(_future_label(r, wide=wide)) for r in future) or "-",
         )
     if errors:
         table.caption = Text(
             "\n".join(errors), style="red", no_wrap=not wide, overflow="fold" if wide else "ellipsis"
         )
     return table
+
+
+def _future_label(replica: Mapping[str, Any], *, wide: bool) -> str:
+    lag = int(replica.get("offsetLag") or 0)
+    name = f"{replica['topic']}-{replica['partition']}"
+    return f"{name} (lag {lag:,})" if lag > 0 and wide else name
 
 
 def produced_table(topic: str, offsets: Mapping[int, Sequence[int]]) -> Table:

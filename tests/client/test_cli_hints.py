@@ -99,7 +99,7 @@ def test_a_stopped_local_process_is_named(cwd: Path) -> None:
     while broker_alive(layout.brokers[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     broker_down = one_line_error(jbodctl("log-dirs", cwd=cwd, env=env))
-    assert f"cannot reach the broker at {layout.brokers[0].url}" in broker_down, broker_down
+    assert f"cannot reach the Kafka listener at {layout.brokers[0].kafka_address}" in broker_down, broker_down
     assert broker_down.endswith(
         "broker 1 of the local cluster in .jbod-local is not running (start it with: jbodctl local up)"
     ), broker_down
