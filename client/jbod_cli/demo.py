@@ -288,10 +288,11 @@ async def _consume(
     out: list[Consumed] = []
     deadline = time.monotonic() + timeout
     errors = rdkafka.ErrorLog()
-    consumer = Consumer(
+    consumer = rdkafka.create(
+        Consumer,
         rdkafka.client_config(
             target, errors, **{"group.id": "jbod-demo", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
-        )
+        ),
     )
     try:
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
@@ -376,13 +377,14 @@ class _ProductionUnderFailure:
         log, progress = self.log, self.progress
         produce_task_id = progress.add_task("Producing", total=records)
         failure: disk_faults.DiskFailure | None = None
-        producer = Producer(
+        producer = rdkafka.create(
+            Producer,
             rdkafka.client_config(
                 self.target,
                 self.errors,
                 **{"acks": "all", "enable.idempotence": True, "stats_cb": self.statistics},
                 **PRODUCER_SETTINGS,
-            )
+            ),
         )
         with Live(self.view(), console=console, refresh_per_second=8, transient=False) as live:
             produce = asyncio.create_task(

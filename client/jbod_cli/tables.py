@@ -285,22 +285,6 @@ def _future_label(replica: Mapping[str, Any], *, wide: bool) -> str:
     return f"{name} (lag {lag:,})" if lag > 0 and wide else name
 
 
-def produced_table(topic: str, offsets: Mapping[int, Sequence[int]]) -> Table:
-    """What `jbodctl produce` wrote: per partition the record count and offset range."""
-    table = Table(title=f"Produced to {topic}", title_justify="left")
-    for column in ("partition", "records", "first offset", "last offset"):
-        table.add_column(column, justify="right")
-    for partition in sorted(offsets):
-        known = [o for o in offsets[partition] if o >= 0]
-        table.add_row(
-            str(partition),
-            str(len(offsets[partition])),
-            str(min(known)) if known else "-",
-            str(max(known)) if known else "-",
-        )
-    return table
-
-
 def bullets(console: Console) -> Callable[[str], None]:
     """A function printing one dimmed-bullet progress line per message (local cluster, demo)."""
 

@@ -53,10 +53,12 @@ class Cluster:
         return dirs
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One broker with two dirs and `t` (one partition), shared by the module's tests: each starts
+    from wherever the replica is and leaves no move running."""
     with contextlib.ExitStack() as stack:
-        running = start_cluster(stack, tmp_path)
+        running = start_cluster(stack, tmp_path_factory.mktemp("move-replica"))
         properties = {
             "admin.token.file": str(running.controller.admin_token_file),
             "listeners": KAFKA_LISTENERS,
@@ -110,6 +112,10 @@ def test_move_to_the_other_dir_still_moves(cluster: Cluster) -> None:
     wait_for(
         lambda: cluster.admin.describe_topic("t")["partitions"][0]["directories"] == [other],
         what="the move confirmed",
+    )
+    wait_for(
+        lambda: _replicas(cluster.log_dirs()) == {other: [("t", 0, False)]},
+        what="the broker done with the move (no future replica left)",
     )
 
 
