@@ -4,8 +4,9 @@ clients (confluent-kafka, librdkafka) on the brokers' Kafka listeners.
 Guarantees:
 * Both connect where and as `commands.kafka_target` says (`--bootstrap-server`, else the listeners
   the brokers registered; `--command-config`'s user, else `admin` with the token) and find the
-  topic's partitions in Metadata first: an unknown topic or partition, a refused login or no
-  listener answering within `--timeout` is one line before anything is sent or read.
+  topic's partitions in Metadata first: an unknown topic or partition, a refused login, every
+  listener refusing the connection (`rdkafka.REFUSED_GRACE_SECONDS`) or no listener answering
+  within `--timeout` is one line before anything is sent or read.
 * `produce` is an idempotent producer with acks=all (the default, `--acks -1`): a retried batch is
   never written twice. `--acks 1` / `0` are not idempotent (Kafka requires acks=all for that).
   Keyed records go to the partition of Kafka's Java client (murmur2), keyless ones to a sticky

@@ -19,7 +19,10 @@ Guarantees:
   `UNKNOWN_TOPIC_GRACE_SECONDS`: a topic created a moment ago reaches every broker's metadata a
   few milliseconds after the controller confirmed it), or `KafkaAuthenticationError` as soon as a
   login is refused, or `KafkaUnreachableError` naming the bootstrap servers and the last error
-  from them.
+  from them: once every one of them refused the connection (after
+  `REFUSED_GRACE_SECONDS`, the time librdkafka takes to try each; the error's `address` is the
+  first, and its cause a `ConnectionRefusedError`, so that jbodctl's hints can name a stopped
+  local broker), else when `timeout` ends.
 * `ProducerStatistics` (a producer's `stats_cb`) keeps its idempotence state, its producer id and
   the requests it retried, from librdkafka's statistics: an idempotent producer that never got a
   producer id is told apart from one whose records timed out for other reasons.
@@ -29,6 +32,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -55,6 +59,9 @@ _UNKNOWN_TOPIC: Final = 3
 _LOCAL_UNKNOWN_TOPIC: Final = -188
 #: How long an unknown topic is asked for again before it is called unknown.
 UNKNOWN_TOPIC_GRACE_SECONDS: Final = 1.0
+#: How long every bootstrap server may refuse connections before the listeners are called down
+#: (librdkafka tries each within about half a second).
+REFUSED_GRACE_SECONDS: Final = 1.0
 #: `sasl_plaintext://127.0.0.1:9092/1: message` or `127.0.0.1:9092/bootstrap: message`.
 _BROKER_PREFIX: Final = re.compile(r"^(?:[a-z_]+://)?(?P<address>[^/\s]+)/(?P<node>\w+): ")
 
@@ -85,6 +92,10 @@ class ErrorLog:
             self.authentication = text
         if error.fatal() and self.fatal is None:
             self.fatal = error_text(error)
+
+    def refused(self, address: str) -> bool:
+        """Whether the last error from `address` (`host:port`) was a refused connection."""
+        return "Connection refused" in self.by_address.get(address, "")
 
 
 @dataclass
@@ -150,7 +161,8 @@ def topic_partitions(
     confluent-kafka Producer or Consumer made with `client_config(target, errors)`."""
     from confluent_kafka import KafkaException
 
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     unknown_since: float | None = None
     while True:
         client.poll(0)  # serves error_cb
@@ -175,6 +187,13 @@ def topic_partitions(
                     leaders={int(p): int(meta.leader) for p, meta in found.partitions.items()},
                     brokers={int(b): f"{meta.host}:{meta.port}" for b, meta in metadata.brokers.items()},
                 )
+        if time.monotonic() - started >= REFUSED_GRACE_SECONDS and all(map(errors.refused, target.bootstrap)):
+            servers = ",".join(target.bootstrap)
+            every = "it" if len(target.bootstrap) == 1 else "each"
+            raise KafkaUnreachableError(
+                f"no Kafka listener of {servers} answered: {every} refused the connection ({errors.last})",
+                address=target.bootstrap[0],
+            ) from ConnectionRefusedError(errno.ECONNREFUSED, str(errors.last))
         if time.monotonic() >= deadline:
             client.poll(0)  # the errors librdkafka queued meanwhile say why
             why = errors.last or f"no answer to {target.security.describe()}"

@@ -214,18 +214,39 @@ def test_unreachable_broker_is_one_line(unreachable: Unreachable) -> None:
     assert json.loads(everyone.stdout) == {}
 
 
-def test_produce_and_consume_without_a_listener_answering_fail_within_the_timeout(
-    unreachable: Unreachable,
-) -> None:
+def test_produce_and_consume_with_every_listener_refusing_fail_at_once(unreachable: Unreachable) -> None:
     """The Kafka listeners the brokers registered are where an invocation without
-    --bootstrap-server connects: here none answers."""
+    --bootstrap-server connects: here each refuses the connection, which ends the wait for them
+    (the default --timeout of produce is 30 s)."""
     address = unreachable.dead_address
-    produced = unreachable.run("produce", "orders", "--timeout", "3", stdin="a\nb\nc\n")
-    line = assert_one_line_error(produced, f"no Kafka listener of {address} answered within 3 s")
+    produced = unreachable.run("produce", "orders", stdin="a\nb\nc\n")
+    line = assert_one_line_error(
+        produced, f"no Kafka listener of {address} answered: it refused the connection"
+    )
     assert "Connection refused" in line
-    consumed = unreachable.run("consume", "orders", "--timeout", "1", "--partition", "0")
-    assert_one_line_error(consumed, f"no Kafka listener of {address} answered within 1 s")
+    consumed = unreachable.run("consume", "orders", "--partition", "0")
+    assert_one_line_error(consumed, f"no Kafka listener of {address} answered: it refused the connection")
     assert consumed.stdout == ""
+
+
+@pytest.fixture
+def silent_address() -> Iterator[str]:
+    """A loopback listener that accepts connections (the kernel's backlog) and never answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def test_produce_and_consume_with_a_listener_that_never_answers_fail_after_the_timeout(
+    unreachable: Unreachable, silent_address: str
+) -> None:
+    for args in (("produce", "orders", "-v", "x"), ("consume", "orders")):
+        result = unreachable.run(*args, "--timeout", "1", "--bootstrap-server", silent_address)
+        assert_one_line_error(result, f"no Kafka listener of {silent_address} answered within 1 s")
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,13 @@ def test_a_stopped_local_process_is_named(cwd: Path) -> None:
     assert broker_down.endswith(
         "broker 1 of the local cluster in .jbod-local is not running (start it with: jbodctl local up)"
     ), broker_down
+    # librdkafka's clients too: the listener refused the connection, the broker is named.
+    kafka = {**env, "KAFKA_BOOTSTRAP_SERVERS": layout.brokers[0].kafka_address}
+    produce_down = one_line_error(jbodctl("produce", "orders", "--value", "x", cwd=cwd, env=kafka))
+    assert "refused the connection" in produce_down, produce_down
+    assert produce_down.endswith(
+        "broker 1 of the local cluster in .jbod-local is not running (start it with: jbodctl local up)"
+    ), produce_down
 
     assert jbodctl("local", "down", "--grace", "5", cwd=cwd).returncode == 0
     controller_down = one_line_error(jbodctl("topics", "list", cwd=cwd, env=env))

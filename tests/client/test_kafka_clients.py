@@ -340,3 +340,23 @@ def test_producer_statistics_tell_a_producer_without_producer_id() -> None:
     statistics('{"brokers": {}, "eos": {"idemp_state": "Init", "producer_id": -1}}')  # not idempotent
     assert not statistics.waiting_for_producer_id
     assert History().check([]).duplicates == 0
+
+
+def test_librdkafkas_errors_are_kept_per_broker_address() -> None:
+    from confluent_kafka import KafkaError
+
+    errors = rdkafka.ErrorLog()
+    refused = (
+        "sasl_plaintext://127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: "
+        "Connection refused (after 0ms in state CONNECT)"
+    )
+    errors(KafkaError(KafkaError._TRANSPORT, refused))
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert errors.last == refused  # the summary says less than the error before it
+    assert errors.refused("127.0.0.1:9092") and not errors.refused("127.0.0.1:9093")
+    assert errors.authentication is None and errors.fatal is None
+    denied = "sasl_plaintext://127.0.0.1:9093/1: SASL authentication error: invalid credentials"
+    errors(KafkaError(KafkaError._AUTHENTICATION, denied))
+    assert errors.authentication == denied and errors.by_address["127.0.0.1:9093"] == denied
+    errors(KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9092/1: Disconnected"))
+    assert not errors.refused("127.0.0.1:9092")  # it answered since
