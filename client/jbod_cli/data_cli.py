@@ -18,7 +18,8 @@ Guarantees:
   broker, which names its address.
 * `produce` takes values from `--value` (repeatable) or one per line of stdin (a final newline ends
   the last line, a CR before it is dropped); with `--base64` the key and values are decoded first,
-  and a value that is not base64 is a `CommandError`, nothing is sent.
+  and a value that is not base64, or a record whose key and value hold more than
+  `RECORD_MAX_BYTES`, is a `CommandError`, nothing is sent.
 * `consume` assigns the partitions itself (no consumer group, nothing committed) and prints one
   value per line (`null` for a null value, as Kafka's console consumer prints it; one JSON object
   per line with `--output json`) as records arrive, flushed,
@@ -50,6 +51,11 @@ from jbod_client.kafka_config import KafkaTarget
 #: Seconds `produce` waits for delivery reports beyond `--timeout` (librdkafka reports every
 #: record by then; this only guards against a report that never comes).
 FLUSH_GRACE_SECONDS = 5.0
+#: librdkafka's `message.max.bytes` for `produce` (its default): it refuses a larger record.
+MESSAGE_MAX_BYTES = 1_000_000
+#: The most a record's key and value may hold together: librdkafka counts 36 bytes of framing per
+#: record against `message.max.bytes`. `produce` checks it before anything is sent.
+RECORD_MAX_BYTES = MESSAGE_MAX_BYTES - 36
 
 
 def _decode_arg(text: str, *, what: str, b64: bool) -> bytes:
@@ -117,6 +123,7 @@ def producer_settings(sending: _Sending) -> dict[str, Any]:
         "request.timeout.ms": min(15_000, timeout_ms),
         "linger.ms": min(5, timeout_ms - 1),  # librdkafka wants it below message.timeout.ms
         "partitioner": "murmur2_random",  # Kafka's Java client's partition for a key
+        "message.max.bytes": MESSAGE_MAX_BYTES,
         "statistics.interval.ms": 250,  # whether the idempotent producer got its producer id
     }
 
@@ -136,7 +143,7 @@ class _Produced:
 
 
 def _produce_all(target: KafkaTarget, topic: str, values: Sequence[bytes], sending: _Sending) -> _Produced:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     errors, statistics = rdkafka.ErrorLog(), rdkafka.ProducerStatistics()
     producer = rdkafka.create(
@@ -169,6 +176,9 @@ def _produce_all(target: KafkaTarget, topic: str, values: Sequence[bytes], sendi
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.1)
+            except KafkaException as exc:  # refused by librdkafka before sending: this record fails
+                results[index] = NotDelivered(rdkafka.error_text(exc.args[0]))
+                break
         producer.poll(0)
     producer.flush(sending.timeout + FLUSH_GRACE_SECONDS)
     late = NotDelivered(f"no delivery report within {sending.timeout + FLUSH_GRACE_SECONDS:g} s")
@@ -268,6 +278,14 @@ def produce(  # noqa: PLR0913  click command: one parameter per option
         payloads = _stdin_values()
     if not payloads:
         raise CommandError("nothing to produce: give --value or lines on stdin")
+    too_large = next(
+        (i for i, v in enumerate(payloads) if len(v) + len(key_bytes or b"") > RECORD_MAX_BYTES), None
+    )
+    if too_large is not None:
+        raise CommandError(
+            f"record {too_large + 1} holds {len(payloads[too_large]) + len(key_bytes or b''):,} bytes "
+            f"(key and value), more than the {RECORD_MAX_BYTES:,} a record may: nothing was produced"
+        )
     sending = _Sending(
         key=key_bytes, partition=partition, acks=-1 if acks == "all" else int(acks), timeout=timeout
     )

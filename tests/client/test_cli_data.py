@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from jbod_cli import data_cli
 from jbod_local import kafka_clients
 from tests.broker.conftest import wait_for
 from tests.harness import ControllerProcess
@@ -199,6 +200,16 @@ def test_client_properties_that_cannot_work_are_one_line(unreachable: Unreachabl
         "security.protocol SASL_SSL: the brokers serve no TLS listener",
     )
     assert str(tls) in line
+
+
+def test_a_record_too_large_is_one_line_and_nothing_is_sent(unreachable: Unreachable) -> None:
+    """Checked before connecting: no broker answers here, and none needs to."""
+    too_large = "small\n" + "x" * (data_cli.RECORD_MAX_BYTES + 1) + "\n"
+    result = unreachable.run("produce", "orders", "-k", "", stdin=too_large)
+    assert_one_line_error(
+        result, f"record 2 holds {data_cli.RECORD_MAX_BYTES + 1:,} bytes (key and value), more than the"
+    )
+    assert "nothing was produced" in result.stderr
 
 
 def test_unreachable_broker_is_one_line(unreachable: Unreachable) -> None:
