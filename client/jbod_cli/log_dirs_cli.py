@@ -286,8 +286,11 @@ class _Replica:
 
 @dataclass(frozen=True, slots=True)
 class _Destination:
+    """The `--to` dir as the broker's own view has it (its state: online, offline or full)."""
+
     directory_id: str
     path: str
+    state: str | None = None
 
 
 def refusal(code: int, replica: _Replica, destination: _Destination, security: KafkaSecurity) -> str:
@@ -300,7 +303,9 @@ def refusal(code: int, replica: _Replica, destination: _Destination, security: K
         f"{replica.topic}-{replica.partition}",
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED: f"{security.username or 'this client'} may not move "
         "replicas (only admin may)",
-        ErrorCode.KAFKA_STORAGE_ERROR: "the destination dir, or the replica's own dir, is offline or full",
+        ErrorCode.KAFKA_STORAGE_ERROR: f"log dir {destination.directory_id} is {destination.state}"
+        if destination.state in ("offline", "full")
+        else "the replica's own dir is offline or full",
         ErrorCode.LOG_DIR_NOT_FOUND: f"broker {replica.broker_id} has no log dir at {destination.path}",
     }
     return kafka_admin.describe_error(code, meaning.get(code))
@@ -346,8 +351,8 @@ async def _move(
         client = await metadata.broker(replica.broker_id)
         dirs = [d for d in await client.log_dirs() if d.get("directoryId")]
         directory_id = resolve_directory(given, [str(d["directoryId"]) for d in dirs])
-        path = next(str(d["path"]) for d in dirs if d["directoryId"] == directory_id)
-        destination = _Destination(directory_id, path)
+        chosen = next(d for d in dirs if d["directoryId"] == directory_id)
+        destination = _Destination(directory_id, str(chosen["path"]), chosen.get("state"))
         if rate is not None:  # Kafka's protocol has no per-move throttle: the broker's own API
             reply = await client.move(
                 replica.topic, replica.partition, directory_id, max_bytes_per_second=rate
@@ -360,7 +365,12 @@ async def _move(
             outcome = str(reply.get("outcome"))
         else:
             outcome = await _move_over_kafka(settings, replica, destination, registered)
-    return destination, {"errorCode": 0, "outcome": outcome, "directoryId": directory_id, "path": path}
+    return destination, {
+        "errorCode": 0,
+        "outcome": outcome,
+        "directoryId": directory_id,
+        "path": destination.path,
+    }
 
 
 @click.command("move-replica")

@@ -360,3 +360,23 @@ def test_librdkafkas_errors_are_kept_per_broker_address() -> None:
     assert errors.authentication == denied and errors.by_address["127.0.0.1:9093"] == denied
     errors(KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9092/1: Disconnected"))
     assert not errors.refused("127.0.0.1:9092")  # it answered since
+
+
+def test_a_refused_move_says_which_dir_is_in_the_way() -> None:
+    replica = log_dirs_cli._Replica("orders", 3, 2)
+    admin = KafkaSecurity.admin("token")
+    offline = log_dirs_cli._Destination("AAAAbbbbCCCCddddEEEEff", "/data/d1", "offline")
+    assert log_dirs_cli.refusal(56, replica, offline, admin) == (
+        "KAFKA_STORAGE_ERROR (errorCode 56): log dir AAAAbbbbCCCCddddEEEEff is offline"
+    )
+    online = log_dirs_cli._Destination("AAAAbbbbCCCCddddEEEEff", "/data/d1", "online")
+    assert log_dirs_cli.refusal(56, replica, online, admin).endswith(
+        "the replica's own dir is offline or full"
+    )
+    assert log_dirs_cli.refusal(57, replica, online, admin) == (
+        "LOG_DIR_NOT_FOUND (errorCode 57): broker 2 has no log dir at /data/d1"
+    )
+    alice = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "pw")
+    assert log_dirs_cli.refusal(31, replica, online, alice).endswith(
+        "alice may not move replicas (only admin may)"
+    )
