@@ -232,8 +232,9 @@ def log_dirs_table(
 ) -> Table:
     """One broker's log dirs (`jbodctl log-dirs`' JSON: DescribeLogDirs joined with the broker's
     `GET /v1/log-dirs`): a row per dir, future replicas (moves in progress) by name (with `wide`,
-    and their lag in offsets while they have one), and under the table one line per dir with an error. Unless `wide`, paths are shown relative to
-    the directory holding them all, which the title names (relative to `cwd` when that is shorter)."""
+    and their lag in offsets while they have one), and under the table one line per dir with an
+    error. Unless `wide`, paths are shown relative to the directory holding them all, which the
+    title names (relative to `cwd` when that is shorter)."""
     paths = [str(d["path"]) for d in dirs if d.get("path")]
     base = None if wide else path_base(paths)
     title = f"Broker {broker_id} log dirs"
