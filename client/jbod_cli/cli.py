@@ -15,6 +15,9 @@ Guarantees:
   refused connection adds what to do (`jbod_cli.hints`): most often `eval "$(jbodctl local env)"`.
 * `--bootstrap` brokers are where the data-plane commands (`produce`, `consume`, `log-dirs`,
   `move-replica`) ask for cluster metadata before the controller; each is an http(s) URL, checked
+  before any command runs (a `host:port` there is refused with a line naming --bootstrap-server).
+* `--bootstrap-server` (KAFKA_BOOTSTRAP_SERVERS) and `--command-config` are where and as whom those
+  commands' Kafka clients connect (`commands.kafka_target`); each address is `host:port`, checked
   before any command runs.
 """
 
@@ -64,8 +67,27 @@ def _parse_assignment(text: str) -> list[list[int]]:
     envvar="JBOD_BOOTSTRAP",
     default="",
     metavar="URL[,URL...]",
-    help="broker URLs that produce, consume, log-dirs and move-replica ask for cluster metadata "
-    "before the controller (or JBOD_BOOTSTRAP): they keep working while no controller answers",
+    help="broker URLs (their HTTP API) that produce, consume, log-dirs and move-replica ask for "
+    "cluster metadata before the controller (or JBOD_BOOTSTRAP): the brokers' Kafka listeners when "
+    "--bootstrap-server is not given, their registrations and dir ids; they answer while no "
+    "controller does",
+)
+@click.option(
+    "--bootstrap-server",
+    "bootstrap_server",
+    envvar="KAFKA_BOOTSTRAP_SERVERS",
+    default=None,
+    callback=commands.bootstrap_servers,
+    metavar="HOST:PORT[,...]",
+    help="Kafka listeners that produce, consume, log-dirs and move-replica bootstrap from (or "
+    "KAFKA_BOOTSTRAP_SERVERS; default: the Kafka listeners the brokers registered)",
+)
+@click.option(
+    "--command-config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Kafka client properties as kafka-*.sh take them (security.protocol, sasl.mechanism, "
+    "sasl.jaas.config); default: the user admin, its password the token of --token-file",
 )
 @click.option(
     "--token-file",
@@ -78,17 +100,35 @@ def _parse_assignment(text: str) -> list[list[int]]:
     "--output", "-o", type=commands.OUTPUTS, default="table", show_default=True, help="table or json"
 )
 @click.pass_context
-def app(ctx: click.Context, controller: str, bootstrap: str, token_file: Path | None, output: str) -> None:
+def app(  # noqa: PLR0913  click group: one parameter per option
+    ctx: click.Context,
+    controller: str,
+    bootstrap: str,
+    bootstrap_server: tuple[str, ...],
+    command_config: Path | None,
+    token_file: Path | None,
+    output: str,
+) -> None:
     """Administer a JBOD cluster: topics, brokers, log dirs, metadata; produce and consume; run it locally."""
     brokers = tuple(u.strip() for u in bootstrap.split(",") if u.strip())
     for url in brokers:
         if not url.startswith(("http://", "https://")):
-            raise click.BadParameter(f"{url!r} is not an http:// URL", param_hint="--bootstrap")
+            raise click.BadParameter(
+                f"{url!r} is not an http:// URL (Kafka listeners, host:port, go to --bootstrap-server)",
+                param_hint="--bootstrap",
+            )
     try:
         parse_controller_urls(controller)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--controller") from None
-    ctx.obj = Settings(controller=controller, token_file=token_file, output=output, bootstrap=brokers)
+    ctx.obj = Settings(
+        controller=controller,
+        token_file=token_file,
+        output=output,
+        bootstrap=brokers,
+        bootstrap_servers=bootstrap_server,
+        command_config=command_config,
+    )
 
 
 # -- topics ------------------------------------------------------------------------------------

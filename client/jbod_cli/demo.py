@@ -1,9 +1,10 @@
 """`jbodctl local demo`: the README's main job, narrated. A disk fails under a partition leader
-while a producer writes with acks=-1, leadership moves off the failed disk, and every
-acknowledged record is read back.
+while an idempotent Kafka producer writes with acks=all, leadership moves off the failed disk, and
+every acknowledged record is read back exactly once.
 
 Steps: `up --fresh` (3 brokers x 3 disks) → create topic `demo` (6 partitions, RF 3,
-min.insync.replicas=2) → produce N records of ~1 KB with acks=-1, paced evenly over S seconds →
+min.insync.replicas=2) → produce N records of ~1 KB with confluent-kafka (librdkafka) on the
+brokers' Kafka listeners, idempotent with acks=all, paced evenly over S seconds →
 take away the disk that holds the replica of partition 0's leader once a third of them is
 acknowledged → show partitions as leadership moves → finish producing → consume everything →
 verify → summary → restore the disk → `down --purge` (unless `--keep`; a failed verification stops
@@ -12,8 +13,10 @@ the cluster but keeps its directory and logs).
 Guarantees:
 * The verdict is the shared history checker (`jbod_client.history`): it fails if an acknowledged
   record is missing or not at its acknowledged offset, if a partition's acknowledged records are
-  out of order, if a record appears twice without its batch having been retried, or if a record
-  was never sent.
+  out of order, if a record was never sent, or if any record appears twice: the producer is
+  idempotent, so no retry excuses a duplicate (the demo never reports one to the checker). The
+  verdict line counts the duplicates (`duplicates 0`). Records are consumed with assign(), from
+  the beginning of each partition, through the Kafka listeners too.
 * The failover figure (disk failure → first acknowledged write on a new leader) is measured on
   every run: production is paced, so it is still running when the disk fails, and it does not stop
   at N records while that figure is missing — it keeps going at the same pace until a write to a
@@ -30,7 +33,6 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,10 +54,13 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import tables
+from jbod_client import rdkafka
 from jbod_client.controller import ClientError
 from jbod_client.history import Consumed, History, RecordId, Report, make_value
+from jbod_client.kafka_admin import KafkaAdmin
+from jbod_client.kafka_config import KafkaTarget
 from jbod_core.ids import UNASSIGNED_DIR_TEXT
-from jbod_local import disk_faults, status, supervisor
+from jbod_local import disk_faults, kafka_clients, status, supervisor
 from jbod_local.layout import ClusterLayout
 
 TOPIC = "demo"
@@ -66,7 +71,14 @@ RECORD_BYTES = 1024
 FAIL_AFTER_FRACTION = 1 / 3  # take the disk away once this share of the records is acknowledged
 PRODUCE_SECONDS = 10.0  # production is paced evenly over this many seconds
 FAILOVER_GRACE_SECONDS = 30.0  # at most this long past N records, waiting for the failover figure
-VERDICT_OK = "every acknowledged record read back, in order"
+VERDICT_OK = "all acknowledged records read back in order"
+#: The producer's settings beyond idempotence and acks=all (librdkafka's names).
+PRODUCER_SETTINGS = {
+    "message.timeout.ms": 30_000,
+    "request.timeout.ms": 10_000,
+    "linger.ms": 5,
+    "statistics.interval.ms": 500,  # the retries the summary counts
+}
 
 
 class DemoError(ClientError):
@@ -78,14 +90,15 @@ class DemoError(ClientError):
 
 @dataclass
 class DeliveryLog:
-    """What the producer reported, record by record (filled by future callbacks and hooks), kept
-    in the shared `History` checker plus the timings the summary needs."""
+    """What the producer reported, record by record (filled by its delivery reports), kept in the
+    shared `History` checker plus the timings the summary needs. Retries are not reported per
+    partition: the producer is idempotent, so a retried batch is never written twice and the
+    checker counts every duplicate as one."""
 
     clock: Callable[[], float] = time.monotonic
     history: History = field(default_factory=History)
     next_seq: dict[int, int] = field(default_factory=dict)
     ack_times: dict[int, list[float]] = field(default_factory=dict)
-    retry_codes: Counter[int] = field(default_factory=Counter)
 
     def send(self, partition: int) -> RecordId:
         seq = self.next_seq.get(partition, 0)
@@ -100,12 +113,6 @@ class DeliveryLog:
 
     def on_failure(self, rid: RecordId, code: int) -> None:
         self.history.on_failure(rid, code)
-
-    def on_retry(self, topic: str, partition: int, code: int) -> None:
-        if topic != TOPIC:
-            return
-        self.retry_codes[code] += 1
-        self.history.on_partition_retry(topic, partition)
 
     @property
     def acked(self) -> dict[RecordId, int]:
@@ -151,6 +158,7 @@ class DemoReport:
     failover_seconds: float | None
     produce_seconds: float
     final_topic: dict[str, Any]
+    retries: int = 0  # requests the producer retried (librdkafka's statistics)
 
 
 async def _describe(layout: ClusterLayout) -> dict[str, Any]:
@@ -175,20 +183,18 @@ async def _await_placed(layout: ClusterLayout, *, timeout: float = 20.0) -> dict
         await asyncio.sleep(0.2)
 
 
-async def _pick_disk(layout: ClusterLayout, token: str) -> tuple[int, int]:
-    """(broker, disk index) of the replica of partition 0 on its leader, from the broker's log dirs."""
-    from jbod_client.broker import BrokerClient
-
+async def _pick_disk(layout: ClusterLayout, target: KafkaTarget) -> tuple[int, int]:
+    """(broker, disk index) of the replica of partition 0 on its leader, from DescribeLogDirs."""
     topic = await _describe(layout)
     leader = int(topic["partitions"][0]["leader"])
     if leader < 0:
         raise DemoError(f"partition {TOPIC}-0 has no leader")
-    broker = layout.broker(leader)
-    async with BrokerClient(broker.url, token=token, timeout=5.0) as client:
-        dirs = await client.log_dirs()
+    address = layout.broker(leader).kafka_address
+    async with KafkaAdmin([address], target.security, timeout=5.0) as admin:
+        dirs = await admin.describe_log_dirs(address, {TOPIC: [0]})
     for d in dirs:
-        if any(r["topic"] == TOPIC and int(r["partition"]) == 0 for r in d["replicas"]):
-            _broker, index = disk_faults.resolve_disk(layout, leader, d["path"])
+        if any(r.topic == TOPIC and r.partition == 0 and not r.future for r in d.replicas):
+            _broker, index = disk_faults.resolve_disk(layout, leader, d.path)
             return leader, index
     raise DemoError(f"broker {leader} does not list {TOPIC}-0 in any of its log dirs")
 
@@ -216,6 +222,18 @@ def awaits_failover(log: DeliveryLog, fail_task: asyncio.Task[disk_faults.DiskFa
     return failover_seconds(log, failure) is None
 
 
+def _report(log: DeliveryLog, rid: RecordId, partition: int) -> Callable[[Any, Any], None]:
+    """The delivery report callback of one record."""
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            log.on_failure(rid, int(error.code()))
+        else:
+            log.on_ack(rid, partition, int(message.offset()))
+
+    return report
+
+
 async def _produce(
     producer: Any,
     log: DeliveryLog,
@@ -225,20 +243,8 @@ async def _produce(
     keep_going: Callable[[], bool] = lambda: False,
 ) -> None:
     """Send `records` records paced evenly over `seconds`, then more at the same pace while
-    `keep_going()` (at most `FAILOVER_GRACE_SECONDS` longer); then flush."""
-    from jbod_client.producer import ProduceError
-
-    def done(rid: RecordId, partition: int) -> Callable[[asyncio.Future[Any]], None]:
-        def callback(future: asyncio.Future[Any]) -> None:
-            if future.cancelled():
-                log.on_failure(rid, -1)
-            elif (exc := future.exception()) is not None:
-                log.on_failure(rid, int(getattr(exc, "code", -1)))
-            else:
-                log.on_ack(rid, partition, int(future.result().offset))
-
-        return callback
-
+    `keep_going()` (at most `FAILOVER_GRACE_SECONDS` longer); then wait for every delivery report.
+    `producer` is a confluent-kafka Producer: its reports come from `poll`, on this event loop."""
     interval = seconds / records
     started = time.monotonic()
     i = 0
@@ -249,41 +255,63 @@ async def _produce(
         partition = i % PARTITIONS
         i += 1
         rid = log.send(partition)
-        try:
-            future = await producer.send(TOPIC, make_value(*rid), partition=partition)
-        except ProduceError as exc:
-            log.on_failure(rid, exc.code)
-            continue
-        future.add_done_callback(done(rid, partition))
-    await producer.flush()
+        while True:
+            try:
+                producer.produce(
+                    TOPIC, make_value(*rid), partition=partition, on_delivery=_report(log, rid, partition)
+                )
+                break
+            except BufferError:  # librdkafka's queue is full: let reports drain it
+                producer.poll(0)
+                await asyncio.sleep(0.01)
+        producer.poll(0)
+    deadline = time.monotonic() + PRODUCER_SETTINGS["message.timeout.ms"] / 1000 + 5
+    while len(producer) > 0 and time.monotonic() < deadline:  # reports still to come
+        producer.poll(0)
+        await asyncio.sleep(0.005)
+    producer.poll(0)
 
 
 async def _consume(
-    layout: ClusterLayout, token: str, log: DeliveryLog, progress: Progress, *, timeout: float
+    target: KafkaTarget, log: DeliveryLog, progress: Progress, *, timeout: float
 ) -> list[Consumed]:
-    from jbod_client.consumer import Consumer
+    """Every partition from its beginning with a confluent-kafka Consumer (assign(), no group),
+    until each has reached its last acknowledged offset and nothing more comes (or `timeout`)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     wanted: dict[int, int] = {}
-    for rid, offset in log.acked.items():
-        partition = log.history.sent[rid][1]
-        wanted[partition] = max(wanted.get(partition, -1), offset)
+    for rid, acked_at in log.acked.items():
+        sent_to = log.history.sent[rid][1]
+        wanted[sent_to] = max(wanted.get(sent_to, -1), acked_at)
     task = progress.add_task("Consuming", total=len(log.acked))
     reached: dict[int, int] = {}
     out: list[Consumed] = []
     deadline = time.monotonic() + timeout
-    consumer = Consumer(layout.controller_url, token=token, topic=TOPIC, start="earliest")
+    errors = rdkafka.ErrorLog()
+    consumer = rdkafka.create(
+        Consumer,
+        rdkafka.client_config(
+            target, errors, **{"group.id": "jbod-demo", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+        ),
+    )
     try:
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         while time.monotonic() < deadline:
-            batch = await consumer.poll(timeout=1.0)
-            for r in batch:
-                out.append(Consumed(TOPIC, int(r.partition), int(r.offset), r.value))
-                reached[r.partition] = max(reached.get(r.partition, -1), int(r.offset))
+            batch = await asyncio.to_thread(consumer.consume, 1000, 0.5)
+            read = 0
+            for m in batch:
+                partition, offset = m.partition(), m.offset()
+                if m.error() is not None or partition is None or offset is None:
+                    continue  # an event (a partition's end), not a record
+                out.append(Consumed(TOPIC, partition, offset, m.value()))
+                reached[partition] = max(reached.get(partition, -1), offset)
+                read += 1
             progress.update(task, completed=min(len(out), len(log.acked)))
             caught_up = all(reached.get(p, -1) >= o for p, o in wanted.items())
-            if caught_up and not batch:
+            if caught_up and not read:
                 break  # everything acknowledged is read and nothing more is coming
     finally:
-        await consumer.close()
+        await asyncio.to_thread(consumer.close)
     return out
 
 
@@ -298,15 +326,17 @@ def _events_text(events: Sequence[str]) -> Text:
 
 
 class _ProductionUnderFailure:
-    """Step 3: production paced over the given seconds with acks=-1, and the disk under partition 0's
-    leader failed once a share of the records is acknowledged; shown live (progress, the narrated
-    events, the partitions as leadership moves)."""
+    """Step 3: production paced over the given seconds (idempotent, acks=all), and the disk under
+    partition 0's leader failed once a share of the records is acknowledged; shown live (progress,
+    the narrated events, the partitions as leadership moves)."""
 
     def __init__(
-        self, layout: ClusterLayout, token: str, *, topic: dict[str, Any], aliases: dict[str, str]
+        self, layout: ClusterLayout, target: KafkaTarget, *, topic: dict[str, Any], aliases: dict[str, str]
     ) -> None:
         self.layout = layout
-        self.token = token
+        self.target = target
+        self.errors = rdkafka.ErrorLog()
+        self.statistics = rdkafka.ProducerStatistics()
         self.topic = topic
         self.aliases = aliases
         self.log = DeliveryLog()
@@ -325,7 +355,7 @@ class _ProductionUnderFailure:
 
     async def fail_leader_disk(self) -> disk_faults.DiskFailure:
         event = self.event
-        broker_id, index = await _pick_disk(self.layout, self.token)
+        broker_id, index = await _pick_disk(self.layout, self.target)
         event(f"Partition 0 is led by broker {broker_id}; its replica is on disk-{index}: failing that disk")
         result = await asyncio.to_thread(
             disk_faults.fail_disk, self.layout.root, broker_id, str(index), wait=15.0, report=event
@@ -342,19 +372,20 @@ class _ProductionUnderFailure:
         self, *, records: int, seconds: float, console: Console
     ) -> tuple[disk_faults.DiskFailure | None, float]:
         """(the disk failure, or None if production ended before it; the seconds production took)."""
-        from jbod_client.producer import Producer
+        from confluent_kafka import Producer
 
         log, progress = self.log, self.progress
         produce_task_id = progress.add_task("Producing", total=records)
         failure: disk_faults.DiskFailure | None = None
-        producer = Producer(
-            self.layout.controller_url,
-            token=self.token,
-            acks=-1,
-            delivery_timeout_ms=30_000,
-            request_timeout_ms=10_000,
+        producer = rdkafka.create(
+            Producer,
+            rdkafka.client_config(
+                self.target,
+                self.errors,
+                **{"acks": "all", "enable.idempotence": True, "stats_cb": self.statistics},
+                **PRODUCER_SETTINGS,
+            ),
         )
-        producer.on_retry.append(log.on_retry)
         with Live(self.view(), console=console, refresh_per_second=8, transient=False) as live:
             produce = asyncio.create_task(
                 _produce(
@@ -383,10 +414,7 @@ class _ProductionUnderFailure:
             progress.update(
                 produce_task_id, total=max(records, log.sent), completed=len(log.acked) + len(log.failed)
             )
-            try:
-                await produce
-            finally:
-                await producer.close()
+            await produce
             produce_seconds = (produce_done_at or [time.monotonic()])[0] - self.started
             if self.fail_task is not None:
                 failure = await self.fail_task
@@ -398,7 +426,7 @@ class _ProductionUnderFailure:
 
 async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, console: Console) -> DemoReport:
     say = tables.bullets(console)
-    token = layout.admin_token()
+    target = kafka_clients.admin_target(layout)
     console.print(Rule(f"2. Create topic {TOPIC}"))
     supervisor.create_topic(
         layout,
@@ -412,21 +440,23 @@ async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, cons
     console.print(tables.partitions_table(topic, aliases))
 
     console.print(
-        Rule(f"3. Produce {records:,} records of {RECORD_BYTES} B in {seconds:g} s, acks=-1; fail a disk")
+        Rule(f"3. Produce {records:,} records of {RECORD_BYTES} B in {seconds:g} s, idempotent; fail a disk")
     )
-    production = _ProductionUnderFailure(layout, token, topic=topic, aliases=aliases)
+    production = _ProductionUnderFailure(layout, target, topic=topic, aliases=aliases)
     failure, produce_seconds = await production.run(records=records, seconds=seconds, console=console)
     log = production.log
-    if log.retry_codes:
-        codes = ", ".join(f"{code} x{n}" for code, n in sorted(log.retry_codes.items()))
-        say(f"The producer retried {sum(log.retry_codes.values())} times (errorCode x count: {codes})")
+    retries = production.statistics.retries
+    if retries:
+        say(f"The producer (librdkafka) retried {retries} requests; being idempotent, it wrote nothing twice")
+    if production.errors.fatal is not None:
+        say(f"The producer failed: {production.errors.fatal}")
     if failure is None:
         say("Production finished before the disk failure was triggered (too few records?)")
 
     console.print(Rule("4. Consume everything back and verify"))
     consume_progress = _progress()
     with Live(consume_progress, console=console, refresh_per_second=8):
-        consumed = await _consume(layout, token, log, consume_progress, timeout=30.0)
+        consumed = await _consume(target, log, consume_progress, timeout=30.0)
     _end_live(console)
     verification = log.history.check(consumed)
 
@@ -441,28 +471,36 @@ async def _scenario(layout: ClusterLayout, *, records: int, seconds: float, cons
         failover_seconds=failover,
         produce_seconds=produce_seconds,
         final_topic=production.topic,
+        retries=production.statistics.retries,
     )
 
 
+def verdict(report: Report) -> str:
+    """The verdict line (rich markup), counting the duplicates read back."""
+    if report.ok:
+        return f"[green]{VERDICT_OK}[/], duplicates {report.duplicates:,}"
+    return f"[red]FAILED[/] (see below), duplicates {report.duplicates:,}"
+
+
 def summary_table(report: DemoReport) -> Table:
-    """The summary: short labels, so that it fits 80 columns with the verdict on one line."""
+    """The summary: labels of at most 16 characters, so that it fits 80 columns with the verdict
+    (`verdict`) on one line."""
     v = report.verification
     log = report.log
     table = Table(title="Summary", title_justify="left", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
     rate = len(log.acked) / report.produce_seconds if report.produce_seconds > 0 else 0.0
-    table.add_row("records sent", f"{log.sent:,}")
-    table.add_row("records acknowledged", f"{len(log.acked):,} ({rate:,.0f} rec/s)")
-    table.add_row("records not acknowledged", f"{len(log.failed):,}")
-    table.add_row("producer retries", f"{sum(log.retry_codes.values()):,}")
-    table.add_row("records consumed", f"{v.consumed:,} ({v.unique:,} distinct)")
-    table.add_row("duplicates (retried batches)", f"{v.retried_duplicates:,}")
+    table.add_row("sent", f"{log.sent:,} records")
+    table.add_row("acknowledged", f"{len(log.acked):,} ({rate:,.0f} rec/s)")
+    table.add_row("not acknowledged", f"{len(log.failed):,}")
+    table.add_row("producer retries", f"{report.retries:,} (requests librdkafka sent again)")
+    table.add_row("consumed", f"{v.consumed:,} ({v.unique:,} distinct)")
     if report.failure is not None:
         f = report.failure
         table.add_row("failed disk", f"broker {f.broker_id} disk-{f.index} ({f.directory_id})")
         table.add_row(
-            "dir offline after",
+            "offline after",
             "not in time" if f.offline_after is None else f"{f.offline_after:.2f} s (at the controller)",
         )
         moves = ", ".join(f"{m.topic}-{m.partition}: {m.old_leader}→{m.new_leader}" for m in f.leader_moves)
@@ -473,8 +511,7 @@ def summary_table(report: DemoReport) -> Table:
         if report.failover_seconds is None
         else f"{report.failover_seconds:.2f} s (disk failure → first ack on a new leader)",
     )
-    verdict = f"[green]{VERDICT_OK}[/]" if v.ok else "[red]FAILED[/]"
-    table.add_row("verdict", verdict)
+    table.add_row("verdict", verdict(v))
     return table
 
 

@@ -5,7 +5,8 @@ token, or talks to the default URL while a local cluster listens on another port
 
 Guarantees:
 * `for_error` answers only for a missing token or a connection that could not be made (refused,
-  no route); any other error (timeout, HTTP error, protocol error) gets no hint (None).
+  no route) to a controller, a broker's HTTP API or a broker's Kafka listener; any other error
+  (timeout, HTTP error, protocol error) gets no hint (None).
 * A hint is one line and names a command to run, or the flag and environment variable to set.
 * The local cluster is looked for where `jbodctl local env` looks (`local_dir`, from `--dir`'s
   default or `JBOD_LOCAL_DIR`) and is called running only if its controller process is alive.
@@ -23,6 +24,7 @@ import httpx
 
 from jbod_client.broker import BrokerUnreachableError
 from jbod_client.controller import DEFAULT_URL, ClientError, ControllerUnreachableError
+from jbod_client.kafka_errors import KafkaUnreachableError
 from jbod_local.layout import (
     STATE_FILE,
     ClusterLayout,
@@ -43,7 +45,8 @@ class MissingTokenError(ClientError):
 
 @dataclass(frozen=True)
 class FailedConnection:
-    """A connection that could not be made: to which kind of peer, and its `scheme://host:port`."""
+    """A connection that could not be made: to which kind of peer, and its `scheme://host:port`
+    (a Kafka listener's: `host:port`)."""
 
     peer: Literal["controller", "broker"]
     url: str
@@ -51,12 +54,20 @@ class FailedConnection:
 
 def failed_connection(exc: BaseException) -> FailedConnection | None:
     """The refused (or unroutable) connection behind `exc`, found along its cause chain: a
-    `ControllerUnreachableError` or `BrokerUnreachableError` caused by `httpx.ConnectError`."""
+    `ControllerUnreachableError` or `BrokerUnreachableError` caused by `httpx.ConnectError`, or a
+    `KafkaUnreachableError` of one listener caused by a refused connection (`ConnectionError`)."""
     peer: Literal["controller", "broker"] | None = None
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        if (
+            peer is None
+            and isinstance(current, KafkaUnreachableError)
+            and current.address is not None
+            and isinstance(current.__cause__, ConnectionError)
+        ):
+            return FailedConnection(peer="broker", url=current.address)
         if peer is None and isinstance(current, ControllerUnreachableError):
             peer = "controller"
         elif peer is None and isinstance(current, BrokerUnreachableError):
@@ -108,7 +119,11 @@ def for_error(exc: BaseException, *, local_dir: Path, cwd: Path) -> str | None:
         own = {
             c.url: (where if c.node_id is None else f"{c.name} of {where}", c.alive())
             for c in layout.controllers
-        } | {b.url: (f"broker {b.broker_id} of {where}", broker_alive(b)) for b in layout.brokers}
+        } | {
+            url: (f"broker {b.broker_id} of {where}", broker_alive(b))
+            for b in layout.brokers
+            for url in (b.url, b.kafka_address)
+        }
         if failed is not None and failed.url in own:
             process, alive = own[failed.url]
             return None if alive else f"{process} is not running (start it with: jbodctl local up)"

@@ -637,10 +637,11 @@ def kill_etcd_command(root: Path, name: str | None, wait: float) -> None:
 def env_command(root: Path) -> None:
     """Print shell exports that point jbodctl at the local cluster: eval "$(jbodctl local env)".
 
-    JBOD_CONTROLLER_URL lists every controller of a quorum; JBOD_BOOTSTRAP lists the brokers
-    (produce and consume read metadata from them first); KAFKA_BOOTSTRAP_SERVERS lists their
-    Kafka listeners (host:port), for any Kafka client; JBOD_TELEMETRY_DIR is the brokers' disk
-    samples, for `jbod-pipeline --telemetry`."""
+    JBOD_CONTROLLER_URL lists every controller of a quorum; JBOD_BOOTSTRAP lists the brokers'
+    HTTP URLs (produce, consume, log-dirs and move-replica read metadata from them first);
+    KAFKA_BOOTSTRAP_SERVERS lists their Kafka listeners (host:port), where jbodctl's Kafka clients
+    and any other connect; JBOD_TELEMETRY_DIR is the brokers' disk samples, for
+    `jbod-pipeline --telemetry`."""
     layout = read_layout(root)
     click.echo(f"export JBOD_CONTROLLER_URL={shlex.quote(layout.controller_url)}")
     kafka = ",".join(b.kafka_address for b in layout.brokers if b.kafka_port)

@@ -230,9 +230,11 @@ def human_bytes(value: int | None) -> str:
 def log_dirs_table(
     broker_id: int, dirs: Sequence[Mapping[str, Any]], *, wide: bool = False, cwd: str | None = None
 ) -> Table:
-    """One broker's `GET /v1/log-dirs`: a row per dir, future replicas (moves in progress) by name,
-    and under the table one line per dir with an error. Unless `wide`, paths are shown relative to
-    the directory holding them all, which the title names (relative to `cwd` when that is shorter)."""
+    """One broker's log dirs (`jbodctl log-dirs`' JSON: DescribeLogDirs joined with the broker's
+    `GET /v1/log-dirs`): a row per dir, future replicas (moves in progress) by name (with `wide`,
+    and their lag in offsets while they have one), and under the table one line per dir with an
+    error. Unless `wide`, paths are shown relative to the directory holding them all, which the
+    title names (relative to `cwd` when that is shorter)."""
     paths = [str(d["path"]) for d in dirs if d.get("path")]
     base = None if wide else path_base(paths)
     title = f"Broker {broker_id} log dirs"
@@ -269,7 +271,7 @@ def log_dirs_table(
             human_bytes(d.get("usableBytes")),
             human_bytes(d.get("totalBytes")),
             str(len(replicas) - len(future)),
-            "\n".join(escape(f"{r['topic']}-{r['partition']}") for r in future) or "-",
+            "\n".join(escape(_future_label(r, wide=wide)) for r in future) or "-",
         )
     if errors:
         table.caption = Text(
@@ -278,20 +280,10 @@ def log_dirs_table(
     return table
 
 
-def produced_table(topic: str, offsets: Mapping[int, Sequence[int]]) -> Table:
-    """What `jbodctl produce` wrote: per partition the record count and offset range."""
-    table = Table(title=f"Produced to {topic}", title_justify="left")
-    for column in ("partition", "records", "first offset", "last offset"):
-        table.add_column(column, justify="right")
-    for partition in sorted(offsets):
-        known = [o for o in offsets[partition] if o >= 0]
-        table.add_row(
-            str(partition),
-            str(len(offsets[partition])),
-            str(min(known)) if known else "-",
-            str(max(known)) if known else "-",
-        )
-    return table
+def _future_label(replica: Mapping[str, Any], *, wide: bool) -> str:
+    lag = int(replica.get("offsetLag") or 0)
+    name = f"{replica['topic']}-{replica['partition']}"
+    return f"{name} (lag {lag:,})" if lag > 0 and wide else name
 
 
 def bullets(console: Console) -> Callable[[str], None]:

@@ -1,4 +1,7 @@
-"""An async consumer of one topic: fetches its partitions from their leaders, in offset order.
+"""An async consumer of one topic over the brokers' HTTP fetch API (`GET /v1/fetch`): fetches its
+partitions from their leaders, in offset order. It is the driver of that API in tests and
+benchmarks; jbodctl and the demo consume with a Kafka client (docs/decisions.md "jbodctl on Kafka
+clients").
 
 Guarantees:
 * Never skips records: a partition's position moves only past records `poll` actually returned

@@ -7,13 +7,15 @@ Guarantees:
   send that produced it whatever offset it landed at.
 * `History` records sends, acknowledgements (with their offsets), failures and retries. A retry
   of a partition (`on_partition_retry`) marks every record of it not yet acknowledged or failed
-  as retried: the producer is not idempotent, so a retried batch may legitimately land twice.
+  as retried: a producer that is not idempotent (the HTTP one, `jbod_client.producer`) may
+  legitimately land a retried batch twice. A run with an idempotent producer reports no retries,
+  so every duplicate is a problem.
 * `History.check` reads the consumed records (the same offset read twice counts once) and reports:
   - `missing`: acknowledged ids never consumed (data loss);
   - `moved`: acknowledged ids not found at the offset they were acknowledged at (history was
     rewritten under a committed record);
   - `duplicated`: ids consumed more than once that were never retried; the extra copies of
-    retried ids are only counted (`retried_duplicates`);
+    retried ids are only counted (`retried_duplicates`); `duplicates` counts every extra copy;
   - `reordered`: acknowledged records of one partition whose first copy comes after the first
     copy of an acknowledged record sent later to that partition (records that were never
     acknowledged carry no order promise: a request abandoned in transit may land late);
@@ -67,6 +69,7 @@ class Report:
     moved: list[tuple[RecordId, int]] = field(default_factory=list)  # (id, acknowledged offset)
     duplicated: list[RecordId] = field(default_factory=list)
     retried_duplicates: int = 0
+    duplicates: int = 0  # extra copies read back, retried or not
     reordered: list[tuple[str, int, int, RecordId]] = field(
         default_factory=list
     )  # topic, partition, offset, id
@@ -107,7 +110,8 @@ class Report:
         return (
             f"acknowledged={self.acknowledged} consumed={self.consumed} unique={self.unique} "
             f"missing={len(self.missing)} moved={len(self.moved)} duplicated={len(self.duplicated)} "
-            f"retried_duplicates={self.retried_duplicates} reordered={len(self.reordered)} "
+            f"retried_duplicates={self.retried_duplicates} duplicates={self.duplicates} "
+            f"reordered={len(self.reordered)} "
             f"unknown={len(self.unknown)}"
         )
 
@@ -162,6 +166,7 @@ class History:
         self._check_order(by_offset, report)
         for rid, count in copies.items():
             if count > 1:
+                report.duplicates += count - 1
                 if rid in self.retried:
                     report.retried_duplicates += count - 1
                 else:

@@ -15,7 +15,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -61,6 +61,17 @@ def listener_url(broker: dict[str, Any]) -> str | None:
         return None
     first = listeners[0]
     return f"http://{first['host']}:{int(first['port'])}"
+
+
+def kafka_address(broker: Mapping[str, Any], listener: str) -> str | None:
+    """`host:port` of a registered broker's Kafka listener named `listener` (Kafka names its
+    listeners here by their security protocol: SASL_PLAINTEXT, PLAINTEXT), if it has one. It is
+    what Metadata answers for that broker to a client connected through such a listener."""
+    for entry in broker.get("listeners") or []:
+        if str(entry.get("name", "")).upper() == listener.upper():
+            host = str(entry["host"])
+            return f"[{host}]:{int(entry['port'])}" if ":" in host else f"{host}:{int(entry['port'])}"
+    return None
 
 
 def leaders_of(topic: dict[str, Any]) -> dict[int, int]:

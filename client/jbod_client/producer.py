@@ -1,4 +1,7 @@
-"""An async producer: batches records per partition and delivers them to partition leaders.
+"""An async producer of the brokers' HTTP produce API (`POST /v1/produce`): batches records per
+partition and delivers them to partition leaders. It is the driver of that API in tests and
+benchmarks; jbodctl and the demo produce with a Kafka client (`jbod_client.rdkafka`, docs/decisions.md
+"jbodctl on Kafka clients").
 
 Guarantees:
 * Nothing is lost silently: every `send` returns a future that resolves with the record's

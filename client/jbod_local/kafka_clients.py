@@ -1,20 +1,22 @@
 """How Kafka clients reach a local cluster as the `admin` principal: Kafka's client properties
-(Java syntax, for Kafka's tools) and the same as librdkafka configuration.
+(Java syntax, for Kafka's tools), the same as librdkafka configuration, and as the `KafkaTarget`
+of this project's own clients (the demo's).
 
 Guarantees: `client_properties` is what `kafka-*.sh --command-config` reads (security protocol,
 SCRAM-SHA-512 and a `sasl.jaas.config` line, the password escaped for JAAS and for Java
-properties); `librdkafka_config` is the equivalent dict for confluent-kafka, with no key
-librdkafka would refuse.
+properties; `jbod_client.kafka_config` reads it back to the same user and password);
+`librdkafka_config` is the equivalent dict for confluent-kafka, with no key librdkafka would
+refuse; `admin_target` lists every broker's Kafka listener.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from jbod_local.layout import KAFKA_PROTOCOL
+from jbod_client.kafka_config import ADMIN, ADMIN_MECHANISM, KafkaSecurity, KafkaTarget
+from jbod_local.layout import KAFKA_PROTOCOL, ClusterLayout
 
-ADMIN: Final = "admin"
-MECHANISM: Final = "SCRAM-SHA-512"
+MECHANISM: Final = ADMIN_MECHANISM
 _LOGIN_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
@@ -36,10 +38,11 @@ def client_properties(password: str, *, user: str = ADMIN) -> str:
 
 
 def librdkafka_config(bootstrap: str, password: str, *, user: str = ADMIN) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "security.protocol": KAFKA_PROTOCOL,
-        "sasl.mechanism": MECHANISM,
-        "sasl.username": user,
-        "sasl.password": password,
-    }
+    security = KafkaSecurity(KAFKA_PROTOCOL, MECHANISM, user, password)
+    return {"bootstrap.servers": bootstrap, **security.librdkafka_config()}
+
+
+def admin_target(layout: ClusterLayout) -> KafkaTarget:
+    """Every broker's Kafka listener, as `admin` (its password: the admin token)."""
+    bootstrap = tuple(b.kafka_address for b in layout.brokers if b.kafka_port)
+    return KafkaTarget(bootstrap, KafkaSecurity.admin(layout.admin_token()))

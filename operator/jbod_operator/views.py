@@ -3,7 +3,9 @@
 `poll_cluster` asks the controller for its brokers and partitions and every registered broker for
 its log dirs, and returns one immutable `ClusterView`. Failures never raise: an unreachable
 controller gives `reachable=False` (callers then leave readiness gates and volumes alone); an
-unreachable broker gives `None` for its log dirs.
+unreachable broker gives `None` for its log dirs. A broker is asked over its HTTP API
+(`GET /v1/log-dirs`), not its Kafka listener: the operator needs each dir's id, state and error,
+which Kafka's DescribeLogDirs does not carry (docs/decisions.md, "jbodctl on Kafka clients").
 
 Addresses: the operator dials the controller Service's DNS name (or a comma-separated list of
 controller URLs, followed like every `ControllerClient`'s) and the listeners brokers registered.

@@ -22,6 +22,7 @@ from jbod_client.controller import ControllerUnreachableError
 from jbod_client.metadata import ClusterMetadata
 from jbod_client.producer import Producer
 from tests.broker.conftest import Cluster, start_cluster, wait_for
+from tests.kafka_api.conftest import start_kafka_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -169,28 +170,56 @@ JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
 
 def jbodctl(*args: str, token_file: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JBOD_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JBOD_", "KAFKA_"))}
     env["JBOD_TOKEN_FILE"] = str(token_file)
     return subprocess.run([JBODCTL, *args], input=stdin, capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_stopped(three: Cluster) -> None:
-    token_file = three.controller.cluster_token_file
+@pytest.fixture
+def three_kafka(tmp_path: Path) -> Iterator[Cluster]:
+    """Three brokers with SASL_PLAINTEXT listeners too (jbodctl's produce and consume are Kafka
+    clients), `t` of 6 partitions on all three."""
+    with contextlib.ExitStack() as stack:
+        cluster = start_kafka_cluster(stack, tmp_path, brokers=3).cluster
+        cluster.create_placed_topic("t", partitions=6, rf=3)
+        yield cluster
+
+
+def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_stopped(
+    three_kafka: Cluster,
+) -> None:
+    """The invocation of before jbodctl's Kafka clients: `--bootstrap` broker URLs, no Kafka
+    listener named. The brokers' registrations (served by the brokers themselves) name their Kafka
+    listeners, and the records go through those.
+
+    An idempotent producer (the default, acks=all) needs a producer id, which brokers take from
+    the controller in blocks, as Kafka's do: these brokers have none yet, so that fails, on one
+    line that says why and what produces without one (--acks 1)."""
+    three = three_kafka
+    token_file = three.controller.admin_token_file
     common = [
         "--controller",
         three.controller.url,
         "--bootstrap",
         ",".join(b.url for b in three.brokers.values()),
     ]
+    values = "\n".join(map(str, range(50))) + "\n"
     with controller_stopped(three) as pid:
-        produced = jbodctl(
-            *common, "produce", "t", token_file=token_file, stdin="\n".join(map(str, range(50))) + "\n"
-        )
+        idempotent = jbodctl(*common, "produce", "t", "--timeout", "2", token_file=token_file, stdin=values)
+        assert idempotent.returncode == 1, idempotent.stderr
+        assert idempotent.stderr.count("\n") == 1, idempotent.stderr
+        assert "50 of 50 records not produced to t" in idempotent.stderr
+        assert "the idempotent producer got no producer id in time" in idempotent.stderr
+        assert "(--acks 1 produces without one)" in idempotent.stderr
+        produced = jbodctl(*common, "produce", "t", "--acks", "1", token_file=token_file, stdin=values)
         assert produced.returncode == 0, produced.stderr
         consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
         assert consumed.returncode == 0, consumed.stderr
         assert sorted(consumed.stdout.split()) == sorted(map(str, range(50)))
         assert stopped(pid)
+    # With the controller back, the default (idempotent) producer works again.
+    again = jbodctl(*common, "produce", "t", "-v", "after", token_file=token_file)
+    assert again.returncode == 0, again.stderr
 
 
 def test_jbodctl_refuses_a_bootstrap_that_is_not_a_url(tmp_path: Path) -> None:

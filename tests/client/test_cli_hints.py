@@ -99,10 +99,17 @@ def test_a_stopped_local_process_is_named(cwd: Path) -> None:
     while broker_alive(layout.brokers[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     broker_down = one_line_error(jbodctl("log-dirs", cwd=cwd, env=env))
-    assert f"cannot reach the broker at {layout.brokers[0].url}" in broker_down, broker_down
+    assert f"cannot reach the Kafka listener at {layout.brokers[0].kafka_address}" in broker_down, broker_down
     assert broker_down.endswith(
         "broker 1 of the local cluster in .jbod-local is not running (start it with: jbodctl local up)"
     ), broker_down
+    # librdkafka's clients too: the listener refused the connection, the broker is named.
+    kafka = {**env, "KAFKA_BOOTSTRAP_SERVERS": layout.brokers[0].kafka_address}
+    produce_down = one_line_error(jbodctl("produce", "orders", "--value", "x", cwd=cwd, env=kafka))
+    assert "refused the connection" in produce_down, produce_down
+    assert produce_down.endswith(
+        "broker 1 of the local cluster in .jbod-local is not running (start it with: jbodctl local up)"
+    ), produce_down
 
     assert jbodctl("local", "down", "--grace", "5", cwd=cwd).returncode == 0
     controller_down = one_line_error(jbodctl("topics", "list", cwd=cwd, env=env))

@@ -1,5 +1,6 @@
 """`jbodctl local demo` with its default parameters, as a real process in an 80-column terminal:
-the summary shows the failover figure as a number and keeps the verdict on one line."""
+the summary shows the failover figure as a number and keeps the verdict on one line, and the
+verdict counts no duplicate (the producer is idempotent)."""
 
 from __future__ import annotations
 
@@ -41,4 +42,5 @@ def test_default_demo_shows_the_failover_and_a_whole_verdict_in_80_columns(tmp_p
     assert re.search(r"│ failover\s+│ \d+\.\d\d s ", failover[0]), failover[0]
     verdict = [line for line in summary if "│ verdict" in line]
     assert len(verdict) == 1 and VERDICT_OK in verdict[0], "\n".join(summary)
+    assert re.search(r"duplicates 0 +│$", verdict[0]), verdict[0]
     assert all(len(line) <= 80 for line in summary), "\n".join(summary)

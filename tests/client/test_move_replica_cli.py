@@ -1,7 +1,8 @@
 """`jbodctl move-replica` to the dir the replica is already in: nothing is copied, one line says
-there is nothing to move, exit status 0 (the requested placement holds). The broker's
-`POST /v1/log-dirs/move` answers `outcome: already-there` and starts no future replica.
-Real `jbod-controller`, `jbod-agent` and `jbodctl` processes on plain directories."""
+there is nothing to move, exit status 0 (the requested placement holds). The move is Kafka's
+AlterReplicaLogDirs to the dir's path, which starts no future replica there; DescribeLogDirs just
+before it says which case it was. Real `jbod-controller`, `jbod-agent` (with a SASL_PLAINTEXT
+listener) and `jbodctl` processes on plain directories."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from jbod_cli import commands, log_dirs_cli
 from jbod_client.controller import ControllerClient, read_token
 from jbod_local.processes import LocalBroker, LocalController
 from tests.broker.conftest import start_cluster, wait_for
+from tests.kafka_api.conftest import KAFKA_LISTENERS
 
 JBODCTL = str(Path(sys.executable).parent / "jbodctl")
 
@@ -51,12 +53,17 @@ class Cluster:
         return dirs
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One broker with two dirs and `t` (one partition), shared by the module's tests: each starts
+    from wherever the replica is and leaves no move running."""
     with contextlib.ExitStack() as stack:
-        running = start_cluster(stack, tmp_path)
-        admin_token = {"admin.token.file": str(running.controller.admin_token_file)}
-        broker = running.add_broker(1, dirs=2, loop=False, properties=admin_token)
+        running = start_cluster(stack, tmp_path_factory.mktemp("move-replica"))
+        properties = {
+            "admin.token.file": str(running.controller.admin_token_file),
+            "listeners": KAFKA_LISTENERS,
+        }
+        broker = running.add_broker(1, dirs=2, loop=False, properties=properties)
         wait_for(lambda: running.all_unfenced(1), what="the broker unfenced")
         running.create_placed_topic("t", partitions=1, rf=1)
         yield Cluster(running.controller, broker, running.admin)
@@ -83,7 +90,13 @@ def test_move_to_the_current_dir_says_there_is_nothing_to_move(cluster: Cluster)
 
     as_json = cluster.jbodctl("move-replica", "t", "0", "--broker", "1", "--to", current, "-o", "json")
     assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == {"errorCode": 0, "outcome": "already-there"}
+    path = next(d["path"] for d in before if d["directoryId"] == current)
+    assert json.loads(as_json.stdout) == {
+        "errorCode": 0,
+        "outcome": "already-there",
+        "directoryId": current,
+        "path": path,
+    }
 
     # No copy was started: no future replica anywhere, the placement is unchanged.
     assert _replicas(cluster.log_dirs()) == _replicas(before) == {current: [("t", 0, False)]}
@@ -99,6 +112,10 @@ def test_move_to_the_other_dir_still_moves(cluster: Cluster) -> None:
     wait_for(
         lambda: cluster.admin.describe_topic("t")["partitions"][0]["directories"] == [other],
         what="the move confirmed",
+    )
+    wait_for(
+        lambda: _replicas(cluster.log_dirs()) == {other: [("t", 0, False)]},
+        what="the broker done with the move (no future replica left)",
     )
 
 
