@@ -5,8 +5,11 @@ versions are refused with the right error, and `build` fills a message from plai
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import struct
 import uuid
+from typing import Final
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -32,11 +35,33 @@ def _without_nulls(message: object) -> bool:
     return protocol._null_field(message) is None
 
 
+# kio's reader turns an int64 of milliseconds into a timedelta through an int64 of microseconds,
+# so |ms| must stay under 2^63 / 1000 (about 292,000 years): a larger value (OffsetCommit v2-v4's
+# retention_time; clients send -1) is written but does not read back, and the parser answers it
+# as malformed.
+_READABLE_MS: Final = (2**63 - 1) // 1000
+
+
+def _readable_timedeltas(value: object) -> bool:
+    """No timedelta (at any depth) beyond what kio's reader can build again."""
+    if isinstance(value, datetime.timedelta):
+        return abs(value // datetime.timedelta(milliseconds=1)) < _READABLE_MS
+    if isinstance(value, tuple):
+        return all(_readable_timedeltas(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return all(_readable_timedeltas(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return True
+
+
+def _parseable(message: object) -> bool:
+    return _without_nulls(message) and _readable_timedeltas(message)
+
+
 @pytest.mark.parametrize(("key", "version"), VERSIONS, ids=[f"{k}v{v}" for k, v in VERSIONS])
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_requests_round_trip_through_the_parser(key: int, version: int, data: st.DataObject) -> None:
-    body = data.draw(st.from_type(protocol.request_type(key, version)).filter(_without_nulls))
+    body = data.draw(st.from_type(protocol.request_type(key, version)).filter(_parseable))
     try:
         frame = encode_request(key, version, body, correlation_id=77)
     except Exception:  # a value kio's writer refuses (an over-long string): not a request
