@@ -409,10 +409,27 @@ def measured_tool(peer: Peer, script: str, args: Sequence[str]) -> tuple[str, Me
     return stdout, Meters(cpu_end - cpu_start, rss.peak, load_start, load_1min(), seconds)
 
 
-def perf_run(peer: Peer, *, run: int, records: int) -> list[ToolRun]:
+def perf_run(peer: Peer, *, run: int, records: int, warmup: int) -> list[ToolRun]:
     topic = f"peer-{peer.system}-{run}"
     took = create_topic(peer, topic, partitions=PARTITIONS, timeout=120)
     log(f"    {peer.system} run {run}: topic {topic} ({PARTITIONS} x RF {RF}) with full ISRs in {took:.1f} s")
+    if warmup:
+        # Not measured: the brokers' first requests (a fresh JVM's JIT, our first connections).
+        peer.run_tool(
+            "kafka-producer-perf-test.sh",
+            [
+                "--topic",
+                topic,
+                "--num-records",
+                str(warmup),
+                "--record-size",
+                str(RECORD_BYTES),
+                "--throughput",
+                "-1",
+                "--command-property",
+                "acks=all",
+            ],
+        )
     out = []
     for setup in PRODUCE_SETUPS:
         args = ["--topic", topic, "--num-records", str(records), "--record-size", str(RECORD_BYTES),
@@ -435,7 +452,7 @@ def perf_run(peer: Peer, *, run: int, records: int) -> list[ToolRun]:
                 detail=dataclasses.asdict(sent),
             )
         )
-    total = records * len(PRODUCE_SETUPS)
+    total = records * len(PRODUCE_SETUPS) + warmup
     args = ["--topic", topic, "--messages", str(total), "--group", f"{topic}-perf", "--timeout", "60000"]
     stdout, meters = measured_tool(peer, "kafka-consumer-perf-test.sh", args)
     consumed = parse_consumer_summary(stdout)
@@ -674,6 +691,7 @@ def java_version() -> str:
 
 def run(args: argparse.Namespace) -> list[Figure]:
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
+    warmup = args.warmup_records if args.warmup_records >= 0 else records // 10
     runs = args.runs or (1 if args.quick else 3)
     idle_partitions = args.idle_partitions or (334 if args.quick else IDLE_PARTITIONS)
     settle_s, window_s = (5.0, 10.0) if args.quick else (20.0, 30.0)
@@ -681,7 +699,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
     log(
         f"  Kafka {kafka_tools.KAFKA_VERSION} ({java_version()}): 1 controller + 3 brokers x {DIRS_PER_BROKER} "
         f"dirs; ours: 1 jbod-controller + 3 jbod-agents x {DIRS_PER_BROKER} dirs; SASL_PLAINTEXT SCRAM-SHA-512 "
-        f"on both. {runs} run(s) each, alternating; {records:,} records of {RECORD_BYTES} B per produce setup, "
+        f"on both. {runs} run(s) each, alternating; {records:,} records of {RECORD_BYTES} B per produce setup (after {warmup:,} unmeasured), "
         f"topic {PARTITIONS} x RF {RF}, min.insync {MIN_INSYNC}; idle: {idle_partitions} x RF {RF}"
     )
     tool_runs: list[ToolRun] = []
@@ -693,7 +711,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                     log(
                         f"  {system} run {number}: cluster up in {peer.started_in:.1f} s (load {load_1min():.2f})"
                     )
-                    tool_runs.extend(perf_run(peer, run=number, records=records))
+                    tool_runs.extend(perf_run(peer, run=number, records=records, warmup=warmup))
         if not args.skip_idle:
             for system in SYSTEMS:
                 with start_cluster(system, ws) as peer:
@@ -706,6 +724,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 {
                     "parameters": {
                         "records": records,
+                        "warmup_records": warmup,
                         "runs": runs,
                         "idle_partitions": idle_partitions,
                         "settle_s": settle_s,
@@ -736,6 +755,12 @@ def main() -> int:
         type=int,
         default=0,
         help=f"partitions (RF 3) of the idle part (default {IDLE_PARTITIONS}; --quick 334)",
+    )
+    parser.add_argument(
+        "--warmup-records",
+        type=int,
+        default=-1,
+        help="records produced before the measured runs of each cluster run (default a tenth of --records)",
     )
     parser.add_argument("--skip-idle", action="store_true", help="no idle part")
     parser.add_argument("--raw-json", type=Path, help="also write every run's figures here")
