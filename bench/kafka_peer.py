@@ -585,7 +585,7 @@ def report(runs: Sequence[ToolRun], idle: Sequence[IdleRun]) -> list[Figure]:
     phases = [f"produce-{s.tag}" for s in PRODUCE_SETUPS] + ["consume"]
     rows = []
     figures = []
-    for phase in phases:
+    for phase in phases if runs else ():
         medians = {system: phase_medians(runs, system, phase) for system in SYSTEMS}
         for system in SYSTEMS:
             m = medians[system]
@@ -692,15 +692,17 @@ def java_version() -> str:
 def run(args: argparse.Namespace) -> list[Figure]:
     records = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     warmup = args.warmup_records if args.warmup_records >= 0 else records // 10
-    runs = args.runs or (1 if args.quick else 3)
+    runs = 0 if args.idle_only else args.runs or (1 if args.quick else 3)
     idle_partitions = args.idle_partitions or (334 if args.quick else IDLE_PARTITIONS)
     settle_s, window_s = (5.0, 10.0) if args.quick else (20.0, 30.0)
+    settle_s = args.idle_settle or settle_s
     kafka_tools.default_install()
     log(
         f"  Kafka {kafka_tools.KAFKA_VERSION} ({java_version()}): 1 controller + 3 brokers x {DIRS_PER_BROKER} "
         f"dirs; ours: 1 jbod-controller + 3 jbod-agents x {DIRS_PER_BROKER} dirs; SASL_PLAINTEXT SCRAM-SHA-512 "
         f"on both. {runs} run(s) each, alternating; {records:,} records of {RECORD_BYTES} B per produce setup (after {warmup:,} unmeasured), "
-        f"topic {PARTITIONS} x RF {RF}, min.insync {MIN_INSYNC}; idle: {idle_partitions} x RF {RF}"
+        f"topic {PARTITIONS} x RF {RF}, min.insync {MIN_INSYNC}; idle: {idle_partitions} x RF {RF}, settle "
+        f"{settle_s:.0f} s, window {window_s:.0f} s"
     )
     tool_runs: list[ToolRun] = []
     idle: list[IdleRun] = []
@@ -762,6 +764,13 @@ def main() -> int:
         default=-1,
         help="records produced before the measured runs of each cluster run (default a tenth of --records)",
     )
+    parser.add_argument(
+        "--idle-settle",
+        type=float,
+        default=0,
+        help="seconds to wait at least before the idle window (default 20)",
+    )
+    parser.add_argument("--idle-only", action="store_true", help="only the idle part")
     parser.add_argument("--skip-idle", action="store_true", help="no idle part")
     parser.add_argument("--raw-json", type=Path, help="also write every run's figures here")
     return bench_main("Our cluster against Apache Kafka 4.3 (perf tools)", parser, run)
