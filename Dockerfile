@@ -67,9 +67,10 @@ EXPOSE 8000 8080 9092 9093 9192
 CMD ["jbod-operator"]
 
 # ---------------------------------------------------------------------------------------------
-# pipeline-builder: the same venv plus PySpark for `jbod-pipeline`.
+# pipeline-builder: the same venv plus PySpark for `jbod-pipeline`, the version pyproject.toml's
+# `pipeline` extra pins (Spark's Kafka source must match it; a test keeps the two equal).
 FROM builder AS pipeline-builder
-ARG PYSPARK_REQUIREMENT="pyspark>=4.0,<5"
+ARG PYSPARK_REQUIREMENT="pyspark==4.2.0"
 RUN /opt/jbod/bin/pip install "${PYSPARK_REQUIREMENT}"
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SOURCES := core kafka runtime controller client agent operator pipeline e2e tests bench
 TYPED := core kafka runtime controller client agent operator pipeline e2e bench
 
-.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools kind-up kind-down python-check
+.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools spark-kafka kind-up kind-down python-check
 
 python-check:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
@@ -42,7 +42,7 @@ demo: setup
 # Two passes (tests/conftest.py): everything but the kind tier on three workers, then the kind
 # tier alone. Each pass prints its duration.
 PYTEST_WORKERS ?= 3
-test: lint e2e-toolchain e2e-images kafka-tools
+test: lint e2e-toolchain e2e-images kafka-tools spark-kafka
 	@started=$$(date +%s); JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m "not e2e" --numprocesses $(PYTEST_WORKERS) --dist loadgroup \
 	  && echo "==> pytest, all but the kind tier ($(PYTEST_WORKERS) workers): $$(( $$(date +%s) - started )) s"
 	@started=$$(date +%s); JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m e2e \
@@ -80,6 +80,11 @@ e2e-images: e2e-toolchain
 # on Maven Central: resolved once with Maven and cached in ~/.cache/jbod-kafka (~15 s cold).
 kafka-tools: setup-dev
 	$(BIN)/python -m e2e.kafka_tools jars
+
+# Spark's Kafka source (spark-sql-kafka-0-10 for the installed PySpark, with its dependencies) from
+# Maven Central: resolved once with Maven and cached in ~/.cache/jbod-spark (`jbod-pipeline topic-stats`).
+spark-kafka: setup-dev
+	$(BIN)/jbod-pipeline kafka-jars
 
 e2e: e2e-images
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m e2e tests/e2e

@@ -47,6 +47,18 @@ def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
     assert install < run, "the extras are installed before the tests run"
     for check in ("ruff check", "ruff format --check", "mypy", "lint-imports"):
         assert any(check in line for line in lines[install:run]), check
+    warm = [n for n, line in enumerate(lines) if line == f"{fresh_venv}/bin/jbod-pipeline kafka-jars"]
+    assert warm and install < warm[0] < run, "Spark's Kafka source is resolved before the tests run"
+
+
+def test_the_pipeline_image_installs_the_pinned_pyspark() -> None:
+    """Spark's Kafka source must match the Spark that loads it (docs/decisions.md, issue 23)."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "pipeline"
+    ]
+    [pinned] = [r for r in extra if r.startswith("pyspark")]
+    assert pinned.startswith("pyspark=="), pinned
+    assert f'ARG PYSPARK_REQUIREMENT="{pinned}"' in (ROOT / "Dockerfile").read_text().splitlines()
 
 
 def test_a_venv_from_an_unsupported_python_is_recreated(tmp_path: Path) -> None:

@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaErrorCode
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.serial import entity_reader
 
 from jbod_client import sasl_client
 from jbod_client.controller import ClientError
@@ -112,25 +108,8 @@ class LogDir:
 
 
 def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int) -> bytes:
-    """The size-prefixed frame of a request: header v2 for a flexible body, else v1."""
-    flexible = bool(type(body).__flexible__)
-    header_type: Any = RequestHeaderV2 if flexible else RequestHeaderV1
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
-    entity_writer(header_type)(
-        buffer,
-        header_type(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(correlation_id),
-            client_id=CLIENT_ID,
-        ),
-    )
-    body_type: Any = type(body)
-    entity_writer(body_type)(buffer, body)
-    frame = buffer.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    return bytes(frame)
+    """The size-prefixed frame of a request (`jbod_kafka.protocol.encode_request`, as jbodctl)."""
+    return protocol.encode_request(api_key, version, body, correlation_id=correlation_id, client_id=CLIENT_ID)
 
 
 def decode_response(frame: bytes, api_key: int, version: int) -> tuple[int, Any]:

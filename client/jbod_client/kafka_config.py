@@ -12,6 +12,10 @@ Guarantees:
   `sasl.username` / `sasl.password`, as kcat's `-F` files have them); anything it cannot honour
   (TLS, an unknown mechanism, SASL without a user) is a `KafkaConfigError` of one line naming the
   key, never a client that would fail later.
+* `KafkaSecurity.java_config()` is the same as the Java client's settings (`security.protocol`,
+  `sasl.mechanism`, and a `sasl.jaas.config` of Kafka's own login module for the mechanism, the
+  user and password quoted for JAAS); `security_from_properties` reads it back to the same user
+  and password. It is what Kafka's tools and Spark's Kafka source (`kafka.`-prefixed) take.
 * `KafkaSecurity.admin(token)` is the `admin` principal: its password is the admin token,
   SCRAM-SHA-512 over SASL_PLAINTEXT. The password never appears in `repr`.
 * `parse_bootstrap_servers` accepts `host:port[,host:port...]` (an IPv6 host in brackets) and
@@ -32,6 +36,12 @@ SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
 PLAINTEXT: Final = "PLAINTEXT"
 MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 ADMIN_MECHANISM: Final = "SCRAM-SHA-512"
+#: The JAAS login module of Kafka's Java client for each mechanism.
+LOGIN_MODULES: Final = {
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+}
 #: The protocols Kafka's clients name that these brokers do not serve (no TLS listener).
 _TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
 
@@ -67,6 +77,18 @@ class KafkaSecurity:
                 "sasl.username": self.username,
                 "sasl.password": self.password,
             }
+        return config
+
+    def java_config(self) -> dict[str, str]:
+        """The same as Kafka's Java client settings (the module's guarantee)."""
+        config = {"security.protocol": self.protocol}
+        if self.sasl:
+            assert self.mechanism is not None and self.username is not None
+            config["sasl.mechanism"] = self.mechanism
+            config["sasl.jaas.config"] = (
+                f"{LOGIN_MODULES[self.mechanism]} required "
+                f"username={_jaas_quoted(self.username)} password={_jaas_quoted(self.password or '')};"
+            )
         return config
 
     def describe(self) -> str:
@@ -158,6 +180,11 @@ def parse_properties(text: str) -> dict[str, str]:
 
 
 # -- JAAS --------------------------------------------------------------------------------------
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 _JAAS_TOKEN: Final = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|([^\s=;"]+)|(=)|(;))', re.S)
 

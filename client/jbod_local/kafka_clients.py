@@ -17,11 +17,6 @@ from jbod_client.kafka_config import ADMIN, ADMIN_MECHANISM, KafkaSecurity, Kafk
 from jbod_local.layout import KAFKA_PROTOCOL, ClusterLayout
 
 MECHANISM: Final = ADMIN_MECHANISM
-_LOGIN_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
-
-
-def _jaas_quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _properties_escaped(value: str) -> str:
@@ -29,12 +24,8 @@ def _properties_escaped(value: str) -> str:
 
 
 def client_properties(password: str, *, user: str = ADMIN) -> str:
-    jaas = f"{_LOGIN_MODULE} required username={_jaas_quoted(user)} password={_jaas_quoted(password)};"
-    return (
-        f"security.protocol={KAFKA_PROTOCOL}\n"
-        f"sasl.mechanism={MECHANISM}\n"
-        f"sasl.jaas.config={_properties_escaped(jaas)}\n"
-    )
+    config = KafkaSecurity(KAFKA_PROTOCOL, MECHANISM, user, password).java_config()
+    return "".join(f"{key}={_properties_escaped(value)}\n" for key, value in config.items())
 
 
 def librdkafka_config(bootstrap: str, password: str, *, user: str = ADMIN) -> dict[str, Any]:

@@ -289,6 +289,25 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     return bytes(frame)
 
 
+def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int, client_id: str) -> bytes:
+    """The size-prefixed frame of a request (a client's side): header v2 for a flexible body, else v1."""
+    header_type: Any = RequestHeaderV2 if body.__flexible__ else RequestHeaderV1
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header = header_type(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    _writer(header_type)(buffer, header)
+    body_type: Any = type(body)
+    _writer(body_type)(buffer, body)
+    frame = buffer.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
 def api_versions_fallback(correlation_id: int, apis: Iterable[Api]) -> bytes:
     """ApiVersions v0 with UNSUPPORTED_VERSION and `apis` (the ones answered; KIP-511)."""
     body = ApiVersionsResponseV0(

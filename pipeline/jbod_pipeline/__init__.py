@@ -5,5 +5,7 @@ Layout: `inputs` reads the metadata log export and the agents' telemetry (declar
 the cluster's final state as DataFrames; `disks`, `blast_radius`, `plan` and `timeline` are pure
 DataFrame → DataFrame transforms (the planner itself, `planner`, is a pure per-broker function run
 inside Spark); `report` renders the HTML reports; `jobs` does the I/O at the edges; `cli` is the
-command. `synthetic` generates clusters for tests, benchmarks and demos.
+command. `topic-stats` reads a topic of the brokers through Spark's own Kafka source
+(`kafka_source`: the connector's jars, options and errors) into `topic_stats`' tables.
+`synthetic` generates clusters for tests, benchmarks and demos.
 """

@@ -2,6 +2,12 @@
 
     jbod-pipeline disks|blast-radius|plan|timeline|all --metadata PATH [--telemetry PATH] --out DIR
     jbod-pipeline generate --out DIR [--brokers N --dirs N --partitions N --seed N]
+    jbod-pipeline topic-stats --bootstrap-server HOST:PORT --command-config FILE --topic T --out DIR
+    jbod-pipeline kafka-jars
+
+`topic-stats` reads a topic of the brokers' Kafka listeners through Spark's own Kafka source
+(`kafka_source`: the connector's jars resolved from Maven Central once, `kafka-jars` does only
+that); a missing connector, an unknown topic or a refused login is one error line.
 
 `--metadata PATH`: a `jbodctl metadata export` (JSON lines or Parquet), or the controller's data
 dir (or its `metadata/` dir) whose log files are read directly (`segments`).
@@ -30,7 +36,9 @@ from typing import Any
 
 import click
 
-from jbod_pipeline import errors, paths, planner, runtime, synthetic
+from jbod_client import kafka_config
+from jbod_client.controller import ClientError, read_token
+from jbod_pipeline import errors, kafka_source, paths, planner, runtime, synthetic
 from jbod_runtime import console
 
 PROG = "jbod-pipeline"
@@ -230,6 +238,108 @@ def generate_command(  # noqa: PLR0913  click command: one parameter per option
         f"Wrote {made.records} records ({made.partitions} partitions) to {out / 'metadata.jsonl'} and "
         f"{made.samples} samples to {out / 'telemetry.jsonl'}"
     )
+
+
+def _kafka_security(command_config: Path | None, token_file: Path | None) -> kafka_config.KafkaSecurity:
+    """The `--command-config` file's user, else `admin` with the token of `--token-file`."""
+    try:
+        if command_config is not None:
+            try:
+                text = command_config.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise errors.PipelineError(
+                    f"cannot read --command-config {command_config}: {reason}"
+                ) from None
+            properties = kafka_config.parse_properties(text)
+            return kafka_config.security_from_properties(properties, source=str(command_config))
+        if token_file is not None:
+            return kafka_config.KafkaSecurity.admin(read_token(token_file))
+    except ClientError as exc:  # a bad properties file or token file
+        raise errors.PipelineError(str(exc)) from None
+    raise click.UsageError(
+        "pass --command-config FILE (`jbodctl local client-properties` writes one) "
+        "or --token-file FILE (JBOD_TOKEN_FILE) to read as admin"
+    )
+
+
+@app.command("topic-stats")
+@click.option(
+    "--bootstrap-server",
+    envvar="KAFKA_BOOTSTRAP_SERVERS",
+    required=True,
+    help="the brokers' Kafka listeners, HOST:PORT[,...] (default: $KAFKA_BOOTSTRAP_SERVERS)",
+)
+@click.option(
+    "--command-config",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Kafka client properties (security.protocol, sasl.mechanism, sasl.jaas.config), as Kafka's tools take",
+)
+@click.option(
+    "--token-file",
+    envvar="JBOD_TOKEN_FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="without --command-config: read as admin with this token (default: $JBOD_TOKEN_FILE)",
+)
+@click.option("--topic", required=True, help="the topic to read, from its earliest to its latest offsets")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="output directory")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL")
+@click.option("--driver-memory", default=None, help="Spark driver memory, e.g. 4g")
+@click.option(
+    "--shuffle-partitions", type=click.IntRange(min=1), default=None, help="spark.sql.shuffle.partitions"
+)
+def topic_stats_command(  # noqa: PLR0913  click command: one parameter per option
+    bootstrap_server: str,
+    command_config: Path | None,
+    token_file: Path | None,
+    topic: str,
+    out: Path,
+    master: str,
+    driver_memory: str | None,
+    shuffle_partitions: int | None,
+) -> None:
+    """Read a topic through Spark's Kafka source: records, bytes, offsets per partition, records per key."""
+    if not kafka_source.TOPIC_NAME.fullmatch(topic):
+        raise click.BadParameter(f"{topic!r} is not a Kafka topic name", param_hint="--topic")
+    try:
+        bootstrap = kafka_config.parse_bootstrap_servers(bootstrap_server)
+    except kafka_config.KafkaConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--bootstrap-server") from None
+    security = _kafka_security(command_config, token_file)
+    _inputs, jobs, session = _spark_modules()
+    started = time.monotonic()
+    connector = kafka_source.ensure_jars(kafka_source.installed_spark())
+    spark = session.build(
+        master=master,
+        driver_memory=driver_memory,
+        shuffle_partitions=shuffle_partitions,
+        extra={"spark.jars": ",".join(str(p) for p in connector.paths())},
+    )
+    try:
+        outcome = jobs.execute_topic_stats(spark, jobs.TopicSource(bootstrap, security, topic), out)
+    finally:
+        spark.stop()
+    click.echo(outcome.summary)
+    click.echo(f"Wrote topic_partitions, topic_keys to {out} in {time.monotonic() - started:.1f} s")
+
+
+@app.command("kafka-jars")
+def kafka_jars_command() -> None:
+    """Resolve Spark's Kafka source for the installed PySpark from Maven Central into the cache (once)."""
+    build = kafka_source.installed_spark()
+    resolved = kafka_source.ensure_jars(build)
+    if resolved.fetched:
+        click.echo(
+            f"Resolved {build.connector()} with Maven into {resolved.libs}: {len(resolved.jars)} jars, "
+            f"{resolved.mebibytes:.0f} MiB in {resolved.seconds:.1f} s"
+        )
+    else:
+        click.echo(
+            f"{build.connector()} current in {resolved.libs} "
+            f"({len(resolved.jars)} jars, checked in {resolved.seconds:.2f} s)"
+        )
 
 
 def describe_error(exc: Exception) -> str | None:

@@ -9,6 +9,10 @@ Guarantees:
 * Bad input lines are skipped and reported (stderr, report, `input_errors.json`); with
   `strict=True` any bad line stops the run before a job starts (`JobError`).
 * Reports are drawn from the tables read back from their Parquet: they show what was written.
+* `execute_topic_stats` reads one topic through Spark's Kafka source once (its records reduced to
+  sizes, offsets and keys, persisted), writes `OUT/topic_partitions` and `OUT/topic_keys` and a
+  report; a read that fails for a reason `kafka_source.describe_failure` knows is a
+  `kafka_source.TopicReadError` of one line.
 """
 
 from __future__ import annotations
@@ -26,7 +30,20 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 
-from jbod_pipeline import blast_radius, disks, errors, inputs, plan, planner, replay, report, timeline
+from jbod_client import kafka_config
+from jbod_pipeline import (
+    blast_radius,
+    disks,
+    errors,
+    inputs,
+    kafka_source,
+    plan,
+    planner,
+    replay,
+    report,
+    timeline,
+    topic_stats,
+)
 
 PLAN_VERSION = 1
 #: The columns of `replay.replicas` that the jobs read (`dir_counts`, `plan.planner_rows`).
@@ -455,3 +472,77 @@ def execute(
         return outcomes
     finally:
         run.close()
+
+
+# -- a topic through Spark's Kafka source (`topic-stats`) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSource:
+    """One topic of the brokers' Kafka listeners, and who reads it."""
+
+    bootstrap: tuple[str, ...]
+    security: kafka_config.KafkaSecurity
+    topic: str
+
+
+def _write_table(spark: SparkSession, frame: DataFrame, path: Path) -> pd.DataFrame:
+    frame.coalesce(1).write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path)).toPandas()
+
+
+def execute_topic_stats(spark: SparkSession, source: TopicSource, out: Path) -> Outcome:
+    """Read all of `source.topic` with `spark.read.format("kafka")` and write what it holds to `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    options = kafka_source.read_options(
+        bootstrap=source.bootstrap, security=source.security, topic=source.topic
+    )
+    sized: DataFrame | None = None
+    try:
+        records = spark.read.format("kafka").options(**options).load()
+        sized = topic_stats.sized(records).persist(StorageLevel.MEMORY_AND_DISK)
+        partitions = _write_table(spark, topic_stats.partitions(sized), out / "topic_partitions")
+        keys = _write_table(spark, topic_stats.keys(sized), out / "topic_keys")
+    except Exception as exc:  # a Py4J or Spark error carrying the Java exception's text
+        line = kafka_source.describe_failure(
+            str(exc), topic=source.topic, bootstrap=source.bootstrap, who=source.security.describe()
+        )
+        if line is None:
+            raise
+        raise kafka_source.TopicReadError(line) from None
+    finally:
+        if sized is not None:
+            sized.unpersist()
+    records_read = int(partitions["records"].sum())
+    total_bytes = int(partitions["keyBytes"].sum() + partitions["valueBytes"].sum())
+    keyed = int(keys["key"].notna().sum())
+    section = report.Section(f"Topic {source.topic}: read by Spark's Kafka source")
+    section.facts(
+        [
+            ("bootstrap servers", ",".join(source.bootstrap)),
+            ("read as", source.security.describe()),
+            ("records", f"{records_read:,}"),
+            ("bytes (keys and values)", f"{total_bytes:,}"),
+            ("partitions holding records", len(partitions)),
+            ("distinct keys", keyed),
+            ("records without a key", int(keys.loc[keys["key"].isna(), "records"].sum())),
+        ]
+    )
+    if len(partitions):
+        section.figure(
+            report.bars(
+                [str(p) for p in partitions["partition"]],
+                {"records": partitions["records"].tolist()},
+                title="Records per partition",
+            ),
+            "Records read from each partition (earliest to latest offset).",
+        )
+    section.table(partitions, "Partitions")
+    section.table(keys, "Keys (most records first)")
+    page = report.render(f"jbod-pipeline: topic-stats {source.topic}", [section])
+    (out / "report.html").write_text(page, encoding="utf-8")
+    summary = (
+        f"topic-stats: {source.topic}: {records_read} record(s), {total_bytes} byte(s) in "
+        f"{len(partitions)} partition(s), {keyed} key(s)"
+    )
+    return Outcome("topic-stats", summary, section)

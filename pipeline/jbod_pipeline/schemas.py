@@ -254,3 +254,43 @@ TIMELINE: Final = T.StructType(
 )
 
 TABLES: Final = {"disks": DISKS, "blast_radius": BLAST_RADIUS, "plan": PLAN, "timeline": TIMELINE}
+
+# -- a topic read by Spark's Kafka source (`topic-stats`, extension) ---------------------------
+
+#: What `spark.read.format("kafka")` gives (without headers).
+KAFKA_RECORD: Final = T.StructType(
+    [
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+        T.StructField("timestampType", T.IntegerType()),
+    ]
+)
+
+TOPIC_PARTITIONS: Final = T.StructType(
+    [
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("partition", T.IntegerType(), False),
+        T.StructField("records", T.LongType(), False),
+        T.StructField("keyBytes", T.LongType(), False),
+        T.StructField("valueBytes", T.LongType(), False),
+        T.StructField("keys", T.LongType(), False),
+        T.StructField("firstOffset", T.LongType(), False),
+        T.StructField("lastOffset", T.LongType(), False),
+        T.StructField("firstTimestamp", T.TimestampType()),
+        T.StructField("lastTimestamp", T.TimestampType()),
+    ]
+)
+
+TOPIC_KEYS: Final = T.StructType(
+    [
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("key", T.StringType()),
+        T.StructField("records", T.LongType(), False),
+        T.StructField("valueBytes", T.LongType(), False),
+        T.StructField("partitions", T.LongType(), False),
+    ]
+)

@@ -213,9 +213,17 @@ def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_st
         assert "(--acks 1 produces without one)" in idempotent.stderr
         produced = jbodctl(*common, "produce", "t", "--acks", "1", token_file=token_file, stdin=values)
         assert produced.returncode == 0, produced.stderr
-        consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
-        assert consumed.returncode == 0, consumed.stderr
-        assert sorted(consumed.stdout.split()) == sorted(map(str, range(50)))
+
+        # acks=1 answers once the leader has the records; consumers read up to the high watermark,
+        # which moves once the followers have them too. So read until all 50 are there.
+        def consumed_all() -> list[str] | None:
+            consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
+            assert consumed.returncode == 0, consumed.stderr
+            values = sorted(consumed.stdout.split())
+            return values if len(values) == 50 else None
+
+        read = wait_for(consumed_all, timeout=60, what="the 50 records readable (high watermark)")
+        assert read == sorted(map(str, range(50)))
         assert stopped(pid)
     # With the controller back, the default (idempotent) producer works again.
     again = jbodctl(*common, "produce", "t", "-v", "after", token_file=token_file)

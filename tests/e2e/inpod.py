@@ -1,40 +1,44 @@
-"""Producer and consumer run inside the kind cluster (a pod of the project's image), as a client would.
+"""Kafka clients run inside the kind cluster (pods of the project's image), as an application runs them.
 
 Copied into a ConfigMap and run as `python /workload/inpod.py produce|consume`; imports only the
-image's own packages. Talks to the controller's Service for metadata and to the brokers through
-their Service's per-pod DNS names. Writes one JSON object per line on stdout:
+image's own packages (confluent-kafka, and `jbod_client.history` for the record values). Both log
+in with the client Secret's `librdkafka.properties` (mounted at /etc/kafka-client: the cluster's
+bootstrap Service and the user `client`). Each writes one JSON object per line on stdout:
 
-* produce (until the file /tmp/stop exists, then drains): {"e": "send", "s": seq, "p": partition},
-  {"e": "ack", "s": seq, "o": offset}, {"e": "fail", "s": seq, "err": "..."},
-  {"e": "retry", "s": [pending seqs of the partition]}, finally {"e": "done"};
-* consume (every record up to each partition's high watermark at start):
-  {"e": "rec", "p": partition, "o": offset, "v": "<value, latin-1>"}, finally {"e": "done"}.
+* produce: an idempotent producer (acks=all) until the file /tmp/stop exists, then it flushes:
+  {"e": "send", "s": seq, "p": partition}, {"e": "ack", "s": seq, "o": offset},
+  {"e": "fail", "s": seq, "err": "..."}, finally {"e": "done"}. It reports no retries: with
+  idempotence a record is never written twice, so any duplicate read back is a problem;
+* consume: a member of the consumer group GROUP (cooperative-sticky), committing after each batch
+  it emits; once /tmp/stop exists it reads on until the group's committed offsets reach every
+  partition's high watermark as it was then: {"e": "assigned", "p": [partitions]} after each
+  rebalance, {"e": "rec", "p": partition, "o": offset, "v": "<value, latin-1>"}, finally
+  {"e": "done"}.
 
-Environment: CONTROLLER_URL, JBOD_TOKEN, TOPIC, PARTITIONS, RUN, RATE (records/s).
+Environment: TOPIC, PARTITIONS, RUN, RATE (records/s), GROUP.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
-import httpx
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from jbod_client.consumer import Consumer
-from jbod_client.controller import ControllerClient
 from jbod_client.history import make_value
-from jbod_client.producer import ProduceError, Producer, RecordMetadata
 
-URL = os.environ["CONTROLLER_URL"]
-TOKEN = os.environ["JBOD_TOKEN"]
 TOPIC = os.environ["TOPIC"]
 PARTITIONS = int(os.environ.get("PARTITIONS", "6"))
 RUN = os.environ.get("RUN", "kind")
 RATE = float(os.environ.get("RATE", "200"))
+GROUP = os.environ.get("GROUP", "kind-readers")
 STOP = Path("/tmp/stop")
+PROPERTIES = Path("/etc/kafka-client/librdkafka.properties")
 
 
 def emit(**event: object) -> None:
@@ -42,80 +46,106 @@ def emit(**event: object) -> None:
     sys.stdout.flush()
 
 
-async def produce() -> None:
-    producer = Producer(URL, token=TOKEN, acks=-1, delivery_timeout_ms=60_000, request_timeout_ms=5_000)
-    pending: dict[int, dict[int, None]] = {}
+def client_config() -> dict[str, Any]:
+    lines = PROPERTIES.read_text(encoding="utf-8").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
-    def on_retry(_topic: str, partition: int, _code: int) -> None:
-        emit(e="retry", s=list(pending.get(partition, {})))
 
-    producer.on_retry.append(on_retry)
+def produce() -> None:
+    producer = Producer(
+        {**client_config(), "enable.idempotence": True, "acks": "all", "delivery.timeout.ms": 120_000}
+    )
+    pending: set[int] = set()
 
-    def done(seq: int, partition: int) -> object:
-        def callback(future: asyncio.Future[RecordMetadata]) -> None:
-            pending.get(partition, {}).pop(seq, None)
-            if future.cancelled():
-                emit(e="fail", s=seq, err="cancelled")
-            elif (error := future.exception()) is not None:
+    def delivered(seq: int) -> Any:
+        def callback(error: KafkaError | None, message: Message) -> None:
+            pending.discard(seq)
+            if error is not None:
                 emit(e="fail", s=seq, err=str(error)[:160])
             else:
-                emit(e="ack", s=seq, o=future.result().offset)
+                emit(e="ack", s=seq, o=message.offset())
 
         return callback
 
-    loop = asyncio.get_running_loop()
     tick = 0.05
     per_tick = max(1, round(RATE * tick))
     seq = 0
-    next_tick = loop.time()
-    try:
-        while not STOP.exists():
-            for _ in range(per_tick):
-                partition = seq % PARTITIONS
-                emit(e="send", s=seq, p=partition)
-                pending.setdefault(partition, {})[seq] = None
+    next_tick = time.monotonic()
+    while not STOP.exists():
+        for _ in range(per_tick):
+            partition = seq % PARTITIONS
+            emit(e="send", s=seq, p=partition)
+            pending.add(seq)
+            while True:
                 try:
-                    future = await producer.send(TOPIC, make_value(RUN, seq, 100), partition=partition)
-                except ProduceError as exc:
-                    pending[partition].pop(seq, None)
-                    emit(e="fail", s=seq, err=str(exc)[:160])
-                else:
-                    future.add_done_callback(done(seq, partition))  # type: ignore[arg-type]
-                seq += 1
-            next_tick = max(next_tick + tick, loop.time() - 1.0)
-            await asyncio.sleep(max(0.0, next_tick - loop.time()))
-    finally:
-        await producer.close()
-        await asyncio.sleep(0)
+                    producer.produce(
+                        TOPIC, make_value(RUN, seq, 100), partition=partition, on_delivery=delivered(seq)
+                    )
+                    break
+                except BufferError:  # the local queue is full while brokers catch up
+                    producer.poll(0.1)
+            seq += 1
+        producer.poll(0)
+        next_tick = max(next_tick + tick, time.monotonic() - 1.0)
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+    producer.flush(180)
+    for seq in sorted(pending):
+        emit(e="fail", s=seq, err="not delivered when the producer stopped")
     emit(e="done")
 
 
-def high_watermarks() -> dict[int, int]:
-    with ControllerClient(URL, token=TOKEN, timeout=10) as client:
-        brokers = {b["brokerId"]: b for b in client.brokers()}
-        partitions = client.describe_topic(TOPIC)["partitions"]
-    out: dict[int, int] = {}
-    for partition in partitions:
-        listener = brokers[partition["leader"]]["listeners"][0]
-        reply = httpx.get(
-            f"http://{listener['host']}:{listener['port']}/v1/fetch",
-            params={"topic": TOPIC, "partition": partition["partitionIndex"], "offset": 0, "maxBytes": 1},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=10,
-        ).json()
-        out[partition["partitionIndex"]] = int(reply["highWatermark"])
-    return out
+def consume() -> None:
+    consumer = Consumer(
+        {
+            **client_config(),
+            "group.id": GROUP,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    )
+    assigned: set[int] = set()
 
+    def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assigned.update(p.partition for p in partitions)
+        emit(e="assigned", p=sorted(assigned))
 
-async def consume() -> None:
-    until = high_watermarks()
-    async with Consumer(URL, token=TOKEN, topic=TOPIC, start="earliest", max_wait_ms=200) as consumer:
-        while not all(consumer.positions().get(p, 0) >= end for p, end in until.items()):
-            for record in await consumer.poll(0.5):
-                value = record.value.decode("latin-1") if record.value is not None else None
-                emit(e="rec", p=record.partition, o=record.offset, v=value)
+    def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assigned.difference_update(p.partition for p in partitions)
+        emit(e="assigned", p=sorted(assigned))
+
+    consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+    ends: dict[int, int] | None = None
+    checked = 0.0
+    while True:
+        messages = consumer.consume(num_messages=500, timeout=0.5)
+        for message in messages:
+            if message.error() is None:
+                value = message.value()
+                emit(
+                    e="rec",
+                    p=message.partition(),
+                    o=message.offset(),
+                    v=value.decode("latin-1") if value else None,
+                )
+        if messages:
+            # A rebalance in between refuses the commit: the next owner reads these again, at the
+            # same offsets (the history counts an offset read twice once).
+            with contextlib.suppress(KafkaException):
+                consumer.commit(asynchronous=False)
+        if ends is None and STOP.exists():
+            ends = {
+                p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+                for p in range(PARTITIONS)
+            }
+        if ends is not None and time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            committed = consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
+            if all(tp.offset >= ends[tp.partition] for tp in committed):
+                break
+    consumer.close()
     emit(e="done")
 
 
 if __name__ == "__main__":
-    asyncio.run(produce() if sys.argv[1] == "produce" else consume())
+    produce() if sys.argv[1] == "produce" else consume()

@@ -3,34 +3,21 @@ frames, garbage, unknown versions. Requests are encoded with kio (Kafka's own sc
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.serial import entity_reader
 
 from jbod_kafka import protocol
 
 
 def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int = 1) -> bytes:
-    flexible = bool(type(body).__flexible__)
-    buffer = io.BytesIO()
-    header_type = HeaderV2 if flexible else HeaderV1
-    entity_writer(header_type)(
-        buffer,
-        header_type(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(correlation_id),
-            client_id="raw-test",
-        ),
+    """A request frame without its size prefix (`send_frame` adds one)."""
+    frame = protocol.encode_request(
+        api_key, version, body, correlation_id=correlation_id, client_id="raw-test"
     )
-    entity_writer(type(body))(buffer, body)
-    return buffer.getvalue()
+    return frame[4:]
 
 
 class RawConnection:

@@ -118,3 +118,36 @@ def test_metadata_export_as_parquet(tmp_path: Path, controller: ControllerProces
     without_nulls = [{**r, "data": {k: v for k, v in r["data"].items() if v is not None}} for r in lines]
     assert metadata_parquet.read(tmp_path / "log.parquet") == without_nulls
     assert lines and lines[0]["type"] == "RegisterBrokerRecord", reply
+
+
+def test_topic_stats_mistakes_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JBOD_TOKEN_FILE", raising=False)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    args = ["topic-stats", "--topic", "t", "--out", str(tmp_path / "o")]
+    assert pipeline(args) == 2
+    assert "--bootstrap-server" in _one_line_error(capsys)
+    args += ["--bootstrap-server", "127.0.0.1:9092"]
+    assert pipeline(args) == 2
+    assert "pass --command-config FILE" in _one_line_error(capsys)
+    assert pipeline([*args, "--topic", "no/such", "--token-file", "x"]) == 2
+    assert "is not a Kafka topic name" in _one_line_error(capsys)
+    assert pipeline([*args[:-2], "--bootstrap-server", "http://h:1", "--token-file", "x"]) == 2
+    assert "is a URL" in _one_line_error(capsys)
+    assert pipeline([*args, "--command-config", str(tmp_path / "missing.properties")]) == 1
+    assert "cannot read --command-config" in _one_line_error(capsys)
+    (tmp_path / "tls.properties").write_text("security.protocol=SSL\n")
+    assert pipeline([*args, "--command-config", str(tmp_path / "tls.properties")]) == 1
+    assert "security.protocol SSL: the brokers serve no TLS listener" in _one_line_error(capsys)
+
+
+def test_kafka_jars_without_maven_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("JBOD_SPARK_CACHE", str(tmp_path / "cache"))
+    assert pipeline(["kafka-jars"]) == 1
+    err = _one_line_error(capsys)
+    assert "Spark's Kafka source org.apache.spark:spark-sql-kafka-0-10_2.13:" in err
+    assert err.rstrip().endswith("is not available: `mvn` is not on PATH (the jars are resolved with Maven)")
