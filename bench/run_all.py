@@ -13,7 +13,9 @@ loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can. The data
 benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and producers;
 `failover` needs root (loop volumes), `replica_move` writes 4 x 1 GiB to the temp dir's disk.
 `kafka_vs_http` runs the same 3 agents with Kafka listeners and compares librdkafka (confluent-kafka)
-against the HTTP clients, produce and fetch, at three batch sizes.
+against the HTTP clients, produce and fetch, at three batch sizes. `kafka_peer` runs Apache Kafka
+4.3 (1 controller + 3 brokers, Java) and our cluster in turn, driven by Kafka's perf tools, and
+an idle cluster of 10,000 replicas of each.
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -41,6 +43,7 @@ BENCHMARKS = (
     "failover",
     "replica_move",
     "kafka_vs_http",
+    "kafka_peer",
     "pipeline_scale",
 )
 

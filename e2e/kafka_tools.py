@@ -24,7 +24,9 @@ Guarantees:
   non-zero exit with the exception's message, raised here as `AdminCallError`.
 * `KafkaCluster` is a real single-node Kafka in KRaft combined mode (broker and controller in one
   process) listening on 127.0.0.1 only, formatted by `kafka-storage.sh` and started by
-  `kafka.Kafka` in a directory of its own, which it removes when stopped.
+  `kafka.Kafka` in a directory of its own, which it removes when stopped. `KafkaNodesCluster` is
+  the same with one dedicated controller and several brokers, each its own JVM (a static quorum
+  of that one controller), as `bench.kafka_peer` compares with our cluster.
 
 Command line (from the repo root): `python -m e2e.kafka_tools jars | path | scripts`,
 `python -m e2e.kafka_tools run kafka-topics.sh --bootstrap-server HOST:PORT --list`,
@@ -673,6 +675,240 @@ class KafkaCluster:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def controller_properties(*, node_id: int, controller_port: int, metadata_dir: Path) -> dict[str, str]:
+    """server.properties of a dedicated KRaft controller, the only voter of a static quorum."""
+    return {
+        "process.roles": "controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"{node_id}@127.0.0.1:{controller_port}",
+        "listeners": f"CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        "log.dirs": str(metadata_dir),
+    }
+
+
+def broker_properties(  # noqa: PLR0913  one keyword per node setting
+    *,
+    node_id: int,
+    port: int,
+    controller_id: int,
+    controller_port: int,
+    log_dirs: Sequence[Path],
+    scram: ScramUser | None,
+) -> dict[str, str]:
+    """server.properties of a broker-only node of a cluster with one dedicated controller: Kafka's
+    `config/broker.properties` on 127.0.0.1, its listener SASL_PLAINTEXT with `scram` (inter-broker
+    traffic too) or PLAINTEXT; replication factors and `min.insync.replicas` are Kafka's defaults."""
+    listener = "SASL_PLAINTEXT" if scram else "PLAINTEXT"
+    props = {
+        "process.roles": "broker",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"{controller_id}@127.0.0.1:{controller_port}",
+        "listeners": f"{listener}://127.0.0.1:{port}",
+        "advertised.listeners": f"{listener}://127.0.0.1:{port}",
+        "inter.broker.listener.name": listener,
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
+        "log.dirs": ",".join(str(d) for d in log_dirs),
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    if scram:
+        prefix = f"listener.name.{listener.lower()}.{scram.mechanism.lower()}"
+        props |= {
+            "sasl.enabled.mechanisms": scram.mechanism,
+            "sasl.mechanism.inter.broker.protocol": scram.mechanism,
+            f"{prefix}.sasl.jaas.config": scram.jaas_config,
+        }
+    return props
+
+
+class KafkaNodesCluster:
+    """A real Apache Kafka of one dedicated KRaft controller and `brokers` broker-only nodes, each
+    its own JVM started by `kafka.Kafka` with `kafka-server-start.sh`'s options, on 127.0.0.1.
+
+    Node ids: brokers 1..`brokers`, the controller `CONTROLLER_ID`. Every node is formatted by
+    `kafka-storage.sh format` (with `scram`, every one with the same SCRAM user, which only the
+    controller's bootstrap uses); each broker has `log_dir_count` data directories. `start()`
+    returns once every broker logged that it is unfenced and accepts connections; `stop()` sends
+    SIGTERM to the brokers, then the controller, kills what is left after `stop_timeout`, and
+    removes the work directory unless it was given. `pids` are the JVMs' (broker id → pid), for
+    CPU and memory readings. Output: `<work>/<node>/logs/server.out`.
+    """
+
+    CONTROLLER_ID = 100
+
+    def __init__(  # noqa: PLR0913  the install, then one keyword per cluster option
+        self,
+        install: KafkaInstall,
+        *,
+        brokers: int = 3,
+        log_dir_count: int = 2,
+        scram: ScramUser | None = None,
+        work_dir: Path | None = None,
+        heap: Sequence[str] = (),
+        start_timeout: float = 180.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.install = install
+        self.scram = scram
+        self.cluster_id = random_cluster_id()
+        self._given_work_dir = work_dir
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="jbod-kafka-nodes-"))
+        self.broker_ids = tuple(range(1, brokers + 1))
+        self.log_dir_count = log_dir_count
+        self.heap = tuple(heap)
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        *ports, self.controller_port = _free_ports(brokers + 1)
+        self.ports = dict(zip(self.broker_ids, ports, strict=True))
+        self.started_in: float | None = None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.ports[b]}" for b in self.broker_ids)
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The client settings for the broker listeners (empty for PLAINTEXT)."""
+        return self.scram.client_config() if self.scram else {}
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Broker id → the pid of its JVM (`CONTROLLER_ID` → the controller's)."""
+        return {node: proc.pid for node, proc in self._procs.items()}
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.work_dir / f"node-{node_id}"
+
+    def log_dirs(self, node_id: int) -> tuple[Path, ...]:
+        return tuple(self.node_dir(node_id) / "data" / f"d{i}" for i in range(self.log_dir_count))
+
+    def server_log(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "logs" / "server.out"
+
+    def run_tool(
+        self, name: str, args: Sequence[str], *, input: str | None = None, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """`run_tool` against this cluster, logged in as its SCRAM user if it has one."""
+        return run_tool(
+            name,
+            args,
+            bootstrap=self.bootstrap,
+            command_config=self.client_config or None,
+            input=input,
+            timeout=timeout,
+            install=self.install,
+        )
+
+    def _properties(self, node_id: int) -> dict[str, str]:
+        if node_id == self.CONTROLLER_ID:
+            return controller_properties(
+                node_id=node_id,
+                controller_port=self.controller_port,
+                metadata_dir=self.node_dir(node_id) / "metadata",
+            )
+        return broker_properties(
+            node_id=node_id,
+            port=self.ports[node_id],
+            controller_id=self.CONTROLLER_ID,
+            controller_port=self.controller_port,
+            log_dirs=self.log_dirs(node_id),
+            scram=self.scram,
+        )
+
+    def _format_and_start(self, node_id: int) -> None:
+        logs = self.node_dir(node_id) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        config = self.node_dir(node_id) / "server.properties"
+        config.write_text(_properties(self._properties(node_id)))
+        scram_args = (
+            ["--add-scram", f"{self.scram.mechanism}=[name={self.scram.name},password={self.scram.password}]"]
+            if self.scram
+            else []
+        )
+        formatted = run_tool(
+            "kafka-storage.sh",
+            ["format", "-t", self.cluster_id, "-c", str(config), *scram_args],
+            bootstrap=None,
+            install=self.install,
+        )
+        if formatted.returncode != 0:
+            raise RuntimeError(
+                f"kafka-storage.sh format of node {node_id} failed: {formatted.stdout}{formatted.stderr}"
+            )
+        with self.server_log(node_id).open("wb") as out:
+            self._procs[node_id] = subprocess.Popen(
+                self.install.java_command(
+                    "kafka-server-start.sh", [str(config)], log_dir=logs, heap=self.heap
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_terminate_with_parent(),  # noqa: PLW1509  one prctl call, looked up before the fork
+            )
+
+    def start(self) -> KafkaNodesCluster:
+        started = time.monotonic()
+        try:
+            for node in (self.CONTROLLER_ID, *self.broker_ids):
+                self._format_and_start(node)
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in = time.monotonic() - started
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        waiting = set(self.broker_ids)
+        while waiting:
+            for node, proc in self._procs.items():
+                if proc.poll() is not None:
+                    text = self.server_log(node).read_text(errors="replace")
+                    raise RuntimeError(f"Kafka node {node} exited with {proc.returncode}:\n{text[-4000:]}")
+            for node in sorted(waiting):
+                text = self.server_log(node).read_text(errors="replace")
+                if all(line in text for line in READY_LINES):
+                    with socket.create_connection(("127.0.0.1", self.ports[node]), timeout=5):
+                        waiting.discard(node)
+            if waiting and time.monotonic() > deadline:
+                node = min(waiting)
+                text = self.server_log(node).read_text(errors="replace")
+                raise TimeoutError(
+                    f"Kafka broker {node} not ready after {self.start_timeout:.0f} s:\n{text[-4000:]}"
+                )
+            time.sleep(0.2)
+
+    def _stop_nodes(self, nodes: Sequence[int]) -> None:
+        procs = [self._procs.pop(n) for n in nodes if n in self._procs]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop(self) -> None:
+        self._stop_nodes(self.broker_ids)
+        self._stop_nodes((self.CONTROLLER_ID,))
+        if self._given_work_dir is None and not os.environ.get("JBOD_KAFKA_KEEP"):
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaNodesCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
