@@ -359,6 +359,12 @@ class InPodWorkload:
         return self.env.cluster.kubectl("logs", "-n", self.env.ns, self.name, "--tail=5", check=False).stdout
 
     def stop(self) -> None:
+        """Ask it to finish (/tmp/stop); a consumer then reads on to the high watermarks of now."""
+
+        def running() -> bool:
+            return (self.env.pod(self.name) or {}).get("status", {}).get("phase") == "Running"
+
+        wait_for(running, timeout=120, what=f"{self.name} running", interval=1)
         self.env.cluster.kubectl("exec", "-n", self.env.ns, self.name, "--", "touch", "/tmp/stop")
 
     def finish(self, *, stop: bool, timeout: float = 180) -> list[dict[str, Any]]:

@@ -228,7 +228,7 @@ def test_quorum_survives_kill_9_of_controllers_and_of_an_etcd_member(ha: QuorumE
     consumer = InPodWorkload(ha, "consumer", "orders", "consume")
     consumed = [
         ("orders", e["p"], e["o"], e["v"].encode("latin-1") if e["v"] is not None else None)
-        for e in consumer.finish(stop=False, timeout=300)
+        for e in consumer.finish(stop=True, timeout=300)
         if e["e"] == "rec"
     ]
     report: Report = history.check(consumed)
