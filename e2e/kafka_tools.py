@@ -538,7 +538,101 @@ def _free_ports(count: int) -> list[int]:
 READY_LINES = ("Kafka Server started", "The broker has been unfenced")
 
 
-class KafkaCluster:
+def _start_node(  # noqa: PLR0913  the install and the node's config, then its format and launch options
+    install: KafkaInstall,
+    config: Path,
+    *,
+    cluster_id: str,
+    scram: ScramUser | None,
+    heap: Sequence[str],
+    standalone: bool,
+) -> subprocess.Popen[bytes]:
+    """Format a node's storage with `kafka-storage.sh format` (`--standalone` for a combined node
+    that is its own quorum; with `scram`, its SCRAM user) and start its JVM, output to
+    `<config's dir>/logs/server.out`."""
+    logs = config.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    scram_args = (
+        ["--add-scram", f"{scram.mechanism}=[name={scram.name},password={scram.password}]"] if scram else []
+    )
+    standalone_args = ["--standalone"] if standalone else []
+    formatted = run_tool(
+        "kafka-storage.sh",
+        ["format", *standalone_args, "-t", cluster_id, "-c", str(config), *scram_args],
+        bootstrap=None,
+        install=install,
+    )
+    if formatted.returncode != 0:
+        raise RuntimeError(
+            f"kafka-storage.sh format of {config} failed: {formatted.stdout}{formatted.stderr}"
+        )
+    with (logs / "server.out").open("wb") as out:
+        return subprocess.Popen(
+            install.java_command("kafka-server-start.sh", [str(config)], log_dir=logs, heap=tuple(heap)),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_terminate_with_parent(),  # noqa: PLW1509  one prctl call, looked up before the fork
+        )
+
+
+def _stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM to every process still running, then SIGKILL to those not gone within `timeout`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _serving(server_log: Path, port: int) -> bool:
+    """The node logged that it is unfenced and accepts connections on `port`."""
+    if not all(line in server_log.read_text(errors="replace") for line in READY_LINES):
+        return False
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        return True
+
+
+class _ToolsAgainst:
+    """Kafka's tools and Java Admin against a running cluster, logged in as its SCRAM user if any."""
+
+    install: KafkaInstall
+    scram: ScramUser | None
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The client settings for the broker listener(s) (empty for PLAINTEXT)."""
+        return self.scram.client_config() if self.scram else {}
+
+    def run_tool(
+        self, name: str, args: Sequence[str], *, input: str | None = None, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """`run_tool` against this cluster, logged in as its SCRAM user if it has one."""
+        return run_tool(
+            name,
+            args,
+            bootstrap=self.bootstrap,
+            command_config=self.client_config or None,
+            input=input,
+            timeout=timeout,
+            install=self.install,
+        )
+
+    def admin(self) -> JavaAdmin:
+        return JavaAdmin(self.bootstrap, self.client_config or None, self.install)
+
+
+class KafkaCluster(_ToolsAgainst):
     """A real single-node Apache Kafka (KRaft, broker and controller in one JVM) on 127.0.0.1.
 
     `start()` formats `log_dir_count` data directories with `kafka-storage.sh format --standalone`
@@ -579,34 +673,11 @@ class KafkaCluster:
         return f"127.0.0.1:{self.port}"
 
     @property
-    def client_config(self) -> dict[str, str]:
-        """The client settings for the broker listener (empty for PLAINTEXT)."""
-        return self.scram.client_config() if self.scram else {}
-
-    @property
     def server_log(self) -> Path:
         return self.work_dir / "logs" / "server.out"
 
-    def run_tool(
-        self, name: str, args: Sequence[str], *, input: str | None = None, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        """`run_tool` against this cluster, logged in as its SCRAM user if it has one."""
-        return run_tool(
-            name,
-            args,
-            bootstrap=self.bootstrap,
-            command_config=self.client_config or None,
-            input=input,
-            timeout=timeout,
-            install=self.install,
-        )
-
-    def admin(self) -> JavaAdmin:
-        return JavaAdmin(self.bootstrap, self.client_config or None, self.install)
-
     def start(self) -> KafkaCluster:
         started = time.monotonic()
-        (self.work_dir / "logs").mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "server.properties"
         props = server_properties(
             node_id=self.node_id,
@@ -615,31 +686,16 @@ class KafkaCluster:
             log_dirs=self.log_dirs,
             scram=self.scram,
         )
+        (self.work_dir / "logs").mkdir(parents=True, exist_ok=True)
         config.write_text(_properties(props))
-        scram_args = (
-            ["--add-scram", f"{self.scram.mechanism}=[name={self.scram.name},password={self.scram.password}]"]
-            if self.scram
-            else []
+        self._proc = _start_node(
+            self.install,
+            config,
+            cluster_id=self.cluster_id,
+            scram=self.scram,
+            heap=self.heap,
+            standalone=True,
         )
-        formatted = run_tool(
-            "kafka-storage.sh",
-            ["format", "--standalone", "-t", self.cluster_id, "-c", str(config), *scram_args],
-            bootstrap=None,
-            install=self.install,
-        )
-        if formatted.returncode != 0:
-            raise RuntimeError(f"kafka-storage.sh format failed: {formatted.stdout}{formatted.stderr}")
-        with self.server_log.open("wb") as out:
-            self._proc = subprocess.Popen(
-                self.install.java_command(
-                    "kafka-server-start.sh", [str(config)], log_dir=self.work_dir / "logs", heap=self.heap
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_terminate_with_parent(),  # noqa: PLW1509  one prctl call, looked up before the fork
-            )
         try:
             self._wait_ready()
         except BaseException:
@@ -651,26 +707,19 @@ class KafkaCluster:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
         assert self._proc is not None
-        while True:
-            text = self.server_log.read_text(errors="replace")
-            if all(line in text for line in READY_LINES):
-                with socket.create_connection(("127.0.0.1", self.port), timeout=5):
-                    return
+        while not _serving(self.server_log, self.port):
             if self._proc.poll() is not None:
+                text = self.server_log.read_text(errors="replace")
                 raise RuntimeError(f"Kafka exited with {self._proc.returncode}:\n{text[-4000:]}")
             if time.monotonic() > deadline:
+                text = self.server_log.read_text(errors="replace")
                 raise TimeoutError(f"Kafka not ready after {self.start_timeout:.0f} s:\n{text[-4000:]}")
             time.sleep(0.2)
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            _stop_processes([proc], self.stop_timeout)
         if self._given_work_dir is None and not os.environ.get("JBOD_KAFKA_KEEP"):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -729,7 +778,7 @@ def broker_properties(  # noqa: PLR0913  one keyword per node setting
     return props
 
 
-class KafkaNodesCluster:
+class KafkaNodesCluster(_ToolsAgainst):
     """A real Apache Kafka of one dedicated KRaft controller and `brokers` broker-only nodes, each
     its own JVM started by `kafka.Kafka` with `kafka-server-start.sh`'s options, on 127.0.0.1.
 
@@ -776,11 +825,6 @@ class KafkaNodesCluster:
         return ",".join(f"127.0.0.1:{self.ports[b]}" for b in self.broker_ids)
 
     @property
-    def client_config(self) -> dict[str, str]:
-        """The client settings for the broker listeners (empty for PLAINTEXT)."""
-        return self.scram.client_config() if self.scram else {}
-
-    @property
     def pids(self) -> dict[int, int]:
         """Broker id → the pid of its JVM (`CONTROLLER_ID` → the controller's)."""
         return {node: proc.pid for node, proc in self._procs.items()}
@@ -793,20 +837,6 @@ class KafkaNodesCluster:
 
     def server_log(self, node_id: int) -> Path:
         return self.node_dir(node_id) / "logs" / "server.out"
-
-    def run_tool(
-        self, name: str, args: Sequence[str], *, input: str | None = None, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        """`run_tool` against this cluster, logged in as its SCRAM user if it has one."""
-        return run_tool(
-            name,
-            args,
-            bootstrap=self.bootstrap,
-            command_config=self.client_config or None,
-            input=input,
-            timeout=timeout,
-            install=self.install,
-        )
 
     def _properties(self, node_id: int) -> dict[str, str]:
         if node_id == self.CONTROLLER_ID:
@@ -825,36 +855,17 @@ class KafkaNodesCluster:
         )
 
     def _format_and_start(self, node_id: int) -> None:
-        logs = self.node_dir(node_id) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
         config = self.node_dir(node_id) / "server.properties"
+        config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(_properties(self._properties(node_id)))
-        scram_args = (
-            ["--add-scram", f"{self.scram.mechanism}=[name={self.scram.name},password={self.scram.password}]"]
-            if self.scram
-            else []
+        self._procs[node_id] = _start_node(
+            self.install,
+            config,
+            cluster_id=self.cluster_id,
+            scram=self.scram,
+            heap=self.heap,
+            standalone=False,
         )
-        formatted = run_tool(
-            "kafka-storage.sh",
-            ["format", "-t", self.cluster_id, "-c", str(config), *scram_args],
-            bootstrap=None,
-            install=self.install,
-        )
-        if formatted.returncode != 0:
-            raise RuntimeError(
-                f"kafka-storage.sh format of node {node_id} failed: {formatted.stdout}{formatted.stderr}"
-            )
-        with self.server_log(node_id).open("wb") as out:
-            self._procs[node_id] = subprocess.Popen(
-                self.install.java_command(
-                    "kafka-server-start.sh", [str(config)], log_dir=logs, heap=self.heap
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_terminate_with_parent(),  # noqa: PLW1509  one prctl call, looked up before the fork
-            )
 
     def start(self) -> KafkaNodesCluster:
         started = time.monotonic()
@@ -876,11 +887,7 @@ class KafkaNodesCluster:
                 if proc.poll() is not None:
                     text = self.server_log(node).read_text(errors="replace")
                     raise RuntimeError(f"Kafka node {node} exited with {proc.returncode}:\n{text[-4000:]}")
-            for node in sorted(waiting):
-                text = self.server_log(node).read_text(errors="replace")
-                if all(line in text for line in READY_LINES):
-                    with socket.create_connection(("127.0.0.1", self.ports[node]), timeout=5):
-                        waiting.discard(node)
+            waiting = {node for node in waiting if not _serving(self.server_log(node), self.ports[node])}
             if waiting and time.monotonic() > deadline:
                 node = min(waiting)
                 text = self.server_log(node).read_text(errors="replace")
@@ -890,17 +897,7 @@ class KafkaNodesCluster:
             time.sleep(0.2)
 
     def _stop_nodes(self, nodes: Sequence[int]) -> None:
-        procs = [self._procs.pop(n) for n in nodes if n in self._procs]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop_processes([self._procs.pop(n) for n in nodes if n in self._procs], self.stop_timeout)
 
     def stop(self) -> None:
         self._stop_nodes(self.broker_ids)
