@@ -499,14 +499,19 @@ def server_properties(
         "transaction.state.log.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
     }
-    if scram:
-        prefix = f"listener.name.{listener.lower()}.{scram.mechanism.lower()}"
-        props |= {
-            "sasl.enabled.mechanisms": scram.mechanism,
-            "sasl.mechanism.inter.broker.protocol": scram.mechanism,
-            f"{prefix}.sasl.jaas.config": scram.jaas_config,
-        }
-    return props
+    return props | _scram_listener(listener, scram)
+
+
+def _scram_listener(listener: str, scram: ScramUser | None) -> dict[str, str]:
+    """A broker's settings for `scram` on `listener`, inter-broker traffic included (none without)."""
+    if scram is None:
+        return {}
+    prefix = f"listener.name.{listener.lower()}.{scram.mechanism.lower()}"
+    return {
+        "sasl.enabled.mechanisms": scram.mechanism,
+        "sasl.mechanism.inter.broker.protocol": scram.mechanism,
+        f"{prefix}.sasl.jaas.config": scram.jaas_config,
+    }
 
 
 def random_cluster_id() -> str:
@@ -768,14 +773,7 @@ def broker_properties(  # noqa: PLR0913  one keyword per node setting
         "log.dirs": ",".join(str(d) for d in log_dirs),
         "group.initial.rebalance.delay.ms": "0",
     }
-    if scram:
-        prefix = f"listener.name.{listener.lower()}.{scram.mechanism.lower()}"
-        props |= {
-            "sasl.enabled.mechanisms": scram.mechanism,
-            "sasl.mechanism.inter.broker.protocol": scram.mechanism,
-            f"{prefix}.sasl.jaas.config": scram.jaas_config,
-        }
-    return props
+    return props | _scram_listener(listener, scram)
 
 
 class KafkaNodesCluster(_ToolsAgainst):
