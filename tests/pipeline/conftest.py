@@ -46,9 +46,22 @@ def jbodctl_export(controller: ControllerProcess, out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    spark = session.build(master="local[2]", app_name="jbod-pipeline-tests", shuffle_partitions=2)
+    # The whole tier shares this one driver: 2g rather than Spark's 1g default, so the
+    # broadcasts of the larger generated clusters fit beside what earlier tests left behind.
+    spark = session.build(
+        master="local[2]", app_name="jbod-pipeline-tests", shuffle_partitions=2, driver_memory="2g"
+    )
     yield spark
     spark.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_cache_cleared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Frames a test persisted (an input read it never unpersisted) are dropped after it, so
+    cached blocks do not pile up in the shared driver over the tier's hundreds of tests."""
+    yield
+    if "spark" in request.fixturenames:
+        request.getfixturevalue("spark").catalog.clearCache()
 
 
 SPECS = {
