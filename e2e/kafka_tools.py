@@ -107,6 +107,7 @@ SCRIPTS: Mapping[str, Script] = {
             "kafka-console-consumer.sh", "org.apache.kafka.tools.consumer.ConsoleConsumer", heap=("-Xmx512M",)
         ),
         Script("kafka-get-offsets.sh", "org.apache.kafka.tools.GetOffsetShell"),
+        Script("kafka-reassign-partitions.sh", "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"),
         Script("kafka-consumer-groups.sh", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
         Script(
             "kafka-producer-perf-test.sh", "org.apache.kafka.tools.ProducerPerformance", heap=("-Xmx512M",)

@@ -156,6 +156,7 @@ class MetadataFollower:
         self.rebuilding = ClusterImage()
         self.changed = set()
         self.full_reconcile = True
+        self.reconciler.keep_strays = True
 
     def apply(self, reply: dict[str, Any]) -> None:
         """Replay a page of records, remembering what changed for `reconcile_if_caught_up`."""

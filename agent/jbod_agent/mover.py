@@ -195,6 +195,10 @@ class Mover:
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{request.topic}-{request.partition} is in an offline log dir"
             )
         local = broker.local.get(key) if key is not None else None
+        if key is not None and local is None and broker.image.partition(key) is not None:
+            # As Kafka: remembered, so that the replica is created there when it arrives (a
+            # reassignment's new replica); the caller retries until it exists.
+            broker.preferred_dirs[key] = destination
         if key is None or local is None or key not in self.manager.partitions:
             raise _MoveRefusedError(
                 ErrorCode.REPLICA_NOT_AVAILABLE,

@@ -8,7 +8,10 @@ Guarantees:
 * `reconcile(keys)` applies `placement.decide_replica` to each partition: a replica this broker
   should host but does not is created (in a worker thread, a batch at a time, one sync per batch)
   and then placed; a replica whose dir differs from the image's is placed again; a replica of a
-  deleted topic is deleted; any other replica no longer hosted here is kept, renamed `-stray`.
+  deleted topic, or of a partition whose replicas no longer include this broker (reassigned
+  away), is deleted (renamed at once, removed in a worker thread); any other replica no longer
+  hosted here (its topic unknown, or any after the controller's log went backwards) is kept,
+  renamed `-stray`.
   Replicas in failed dirs, being created or being moved are left alone.
 * Placements go to the `PlacementSink` (the loop sends them); I/O errors go to `DirFailures`.
 """
@@ -48,6 +51,10 @@ class Reconciler:
         self.placements = placements
         self.failures = failures
         self.removed_topics: set[Uuid] = set()
+        # Set once the controller's log went backwards (a restore): from then on a replica the
+        # image does not give this broker is kept as `-stray`, never deleted.
+        self.keep_strays = False
+        self._removals: set[asyncio.Future[None]] = set()
         self.creations_now = asyncio.Event()
         self.scanned = asyncio.Event()  # the local replicas are known: reconciling may start
 
@@ -85,7 +92,10 @@ class Reconciler:
             local = state.local.get(key)
             if part is None or state.node_id not in part.replicas:
                 if local is not None:
-                    self.retire_local(key, local, deleted_topic=key[0] in self.removed_topics)
+                    # A partition that exists without this broker was reassigned away: the
+                    # controller removes a replica only once the target replicas are in the ISR.
+                    delete = key[0] in self.removed_topics or (part is not None and not self.keep_strays)
+                    self.retire_local(key, local, delete=delete)
                 continue
             if key in state.offline_local or key in state.creating or self.moves.destination_of(key):
                 continue
@@ -97,7 +107,7 @@ class Reconciler:
                 dirs=views,
                 has_offline_dirs=has_offline,
                 # Only a replica with no local copy may need a new dir: choose one only then.
-                chosen=placement.choose_dir(views.values()) if local is None else None,
+                chosen=self._new_dir(key, views) if local is None else None,
             )
             if action is None:
                 continue
@@ -117,6 +127,13 @@ class Reconciler:
                 continue  # reported once it exists on disk
             self.placements.place(key, action.directory, reason=action.reason)
         self.manager.sync(keys)
+
+    def _new_dir(self, key: PartitionKey, views: dict[Uuid, DirView]) -> Uuid | None:
+        """The dir named in advance for `key` if it can take a replica, else `choose_dir`'s."""
+        preferred = self.state.preferred_dirs.get(key)
+        if preferred is not None and preferred in views and views[preferred].health is DirHealth.ONLINE:
+            return preferred
+        return placement.choose_dir(views.values())
 
     async def creations_forever(self, batch_size: int = 1000) -> None:
         """Create queued replica dirs in a worker thread, a batch at a time, then place them.
@@ -150,18 +167,22 @@ class Reconciler:
                 if state.dirs[directory].health is DirHealth.OFFLINE:
                     continue
                 state.local[key] = LocalReplica(directory, outcome, topic_name)
+                state.preferred_dirs.pop(key, None)
                 self.placements.place(key, directory, reason="created")
                 created.append(key)
             self.manager.sync(created)
 
-    def retire_local(self, key: PartitionKey, local: LocalReplica, *, deleted_topic: bool) -> None:
-        """Delete the replica of a deleted topic; keep any other unknown replica as `-stray`."""
+    def retire_local(self, key: PartitionKey, local: LocalReplica, *, delete: bool) -> None:
+        """Delete the replica (`delete`: its topic was deleted or it was reassigned away), else
+        keep it as `-stray`. Deleting renames it at once and removes it in a worker thread."""
         self.moves.cancel(key, "the replica is no longer hosted here")
         self.manager.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         try:
-            if deleted_topic:
-                replicas.delete(local.path)
-                log.info("Deleted replica %s: its topic was deleted", local.path.name)
+            if delete:
+                doomed = replicas.mark_deleted(local.path, key[0])
+                why = "its topic was deleted" if key[0] in self.removed_topics else "it was reassigned away"
+                log.info("Deleting replica %s: %s", local.path.name, why)
+                self._remove_later(local.directory_id, doomed)
             else:
                 target = replicas.mark_stray(local.path, key[0])
                 log.warning(
@@ -174,6 +195,19 @@ class Reconciler:
             return
         del self.state.local[key]
         self.placements.cancel(key)
+
+    def _remove_later(self, directory: Uuid, path: Path) -> None:
+        async def remove() -> None:
+            try:
+                await asyncio.to_thread(replicas.delete, path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self.failures.io_error(directory, exc, f"deleting {path.name}")
+
+        task = asyncio.ensure_future(remove())
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
 
     def placement_valid(self, key: PartitionKey, directory: Uuid) -> bool:
         """Whether a queued placement is still worth sending (checked when its batch is taken)."""
@@ -222,6 +256,9 @@ def scan_dirs(dirs: list[tuple[Uuid, Path]]) -> list[tuple[Uuid, list[replicas.F
         if directory in failed:
             continue
         try:
+            for doomed in replicas.scan_deleted(path):
+                replicas.delete(doomed)
+                log.info("Deleted %s (a replica deleted before the last stop)", doomed)
             found = list(replicas.scan(path))
         except OSError as exc:
             outcomes.append((directory, exc))

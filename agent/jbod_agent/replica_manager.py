@@ -265,6 +265,9 @@ class ReplicaManager:
         """Apply the image's view of the partition; True when the set of followed leaders moved."""
         me = self.state.node_id
         new_epoch = part.leader_epoch != hosted.leader_epoch
+        if hosted.replicas != part.replicas:
+            for gone in [r for r in hosted.followers if r not in part.replicas]:
+                del hosted.followers[gone]  # reassigned away: its progress no longer counts
         hosted.replicas = part.replicas
         if part.partition_epoch >= hosted.partition_epoch:
             hosted.isr = part.isr

@@ -6,6 +6,8 @@ Guarantees:
   the same name is never mistaken for the old one.
 * `scan` reports every replica directory of a log dir with its topic id; directories without a
   readable `partition.metadata` are reported as unreadable, never silently adopted.
+* A replica to delete is first renamed `<name>.<topic id>-delete` (`mark_deleted`, never seen
+  by `scan` again), then removed; a start finds the ones a crash left (`scan_deleted`).
 * `create` / `delete` raise `OSError` untouched so the caller can classify it (EIO → the dir
   goes offline, ENOSPC → the dir is full).
 """
@@ -81,6 +83,27 @@ def create(log_dir: Path, *, topic: str, partition: int, topic_id: Uuid, sync: b
 
 def delete(path: Path) -> None:
     shutil.rmtree(path)
+
+
+DELETE_SUFFIX: Final = "-delete"
+
+
+def mark_deleted(path: Path, topic_id: Uuid) -> Path:
+    """Rename a replica to `<name>.<topic id>-delete` (one rename, so a large replica leaves the
+    serving path at once); `delete` then removes it, and `scan_deleted` finds those a crash left."""
+    target = path.with_name(f"{path.name}.{topic_id}{DELETE_SUFFIX}")
+    path.rename(target)
+    return target
+
+
+def scan_deleted(log_dir: Path) -> list[Path]:
+    """The replicas renamed by `mark_deleted` and not yet removed (OSError if unlistable)."""
+    with os.scandir(log_dir) as entries:
+        return [
+            Path(e.path)
+            for e in entries
+            if e.name.endswith(DELETE_SUFFIX) and e.is_dir(follow_symlinks=False)
+        ]
 
 
 def mark_stray(path: Path, topic_id: Uuid) -> Path:

@@ -68,6 +68,8 @@ class AgentState:
     local: dict[PartitionKey, LocalReplica] = field(default_factory=dict)
     offline_local: dict[PartitionKey, LocalReplica] = field(default_factory=dict)
     creating: dict[PartitionKey, Uuid] = field(default_factory=dict)
+    # Dirs named in advance (AlterReplicaLogDirs) for replicas this broker does not host yet.
+    preferred_dirs: dict[PartitionKey, Uuid] = field(default_factory=dict)
     reconciled_once: bool = False
     # lifecycle
     epoch: int = -1

@@ -65,6 +65,8 @@ from jbod_core.messages import (
     AllocateProducerIdsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
+    AlterReassignmentsReply,
+    AlterReassignmentsRequest,
     AlterScramCredentialsReply,
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
@@ -77,6 +79,7 @@ from jbod_core.messages import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     DescribeScramCredentialsResult,
+    ListReassignmentsReply,
     Message,
     RegisterBrokerReply,
     RegisterBrokerRequest,
@@ -437,6 +440,14 @@ class ControllerClient(_ControllerList):
     def alter_scram_credentials(self, request: AlterScramCredentialsRequest) -> AlterScramCredentialsReply:
         return self._post(SCRAM_CREDENTIALS_PATH, request, AlterScramCredentialsReply)
 
+    def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
+        return self._post(REASSIGNMENTS_PATH, request, AlterReassignmentsReply)
+
+    def list_reassignments(self) -> ListReassignmentsReply:
+        return _reply(
+            ListReassignmentsReply, self._call("GET", REASSIGNMENTS_PATH), self.url, "GET", REASSIGNMENTS_PATH
+        )
+
     def describe_scram_credentials(
         self, users: Sequence[str] | None = None
     ) -> list[DescribeScramCredentialsResult]:
@@ -451,6 +462,7 @@ def _path(segment: str) -> str:
 
 PRODUCER_IDS_PATH: Final = "/v1/producer-ids"
 SCRAM_CREDENTIALS_PATH: Final = "/v1/scram-credentials"
+REASSIGNMENTS_PATH: Final = "/v1/reassignments"
 
 
 def topic_configs_path(name: str) -> str:
@@ -617,6 +629,13 @@ class ControllerLink(_ControllerList):
         self, request: AlterScramCredentialsRequest
     ) -> AlterScramCredentialsReply:
         return await self._post(SCRAM_CREDENTIALS_PATH, request, AlterScramCredentialsReply)
+
+    async def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
+        return await self._post(REASSIGNMENTS_PATH, request, AlterReassignmentsReply)
+
+    async def list_reassignments(self) -> ListReassignmentsReply:
+        data = await self._request("GET", REASSIGNMENTS_PATH)
+        return _reply(ListReassignmentsReply, data, self.url, "GET", REASSIGNMENTS_PATH)
 
     async def describe_scram_credentials(
         self, users: Sequence[str] | None = None

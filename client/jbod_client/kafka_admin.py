@@ -1,6 +1,7 @@
 """A small client of Kafka's protocol for what librdkafka does not offer: DescribeLogDirs and
 AlterReplicaLogDirs (`jbodctl log-dirs` and `move-replica`; the demo finds a leader's disk with
-it), plus Metadata's list of brokers. Requests are encoded and responses decoded with kio's types
+it), AlterPartitionReassignments and ListPartitionReassignments (`jbodctl reassign`), plus
+Metadata's list of brokers. Requests are encoded and responses decoded with kio's types
 (Kafka's own message schemas) through `jbod_kafka.protocol`; SASL through `sasl_client`.
 
 Guarantees:
@@ -47,6 +48,8 @@ SASL_AUTHENTICATE: Final = 36
 METADATA: Final = 3
 ALTER_REPLICA_LOG_DIRS: Final = 34
 DESCRIBE_LOG_DIRS: Final = 35
+ALTER_PARTITION_REASSIGNMENTS: Final = 45
+LIST_PARTITION_REASSIGNMENTS: Final = 46
 #: The versions this client sends of each API it uses: (lowest, highest). DescribeLogDirs v4 is
 #: the first with total and usable bytes (KIP-827); Metadata v1 the first where no topics means none.
 CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
@@ -55,6 +58,8 @@ CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
     SASL_AUTHENTICATE: (0, 2),
     ALTER_REPLICA_LOG_DIRS: (1, 2),
     DESCRIBE_LOG_DIRS: (1, 4),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 _API_NAMES: Final = {
     METADATA: "Metadata",
@@ -62,6 +67,8 @@ _API_NAMES: Final = {
     SASL_AUTHENTICATE: "SaslAuthenticate",
     ALTER_REPLICA_LOG_DIRS: "AlterReplicaLogDirs",
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
+    ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+    LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
 }
 _SIZE: Final = struct.Struct(">i")
 _CORRELATION: Final = struct.Struct(">i")
@@ -353,6 +360,81 @@ async def alter_replica_log_dir(connection: KafkaConnection, *, path: str, topic
     raise KafkaProtocolError(f"the broker at {connection.address} did not answer for {topic}-{partition}")
 
 
+PartitionName = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentInProgress:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+async def alter_partition_reassignments(
+    connection: KafkaConnection,
+    targets: Mapping[PartitionName, Sequence[int] | None],
+    *,
+    timeout_ms: int = 60_000,
+) -> dict[PartitionName, tuple[int, str | None]]:
+    """Start (target replicas) or cancel (None) reassignments; Kafka's (error code, message) per
+    partition. A top-level refusal (authorization, no controller) is given to every partition."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), replicas in targets.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "replicas": None if replicas is None else list(replicas)}
+        )
+    response = await connection.request(
+        ALTER_PARTITION_REASSIGNMENTS,
+        timeout=timeout_ms,
+        allow_replication_factor_change=True,
+        topics=[{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+    )
+    top = int(response.error_code)
+    out: dict[PartitionName, tuple[int, str | None]] = {}
+    for topic in response.responses:
+        for p in topic.partitions:
+            code = int(p.error_code) or top
+            out[(topic.name, int(p.partition_index))] = (code, p.error_message or response.error_message)
+    for name in targets:
+        out.setdefault(
+            name,
+            (top, response.error_message)
+            if top
+            else (int(KafkaErrorCode.unknown_server_error), "not answered"),
+        )
+    return out
+
+
+async def list_partition_reassignments(
+    connection: KafkaConnection, topics: Mapping[str, Sequence[int]] | None = None
+) -> list[ReassignmentInProgress]:
+    """The partitions being reassigned (all, or those of `topics` that are), by topic and partition."""
+    wanted = (
+        None if topics is None else [{"name": t, "partition_indexes": list(p)} for t, p in topics.items()]
+    )
+    response = await connection.request(LIST_PARTITION_REASSIGNMENTS, timeout=60_000, topics=wanted)
+    code = int(response.error_code)
+    if code != 0:
+        raise KafkaProtocolError(
+            f"the broker at {connection.address} refused ListPartitionReassignments: "
+            f"{describe_error(code, response.error_message)}"
+        )
+    found = [
+        ReassignmentInProgress(
+            topic=topic.name,
+            partition=int(p.partition_index),
+            replicas=tuple(int(b) for b in p.replicas),
+            adding_replicas=tuple(int(b) for b in p.adding_replicas),
+            removing_replicas=tuple(int(b) for b in p.removing_replicas),
+        )
+        for topic in response.topics
+        for p in topic.partitions
+    ]
+    return sorted(found, key=lambda o: (o.topic, o.partition))
+
+
 class KafkaAdmin:
     """The connections one command makes: to the bootstrap servers for Metadata, and to brokers
     by address (the module's guarantees)."""
@@ -400,6 +482,29 @@ class KafkaAdmin:
         return await alter_replica_log_dir(
             await self.connection(address), path=path, topic=topic, partition=partition
         )
+
+    async def any_broker(self) -> KafkaConnection:
+        """A connection to the first bootstrap server that answers (admin requests any broker
+        forwards to the controller); the last server's error when none does."""
+        failure: ClientError | None = None
+        for address in self.bootstrap:
+            try:
+                return await self.connection(address)
+            except KafkaAuthenticationError:
+                raise
+            except ClientError as exc:
+                failure = exc
+        raise failure or KafkaUnreachableError("no Kafka bootstrap server to ask")
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[PartitionName, Sequence[int] | None]
+    ) -> dict[PartitionName, tuple[int, str | None]]:
+        return await alter_partition_reassignments(await self.any_broker(), targets)
+
+    async def list_partition_reassignments(
+        self, topics: Mapping[str, Sequence[int]] | None = None
+    ) -> list[ReassignmentInProgress]:
+        return await list_partition_reassignments(await self.any_broker(), topics)
 
     async def aclose(self) -> None:
         tasks = list(self._connections.values())

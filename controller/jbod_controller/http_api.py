@@ -40,12 +40,13 @@ from pydantic import ValidationError
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import NotActiveError, log_divergence, page_checksum
 from jbod_controller.service import ControllerService
-from jbod_core import frames, scram, views
+from jbod_core import frames, reassignment, scram, views
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
     AllocateProducerIdsRequest,
     AlterPartitionRequest,
+    AlterReassignmentsRequest,
     AlterScramCredentialsRequest,
     AlterTopicConfigsRequest,
     AssignReplicasToDirsRequest,
@@ -70,7 +71,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # its new ISR. Registrations and heartbeats list a broker's directories only (1 MiB is ~40,000).
 # The admin extensions (docs/api.md): a config change or a SCRAM change names a few keys or users
 # (1 MiB is thousands), an added-partitions assignment at most 10,000 partitions like a create, a
-# producer-id request two numbers.
+# producer-id request two numbers; a reassignment at most 10,000 partitions with their targets.
 BROKER_BODY_BYTES = 1024 * 1024
 PARTITION_BODY_BYTES = MAX_PARTITIONS_PER_REQUEST * 256 + 64 * 1024
 ADMIN_BODY_BYTES = 1024 * 1024
@@ -83,6 +84,7 @@ BODY_LIMITS: dict[str, int] = {
     "create-topic": PARTITION_BODY_BYTES,
     "alter-configs": ADMIN_BODY_BYTES,
     "create-partitions": PARTITION_BODY_BYTES,
+    "alter-reassignments": PARTITION_BODY_BYTES,
     "alter-scram-credentials": ADMIN_BODY_BYTES,
     "allocate-producer-ids": SMALL_BODY_BYTES,
 }
@@ -283,6 +285,14 @@ class ControllerApi:
             self._timed("create-partitions", self.create_partitions, auth="admin"),
         )
         r.add_post(
+            "/v1/reassignments",
+            self._timed("alter-reassignments", self.alter_reassignments, auth="admin"),
+        )
+        r.add_get(
+            "/v1/reassignments",
+            self._timed("list-reassignments", self.list_reassignments, auth="admin"),
+        )
+        r.add_post(
             "/v1/scram-credentials",
             self._timed("alter-scram-credentials", self.alter_scram_credentials, auth="admin"),
         )
@@ -458,6 +468,13 @@ class ControllerApi:
     async def create_partitions(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "create-partitions", CreatePartitionsRequest)
         return reply_response(await self.service.create_partitions(request.match_info["name"], parsed))
+
+    async def alter_reassignments(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "alter-reassignments", AlterReassignmentsRequest)
+        return reply_response(await self.service.alter_reassignments(parsed))
+
+    async def list_reassignments(self, request: web.Request) -> web.Response:
+        return reply_response(reassignment.list_reassignments(self.service.image))
 
     async def alter_scram_credentials(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "alter-scram-credentials", AlterScramCredentialsRequest)

@@ -43,6 +43,7 @@ from jbod_core import (
     frames,
     isr,
     producer_ids,
+    reassignment,
     records,
     scram,
     topics,
@@ -53,6 +54,8 @@ from jbod_core.messages import (
     AllocateProducerIdsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
+    AlterReassignmentsReply,
+    AlterReassignmentsRequest,
     AlterScramCredentialsReply,
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
@@ -448,6 +451,29 @@ class ControllerService:
             return produced, reply
 
         return await self._writer().submit(decide, name="create-partitions")
+
+    async def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AlterReassignmentsReply]:
+            produced, reply = reassignment.alter_reassignments(image, request)
+            for record in produced:
+                if isinstance(record, records.PartitionChangeRecord) and record.replicas is not None:
+                    topic = image.topics[record.topic_id].name
+                    if record.adding_replicas or record.removing_replicas:
+                        log.info(
+                            "Reassigning %s-%d: replicas %s, adding %s, removing %s",
+                            topic,
+                            record.partition_id,
+                            list(record.replicas),
+                            list(record.adding_replicas or ()),
+                            list(record.removing_replicas or ()),
+                        )
+                    else:
+                        log.info(
+                            "Replicas of %s-%d are now %s", topic, record.partition_id, list(record.replicas)
+                        )
+            return produced, reply
+
+        return await self._writer().submit(decide, name="alter-reassignments")
 
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest

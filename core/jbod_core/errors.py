@@ -28,6 +28,7 @@ class ErrorCode(IntEnum):
     KAFKA_STORAGE_ERROR = 56
     LOG_DIR_NOT_FOUND = 57
     FENCED_LEADER_EPOCH = 74
+    NO_REASSIGNMENT_IN_PROGRESS = 85  # extension: reassignments (docs/api.md)
     STALE_BROKER_EPOCH = 77
     RESOURCE_NOT_FOUND = 91  # extension: SCRAM credentials
     DUPLICATE_RESOURCE = 92  # extension: SCRAM credentials

@@ -12,7 +12,7 @@ Guarantees:
 * Registrations and partitions are frozen values: a change replaces the value, so a reader holding
   an older value never sees it change, and a snapshot is a shallow copy of the dicts.
 * The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
-  broker, leaderless partitions, online-dir owner) are kept in step with every replay, so that
+  broker, leaderless partitions, partitions being reassigned, online-dir owner) are kept in step with every replay, so that
   handling a failed dir costs the number of replicas in it, not the size of the cluster.
   `check_indexes` rebuilds them from scratch and compares (used by tests).
 * `apply_broker_change` and `apply_partition_change` are the pure value transitions that replay
@@ -70,9 +70,30 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # A reassignment in progress (KIP-455): replicas joining and leaving; both empty otherwise.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     def directory_of(self, broker_id: int) -> Uuid:
         return self.directories[self.replicas.index(broker_id)]
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment completes (the replicas when none is in progress)."""
+        if not self.removing_replicas:
+            return self.replicas
+        return tuple(b for b in self.replicas if b not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment began (what a cancel goes back to)."""
+        if not self.adding_replicas:
+            return self.replicas
+        return tuple(b for b in self.replicas if b not in self.adding_replicas)
 
 
 class ScramCredential(NamedTuple):
@@ -138,14 +159,27 @@ def partition_from_record(record: records.PartitionRecord) -> PartitionRegistrat
             f"PartitionRecord {record.topic_id}-{record.partition_id} has {len(record.directories)} "
             f"directories for {len(record.replicas)} replicas"
         )
-    return PartitionRegistration(
+    part = PartitionRegistration(
         replicas=record.replicas,
         isr=record.isr,
         directories=record.directories,
         leader=record.leader,
         leader_epoch=record.leader_epoch,
         partition_epoch=record.partition_epoch,
+        adding_replicas=record.adding_replicas,
+        removing_replicas=record.removing_replicas,
     )
+    _check_reassignment(part, f"PartitionRecord {record.topic_id}-{record.partition_id}")
+    return part
+
+
+def _check_reassignment(part: PartitionRegistration, what: str) -> None:
+    adding, removing = set(part.adding_replicas), set(part.removing_replicas)
+    if not (adding | removing) <= set(part.replicas) or adding & removing:
+        raise ReplayError(
+            f"{what} has adding replicas {list(part.adding_replicas)} and removing replicas "
+            f"{list(part.removing_replicas)} that are not distinct replicas of {list(part.replicas)}"
+        )
 
 
 def apply_partition_change(
@@ -176,15 +210,30 @@ def apply_partition_change(
     else:
         leader = record.leader
         leader_epoch = current.leader_epoch + 1 if record.leader_epoch is None else record.leader_epoch
-    # Positional: this runs once per replayed change, the hottest path of recovery.
-    return PartitionRegistration(
+    if record.adding_replicas is None and record.removing_replicas is None and record.replicas is None:
+        # Positional: this runs once per replayed change, the hottest path of recovery.
+        return PartitionRegistration(
+            replicas,
+            current.isr if record.isr is None else record.isr,
+            directories,
+            leader,
+            leader_epoch,
+            record.partition_epoch,
+            current.adding_replicas,
+            current.removing_replicas,
+        )
+    part = PartitionRegistration(
         replicas,
         current.isr if record.isr is None else record.isr,
         directories,
         leader,
         leader_epoch,
         record.partition_epoch,
+        current.adding_replicas if record.adding_replicas is None else record.adding_replicas,
+        current.removing_replicas if record.removing_replicas is None else record.removing_replicas,
     )
+    _check_reassignment(part, f"PartitionChangeRecord {record.topic_id}-{record.partition_id}")
+    return part
 
 
 class ClusterImage:
@@ -201,6 +250,7 @@ class ClusterImage:
         self.unassigned_by_broker: dict[int, set[PartitionKey]] = {}
         self.leaders_by_broker: dict[int, set[PartitionKey]] = {}
         self.leaderless: set[PartitionKey] = set()
+        self.reassigning: set[PartitionKey] = set()  # partitions with a reassignment in progress
         self.dir_owner: dict[Uuid, int] = {}
         self.partition_count = 0
         # SCRAM credentials by (user name, mechanism).
@@ -418,16 +468,23 @@ class ClusterImage:
         if new.leader != old.leader:
             self._unindex_leader(key, old)
             self._index_leader(key, new)
+        if new.reassigning:
+            self.reassigning.add(key)
+        elif old.reassigning:
+            self.reassigning.discard(key)
 
     # -- index maintenance -------------------------------------------------------------------
 
     def _index(self, key: PartitionKey, part: PartitionRegistration) -> None:
         self._index_placement(key, part)
         self._index_leader(key, part)
+        if part.reassigning:
+            self.reassigning.add(key)
 
     def _unindex(self, key: PartitionKey, part: PartitionRegistration) -> None:
         self._unindex_placement(key, part)
         self._unindex_leader(key, part)
+        self.reassigning.discard(key)
 
     def _index_dir(self, key: PartitionKey, broker_id: int, directory: Uuid) -> None:
         if directory == UNASSIGNED_DIR:
@@ -519,6 +576,8 @@ class ClusterImage:
                         leader_epoch=part.leader_epoch,
                         partition_epoch=part.partition_epoch,
                         directories=part.directories,
+                        adding_replicas=part.adding_replicas,
+                        removing_replicas=part.removing_replicas,
                     )
                 )
         for (name, mechanism), credential in sorted(self.scram_credentials.items()):
@@ -581,6 +640,8 @@ class ClusterImage:
                 raise AssertionError(f"index {name} is out of step with the partitions")
         if self.leaderless != fresh.leaderless:
             raise AssertionError("index leaderless is out of step with the partitions")
+        if self.reassigning != fresh.reassigning:
+            raise AssertionError("index reassigning is out of step with the partitions")
         if self.dir_owner != fresh.dir_owner:
             raise AssertionError("index dir_owner is out of step with the registrations")
         if self.partition_count != sum(len(t.partitions) for t in self.topics.values()):

@@ -9,11 +9,13 @@ Guarantees:
 * An accepted change writes one record that sets the ISR and bumps only the partition epoch (the
   leader stays); an ISR equal to the current one writes nothing. The reply carries the
   partition's resulting leader, epochs and ISR.
+* An ISR change that brings every adding replica of a reassignment into the ISR completes it
+  in a second record (`jbod_core.reassignment.complete`); the reply shows the result.
 """
 
 from __future__ import annotations
 
-from jbod_core import records
+from jbod_core import reassignment, records
 from jbod_core.draft import Draft
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import is_online
@@ -111,6 +113,10 @@ def alter_partition(
                     )
                 )
                 part = draft.partition(key) or part
+                done = reassignment.complete(draft, key, part)
+                if done is not None:
+                    draft.append(done)
+                    part = draft.partition(key) or part
             results.append(_result(index, part))
         topic_results.append(AlterPartitionTopicResult(topic_id=topic.topic_id, partitions=results))
     return draft.records, AlterPartitionReply(topics=topic_results)

@@ -237,6 +237,19 @@ class CreatePartitionsRequest(Message):
     validate_only: bool = False
 
 
+class ReassignmentTarget(Message):
+    """One partition of AlterPartitionReassignments: its target replicas, or None to cancel."""
+
+    topic: str
+    partition: Int32
+    replicas: list[Int32] | None = None
+
+
+class AlterReassignmentsRequest(Message):
+    partitions: Annotated[list[ReassignmentTarget], Field(max_length=MAX_PARTITIONS_PER_REQUEST)]
+    allow_replication_factor_change: bool = True
+
+
 class ScramCredentialDeletion(Message):
     name: str
     mechanism: Int8
@@ -353,6 +366,32 @@ class CreatePartitionsReply(Message):
     error_message: str | None = None
     topic_id: UuidField | None = None
     total_count: int | None = None  # the partition count after the change (or as it would be)
+
+
+class ReassignmentResult(Message):
+    topic: str
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class AlterReassignmentsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    results: list[ReassignmentResult] = []
+
+
+class OngoingReassignment(Message):
+    topic: str
+    topic_id: UuidField
+    partition: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+class ListReassignmentsReply(Message):
+    reassignments: list[OngoingReassignment] = []
 
 
 class AlterScramCredentialResult(Message):

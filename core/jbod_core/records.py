@@ -11,7 +11,9 @@ Guarantees:
 * Extensions beyond the contract's seven types (docs/api.md, "Record types"), as in KRaft:
   `ConfigRecord` (a topic config set or deleted), `UserScramCredentialRecord` and
   `RemoveUserScramCredentialRecord` (SCRAM credentials; bytes as standard base64 with padding) and
-  `ProducerIdsRecord` (the producer-id watermark).
+  `ProducerIdsRecord` (the producer-id watermark); and KRaft's `addingReplicas` /
+  `removingReplicas` of a partition being reassigned (KIP-455) in `PartitionRecord` (only when
+  non-empty) and `PartitionChangeRecord` (absent: unchanged).
 """
 
 from __future__ import annotations
@@ -135,9 +137,12 @@ class PartitionRecord:
     leader_epoch: int
     partition_epoch: int
     directories: tuple[Uuid, ...]
+    # Extension (KRaft's fields, KIP-455): a reassignment in progress; written only when non-empty.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "topicId": str(self.topic_id),
             "partitionId": self.partition_id,
             "replicas": list(self.replicas),
@@ -147,6 +152,11 @@ class PartitionRecord:
             "partitionEpoch": self.partition_epoch,
             "directories": _uuids(self.directories),
         }
+        if self.adding_replicas:
+            data["addingReplicas"] = list(self.adding_replicas)
+        if self.removing_replicas:
+            data["removingReplicas"] = list(self.removing_replicas)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +170,9 @@ class PartitionChangeRecord:
     leader: int | None = None
     leader_epoch: int | None = None
     directories: tuple[Uuid, ...] | None = None
+    # Extension (KRaft's fields, KIP-455): None leaves them unchanged, () ends the reassignment.
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -177,6 +190,10 @@ class PartitionChangeRecord:
             data["leaderEpoch"] = self.leader_epoch
         if self.directories is not None:
             data["directories"] = _uuids(self.directories)
+        if self.adding_replicas is not None:
+            data["addingReplicas"] = list(self.adding_replicas)
+        if self.removing_replicas is not None:
+            data["removingReplicas"] = list(self.removing_replicas)
         return data
 
 
@@ -384,6 +401,8 @@ def _decode_partition(d: Mapping[str, Any]) -> PartitionRecord:
         leader_epoch=_int(d, "leaderEpoch"),
         partition_epoch=_int(d, "partitionEpoch"),
         directories=_uuid_list(d, "directories"),
+        adding_replicas=_opt(d, "addingReplicas", _int_list) or (),
+        removing_replicas=_opt(d, "removingReplicas", _int_list) or (),
     )
 
 
@@ -397,6 +416,8 @@ def _decode_partition_change(d: Mapping[str, Any]) -> PartitionChangeRecord:
         leader=_opt(d, "leader", _int),
         leader_epoch=_opt(d, "leaderEpoch", _int),
         directories=_opt(d, "directories", _uuid_list),
+        adding_replicas=_opt(d, "addingReplicas", _int_list),
+        removing_replicas=_opt(d, "removingReplicas", _int_list),
     )
 
 

@@ -292,7 +292,7 @@ def create_partitions(
             ErrorCode.INVALID_PARTITIONS,
             f"At most {MAX_PARTITIONS_PER_REQUEST} partitions may be added at once, not {added}",
         )
-    factor = len(topic.partitions[0].replicas)
+    factor = len(topic.partitions[0].target_replicas)
     assignment, code, problem = _added_assignment(image, request, current=current, factor=factor, rng=rng)
     if code is not ErrorCode.NONE:
         return _partitions_error(code, problem)

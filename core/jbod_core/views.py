@@ -18,18 +18,20 @@ def describe_topic(image: ClusterImage, topic: TopicImage) -> dict[str, Any]:
     partitions = []
     for index in sorted(topic.partitions):
         part = topic.partitions[index]
-        partitions.append(
-            {
-                "partitionIndex": index,
-                "leader": part.leader,
-                "leaderEpoch": part.leader_epoch,
-                "partitionEpoch": part.partition_epoch,
-                "replicas": list(part.replicas),
-                "isr": list(part.isr),
-                "directories": [str(d) for d in part.directories],
-                "offlineReplicas": image.offline_replicas(part),
-            }
-        )
+        view: dict[str, Any] = {
+            "partitionIndex": index,
+            "leader": part.leader,
+            "leaderEpoch": part.leader_epoch,
+            "partitionEpoch": part.partition_epoch,
+            "replicas": list(part.replicas),
+            "isr": list(part.isr),
+            "directories": [str(d) for d in part.directories],
+            "offlineReplicas": image.offline_replicas(part),
+        }
+        if part.reassigning:  # extension (issue 24): only while a reassignment runs
+            view["addingReplicas"] = list(part.adding_replicas)
+            view["removingReplicas"] = list(part.removing_replicas)
+        partitions.append(view)
     return {
         "name": topic.name,
         "topicId": str(topic.topic_id),

@@ -91,6 +91,8 @@ APIS: Final[dict[int, Api]] = {
         _api(37, "create_partitions", 0, 3),
         _api(42, "delete_groups", 0, 2),
         _api(44, "incremental_alter_configs", 0, 1),
+        _api(45, "alter_partition_reassignments", 0, 1),
+        _api(46, "list_partition_reassignments", 0, 0),
         _api(47, "offset_delete", 0, 0),
         _api(48, "describe_client_quotas", 0, 1),
         _api(50, "describe_user_scram_credentials", 0, 0),

@@ -136,6 +136,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "KAFKA_STORAGE_ERROR": 56,
         "LOG_DIR_NOT_FOUND": 57,
         "FENCED_LEADER_EPOCH": 74,
+        "NO_REASSIGNMENT_IN_PROGRESS": 85,
         "STALE_BROKER_EPOCH": 77,
         "RESOURCE_NOT_FOUND": 91,
         "DUPLICATE_RESOURCE": 92,

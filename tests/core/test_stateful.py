@@ -2,7 +2,7 @@
 
 A hypothesis `RuleBasedStateMachine` drives random sequences of registrations, heartbeats (with
 wantFence, wantShutDown and offline dirs), directory assignments (including LOST and other
-brokers' dirs), AlterPartition, topic creation and deletion, session expiry with fake time,
+brokers' dirs), AlterPartition, reassignments (started, replaced, cancelled, completed by the ISR), topic creation and deletion, session expiry with fake time,
 controller restarts (fresh sessions) and unregistration. Every decision's records are replayed
 into the image, and after every step the safety invariants of protocol §1 and §3.6 (and the
 ones kafka-implementation-notes §10 lists) are checked, plus: replaying the whole log from
@@ -22,12 +22,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from jbod_core import assignments, brokers, isr, records, topics
+from jbod_core import assignments, brokers, isr, reassignment, records, topics
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import LOST_DIR, MIGRATING_DIR, UNASSIGNED_DIR, Uuid, is_online
 from jbod_core.image import ClusterImage, PartitionKey, PartitionRegistration
 from jbod_core.messages import (
     AlterPartitionRequest,
+    AlterReassignmentsRequest,
     AssignReplicasToDirsRequest,
     CreateTopicRequest,
 )
@@ -492,9 +493,19 @@ class ControllerMachine(RuleBasedStateMachine):
             expected = ErrorCode.NONE
         assert result.error_code == expected, (result, part, new_isr)
         self.apply(produced)
+        after = self.image.partition(key)
+        assert after is not None
+        if expected == 0 and part.reassigning and set(part.adding_replicas) <= set(new_isr):
+            target = part.target_replicas
+            if after.reassigning:  # complete waits only while no target replica in the ISR may lead
+                assert not any(b in new_isr and self.acceptable(b, part.directory_of(b)) for b in target)
+            else:
+                assert after.replicas == target
+                assert after.isr == tuple(b for b in new_isr if b in target)
+                assert after.leader in after.isr
+                assert (result.leader, result.partition_epoch) == (after.leader, after.partition_epoch)
+                return
         if expected == 0:
-            after = self.image.partition(key)
-            assert after is not None
             assert after.isr == tuple(new_isr)
             assert (after.leader, after.leader_epoch) == (part.leader, part.leader_epoch)
             assert after.partition_epoch == part.partition_epoch + (0 if tuple(new_isr) == part.isr else 1)
@@ -504,6 +515,57 @@ class ControllerMachine(RuleBasedStateMachine):
                 after.partition_epoch,
                 list(after.isr),
             )
+
+    @rule(
+        partition_pick=picks,
+        replicas=st.none()
+        | st.lists(st.sampled_from(BROKER_IDS), min_size=1, max_size=3, unique=True)
+        | st.lists(st.sampled_from(BROKER_IDS), min_size=1, max_size=3, unique=True)
+        | st.lists(st.sampled_from((*BROKER_IDS, 9)), max_size=3),
+        allow_rf=st.sampled_from([True, True, True, False]),
+    )
+    def reassign(self, partition_pick: int, replicas: list[int] | None, allow_rf: bool) -> None:
+        target = replicas
+        parts = self.partitions()
+        if not parts:
+            return
+        (topic_id, index), part = parts[partition_pick % len(parts)]
+        name = self.image.topics[topic_id].name
+        request = AlterReassignmentsRequest.model_validate(
+            {
+                "partitions": [{"topic": name, "partition": index, "replicas": target}],
+                "allowReplicationFactorChange": allow_rf,
+            }
+        )
+        produced, reply = reassignment.alter_reassignments(self.image, request)
+        [result] = reply.results
+        self.unchanged_on_error(produced, result.error_code)
+        if target is None and not part.reassigning:
+            assert result.error_code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        elif target is not None and (
+            not target or len(set(target)) != len(target) or any(b not in self.image.brokers for b in target)
+        ):
+            assert result.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        elif target is not None and not allow_rf and len(target) != len(part.original_replicas):
+            assert result.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+        self.apply(produced)
+        after = self.image.partition((topic_id, index))
+        assert after is not None
+        if result.error_code != 0:
+            assert after == part
+            return
+        goal = part.original_replicas if target is None else tuple(target)
+        if after.reassigning:
+            assert after.target_replicas == goal
+            assert set(after.adding_replicas) == set(goal) - set(part.original_replicas)
+            assert any(b not in after.isr for b in after.adding_replicas) or not any(
+                self.acceptable(b, after.directory_of(b)) for b in goal if b in after.isr
+            )
+        else:
+            assert after.replicas == goal or (target is None and set(after.replicas) == set(goal))
+        # Brokers that stay replicas keep their dirs.
+        for broker_id in set(part.replicas) & set(after.replicas):
+            assert after.directory_of(broker_id) == part.directory_of(broker_id)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -592,6 +654,9 @@ class ControllerMachine(RuleBasedStateMachine):
             assert part.isr, f"empty ISR in {key}"
             assert len(set(part.isr)) == len(part.isr), key
             assert set(part.isr) <= set(part.replicas), key
+            adding, removing = set(part.adding_replicas), set(part.removing_replicas)
+            assert (adding | removing) <= set(part.replicas) and not adding & removing, key
+            assert part.reassigning == (key in self.image.reassigning), key
             if part.leader != records.NO_LEADER:
                 # Leader in the ISR, registered, unfenced, not shutting down, its dir online.
                 assert part.leader in part.isr, (key, part)

@@ -25,6 +25,7 @@ from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
+from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_client.controller import ControllerLink
 from jbod_core import groups
 
@@ -77,7 +78,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
     group_apis = GroupApis(ctx, coordinator, forwarder)
-    handlers = {**admin.handlers(), **group_apis.handlers()}
+    handlers = {**admin.handlers(), **group_apis.handlers(), **ReassignApis(ctx, forwarder).handlers()}
     kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
     return BrokerApis(kafka, admin, coordinator)
 
