@@ -26,6 +26,8 @@ from jbod_client.controller import ApiError, ClientError, ControllerLink
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     AllocateProducerIdsRequest,
+    AlterBrokerConfigsReply,
+    AlterBrokerConfigsRequest,
     AlterScramCredentialsReply,
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
@@ -80,6 +82,11 @@ class Forwarder:
 
     async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
         return await answer(self._admin().create_partitions(name, request))
+
+    async def alter_broker_configs(
+        self, broker: str, request: AlterBrokerConfigsRequest
+    ) -> AlterBrokerConfigsReply:
+        return await answer(self._admin().alter_broker_configs(broker, request))
 
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest
