@@ -46,9 +46,11 @@ from jbod_agent.produce import Produce
 from jbod_agent.reconciler import Reconciler
 from jbod_agent.replica_fetch import ReplicaFetchServer
 from jbod_agent.replica_manager import ReplicaManager
+from jbod_agent.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState, LogDirState
 from jbod_agent.storage import LoadedStorage
 from jbod_client.controller import ControllerLink
+from jbod_core import broker_configs, topic_configs
 from jbod_core.ids import Uuid, random_uuid
 
 log = logging.getLogger("jbod_agent")
@@ -99,8 +101,23 @@ class Agent:
         self.produce = Produce(self.manager, clock=self.clock)
         self.client_fetch = ClientFetch(self.manager, clock=self.clock)
         self.isr_upkeep = IsrUpkeep(self.manager, link=self.link, clock=self.clock)
+        self.leader_quota = ReplicationQuota(
+            self.state,
+            clock=self.clock,
+            rate_key=broker_configs.LEADER_THROTTLED_RATE,
+            replicas_key=topic_configs.LEADER_THROTTLED_REPLICAS,
+        )
+        self.follower_quota = ReplicationQuota(
+            self.state,
+            clock=self.clock,
+            rate_key=broker_configs.FOLLOWER_THROTTLED_RATE,
+            replicas_key=topic_configs.FOLLOWER_THROTTLED_REPLICAS,
+        )
         self.replica_fetch = ReplicaFetchServer(
-            self.manager, clock=self.clock, on_isr_expandable=self.isr_upkeep.check_now
+            self.manager,
+            clock=self.clock,
+            on_isr_expandable=self.isr_upkeep.check_now,
+            quota=self.leader_quota,
         )
         self.log_upkeep = LogUpkeep(self.manager, clock=self.clock)
         self.mover = Mover(
@@ -155,6 +172,7 @@ class Agent:
             self.token,
             clock=self.clock,
             on_source_truncated=self.mover.source_truncated,
+            quota=self.follower_quota,
         )
         self._spawn(self.isr_upkeep.run_forever(), "isr")
         self._spawn(self.log_upkeep.flush_forever(), "flush")

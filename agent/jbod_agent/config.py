@@ -99,6 +99,10 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
     replica_move_max_bytes_per_second: int = -1
+    # Replication throttles and cordoned dirs, also dynamic (jbod_core.broker_configs; -1: unset).
+    leader_replication_throttled_rate: int = -1
+    follower_replication_throttled_rate: int = -1
+    cordoned_log_dirs: tuple[str, ...] = ()  # `*` or paths of log.dirs (KIP-1066)
     advertised_listener: HttpListener | None = None
     kafka_listeners: tuple[KafkaListener, ...] = ()
     advertised_kafka_listeners: tuple[KafkaListener, ...] = ()
@@ -152,6 +156,14 @@ def _paths(key: str, value: str) -> tuple[Path, ...]:
     if len({p.resolve() for p in paths}) != len(paths):
         raise ConfigError(f"{key}: lists the same directory more than once")
     return paths
+
+
+def _cordoned(key: str, value: str) -> tuple[str, ...]:
+    """`*` or log dir paths (each checked against `log.dirs` once every key is read)."""
+    entries = tuple(e.strip() for e in value.split(",") if e.strip())
+    if "*" in entries and len(entries) > 1:
+        raise ConfigError(f"{key}: '*' cannot be listed with other log dirs")
+    return entries
 
 
 def _url(key: str, value: str) -> str:
@@ -262,6 +274,9 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0, 60_000)),
     "replica.alter.log.dirs.io.max.bytes.per.second": ("replica_move_max_bytes_per_second", _int(-1, 2**62)),
+    "leader.replication.throttled.rate": ("leader_replication_throttled_rate", _int(-1, 2**62)),
+    "follower.replication.throttled.rate": ("follower_replication_throttled_rate", _int(-1, 2**62)),
+    "cordoned.log.dirs": ("cordoned_log_dirs", _cordoned),
     "telemetry.dir": ("telemetry_dir", _path),
     "telemetry.interval.ms": ("telemetry_interval_ms", _int(100, _MAX_MS)),
     "message.max.bytes": ("message_max_bytes", _int(1, 2**31 - 1)),
@@ -333,6 +348,10 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
             f"group.min.session.timeout.ms: {config.group_min_session_timeout_ms} is above "
             f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})"
         )
+    known = {str(p) for p in config.log_dirs}
+    strays = [p for p in config.cordoned_log_dirs if p != "*" and str(Path(p)) not in known]
+    if strays:
+        raise ConfigError(f"cordoned.log.dirs: {strays[0]} is not one of log.dirs")
     if config.format_on_start and config.cluster_id is None:
         raise ConfigError("cluster.id: required when log.dirs.format.on.start is true")
     return config

@@ -16,6 +16,10 @@ Guarantees:
   scanning every partition; a full request (after a start, a failed request, or the leader's
   70 / 71) does scan them. A partition answered with an error leaves the session and is added
   back after 0.2 s. A leader without sessions gets sessionless full requests, as before.
+* Replication throttle (issue 24, `replication_quota`): the bytes fetched for a partition the
+  follower-side quota throttles (named in `follower.replication.throttled.replicas`, this broker
+  out of the ISR) are recorded; once the quota is exceeded the partition leaves the fetches
+  until the quota allows bytes again (its retry time). Other partitions are fetched as before.
 * Time is the injected clock's: the retry delays, the backoff after a failed request and the
   spacing of its warnings. Only the HTTP client's own timeout is real time.
 * The wire format of `POST /v1/replica/fetch` replies: `u32 length | JSON header | frames`; each
@@ -37,6 +41,7 @@ import orjson
 from jbod_agent import divergence
 from jbod_agent.ports import Clock
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState
 from jbod_core import fetch_session, replication
 from jbod_core.errors import ErrorCode
@@ -85,7 +90,7 @@ class _LeaderLoop:
 class Fetchers:
     """Starts and stops one fetch loop per leader this broker follows."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the broker, its replicas and token, then keyword collaborators
         self,
         broker: AgentState,
         manager: ReplicaManager,
@@ -93,8 +98,10 @@ class Fetchers:
         *,
         clock: Clock,
         on_source_truncated: Callable[[PartitionKey, int], None],
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker = broker
+        self.quota = quota  # the follower side's replication throttle (issue 24)
         self.clock = clock
         self.on_source_truncated = on_source_truncated
         self.manager = manager
@@ -290,6 +297,7 @@ class Fetchers:
             try:
                 if code == ErrorCode.NONE:
                     self._apply_data(hosted, offset, entry, data)
+                    self._throttle(state, key, hosted, size)
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(hosted, offset, entry)
                 else:
@@ -300,6 +308,18 @@ class Fetchers:
             if size or code != ErrorCode.NONE or "divergingEpoch" in entry or hosted.log.end_offset != offset:
                 state.changed.add(key)
         state.session.dropped(dropped)
+
+    def _throttle(self, state: _LeaderLoop, key: PartitionKey, hosted: HostedPartition, size: int) -> None:
+        """Record a throttled partition's fetched bytes; once the quota is exceeded, leave the
+        partition out of the fetches (as its retry) until the quota allows bytes again."""
+        quota = self.quota
+        if quota is None or not quota.throttled(key, self.broker.node_id):
+            return
+        quota.record(size)
+        if quota.exceeded():
+            quota.skipped += 1
+            hosted.fetch_retry_at = self.clock.monotonic() + quota.wait_s()
+            state.retry[key] = hosted.fetch_retry_at
 
     def _apply_data(
         self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview

@@ -168,6 +168,29 @@ class _AgentCollector(Collector):
         for kind, count in replica_fetch.request_partitions.items():
             listed.add_metric([kind], count)
         yield listed
+        throttled = CounterMetricFamily(
+            "jbod_replication_throttled_bytes",
+            "Bytes of throttled replicas moved (Kafka's replication throttles), by side",
+            labels=["side"],
+        )
+        skips = CounterMetricFamily(
+            "jbod_replication_throttle_skips",
+            "Times a throttled partition was left out of a fetch because its quota was exceeded",
+            labels=["side"],
+        )
+        rates = GaugeMetricFamily(
+            "jbod_replication_throttle_rate_bytes_per_second",
+            "The replication throttle's rate, by side (absent: unthrottled)",
+            labels=["side"],
+        )
+        for side, quota in (("leader", agent.leader_quota), ("follower", agent.follower_quota)):
+            throttled.add_metric([side], quota.throttled_bytes)
+            skips.add_metric([side], quota.skipped)
+            if quota.rate is not None:
+                rates.add_metric([side], quota.rate)
+        yield throttled
+        yield skips
+        yield rates
 
 
 class AgentApi:

@@ -9,6 +9,8 @@ Guarantees:
   the session timeout), when the last heartbeat ended and which failed dirs it named.
 * Placements: a batch's reply confirms or requeues each placement (`AssignmentQueue`); a failed
   request backs the queue off.
+* Registration and every heartbeat (once caught up with the metadata log) carry the cordoned dirs
+  (`dynamic_configs.cordoned_dir_ids`, KIP-1066).
 * Nothing here decides what to do next: that is `decide`; the loop in `agent` calls these.
 """
 
@@ -18,6 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jbod_agent import dynamic_configs
 from jbod_agent.assignment_queue import AssignmentQueue, Placement
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.state import AgentState
@@ -96,6 +99,7 @@ class LifecycleCalls:
             listeners=self.listeners(),
             rack=state.config.rack,
             previous_broker_epoch=state.epoch,
+            cordoned_log_dirs=dynamic_configs.cordoned_dir_ids(state),
         )
         try:
             reply = await self.link.register(request)
@@ -133,6 +137,9 @@ class LifecycleCalls:
             want_fence=not state.ready_to_unfence,
             want_shut_down=want_shut_down,
             offline_log_dirs=offline,
+            # KIP-1066 (and KAFKA-20441): only once caught up, so a dynamic change is never undone
+            # by a broker that has not replayed it yet.
+            cordoned_log_dirs=dynamic_configs.cordoned_dir_ids(state) if state.caught_up() else None,
         )
 
     async def heartbeat(self, offline: list[Uuid]) -> None:

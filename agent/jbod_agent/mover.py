@@ -3,8 +3,9 @@
 Guarantees:
 * A move copies the replica into a future replica `<topic>-<partition>.<move id>-future` in the
   destination dir, throttled to a byte rate (request `maxBytesPerSecond`, else
-  `replica.alter.log.dirs.io.max.bytes.per.second`, -1 = unthrottled), and keeps copying while
-  the partition takes writes.
+  `replica.alter.log.dirs.io.max.bytes.per.second`, dynamic over static and read again before
+  every chunk, so a `kafka-configs.sh` change applies to running moves; unset or -1 =
+  unthrottled), and keeps copying while the partition takes writes.
 * Once the future replica has caught up, the destination is reported with AssignReplicasToDirs;
   the switch happens only after the controller has confirmed it (the metadata image names the
   destination dir). The switch runs on the event loop without yielding: the last records are
@@ -39,12 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jbod_agent import replicas
+from jbod_agent import dynamic_configs, replicas
 from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState, LocalReplica, LogDirState
+from jbod_core import broker_configs
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -73,6 +75,7 @@ class Move:
     destination: Uuid
     future_path: Path
     rate: int  # bytes per second, <= 0: unthrottled
+    configured_rate: bool = False  # the rate is the broker's config (re-read), not the request's
     state: MoveState = MoveState.COPYING
     future_log: PartitionLog | None = None
     copied_bytes: int = 0
@@ -211,7 +214,7 @@ class Mover:
     ) -> None:
         """Start copying the replica into a future replica in `state`'s dir."""
         destination = request.directory_id
-        rate = request.max_bytes_per_second or self.state.config.replica_move_max_bytes_per_second
+        rate = request.max_bytes_per_second or self._configured_rate()
         name = replicas.replica_dir_name(local.topic, key[1])
         move = Move(
             key=key,
@@ -220,6 +223,7 @@ class Mover:
             destination=destination,
             future_path=state.path / f"{name}.{uuid.uuid4().hex}-future",
             rate=rate,
+            configured_rate=not request.max_bytes_per_second,
             started=self.clock.monotonic(),
         )
         self.moves[key] = move
@@ -231,6 +235,11 @@ class Mover:
             destination,
             "unthrottled" if rate <= 0 else f"{rate} B/s",
         )
+
+    def _configured_rate(self) -> int:
+        """`replica.alter.log.dirs.io.max.bytes.per.second` as this broker applies it (-1: none)."""
+        rate = dynamic_configs.rate(self.state.config, self.state.image, broker_configs.ALTER_LOG_DIRS_RATE)
+        return -1 if rate is None else rate
 
     def destination_of(self, key: PartitionKey) -> Uuid | None:
         move = self.moves.get(key)
@@ -291,6 +300,8 @@ class Mover:
                     await asyncio.to_thread(_follow_truncation, move, source)
                     continue
                 if future.end_offset < source.end_offset:
+                    if move.configured_rate:
+                        move.rate = self._configured_rate()
                     await _copy_chunk(move, source, future, self.clock)
                     continue
                 if move.state is MoveState.COPYING:

@@ -18,7 +18,7 @@ broker's replica):
 
 A replica whose only copy is in an offline local dir is left alone in every case: it is offline.
 
-`choose_dir` picks the online, not-full dir with the most usable bytes per hosted replica (ties:
+`choose_dir` picks the online, not-full, not cordoned (KIP-1066) dir with the most usable bytes per hosted replica (ties:
 fewer replicas, then the contract's Uuid order) — free space and load, not round robin.
 """
 
@@ -44,6 +44,7 @@ class DirView:
     health: DirHealth
     usable_bytes: int
     replicas: int
+    cordoned: bool = False  # KIP-1066: keeps its replicas, receives no new one by choice
 
 
 class ReplicaActionKind(enum.Enum):
@@ -61,7 +62,7 @@ class ReplicaAction:
 
 def choose_dir(dirs: Iterable[DirView]) -> Uuid | None:
     """The dir for a new replica, or None when no dir can take one."""
-    candidates = [d for d in dirs if d.health is DirHealth.ONLINE]
+    candidates = [d for d in dirs if d.health is DirHealth.ONLINE and not d.cordoned]
     if not candidates:
         return None
     best = max(

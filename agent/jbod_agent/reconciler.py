@@ -19,11 +19,12 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from pathlib import Path
 
-from jbod_agent import mover, placement, probe, replicas
+from jbod_agent import dynamic_configs, mover, placement, probe, replicas
 from jbod_agent.placement import DirHealth, DirView
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager
@@ -81,7 +82,11 @@ class Reconciler:
         counts: dict[Uuid, int] = {}
         for replica in self.state.local.values():
             counts[replica.directory_id] = counts.get(replica.directory_id, 0) + 1
-        return {d: DirView(d, s.health, s.usable_bytes, counts.get(d, 0)) for d, s in self.state.dirs.items()}
+        cordoned = set(dynamic_configs.cordoned_dir_ids(self.state))
+        return {
+            d: DirView(d, s.health, s.usable_bytes, counts.get(d, 0), cordoned=d in cordoned)
+            for d, s in self.state.dirs.items()
+        }
 
     def reconcile(self, keys: set[PartitionKey]) -> None:
         state = self.state
@@ -121,9 +126,7 @@ class Reconciler:
                     state.creating[key] = action.directory
                     self.creations_now.set()
                     view = views[action.directory]
-                    views[action.directory] = DirView(
-                        view.directory_id, view.health, view.usable_bytes, view.replicas + 1
-                    )
+                    views[action.directory] = dataclasses.replace(view, replicas=view.replicas + 1)
                 continue  # reported once it exists on disk
             self.placements.place(key, action.directory, reason=action.reason)
         self.manager.sync(keys)

@@ -18,6 +18,10 @@ Guarantees:
   asks the ISR upkeep to look at once (`on_isr_expandable`).
 * A request long-polls up to `maxWaitMs` of the injected clock until a partition has news (data,
   an error, a divergence); the reply stays within `maxBytes` and `partitionMaxBytes`.
+* Replication throttle (issue 24, `replication_quota`): a partition the leader-side quota throttles
+  for this follower (named in `leader.replication.throttled.replicas`, the follower out of the
+  ISR) is answered without data while the quota is exceeded; the bytes it is sent are recorded.
+  In-sync followers and unthrottled partitions never wait for it.
 * An I/O error while reading takes the dir offline (`ReplicaManager.storage_error`) and answers
   KAFKA_STORAGE_ERROR for that partition.
 """
@@ -35,6 +39,7 @@ from jbod_agent import divergence
 from jbod_agent.partition_log import OffsetOutOfRangeError
 from jbod_agent.ports import Clock, monotonic_ms
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.replication_quota import ReplicationQuota
 from jbod_core import fetch_session, replication
 from jbod_core.broker_messages import ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
@@ -68,9 +73,15 @@ class ReplicaFetchServer:
     """Answers the followers' fetches of the manager's partitions and keeps their sessions."""
 
     def __init__(
-        self, manager: ReplicaManager, *, clock: Clock, on_isr_expandable: Callable[[], None]
+        self,
+        manager: ReplicaManager,
+        *,
+        clock: Clock,
+        on_isr_expandable: Callable[[], None],
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.manager = manager
+        self.quota = quota  # the leader side's replication throttle (issue 24)
         self.clock = clock
         self.on_isr_expandable = on_isr_expandable
         self.sessions: fetch_session.FetchSessionCache[PartitionKey] = fetch_session.FetchSessionCache(
@@ -251,12 +262,28 @@ class ReplicaFetchServer:
             return _Answer(entry, b"", True)
         if p.fetch_offset == log_.end_offset or budget <= 0:
             return _Answer(entry, b"", False)
+        return self._answer_data(request, state, entry, budget)
+
+    def _answer_data(
+        self, request: ReplicaFetchRequest, state: _FetchState, entry: dict[str, Any], budget: int
+    ) -> _Answer:
+        """The answer of a partition the follower is behind in: its next batches (none while the
+        leader-side throttle holds it back)."""
+        hosted = state.hosted
+        assert hosted is not None
+        quota = self.quota
+        throttled = quota is not None and quota.throttled(state.key, request.replica_id)
+        if throttled and quota is not None and quota.exceeded():
+            quota.skipped += 1
+            return _Answer(entry, b"", False)  # Kafka's leader: left out while the quota is exceeded
         data, error = self._read_for_follower(
-            hosted, p.fetch_offset, min(request.partition_max_bytes, budget)
+            hosted, state.position.fetch_offset, min(request.partition_max_bytes, budget)
         )
         if error is not ErrorCode.NONE:
             entry["errorCode"] = int(error)
             return _Answer(entry, b"", True)
+        if throttled and quota is not None:
+            quota.record(len(data))
         entry["size"] = len(data)
         return _Answer(entry, data, bool(data))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jbod_agent import mover, replicas
+from jbod_agent import dynamic_configs, mover, replicas
 from jbod_agent.placement import DirHealth
 from jbod_agent.state import AgentState, LocalReplica
 from jbod_core.ids import Uuid
@@ -24,6 +24,7 @@ def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]
     futures: dict[Uuid, list[mover.Move]] = {}
     for move in moves.future_replicas():
         futures.setdefault(move.destination, []).append(move)
+    cordoned = set(dynamic_configs.cordoned_dir_ids(broker))
     for directory, state in sorted(broker.dirs.items(), key=lambda item: str(item[1].path)):
         hosted = sorted(by_dir.get(directory, []), key=lambda item: (item[1].topic, item[0][1]))
         out.append(
@@ -31,6 +32,7 @@ def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]
                 "path": str(state.path),
                 "directoryId": str(directory),
                 "state": state.health.value,
+                "cordoned": directory in cordoned,
                 "error": state.error,
                 "since": state.since,
                 "totalBytes": state.total_bytes,
@@ -65,6 +67,7 @@ def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]
                 "path": str(path),
                 "directoryId": None,
                 "state": "offline",
+                "cordoned": False,
                 "error": reason,
                 "since": None,
                 "totalBytes": 0,

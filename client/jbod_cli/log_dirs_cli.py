@@ -10,6 +10,8 @@ Where each part comes from:
 * What is on each disk (replicas, their sizes, future replicas of moves and their lag, total and
   usable bytes): DescribeLogDirs on the broker's Kafka listener.
 * What each disk is (its directory id, its state and the error that took it offline, since when,
+  whether it is cordoned (KIP-1066: the broker's own reading of `cordoned.log.dirs`, dynamic over
+  static, the same that it reports to the controller),
   a move's state and copied bytes, and a dir that failed at start and has no id): the broker's own
   `GET /v1/log-dirs`, joined by path; DescribeLogDirs names dirs by path only. An offline dir's
   replicas are the broker's list too (Kafka answers KAFKA_STORAGE_ERROR for it, without replicas).
@@ -101,6 +103,7 @@ def merge_log_dirs(
                 "path": log_dir.path,
                 "directoryId": None if view is None else view.get("directoryId"),
                 "state": _state(log_dir.error_code) if view is None else view.get("state"),
+                "cordoned": bool((view or {}).get("cordoned", False)),
                 "error": None if view is None else view.get("error"),
                 "since": None if view is None else view.get("since"),
                 "totalBytes": log_dir.total_bytes

@@ -55,6 +55,7 @@ FIELDS: Final = pa.schema(
         ("incarnationId", pa.string()),
         ("logDirs", _list(pa.string())),
         ("offlineLogDirs", _list(pa.string())),
+        ("cordonedLogDirs", _list(pa.string())),
         ("hasOfflineLogDirs", pa.bool_()),
         ("fenced", pa.bool_()),
         ("inControlledShutdown", pa.bool_()),
@@ -77,6 +78,7 @@ FIELDS: Final = pa.schema(
         ("serverKey", pa.string()),
         ("iterations", pa.int32()),
         ("nextProducerId", pa.int64()),
+        ("broker", pa.string()),
     ]
 )
 SCHEMA: Final = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string()), *FIELDS])

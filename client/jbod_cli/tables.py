@@ -244,6 +244,7 @@ def log_dirs_table(
     table.add_column("path")
     table.add_column("directory id", no_wrap=True)
     table.add_column("state")
+    table.add_column("cordoned")
     for column in ("usable", "total", "replicas"):
         table.add_column(column, justify="right")
     table.add_column("future replicas")
@@ -268,6 +269,7 @@ def log_dirs_table(
             escape(path),
             names.label(str(d["directoryId"])) if d.get("directoryId") else "-",
             state,
+            "[yellow]yes[/]" if d.get("cordoned") else "-",
             human_bytes(d.get("usableBytes")),
             human_bytes(d.get("totalBytes")),
             str(len(replicas) - len(future)),

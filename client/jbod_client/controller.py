@@ -63,6 +63,8 @@ from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     AllocateProducerIdsReply,
     AllocateProducerIdsRequest,
+    AlterBrokerConfigsReply,
+    AlterBrokerConfigsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
     AlterReassignmentsReply,
@@ -437,6 +439,12 @@ class ControllerClient(_ControllerList):
     def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
         return self._post(topic_partitions_path(name), request, CreatePartitionsReply)
 
+    def alter_broker_configs(
+        self, broker: str, request: AlterBrokerConfigsRequest
+    ) -> AlterBrokerConfigsReply:
+        """Dynamic configs of broker `broker` (a broker id, or "" for the cluster default)."""
+        return self._post(broker_configs_path(broker), request, AlterBrokerConfigsReply)
+
     def alter_scram_credentials(self, request: AlterScramCredentialsRequest) -> AlterScramCredentialsReply:
         return self._post(SCRAM_CREDENTIALS_PATH, request, AlterScramCredentialsReply)
 
@@ -463,6 +471,11 @@ def _path(segment: str) -> str:
 PRODUCER_IDS_PATH: Final = "/v1/producer-ids"
 SCRAM_CREDENTIALS_PATH: Final = "/v1/scram-credentials"
 REASSIGNMENTS_PATH: Final = "/v1/reassignments"
+
+
+def broker_configs_path(broker: str) -> str:
+    """`POST /v1/brokers/{id}/configs`; the cluster default ("") is `default`."""
+    return f"/v1/brokers/{_path(broker or 'default')}/configs"
 
 
 def topic_configs_path(name: str) -> str:
@@ -624,6 +637,11 @@ class ControllerLink(_ControllerList):
 
     async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
         return await self._post(topic_partitions_path(name), request, CreatePartitionsReply)
+
+    async def alter_broker_configs(
+        self, broker: str, request: AlterBrokerConfigsRequest
+    ) -> AlterBrokerConfigsReply:
+        return await self._post(broker_configs_path(broker), request, AlterBrokerConfigsReply)
 
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest

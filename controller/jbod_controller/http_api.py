@@ -45,6 +45,7 @@ from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
     AllocateProducerIdsRequest,
+    AlterBrokerConfigsRequest,
     AlterPartitionRequest,
     AlterReassignmentsRequest,
     AlterScramCredentialsRequest,
@@ -83,6 +84,7 @@ BODY_LIMITS: dict[str, int] = {
     "alter-partition": 2 * PARTITION_BODY_BYTES,
     "create-topic": PARTITION_BODY_BYTES,
     "alter-configs": ADMIN_BODY_BYTES,
+    "alter-broker-configs": ADMIN_BODY_BYTES,
     "create-partitions": PARTITION_BODY_BYTES,
     "alter-reassignments": PARTITION_BODY_BYTES,
     "alter-scram-credentials": ADMIN_BODY_BYTES,
@@ -303,6 +305,10 @@ class ControllerApi:
         r.add_get("/v1/brokers", self._timed("list-brokers", self.list_brokers, auth="admin"))
         r.add_get("/v1/brokers/{id}", self._timed("describe-broker", self.describe_broker, auth="admin"))
         r.add_delete("/v1/brokers/{id}", self._timed("unregister", self.unregister, auth="admin"))
+        r.add_post(
+            "/v1/brokers/{id}/configs",
+            self._timed("alter-broker-configs", self.alter_broker_configs, auth="admin"),
+        )
         r.add_get("/v1/cluster", self._timed("cluster", self.cluster, auth="admin"))
         return app
 
@@ -464,6 +470,14 @@ class ControllerApi:
     async def alter_topic_configs(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "alter-configs", AlterTopicConfigsRequest)
         return reply_response(await self.service.alter_topic_configs(request.match_info["name"], parsed))
+
+    async def alter_broker_configs(self, request: web.Request) -> web.Response:
+        """`{id}` is a broker id, or `default` for the cluster-wide default (Kafka's `<default>`)."""
+        parsed = await self._parse(request, "alter-broker-configs", AlterBrokerConfigsRequest)
+        broker = request.match_info["id"]
+        return reply_response(
+            await self.service.alter_broker_configs("" if broker == "default" else broker, parsed)
+        )
 
     async def create_partitions(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "create-partitions", CreatePartitionsRequest)

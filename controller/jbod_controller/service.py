@@ -38,6 +38,7 @@ from jbod_controller.record_log import FileRecordLog, LogCorruptError, NotActive
 from jbod_controller.writer import CommitSignal, Writer, exit_on_fatal
 from jbod_core import (
     assignments,
+    broker_configs,
     brokers,
     config_changes,
     frames,
@@ -52,6 +53,8 @@ from jbod_core.image import SCRAM_MECHANISMS, ClusterImage
 from jbod_core.messages import (
     AllocateProducerIdsReply,
     AllocateProducerIdsRequest,
+    AlterBrokerConfigsReply,
+    AlterBrokerConfigsRequest,
     AlterPartitionReply,
     AlterPartitionRequest,
     AlterReassignmentsReply,
@@ -442,6 +445,26 @@ class ControllerService:
             return produced, reply
 
         return await self._writer().submit(decide, name="alter-configs")
+
+    async def alter_broker_configs(
+        self, broker: str, request: AlterBrokerConfigsRequest
+    ) -> AlterBrokerConfigsReply:
+        """Dynamic configs of broker `broker` ("" = the cluster default): `jbod_core.broker_configs`."""
+
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AlterBrokerConfigsReply]:
+            produced, reply = broker_configs.alter_broker_configs(image, broker, request)
+            changes = [r for r in produced if isinstance(r, records.BrokerConfigRecord)]
+            if changes:
+                log.info(
+                    "Changed dynamic configs of %s: %s",
+                    "the cluster default" if broker == "" else f"broker {broker}",
+                    ", ".join(
+                        f"{r.name}={r.value}" if r.value is not None else f"{r.name} deleted" for r in changes
+                    ),
+                )
+            return produced, reply
+
+        return await self._writer().submit(decide, name="alter-broker-configs")
 
     async def create_partitions(self, name: str, request: CreatePartitionsRequest) -> CreatePartitionsReply:
         def decide(image: ClusterImage) -> tuple[list[records.Record], CreatePartitionsReply]:

@@ -13,6 +13,11 @@ Guarantees:
   FENCED only when none of its replicas is UNASSIGNED. A heartbeat naming a dir the broker never
   registered is rejected whole (57). Newly offline dirs are handled before the state transition,
   so one heartbeat never elects a replica in a dir it reports offline.
+* Cordoned dirs (KIP-1066, extension field `cordonedLogDirs`): a registration carries them in its
+  RegisterBrokerRecord (a dir not in the registration's list is refused, 42); a heartbeat that
+  names them writes a BrokerRegistrationChangeRecord only when they differ from the
+  registration's (a dir the broker never registered is refused whole, 57); a heartbeat without
+  the field (an old agent) leaves them as they are.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ def register_broker(  # noqa: PLR0913  image, sessions and request, then the clu
                 listeners=listeners,
                 rack=request.rack,
                 offline_log_dirs=current.offline_log_dirs,
+                cordoned_log_dirs=tuple(sorted(request.cordoned_log_dirs)),
             )
         )
         if not current.fenced and not current.in_controlled_shutdown:
@@ -126,6 +132,7 @@ def register_broker(  # noqa: PLR0913  image, sessions and request, then the clu
             in_controlled_shutdown=False,
             listeners=listeners,
             rack=request.rack,
+            cordoned_log_dirs=tuple(sorted(request.cordoned_log_dirs)),
         )
     )
     return draft.records, RegisterBrokerReply(broker_epoch=epoch)
@@ -144,6 +151,9 @@ def _dirs_problem(image: ClusterImage, request: RegisterBrokerRequest) -> str | 
         owner = image.dir_owner.get(directory)
         if owner is not None and owner != request.broker_id:
             return f"Broker {owner} is already registered with directory {directory}"
+    for directory in request.cordoned_log_dirs:
+        if directory not in request.log_dirs:
+            return f"Cordoned directory {directory} is not one of the registered directories"
     return None
 
 
@@ -235,7 +245,22 @@ def broker_heartbeat(
                 error_message=f"Directory {directory} is not a registered directory of broker {reg.broker_id}",
                 is_fenced=reg.fenced,
             )
+    for directory in request.cordoned_log_dirs or ():
+        if directory not in known:
+            return [], BrokerHeartbeatReply(
+                error_code=ErrorCode.LOG_DIR_NOT_FOUND,
+                error_message=f"Cordoned directory {directory} is not a registered directory of broker {reg.broker_id}",
+                is_fenced=reg.fenced,
+            )
     draft = Draft(image)
+    if request.cordoned_log_dirs is not None:
+        cordoned = tuple(sorted(set(request.cordoned_log_dirs)))
+        if cordoned != reg.cordoned_log_dirs:
+            draft.append(
+                records.BrokerRegistrationChangeRecord(
+                    broker_id=reg.broker_id, broker_epoch=reg.broker_epoch, cordoned_log_dirs=cordoned
+                )
+            )
     online = set(reg.log_dirs)
     newly_offline = sorted({d for d in request.offline_log_dirs if d in online})
     if newly_offline:

@@ -4,11 +4,12 @@
 Guarantees:
 * Checks run in this order and a rejection writes nothing (a topic's change is all or nothing, as
   Kafka's for one resource): unknown topic 3; a key named twice 42 (INVALID_REQUEST); then each op
-  in request order: a key `topic_configs` does not define 40, APPEND or SUBTRACT 40 (every topic
-  config here is a number, none a list), a SET value `topic_configs.value_error` refuses 40 (as at
-  create: `min.insync.replicas` at most the topic's smallest replication factor). The message
+  in request order: a key `topic_configs` does not define 40, APPEND or SUBTRACT of a numeric key
+  40 (only the throttled-replicas lists take them), a SET, APPEND or SUBTRACT value
+  `topic_configs.value_error` refuses 40 (as at create: `min.insync.replicas` at most the topic's smallest replication factor). The message
   names the key.
-* SET writes a `ConfigRecord` with the value, DELETE one with a null value (the topic falls back
+* SET writes a `ConfigRecord` with the value, APPEND / SUBTRACT one with the list after adding
+  or removing the entries (`list_value`; an emptied list is deleted), DELETE one with a null value (the topic falls back
   to the broker's default), each only when the effective value changes: a repeat writes nothing.
 * `validate_only` decides alike and writes nothing; the reply carries the topic's effective
   configs as they are after the change (as they would be, with `validate_only`).
@@ -27,11 +28,11 @@ from jbod_core.messages import AlterConfigOp, AlterTopicConfigsReply, AlterTopic
 def _op_error(op: AlterConfigOp, *, replication_factor: int) -> str | None:
     """Why `op` cannot apply to a topic of `replication_factor` replicas, or None."""
     value = op.value or ""
-    if op.name not in topic_configs.BY_NAME:
+    if op.name not in topic_configs.KNOWN_KEYS:
         return topic_configs.unknown_key(op.name, value).message
-    if op.op in ("APPEND", "SUBTRACT"):
+    if op.op in ("APPEND", "SUBTRACT") and op.name not in topic_configs.LIST_BY_NAME:
         return f"{op.name}: {op.op} is not allowed (it applies to list configs only; this one is a number)"
-    if op.op == "SET":
+    if op.op != "DELETE":
         problem = topic_configs.value_error(op.name, value, replication_factor=replication_factor)
         if problem is not None:
             return problem.message
@@ -51,12 +52,32 @@ def _request_error(request: AlterTopicConfigsRequest, topic: TopicImage) -> tupl
     return None
 
 
+def list_value(op: AlterConfigOp, current: str | None) -> str | None:
+    """The value of a list config after APPEND or SUBTRACT (Kafka: entries are comma-separated;
+    APPEND adds entries not there yet, SUBTRACT removes them; an empty result deletes the key)."""
+    entries = [e.strip() for e in (current or "").split(",") if e.strip()]
+    named = [e.strip() for e in (op.value or "").split(",") if e.strip()]
+    if op.op == "APPEND":
+        entries += [e for e in named if e not in entries]
+    else:
+        entries = [e for e in entries if e not in named]
+    return ",".join(entries) or None
+
+
+def _new_value(op: AlterConfigOp, current: str | None) -> str | None:
+    if op.op == "DELETE":
+        return None
+    if op.op in ("APPEND", "SUBTRACT"):
+        return list_value(op, current)
+    return op.value
+
+
 def _changes(topic: TopicImage, ops: list[AlterConfigOp]) -> tuple[list[records.Record], Mapping[str, str]]:
     """The ConfigRecords of the ops that change an effective value, and the configs after them."""
     configs = dict(topic.configs)
     produced: list[records.Record] = []
     for op in ops:
-        value = None if op.op == "DELETE" else op.value
+        value = _new_value(op, configs.get(op.name))
         if configs.get(op.name) == value:
             continue
         produced.append(records.ConfigRecord(topic_id=topic.topic_id, name=op.name, value=value))

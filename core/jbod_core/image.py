@@ -1,5 +1,5 @@
-"""The cluster image: brokers, topics, partitions, SCRAM credentials and the producer-id watermark
-as the metadata log describes them.
+"""The cluster image: brokers, topics, partitions, dynamic broker configs, SCRAM credentials and
+the producer-id watermark as the metadata log describes them.
 
 Guarantees:
 * `ClusterImage.replay(record, offset)` is the only way the image changes; it is used alike for
@@ -9,6 +9,10 @@ Guarantees:
   that does not exist, a producer-id watermark that does not move up).
 * A topic's `configs` are its effective configs: the TopicRecord's, overlaid by every later
   ConfigRecord (a null value deletes the key). A change replaces the mapping, never mutates it.
+* `broker_configs` holds the dynamic broker configs by resource name ("" = the cluster default,
+  else a broker id in decimal): every BrokerConfigRecord folded in (a null value deletes the key,
+  a resource left with no key disappears). A change replaces the resource's mapping, never
+  mutates it. Deleting a key the resource does not have is a `ReplayError`.
 * Registrations and partitions are frozen values: a change replaces the value, so a reader holding
   an older value never sees it change, and a snapshot is a shallow copy of the dicts.
 * The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
@@ -47,6 +51,7 @@ class BrokerRegistration:
     in_controlled_shutdown: bool
     listeners: tuple[records.Listener, ...]
     rack: str | None
+    cordoned_log_dirs: tuple[Uuid, ...] = ()  # KIP-1066: dirs the broker reports cordoned, sorted
 
     @property
     def is_multi_dir(self) -> bool:
@@ -60,6 +65,19 @@ class BrokerRegistration:
 
     def has_online_dir(self, directory: Uuid) -> bool:
         return is_online(directory, self.log_dirs)
+
+    @property
+    def uncordoned_log_dirs(self) -> tuple[Uuid, ...]:
+        """The online dirs that may receive new replicas (KIP-1066)."""
+        cordoned = set(self.cordoned_log_dirs)
+        return tuple(d for d in self.log_dirs if d not in cordoned)
+
+
+def accepts_new_replicas(reg: BrokerRegistration) -> bool:
+    """KIP-1066: the broker is active (unfenced, not shutting down) and, once it has cordoned a
+    dir, at least one of its online dirs is not cordoned. (A broker that cordons nothing is
+    judged as before cordoning existed.) Automatic placement and reassignment targets use it."""
+    return reg.is_active and (not reg.cordoned_log_dirs or bool(reg.uncordoned_log_dirs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +147,7 @@ def registration_from_record(record: records.RegisterBrokerRecord) -> BrokerRegi
         in_controlled_shutdown=record.in_controlled_shutdown,
         listeners=record.listeners,
         rack=record.rack,
+        cordoned_log_dirs=tuple(sorted(record.cordoned_log_dirs)),
     )
 
 
@@ -150,6 +169,8 @@ def apply_broker_change(
         changes["log_dirs"] = tuple(sorted(record.log_dirs))
     if record.offline_log_dirs is not None:
         changes["offline_log_dirs"] = tuple(sorted(record.offline_log_dirs))
+    if record.cordoned_log_dirs is not None:
+        changes["cordoned_log_dirs"] = tuple(sorted(record.cordoned_log_dirs))
     return replace(current, **changes) if changes else current
 
 
@@ -253,6 +274,9 @@ class ClusterImage:
         self.reassigning: set[PartitionKey] = set()  # partitions with a reassignment in progress
         self.dir_owner: dict[Uuid, int] = {}
         self.partition_count = 0
+        # Dynamic broker configs by resource name ("" = cluster default): each mapping replaced,
+        # never mutated.
+        self.broker_configs: dict[str, Mapping[str, str]] = {}
         # SCRAM credentials by (user name, mechanism).
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
         # The last producer-id block handed out (None: none yet); ids below its watermark are taken.
@@ -324,6 +348,8 @@ class ClusterImage:
         """The records of the admin extensions: configs, SCRAM credentials, producer ids."""
         if isinstance(record, records.ConfigRecord):
             self._replay_config(record)
+        elif isinstance(record, records.BrokerConfigRecord):
+            self._replay_broker_config(record)
         elif isinstance(record, records.UserScramCredentialRecord):
             self._replay_scram(record)
         elif isinstance(record, records.RemoveUserScramCredentialRecord):
@@ -409,6 +435,18 @@ class ClusterImage:
                 f"ConfigRecord deletes config {record.name} that topic {topic.name} does not have"
             )
         topic.configs = configs
+
+    def _replay_broker_config(self, record: records.BrokerConfigRecord) -> None:
+        configs = dict(self.broker_configs.get(record.broker, {}))
+        if record.value is not None:
+            configs[record.name] = record.value
+        elif configs.pop(record.name, None) is None:
+            shown = "the cluster default" if record.broker == "" else f"broker {record.broker}"
+            raise ReplayError(f"BrokerConfigRecord deletes config {record.name} that {shown} does not have")
+        if configs:
+            self.broker_configs[record.broker] = configs
+        else:
+            self.broker_configs.pop(record.broker, None)
 
     def _replay_scram(self, record: records.UserScramCredentialRecord) -> None:
         if record.mechanism not in SCRAM_MECHANISMS:
@@ -542,6 +580,7 @@ class ClusterImage:
             + len(self.topics)
             + sum(len(t.partitions) for t in self.topics.values())
             + len(self.scram_credentials)
+            + sum(len(c) for c in self.broker_configs.values())
             + (self.producer_ids is not None)
         )
 
@@ -560,6 +599,7 @@ class ClusterImage:
                     listeners=reg.listeners,
                     rack=reg.rack,
                     offline_log_dirs=reg.offline_log_dirs,
+                    cordoned_log_dirs=reg.cordoned_log_dirs,
                 )
             )
         for topic in self.topics.values():
@@ -580,6 +620,9 @@ class ClusterImage:
                         removing_replicas=part.removing_replicas,
                     )
                 )
+        for broker in sorted(self.broker_configs):
+            for name, value in sorted(self.broker_configs[broker].items()):
+                yield records.BrokerConfigRecord(broker=broker, name=name, value=value)
         for (name, mechanism), credential in sorted(self.scram_credentials.items()):
             yield records.UserScramCredentialRecord(
                 name=name,
@@ -603,6 +646,7 @@ class ClusterImage:
             for topic_id, t in self.topics.items()
         }
         copy.scram_credentials = dict(self.scram_credentials)
+        copy.broker_configs = dict(self.broker_configs)
         copy.producer_ids = self.producer_ids
         copy.end_offset = self.end_offset
         return copy
@@ -618,6 +662,7 @@ class ClusterImage:
             tuple(topics),
             tuple(sorted(self.scram_credentials.items())),
             self.producer_ids,
+            tuple(sorted((b, tuple(sorted(c.items()))) for b, c in self.broker_configs.items())),
         )
 
     def check_indexes(self) -> None:

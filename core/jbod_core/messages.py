@@ -130,6 +130,7 @@ class RegisterBrokerRequest(Message):
     listeners: list[ListenerModel] = []
     rack: str | None = None
     previous_broker_epoch: Int64 = -1
+    cordoned_log_dirs: list[UuidField] = []  # extension (KIP-1066); an old agent omits it: none
 
 
 class BrokerHeartbeatRequest(Message):
@@ -139,6 +140,8 @@ class BrokerHeartbeatRequest(Message):
     want_fence: bool = False
     want_shut_down: bool = False
     offline_log_dirs: list[UuidField] = []
+    # Extension (KIP-1066): the cordoned dirs; None (an old agent) leaves them as registered.
+    cordoned_log_dirs: list[UuidField] | None = None
 
 
 class PartitionIndex(Message):
@@ -227,6 +230,14 @@ class AlterConfigOp(Message):
 
 
 class AlterTopicConfigsRequest(Message):
+    configs: list[AlterConfigOp]
+    validate_only: bool = False
+
+
+class AlterBrokerConfigsRequest(Message):
+    """Kafka's IncrementalAlterConfigs for one BROKER resource (the resource name is in the path:
+    "" for the cluster default, else a broker id)."""
+
     configs: list[AlterConfigOp]
     validate_only: bool = False
 
@@ -359,6 +370,13 @@ class AlterTopicConfigsReply(Message):
     error_message: str | None = None
     topic_id: UuidField | None = None
     configs: dict[str, str] | None = None  # the effective configs after the change (or as they would be)
+
+
+class AlterBrokerConfigsReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    broker: str | None = None  # the resource: "" the cluster default, else a broker id
+    configs: dict[str, str] | None = None  # the resource's dynamic configs after the change
 
 
 class CreatePartitionsReply(Message):

@@ -10,10 +10,15 @@ Guarantees:
   they do not know (the contract allows records to carry more fields).
 * Extensions beyond the contract's seven types (docs/api.md, "Record types"), as in KRaft:
   `ConfigRecord` (a topic config set or deleted), `UserScramCredentialRecord` and
-  `RemoveUserScramCredentialRecord` (SCRAM credentials; bytes as standard base64 with padding) and
-  `ProducerIdsRecord` (the producer-id watermark); and KRaft's `addingReplicas` /
-  `removingReplicas` of a partition being reassigned (KIP-455) in `PartitionRecord` (only when
-  non-empty) and `PartitionChangeRecord` (absent: unchanged).
+  `RemoveUserScramCredentialRecord` (SCRAM credentials; bytes as standard base64 with padding),
+  `ProducerIdsRecord` (the producer-id watermark) and `BrokerConfigRecord` (KRaft's ConfigRecord
+  for a BROKER resource: a dynamic broker config set or deleted, issue 24).
+* KRaft's `addingReplicas` / `removingReplicas` of a partition being reassigned (KIP-455) are
+  extension fields of `PartitionRecord` (written only when non-empty) and
+  `PartitionChangeRecord` (absent: unchanged).
+* `cordonedLogDirs` (KIP-1066) on `RegisterBrokerRecord` and `BrokerRegistrationChangeRecord` is
+  an extension field: a RegisterBrokerRecord without it has none cordoned; a change record
+  without it leaves the cordoned dirs as they are.
 """
 
 from __future__ import annotations
@@ -66,9 +71,11 @@ class RegisterBrokerRecord:
     # Extension (docs/decisions.md): dirs already known offline; non-empty only in snapshots and
     # same-incarnation re-registrations.
     offline_log_dirs: tuple[Uuid, ...] = ()
+    # Extension (KIP-1066): the online dirs the broker reports cordoned (no new replica there).
+    cordoned_log_dirs: tuple[Uuid, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "brokerId": self.broker_id,
             "brokerEpoch": self.broker_epoch,
             "incarnationId": str(self.incarnation_id),
@@ -80,6 +87,9 @@ class RegisterBrokerRecord:
             "rack": self.rack,
             "offlineLogDirs": _uuids(self.offline_log_dirs),
         }
+        if self.cordoned_log_dirs:
+            data["cordonedLogDirs"] = _uuids(self.cordoned_log_dirs)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,7 @@ class BrokerRegistrationChangeRecord:
     in_controlled_shutdown: bool | None = None
     log_dirs: tuple[Uuid, ...] | None = None
     offline_log_dirs: tuple[Uuid, ...] | None = None
+    cordoned_log_dirs: tuple[Uuid, ...] | None = None  # extension (KIP-1066)
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"brokerId": self.broker_id, "brokerEpoch": self.broker_epoch}
@@ -102,6 +113,8 @@ class BrokerRegistrationChangeRecord:
             data["logDirs"] = _uuids(self.log_dirs)
         if self.offline_log_dirs is not None:
             data["offlineLogDirs"] = _uuids(self.offline_log_dirs)
+        if self.cordoned_log_dirs is not None:
+            data["cordonedLogDirs"] = _uuids(self.cordoned_log_dirs)
         return data
 
 
@@ -221,6 +234,21 @@ class ConfigRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfigRecord:
+    """KRaft's ConfigRecord for a BROKER resource: the dynamic broker config `name` set to `value`,
+    or deleted when `value` is None. `broker` is the resource name: "" for the cluster-wide
+    default (`kafka-configs.sh --entity-default`), else the broker id in decimal."""
+
+    TYPE: ClassVar[str] = "BrokerConfigRecord"
+    broker: str
+    name: str
+    value: str | None
+
+    def to_data(self) -> dict[str, Any]:
+        return {"broker": self.broker, "name": self.name, "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
 class UserScramCredentialRecord:
     """A user's SCRAM credential for one mechanism (RFC 5802: never the password, nor the salted
     password): added, or replacing the one of the same (name, mechanism)."""
@@ -283,6 +311,7 @@ Record = (
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
     | ProducerIdsRecord
+    | BrokerConfigRecord
 )
 
 
@@ -362,6 +391,7 @@ def _decode_register(d: Mapping[str, Any]) -> RegisterBrokerRecord:
         listeners=listeners,
         rack=d.get("rack"),
         offline_log_dirs=_uuid_list(d, "offlineLogDirs") if "offlineLogDirs" in d else (),
+        cordoned_log_dirs=_uuid_list(d, "cordonedLogDirs") if "cordonedLogDirs" in d else (),
     )
 
 
@@ -373,6 +403,7 @@ def _decode_change(d: Mapping[str, Any]) -> BrokerRegistrationChangeRecord:
         in_controlled_shutdown=_opt(d, "inControlledShutdown", _bool),
         log_dirs=_opt(d, "logDirs", _uuid_list),
         offline_log_dirs=_opt(d, "offlineLogDirs", _uuid_list),
+        cordoned_log_dirs=_opt(d, "cordonedLogDirs", _uuid_list),
     )
 
 
@@ -433,6 +464,13 @@ def _decode_config(d: Mapping[str, Any]) -> ConfigRecord:
     return ConfigRecord(topic_id=_uuid(d, "topicId"), name=_str(d, "name"), value=value)
 
 
+def _decode_broker_config(d: Mapping[str, Any]) -> BrokerConfigRecord:
+    value = d.get("value")
+    if value is not None and type(value) is not str:
+        raise RecordError("value must be a string or null")
+    return BrokerConfigRecord(broker=_str(d, "broker"), name=_str(d, "name"), value=value)
+
+
 def _decode_scram(d: Mapping[str, Any]) -> UserScramCredentialRecord:
     return UserScramCredentialRecord(
         name=_str(d, "name"),
@@ -468,6 +506,7 @@ _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     UserScramCredentialRecord.TYPE: _decode_scram,
     RemoveUserScramCredentialRecord.TYPE: _decode_remove_scram,
     ProducerIdsRecord.TYPE: _decode_producer_ids,
+    BrokerConfigRecord.TYPE: _decode_broker_config,
 }
 
 RECORD_TYPES: Final = tuple(_DECODERS)

@@ -16,6 +16,11 @@ Guarantees:
   the topic's when it parses and is in range, else the broker's default — and every value it
   could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
   a warning, never a storage error. Keys the table does not define are ignored.
+* The replication throttle lists (`LIST_DEFINITIONS`: Kafka's `leader.replication.throttled.replicas`
+  and `follower.replication.throttled.replicas`, issue 24) are the only non-numeric keys: `*` or
+  a comma-separated list of `partition:broker` (blanks around entries allowed, an empty value
+  throttles nothing), checked as Kafka's ThrottledReplicaListValidator checks them and read with
+  `throttled_replicas`. `resolve` leaves them out (it gives the numeric keys).
 * Pure: no I/O, no clock; the values are plain frozen records.
 """
 
@@ -88,6 +93,80 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
 )
 BY_NAME: Final[Mapping[str, ConfigDefinition]] = {d.name: d for d in DEFINITIONS}
 
+LEADER_THROTTLED_REPLICAS: Final = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS: Final = "follower.replication.throttled.replicas"
+
+
+@dataclass(frozen=True, slots=True)
+class ListConfigDefinition:
+    """A topic config whose value is a list (Kafka's type LIST); its default is the empty list."""
+
+    name: str
+    doc: str
+
+
+LIST_DEFINITIONS: Final[tuple[ListConfigDefinition, ...]] = (
+    ListConfigDefinition(
+        name=LEADER_THROTTLED_REPLICAS,
+        doc="Replicas whose leader side is throttled at the broker's leader.replication.throttled.rate "
+        "while their follower is out of the ISR: `*` or `partition:broker,...`.",
+    ),
+    ListConfigDefinition(
+        name=FOLLOWER_THROTTLED_REPLICAS,
+        doc="Replicas whose follower side is throttled at the broker's follower.replication.throttled.rate "
+        "while out of the ISR: `*` or `partition:broker,...`.",
+    ),
+)
+LIST_BY_NAME: Final[Mapping[str, ListConfigDefinition]] = {d.name: d for d in LIST_DEFINITIONS}
+KNOWN_KEYS: Final = frozenset(BY_NAME) | frozenset(LIST_BY_NAME)
+
+_REPLICA_ENTRY: Final = re.compile(r"[0-9]+:[0-9]+")
+_THROTTLED_LIST_RULE: Final = (
+    "must be the literal '*' or a list of replicas in the following format: "
+    "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottledReplicas:
+    """A parsed throttled-replicas list: every replica (`*`), or these (partition, broker) pairs."""
+
+    every_replica: bool
+    replicas: frozenset[tuple[int, int]]
+
+    def covers(self, partition: int, broker_id: int) -> bool:
+        return self.every_replica or (partition, broker_id) in self.replicas
+
+
+NOT_THROTTLED: Final = ThrottledReplicas(every_replica=False, replicas=frozenset())
+
+
+def throttled_replicas_error(key: str, value: str) -> ConfigProblem | None:
+    """Why `value` is not a valid throttled-replicas list (Kafka's rule), or None."""
+    entries = [e.strip() for e in value.split(",")]
+    if [e for e in entries if e] == ["*"]:
+        return None
+    for entry in entries:
+        if entry and not _REPLICA_ENTRY.fullmatch(entry):
+            return ConfigProblem(key, value, f"{_shown(value)} {_THROTTLED_LIST_RULE}")
+    return None
+
+
+def throttled_replicas(value: str | None) -> ThrottledReplicas:
+    """The replicas a throttled-replicas value names; an invalid or absent value throttles none
+    (a broker never fails on a config in an old log)."""
+    if value is None or throttled_replicas_error(LEADER_THROTTLED_REPLICAS, value) is not None:
+        return NOT_THROTTLED
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    if entries == ["*"]:
+        return ThrottledReplicas(every_replica=True, replicas=frozenset())
+    pairs = set()
+    for entry in entries:
+        partition, broker = entry.split(":")
+        pairs.add((int(partition), int(broker)))
+    return ThrottledReplicas(every_replica=False, replicas=frozenset(pairs))
+
+
 _INTEGER: Final = re.compile(r"-?[0-9]+")
 _MAX_DIGITS: Final = 20  # more digits than any int64; checked before int() sees the text
 
@@ -143,12 +222,14 @@ def create_error(configs: Mapping[str, str], *, replication_factor: int) -> Conf
 
 
 def unknown_key(key: str, value: str) -> ConfigProblem:
-    return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(BY_NAME))})")
+    return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(KNOWN_KEYS))})")
 
 
 def value_error(key: str, value: str, *, replication_factor: int) -> ConfigProblem | None:
     """Why a topic of `replication_factor` replicas must not have `key` set to `value`, or None:
     the one check of a topic create and of a config change."""
+    if key in LIST_BY_NAME:
+        return throttled_replicas_error(key, value)
     definition = BY_NAME.get(key)
     if definition is None:
         return unknown_key(key, value)

@@ -14,7 +14,7 @@ Guarantees:
 * The controller's default `min.insync.replicas` (when the create sets none) is written into the
   TopicRecord, capped at the topic's replication factor so that acks=-1 writes can succeed.
 * Automatic placement stripes replicas over the active brokers (registered, unfenced, not
-  shutting down) in Kafka's rack-unaware pattern from a random start, so replicas of a partition
+  shutting down) that accept new replicas (not every online dir cordoned, KIP-1066) in Kafka's rack-unaware pattern from a random start, so replicas of a partition
   are on distinct brokers and leaders are spread evenly. Randomness is a parameter.
 * A new replica's dir is the broker's only online dir if it has exactly one, else UNASSIGNED.
   ISR = the active replicas; leader = the first ISR member in replica order; epochs 0.
@@ -30,7 +30,7 @@ from typing import Final
 from jbod_core import records, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, random_uuid
-from jbod_core.image import ClusterImage
+from jbod_core.image import ClusterImage, accepts_new_replicas
 from jbod_core.messages import (
     MAX_PARTITIONS_PER_REQUEST,
     CreatePartitionsReply,
@@ -59,6 +59,12 @@ def topic_name_error(name: str) -> str | None:
 
 def active_brokers(image: ClusterImage) -> list[int]:
     return sorted(b.broker_id for b in image.brokers.values() if b.is_active)
+
+
+def placement_brokers(image: ClusterImage) -> list[int]:
+    """The brokers automatic placement stripes over: active, and not every online dir cordoned
+    (KIP-1066, `image.accepts_new_replicas`)."""
+    return sorted(b.broker_id for b in image.brokers.values() if accepts_new_replicas(b))
 
 
 def default_directory(image: ClusterImage, broker_id: int) -> Uuid:
@@ -158,12 +164,13 @@ def _striped(
     image: ClusterImage, *, partitions: int, factor: int, rng: random.Random
 ) -> tuple[list[list[int]], ErrorCode, str]:
     """`partitions` new partitions of `factor` replicas striped over the active brokers, or 38."""
-    brokers = active_brokers(image)
+    brokers = placement_brokers(image)
     if factor < 1 or factor > len(brokers):
         return (
             [],
             ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"Replication factor {factor} is not between 1 and the {len(brokers)} active broker(s)",
+            f"Replication factor {factor} is not between 1 and the {len(brokers)} active broker(s) "
+            "accepting new replicas (a broker whose online dirs are all cordoned takes none)",
         )
     return (
         stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jbod_core.image import BrokerRegistration, ClusterImage, TopicImage
+from jbod_core.image import BrokerRegistration, ClusterImage, TopicImage, accepts_new_replicas
 from jbod_core.messages import INT32_MAX
 
 
@@ -57,6 +57,8 @@ def describe_broker(image: ClusterImage, reg: BrokerRegistration) -> dict[str, A
         "logDirs": [str(d) for d in reg.log_dirs],
         "offlineLogDirs": [str(d) for d in reg.offline_log_dirs],
         "hasOfflineLogDirs": reg.has_offline_log_dirs,
+        "cordonedLogDirs": [str(d) for d in reg.cordoned_log_dirs],
+        "acceptsNewReplicas": accepts_new_replicas(reg),
         "listeners": [listener.to_data() for listener in reg.listeners],
         "rack": reg.rack,
         "unassignedReplicas": image.unassigned_count(reg.broker_id),

@@ -229,6 +229,7 @@ class _Context:
     same_pod: bool  # the running pod is the one the previous status saw
     broker_dirs: Mapping[str, Mapping[str, Any]]  # disk name → the broker's own view of its log dir
     controller_offline: frozenset[str]  # directory ids the controller lists offline
+    controller_cordoned: frozenset[str]  # directory ids the controller lists cordoned (KIP-1066)
 
 
 @dataclass(frozen=True)
@@ -260,6 +261,7 @@ def _context(obs: Observation) -> _Context:
             if (disk_name := names.disk_of_log_dir(str(entry.get("path", "")))) is not None
         },
         controller_offline=frozenset((obs.registration or {}).get("offlineLogDirs") or []),
+        controller_cordoned=frozenset((obs.registration or {}).get("cordonedLogDirs") or []),
     )
 
 
@@ -364,6 +366,8 @@ def _decide_disk(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskOutc
         ("replicas", placed.replicas if placed else no_placements),
         ("leaders", placed.leaders if placed else no_placements),
         ("lastError", error or (before or {}).get("lastError")),
+        # KIP-1066: receives no new replica; shown only when cordoned.
+        ("cordoned", True if directory_id and directory_id in ctx.controller_cordoned else None),
     ):
         if value is not None:
             entry[key] = value

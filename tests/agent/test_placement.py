@@ -215,3 +215,10 @@ def test_choose_dir_properties(views: list[DirView], rnd: random.Random) -> None
     shuffled = list(views)
     rnd.shuffle(shuffled)
     assert choose_dir(shuffled) == chosen  # deterministic, whatever the order
+
+
+def test_choose_never_picks_a_cordoned_dir() -> None:
+    a, b = Uuid(1, 0), Uuid(2, 0)
+    roomy = DirView(a, DirHealth.ONLINE, 10**15, 0, cordoned=True)
+    assert choose_dir([roomy, view(b, 1, 1000)]) == b
+    assert choose_dir([roomy]) is None

@@ -159,3 +159,21 @@ def test_a_long_error_is_one_line_cut_with_an_ellipsis() -> None:
         next(line for line in lines if line.startswith("data-1: EIO"))
     ]
     assert next(line for line in lines if "EIO" in line).rstrip().endswith("…")
+
+
+def test_a_cordoned_dir_says_so_in_its_row() -> None:
+    dirs = [
+        {"path": "/var/lib/kafka/data-0", "directoryId": "ERERERERERERERERERERQQ", "state": "online"},
+        {
+            "path": "/var/lib/kafka/data-1",
+            "directoryId": "IiIiIiIiIiIiIiIiIiIiIg",
+            "state": "online",
+            "cordoned": True,
+        },
+    ]
+    console = Console(width=100, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(tables.log_dirs_table(3, dirs))
+    lines = console.export_text().splitlines()
+    assert "cordoned" in next(line for line in lines if "directory id" in line)
+    rows = {line.split()[1]: line.split() for line in lines if line.lstrip("│ ").startswith("data-")}
+    assert "yes" in rows["data-1"] and "yes" not in rows["data-0"]

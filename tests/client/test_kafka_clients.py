@@ -234,6 +234,7 @@ def test_describe_log_dirs_is_joined_with_the_brokers_ids_by_path() -> None:
             "path": "/d/disk-3",
             "directoryId": "ID3",
             "state": "online",
+            "cordoned": True,
             "replicas": [
                 {"topic": "orders", "partition": 0, "future": True, "moveState": "copying", "copiedBytes": 50}
             ],
@@ -265,6 +266,8 @@ def test_describe_log_dirs_is_joined_with_the_brokers_ids_by_path() -> None:
             "copiedBytes": 50,
         }
     ]
+    # Cordoned (KIP-1066) is the broker's word, carried as it is.
+    assert [d.get("cordoned") for d in merged] == [False, False, True, None]
     # Without the broker's view, Kafka's answer alone: no id.
     alone = log_dirs_cli.merge_log_dirs(described[1:2], [])
     assert alone[0]["directoryId"] is None and alone[0]["state"] == "offline"

@@ -50,6 +50,12 @@ EVERY_TYPE: list[records.Record] = [
     ),
     records.RemoveUserScramCredentialRecord(name="alice", mechanism=2),
     records.ProducerIdsRecord(broker_id=1, broker_epoch=2**40, next_producer_id=2**40 + 1000),
+    records.BrokerConfigRecord(broker="", name="cordoned.log.dirs", value="*"),
+    records.BrokerConfigRecord(broker="1", name="leader.replication.throttled.rate", value=None),
+    records.RegisterBrokerRecord(
+        broker_id=3, broker_epoch=4, incarnation_id=INC, log_dirs=(DIR_A,), cordoned_log_dirs=(DIR_A,)
+    ),
+    records.BrokerRegistrationChangeRecord(broker_id=3, broker_epoch=4, cordoned_log_dirs=()),
 ]
 
 

@@ -323,9 +323,12 @@ class ReplayedImage:
     # The admin extensions: SCRAM credentials' data by (user, mechanism); the producer-id watermark.
     credentials: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     next_producer_id: int = 0
+    # Dynamic broker configs by resource ("" = the cluster default).
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def describe_brokers(self) -> list[dict[str, Any]]:
-        """The registrations in the shape of `GET /v1/brokers` (without `unassignedReplicas`)."""
+        """The registrations in the shape of `GET /v1/brokers` (without the derived
+        `unassignedReplicas` and `acceptsNewReplicas`)."""
         out = []
         for broker_id in sorted(self.brokers):
             b = self.brokers[broker_id]
@@ -339,6 +342,7 @@ class ReplayedImage:
                     "logDirs": sorted(b["logDirs"], key=uuid_key),
                     "offlineLogDirs": sorted(b.get("offlineLogDirs", []), key=uuid_key),
                     "hasOfflineLogDirs": b["hasOfflineLogDirs"],
+                    "cordonedLogDirs": sorted(b.get("cordonedLogDirs", []), key=uuid_key),
                     "listeners": b["listeners"],
                     "rack": b["rack"],
                 }
@@ -429,6 +433,12 @@ def _replay_extension(image: ReplayedImage, record: dict[str, Any]) -> None:
     elif kind == "ProducerIdsRecord":
         assert data["nextProducerId"] > image.next_producer_id, record
         image.next_producer_id = data["nextProducerId"]
+    elif kind == "BrokerConfigRecord":
+        configs = image.broker_configs.setdefault(data["broker"], {})
+        if data["value"] is None:
+            del configs[data["name"]]
+        else:
+            configs[data["name"]] = data["value"]
     else:
         raise AssertionError(f"record type outside the contract and its extensions: {record}")
 
@@ -437,7 +447,8 @@ def assert_read_api_matches_log(api: Api) -> list[dict[str, Any]]:
     """Replay the whole log and compare with `GET /v1/brokers` and `GET /v1/topics`."""
     records, _snapshot = api.all_records()
     image = replay_records(records)
-    brokers = [{k: v for k, v in b.items() if k != "unassignedReplicas"} for b in api.brokers()]
+    derived = ("unassignedReplicas", "acceptsNewReplicas")
+    brokers = [{k: v for k, v in b.items() if k not in derived} for b in api.brokers()]
     assert brokers == image.describe_brokers()
     topics = api.topics()
     for topic in topics:

@@ -77,6 +77,12 @@ EXAMPLES: list[records.Record] = [
     ),
     records.RemoveUserScramCredentialRecord(name="alice", mechanism=2),
     records.ProducerIdsRecord(broker_id=3, broker_epoch=2**40, next_producer_id=5000),
+    records.BrokerConfigRecord(broker="", name="leader.replication.throttled.rate", value="1000"),
+    records.BrokerConfigRecord(broker="2", name="cordoned.log.dirs", value=None),
+    records.RegisterBrokerRecord(
+        broker_id=3, broker_epoch=0, incarnation_id=Uuid(9, 11), log_dirs=(A, B), cordoned_log_dirs=(B,)
+    ),
+    records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, cordoned_log_dirs=()),
 ]
 
 
@@ -99,7 +105,26 @@ def test_every_record_type_is_covered() -> None:
         "UserScramCredentialRecord",
         "RemoveUserScramCredentialRecord",
         "ProducerIdsRecord",
+        "BrokerConfigRecord",
     }
+
+
+def test_cordoned_dirs_are_an_extension_field_that_old_records_lack() -> None:
+    plain = records.RegisterBrokerRecord(
+        broker_id=2, broker_epoch=0, incarnation_id=Uuid(9, 10), log_dirs=(A,)
+    )
+    assert "cordonedLogDirs" not in plain.to_data()
+    cordoned = records.RegisterBrokerRecord(
+        broker_id=3, broker_epoch=0, incarnation_id=Uuid(9, 11), log_dirs=(A, B), cordoned_log_dirs=(B,)
+    )
+    assert cordoned.to_data()["cordonedLogDirs"] == [str(B)]
+    change = records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17)
+    assert "cordonedLogDirs" not in change.to_data()
+    cleared = records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, cordoned_log_dirs=())
+    assert cleared.to_data()["cordonedLogDirs"] == []
+    assert records.decode("BrokerConfigRecord", {"broker": "", "name": "x"}) == records.BrokerConfigRecord(
+        broker="", name="x", value=None
+    )
 
 
 def test_extension_records_use_kraft_field_names() -> None:
@@ -355,6 +380,7 @@ any_record = st.one_of(
     ),
     st.builds(records.RemoveUserScramCredentialRecord, name=st.text(), mechanism=ints),
     st.builds(records.ProducerIdsRecord, broker_id=ints, broker_epoch=epochs, next_producer_id=epochs),
+    st.builds(records.BrokerConfigRecord, broker=st.text(), name=st.text(), value=_opt(st.text())),
 )
 
 

@@ -105,3 +105,24 @@ def test_the_agent_defaults_match_the_table() -> None:
     }
     for key, field_name in fields.items():
         assert BrokerConfig.__dataclass_fields__[field_name].default == BY_NAME[key].default, key
+
+
+@pytest.mark.parametrize("value", ["*", "", "0:1", "0:1, 1:2 ,2:3", " * "])
+def test_throttled_replicas_lists_kafka_accepts(value: str) -> None:
+    for key in (topic_configs.LEADER_THROTTLED_REPLICAS, topic_configs.FOLLOWER_THROTTLED_REPLICAS):
+        assert topic_configs.value_error(key, value, replication_factor=1) is None
+
+
+@pytest.mark.parametrize("value", ["0", "a:1", "0:1,*", "0:1;1:2", "-1:2"])
+def test_throttled_replicas_lists_kafka_refuses(value: str) -> None:
+    problem = topic_configs.value_error(topic_configs.LEADER_THROTTLED_REPLICAS, value, replication_factor=1)
+    assert problem is not None and "[partitionId]:[brokerId]" in problem.reason
+
+
+def test_throttled_replicas_reads_every_replica_or_the_listed_pairs() -> None:
+    every = topic_configs.throttled_replicas("*")
+    assert every.covers(7, 3)
+    listed = topic_configs.throttled_replicas("0:1, 2:3")
+    assert listed.covers(0, 1) and listed.covers(2, 3) and not listed.covers(0, 3)
+    assert topic_configs.throttled_replicas(None) == topic_configs.NOT_THROTTLED
+    assert topic_configs.throttled_replicas("bad") == topic_configs.NOT_THROTTLED

@@ -558,3 +558,131 @@ def test_consumer_perf_test_reads_every_record_in_a_group(cluster: Cluster) -> N
     # It consumed in the group, and closing committed its positions: no lag left.
     described = _described_group(cluster, group)
     assert {p: int(r["LAG"]) for p, r in described.items()} == dict.fromkeys(range(3), 0)
+
+
+# --- kafka-configs.sh --entity-type brokers (issue 24) -------------------------------------------
+
+
+def _described_configs(cluster: Cluster, entity: list[str]) -> list[str]:
+    return cluster.ok(cluster.run("kafka-configs.sh", ["--describe", *entity])).splitlines()
+
+
+def test_configs_set_describe_and_delete_dynamic_broker_configs(cluster: Cluster) -> None:
+    broker = ["--entity-type", "brokers", "--entity-name", "1"]
+    default = ["--entity-type", "brokers", "--entity-default"]
+    rates = "follower.replication.throttled.rate=100000,leader.replication.throttled.rate=200000"
+    altered = cluster.run("kafka-configs.sh", ["--alter", *broker, "--add-config", rates])
+    assert cluster.ok(altered).strip() == "Completed updating config for broker 1."
+    shown = _described_configs(cluster, broker)
+    assert shown[0] == "Dynamic configs for broker 1 are:"
+    assert sorted(line.split()[0] for line in shown[1:]) == [
+        "follower.replication.throttled.rate=100000",
+        "leader.replication.throttled.rate=200000",
+    ]
+    assert all("DYNAMIC_BROKER_CONFIG" in line for line in shown[1:])
+
+    altered = cluster.run(
+        "kafka-configs.sh",
+        ["--alter", *default, "--add-config", "replica.alter.log.dirs.io.max.bytes.per.second=5000"],
+    )
+    assert cluster.ok(altered).strip() == "Completed updating default config for brokers in the cluster."
+    shown = _described_configs(cluster, default)
+    assert shown[0] == "Default configs for brokers in the cluster are:"
+    assert [line.split()[0] for line in shown[1:]] == ["replica.alter.log.dirs.io.max.bytes.per.second=5000"]
+    assert "DYNAMIC_DEFAULT_BROKER_CONFIG" in shown[1]
+    # Broker 2 has nothing of its own: `--all` shows the cluster default as its source.
+    every = _described_configs(cluster, ["--entity-type", "brokers", "--entity-name", "2", "--all"])
+    moved = [
+        line for line in every if line.strip().startswith("replica.alter.log.dirs.io.max.bytes.per.second=")
+    ]
+    assert moved and "DYNAMIC_DEFAULT_BROKER_CONFIG" in moved[0]
+
+    for entity, keys in (
+        (broker, "follower.replication.throttled.rate,leader.replication.throttled.rate"),
+        (default, "replica.alter.log.dirs.io.max.bytes.per.second"),
+    ):
+        cluster.ok(cluster.run("kafka-configs.sh", ["--alter", *entity, "--delete-config", keys]))
+    assert _described_configs(cluster, broker) == ["Dynamic configs for broker 1 are:"]
+    assert _described_configs(cluster, default) == ["Default configs for brokers in the cluster are:"]
+
+
+def test_configs_refuses_what_is_not_a_dynamic_broker_config(cluster: Cluster) -> None:
+    broker = ["--entity-type", "brokers", "--entity-name", "1"]
+    for config, words in (
+        ("log.segment.bytes=5000", "Cannot update these configs dynamically"),
+        ("leader.replication.throttled.rate=-5", "leader.replication.throttled.rate"),
+        ("cordoned.log.dirs=/no/such/dir", "is not one of this broker's log dirs"),
+    ):
+        refused = cluster.run("kafka-configs.sh", ["--alter", *broker, "--add-config", config])
+        assert refused.returncode != 0, refused.stdout
+        assert words in refused.stdout + refused.stderr
+    assert _described_configs(cluster, broker) == ["Dynamic configs for broker 1 are:"]
+
+
+def test_configs_cordon_a_log_dir_reaches_the_controller_and_new_topics_avoid_it(cluster: Cluster) -> None:
+    broker = ["--entity-type", "brokers", "--entity-name", "3"]
+    dirs = cluster.kafka.cluster.log_dirs(3)
+    cordoned = dirs[0]
+    cluster.ok(
+        cluster.run(
+            "kafka-configs.sh", ["--alter", *broker, "--add-config", f"cordoned.log.dirs={cordoned['path']}"]
+        )
+    )
+    try:
+        wait_for(
+            lambda: cluster.controller.broker(3)["cordonedLogDirs"] == [cordoned["directoryId"]],
+            timeout=30,
+            what="the controller records broker 3's cordoned dir",
+        )
+        topic = "tools-cordoned"
+        _create(cluster, topic, partitions=6)
+        for part in cluster.controller.describe_topic(topic)["partitions"]:
+            assert part["directories"][part["replicas"].index(3)] != cordoned["directoryId"], part
+        assert {d["directoryId"]: d["cordoned"] for d in cluster.kafka.cluster.log_dirs(3)} == {
+            d["directoryId"]: d is cordoned for d in dirs
+        }
+        # Cordoning every dir takes the broker out of automatic placement (it keeps its replicas).
+        cluster.ok(
+            cluster.run("kafka-configs.sh", ["--alter", *broker, "--add-config", "cordoned.log.dirs=*"])
+        )
+        wait_for(
+            lambda: not cluster.controller.broker(3)["acceptsNewReplicas"],
+            timeout=30,
+            what="broker 3 accepts no new replica",
+        )
+        refused = cluster.run(
+            "kafka-topics.sh",
+            ["--create", "--topic", "tools-cordoned-rf3", "--partitions", "1", "--replication-factor", "3"],
+        )
+        assert refused.returncode != 0
+        assert "InvalidReplicationFactorException" in refused.stdout + refused.stderr
+    finally:
+        cluster.ok(
+            cluster.run("kafka-configs.sh", ["--alter", *broker, "--delete-config", "cordoned.log.dirs"])
+        )
+        wait_for(
+            lambda: cluster.controller.broker(3)["cordonedLogDirs"] == [],
+            timeout=30,
+            what="broker 3 uncordoned",
+        )
+
+
+def test_configs_set_the_throttled_replicas_of_a_topic(cluster: Cluster) -> None:
+    topic = "tools-throttled"
+    _create(cluster, topic)
+    entity = ["--entity-type", "topics", "--entity-name", topic]
+    throttles = "leader.replication.throttled.replicas=[0:1,0:2],follower.replication.throttled.replicas=*"
+    cluster.ok(cluster.run("kafka-configs.sh", ["--alter", *entity, "--add-config", throttles]))
+    assert cluster.controller.describe_topic(topic)["configs"] == {
+        "leader.replication.throttled.replicas": "0:1,0:2",
+        "follower.replication.throttled.replicas": "*",
+    }
+    shown = _described_configs(cluster, entity)
+    assert sorted(line.split()[0] for line in shown[1:]) == [
+        "follower.replication.throttled.replicas=*",
+        "leader.replication.throttled.replicas=0:1,0:2",
+    ]
+    refused = cluster.run(
+        "kafka-configs.sh", ["--alter", *entity, "--add-config", "leader.replication.throttled.replicas=x"]
+    )
+    assert refused.returncode != 0 and "[partitionId]:[brokerId]" in refused.stdout + refused.stderr

@@ -275,3 +275,12 @@ def test_a_recreated_pod_without_attachments_yet_is_not_detached() -> None:
         attachments={},
     )
     assert states(health.decide(recreated)) == {"d0": "Online", "d1": "Online"}
+
+
+def test_a_dir_the_controller_lists_cordoned_is_shown_cordoned_and_stays_online() -> None:
+    registration = {"brokerId": 0, "fenced": False, "offlineLogDirs": [], "cordonedLogDirs": [DIR1]}
+    decision = health.decide(observe(registration=registration))
+    by_name = {d["name"]: d for d in decision.status["logDirs"]}
+    assert by_name["d1"]["cordoned"] is True and by_name["d1"]["state"] == "Online"
+    assert "cordoned" not in by_name["d0"]
+    assert decision.replace == ()

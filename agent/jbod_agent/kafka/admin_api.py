@@ -4,7 +4,7 @@ active controller (KIP-590); InitProducerId from the broker's block of producer 
 Guarantees:
 * Changes (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
   AlterUserScramCredentials) need the principal `admin`: anyone else gets
-  TOPIC_AUTHORIZATION_FAILED (topics) or CLUSTER_AUTHORIZATION_FAILED (users), and nothing
+  TOPIC_AUTHORIZATION_FAILED (topics) or CLUSTER_AUTHORIZATION_FAILED (users, brokers), and nothing
   changes. Describing (DescribeConfigs) is open to every authenticated principal;
   DescribeUserScramCredentials is `admin`'s (it lists users).
 * A forwarded change is answered once the controller committed it and, for topics, once this
@@ -16,7 +16,13 @@ Guarantees:
 * `validate_only` requests are checked without changing anything.
 * DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
   value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
-  defaults as this broker has them (STATIC_BROKER_CONFIG).
+  defaults as this broker has them (STATIC_BROKER_CONFIG), then the dynamic broker configs
+  (`jbod_core.broker_configs`) from the broker's own value (DYNAMIC_BROKER_CONFIG), the cluster
+  default (DYNAMIC_DEFAULT_BROKER_CONFIG), its server.properties (STATIC_BROKER_CONFIG) or
+  Kafka's default (DEFAULT_CONFIG); of the cluster default (""), the dynamic defaults set.
+* IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id) needs
+  `admin` (CLUSTER_AUTHORIZATION_FAILED); a `cordoned.log.dirs` naming this broker checks its
+  paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
 * DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
@@ -32,12 +38,14 @@ from typing import Any, Final, Literal
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from jbod_agent import dynamic_configs
 from jbod_agent.kafka.context import ADMIN, BrokerContext, kafka_uuid
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
-from jbod_core import topic_configs
+from jbod_core import broker_configs, topic_configs
 from jbod_core.messages import (
+    AlterBrokerConfigsRequest,
     AlterConfigOp,
     AlterScramCredentialsRequest,
     AlterTopicConfigsRequest,
@@ -50,11 +58,13 @@ from jbod_kafka import protocol
 
 TOPIC: Final = 2
 BROKER: Final = 4
-# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType).
+# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: INT 3, LONG 5, LIST 7).
 DYNAMIC_TOPIC_CONFIG: Final = 1
+DYNAMIC_BROKER_CONFIG: Final = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
 STATIC_BROKER_CONFIG: Final = 4
 DEFAULT_CONFIG: Final = 5
-_CONFIG_TYPES: Final = {"int": 3, "long": 4}
+_CONFIG_TYPES: Final = {"int": 3, "long": 5, "list": 7}
 _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     0: "SET",
     1: "DELETE",
@@ -70,6 +80,21 @@ def _response(request: protocol.Request, **fields: Any) -> Any:
     return protocol.build(
         protocol.response_type(request.header.api_key, request.header.api_version), throttle_time=0, **fields
     )
+
+
+def _entry(name: str, value: str, source: int, kind: str, doc: str) -> dict[str, Any]:
+    """One DescribeConfigs entry (the fields every version has; the codec drops the others)."""
+    return {
+        "name": name,
+        "value": value,
+        "read_only": False,
+        "config_source": source,
+        "is_default": False,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": _CONFIG_TYPES[kind],
+        "documentation": doc,
+    }
 
 
 def _refused(exc: Exception, *, invalid: KafkaError) -> dict[str, Any]:
@@ -285,34 +310,72 @@ class AdminApis:
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _config_entries(
-        self, resource_type: int, name: str, keys: set[str] | None
-    ) -> tuple[KafkaError, list[dict[str, Any]]]:
-        defaults = {
+    def _topic_defaults(self) -> dict[str, int]:
+        return {
             d.name: getattr(self.ctx.state.config, d.broker_key.replace(".", "_"), d.default)
             for d in topic_configs.DEFINITIONS
         }
-        if resource_type == BROKER:
-            entries = [
+
+    def _broker_entries(self, name: str, keys: set[str] | None) -> tuple[KafkaError, list[dict[str, Any]]]:
+        """A broker's configs: the topic defaults it applies (static), then the dynamic keys with
+        their source: the broker's own value, the cluster default, its static value, or Kafka's
+        default. The cluster default ("") lists only the dynamic defaults that are set."""
+        if broker_configs.resource_error(name) is not None:
+            return KafkaError.invalid_request, []
+        image = self.ctx.state.image
+        cluster_default = image.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {})
+        if name == broker_configs.CLUSTER_DEFAULT:
+            source = DYNAMIC_DEFAULT_BROKER_CONFIG
+            return KafkaError.none, [
                 {
-                    "name": d.broker_key,
-                    "value": str(defaults[d.name]),
-                    "read_only": True,
-                    "config_source": STATIC_BROKER_CONFIG,
-                    "is_sensitive": False,
-                    "synonyms": [],
-                    "config_type": _CONFIG_TYPES[d.type],
-                    "documentation": d.doc,
+                    **_entry(d.name, cluster_default[d.name], source, d.type, d.doc),
+                    "synonyms": [{"name": d.name, "value": cluster_default[d.name], "source": source}],
                 }
-                for d in topic_configs.DEFINITIONS
-                if keys is None or d.broker_key in keys
+                for d in broker_configs.DEFINITIONS
+                if d.name in cluster_default and (keys is None or d.name in keys)
             ]
-            return KafkaError.none, entries
+        defaults = self._topic_defaults()
+        entries = [
+            {
+                **_entry(d.broker_key, str(defaults[d.name]), STATIC_BROKER_CONFIG, d.type, d.doc),
+                "read_only": True,
+            }
+            for d in topic_configs.DEFINITIONS
+            if keys is None or d.broker_key in keys
+        ]
+        own = image.broker_configs.get(name, {})
+        static = dynamic_configs.static_values(self.ctx.state.config)
+        for d in broker_configs.DEFINITIONS:
+            if keys is not None and d.name not in keys:
+                continue
+            # Kafka's order of precedence; the synonyms list every level that sets the key.
+            levels = [
+                (source, values[d.name])
+                for source, values in (
+                    (DYNAMIC_BROKER_CONFIG, own),
+                    (DYNAMIC_DEFAULT_BROKER_CONFIG, cluster_default),
+                    (STATIC_BROKER_CONFIG, static),
+                )
+                if d.name in values
+            ]
+            source, value = levels[0] if levels else (DEFAULT_CONFIG, d.default)
+            entry = _entry(d.name, value, source, d.type, d.doc)
+            entry["is_default"] = not levels
+            entry["synonyms"] = [{"name": d.name, "value": v, "source": s} for s, v in levels]
+            entries.append(entry)
+        return KafkaError.none, entries
+
+    def _config_entries(
+        self, resource_type: int, name: str, keys: set[str] | None
+    ) -> tuple[KafkaError, list[dict[str, Any]]]:
+        if resource_type == BROKER:
+            return self._broker_entries(name, keys)
         if resource_type != TOPIC:
             return KafkaError.invalid_request, []
         topic_id = self.ctx.topic_id(name)
         if topic_id is None:
             return KafkaError.unknown_topic_or_partition, []
+        defaults = self._topic_defaults()
         own = self.ctx.state.image.topics[topic_id].configs
         entries = []
         for definition in topic_configs.DEFINITIONS:
@@ -321,15 +384,30 @@ class AdminApis:
             overridden = definition.name in own
             entries.append(
                 {
-                    "name": definition.name,
-                    "value": own[definition.name] if overridden else str(defaults[definition.name]),
-                    "read_only": False,
-                    "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
+                    **_entry(
+                        definition.name,
+                        own[definition.name] if overridden else str(defaults[definition.name]),
+                        DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
+                        definition.type,
+                        definition.doc,
+                    ),
                     "is_default": not overridden,
-                    "is_sensitive": False,
-                    "synonyms": [],
-                    "config_type": _CONFIG_TYPES[definition.type],
-                    "documentation": definition.doc,
+                }
+            )
+        for listed in topic_configs.LIST_DEFINITIONS:
+            if keys is not None and listed.name not in keys:
+                continue
+            overridden = listed.name in own
+            entries.append(
+                {
+                    **_entry(
+                        listed.name,
+                        own.get(listed.name, ""),
+                        DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
+                        "list",
+                        listed.doc,
+                    ),
+                    "is_default": not overridden,
                 }
             )
         return KafkaError.none, entries
@@ -362,12 +440,15 @@ class AdminApis:
                 "error_code": KafkaError.none,
                 "error_message": None,
             }
+            if int(resource.resource_type) == BROKER:
+                responses.append(await self._alter_broker_configs(conn, resource, result, body.validate_only))
+                continue
             if int(resource.resource_type) != TOPIC:
                 responses.append(
                     {
                         **result,
                         "error_code": KafkaError.invalid_request,
-                        "error_message": "only topic configs can be changed",
+                        "error_message": "only topic and broker configs can be changed",
                     }
                 )
                 continue
@@ -396,6 +477,42 @@ class AdminApis:
                 await _until(self.ctx.clock, shown, _CONFIG_WAIT_S)
             responses.append(result)
         return _response(request, responses=responses)
+
+    async def _alter_broker_configs(
+        self, conn: Connection, resource: Any, result: dict[str, Any], validate_only: bool
+    ) -> dict[str, Any]:
+        """A BROKER resource: forwarded to the controller once its cordoned paths are this
+        broker's own log dirs (when it names this broker); answered once this broker's image
+        shows the change."""
+        if conn.principal != ADMIN:
+            return {**result, "error_code": KafkaError.cluster_authorization_failed}
+        broker = resource.resource_name
+        try:
+            ops = [
+                AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
+                for c in resource.configs
+            ]
+        except ValueError as exc:
+            return {**result, **_refused(exc, invalid=KafkaError.invalid_config)}
+        if broker == str(self.ctx.state.node_id):
+            problem = dynamic_configs.cordoned_paths_error(self.ctx.state.config, ops)
+            if problem is not None:
+                return {**result, "error_code": KafkaError.invalid_config, "error_message": problem}
+        try:
+            reply = await self.forwarder.alter_broker_configs(
+                broker, AlterBrokerConfigsRequest(configs=ops, validate_only=validate_only)
+            )
+        except (ControllerCallError, ValueError) as exc:
+            return {**result, **_refused(exc, invalid=KafkaError.invalid_config)}
+        if reply.error_code != 0:
+            return {**result, **_controller_error(reply)}
+        if not validate_only and reply.configs is not None:
+            wanted = dict(reply.configs)
+            image = self.ctx.state.image
+            await _until(
+                self.ctx.clock, lambda: dict(image.broker_configs.get(broker, {})) == wanted, _CONFIG_WAIT_S
+            )
+        return result
 
     def _has_configs(self, name: str, configs: dict[str, str]) -> bool:
         topic_id = self.ctx.topic_id(name)

@@ -28,6 +28,8 @@ from jbod_core.messages import (
     AllocateProducerIdsRequest,
     AlterReassignmentsReply,
     AlterReassignmentsRequest,
+    AlterBrokerConfigsReply,
+    AlterBrokerConfigsRequest,
     AlterScramCredentialsReply,
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
@@ -85,6 +87,11 @@ class Forwarder:
 
     async def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
         return await answer(self._admin().alter_reassignments(request))
+
+    async def alter_broker_configs(
+        self, broker: str, request: AlterBrokerConfigsRequest
+    ) -> AlterBrokerConfigsReply:
+        return await answer(self._admin().alter_broker_configs(broker, request))
 
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest
