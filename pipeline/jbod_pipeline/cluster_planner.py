@@ -136,6 +136,11 @@ class Reassignment:
     partition: int
     replicas: tuple[int, ...]
     directories: tuple[str, ...]
+    original_replicas: tuple[int, ...]  # the replica list before the plan (a rollback's target)
+
+    def added(self, broker_id: int) -> bool:
+        """Whether `broker_id`'s replica is new (it moves in) rather than staying."""
+        return broker_id not in self.original_replicas
 
 
 DirKey = tuple[int, str]
@@ -492,6 +497,8 @@ def reassignments(
         replicas[position] = m.to_broker
         dirs[position] = m.to_dir
     return [
-        Reassignment(topic, topic_id, partition, tuple(replicas), tuple(dirs))
+        Reassignment(
+            topic, topic_id, partition, tuple(replicas), tuple(dirs), replica_lists[(topic, partition)]
+        )
         for (topic, partition), (topic_id, replicas, dirs) in sorted(lists.items())
     ]
