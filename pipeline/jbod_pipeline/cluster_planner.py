@@ -243,6 +243,13 @@ class _Cluster:
             ):
                 self.entry[k] = (self.util(k), self.order[k])
         self.by_util = sorted(self.entry.values())
+        # Balance sources (members with candidates) sorted by (-utilisation, dir order), likewise.
+        self.source_entry: dict[DirKey, tuple[float, int]] = {
+            k: (-self.util(k), self.order[k])
+            for k, d in self.dirs.items()
+            if _is_member(d, self.usable, goals) and self.sources.get(k)
+        }
+        self.by_use = sorted(self.source_entry.values())
         self.target_brokers = {k[0] for k in self.entry}
         self.plan = ClusterPlan()
 
@@ -262,12 +269,15 @@ class _Cluster:
 
     def _resort(self, k: DirKey) -> None:
         old = self.entry.get(k)
-        if old is None:
-            return
-        del self.by_util[bisect.bisect_left(self.by_util, old)]
-        new = (self.util(k), self.order[k])
-        self.entry[k] = new
-        bisect.insort(self.by_util, new)
+        if old is not None:
+            del self.by_util[bisect.bisect_left(self.by_util, old)]
+            self.entry[k] = (self.util(k), self.order[k])
+            bisect.insort(self.by_util, self.entry[k])
+        old = self.source_entry.get(k)
+        if old is not None:
+            del self.by_use[bisect.bisect_left(self.by_use, old)]
+            self.source_entry[k] = (-self.util(k), self.order[k])
+            bisect.insort(self.by_use, self.source_entry[k])
 
     def best_target(self, size: int, excluded: set[int]) -> DirKey | None:
         """The least used target on a broker not in `excluded` where `size` fits."""
@@ -394,42 +404,42 @@ class _Cluster:
                 return index
         return None
 
+    def _balance_step(self, mean: float, exhausted: set[tuple[DirKey, DirKey]]) -> bool:
+        """One move from the most used source to the least used sink it narrows; False if none."""
+        for negative_util, source_index in self.by_use:  # left as soon as one moves
+            source = self.keys[source_index]
+            if -negative_util <= mean:
+                return False
+            if not self.sources[source]:
+                continue
+            for sink_util, sink_index in self.by_util:  # likewise
+                sink = self.keys[sink_index]
+                if sink_util >= self.util(source) or sink_util >= mean:
+                    break
+                if sink[0] == source[0] or (source, sink) in exhausted:
+                    continue
+                # The size that would equalise the two dirs; strictly below twice it narrows the gap.
+                ideal = (self.util(source) - sink_util) / (1 / self.cap(source) + 1 / self.cap(sink))
+                index = self._closest(source, ideal, min(2 * ideal - 1, self.room(sink)), sink[0])
+                if index is None:
+                    exhausted.add((source, sink))
+                    continue
+                self.move(self.sources[source].refs[index], sink, "balance", source_index=index)
+                return True
+        return False
+
     def balance(self) -> None:
         margin = self.goals.balance_margin
         members = [k for k, d in self.dirs.items() if _is_member(d, self.usable, self.goals)]
         if len(members) < 2 or not self.by_util:
             return
-        mean = sum(self.util(k) for k in members) / len(members)
+        mean = sum(self.util(k) for k in members) / len(members)  # moves between members keep it
         exhausted: set[tuple[DirKey, DirKey]] = set()
-        with_sources = [k for k in members if self.sources.get(k)]
         while True:
-            sources = sorted(
-                (k for k in with_sources if self.sources[k] and self.util(k) > mean),
-                key=lambda k: (-self.util(k), self.order[k]),
-            )
-            lowest = self.by_util[0][0]
-            if (not sources or self.util(sources[0]) - mean <= margin) and mean - lowest <= margin:
+            highest = next((-u for u, i in self.by_use if self.sources[self.keys[i]]), mean)
+            if highest - mean <= margin and mean - self.by_util[0][0] <= margin:
                 break
-            moved = False
-            for source in sources:
-                for sink_util, sink_index in self.by_util:  # left as soon as one moves
-                    sink = self.keys[sink_index]
-                    if sink_util >= self.util(source) or sink_util >= mean:
-                        break
-                    if sink[0] == source[0] or (source, sink) in exhausted:
-                        continue
-                    ideal = (self.util(source) - sink_util) / (1 / self.cap(source) + 1 / self.cap(sink))
-                    limit = min(2 * ideal - 1, self.room(sink))
-                    index = self._closest(source, ideal, limit, sink[0])
-                    if index is None:
-                        exhausted.add((source, sink))
-                        continue
-                    self.move(self.sources[source].refs[index], sink, "balance", source_index=index)
-                    moved = True
-                    break
-                if moved:
-                    break
-            if not moved:
+            if not self._balance_step(mean, exhausted):
                 break
         worst = max(members, key=lambda k: (abs(self.util(k) - mean), -self.order[k]))
         if abs(self.util(worst) - mean) > margin:
