@@ -512,3 +512,27 @@ def reassignments(
         )
         for (topic, partition), (topic_id, replicas, dirs) in sorted(lists.items())
     ]
+
+
+def kafka_reassignment_file(
+    reassignments: Sequence[Reassignment], paths: Mapping[tuple[int, str], str]
+) -> dict[str, object]:
+    """Kafka's `--reassignment-json-file` document (`kafka-reassign-partitions.sh --execute`): per
+    partition its target `replicas` and `log_dirs` — the path of the target dir (`paths`: by broker
+    and dir id, from telemetry) for a replica new on its broker, `any` for a replica that stays
+    (its intra-broker move, if any, is in plan.json's `moves`, so no replica is moved twice)."""
+    return {
+        "version": 1,
+        "partitions": [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "replicas": list(r.replicas),
+                "log_dirs": [
+                    paths.get((b, d), "any") if r.added(b) else "any"
+                    for b, d in zip(r.replicas, r.directories, strict=True)
+                ],
+            }
+            for r in reassignments
+        ],
+    }

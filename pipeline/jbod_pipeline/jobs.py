@@ -5,8 +5,8 @@ Guarantees:
   the jobs it runs, so `jbod-pipeline all` costs one replay.
 * Every job writes `OUT/<table>` (Parquet, overwritten) with exactly the §6 columns (the `plan`
   table: and its extension columns); `plan` also writes `OUT/plan.json` (the input of `jbodctl
-  apply-plan`) and `OUT/reassignment.json` (the input of Kafka's `kafka-reassign-partitions.sh`). `OUT/report.html` holds a section
-  per job run plus the input report; `OUT/input_errors.json` lists the bad lines found.
+  apply-plan`) and `OUT/reassignment.json` (the input of Kafka's `kafka-reassign-partitions.sh`).
+  `OUT/report.html` holds a section per job run plus the input report; `OUT/input_errors.json` lists the bad lines found.
 * Bad input lines are skipped and reported (stderr, report, `input_errors.json`); with
   `strict=True` any bad line stops the run before a job starts (`JobError`).
 * Reports are drawn from the tables read back from their Parquet: they show what was written.
@@ -415,30 +415,6 @@ def _write_json(path: Path, document: object) -> None:
     os.replace(tmp, path)
 
 
-def kafka_reassignment(
-    reassignments: Sequence[cluster_planner.Reassignment], paths: dict[tuple[int, str], str]
-) -> dict[str, object]:
-    """Kafka's `--reassignment-json-file` document: per partition its target `replicas` and
-    `log_dirs` — the target dir's path (its telemetry sample's `path`) for a replica new on its
-    broker, `any` for a replica that stays (its intra-broker move, if any, is in plan.json's
-    `moves`: `jbodctl apply-plan` or AlterReplicaLogDirs carries it out)."""
-    return {
-        "version": 1,
-        "partitions": [
-            {
-                "topic": r.topic,
-                "partition": r.partition,
-                "replicas": list(r.replicas),
-                "log_dirs": [
-                    paths.get((b, d), "any") if r.added(b) else "any"
-                    for b, d in zip(r.replicas, r.directories, strict=True)
-                ],
-            }
-            for r in reassignments
-        ],
-    }
-
-
 def run_plan(run: Run) -> Outcome:
     goals = run.options.goals
     if goals.across_brokers:
@@ -516,11 +492,15 @@ def run_plan(run: Run) -> Outcome:
             for m in intra_moves.to_dict("records")
         ],
     }
-    paths = {
-        (int(r["brokerId"]), str(r["directoryId"])): str(r["path"])
-        for r in run.latest.select("brokerId", "directoryId", "path").collect()
-    }
     reassignments = [] if across is None else across.reassignments
+    paths = (
+        {
+            (int(r["brokerId"]), str(r["directoryId"])): str(r["path"])
+            for r in run.latest.select("brokerId", "directoryId", "path").collect()
+        }
+        if reassignments
+        else {}
+    )
     if across is not None:
         document |= {
             "acrossBrokers": True,
@@ -569,7 +549,9 @@ def run_plan(run: Run) -> Outcome:
             ],
         }
     _write_json(run.options.out / "plan.json", document)
-    _write_json(run.options.out / "reassignment.json", kafka_reassignment(reassignments, paths))
+    _write_json(
+        run.options.out / "reassignment.json", cluster_planner.kafka_reassignment_file(reassignments, paths)
+    )
     after = utilisation_after(dirs, moves)
     section = report.Section(
         "Plan: intra-broker moves" if across is None else "Plan: moves within and across brokers"
@@ -639,7 +621,8 @@ def run_plan(run: Run) -> Outcome:
 
 def utilisation_after(dirs: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
     """`dirs` (brokerId, directoryId, bytes, totalBytes, utilisation) with `bytesAfter` and
-    `utilisationAfter` once `moves` (the plan table) have run."""
+    `utilisationAfter` once `moves` (the plan table: bytes leave `brokerId`'s `fromDirectoryId`
+    and arrive in `toBrokerId`'s `toDirectoryId`) have run."""
     out = dirs.copy()
     delta = pd.Series(0, index=pd.MultiIndex.from_frame(out[["brokerId", "directoryId"]]), dtype="int64")
     if len(moves):

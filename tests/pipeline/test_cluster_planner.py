@@ -166,6 +166,14 @@ def test_a_drained_broker_moves_everything_to_the_others_and_keeps_the_leader_po
         (0, (3, 2), (C, B)),
         (1, (2, 4), (B, D)),
     ]
+    paths = {(3, C): "/data/c", (4, D): "/data/d", (2, B): "/data/b"}
+    assert cp.kafka_reassignment_file(lists, paths) == {
+        "version": 1,
+        "partitions": [
+            {"topic": "t", "partition": 0, "replicas": [3, 2], "log_dirs": ["/data/c", "any"]},
+            {"topic": "t", "partition": 1, "replicas": [2, 4], "log_dirs": ["any", "/data/d"]},
+        ],
+    }
 
 
 def test_a_drain_that_cannot_finish_says_why() -> None:
