@@ -9,6 +9,11 @@ Guarantees:
   most `max_in_flight` moves at once, each started with `POST /v1/log-dirs/move` and the
   `maxBytesPerSecond` throttle, and is done when `GET /v1/log-dirs` shows the replica in its
   destination and no future replica of it (`future: true`) anywhere.
+* A plan with moves between brokers (`jbod-pipeline plan --across-brokers`: a non-empty
+  `brokerMoves` or `reassignments`) is refused whole, before anything is sent: those moves are
+  partition reassignments, not AlterReplicaLogDirs moves, and this command does not carry them out
+  yet (Kafka's `kafka-reassign-partitions.sh --execute` does, with the plan's
+  `reassignment.json`).
 * Safe to re-run: a move whose replica already sits in its destination is reported `done`
   without a request; one whose future replica is already copying is waited for, not restarted;
   one whose replica is in neither dir is `skipped` (the plan is stale), never forced.
@@ -85,9 +90,22 @@ class MoveOutcome:
         }
 
 
+def _refuse_moves_across_brokers(document: dict[str, Any]) -> None:
+    """A plan of `jbod-pipeline plan --across-brokers` with moves between brokers is not applied in
+    part: its intra-broker `moves` alone are not the plan."""
+    across = [key for key in ("brokerMoves", "reassignments") if document.get(key)]
+    if across:
+        raise PlanError(
+            f"the plan moves replicas between brokers ({across[0]}): apply-plan only carries out "
+            "moves within a broker; run kafka-reassign-partitions.sh --execute with the plan's "
+            "reassignment.json, or plan without --across-brokers"
+        )
+
+
 def parse_plan(document: Any) -> list[PlannedMove]:
     if not isinstance(document, dict) or not isinstance(document.get("moves"), list):
         raise PlanError("the plan must be a JSON object with a list 'moves'")
+    _refuse_moves_across_brokers(document)
     moves: list[PlannedMove] = []
     seen: set[tuple[str, int, int]] = set()
     for i, item in enumerate(document["moves"]):

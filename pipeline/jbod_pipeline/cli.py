@@ -89,6 +89,18 @@ def _plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-balance", is_flag=True, help="only the capacity (and drain) goals"),
         click.option("--drain", "drain", multiple=True, help="directory id to empty, repeatable"),
+        click.option(
+            "--across-brokers",
+            is_flag=True,
+            help="also move replicas between brokers (reassignments): drains, capacity and usage across the cluster",
+        ),
+        click.option(
+            "--drain-broker",
+            "drain_broker",
+            type=click.IntRange(min=0),
+            multiple=True,
+            help="broker id to empty onto the other brokers, repeatable (needs --across-brokers)",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -124,6 +136,10 @@ def _spark_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
 
 def _run(names: list[str] | None, **kw: Any) -> None:
     """Run the jobs `names` (every job if None)."""
+    drain_brokers = frozenset(kw.get("drain_broker") or ())
+    across_brokers = bool(kw.get("across_brokers", False))
+    if drain_brokers and not across_brokers:
+        raise click.UsageError("--drain-broker needs --across-brokers (its replicas move to other brokers)")
     inputs, jobs, session = _spark_modules()
     if names is None:
         names = list(jobs.JOBS)
@@ -136,6 +152,8 @@ def _run(names: list[str] | None, **kw: Any) -> None:
         balance_margin=kw.get("balance_margin", planner.DEFAULT_BALANCE_MARGIN),
         drain=frozenset(drain),
         balance=not kw.get("no_balance", False),
+        across_brokers=across_brokers,
+        drain_brokers=drain_brokers,
     )
     options = jobs.Options(
         metadata=kw["metadata"], telemetry=kw["telemetry"], out=kw["out"], strict=kw["strict"], goals=goals
@@ -184,7 +202,8 @@ def blast_radius_command(**kw: Any) -> None:
 @_common
 @_plan_options
 def plan_command(**kw: Any) -> None:
-    """Intra-broker moves: every dir under --threshold, usage even within each broker, --drain dirs emptied."""
+    """Moves: every dir under --threshold, usage even within each broker (across the cluster with
+    --across-brokers), --drain dirs and --drain-broker brokers emptied."""
     _run(["plan"], **kw)
 
 

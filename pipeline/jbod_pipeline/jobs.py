@@ -3,9 +3,10 @@
 Guarantees:
 * One `Run` reads and replays the metadata log once and shares the result (persisted) between
   the jobs it runs, so `jbod-pipeline all` costs one replay.
-* Every job writes `OUT/<table>` (Parquet, overwritten) with exactly the §6 columns; `plan` also
-  writes `OUT/plan.json` (the input of `jbodctl apply-plan`). `OUT/report.html` holds a section
-  per job run plus the input report; `OUT/input_errors.json` lists the bad lines found.
+* Every job writes `OUT/<table>` (Parquet, overwritten) with exactly the §6 columns (the `plan`
+  table: and its extension columns); `plan` also writes `OUT/plan.json` (the input of `jbodctl
+  apply-plan`) and `OUT/reassignment.json` (the input of Kafka's `kafka-reassign-partitions.sh`).
+  `OUT/report.html` holds a section per job run plus the input report; `OUT/input_errors.json` lists the bad lines found.
 * Bad input lines are skipped and reported (stderr, report, `input_errors.json`); with
   `strict=True` any bad line stops the run before a job starts (`JobError`).
 * Reports are drawn from the tables read back from their Parquet: they show what was written.
@@ -33,6 +34,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark convention)
 from jbod_client import kafka_config
 from jbod_pipeline import (
     blast_radius,
+    cluster_planner,
     disks,
     errors,
     inputs,
@@ -46,6 +48,8 @@ from jbod_pipeline import (
 )
 
 PLAN_VERSION = 1
+#: A plan with cross-broker parts (`--across-brokers`): `brokerMoves`, `reassignments`, `unplaced`.
+PLAN_VERSION_ACROSS_BROKERS = 2
 #: The columns of `replay.replicas` that the jobs read (`dir_counts`, `plan.planner_rows`).
 REPLICA_COLUMNS = (
     "topic",
@@ -319,18 +323,160 @@ def run_blast_radius(run: Run) -> Outcome:
     )
 
 
+@dataclass(slots=True)
+class _AcrossBrokers:
+    """What the cross-broker pass planned, for plan.json, reassignment.json and the report."""
+
+    plan: cluster_planner.ClusterPlan
+    reassignments: list[cluster_planner.Reassignment]
+    candidates: int
+
+
+def _check_drained_brokers(run: Run, drain_brokers: frozenset[int]) -> None:
+    """A `--drain-broker` must be registered or host a replica."""
+    if not drain_brokers:
+        return
+    wanted = sorted(drain_brokers)
+    registered = {
+        int(r["brokerId"])
+        for r in run.cluster.brokers.where(F.col("brokerId").isin(wanted)).select("brokerId").collect()
+    }
+    hosting = {
+        int(r["brokerId"])
+        for r in run.replicas.where(F.col("brokerId").isin(wanted)).select("brokerId").distinct().collect()
+    }
+    unknown = [b for b in wanted if b not in registered | hosting]
+    if unknown:
+        raise JobError(f"--drain-broker {unknown[0]}: no such broker (not registered and hosting no replica)")
+
+
+def _plan_across_brokers(
+    run: Run, result: DataFrame, dirs_after: pd.DataFrame, intra: pd.DataFrame
+) -> _AcrossBrokers:
+    """The cross-broker pass on the driver: the dirs' bytes after the intra-broker moves (one
+    row per dir), the brokers (one row each), and only the candidate replicas (`plan.cross_candidates`)."""
+    goals = run.options.goals
+    brokers = [
+        cluster_planner.Broker(int(r["brokerId"]), not r["fenced"] and not r["inControlledShutdown"])
+        for r in run.cluster.brokers.select("brokerId", "fenced", "inControlledShutdown").collect()
+    ]
+    dirs = [
+        cluster_planner.BrokerDir(
+            broker_id=int(d["brokerId"]),
+            directory_id=str(d["directoryId"]),
+            state=str(d["state"]),
+            used_bytes=int(d["bytesAfter"]),
+            total_bytes=None if pd.isna(d["totalBytes"]) else int(d["totalBytes"]),
+        )
+        for d in dirs_after.to_dict("records")
+    ]
+    sources = sorted(cluster_planner.source_dirs(dirs, brokers, goals))
+    source_frame = run.spark.createDataFrame(sources, "brokerId int, directoryId string")
+    moved = result.where(F.col("kind") == "move").select(
+        F.col("brokerId").cast("int").alias("brokerId"),
+        "topic",
+        F.col("partition").cast("int").alias("partition"),
+    )
+    rows = plan.cross_candidates(
+        run.cluster.partitions, run.latest, source_frame, moved, drain_brokers=goals.drain_brokers
+    ).collect()
+    candidates = [
+        cluster_planner.Candidate(
+            topic=str(r["topic"]),
+            topic_id=str(r["topicId"]),
+            partition=int(r["partition"]),
+            broker_id=int(r["brokerId"]),
+            directory_id=str(r["directoryId"]),
+            size_bytes=None if r["sizeBytes"] is None else int(r["sizeBytes"]),
+            replicas=tuple(int(b) for b in r["replicas"]),
+        )
+        for r in rows
+    ]
+    planned = cluster_planner.plan_cluster(dirs, brokers, candidates, goals)
+    # The partitions' dirs in replica order, after the intra-broker moves.
+    moved_within = {
+        (str(m["topic"]), int(m["partition"]), int(m["brokerId"])): str(m["toDirectoryId"])
+        for m in intra.to_dict("records")
+    }
+    directories = {
+        (str(r["topic"]), int(r["partition"])): [
+            moved_within.get((str(r["topic"]), int(r["partition"]), int(b)), str(d))
+            for b, d in zip(r["replicas"], r["directories"], strict=True)
+        ]
+        for r in rows
+    }
+    lists = cluster_planner.reassignments(candidates, directories, planned.moves)
+    return _AcrossBrokers(planned, lists, len(candidates))
+
+
+def _write_json(path: Path, document: object) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    os.replace(tmp, path)
+
+
 def run_plan(run: Run) -> Outcome:
     goals = run.options.goals
+    if goals.across_brokers:
+        _check_drained_brokers(run, goals.drain_brokers)
     result = run._keep(plan.moves(run.disks, plan.planner_rows(run.replicas, run.latest), goals))
-    moves = run.write("plan", plan.table(result))
-    issues = (
-        result.where(F.col("kind") != "move")
-        .select("brokerId", "kind", F.col("fromDirectoryId").alias("directoryId"), "detail")
-        .orderBy("brokerId", "directoryId")
-        .toPandas()
-    )
-    document = {
-        "version": PLAN_VERSION,
+    dirs = run.disks.select(
+        "brokerId", "directoryId", "state", "bytes", "totalBytes", "utilisation"
+    ).toPandas()
+    across: _AcrossBrokers | None = None
+    across_rows = None
+    if goals.across_brokers:
+        intra = plan.table(result).toPandas()
+        across = _plan_across_brokers(run, result, utilisation_after(dirs, intra), intra)
+        across_rows = run.spark.createDataFrame(
+            [
+                (
+                    m.topic,
+                    m.partition,
+                    m.from_broker,
+                    m.from_dir,
+                    m.to_dir,
+                    m.size_bytes,
+                    m.to_broker,
+                    plan.CROSS_BROKER,
+                    m.reason,
+                    step,
+                )
+                for step, m in enumerate(across.plan.moves)
+            ],
+            "topic string, partition int, brokerId int, fromDirectoryId string, toDirectoryId string, "
+            "bytes long, toBrokerId int, kind string, reason string, step int",
+        )
+    moves = run.write("plan", plan.table(result, across_rows))
+    if across is None:
+        issues = (
+            result.where(F.col("kind") != "move")
+            .select("brokerId", "kind", F.col("fromDirectoryId").alias("directoryId"), "detail")
+            .orderBy("brokerId", "directoryId")
+            .toPandas()
+        )
+    else:
+        # The cross-broker pass took over the drains and the capacity and balance goals: its
+        # unplaced replicas and unmet goals are the plan's.
+        issues = pd.DataFrame(
+            [
+                {
+                    "brokerId": u.broker_id,
+                    "kind": f"unplaced ({u.reason})",
+                    "directoryId": u.directory_id,
+                    "detail": f"{u.topic}-{u.partition}: {u.detail}",
+                }
+                for u in across.plan.unplaced
+            ]
+            + [
+                {"brokerId": i.broker_id, "kind": i.kind, "directoryId": i.directory_id, "detail": i.detail}
+                for i in across.plan.issues
+            ],
+            columns=["brokerId", "kind", "directoryId", "detail"],
+        )
+    intra_moves = moves[moves["kind"] == plan.INTRA_BROKER] if len(moves) else moves
+    document: dict[str, object] = {
+        "version": PLAN_VERSION if across is None else PLAN_VERSION_ACROSS_BROKERS,
         "threshold": goals.threshold,
         "balanceMargin": goals.balance_margin,
         "drain": sorted(goals.drain),
@@ -343,33 +489,96 @@ def run_plan(run: Run) -> Outcome:
                 "toDirectoryId": str(m["toDirectoryId"]),
                 "bytes": int(m["bytes"]),
             }
-            for m in moves.to_dict("records")
+            for m in intra_moves.to_dict("records")
         ],
     }
-    tmp = run.options.out / "plan.json.tmp"
-    tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
-    os.replace(tmp, run.options.out / "plan.json")
-    dirs = run.disks.select(
-        "brokerId", "directoryId", "state", "bytes", "totalBytes", "utilisation"
-    ).toPandas()
-    after = utilisation_after(dirs, moves)
-    section = report.Section("Plan: intra-broker moves")
-    section.facts(
-        [
-            ("moves", len(moves)),
-            ("bytes to move", f"{int(moves['bytes'].sum()) if len(moves) else 0:,}"),
-            ("brokers touched", moves["brokerId"].nunique() if len(moves) else 0),
-            ("threshold", f"{goals.threshold:.0%}"),
-            ("balance margin", f"{goals.balance_margin:.0%}"),
-            ("drained dirs", ", ".join(sorted(goals.drain)) or "none"),
-            (f"dirs over {goals.threshold:.0%} before", int((dirs["utilisation"] > goals.threshold).sum())),
-            (
-                f"dirs over {goals.threshold:.0%} after",
-                int((after["utilisationAfter"] > goals.threshold).sum()),
-            ),
-            ("goals not met", len(issues)),
-        ]
+    reassignments = [] if across is None else across.reassignments
+    paths = (
+        {
+            (int(r["brokerId"]), str(r["directoryId"])): str(r["path"])
+            for r in run.latest.select("brokerId", "directoryId", "path").collect()
+        }
+        if reassignments
+        else {}
     )
+    if across is not None:
+        document |= {
+            "acrossBrokers": True,
+            "drainBrokers": sorted(goals.drain_brokers),
+            "brokerMoves": [
+                {
+                    "topic": m.topic,
+                    "topicId": m.topic_id,
+                    "partition": m.partition,
+                    "fromBrokerId": m.from_broker,
+                    "fromDirectoryId": m.from_dir,
+                    "toBrokerId": m.to_broker,
+                    "toDirectoryId": m.to_dir,
+                    "bytes": m.size_bytes,
+                    "reason": m.reason,
+                }
+                for m in across.plan.moves
+            ],
+            "reassignments": [
+                {
+                    "topic": r.topic,
+                    "topicId": r.topic_id,
+                    "partition": r.partition,
+                    "replicas": list(r.replicas),
+                    "logDirs": list(r.directories),
+                    "originalReplicas": list(r.original_replicas),
+                }
+                for r in reassignments
+            ],
+            "unplaced": [
+                {
+                    "topic": u.topic,
+                    "topicId": u.topic_id,
+                    "partition": u.partition,
+                    "brokerId": u.broker_id,
+                    "directoryId": u.directory_id,
+                    "bytes": u.size_bytes,
+                    "reason": u.reason,
+                    "detail": u.detail,
+                }
+                for u in across.plan.unplaced
+            ],
+            "goalsNotMet": [
+                {"brokerId": i.broker_id, "directoryId": i.directory_id, "kind": i.kind, "detail": i.detail}
+                for i in across.plan.issues
+            ],
+        }
+    _write_json(run.options.out / "plan.json", document)
+    _write_json(
+        run.options.out / "reassignment.json", cluster_planner.kafka_reassignment_file(reassignments, paths)
+    )
+    after = utilisation_after(dirs, moves)
+    section = report.Section(
+        "Plan: intra-broker moves" if across is None else "Plan: moves within and across brokers"
+    )
+    cross = moves[moves["kind"] == plan.CROSS_BROKER] if len(moves) else moves
+    facts: list[tuple[str, object]] = [
+        ("moves", len(moves)),
+        ("bytes to move", f"{int(moves['bytes'].sum()) if len(moves) else 0:,}"),
+        ("brokers touched", moves["brokerId"].nunique() if len(moves) else 0),
+        ("threshold", f"{goals.threshold:.0%}"),
+        ("balance margin", f"{goals.balance_margin:.0%}"),
+        ("drained dirs", ", ".join(sorted(goals.drain)) or "none"),
+    ]
+    if across is not None:
+        facts += [
+            ("moves across brokers (reassignments)", f"{len(cross)} ({len(reassignments)} partition(s))"),
+            ("bytes across brokers", f"{int(cross['bytes'].sum()) if len(cross) else 0:,}"),
+            ("drained brokers", ", ".join(str(b) for b in sorted(goals.drain_brokers)) or "none"),
+            ("candidate replicas read by the driver", across.candidates),
+            ("replicas left unplaced", len(across.plan.unplaced)),
+        ]
+    facts += [
+        (f"dirs over {goals.threshold:.0%} before", int((dirs["utilisation"] > goals.threshold).sum())),
+        (f"dirs over {goals.threshold:.0%} after", int((after["utilisationAfter"] > goals.threshold).sum())),
+        ("goals not met", len(issues)),
+    ]
+    section.facts(facts)
     section.figure(
         report.before_after(
             after["utilisation"],
@@ -398,6 +607,10 @@ def run_plan(run: Run) -> Outcome:
     if len(issues):
         section.table(issues, "Goals not met")
     summary = f"plan: {len(moves)} move(s) on {moves['brokerId'].nunique() if len(moves) else 0} broker(s)"
+    if across is not None:
+        summary += f", {len(cross)} across brokers"
+        if across.plan.unplaced:
+            summary += f", {len(across.plan.unplaced)} replica(s) unplaced"
     if len(issues):
         summary += f", {len(issues)} goal(s) not met"
         run.log(
@@ -408,12 +621,13 @@ def run_plan(run: Run) -> Outcome:
 
 def utilisation_after(dirs: pd.DataFrame, moves: pd.DataFrame) -> pd.DataFrame:
     """`dirs` (brokerId, directoryId, bytes, totalBytes, utilisation) with `bytesAfter` and
-    `utilisationAfter` once `moves` (the plan table) have run."""
+    `utilisationAfter` once `moves` (the plan table: bytes leave `brokerId`'s `fromDirectoryId`
+    and arrive in `toBrokerId`'s `toDirectoryId`) have run."""
     out = dirs.copy()
     delta = pd.Series(0, index=pd.MultiIndex.from_frame(out[["brokerId", "directoryId"]]), dtype="int64")
     if len(moves):
         leaving = moves.groupby(["brokerId", "fromDirectoryId"])["bytes"].sum()
-        arriving = moves.groupby(["brokerId", "toDirectoryId"])["bytes"].sum()
+        arriving = moves.groupby(["toBrokerId", "toDirectoryId"])["bytes"].sum()
         delta = delta.sub(leaving.rename_axis(["brokerId", "directoryId"]), fill_value=0)
         delta = delta.add(arriving.rename_axis(["brokerId", "directoryId"]), fill_value=0)
     keys = pd.MultiIndex.from_frame(out[["brokerId", "directoryId"]])

@@ -8,7 +8,13 @@ placements are joined with the sizes, and sorted in the planner's order, by Arro
 Python planner gets plain lists and builds no object per replica. No data leaves its broker's
 bucket, so the plan scales out with the number of brokers. The result holds both the moves
 (`kind = 'move'`, in the order the planner chose them per broker) and what could not be achieved
-(`kind` = the issue kind); `table` keeps the moves with the §6 columns.
+(`kind` = the issue kind); `table` keeps the moves with the §6 columns (and the extension's
+`toBrokerId`, `kind`, `reason`).
+
+Across brokers (`Goals.across_brokers`), drained brokers get no intra-broker moves (they are being
+emptied), and `cross_candidates` selects the replicas the driver's cross-broker planner
+(`cluster_planner`) may move: those of the source dirs it names and of the drained brokers, minus
+the replicas the intra-broker pass moved, each with its partition's replica list and a size.
 
 A replica's size is the largest size the latest sample of its dir lists for it (null when the
 sample does not list it, or the dir has no sample).
@@ -47,6 +53,9 @@ _ARROW_RESULT: Final = pa.schema(
     ]
 )
 _KEY: Final = ["brokerId", "directoryId", "topic", "partition"]
+#: The plan table's `kind` of a move.
+INTRA_BROKER: Final = "intra-broker"
+CROSS_BROKER: Final = "cross-broker"
 
 
 def planner_rows(replicas: DataFrame, latest: DataFrame) -> DataFrame:
@@ -150,6 +159,8 @@ def _plan_bucket(goals: planner.Goals) -> Callable[[pa.Table, pa.Table], pa.Tabl
                 )
             )
         for broker_id in sorted(by_broker):
+            if broker_id in goals.drain_brokers:
+                continue  # emptied onto other brokers by the cross-broker pass
             result = planner.plan_broker(by_broker[broker_id], placements.get(broker_id, empty), goals)
             for step, m in enumerate(result.moves):
                 emit(
@@ -184,10 +195,98 @@ def moves(disks: DataFrame, rows: DataFrame, goals: planner.Goals, *, buckets: i
     )
 
 
-def table(result: DataFrame) -> DataFrame:
-    """The §6 `plan` table: the moves, ordered by broker and planning step."""
+def table(result: DataFrame, across: DataFrame | None = None) -> DataFrame:
+    """The §6 `plan` table: the intra-broker moves ordered by broker and planning step, then the
+    cross-broker moves of `across` (`schemas.PLAN` columns and a `step`) in planning order."""
+    columns = [f.name for f in schemas.PLAN.fields]
+    rows = result.where(F.col("kind") == "move").select(
+        F.lit(0).alias("_pass"),
+        F.col("brokerId").alias("_broker"),
+        F.col("step").alias("_step"),
+        F.col("brokerId").alias("toBrokerId"),
+        F.lit(INTRA_BROKER).alias("kind"),
+        *[c for c in columns if c not in ("toBrokerId", "kind")],
+    )
+    if across is not None:
+        rows = rows.unionByName(
+            across.select(
+                F.lit(1).alias("_pass"), F.lit(0).alias("_broker"), F.col("step").alias("_step"), *columns
+            )
+        )
+    return rows.orderBy("_pass", "_broker", "_step").select(
+        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.PLAN.fields]
+    )
+
+
+def cross_candidates(
+    partitions: DataFrame,
+    latest: DataFrame,
+    sources: DataFrame,
+    moved: DataFrame,
+    *,
+    drain_brokers: frozenset[int],
+) -> DataFrame:
+    """The replicas the cross-broker planner may move: those in the dirs of `sources`
+    (`brokerId`, `directoryId`; few) and every replica of `drain_brokers` (any dir, reserved
+    ones included), minus those of `moved` (`brokerId`, `topic`, `partition`: the intra-broker
+    moves). Columns: `topicId`, `topic`, `partition`, `brokerId`, `directoryId`, `replicas`,
+    `directories` (the partition's lists), `sizeBytes`: the largest size the replica's latest
+    sample lists for it, else the largest any latest sample lists for a replica of the partition
+    (a new replica is copied from the leader: an offline dir's replica still has a size), else null.
+
+    Cost: one pass over the partitions (exploded, filtered against the broadcast `sources`) and
+    one over the latest samples' replica entries (semi-joined to the candidates); only the
+    candidates reach the driver."""
+    exploded = partitions.select(
+        "topicId",
+        "topic",
+        "partition",
+        "replicas",
+        "directories",
+        F.posexplode("replicas").alias("position", "brokerId"),
+    ).select(
+        "topicId",
+        "topic",
+        F.col("partition").cast("int").alias("partition"),
+        F.col("brokerId").cast("int").alias("brokerId"),
+        F.element_at("directories", F.col("position") + 1).alias("directoryId"),
+        F.col("replicas").cast("array<int>").alias("replicas"),
+        "directories",
+    )
+    drained = F.col("brokerId").isin(sorted(drain_brokers)) if drain_brokers else F.lit(False)
+    chosen = exploded.join(F.broadcast(sources), ["brokerId", "directoryId"], "left_semi").where(~drained)
+    if drain_brokers:
+        chosen = chosen.unionByName(exploded.where(drained))
+    chosen = chosen.join(F.broadcast(moved), ["brokerId", "topic", "partition"], "left_anti")
+    sampled = latest.select("brokerId", "directoryId", F.explode("replicas").alias("r")).select(
+        F.col("brokerId").cast("int").alias("brokerId"),
+        "directoryId",
+        F.col("r.topic").alias("topic"),
+        F.col("r.partition").cast("int").alias("partition"),
+        F.col("r.sizeBytes").cast("long").alias("sizeBytes"),
+    )
+    key = ["brokerId", "directoryId", "topic", "partition"]
+    own = (
+        sampled.join(chosen.select(*key), key, "left_semi")
+        .groupBy(*key)
+        .agg(F.max("sizeBytes").alias("ownSize"))
+    )
+    any_replica = (
+        sampled.join(chosen.select("topic", "partition").distinct(), ["topic", "partition"], "left_semi")
+        .groupBy("topic", "partition")
+        .agg(F.max("sizeBytes").alias("anySize"))
+    )
     return (
-        result.where(F.col("kind") == "move")
-        .orderBy("brokerId", "step")
-        .select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schemas.PLAN.fields])
+        chosen.join(own, key, "left")
+        .join(any_replica, ["topic", "partition"], "left")
+        .select(
+            "topicId",
+            "topic",
+            "partition",
+            "brokerId",
+            "directoryId",
+            "replicas",
+            "directories",
+            F.coalesce("ownSize", "anySize").alias("sizeBytes"),
+        )
     )

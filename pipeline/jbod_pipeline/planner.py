@@ -65,6 +65,10 @@ class Goals:
     balance_margin: float = DEFAULT_BALANCE_MARGIN
     drain: frozenset[str] = frozenset()
     balance: bool = True
+    #: Cross-broker planning (`cluster_planner`) after the per-broker pass; `jbod-pipeline plan --across-brokers`.
+    across_brokers: bool = False
+    #: Brokers to empty onto the others (`--drain-broker`); planned only across brokers.
+    drain_brokers: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,8 @@ class BrokerPlan:
     issues: list[Issue] = field(default_factory=list)
 
 
-def _uuid_key(text: str) -> tuple[int, ...]:
+def uuid_key(text: str) -> tuple[int, ...]:
+    """The contract's order of dir ids (their 16 bytes); a malformed id sorts last."""
     try:
         return tuple(Uuid.parse(text))
     except ValueError:
@@ -170,7 +175,7 @@ class Placements:
 class _Broker:
     def __init__(self, dirs: Sequence[Dir], placements: Placements, goals: Goals) -> None:
         self.goals = goals
-        self.dirs = {d.directory_id: d for d in sorted(dirs, key=lambda d: _uuid_key(d.directory_id))}
+        self.dirs = {d.directory_id: d for d in sorted(dirs, key=lambda d: uuid_key(d.directory_id))}
         self.used = {d.directory_id: d.used_bytes for d in dirs}
         self.order = {d: i for i, d in enumerate(self.dirs)}
         self.name = placements.name

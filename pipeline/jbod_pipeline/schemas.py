@@ -238,6 +238,11 @@ PLAN: Final = T.StructType(
         T.StructField("fromDirectoryId", T.StringType(), False),
         T.StructField("toDirectoryId", T.StringType(), False),
         T.StructField("bytes", T.LongType(), False),
+        # Extension (issue 24): where the replica goes (`brokerId` for an intra-broker move), the
+        # move's kind (`intra-broker` | `cross-broker`) and the goal it serves.
+        T.StructField("toBrokerId", T.IntegerType(), False),
+        T.StructField("kind", T.StringType(), False),
+        T.StructField("reason", T.StringType(), False),
     ]
 )
 

@@ -139,6 +139,12 @@ def test_refused_and_stale_moves_are_reported() -> None:
         (json.dumps({"moves": [_move(0, dst="nope")]}), "moves[0].toDirectoryId"),
         (json.dumps({"moves": [_move(0, dst=A)]}), "to the dir it is in"),
         (json.dumps({"moves": [_move(0), _move(0, dst=C)]}), "moves[1] moves t-0 on broker 1 a second time"),
+        (
+            json.dumps(
+                {"version": 2, "moves": [_move(0)], "brokerMoves": [{"topic": "t"}], "reassignments": []}
+            ),
+            "the plan moves replicas between brokers (brokerMoves): apply-plan only carries out moves within",
+        ),
     ],
 )
 def test_a_bad_plan_is_one_line_and_a_non_zero_exit(

@@ -35,6 +35,11 @@ def test_user_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--drain" in _one_line_error(capsys)
     assert pipeline([*args, "--out", str(tmp_path / "o"), "--threshold", "1.5"]) == 2
     _one_line_error(capsys)
+    assert pipeline([*args, "--out", str(tmp_path / "o"), "--drain-broker", "1"]) == 2
+    assert "--drain-broker needs --across-brokers" in _one_line_error(capsys)
+    for bad in ("-1", "one"):
+        assert pipeline([*args, "--out", str(tmp_path / "o"), "--across-brokers", "--drain-broker", bad]) == 2
+        assert "--drain-broker" in _one_line_error(capsys)
 
 
 def test_no_subcommand_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,6 +93,9 @@ def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
         "fromDirectoryId",
         "toDirectoryId",
         "bytes",
+        "toBrokerId",
+        "kind",
+        "reason",
     ]
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 6 and "<script" not in page

@@ -263,3 +263,80 @@ def test_plan_is_deterministic(
             run.close()
         plans.append((out / "plan.json").read_text())
     assert plans[0] == plans[1]
+
+
+@pytest.mark.slow
+def test_across_brokers_plan_drains_a_broker_and_keeps_the_rules(spark: SparkSession, tmp_path: Path) -> None:
+    from jbod_pipeline import synthetic
+    from tests.pipeline.conftest import SPECS
+
+    metadata, telemetry = tmp_path / "m.jsonl", tmp_path / "t.jsonl"
+    synthetic.generate(SPECS["skewed"], seed=7, metadata=metadata, telemetry=telemetry)
+    image = reference.replay(metadata)
+    state = reference.disks(image, reference.latest_samples(telemetry))
+    threshold = planner.DEFAULT_THRESHOLD
+    usable = {b for b, reg in image.brokers.items() if reg.is_active}
+    drained = min(usable)
+    placed: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    for (topic_id, index), part in image.iter_partitions():
+        placed[(image.topics[topic_id].name, index)] = [
+            (b, str(d)) for b, d in zip(part.replicas, part.directories, strict=True)
+        ]
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _run(spark, out, metadata, telemetry, across_brokers=True, drain_brokers=frozenset({drained}))
+    try:
+        summary = jobs.run_plan(run).summary
+        with pytest.raises(jobs.JobError, match="--drain-broker 99: no such broker"):
+            jobs._check_drained_brokers(run, frozenset({99}))
+    finally:
+        run.close()
+    document = json.loads((out / "plan.json").read_text())
+    kafka = json.loads((out / "reassignment.json").read_text())
+    assert document["version"] == 2 and document["drainBrokers"] == [drained], summary
+    cross, intra = document["brokerMoves"], document["moves"]
+    assert cross, summary
+    moved = Counter(
+        [(m["topic"], m["partition"], m["brokerId"]) for m in intra]
+        + [(m["topic"], m["partition"], m["fromBrokerId"]) for m in cross]
+    )
+    assert max(moved.values()) == 1, "a replica moves at most once"
+    assert all(m["brokerId"] != drained for m in intra), "a drained broker gets no intra-broker move"
+    for m in cross:
+        assert (m["fromBrokerId"], m["fromDirectoryId"]) in placed[(m["topic"], m["partition"])]
+        assert m["toBrokerId"] in usable and m["toBrokerId"] != drained, "only usable brokers are targets"
+        assert state[(m["toBrokerId"], m["toDirectoryId"])]["state"] == "online"
+    # The drained broker ends empty, or what stays is listed with its reason.
+    left = {(u["topic"], u["partition"]) for u in document["unplaced"] if u["brokerId"] == drained}
+    hosted = {key for key, replicas in placed.items() if any(b == drained for b, _ in replicas)}
+    assert left | {(m["topic"], m["partition"]) for m in cross if m["fromBrokerId"] == drained} == hosted
+    assert all(u["reason"] in ("size-unknown", "no-broker", "no-room") for u in document["unplaced"])
+    # No dir pushed over the threshold.
+    used = {k: r["bytes"] for k, r in state.items()}
+    for m in intra:
+        used[(m["brokerId"], m["fromDirectoryId"])] -= m["bytes"]
+        used[(m["brokerId"], m["toDirectoryId"])] += m["bytes"]
+    for m in cross:
+        used[(m["fromBrokerId"], m["fromDirectoryId"])] = (
+            used.get((m["fromBrokerId"], m["fromDirectoryId"]), 0) - m["bytes"]
+        )
+        used[(m["toBrokerId"], m["toDirectoryId"])] += m["bytes"]
+    for key, row in state.items():
+        if row["totalBytes"] and row["utilisation"] <= threshold:
+            assert used[key] <= threshold * row["totalBytes"] + 1e-6, key
+    # The reassignments: one per partition touched, one replica per broker, in Kafka's format too.
+    assert len(document["reassignments"]) == len({(m["topic"], m["partition"]) for m in cross})
+    by_partition = {(p["topic"], p["partition"]): p for p in kafka["partitions"]}
+    assert kafka["version"] == 1 and len(by_partition) == len(document["reassignments"])
+    for r in document["reassignments"]:
+        before = [b for b, _ in placed[(r["topic"], r["partition"])]]
+        assert r["originalReplicas"] == before and len(r["replicas"]) == len(set(r["replicas"])) == len(
+            before
+        )
+        assert drained not in r["replicas"]
+        entry = by_partition[(r["topic"], r["partition"])]
+        assert entry["replicas"] == r["replicas"] and len(entry["log_dirs"]) == len(before)
+        for old, new, path in zip(before, r["replicas"], entry["log_dirs"], strict=True):
+            assert (path == "any") == (old == new), "a new replica names its dir's path, a staying one 'any'"
+    table = run.spark.read.parquet(str(out / "plan")).toPandas()
+    assert Counter(table["kind"]) == {"intra-broker": len(intra), "cross-broker": len(cross)}

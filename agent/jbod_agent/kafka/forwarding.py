@@ -26,10 +26,10 @@ from jbod_client.controller import ApiError, ClientError, ControllerLink
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     AllocateProducerIdsRequest,
-    AlterReassignmentsReply,
-    AlterReassignmentsRequest,
     AlterBrokerConfigsReply,
     AlterBrokerConfigsRequest,
+    AlterReassignmentsReply,
+    AlterReassignmentsRequest,
     AlterScramCredentialsReply,
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
