@@ -1,4 +1,5 @@
-"""`jbodctl apply-plan PLAN.json`: run a `jbod-pipeline plan` through the brokers' move API.
+"""`jbodctl apply-plan PLAN.json`: run a `jbod-pipeline plan`: its reassignments between brokers
+through the controller, then its moves within brokers through the brokers' move API.
 
 Guarantees:
 * The plan file is validated whole before anything is sent (`load_plan`): a JSON object with
@@ -9,11 +10,10 @@ Guarantees:
   most `max_in_flight` moves at once, each started with `POST /v1/log-dirs/move` and the
   `maxBytesPerSecond` throttle, and is done when `GET /v1/log-dirs` shows the replica in its
   destination and no future replica of it (`future: true`) anywhere.
-* A plan with moves between brokers (`jbod-pipeline plan --across-brokers`: a non-empty
-  `brokerMoves` or `reassignments`) is refused whole, before anything is sent: those moves are
-  partition reassignments, not AlterReplicaLogDirs moves, and this command does not carry them out
-  yet (Kafka's `kafka-reassign-partitions.sh --execute` does, with the plan's
-  `reassignment.json`).
+* A plan with moves between brokers (`jbod-pipeline plan --across-brokers`: its
+  `reassignments`) is carried out first, through partition reassignments
+  (`jbod_cli.plan_reassignments`, throttled by the same `--max-bytes-per-second`), then its
+  intra-broker moves; both parts are validated before anything is sent.
 * Safe to re-run: a move whose replica already sits in its destination is reported `done`
   without a request; one whose future replica is already copying is waited for, not restarted;
   one whose replica is in neither dir is `skipped` (the plan is stale), never forced.
@@ -34,7 +34,8 @@ from typing import Any
 
 import click
 
-from jbod_cli import commands
+from jbod_cli import commands, plan_reassignments
+from jbod_cli.plan_reassignments import PlanError, PlannedReassignment, ReassignOutcome
 from jbod_client.broker import BrokerClient, describe_error
 from jbod_client.controller import ClientError
 from jbod_client.metadata import ClusterMetadata
@@ -48,10 +49,6 @@ _FIELDS = {
     "toDirectoryId": str,
     "bytes": int,
 }
-
-
-class PlanError(ValueError):
-    """A plan file that cannot be applied; `str()` is one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,22 +87,9 @@ class MoveOutcome:
         }
 
 
-def _refuse_moves_across_brokers(document: dict[str, Any]) -> None:
-    """A plan of `jbod-pipeline plan --across-brokers` with moves between brokers is not applied in
-    part: its intra-broker `moves` alone are not the plan."""
-    across = [key for key in ("brokerMoves", "reassignments") if document.get(key)]
-    if across:
-        raise PlanError(
-            f"the plan moves replicas between brokers ({across[0]}): apply-plan only carries out "
-            "moves within a broker; run kafka-reassign-partitions.sh --execute with the plan's "
-            "reassignment.json, or plan without --across-brokers"
-        )
-
-
 def parse_plan(document: Any) -> list[PlannedMove]:
     if not isinstance(document, dict) or not isinstance(document.get("moves"), list):
         raise PlanError("the plan must be a JSON object with a list 'moves'")
-    _refuse_moves_across_brokers(document)
     moves: list[PlannedMove] = []
     seen: set[tuple[str, int, int]] = set()
     for i, item in enumerate(document["moves"]):
@@ -149,6 +133,11 @@ def parse_plan(document: Any) -> list[PlannedMove]:
 
 
 def load_plan(path: Path) -> list[PlannedMove]:
+    """The intra-broker moves of the plan file at `path` (`load_whole_plan` adds the reassignments)."""
+    return load_whole_plan(path)[0]
+
+
+def load_whole_plan(path: Path) -> tuple[list[PlannedMove], list[PlannedReassignment]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -159,7 +148,7 @@ def load_plan(path: Path) -> list[PlannedMove]:
     except json.JSONDecodeError as exc:
         raise PlanError(f"{path} is not JSON: line {exc.lineno}: {exc.msg}") from exc
     try:
-        return parse_plan(document)
+        return parse_plan(document), plan_reassignments.parse_reassignments(document)
     except PlanError as exc:
         raise PlanError(f"{path}: {exc}") from exc
 
@@ -321,6 +310,27 @@ async def apply_plan(  # noqa: PLR0913  the library form of `jbodctl apply-plan`
     return outcomes
 
 
+async def apply_reassignments(  # noqa: PLR0913  the library form of the cross-broker part: one keyword per option
+    controller_url: str,
+    token: str,
+    reassignments: Sequence[PlannedReassignment],
+    *,
+    max_bytes_per_second: int | None = None,
+    poll_interval: float = 1.0,
+    timeout: float = 3600.0,
+    report: Callable[[ReassignOutcome], None] = lambda outcome: None,
+) -> list[ReassignOutcome]:
+    """Carry out the plan's reassignments (`jbod_cli.plan_reassignments`), before its moves."""
+    outcomes = [ReassignOutcome(r) for r in reassignments]
+    if outcomes:
+        pacing = plan_reassignments.Pacing(
+            rate=max_bytes_per_second, poll_interval=poll_interval, deadline=time.monotonic() + timeout
+        )
+        runner = plan_reassignments.Runner(controller_url, token, outcomes, pacing=pacing, report=report)
+        await runner.run()
+    return outcomes
+
+
 def register(group: click.Group) -> None:
     """Add `apply-plan` to `jbodctl`."""
 
@@ -360,7 +370,7 @@ def register(group: click.Group) -> None:
         """Run a `jbod-pipeline plan` (plan.json): throttled intra-broker moves, safe to re-run."""
         settings = commands.settings_of(ctx, output)
         try:
-            moves = load_plan(plan_file)
+            moves, reassignments = load_whole_plan(plan_file)
         except PlanError as exc:
             raise commands.CommandError(str(exc)) from exc
         table = settings.output != "json"
@@ -372,6 +382,26 @@ def register(group: click.Group) -> None:
                     f"{outcome.status:>12}  {m.name}: {m.from_dir} -> {m.to_dir} ({m.size_bytes} bytes) {outcome.detail}"
                 )
 
+        def report_reassignment(outcome: ReassignOutcome) -> None:
+            if table:
+                p = outcome.plan
+                click.echo(
+                    f"{outcome.status:>12}  {p.name}: brokers {','.join(map(str, p.original))} -> "
+                    f"{','.join(map(str, p.replicas))} {outcome.detail}"
+                )
+
+        started = time.monotonic()
+        reassigned = commands.run(
+            apply_reassignments(
+                settings.controller,
+                settings.token(),
+                reassignments,
+                max_bytes_per_second=max_bytes_per_second,
+                poll_interval=poll_interval,
+                timeout=timeout,
+                report=report_reassignment,
+            )
+        )
         outcomes = commands.run(
             apply_plan(
                 settings.controller,
@@ -380,18 +410,19 @@ def register(group: click.Group) -> None:
                 max_in_flight=max_in_flight,
                 max_bytes_per_second=max_bytes_per_second,
                 poll_interval=poll_interval,
-                timeout=timeout,
+                timeout=max(0.1, timeout - (time.monotonic() - started)),
                 report=report,
             )
         )
         if not table:
-            click.echo(json.dumps([o.to_json() for o in outcomes], indent=2))
-        failed = [o for o in outcomes if o.status == "failed"]
-        counts = {
-            s: sum(o.status == s for o in outcomes) for s in ("done", "already-done", "skipped", "failed")
-        }
-        if failed:  # the error is the one stderr line (jbodctl's contract); it carries the count
-            raise commands.CommandError(
-                f"{len(failed)} of {len(outcomes)} moves failed, first: {failed[0].move.name}: {failed[0].detail}"
+            click.echo(
+                json.dumps([*(o.to_json() for o in reassigned), *(o.to_json() for o in outcomes)], indent=2)
             )
+        statuses = [o.status for o in reassigned] + [o.status for o in outcomes]
+        counts = {s: statuses.count(s) for s in ("done", "already-done", "skipped", "failed")}
+        failed = [o.plan.name + ": " + o.detail for o in reassigned if o.status == "failed"] + [
+            o.move.name + ": " + o.detail for o in outcomes if o.status == "failed"
+        ]
+        if failed:  # the error is the one stderr line (jbodctl's contract); it carries the count
+            raise commands.CommandError(f"{len(failed)} of {len(statuses)} steps failed, first: {failed[0]}")
         click.echo("Applied plan: " + ", ".join(f"{n} {s}" for s, n in counts.items()), err=True)

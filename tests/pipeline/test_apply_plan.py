@@ -140,10 +140,44 @@ def test_refused_and_stale_moves_are_reported() -> None:
         (json.dumps({"moves": [_move(0, dst=A)]}), "to the dir it is in"),
         (json.dumps({"moves": [_move(0), _move(0, dst=C)]}), "moves[1] moves t-0 on broker 1 a second time"),
         (
+            json.dumps({"version": 2, "moves": [_move(0)], "reassignments": [{"topic": "t"}]}),
+            "reassignments[0].partition must be a partition index",
+        ),
+        (
             json.dumps(
-                {"version": 2, "moves": [_move(0)], "brokerMoves": [{"topic": "t"}], "reassignments": []}
+                {
+                    "version": 2,
+                    "moves": [],
+                    "reassignments": [
+                        {
+                            "topic": "t",
+                            "partition": 0,
+                            "replicas": [1, 2],
+                            "logDirs": [A],
+                            "originalReplicas": [1],
+                        }
+                    ],
+                }
             ),
-            "the plan moves replicas between brokers (brokerMoves): apply-plan only carries out moves within",
+            "reassignments[0].logDirs must list one directory id per replica",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 2,
+                    "moves": [],
+                    "reassignments": [
+                        {
+                            "topic": "t",
+                            "partition": 0,
+                            "replicas": [2, 2],
+                            "logDirs": [A, C],
+                            "originalReplicas": [1],
+                        }
+                    ],
+                }
+            ),
+            "reassignments[0].replicas lists a broker twice",
         ),
     ],
 )
