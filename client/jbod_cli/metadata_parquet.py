@@ -71,6 +71,8 @@ FIELDS: Final = pa.schema(
         ("leaderEpoch", pa.int32()),
         ("partitionEpoch", pa.int32()),
         ("directories", _list(pa.string())),
+        ("addingReplicas", _list(pa.int32())),
+        ("removingReplicas", _list(pa.int32())),
         ("value", pa.string()),
         ("mechanism", pa.int32()),
         ("salt", pa.string()),

@@ -33,8 +33,8 @@ LISTENER: Final = T.StructType(
 )
 
 #: The union of the `data` fields of the seven record types (§3.5) and of the admin extensions
-#: (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`), camelCase as
-#: on the wire. `name` is a topic's name, a config key or a user name, by record type.
+#: (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`,
+#: `BrokerConfigRecord` — read and checked, used by no job), camelCase as on the wire. `name` is a topic's name, a config key or a user name, by record type.
 RECORD_DATA: Final = T.StructType(
     [
         T.StructField("brokerId", T.IntegerType()),
@@ -64,12 +64,22 @@ RECORD_DATA: Final = T.StructType(
         T.StructField("serverKey", T.StringType()),
         T.StructField("iterations", T.IntegerType()),
         T.StructField("nextProducerId", T.LongType()),
+        T.StructField("broker", T.StringType()),
     ]
 )
 
 #: The fields of the admin extensions' records, added to the typed Parquet export after its first
 #: layout: an export without their columns (written before them) reads them as null.
-LATER_FIELDS: Final = ("value", "mechanism", "salt", "storedKey", "serverKey", "iterations", "nextProducerId")
+LATER_FIELDS: Final = (
+    "value",
+    "mechanism",
+    "salt",
+    "storedKey",
+    "serverKey",
+    "iterations",
+    "nextProducerId",
+    "broker",
+)
 
 #: Fields every record of a type must carry (the rest are optional: "only what changed").
 REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
@@ -93,6 +103,7 @@ REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "UserScramCredentialRecord": ("name", "mechanism", "salt", "storedKey", "serverKey", "iterations"),
     "RemoveUserScramCredentialRecord": ("name", "mechanism"),
     "ProducerIdsRecord": ("brokerId", "brokerEpoch", "nextProducerId"),
+    "BrokerConfigRecord": ("broker", "name"),
 }
 RECORD_TYPES: Final = tuple(REQUIRED_FIELDS)
 
@@ -137,6 +148,7 @@ FIELDS_BY_TYPE: Final[dict[str, tuple[str, ...]]] = {
     "UserScramCredentialRecord": REQUIRED_FIELDS["UserScramCredentialRecord"],
     "RemoveUserScramCredentialRecord": REQUIRED_FIELDS["RemoveUserScramCredentialRecord"],
     "ProducerIdsRecord": REQUIRED_FIELDS["ProducerIdsRecord"],
+    "BrokerConfigRecord": ("broker", "name", "value"),
 }
 
 #: Fields that may be JSON null (`rack`; a ConfigRecord's `value`, null for a deleted config);

@@ -1,5 +1,6 @@
 """The admin extensions' records (docs/api.md) in the pipeline's input: a real controller's log
-with config changes, SCRAM credentials and producer-id blocks, exported by `jbodctl metadata
+with config changes, SCRAM credentials, producer-id blocks, a broker config and a reassignment
+in progress, exported by `jbodctl metadata
 export` as JSON lines and as typed Parquet, reads with no bad line, and every topic's configs
 (so `min.insync.replicas`) are the controller's effective ones; the new types' malformed records
 are bad lines; a typed export written before their columns existed still reads."""
@@ -67,6 +68,14 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[s
             _post(api, "/v1/scram-credentials", {"upsertions": [_upsertion("alice"), _upsertion("bob")]})
             _post(api, "/v1/scram-credentials", {"deletions": [{"name": "bob", "mechanism": 2}]})
             _post(api, "/v1/producer-ids", {"brokerId": 1, "brokerEpoch": brokers[1].epoch}, broker=True)
+            throttle = {
+                "configs": [{"name": "follower.replication.throttled.rate", "op": "SET", "value": "1000"}]
+            }
+            _post(api, "/v1/brokers/1/configs", throttle)
+            # A reassignment left running (no broker process fetches): adding/removing replicas.
+            moving = {"partitions": [{"topic": "b", "partition": 0, "replicas": [1, 2, 3]}]}
+            reassigned = api.admin.post("/v1/reassignments", json=moving).json()
+            assert reassigned["results"][0]["errorCode"] == 0, reassigned
             configs = {t["name"]: t["configs"] for t in api.topics()}
             jbodctl_export(controller, tmp_path / "export.jsonl")
             jbodctl_export(controller, tmp_path / "export.parquet")
@@ -86,7 +95,9 @@ def test_the_controllers_export_has_every_extension_type(
         "UserScramCredentialRecord",
         "RemoveUserScramCredentialRecord",
         "ProducerIdsRecord",
+        "BrokerConfigRecord",
     } <= {line["type"] for line in lines}
+    assert any(line["data"].get("addingReplicas") for line in lines)
     typed = metadata_parquet.read(tmp_path / "export.parquet")
     assert pq.read_table(tmp_path / "export.parquet").column("data").null_count == len(lines)
     # Typed rows drop a null `value`; the decoded records are the same.
