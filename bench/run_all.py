@@ -15,7 +15,8 @@ benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and p
 `kafka_vs_http` runs the same 3 agents with Kafka listeners and compares librdkafka (confluent-kafka)
 against the HTTP clients, produce and fetch, at three batch sizes. `kafka_peer` runs Apache Kafka
 4.3 (1 controller + 3 brokers, Java) and our cluster in turn, driven by Kafka's perf tools, and
-an idle cluster of 10,000 replicas of each.
+an idle cluster of 10,000 replicas of each. `reassign_throttle` runs 4 agents and Kafka's
+`kafka-reassign-partitions.sh` (Java): produce latency with and without a throttled reassignment.
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -44,6 +45,7 @@ BENCHMARKS = (
     "replica_move",
     "kafka_vs_http",
     "kafka_peer",
+    "reassign_throttle",
     "pipeline_scale",
 )
 
