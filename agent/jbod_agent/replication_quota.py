@@ -10,8 +10,10 @@ Guarantees:
   in the partition's ISR as this broker's image has it.
 * `exceeded()` / `record(n)` / `wait_s()` are the quota's token bucket (`jbod_core.token_bucket`)
   on the injected clock; the rate is re-read from the broker's configs (dynamic over static)
-  at most every `REFRESH_S`, so a `kafka-configs.sh` change applies within that; no rate set:
-  nothing is throttled and the bucket is dropped.
+  whenever this broker's image shows a change of them, so a change applies from the first fetch
+  after the broker replayed it (`kafka-reassign-partitions.sh --throttle` sets the rates
+  milliseconds before the reassignment); no rate set: nothing is throttled and the bucket is
+  dropped.
 * `throttled_bytes` counts the bytes recorded (the `jbod_replication_throttled_bytes_total`
   metric); `skipped` counts the times a throttled partition was left out because the quota was
   exceeded.
@@ -28,7 +30,6 @@ from jbod_core import topic_configs
 from jbod_core.image import PartitionKey
 from jbod_core.token_bucket import TokenBucket
 
-REFRESH_S: Final = 0.5
 _PARSED_LIMIT: Final = 1024
 
 
@@ -41,7 +42,7 @@ class ReplicationQuota:
         self.bucket: TokenBucket | None = None
         self.throttled_bytes = 0
         self.skipped = 0
-        self._read_at = float("-inf")
+        self._seen: tuple[object, object, object] = (None, None, None)
         self._parsed: dict[str, topic_configs.ThrottledReplicas] = {}
 
     @property
@@ -51,10 +52,14 @@ class ReplicationQuota:
         return None if self.bucket is None else self.bucket.rate
 
     def _refresh(self) -> None:
-        now = self.clock.monotonic()
-        if now - self._read_at < REFRESH_S:
+        # The image replaces a resource's configs mapping on every change (never mutates it), so
+        # a change shows as another object: the rate applies from the first fetch after it.
+        image = self.state.image
+        seen = (image, image.broker_configs.get(str(self.state.node_id)), image.broker_configs.get(""))
+        if all(a is b for a, b in zip(seen, self._seen, strict=True)):
             return
-        self._read_at = now
+        self._seen = seen
+        now = self.clock.monotonic()
         rate = dynamic_configs.rate(self.state.config, self.state.image, self.rate_key)
         if rate is None or rate <= 0:
             # 0 in Kafka throttles everything to a stop; here 0 is taken as the smallest rate.

@@ -135,3 +135,23 @@ def test_a_quota_throttles_only_listed_replicas_out_of_the_isr_while_a_rate_is_s
     image.replay(records.BrokerConfigRecord(broker="", name=FOLLOWER_RATE, value=None), image.end_offset)
     clock.now = 2.0
     assert not quota.throttled((TOPIC, 0), 1) and quota.rate is None
+
+
+def test_a_rate_set_just_before_a_reassignment_applies_to_its_first_fetch() -> None:
+    """`kafka-reassign-partitions.sh --throttle` sets the rates milliseconds before the
+    reassignment: the quota must not keep an older reading for any time at all."""
+    image = _image(records.BrokerConfigRecord(broker="", name="leader.replication.throttled.rate", value="1"))
+    clock = _Clock()
+    quota = ReplicationQuota(
+        _state(image),
+        clock=clock,  # type: ignore[arg-type]  # the quota reads monotonic() only
+        rate_key=FOLLOWER_RATE,
+        replicas_key=topic_configs.FOLLOWER_THROTTLED_REPLICAS,
+    )
+    assert quota.rate is None  # read once: no follower rate yet
+    image.replay(records.BrokerConfigRecord(broker="1", name=FOLLOWER_RATE, value="500"), image.end_offset)
+    assert quota.rate == 500  # the same instant: no refresh period
+    image.replay(records.BrokerConfigRecord(broker="", name=FOLLOWER_RATE, value="100"), image.end_offset)
+    assert quota.rate == 500  # the broker's own value still wins over the default
+    image.replay(records.BrokerConfigRecord(broker="1", name=FOLLOWER_RATE, value=None), image.end_offset)
+    assert quota.rate == 100

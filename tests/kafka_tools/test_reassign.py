@@ -47,10 +47,10 @@ class Cluster:
     def controller(self) -> ControllerClient:
         return self.kafka.cluster.admin
 
-    def tool(self, args: list[str]) -> str:
-        """`kafka-reassign-partitions.sh args` as the admin; its stdout (it must exit 0)."""
+    def tool(self, args: list[str], *, script: str = "kafka-reassign-partitions.sh") -> str:
+        """`<script> args` as the admin; its stdout (it must exit 0)."""
         proc = kafka_tools.run_tool(
-            "kafka-reassign-partitions.sh",
+            script,
             args,
             bootstrap=self.kafka.bootstrap,
             command_config=self.admin_properties,
@@ -219,6 +219,8 @@ def test_a_reassignment_to_a_stopped_broker_waits_is_listed_and_the_tool_cancels
         assert started.returncode == 0, started.stderr
         listed = cluster.tool(["--list"])
         assert "held-0" in listed and "4" in listed, listed
+        described = cluster.tool(["--describe", "--topic", "held"], script="kafka-topics.sh")
+        assert "Adding Replicas: 4" in described and "Removing Replicas: 1" in described, described
         part = cluster.partitions("held")[0]
         assert (part["replicas"], part.get("addingReplicas", []), part.get("removingReplicas", [])) == (
             [2, 4, 1],
