@@ -318,7 +318,8 @@ def test_a_target_dir_failing_during_catch_up_keeps_it_out_until_placed_again() 
     )
     produced, reply = isr.alter_partition(cluster.image, request)
     assert reply.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA  # its dir is offline
-    # Broker 3 recreates the replica in its other dir, reports it, catches up: completed.
+    # As for any replica of a failed dir (KIP-858), it waits for a placement: here broker 3 places
+    # it in its other dir (as after the volume is replaced), catches up: completed.
     cluster.apply(
         [
             records.PartitionChangeRecord(
