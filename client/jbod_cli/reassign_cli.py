@@ -171,6 +171,12 @@ async def _alter(
     return results, problems, running
 
 
+def _run(settings: Settings, targets: Sequence[Target], *, wait: bool, timeout: float) -> None:
+    """Send `targets` (checked: no partition twice) and show the outcome (`_finish`)."""
+    _unique(targets)
+    _finish(settings, targets, commands.run(_alter(settings, targets, wait=wait, timeout=timeout)))
+
+
 def _render(targets: Sequence[Target], results: Mapping[tuple[str, int], tuple[int, str | None]]) -> Any:
     from jbod_client import kafka_admin
 
@@ -254,8 +260,7 @@ def start(  # noqa: PLR0913  click command: one parameter per argument and optio
     targets = [parse_target(s) for s in specs] + (parse_file(file) if file is not None else [])
     if not targets:
         raise CommandError("nothing to reassign: give TOPIC:PARTITION=B1,B2,... or --file")
-    _unique(targets)
-    _finish(settings, targets, commands.run(_alter(settings, targets, wait=wait, timeout=timeout)))
+    _run(settings, targets, wait=wait, timeout=timeout)
 
 
 @reassign.command("cancel")
@@ -274,9 +279,7 @@ def cancel(
     settings = commands.settings_of(
         ctx, output, bootstrap_server=bootstrap_server, command_config=command_config
     )
-    targets = [Target(*_partition_name(n, "partition"), None) for n in names]
-    _unique(targets)
-    _finish(settings, targets, commands.run(_alter(settings, targets, wait=False, timeout=0.0)))
+    _run(settings, [Target(*_partition_name(n, "partition"), None) for n in names], wait=False, timeout=0.0)
 
 
 async def _list(settings: Settings) -> list[dict[str, Any]]:

@@ -231,18 +231,7 @@ def apply_partition_change(
     else:
         leader = record.leader
         leader_epoch = current.leader_epoch + 1 if record.leader_epoch is None else record.leader_epoch
-    if record.adding_replicas is None and record.removing_replicas is None and record.replicas is None:
-        # Positional: this runs once per replayed change, the hottest path of recovery.
-        return PartitionRegistration(
-            replicas,
-            current.isr if record.isr is None else record.isr,
-            directories,
-            leader,
-            leader_epoch,
-            record.partition_epoch,
-            current.adding_replicas,
-            current.removing_replicas,
-        )
+    # Positional: this runs once per replayed change, the hottest path of recovery.
     part = PartitionRegistration(
         replicas,
         current.isr if record.isr is None else record.isr,
@@ -253,7 +242,12 @@ def apply_partition_change(
         current.adding_replicas if record.adding_replicas is None else record.adding_replicas,
         current.removing_replicas if record.removing_replicas is None else record.removing_replicas,
     )
-    _check_reassignment(part, f"PartitionChangeRecord {record.topic_id}-{record.partition_id}")
+    if (
+        record.replicas is not None
+        or record.adding_replicas is not None
+        or record.removing_replicas is not None
+    ):
+        _check_reassignment(part, f"PartitionChangeRecord {record.topic_id}-{record.partition_id}")
     return part
 
 

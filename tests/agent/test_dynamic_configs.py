@@ -100,6 +100,15 @@ def _state(image: ClusterImage) -> AgentState:
     return state
 
 
+def _follower_quota(image: ClusterImage, clock: _Clock) -> ReplicationQuota:
+    return ReplicationQuota(
+        _state(image),
+        clock=clock,  # type: ignore[arg-type]  # the quota reads monotonic() only
+        rate_key=FOLLOWER_RATE,
+        replicas_key=topic_configs.FOLLOWER_THROTTLED_REPLICAS,
+    )
+
+
 def test_a_quota_throttles_only_listed_replicas_out_of_the_isr_while_a_rate_is_set() -> None:
     image = _image(records.BrokerConfigRecord(broker="", name=FOLLOWER_RATE, value="1000"))
     image.replay(
@@ -117,12 +126,7 @@ def test_a_quota_throttles_only_listed_replicas_out_of_the_isr_while_a_rate_is_s
             image.end_offset,
         )  # fmt: skip
     clock = _Clock()
-    quota = ReplicationQuota(
-        _state(image),
-        clock=clock,  # type: ignore[arg-type]  # the quota reads monotonic() only
-        rate_key=FOLLOWER_RATE,
-        replicas_key=topic_configs.FOLLOWER_THROTTLED_REPLICAS,
-    )
+    quota = _follower_quota(image, clock)
     assert quota.throttled((TOPIC, 0), 1)  # listed, broker 1 out of the ISR
     assert not quota.throttled((TOPIC, 1), 1)  # not listed
     assert not quota.throttled((TOPIC, 0), 2)  # in the ISR
@@ -142,12 +146,7 @@ def test_a_rate_set_just_before_a_reassignment_applies_to_its_first_fetch() -> N
     reassignment: the quota must not keep an older reading for any time at all."""
     image = _image(records.BrokerConfigRecord(broker="", name="leader.replication.throttled.rate", value="1"))
     clock = _Clock()
-    quota = ReplicationQuota(
-        _state(image),
-        clock=clock,  # type: ignore[arg-type]  # the quota reads monotonic() only
-        rate_key=FOLLOWER_RATE,
-        replicas_key=topic_configs.FOLLOWER_THROTTLED_REPLICAS,
-    )
+    quota = _follower_quota(image, clock)
     assert quota.rate is None  # read once: no follower rate yet
     image.replay(records.BrokerConfigRecord(broker="1", name=FOLLOWER_RATE, value="500"), image.end_offset)
     assert quota.rate == 500  # the same instant: no refresh period

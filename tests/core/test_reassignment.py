@@ -49,7 +49,8 @@ def _reassign(
     return produced, [(r.partition, r.error_code) for r in reply.results]
 
 
-def _alter_isr(cluster: Cluster, index: int, new_isr: list[int]) -> list[records.Record]:
+def _try_alter_isr(cluster: Cluster, index: int, new_isr: list[int]) -> tuple[list[records.Record], int]:
+    """The leader's AlterPartition to `new_isr`: its records (not applied) and its error code."""
     part = cluster.part(index)
     request = AlterPartitionRequest.model_validate(
         {
@@ -71,7 +72,12 @@ def _alter_isr(cluster: Cluster, index: int, new_isr: list[int]) -> list[records
         }
     )
     produced, reply = isr.alter_partition(cluster.image, request)
-    assert reply.topics[0].partitions[0].error_code == 0, reply
+    return produced, reply.topics[0].partitions[0].error_code
+
+
+def _alter_isr(cluster: Cluster, index: int, new_isr: list[int]) -> list[records.Record]:
+    produced, code = _try_alter_isr(cluster, index, new_isr)
+    assert code == 0, code
     cluster.apply(produced)
     return produced
 
@@ -250,27 +256,8 @@ def test_a_fenced_target_broker_holds_the_reassignment_until_it_is_back() -> Non
     part = cluster.part(0)
     assert part.adding_replicas == (4,)
     # The leader cannot take the fenced broker into the ISR: the reassignment waits.
-    request = AlterPartitionRequest.model_validate(
-        {
-            "brokerId": 1,
-            "brokerEpoch": cluster.epoch(1),
-            "topics": [
-                {
-                    "topicId": str(TOPIC),
-                    "partitions": [
-                        {
-                            "partitionIndex": 0,
-                            "leaderEpoch": part.leader_epoch,
-                            "partitionEpoch": part.partition_epoch,
-                            "newIsr": [1, 2, 4],
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    produced, reply = isr.alter_partition(cluster.image, request)
-    assert produced == [] and reply.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+    produced, code = _try_alter_isr(cluster, 0, [1, 2, 4])
+    assert produced == [] and code == ErrorCode.INELIGIBLE_REPLICA
     assert cluster.part(0).reassigning
     # Back: the JBOD gate keeps it fenced while its new replica is UNASSIGNED; once placed it is
     # unfenced, joins the ISR, and the reassignment completes.
@@ -297,27 +284,8 @@ def test_a_target_dir_failing_during_catch_up_keeps_it_out_until_placed_again() 
     cluster.apply(produced)
     part = cluster.part(0)
     assert part.reassigning and 3 not in part.isr and part.leader == 1
-    request = AlterPartitionRequest.model_validate(
-        {
-            "brokerId": 1,
-            "brokerEpoch": cluster.epoch(1),
-            "topics": [
-                {
-                    "topicId": str(TOPIC),
-                    "partitions": [
-                        {
-                            "partitionIndex": 0,
-                            "leaderEpoch": part.leader_epoch,
-                            "partitionEpoch": part.partition_epoch,
-                            "newIsr": [1, 2, 3],
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    produced, reply = isr.alter_partition(cluster.image, request)
-    assert reply.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA  # its dir is offline
+    produced, code = _try_alter_isr(cluster, 0, [1, 2, 3])
+    assert produced == [] and code == ErrorCode.INELIGIBLE_REPLICA  # its dir is offline
     # As for any replica of a failed dir (KIP-858), it waits for a placement: here broker 3 places
     # it in its other dir (as after the volume is replaced), catches up: completed.
     cluster.apply(
