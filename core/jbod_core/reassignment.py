@@ -12,8 +12,10 @@ Guarantees:
 * `alter_reassignments` decides each partition alone, in request order, and a refused partition
   writes nothing: unknown topic or partition 3; an empty list, a broker listed twice, a negative
   or unregistered broker 39; a target of another length while `allow_replication_factor_change`
-  is off 38; a cancel (no target) of a partition that is not being reassigned 85. Registered but
-  fenced brokers may be targets (as in Kafka): their replicas join once the broker is back.
+  is off 38; a cancel (no target) of a partition that is not being reassigned 85; a new replica
+  on a broker whose online dirs are all cordoned (KIP-1066, as Kafka since KAFKA-20832) 39.
+  Registered but fenced brokers may be targets (as in Kafka): their replicas join once the broker
+  is back.
 * A target equal to the replicas of a partition that is not being reassigned writes nothing; a
   target equal to the original replicas of a running reassignment cancels it.
 * Starting (or replacing) a reassignment writes one record: replicas = target + leaving
@@ -173,6 +175,14 @@ def _start(  # noqa: PLR0913  the partition, its target, then the decision's too
             _cancel(draft, key, part, acceptor)
         return
     adding = tuple(b for b in target if b not in original)
+    for broker_id in adding:
+        reg = draft.broker(broker_id)
+        if reg is not None and reg.cordoned_log_dirs and not reg.uncordoned_log_dirs:
+            raise _RefusedError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Partition {key[1]}: broker {broker_id} is cordoned (every online log dir in "
+                "cordoned.log.dirs): it takes no new replica",
+            )
     removing = tuple(b for b in original if b not in target)
     replicas = target + removing
     isr = tuple(b for b in part.isr if b in replicas)

@@ -324,3 +324,23 @@ def test_records_round_trip_and_snapshots_keep_the_reassignment() -> None:
     snapshot.check_indexes()
     assert snapshot.canonical() == cluster.image.canonical()
     assert snapshot.reassigning == {(TOPIC, 0), (TOPIC, 1)}
+
+
+def test_a_broker_with_every_dir_cordoned_takes_no_new_replica() -> None:
+    cluster = _cluster()
+    reg = cluster.image.brokers[4]
+    cordon = records.BrokerRegistrationChangeRecord(
+        broker_id=4, broker_epoch=reg.broker_epoch, cordoned_log_dirs=tuple(reg.log_dirs)
+    )
+    cluster.apply([cordon])
+    assert _reassign(cluster, {0: [4, 2]}) == ([], [(0, ErrorCode.INVALID_REPLICA_ASSIGNMENT)])
+    # One dir back in use: it may take replicas again; replicas it has may stay or reorder.
+    cluster.apply(
+        [
+            records.BrokerRegistrationChangeRecord(
+                broker_id=4, broker_epoch=reg.broker_epoch, cordoned_log_dirs=(reg.log_dirs[0],)
+            )
+        ]
+    )
+    produced, codes = _reassign(cluster, {0: [4, 2]})
+    assert codes == [(0, 0)] and produced
