@@ -193,6 +193,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+@pytest.mark.timeout(600)  # a whole run on a master, a worker and executors: 200-300 s on 2 busy cores
 def test_all_on_a_standalone_master_matches_local_mode(standalone: Standalone, tmp_path: Path) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
