@@ -600,7 +600,7 @@ def _drain_brokers(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
     )
     names = ", ".join(str(b) for b in sorted(wanted.leaving))
     if plan.refused:
-        draft.refused.extend(f"Refused to drain broker(s) {names}: {line}" for line in plan.refused)
+        draft.refused.append(f"Refused to drain broker(s) {names}: {'; '.join(plan.refused)}")
         return
     for broker_id in sorted(wanted.leaving):
         draft.add_cordon(broker_id, EVERY_DIR)
@@ -628,7 +628,7 @@ def _drain_disks(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
         )
         where = f"{', '.join(sorted(paths))} of broker {broker_id}"
         if plan.refused:
-            draft.refused.extend(f"Refused to drain {where}: {line}" for line in plan.refused)
+            draft.refused.append(f"Refused to drain {where}: {'; '.join(plan.refused)}")
             continue
         for path in sorted(paths):
             draft.add_cordon(broker_id, path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import secrets
@@ -374,12 +375,8 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
     view: views.ClusterView,
 ) -> drain.Actions:
     """Drains of the disks and brokers leaving the spec, and the scale-up rebalance (`drain.decide`
-    on a fresh snapshot; what the operator sets is recorded in an annotation before it is set)."""
-    annotations = meta.get("annotations") or {}
-    try:
-        owned = drain.Owned.from_json(json.loads(annotations.get(names.ANNOTATION_DRAIN_OWNED) or "{}"))
-    except (ValueError, TypeError, AttributeError):
-        owned = drain.Owned()
+    on a fresh snapshot; what the operator sets is recorded in an annotation before it is set).
+    One at a time per cluster: the timer and the update handler may run together."""
     wanted_disks = {d.name for d in spec.disks}
     wanted = drain.Wanted(
         leaving=frozenset(b for b in existing if b >= spec.brokers),
@@ -395,41 +392,85 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
         max_partitions_in_flight=spec.drain.max_partitions_in_flight,
     )
     joining = frozenset(b for b in range(spec.brokers) if b not in existing) if existing else frozenset()
-    if spec.rebalance == "OnScaleUp" and joining:
-        owned = drain.Owned(
-            cordons=owned.cordons,
-            throttled_brokers=owned.throttled_brokers,
-            throttled_topics=owned.throttled_topics,
-            rebalance=owned.rebalance | joining,
+    joining = joining if spec.rebalance == "OnScaleUp" else frozenset()
+    recorded = (meta.get("annotations") or {}).get(names.ANNOTATION_DRAIN_OWNED)
+    if not (wanted.leaving or wanted.disks or joining or recorded):
+        return drain.Actions(owned=drain.Owned())
+    with _DRAINS.lock(namespace, cluster):
+        fresh_body = kube.get(names.API_VERSION, "JbodCluster", cluster, namespace) or {}
+        owned = _owned((fresh_body.get("metadata") or {}).get("annotations") or {})
+        if joining - owned.rebalance:
+            owned = dataclasses.replace(owned, rebalance=owned.rebalance | joining)
+            _record_owned(cluster, namespace, owned)
+        tokens = _tokens(cluster, namespace) or {}
+        token = tokens.get(names.SECRET_ADMIN_TOKEN, "")
+        url = names.controller_url(cluster, namespace)
+        fresh = views.drain_snapshot(url, token, ENDPOINTS, view.log_dirs)
+        if fresh is None:
+            raise kopf.TemporaryError("the controller cannot be reached to plan the drain", delay=5)
+        snapshot, topic_configs = fresh
+        snapshot = dataclasses.replace(
+            snapshot, moving=snapshot.moving | _DRAINS.recent_moves(namespace, cluster, now=time.monotonic())
         )
-        _record_owned(cluster, namespace, owned)
-    if not (wanted.leaving or wanted.disks or owned.to_json() != drain.Owned().to_json()):
-        return drain.Actions(owned=owned)
-    tokens = _tokens(cluster, namespace) or {}
-    token = tokens.get(names.SECRET_ADMIN_TOKEN, "")
-    url = names.controller_url(cluster, namespace)
-    fresh = views.drain_snapshot(url, token, ENDPOINTS, view.log_dirs)
-    if fresh is None:
-        raise kopf.TemporaryError("the controller cannot be reached to plan the drain", delay=5)
-    snapshot, topic_configs = fresh
-    actions = drain.decide(snapshot, wanted, owned, topic_configs)
-    before = _union(owned, actions.owned)
-    if before.to_json() != owned.to_json():
-        _record_owned(cluster, namespace, before)
-    errors = views.apply_drain(
-        url, token, ENDPOINTS, view.registrations, actions, rate=spec.drain.max_bytes_per_second
-    )
-    for line in errors:
-        log.warning("Failed a drain step of %s/%s: %s", namespace, cluster, line)
-    if errors:
-        raise kopf.TemporaryError(f"drain: {errors[0]}", delay=5)
-    if actions.owned.to_json() != before.to_json():
-        _record_owned(cluster, namespace, actions.owned)
+        actions = drain.decide(snapshot, wanted, owned, topic_configs)
+        before = _union(owned, actions.owned)
+        if before != owned:
+            _record_owned(cluster, namespace, before)
+        errors = views.apply_drain(
+            url, token, ENDPOINTS, view.registrations, actions, rate=spec.drain.max_bytes_per_second
+        )
+        _DRAINS.moved(namespace, cluster, actions.moves, now=time.monotonic())
+        for line in errors:
+            log.warning("Failed a drain step of %s/%s: %s", namespace, cluster, line)
+        if errors:
+            raise kopf.TemporaryError(f"drain: {errors[0]}", delay=5)
+        if actions.owned != before:
+            _record_owned(cluster, namespace, actions.owned)
     for line in actions.started:
         kopf.info(body, reason="DrainStarted", message=line)
     for line in actions.ended:
         kopf.info(body, reason="DrainCompleted", message=line)
     return actions
+
+
+def _owned(annotations: Mapping[str, str]) -> drain.Owned:
+    try:
+        return drain.Owned.from_json(json.loads(annotations.get(names.ANNOTATION_DRAIN_OWNED) or "{}"))
+    except (ValueError, TypeError, AttributeError):
+        log.warning("Ignored an unreadable %s annotation", names.ANNOTATION_DRAIN_OWNED)
+        return drain.Owned()
+
+
+class _Drains:
+    """Per cluster: a lock (one drain step at a time) and the moves asked for in the last
+    `grace_s` seconds, taken as running until the brokers' polled log dirs show them (so a stale
+    view never asks for the same move again, to another dir)."""
+
+    def __init__(self, grace_s: float = 30.0) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._moves: dict[tuple[str, str], dict[tuple[str, int, int], float]] = {}
+        self.grace_s = grace_s
+
+    def lock(self, namespace: str, cluster: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault((namespace, cluster), threading.Lock())
+
+    def recent_moves(self, namespace: str, cluster: str, *, now: float) -> frozenset[tuple[str, int, int]]:
+        with self._guard:
+            asked = self._moves.setdefault((namespace, cluster), {})
+            for key in [k for k, at in asked.items() if now - at > self.grace_s]:
+                del asked[key]
+            return frozenset(asked)
+
+    def moved(self, namespace: str, cluster: str, moves: Iterable[drain.Move], *, now: float) -> None:
+        with self._guard:
+            asked = self._moves.setdefault((namespace, cluster), {})
+            for move in moves:
+                asked[(move.topic, move.partition, move.broker_id)] = now
+
+
+_DRAINS = _Drains()
 
 
 def _union(a: drain.Owned, b: drain.Owned) -> drain.Owned:
