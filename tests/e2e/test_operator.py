@@ -513,7 +513,9 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
 
 def _read_back(env: Env, producer: InPodWorkload, topic: str, group: str) -> Report:
     """Stop the producer, read the topic from the start in a new group, check every ack is there once."""
-    history = _history(producer.finish(stop=True), topic)
+    for partition in env.describe(topic)["partitions"]:
+        print({k: partition.get(k) for k in ("partitionIndex", "leader", "replicas", "isr", "directories")})
+    history = _history(producer.finish(stop=True, timeout=400), topic)
     reader = InPodWorkload(env, f"{group}-reader", topic, "consume", group=group)
     reader.wait_read(1, timeout=180, what="from the start")
     consumed = [
@@ -691,7 +693,9 @@ def test_removing_a_disk_drains_it_by_itself(env: Env) -> None:
     """d1 leaves spec.disks while acks=all production runs: its replicas move to the brokers' other
     disks, then it leaves every broker (one pod restart at a time) with its claims."""
     started = time.monotonic()
-    topic = "drained"
+    topic = "disk-drained"
+    created = env.call("create", lambda c: c.create_topic(topic, partitions=6, replication_factor=3))
+    assert created["errorCode"] == 0, created
     producer = InPodWorkload(env, "disk-producer", topic, "produce")
     producer.wait_acked(300, timeout=240, what="before the disk removal")
     held = [env.log_dir(b, "d1").get("replicas", 0) for b in range(3)]
