@@ -540,6 +540,7 @@ class Wanted:
 
     leaving: frozenset[int] = frozenset()
     disks: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    spec_paths: frozenset[str] = frozenset()  # the log dir paths of the spec's disks
     max_bytes_per_second: int = 50_000_000
     max_partitions_in_flight: int = 5
 
@@ -657,13 +658,28 @@ def _rebalance(snap: Snapshot, wanted: Wanted, joining: frozenset[int], draft: _
     return False
 
 
-def _uncordon(wanted: Wanted, draft: _Draft) -> dict[int, tuple[str, ...]]:
-    """The cordons the operator set that no drain wants any more (finished or reverted)."""
+def _still_mounted(snap: Snapshot, broker_id: int, path: str) -> bool:
+    """The running broker may still have the dir: it reports it, or its dirs cannot be read."""
+    broker = snap.brokers.get(broker_id)
+    if broker is None:
+        return False
+    return not broker.dirs or any(d.path == path for d in broker.dirs)
+
+
+def _uncordon(snap: Snapshot, wanted: Wanted, draft: _Draft) -> dict[int, tuple[str, ...]]:
+    """The cordons the operator set that no drain wants any more (finished or reverted). The dir
+    of a disk that left the spec stays cordoned until the broker runs without it (its pod is
+    recreated after the disk left): lifted earlier, a new replica could land on a disk about to go."""
     uncordon: dict[int, tuple[str, ...]] = {}
     for broker_id, entries in sorted(draft.cordons.items()):
         keep = set(wanted.disks.get(broker_id, frozenset()))
         if broker_id in wanted.leaving:
             keep.add(EVERY_DIR)
+        keep |= {
+            e
+            for e in entries
+            if e != EVERY_DIR and e not in wanted.spec_paths and _still_mounted(snap, broker_id, e)
+        }
         stale = tuple(sorted(entries - keep))
         if stale:
             uncordon[broker_id] = stale
@@ -725,7 +741,7 @@ def decide(
     rebalance = owned.rebalance - wanted.leaving
     if rebalance and not wanted.leaving and _rebalance(snap, wanted, rebalance, draft):
         rebalance = frozenset()
-    uncordon = _uncordon(wanted, draft)
+    uncordon = _uncordon(snap, wanted, draft)
     moving_for_us = bool(wanted.leaving or owned.rebalance)
     wanted_throttles = (
         throttles(snap.partitions, draft.reassignments) if moving_for_us else Throttles(frozenset(), {})

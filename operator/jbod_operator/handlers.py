@@ -388,6 +388,7 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
                 paths := frozenset(names.log_dir(d.name) for d in broker.disks if d.name not in wanted_disks)
             )
         },
+        spec_paths=frozenset(names.log_dir(d) for d in wanted_disks),
         max_bytes_per_second=spec.drain.max_bytes_per_second,
         max_partitions_in_flight=spec.drain.max_partitions_in_flight,
     )

@@ -6,8 +6,8 @@ already being reassigned; refusals up front (replication factor, space, a fenced
 nothing; a started drain waits instead of refusing; a disk drain moves to the broker's other
 online, not-cordoned dirs by free bytes, skipping running moves, and refuses when nothing fits;
 `decide` cordons before moving, sets Kafka's throttles while partitions move and clears them
-after, lifts its cordons once the drain is over or reverted, and survives a restart (its record
-is JSON); the rebalance fills new brokers to their share.
+after, lifts its cordons once the drain is over (a removed disk's once the broker runs without
+it) or reverted, and survives a restart (its record is JSON); the rebalance fills new brokers to their share.
 """
 
 from __future__ import annotations
@@ -189,8 +189,22 @@ def test_decide_disk_drain_and_its_revert() -> None:
     assert actions.cordon == {0: (path,)}
     assert [(m.broker_id, m.directory_id) for m in actions.moves] == [(0, "b0-d0")]
     assert actions.broker_rates == frozenset()  # intra-broker moves carry their own rate
-    reverted = drain.decide(s, drain.Wanted(), actions.owned, {})
+    spec_paths = frozenset({"/var/lib/jbod/disks/d0/log", path})
+    reverted = drain.decide(s, drain.Wanted(spec_paths=spec_paths), actions.owned, {})
     assert reverted.uncordon == {0: (path,)} and reverted.moves == () and reverted.ended
+
+
+def test_a_removed_disk_stays_cordoned_until_the_broker_runs_without_it() -> None:
+    path = "/var/lib/jbod/disks/d1/log"
+    owned = drain.Owned(cordons={0: frozenset({path})})
+    left_spec = drain.Wanted(spec_paths=frozenset({"/var/lib/jbod/disks/d0/log"}))
+    still_mounted = drain.decide(snap(1, [partition("t", 0, (0,))]), left_spec, owned, {})
+    assert still_mounted.uncordon == {} and still_mounted.owned == owned
+    unknown = drain.Snapshot(brokers={0: drain.Broker(0, False, True, ())}, partitions=())
+    assert drain.decide(unknown, left_spec, owned, {}).uncordon == {}
+    restarted = drain.Snapshot(brokers={0: drain.Broker(0, False, True, (log_dir(0, "d0"),))}, partitions=())
+    lifted = drain.decide(restarted, left_spec, owned, {})
+    assert lifted.uncordon == {0: (path,)} and lifted.owned == drain.Owned()
 
 
 def test_rebalance_fills_a_new_broker_to_its_share() -> None:
