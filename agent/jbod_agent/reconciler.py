@@ -246,6 +246,10 @@ def scan_dirs(dirs: list[tuple[Uuid, Path]]) -> list[tuple[Uuid, list[replicas.F
     A replica dir without a readable `partition.metadata` is left out with a WARNING."""
     outcomes: list[tuple[Uuid, list[replicas.FoundReplica] | OSError]] = []
     failed: set[Uuid] = set()
+    # Futures whose current replica is in another dir (a move interrupted before its switch) go
+    # first: `settle_leftovers` sees one dir and would promote them (two copies of the replica).
+    for line in mover.settle_abandoned_futures([path for _, path in dirs]):
+        log.info("Interrupted move: %s", line)
     for directory, path in dirs:
         try:
             for line in mover.settle_leftovers(path):
@@ -253,8 +257,6 @@ def scan_dirs(dirs: list[tuple[Uuid, Path]]) -> list[tuple[Uuid, list[replicas.F
         except OSError as exc:
             outcomes.append((directory, exc))
             failed.add(directory)
-    for line in mover.settle_abandoned_futures([path for _, path in dirs]):
-        log.info("Interrupted move: %s", line)
     for directory, path in dirs:
         if directory in failed:
             continue

@@ -16,6 +16,8 @@ Guarantees:
   newer claim for the disk means a replacement is under way.
 * A retired claim is deleted only when the controller is reachable and no replica is placed in
   the directory it held; a retired claim whose directory id was never seen is kept.
+* The claims of a disk no longer in the broker's spec (it left once it held no replica) are
+  deleted once the running pod no longer mounts them (the pod was recreated without the disk).
 * The readiness gate follows the controller's view: True only while the broker is registered,
   unfenced and not shutting down; left alone while the controller cannot be reached.
 """
@@ -279,6 +281,12 @@ def decide(obs: Observation) -> Decision:
         events.append(
             Event("Normal", "DeletedClaim", f"Deleted retired PVC {claim_name}: it holds no replicas")
         )
+    removed = _removed_disk_claims(obs)
+    for claim_name in removed:
+        events.append(
+            Event("Normal", "DeletedClaim", f"Deleted PVC {claim_name}: its disk left the broker's spec")
+        )
+    delete_claims = tuple(sorted({*delete_claims, *removed}))
 
     status = _broker_status(
         obs, [outcome.log_dir for outcome in outcomes], replacing=bool(replace) or restart is not None
@@ -446,6 +454,24 @@ def _needs_replacement_event(broker_id: int, disk_name: str) -> Event:
         "VolumeNeedsReplacement",
         f"Disk {disk_name} of broker {broker_id} needs a new volume: annotate the "
         f"JbodBroker with {names.ANNOTATION_REPLACE_DISKS}={disk_name} once leadership has moved",
+    )
+
+
+def _removed_disk_claims(obs: Observation) -> tuple[str, ...]:
+    """Claims of disks the broker's spec no longer lists, which the running pod does not mount."""
+    if obs.pod is None:
+        return ()  # wait for the pod made without the disk: a missing pod may be one being deleted
+    kept = {d.name for d in obs.disks}
+    mounted = set(pod_claims(obs.pod).values())
+    return tuple(
+        sorted(
+            _name(c)
+            for c in obs.claims
+            if names.LABEL_GENERATION in _labels(c)
+            and _labels(c).get(names.LABEL_DISK) not in kept
+            and _name(c) not in mounted
+            and not c["metadata"].get("deletionTimestamp")
+        )
     )
 
 

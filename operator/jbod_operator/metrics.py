@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from jbod_operator import drain
 
 RECONCILES = Counter("jbod_operator_reconciles_total", "Reconciliations run", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("jbod_operator_reconcile_seconds", "Time spent in one reconciliation", ["kind"])
@@ -30,6 +33,22 @@ FENCED = Gauge(
     "jbod_operator_broker_fenced",
     "1 while the controller keeps the broker fenced",
     ["namespace", "cluster", "broker"],
+)
+
+DRAIN_REPLICAS = Gauge(
+    "jbod_operator_drain_replicas",
+    "Replicas still to move off the disks and brokers draining",
+    ["namespace", "cluster"],
+)
+DRAIN_BYTES = Gauge(
+    "jbod_operator_drain_bytes",
+    "Bytes still to move off the disks and brokers draining",
+    ["namespace", "cluster"],
+)
+DRAIN_REFUSED = Gauge(
+    "jbod_operator_drain_refused",
+    "1 while a drain the spec asks for is refused",
+    ["namespace", "cluster"],
 )
 
 STATES = ("Online", "Offline", "Detached", "Full", "Draining", "Pending")
@@ -65,3 +84,9 @@ def forget_broker(namespace: str, cluster: str, broker_id: int) -> None:
             LOG_DIRS.remove(namespace, cluster, str(broker_id), state)
     with contextlib.suppress(KeyError):
         FENCED.remove(namespace, cluster, str(broker_id))
+
+
+def observe_drain(namespace: str, cluster: str, actions: drain.Actions) -> None:
+    DRAIN_REPLICAS.labels(namespace=namespace, cluster=cluster).set(actions.replicas_left)
+    DRAIN_BYTES.labels(namespace=namespace, cluster=cluster).set(actions.bytes_left)
+    DRAIN_REFUSED.labels(namespace=namespace, cluster=cluster).set(1 if actions.refused else 0)

@@ -131,6 +131,17 @@ class BrokerSettings(_Frozen):
 
 
 DiskFailurePolicy = Literal["Manual", "Automatic"]
+RebalancePolicy = Literal["Never", "OnScaleUp"]
+
+
+class DrainSettings(_Frozen):
+    """How the operator moves replicas off a disk or broker leaving the spec (and onto new brokers)."""
+
+    # The replication throttle of a reassignment (Kafka's leader/follower rates on every broker
+    # involved) and the rate of each intra-broker move, bytes per second.
+    max_bytes_per_second: int = Field(default=50_000_000, ge=1, alias="maxBytesPerSecond")
+    # Partitions reassigned at once in the cluster, and replicas moved at once per broker.
+    max_partitions_in_flight: int = Field(default=5, ge=1, le=1000, alias="maxPartitionsInFlight")
 
 
 class ClusterSpec(_Frozen):
@@ -145,6 +156,8 @@ class ClusterSpec(_Frozen):
     resources: Resources = Resources()
     config: BrokerSettings = BrokerSettings()
     disk_failure_policy: DiskFailurePolicy = Field(default="Manual", alias="diskFailurePolicy")
+    drain: DrainSettings = DrainSettings()
+    rebalance: RebalancePolicy = "Never"
 
     def replication_factor(self) -> int:
         """The default replication factor of new topics: the spec's, else min(3, brokers)."""

@@ -27,6 +27,9 @@ ANNOTATION_CONFIG_HASH: Final = "jbod.dev/config-hash"
 ANNOTATION_DIRECTORY_ID: Final = "jbod.dev/directory-id"
 ANNOTATION_RETIRED: Final = "jbod.dev/retired"
 ANNOTATION_REPLACE_DISKS: Final = "jbod.dev/replace-disks"
+# On a JbodCluster: what its drains set (cordons, throttles) and must undo, and the brokers a
+# scale-up rebalances onto, as JSON (`drain.Owned`); written before anything is set.
+ANNOTATION_DRAIN_OWNED: Final = "jbod.dev/drain-owned"
 
 READINESS_GATE: Final = "jbod.dev/unfenced"
 METADATA_DISK: Final = "metadata"

@@ -3,9 +3,12 @@
 Guarantees (the data-loss traps this refuses to walk into):
 * A disk removed from the spec leaves a broker only once that broker's log dir on it is known to
   hold no replicas; until then it stays mounted, marked `removed` (state `Draining`), and the
-  refusal is reported with the number of replicas left.
+  wait is reported with the number of replicas left (`drain` empties it meanwhile).
 * A broker beyond `spec.brokers` is removed only once the controller shows it hosts no replica;
-  an unknown count (controller unreachable) is treated as "not empty".
+  an unknown count (controller unreachable) is treated as "not empty". This stays the last check
+  after `drain` has reassigned its replicas.
+* The `Draining` condition says what the drains do (True, reason `Draining`, what is left), or
+  why one was refused (False, reason `DrainRefused`), or `Idle`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jbod_operator import health, model
+from jbod_operator import drain, health, model
+
+DRAIN_REFUSED = "DrainRefused"
 
 
 @dataclass(frozen=True)
 class BrokerPlan:
     brokers: dict[int, tuple[model.Disk, ...]]  # JbodBrokers to keep or create, with their disks
     delete: tuple[int, ...]  # JbodBrokers to delete: beyond the count and empty
-    refused: tuple[str, ...]  # one line per refused removal (disk or broker)
+    refused: tuple[str, ...]  # one line per removal that waits (a disk or broker still holding replicas)
 
 
 def _disk_replicas(broker_status: Mapping[str, Any] | None, disk: str) -> int | None:
@@ -56,8 +61,7 @@ def plan_brokers(
             disks.append(disk.model_copy(update={"removed": True}))
             left = "an unknown number of" if replicas is None else str(replicas)
             refused.append(
-                f"Refused to remove disk {disk.name} from broker {broker_id}: it holds {left} replicas; "
-                "move them to other disks first (jbodctl move-replica, or jbod-pipeline plan --drain)"
+                f"Keeping disk {disk.name} of broker {broker_id} until it holds no replica: {left} left"
             )
         brokers[broker_id] = tuple(disks)
     delete: list[int] = []
@@ -69,10 +73,7 @@ def plan_brokers(
             delete.append(broker_id)
         else:
             left = "an unknown number of" if count is None else str(count)
-            refused.append(
-                f"Refused to remove broker {broker_id}: it hosts {left} replicas; "
-                "reassign them or delete their topics first"
-            )
+            refused.append(f"Keeping broker {broker_id} until it hosts no replica: {left} left")
     return BrokerPlan(brokers=brokers, delete=tuple(delete), refused=tuple(refused))
 
 
@@ -105,11 +106,12 @@ def with_replica_counts(
     return out
 
 
-def cluster_status(  # noqa: PLR0913  spec and broker statuses, then refusals, controller readiness, previous status, clock
+def cluster_status(  # noqa: PLR0913  spec and broker statuses, then waits, drains, controller readiness, previous status, clock
     spec: model.ClusterSpec,
     broker_statuses: Sequence[Mapping[str, Any]],
     *,
-    refused: Sequence[str],
+    waiting: Sequence[str],
+    drains: drain.Actions,
     controller_ready: bool,
     previous: Mapping[str, Any],
     now: datetime,
@@ -130,6 +132,8 @@ def cluster_status(  # noqa: PLR0913  spec and broker statuses, then refusals, c
         ready_reason, ready_message = "AllBrokersReady", f"{ready} of {spec.brokers} brokers ready"
     else:
         ready_reason, ready_message = "BrokersNotReady", f"{ready} of {spec.brokers} brokers ready"
+    progressing_reason, progressing_message = _progressing(drains, waiting, all_ready, ready_message)
+    draining = _draining(drains, stamps)
     degraded = []
     if offline:
         degraded.append(f"{offline} log dirs offline or detached")
@@ -143,11 +147,12 @@ def cluster_status(  # noqa: PLR0913  spec and broker statuses, then refusals, c
             health.condition("Ready", all_ready, ready_reason, ready_message, **stamps),
             health.condition(
                 "Progressing",
-                not all_ready or bool(refused),
-                "Blocked" if refused else ("Reconciling" if not all_ready else "Reconciled"),
-                "; ".join(refused) if refused else ready_message,
+                not all_ready or bool(drains.refused) or drains.draining or bool(waiting),
+                progressing_reason,
+                progressing_message,
                 **stamps,
             ),
+            draining,
             health.condition(
                 "Degraded",
                 bool(degraded),
@@ -157,3 +162,27 @@ def cluster_status(  # noqa: PLR0913  spec and broker statuses, then refusals, c
             ),
         ],
     }
+
+
+def _progressing(
+    drains: drain.Actions, waiting: Sequence[str], all_ready: bool, ready_message: str
+) -> tuple[str, str]:
+    """The `Progressing` condition's reason and message."""
+    if drains.refused:
+        return "Blocked", "; ".join(drains.refused)
+    if drains.draining:
+        return "Draining", "; ".join((*drains.progress, *waiting))
+    if waiting:
+        return "Reconciling", "; ".join(waiting)
+    return ("Reconciling" if not all_ready else "Reconciled"), ready_message
+
+
+def _draining(drains: drain.Actions, stamps: Mapping[str, Any]) -> dict[str, Any]:
+    """The `Draining` condition: what the drains do, or why one was refused."""
+    if drains.refused:
+        return health.condition("Draining", False, DRAIN_REFUSED, "; ".join(drains.refused), **stamps)
+    if drains.draining:
+        return health.condition(
+            "Draining", True, "Draining", "; ".join((*drains.progress, *drains.waiting)), **stamps
+        )
+    return health.condition("Draining", False, "Idle", "no disk or broker is draining", **stamps)

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from jbod_client.broker import BrokerClient
 from jbod_client.controller import ClientError, ControllerClient, parse_controller_urls
-from jbod_operator import health
+from jbod_core import messages
+from jbod_operator import drain, health
 
 ENDPOINTS_ENV = "JBOD_ENDPOINTS_FILE"
 
@@ -157,3 +158,133 @@ def unregister(controller_url: str, token: str, endpoints: Endpoints, broker_id:
         return str(exc)
     code = int(reply.get("errorCode", 0))
     return None if code == 0 else f"errorCode {code}: {reply.get('errorMessage', '')}"
+
+
+def drain_snapshot(
+    controller_url: str, token: str, endpoints: Endpoints, log_dirs: Mapping[int, list[dict[str, Any]] | None]
+) -> tuple[drain.Snapshot, dict[str, dict[str, str]]] | None:
+    """The controller's brokers and partitions right now with the brokers' log dirs (the poller's),
+    and each topic's configs; None when the controller cannot be reached."""
+    try:
+        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
+            brokers, topics = client.brokers(), client.list_topics()
+    except ClientError:
+        return None
+    configs = {str(t["name"]): {str(k): str(v) for k, v in (t.get("configs") or {}).items()} for t in topics}
+    return drain.snapshot(brokers, topics, log_dirs), configs
+
+
+def _ops(*ops: tuple[str, str, str | None]) -> list[messages.AlterConfigOp]:
+    return [messages.AlterConfigOp(name=name, op=op, value=value) for name, op, value in ops]  # type: ignore[arg-type]
+
+
+def _check(what: str, code: int, message: str | None, errors: list[str]) -> None:
+    if code:
+        errors.append(f"{what}: errorCode {code}: {message or ''}")
+
+
+def _controller_actions(
+    client: ControllerClient, actions: drain.Actions, rate: int, errors: list[str]
+) -> None:
+    """Cordons, throttles and reassignments first; then throttles cleared and cordons lifted."""
+    for broker_id, entries in sorted(actions.cordon.items()):
+        reply = client.alter_broker_configs(
+            str(broker_id),
+            messages.AlterBrokerConfigsRequest(
+                configs=_ops((drain.CORDONED_LOG_DIRS, "APPEND", ",".join(entries)))
+            ),
+        )
+        _check(f"cordon broker {broker_id}", reply.error_code, reply.error_message, errors)
+    for broker_id in sorted(actions.broker_rates):
+        reply = client.alter_broker_configs(
+            str(broker_id),
+            messages.AlterBrokerConfigsRequest(
+                configs=_ops((drain.LEADER_RATE, "SET", str(rate)), (drain.FOLLOWER_RATE, "SET", str(rate)))
+            ),
+        )
+        _check(f"throttle broker {broker_id}", reply.error_code, reply.error_message, errors)
+    for topic, changes in sorted(actions.topic_configs.items()):
+        ops = [(k, "DELETE" if v is None else "SET", v) for k, v in sorted(changes.items())]
+        topic_reply = client.alter_topic_configs(topic, messages.AlterTopicConfigsRequest(configs=_ops(*ops)))
+        _check(f"throttled replicas of {topic}", topic_reply.error_code, topic_reply.error_message, errors)
+    if actions.reassignments:
+        reassign = client.alter_reassignments(
+            messages.AlterReassignmentsRequest(
+                partitions=[
+                    messages.ReassignmentTarget(
+                        topic=r.topic, partition=r.partition, replicas=list(r.replicas)
+                    )
+                    for r in actions.reassignments
+                ]
+            )
+        )
+        for result in reassign.results:
+            _check(
+                f"reassign {result.topic}-{result.partition}", result.error_code, result.error_message, errors
+            )
+    for broker_id in sorted(actions.clear_rates):
+        reply = client.alter_broker_configs(
+            str(broker_id),
+            messages.AlterBrokerConfigsRequest(
+                configs=_ops((drain.LEADER_RATE, "DELETE", None), (drain.FOLLOWER_RATE, "DELETE", None))
+            ),
+        )
+        _check(f"unthrottle broker {broker_id}", reply.error_code, reply.error_message, errors)
+    for broker_id, entries in sorted(actions.uncordon.items()):
+        reply = client.alter_broker_configs(
+            str(broker_id),
+            messages.AlterBrokerConfigsRequest(
+                configs=_ops((drain.CORDONED_LOG_DIRS, "SUBTRACT", ",".join(entries)))
+            ),
+        )
+        _check(f"uncordon broker {broker_id}", reply.error_code, reply.error_message, errors)
+
+
+async def _moves(
+    urls: Mapping[int, str], token: str, moves: tuple[drain.Move, ...], rate: int, errors: list[str]
+) -> None:
+    for move in moves:
+        url = urls.get(move.broker_id)
+        if url is None:
+            errors.append(f"move {move.topic}-{move.partition}: broker {move.broker_id} has no HTTP listener")
+            continue
+        try:
+            async with BrokerClient(url, token=token, timeout=10.0) as client:
+                reply = await client.move(
+                    move.topic, move.partition, move.directory_id, max_bytes_per_second=rate
+                )
+        except ClientError as exc:
+            errors.append(f"move {move.topic}-{move.partition} on broker {move.broker_id}: {exc}")
+            continue
+        _check(
+            f"move {move.topic}-{move.partition} on broker {move.broker_id}",
+            int(reply.get("errorCode", 0)),
+            reply.get("errorMessage"),
+            errors,
+        )
+
+
+def apply_drain(  # noqa: PLR0913  where (controller, token, address map, registrations), what, how fast
+    controller_url: str,
+    token: str,
+    endpoints: Endpoints,
+    registrations: Mapping[int, Mapping[str, Any]],
+    actions: drain.Actions,
+    *,
+    rate: int,
+) -> list[str]:
+    """Carry out `actions` (every call idempotent: a repeat changes nothing); the errors, one line each."""
+    errors: list[str] = []
+    try:
+        with ControllerClient(controller_url, token=token, timeout=10.0, map_url=endpoints.resolve) as client:
+            _controller_actions(client, actions, rate, errors)
+    except ClientError as exc:
+        errors.append(f"controller: {exc}")
+    if actions.moves:
+        urls = {
+            b: endpoints.resolve(url)
+            for b, r in registrations.items()
+            if (url := listener_url(r)) is not None
+        }
+        asyncio.run(_moves(urls, token, actions.moves, rate, errors))
+    return errors

@@ -13,12 +13,17 @@ built locally, chart installed with helm; the operator runs as the chart's Deplo
    docs/operations.md): the dir goes Offline, leadership leaves it, the operator replaces the
    volume (new claim, new `directory.id`), the ISR fills again, the retired claim is deleted; the
    History check of what the group read finds every acknowledged record once and in order.
-3. Removing a disk that holds replicas is refused (kept `Draining`, condition `Blocked`, Event).
-4. Scaling up adds a Ready broker; scaling down is refused while it hosts a replica and proceeds
-   once its topic is deleted.
+3. Scaling 3 -> 4 adds a Ready broker; a topic with a replica on it takes acks=all production;
+   scaling 4 -> 3 drains it by itself (cordon, throttled reassignments), then the broker, its pod
+   and its claims go, the cordon and throttles are lifted, and every acknowledged record is read
+   back once.
+4. Scaling 3 -> 2 while a topic has replication factor 3 is refused up front (condition
+   `Draining=False, reason DrainRefused`, Event) and changes nothing.
 5. Adding a disk rolls it out one broker at a time; growing a disk grows its claims; the
    operator's /metrics shows the log dirs by state.
 6. With the Manual policy a failed disk waits for the `jbod.dev/replace-disks` annotation.
+7. Removing a disk that holds replicas drains it by itself (cordoned, its replicas moved to the
+   broker's other disks), then it leaves every broker with its claims, nothing acknowledged lost.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def cluster_spec() -> dict[str, Any]:
                 "logDirFailureTimeoutMs": 10000,
                 "logDirProbeIntervalMs": 250,
                 "minInsyncReplicas": 2,
-                "defaultReplicationFactor": 3,
+                "defaultReplicationFactor": 2,  # so that 2 brokers is a valid spec (the refused drain)
                 "replicaLagTimeMaxMs": 5000,
             },
             "diskFailurePolicy": "Automatic",
@@ -267,7 +272,9 @@ class InPodWorkload:
     """The producer or a consumer-group member of tests/e2e/inpod.py, run as a pod of the project's
     image with the cluster's Kafka client Secret mounted, as an application runs."""
 
-    def __init__(self, env: Env, name: str, topic: str, mode: str, rate: int = 200) -> None:
+    def __init__(
+        self, env: Env, name: str, topic: str, mode: str, rate: int = 200, group: str = "kind-readers"
+    ) -> None:
         self.env, self.name, self.topic = env, name, topic
         env.cluster.kubectl(
             "create", "configmap", "inpod", "-n", env.ns, f"--from-file=inpod.py={INPOD}", check=False
@@ -290,7 +297,7 @@ class InPodWorkload:
                             {"name": "PARTITIONS", "value": "6"},
                             {"name": "RUN", "value": "kind"},
                             {"name": "RATE", "value": str(rate)},
-                            {"name": "GROUP", "value": "kind-readers"},
+                            {"name": "GROUP", "value": group},
                         ],
                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
                         "volumeMounts": [
@@ -381,12 +388,12 @@ class InPodWorkload:
         return events
 
 
-def _history(events: list[dict[str, Any]]) -> History:
+def _history(events: list[dict[str, Any]], topic: str = "orders") -> History:
     history = History()
     for event in events:
         kind = event["e"]
         if kind == "send":
-            history.on_send(("kind", event["s"]), "orders", event["p"])
+            history.on_send(("kind", event["s"]), topic, event["p"])
         elif kind == "ack":
             history.on_ack(("kind", event["s"]), event["o"])
         elif kind == "fail":
@@ -411,7 +418,7 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
     two members reads along while a leader's volume is detached and replaced: every acknowledged
     record is read back, once, in order."""
     topic = "orders"
-    created = env.call("create", lambda c: c.create_topic(topic, partitions=6))
+    created = env.call("create", lambda c: c.create_topic(topic, partitions=6, replication_factor=3))
     assert created["errorCode"] == 0, created
     producer = InPodWorkload(env, "producer", topic, "produce")
     readers = [InPodWorkload(env, f"reader-{n}", topic, "consume") for n in (1, 2)]
@@ -504,28 +511,42 @@ def test_detached_volume_is_replaced_without_loss(env: Env) -> None:
     assert len(history.acked) > 1000
 
 
-def test_removing_a_non_empty_disk_is_refused(env: Env) -> None:
-    spec = cluster_spec()
-    spec["spec"]["disks"] = spec["spec"]["disks"][:1]  # drop d1, which holds replicas of "orders"
-    env.apply(spec)
-
-    def refused() -> bool:
-        return any(
-            c["type"] == "Progressing" and c.get("reason") == "Blocked" and "disk d1" in c["message"]
-            for c in env.conditions()
-        )
-
-    wait_for(refused, timeout=90, what="Progressing=Blocked naming disk d1")
-    assert env.events("RemovalRefused")
-    for broker_id in range(3):
-        disks = {d["name"]: d for d in env.jbod_broker(broker_id)["spec"]["disks"]}
-        assert disks["d1"].get("removed") is True
-    wait_for(lambda: env.log_dir(0, "d1").get("state") == "Draining", timeout=60, what="d1 Draining")
-    env.apply(cluster_spec())  # put it back
-    wait_for(lambda: not env.jbod_broker(0)["spec"]["disks"][1].get("removed"), timeout=60, what="d1 kept")
+def _read_back(env: Env, producer: InPodWorkload, topic: str, group: str) -> Report:
+    """Stop the producer, read the topic from the start in a new group, check every ack is there once."""
+    for partition in env.describe(topic)["partitions"]:
+        print({k: partition.get(k) for k in ("partitionIndex", "leader", "replicas", "isr", "directories")})
+    history = _history(producer.finish(stop=True, timeout=400), topic)
+    reader = InPodWorkload(env, f"{group}-reader", topic, "consume", group=group)
+    reader.wait_read(1, timeout=180, what="from the start")
+    consumed = [
+        (topic, e["p"], e["o"], e["v"].encode("latin-1") if e["v"] is not None else None)
+        for e in reader.finish(stop=True, timeout=300)
+        if e["e"] == "rec"
+    ]
+    report: Report = history.check(consumed)
+    print(report.summary())
+    assert report.ok, report.problems()[:20]
+    assert report.duplicates == 0
+    return report
 
 
-def test_scale_up_then_down_only_when_empty(env: Env) -> None:
+def _condition(env: Env, type_: str) -> dict[str, Any]:
+    return next((c for c in env.conditions() if c["type"] == type_), {})
+
+
+def _no_cordon_or_throttle(env: Env, topic: str) -> None:
+    for broker_id, registration in env.brokers().items():
+        assert not registration.get("cordonedLogDirs"), (broker_id, registration)
+        assert registration.get("acceptsNewReplicas") is True, (broker_id, registration)
+    configs = env.describe(topic)["configs"]
+    assert "leader.replication.throttled.replicas" not in configs, configs
+    assert "follower.replication.throttled.replicas" not in configs, configs
+
+
+def test_scale_down_drains_the_broker_by_itself(env: Env) -> None:
+    """4 -> 3 brokers while acks=all production runs on a topic with a replica of every partition on
+    broker 3: the operator reassigns them (throttled), then removes the broker with its claims."""
+    started = time.monotonic()
     spec = cluster_spec()
     spec["spec"]["brokers"] = 4
     env.apply(spec)
@@ -534,23 +555,61 @@ def test_scale_up_then_down_only_when_empty(env: Env) -> None:
         timeout=300,
         what=lambda: f"broker 3 Ready; log:\n{env.operator_log()}",
     )
-    reply = env.call("create", lambda c: c.create_topic("on-three", replica_assignment=[[3]]))
+    topic = "drained"
+    assignment = [[3, 0, 1], [1, 3, 2], [2, 0, 3], [3, 1, 2], [0, 3, 1], [2, 3, 0]]
+    reply = env.call("create", lambda c: c.create_topic(topic, replica_assignment=assignment))
     assert reply["errorCode"] == 0, reply
-    env.apply(cluster_spec())  # back to 3 brokers
-
-    def refused() -> bool:
-        return any(c.get("reason") == "Blocked" and "broker 3" in c["message"] for c in env.conditions())
-
-    wait_for(refused, timeout=90, what="scale-down of broker 3 refused")
-    assert env.jbod_broker(3)["spec"]["brokerId"] == 3
-    env.call("delete", lambda c: c.delete_topic("on-three"))
+    producer = InPodWorkload(env, "drain-producer", topic, "produce")
+    producer.wait_acked(300, timeout=240, what="before the scale-down")
+    scaled_at = time.monotonic()
+    env.apply(cluster_spec())  # back to 3 brokers: broker 3 drains by itself
+    wait_for(lambda: env.events("DrainStarted"), timeout=60, what="a DrainStarted event")
 
     def gone() -> bool:
         brokers = env.get("jbodbrokers", "-n", NS)["items"]
         claims = env.get("pvc", "-n", NS, "-l", "jbod.dev/broker-id=3")["items"]
-        return len(brokers) == 3 and not claims and 3 not in env.brokers()
+        return len(brokers) == 3 and not claims and env.broker_pod(3) is None and 3 not in env.brokers()
 
-    wait_for(gone, timeout=240, what=lambda: f"broker 3 removed and unregistered; log:\n{env.operator_log()}")
+    wait_for(gone, timeout=300, what=lambda: f"broker 3 drained and removed; log:\n{env.operator_log()}")
+    drained_in = time.monotonic() - scaled_at
+    for partition in env.describe(topic)["partitions"]:
+        assert 3 not in partition["replicas"] and len(set(partition["replicas"])) == 3, partition
+    acked = producer.acked()
+    producer.wait_acked(acked + 200, timeout=180, what="after the scale-down")
+    wait_for(
+        lambda: _condition(env, "Draining").get("reason") == "Idle", timeout=60, what="Draining=False, Idle"
+    )
+    _no_cordon_or_throttle(env, topic)
+    assert env.events("DrainCompleted")
+    _read_back(env, producer, topic, "drain-check")
+    print(
+        f"scale-down drain: {drained_in:.0f} s to drain and remove broker 3; scenario {time.monotonic() - started:.0f} s"
+    )
+
+
+def test_a_drain_that_cannot_finish_is_refused_and_changes_nothing(env: Env) -> None:
+    """3 -> 2 brokers while topics have replication factor 3: refused up front, nothing changes."""
+    spec = cluster_spec()
+    spec["spec"]["brokers"] = 2
+    env.apply(spec)
+
+    def refused() -> dict[str, Any] | None:
+        condition = _condition(env, "Draining")
+        return condition if condition.get("reason") == "DrainRefused" else None
+
+    condition = wait_for(refused, timeout=90, what="Draining=False, reason DrainRefused")
+    assert condition["status"] == "False"
+    assert "has 3 replicas but only 2" in condition["message"], condition
+    assert env.events("DrainRefused")
+    time.sleep(3)  # a few reconciles: still nothing changed
+    assert len(env.get("jbodbrokers", "-n", NS)["items"]) == 3
+    assert _pod_ready(env.broker_pod(2))
+    assert env.call("reassignments", lambda c: c.list_reassignments()).reassignments == []
+    _no_cordon_or_throttle(env, "drained")
+    env.apply(cluster_spec())  # the user reverts the spec
+    wait_for(
+        lambda: _condition(env, "Draining").get("reason") == "Idle", timeout=60, what="Draining=False, Idle"
+    )
 
 
 def test_add_and_grow_disks(env: Env) -> None:
@@ -628,3 +687,45 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
     )
     annotations = env.jbod_broker(broker_id)["metadata"].get("annotations") or {}
     assert "jbod.dev/replace-disks" not in annotations, "the request is consumed"
+
+
+def test_removing_a_disk_drains_it_by_itself(env: Env) -> None:
+    """d1 leaves spec.disks while acks=all production runs: its replicas move to the brokers' other
+    disks, then it leaves every broker (one pod restart at a time) with its claims."""
+    started = time.monotonic()
+    topic = "disk-drained"
+    created = env.call("create", lambda c: c.create_topic(topic, partitions=6, replication_factor=3))
+    assert created["errorCode"] == 0, created
+    producer = InPodWorkload(env, "disk-producer", topic, "produce")
+    producer.wait_acked(300, timeout=240, what="before the disk removal")
+    held = [env.log_dir(b, "d1").get("replicas", 0) for b in range(3)]
+    print(f"replicas on d1 per broker before: {held}")
+    spec = cluster_spec()
+    spec["spec"]["diskFailurePolicy"] = "Manual"
+    spec["spec"]["disks"][0]["size"] = "128Mi"
+    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": STORAGE_CLASS})
+    spec["spec"]["disks"] = [d for d in spec["spec"]["disks"] if d["name"] != "d1"]
+    env.apply(spec)
+    if any(held):
+        wait_for(lambda: env.events("DrainStarted"), timeout=60, what="a DrainStarted event")
+
+    def removed() -> bool:
+        for broker_id in range(3):
+            if any(d["name"] == "d1" for d in env.jbod_broker(broker_id)["spec"]["disks"]):
+                return False
+            if not _pod_ready(env.broker_pod(broker_id)):
+                return False
+        return not env.get("pvc", "-n", NS, "-l", "jbod.dev/disk=d1")["items"]
+
+    wait_for(
+        removed, timeout=900, what=lambda: f"d1 drained and removed; log:\n{env.operator_log()}", interval=2
+    )
+    drained_in = time.monotonic() - started
+    acked = producer.acked()
+    producer.wait_acked(acked + 200, timeout=180, what="after the disk removal")
+    wait_for(
+        lambda: _condition(env, "Draining").get("reason") == "Idle", timeout=90, what="Draining=False, Idle"
+    )
+    _no_cordon_or_throttle(env, topic)
+    _read_back(env, producer, topic, "disk-check")
+    print(f"disk drain: {drained_in:.0f} s to drain d1 and remove it from 3 brokers")

@@ -215,6 +215,16 @@ def test_retired_claims_are_deleted_only_when_empty_and_known() -> None:
     assert unreachable.delete_claims == ()
 
 
+def test_claims_of_a_disk_that_left_go_once_the_pod_no_longer_mounts_them() -> None:
+    only_d0 = DISKS[:1]
+    still_mounted = health.decide(observe(disks=only_d0))
+    assert still_mounted.delete_claims == ()
+    recreated = health.decide(observe(disks=only_d0, pod=pod({"d0": "c-0-d0-g0"})))
+    assert recreated.delete_claims == ("c-0-d1-g0",)
+    assert any(e.reason == "DeletedClaim" and "c-0-d1-g0" in e.message for e in recreated.events)
+    assert health.decide(observe(disks=only_d0, pod=None)).delete_claims == ()
+
+
 def test_removed_disk_is_draining_and_counts_as_online() -> None:
     disks = (DISKS[0], DISKS[1].model_copy(update={"removed": True}))
     decision = health.decide(observe(disks=disks))

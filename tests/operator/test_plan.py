@@ -1,7 +1,7 @@
 """Cluster planning (`jbod_operator.plan`): scaling and disk removal never drop replicas.
 
 Covers: a removed disk that still holds replicas (or an unknown number) stays, marked removed,
-with a refusal naming the count; an empty one leaves; a broker beyond the count is deleted only
+with a wait naming the count; an empty one leaves; a broker beyond the count is deleted only
 when the controller shows it empty; the cluster status counts ready and fenced brokers and
 offline dirs.
 """
@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from jbod_operator import model, plan
+from jbod_operator import drain, model, plan
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
+IDLE = drain.Actions(owned=drain.Owned())
 
 
 def cluster(brokers: int, disks: tuple[str, ...]) -> model.ClusterSpec:
@@ -43,7 +44,7 @@ def test_non_empty_disk_removal_is_refused_and_kept_draining() -> None:
     result = plan.plan_brokers(spec, existing, {0: with_replicas(d0=3, d1=5)}, {0: 8})
     assert [(d.name, d.removed) for d in result.brokers[0]] == [("d0", False), ("d1", True)]
     [line] = result.refused
-    assert "disk d1" in line and "5 replicas" in line
+    assert "disk d1" in line and "5 left" in line
 
 
 def test_unknown_count_is_not_empty() -> None:
@@ -66,7 +67,7 @@ def test_scale_down_only_removes_empty_brokers() -> None:
     result = plan.plan_brokers(spec, existing, {}, {0: 10, 1: 0, 2: 4})
     assert list(result.brokers) == [0]
     assert result.delete == (1,)
-    assert len(result.refused) == 1 and "broker 2" in result.refused[0] and "4 replicas" in result.refused[0]
+    assert len(result.refused) == 1 and "broker 2" in result.refused[0] and "4 left" in result.refused[0]
     unreachable = plan.plan_brokers(spec, existing, {}, None)
     assert unreachable.delete == () and len(unreachable.refused) == 2
 
@@ -81,18 +82,25 @@ def test_cluster_status_counts() -> None:
     ready = {"conditions": [{"type": "Ready", "status": "True"}], "offlineDirs": 0, "fenced": False}
     fenced = {"conditions": [{"type": "Ready", "status": "False"}], "offlineDirs": 1, "fenced": True}
     status = plan.cluster_status(
-        cluster(2, ("d0",)), [ready, fenced], refused=[], controller_ready=True, previous={}, now=NOW
+        cluster(2, ("d0",)),
+        [ready, fenced],
+        waiting=[],
+        drains=IDLE,
+        controller_ready=True,
+        previous={},
+        now=NOW,
     )
     assert (status["readyBrokers"], status["fencedBrokers"], status["offlineDirs"]) == (1, 1, 1)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "False"
     assert conditions["Degraded"]["status"] == "True"
     healthy = plan.cluster_status(
-        cluster(1, ("d0",)), [ready], refused=[], controller_ready=True, previous={}, now=NOW
+        cluster(1, ("d0",)), [ready], waiting=[], drains=IDLE, controller_ready=True, previous={}, now=NOW
     )
     assert {c["type"]: c["status"] for c in healthy["conditions"]} == {
         "Ready": "True",
         "Progressing": "False",
+        "Draining": "False",
         "Degraded": "False",
     }
 
