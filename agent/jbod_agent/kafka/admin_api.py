@@ -76,7 +76,7 @@ _DEFAULT_REPLICATION: Final = 1  # Kafka's default.replication.factor
 _WAIT_STEP_S: Final = 0.02
 
 
-def _response(request: protocol.Request, **fields: Any) -> Any:
+def kafka_response(request: protocol.Request, **fields: Any) -> Any:
     return protocol.build(
         protocol.response_type(request.header.api_key, request.header.api_version), throttle_time=0, **fields
     )
@@ -112,7 +112,7 @@ def _controller_error(reply: Any) -> dict[str, Any]:
 _CONFIG_WAIT_S: Final = 30.0  # IncrementalAlterConfigs has no timeout of its own; Kafka's admin default
 
 
-async def _until(clock: Clock, condition: Callable[[], bool], timeout_s: float) -> None:
+async def until_image_shows(clock: Clock, condition: Callable[[], bool], timeout_s: float) -> None:
     """Wait (bounded, on `clock`) until this broker's image satisfies `condition`."""
     deadline = clock.monotonic() + max(timeout_s, 0.0)
     while not condition() and clock.monotonic() < deadline:
@@ -149,7 +149,7 @@ class AdminApis:
                 for topic in body.topics
             )
         )
-        return _response(request, topics=list(results))
+        return kafka_response(request, topics=list(results))
 
     async def _create_topic(
         self, conn: Connection, topic: Any, timeout_s: float, *, validate_only: bool
@@ -208,7 +208,7 @@ class AdminApis:
         created = int(reply.get("errorCode", 0))
         if created != 0:
             return {**result, "error_code": KafkaError(created), "error_message": reply.get("errorMessage")}
-        await _until(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
+        await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
             **result,
@@ -244,7 +244,7 @@ class AdminApis:
         results = await asyncio.gather(
             *(self._delete_topic(conn, name, topic_id, timeout_s) for name, topic_id in named)
         )
-        return _response(request, responses=list(results))
+        return kafka_response(request, responses=list(results))
 
     async def _delete_topic(
         self, conn: Connection, name: str | None, topic_id: Any, timeout_s: float
@@ -266,7 +266,7 @@ class AdminApis:
         code = int(reply.get("errorCode", 0))
         if code != 0:
             return {**result, "error_code": KafkaError(code), "error_message": reply.get("errorMessage")}
-        await _until(self.ctx.clock, lambda: self.ctx.topic_id(name) is None, timeout_s)
+        await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is None, timeout_s)
         return result
 
     async def create_partitions(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
@@ -299,9 +299,9 @@ class AdminApis:
                 continue
             if not body.validate_only:
                 grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
-                await _until(self.ctx.clock, grown, body.timeout.total_seconds())
+                await until_image_shows(self.ctx.clock, grown, body.timeout.total_seconds())
             results.append(result)
-        return _response(request, results=results)
+        return kafka_response(request, results=results)
 
     def _has_partitions(self, name: str, count: int) -> bool:
         topic_id = self.ctx.topic_id(name)
@@ -426,7 +426,7 @@ class AdminApis:
                     "configs": entries,
                 }
             )
-        return _response(request, results=results)
+        return kafka_response(request, results=results)
 
     async def incremental_alter_configs(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
@@ -474,9 +474,9 @@ class AdminApis:
                 # Answered once this broker's image shows the change, as topic creation is, so
                 # a DescribeConfigs sent to the same broker next reads what was just set.
                 shown = functools.partial(self._has_configs, resource.resource_name, reply.configs)
-                await _until(self.ctx.clock, shown, _CONFIG_WAIT_S)
+                await until_image_shows(self.ctx.clock, shown, _CONFIG_WAIT_S)
             responses.append(result)
-        return _response(request, responses=responses)
+        return kafka_response(request, responses=responses)
 
     async def _alter_broker_configs(
         self, conn: Connection, resource: Any, result: dict[str, Any], validate_only: bool
@@ -509,7 +509,7 @@ class AdminApis:
         if not validate_only and reply.configs is not None:
             wanted = dict(reply.configs)
             image = self.ctx.state.image
-            await _until(
+            await until_image_shows(
                 self.ctx.clock, lambda: dict(image.broker_configs.get(broker, {})) == wanted, _CONFIG_WAIT_S
             )
         return result
@@ -524,7 +524,7 @@ class AdminApis:
     ) -> Any:
         """No client quotas are configured on these brokers: every filter matches nothing
         (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
-        return _response(request, error_code=KafkaError.none, error_message=None, entries=[])
+        return kafka_response(request, error_code=KafkaError.none, error_message=None, entries=[])
 
     # -- users ---------------------------------------------------------------------------------
 
@@ -532,17 +532,17 @@ class AdminApis:
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
         if conn.principal != ADMIN:
-            return _response(
+            return kafka_response(
                 request, error_code=KafkaError.cluster_authorization_failed, error_message=None, results=[]
             )
         users = None if request.body.users is None else [u.name for u in request.body.users]
         try:
             found = await self.forwarder.describe_scram_credentials(users)
         except ControllerCallError as exc:
-            return _response(
+            return kafka_response(
                 request, error_code=KafkaError.not_controller, error_message=str(exc), results=[]
             )
-        return _response(
+        return kafka_response(
             request,
             error_code=KafkaError.none,
             error_message=None,
@@ -565,7 +565,7 @@ class AdminApis:
         body = request.body
         users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
         if conn.principal != ADMIN:
-            return _response(
+            return kafka_response(
                 request,
                 results=[
                     {"user": u, "error_code": KafkaError.cluster_authorization_failed, "error_message": None}
@@ -597,10 +597,10 @@ class AdminApis:
                 if isinstance(exc, ControllerCallError)
                 else KafkaError.unacceptable_credential
             )
-            return _response(
+            return kafka_response(
                 request, results=[{"user": u, "error_code": code, "error_message": str(exc)} for u in users]
             )
-        return _response(
+        return kafka_response(
             request,
             results=[
                 {"user": r.user, "error_code": KafkaError(r.error_code), "error_message": r.error_message}
@@ -612,7 +612,7 @@ class AdminApis:
 
     async def init_producer_id(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         if request.body.transactional_id is not None:
-            return _response(
+            return kafka_response(
                 request,
                 error_code=KafkaError.transactional_id_authorization_failed,
                 producer_id=-1,
@@ -621,7 +621,7 @@ class AdminApis:
         try:
             producer_id = await self.producer_ids.next_id()
         except ControllerCallError:
-            return _response(
+            return kafka_response(
                 request, error_code=KafkaError.coordinator_not_available, producer_id=-1, producer_epoch=-1
             )
-        return _response(request, error_code=KafkaError.none, producer_id=producer_id, producer_epoch=0)
+        return kafka_response(request, error_code=KafkaError.none, producer_id=producer_id, producer_epoch=0)

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from jbod_agent.kafka.admin_api import kafka_response, until_image_shows
 from jbod_agent.kafka.context import ADMIN, BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
@@ -32,13 +33,6 @@ from jbod_kafka import protocol
 
 ALTER_KEY: Final = 45
 LIST_KEY: Final = 46
-_WAIT_STEP_S: Final = 0.02
-
-
-def _response(request: protocol.Request, **fields: Any) -> Any:
-    return protocol.build(
-        protocol.response_type(request.header.api_key, request.header.api_version), throttle_time=0, **fields
-    )
 
 
 class ReassignApis:
@@ -67,11 +61,8 @@ class ReassignApis:
         return check
 
     async def _until_settled(self, items: list[ReassignmentTarget], timeout_s: float) -> None:
-        clock = self.ctx.clock
-        deadline = clock.monotonic() + max(timeout_s, 0.0)
         checks = [self._settled(item) for item in items]
-        while not all(check() for check in checks) and clock.monotonic() < deadline:
-            await clock.sleep(_WAIT_STEP_S)
+        await until_image_shows(self.ctx.clock, lambda: all(check() for check in checks), timeout_s)
 
     async def alter_partition_reassignments(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
@@ -94,7 +85,7 @@ class ReassignApis:
                 by_topic.setdefault(name, []).append(
                     {"partition_index": index, "error_code": part_code, "error_message": part_message}
                 )
-            return _response(
+            return kafka_response(
                 request,
                 error_code=code,
                 error_message=message,
@@ -132,7 +123,7 @@ class ReassignApis:
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
         if conn.principal != ADMIN:
-            return _response(
+            return kafka_response(
                 request,
                 error_code=KafkaError.cluster_authorization_failed,
                 error_message="Only the admin may list reassignments",
@@ -151,7 +142,7 @@ class ReassignApis:
                     "removing_replicas": ongoing.removing_replicas,
                 }
             )
-        return _response(
+        return kafka_response(
             request,
             error_code=KafkaError.none,
             error_message=None,
