@@ -320,6 +320,41 @@ class Authorizer:
                 allowed = True
         return allowed if found else self.allow_everyone_if_no_acl_found
 
+    def authorize_any(
+        self, index: AclIndex, requester: Requester, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Kafka's `authorizeByResourceType` (KIP-679's idempotent producers): may `requester` do
+        `operation` on at least one resource of the type? True when an ALLOW of it (literal or
+        prefixed) is not covered by a DENY (a DENY of `*`, of the same literal name, or of a prefix
+        of the allowed name)."""
+        if requester.principal in self.super_users:
+            return True
+        principals = (requester.principal, WILDCARD_PRINCIPAL)
+        hosts = (requester.host, WILDCARD)
+        implied = _IMPLIED_BY.get(operation, frozenset({operation}))
+        denied_literals: set[str] = set()
+        denied_prefixes: set[str] = set()
+        allowed: list[Acl] = []
+        for acl in index.by_id.values():
+            if acl.resource_type != resource_type or acl.principal not in principals or acl.host not in hosts:
+                continue
+            if acl.permission_type == PermissionType.DENY:
+                if acl.operation in (operation, AclOperation.ALL):
+                    literal = acl.pattern_type == PatternType.LITERAL
+                    (denied_literals if literal else denied_prefixes).add(acl.resource_name)
+            elif acl.operation == AclOperation.ALL or acl.operation in implied:
+                allowed.append(acl)
+        if WILDCARD in denied_literals:
+            return False
+        for acl in allowed:
+            name = acl.resource_name
+            if any(name.startswith(prefix) for prefix in denied_prefixes):
+                continue
+            if acl.pattern_type == PatternType.LITERAL and name in denied_literals:
+                continue
+            return True
+        return False
+
 
 # ---------------------------------------------------------------------------------------------
 # Decisions of the controller
