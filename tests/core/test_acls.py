@@ -283,3 +283,48 @@ def test_acls_survive_a_snapshot_and_bad_records_are_replay_errors() -> None:
 def test_super_users_parse_as_kafkas_list() -> None:
     assert acls.parse_super_users("User:a; User:b;;") == frozenset({"User:a", "User:b"})
     assert acls.parse_super_users("") == frozenset()
+
+
+@given(st.lists(st.tuples(st.booleans(), any_acl), max_size=30), names)
+def test_the_index_after_adds_and_removes_equals_one_built_from_scratch(
+    steps: list[tuple[bool, Acl]], name: str
+) -> None:
+    index = AclIndex()
+    live: dict[Acl, Uuid] = {}
+    for n, (add, entry) in enumerate(steps):
+        if add and entry not in live:
+            live[entry] = Uuid(2, n + 1)
+            index.add(live[entry], entry)
+        elif not add and entry in live:
+            assert index.remove(live.pop(entry)) == entry
+    fresh = AclIndex()
+    for entry, acl_id in live.items():
+        fresh.add(acl_id, entry)
+    assert index.by_id == fresh.by_id
+    for kind in (TOPIC, GROUP):
+        assert sorted(map(repr, index.applying_to(kind, name))) == sorted(
+            map(repr, fresh.applying_to(kind, name))
+        )
+
+
+def test_authorize_any_is_kafkas_authorize_by_resource_type() -> None:
+    def any_write(*entries: Acl) -> bool:
+        requester = acls.Requester("User:alice", "10.0.0.1")
+        return acls.Authorizer().authorize_any(index_of(*entries), requester, Op.WRITE, TOPIC)
+
+    assert not any_write()
+    assert any_write(acl("orders-", Op.WRITE, pattern=PREFIXED))
+    assert any_write(acl("t", Op.ALL))
+    assert not any_write(acl("t", Op.READ))
+    assert not any_write(acl("t", Op.WRITE, principal="User:bob"))
+    # A DENY covering every ALLOW: of the same literal, of a prefix, or of `*`.
+    assert not any_write(acl("t", Op.WRITE), acl("t", Op.WRITE, permission=DENY))
+    assert not any_write(
+        acl("orders-eu", Op.WRITE), acl("orders-", Op.ALL, pattern=PREFIXED, permission=DENY)
+    )
+    assert not any_write(acl("orders-", Op.WRITE, pattern=PREFIXED), acl("*", Op.WRITE, permission=DENY))
+    # ... but not one ALLOW left uncovered.
+    assert any_write(acl("t", Op.WRITE), acl("u", Op.WRITE), acl("t", Op.WRITE, permission=DENY))
+    assert acls.Authorizer(super_users=frozenset({"User:alice"})).authorize_any(
+        AclIndex(), acls.Requester("User:alice", "h"), Op.WRITE, TOPIC
+    )
