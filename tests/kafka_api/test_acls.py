@@ -1,10 +1,12 @@
 """Kafka ACLs on our brokers, driven by librdkafka (confluent-kafka) as a Kafka user would: the admin
 grants a SCRAM user access with CreateAcls, the user produces where allowed (acks=all, idempotent)
 and is refused elsewhere with Kafka's codes; a DENY beats an ALLOW; DescribeAcls and DeleteAcls
-answer what was granted, and the access goes with the ACL."""
+answer what was granted, and the access goes with the ACL; `super.users` and
+`allow.everyone.if.no.acl.found` as Kafka's."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -25,7 +27,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from tests.kafka_api.conftest import KafkaCluster
+from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -184,3 +186,30 @@ def test_invalid_acls_are_refused_with_invalid_request(kafka_cluster: KafkaClust
         ).result(30)
         == []
     )
+
+
+def test_super_users_and_allow_everyone_if_no_acl_found(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with contextlib.ExitStack() as stack:
+        kafka = start_kafka_cluster(
+            stack,
+            tmp_path_factory.mktemp("open"),
+            brokers=1,
+            super_users="User:ops",
+            allow_everyone_if_no_acl_found="true",
+        )
+        client = AdminClient(kafka.client_config())
+        for user in ("ops", "anyone"):
+            _create_user(client, user, b"pw")
+        for future in client.create_topics([NewTopic(t, 1, 1) for t in ("open", "guarded")]).values():
+            future.result(30)
+        guard = _acl("someone-else", "guarded", AclOperation.WRITE)
+        client.create_acls([guard])[guard].result(30)
+        anyone = {"sasl.username": "anyone", "sasl.password": "pw"}
+        assert _produce_one(kafka, "open", anyone) is None  # no ACL names the topic: everyone may
+        refused = _produce_one(kafka, "guarded", anyone)  # an ACL names it: only what it allows
+        assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ops = {"sasl.username": "ops", "sasl.password": "pw"}
+        assert _produce_one(kafka, "guarded", ops) is None  # a super user is never refused
+        ops_admin = AdminClient(kafka.client_config(**ops))
+        ops_admin.create_topics([NewTopic("by-ops", 1, 1)])["by-ops"].result(30)
+        assert "by-ops" in client.list_topics(timeout=10).topics
