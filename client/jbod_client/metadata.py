@@ -55,12 +55,14 @@ class UnknownBrokerError(ClientError):
 
 
 def listener_url(broker: dict[str, Any]) -> str | None:
-    """The base URL of a registered broker's first listener (`http://host:port`), if it has one."""
+    """The base URL of a registered broker's first listener (`http://host:port`, or https:// when
+    the listener is named https), if it has one."""
     listeners = broker.get("listeners") or []
     if not listeners:
         return None
     first = listeners[0]
-    return f"http://{first['host']}:{int(first['port'])}"
+    scheme = "https" if first.get("name") == "https" else "http"
+    return f"{scheme}://{first['host']}:{int(first['port'])}"
 
 
 def kafka_address(broker: Mapping[str, Any], listener: str) -> str | None:
