@@ -52,6 +52,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
-from jbod_runtime.tls import ClientTls
+from jbod_runtime.tls import ClientTls, client_context
 
 DEFAULT_URL = "http://127.0.0.1:9093"
 DEFAULT_FAILOVER_TIMEOUT: Final = 15.0
@@ -263,6 +264,16 @@ def client_tls(ca_file: Path | None, tls: ClientTls | None) -> ClientTls | None:
         return None
     try:
         return ClientTls(ca_file)
+    except ValueError as exc:  # TlsConfigError: the file names itself
+        raise ClientError(str(exc)) from None
+
+
+def https_verify(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """httpx's `verify` for https servers signed by `ca_file` (True: the system's CAs)."""
+    if ca_file is None:
+        return True
+    try:
+        return client_context(ca_file)
     except ValueError as exc:  # TlsConfigError: the file names itself
         raise ClientError(str(exc)) from None
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from jbod_client.controller import https_verify
 from jbod_local.etcd import EtcdCluster, EtcdMember
 from jbod_local.etcd_binary import EtcdBinary
 from jbod_local.processes import LocalClusterError, process_alive, spawn_detached, stop_processes
@@ -57,10 +58,16 @@ class ControllerNode:
     data_dir: Path
     log_path: Path
     pid: int | None = None
+    ca_file: Path | None = None  # with `up --tls`: serves https, verified with this CA bundle
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://{HOST}:{self.port}"
+
+    @property
+    def keystore_name(self) -> str:
+        """Its keystore's name in DIR/tls (`jbod_local.certs`)."""
+        return "controller" if self.node_id is None else f"controller-{self.node_id}"
 
     @property
     def name(self) -> str:
@@ -82,12 +89,17 @@ class ControllerNode:
             "pid": self.pid,
             "dataDir": str(self.data_dir),
             "log": str(self.log_path),
+            **({"caFile": str(self.ca_file)} if self.ca_file else {}),
         }
 
     @classmethod
     def from_json(cls, root: Path, data: Mapping[str, Any], node_id: int | None) -> ControllerNode:
         planned = plan_controller(root, node_id, int(data["port"]))
-        return replace(planned, pid=None if data.get("pid") is None else int(data["pid"]))
+        return replace(
+            planned,
+            pid=None if data.get("pid") is None else int(data["pid"]),
+            ca_file=Path(data["caFile"]) if data.get("caFile") else None,
+        )
 
 
 def plan_controller(root: Path, node_id: int | None, port: int) -> ControllerNode:
@@ -244,7 +256,10 @@ def controller_states(
     """Each controller's own word on its role (a stopped one is "down")."""
     states = []
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as client:
+    ca_file = next((n.ca_file for n in nodes if n.ca_file), None)
+    with httpx.Client(
+        timeout=timeout, trust_env=False, headers=headers, verify=https_verify(ca_file)
+    ) as client:
         for node in nodes:
             if not node.alive():
                 states.append(ControllerState(node, False, "down", None))
