@@ -153,11 +153,19 @@ def endpoints(nodes: Iterable[EtcdNode]) -> str:
     return ",".join(n.url for n in nodes)
 
 
-def quorum_args(node: ControllerNode, etcd: Sequence[EtcdNode]) -> list[str]:
-    """The flags that make `node` one of a quorum (none for the only controller)."""
+def quorum_args(
+    node: ControllerNode, etcd: Sequence[EtcdNode], *, etcd_client_keystore: Path | None = None
+) -> list[str]:
+    """The flags that make `node` one of a quorum (none for the only controller); toward TLS
+    members, their CA and `etcd_client_keystore` as the client certificate."""
     if node.node_id is None:
         return []
-    return ["--etcd-endpoints", endpoints(etcd), "--node-id", str(node.node_id)]
+    flags = ["--etcd-endpoints", endpoints(etcd), "--node-id", str(node.node_id)]
+    ca_file = etcd[0].member.ca_file if etcd else None
+    if ca_file is not None and etcd_client_keystore is not None:
+        keystore = str(etcd_client_keystore)
+        flags += ["--etcd-cacert", str(ca_file), "--etcd-cert", keystore, "--etcd-key", keystore]
+    return flags
 
 
 # -- etcd processes --------------------------------------------------------------------------------

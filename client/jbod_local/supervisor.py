@@ -192,6 +192,16 @@ def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one
         raise LocalClusterError(f"--disks must be between 1 and 8, got {disks}")
     quorum.check_count(controllers)
     etcd = quorum.plan_etcd(root) if controllers > 1 else ()
+    if tls:
+        etcd = tuple(
+            replace(
+                e,
+                member=replace(
+                    e.member, keystore=certs.keystore(root, e.name), ca_file=certs.truststore(root)
+                ),
+            )
+            for e in etcd
+        )
     taken = {p for e in etcd for p in (e.member.client_port, e.member.peer_port)}
     nodes = []
     for node_id in range(1, controllers + 1) if controllers > 1 else [None]:
@@ -295,12 +305,21 @@ def rotate_certificates(root: Path, *, new_ca: bool = False, drop_old_ca: bool =
             raise LocalClusterError(
                 f"the local cluster in {root} has no TLS (it was not started with up --tls)"
             )
+        if (new_ca or drop_old_ca) and layout.etcd:
+            raise LocalClusterError(
+                "a quorum's etcd members load their CA once at start: --ca and --drop-old-ca are for "
+                "clusters without etcd (renew the certificates without --ca)"
+            )
         if drop_old_ca:
             certs.drop_old_ca(root)
             return str(certs.truststore(root))
         names = certificate_names(layout)
-        certs.rotate(root, names, new_ca=new_ca)
+        certs.rotate(root, names, new_ca=new_ca)  # etcd re-reads its key pair on each handshake
         return f"{len(names)} processes ({', '.join(names)})"
+
+
+#: The keystore the controllers present to `--tls` etcd members (`--etcd-cert`).
+ETCD_CLIENT = "etcd-client"
 
 
 def certificate_names(layout: ClusterLayout) -> list[str]:
@@ -309,6 +328,7 @@ def certificate_names(layout: ClusterLayout) -> list[str]:
         *(c.keystore_name for c in layout.controllers),
         *(f"broker-{b.broker_id}" for b in layout.brokers),
         *(e.name for e in layout.etcd),
+        *([ETCD_CLIENT] if layout.etcd else []),
     ]
 
 
@@ -374,7 +394,11 @@ def _start_controller(layout: ClusterLayout, node: ControllerNode) -> Controller
         str(layout.admin_token_file),
         "--broker-session-timeout-ms",
         str(session_timeout_ms(layout)),
-        *quorum.quorum_args(node, layout.etcd),
+        *quorum.quorum_args(
+            node,
+            layout.etcd,
+            etcd_client_keystore=certs.keystore(layout.root, ETCD_CLIENT) if layout.tls else None,
+        ),
         *(
             ["--ssl-keystore-location", str(certs.keystore(layout.root, node.keystore_name))]
             if layout.tls

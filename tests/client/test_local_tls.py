@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import subprocess
 import threading
@@ -171,3 +172,66 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
     fresh = Consumer(client_config(root, **{"group.id": f"g2-{topic}", "auto.offset.reset": "earliest"}))
     assert fresh.list_topics(topic, timeout=20).topics[topic].error is None
     fresh.close()
+
+
+def _health_without_certificate(host: str, port: int, context: ssl.SSLContext) -> None:
+    """GET /health with no client certificate; raises once the member closes or refuses."""
+    with (
+        socket.create_connection((host, port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as conn,
+    ):
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(100) == b""  # closed (TLS 1.3 reports the refusal on read)
+        raise ConnectionError("no certificate: the connection was closed")
+
+
+def test_a_tls_quorum_runs_etcd_on_tls_with_client_certificates(tmp_path: Path) -> None:
+    """`up --tls --controllers 3`: etcd members serve clients and peers on https only and require
+    certificates; the controllers reach them with theirs; no port of any process speaks plaintext."""
+    root = tmp_path / "quorum"
+    try:
+        ok(
+            "up",
+            "--tls",
+            "--controllers",
+            "3",
+            "--brokers",
+            "1",
+            "--disks",
+            "1",
+            "--dir",
+            str(root),
+            "--timeout",
+            "120",
+        )
+        layout = read_layout(root)
+        assert all(e.url.startswith("https://") for e in layout.etcd)
+        data = status(root)
+        assert len(data["brokers"]) == 1
+        pids = (
+            [c.pid for c in layout.controllers]
+            + [b.pid for b in layout.brokers]
+            + [e.pid for e in layout.etcd]
+        )
+        ports: set[int] = set()
+        for pid in pids:
+            assert pid is not None
+            ports |= listening_ports(pid)
+        assert len(ports) == 3 + 2 + 3 * 2  # etcd: a client and a peer port per member
+        assert [port for port in sorted(ports) if speaks_plaintext(port)] == []
+        # etcd refuses a client without a certificate.
+        member = layout.etcd[0]
+        host, port = member.url.removeprefix("https://").rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(certs.truststore(root)))
+        with pytest.raises((ssl.SSLError, OSError)):
+            _health_without_certificate(host, int(port), context)
+        renewed = subprocess.run(
+            [JBODCTL, "local", "rotate-certs", "--ca", "--dir", str(root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert renewed.returncode != 0 and "etcd" in renewed.stderr
+    finally:
+        if (root / STATE_FILE).exists():
+            supervisor.down(root, grace=2)
