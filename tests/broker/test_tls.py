@@ -13,6 +13,8 @@ import contextlib
 import logging
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from jbod_client.controller import ControllerClient, read_token
 from jbod_local.processes import LocalBroker, LocalController
 from jbod_runtime import certificates, tls
 from tests.broker.conftest import Cluster, wait_for
+from tests.controller.test_cli import assert_one_line_error, base_args, run_controller
 from tests.tls_pki import Pki, listening_ports, speaks_plaintext
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -291,3 +294,45 @@ def test_expired_and_wrong_host_certificates_are_refused_and_renewal_is_picked_u
     host, port = broker.kafka["SASL_SSL"].rsplit(":", 1)
     served = ssl.get_server_certificate((host, int(port)))
     assert certificates.serial_of(served.encode()) == certificates.serial_of(renewed.read_bytes())
+
+
+def test_tls_files_that_do_not_load_are_one_line_start_errors(tmp_path: Path) -> None:
+    """The controller and the agent refuse a missing or broken keystore in one line naming it,
+    before serving (the controller: before it writes anything)."""
+    data = tmp_path / "controller"
+    missing = run_controller(*base_args(data), "--ssl-keystore-location", str(tmp_path / "none.pem"))
+    assert_one_line_error(missing, "--ssl-keystore-location", "none.pem", "no such file")
+    assert not data.exists()
+    broken = tmp_path / "broken.pem"
+    broken.write_text("not a key\n")
+    assert_one_line_error(
+        run_controller(*base_args(data), "--ssl-keystore-location", str(broken)), "broken.pem"
+    )
+    assert_one_line_error(
+        run_controller(
+            *base_args(data), "--ssl-keystore-location", str(broken), "--advertised-url", "http://x:1"
+        ),
+        "--advertised-url must be https://",
+    )
+
+    token = tmp_path / "cluster.token"
+    token.write_text("t\n")
+    config = tmp_path / "server.properties"
+    config.write_text(
+        f"node.id=1\nlog.dirs={tmp_path / 'd0'}\nmetadata.log.dir={tmp_path / 'meta'}\n"
+        "controller.url=https://127.0.0.1:1\n"
+        f"cluster.token.file={token}\nlog.dirs.format.on.start=true\ncluster.id=c1\n"
+        f"listeners=SASL_SSL://127.0.0.1:0\nssl.keystore.location={broken}\n"
+    )
+    agent = subprocess.run(
+        [str(Path(sys.executable).parent / "jbod-agent"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert agent.returncode != 0
+    lines = agent.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jbod-agent: error: ") and "broken.pem" in lines[0], (
+        agent.stderr
+    )
