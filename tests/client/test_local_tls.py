@@ -85,6 +85,24 @@ def test_client_properties_name_sasl_ssl_and_the_pem_truststore(root: Path) -> N
         )
         assert listed.returncode == 0, listed.stderr
         assert len(json.loads(listed.stdout)) == count, listed.stdout
+    # jbodctl's own Kafka clients: admin over SASL_SSL, verified with JBOD_CA_FILE.
+    with layout.controller() as admin:
+        assert admin.create_topic("cli-tls", partitions=1, replication_factor=2)["errorCode"] == 0
+
+    def jbodctl(*args: str) -> str:
+        done = subprocess.run(
+            [JBODCTL, "--controller", layout.controller_url, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    jbodctl("produce", "cli-tls", "-v", "one", "-v", "two")
+    assert jbodctl("consume", "cli-tls", "-n", "2").split() == ["one", "two"]
 
 
 def test_no_port_of_the_cluster_speaks_plaintext(root: Path) -> None:
