@@ -127,25 +127,31 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
     fatal: list[Any] = []
     retriable: list[str] = []
     stop = threading.Event()
+    flushed = threading.Event()  # the producer has every answer: `acked` is final
 
     def on_error(err: KafkaError) -> None:
         (fatal if err.fatal() else retriable).append(str(err))
 
     def produce() -> None:
-        producer = Producer(
-            client_config(root, acks="all", **{"enable.idempotence": True, "error_cb": on_error})
-        )
-        n = 0
-        while not stop.is_set():
-            producer.produce(
-                topic,
-                value=b"v%d" % n,
-                on_delivery=lambda err, msg: fatal.append(err) if err else acked.add(msg.value()),
+        try:
+            producer = Producer(
+                client_config(root, acks="all", **{"enable.idempotence": True, "error_cb": on_error})
             )
-            n += 1
-            producer.poll(0.005)
-        if producer.flush(60) != 0:
-            fatal.append("records left unacknowledged")
+            n = 0
+            while not stop.is_set():
+                producer.produce(
+                    topic,
+                    value=b"v%d" % n,
+                    on_delivery=lambda err, msg: fatal.append(err) if err else acked.add(msg.value()),
+                )
+                n += 1
+                producer.poll(0.005)
+            if producer.flush(60) != 0:
+                fatal.append("records left unacknowledged")
+        except Exception as exc:  # reported by the assertions below
+            fatal.append(exc)
+        finally:
+            flushed.set()
 
     consumed: set[bytes] = set()
 
@@ -156,7 +162,7 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
             )
         )
         consumer.subscribe([topic])
-        while not (stop.is_set() and (acked <= consumed or time.monotonic() > deadline[0])):
+        while not (flushed.is_set() and (acked <= consumed or time.monotonic() > deadline[0])):
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
                 consumed.add(msg.value())
@@ -174,6 +180,11 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
         for broker in layout.brokers:
             keystore = certs.keystore(root, f"broker-{broker.broker_id}")
             assert after[broker.broker_id] == certs.served_serial(keystore) != before[broker.broker_id]
+            assert served_serial(broker.url.removeprefix("https://")) == certs.served_serial(keystore)
+        controller = layout.controllers[0]
+        assert served_serial(controller.url.removeprefix("https://")) == certs.served_serial(
+            certs.keystore(root, controller.keystore_name)
+        )
         time.sleep(2)
         ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
         time.sleep(2)
@@ -250,6 +261,14 @@ def test_a_tls_quorum_runs_etcd_on_tls_with_client_certificates(tmp_path: Path) 
             check=False,
         )
         assert renewed.returncode != 0 and "etcd" in renewed.stderr
+        # Renewed from the same CA: etcd serves the new certificate, the controllers still reach it.
+        old = served_serial(member.url.removeprefix("https://"))
+        ok("rotate-certs", "--dir", str(root))
+        time.sleep(1.5)
+        new = served_serial(member.url.removeprefix("https://"))
+        assert new != old and new == certs.served_serial(certs.keystore(root, member.name))
+        with layout.controller() as admin:
+            assert admin.create_topic("after-rotation", partitions=1, replication_factor=1)["errorCode"] == 0
     finally:
         if (root / STATE_FILE).exists():
             supervisor.down(root, grace=2)
