@@ -169,7 +169,7 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
         consumer.close()
 
     deadline = [float("inf")]
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
     for thread in threads:
         thread.start()
     try:
