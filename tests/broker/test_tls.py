@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jbod_client.controller import ControllerClient, read_token
+from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_local.processes import LocalBroker, LocalController
 from jbod_runtime import certificates, tls
 from tests.broker.conftest import Cluster, wait_for
@@ -336,3 +336,51 @@ def test_tls_files_that_do_not_load_are_one_line_start_errors(tmp_path: Path) ->
     assert len(lines) == 1 and lines[0].startswith("jbod-agent: error: ") and "broken.pem" in lines[0], (
         agent.stderr
     )
+
+
+def test_a_controller_that_requires_client_certificates(tmp_path: Path) -> None:
+    """`--ssl-client-auth required`: a client without a certificate from the truststore's CA is
+    refused in the handshake; one with it (as a broker's `ClientTls` presents its keystore) gets in."""
+    pki = Pki.create(tmp_path / "pki")
+    data = tmp_path / "controller"
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "jbod-controller"),
+            *base_args(data, "mtls"),
+            "--ssl-keystore-location",
+            str(pki.keystore("controller")),
+            "--ssl-truststore-location",
+            str(pki.ca_file),
+            "--ssl-client-auth",
+            "required",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = (
+            next(line for line in process.stdout if "Listening on" in line).split("Listening on ")[1].strip()
+        )
+        assert url.startswith("https://")
+        client_tls = tls.ClientTls(pki.ca_file, keystore=pki.keystore("broker-9"))
+        with ControllerClient(url, token=read_token(data / "admin.token"), tls=client_tls) as admin:
+            assert wait_for(lambda: _cluster_or_none(admin), what="the controller over mutual TLS")
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+            httpx.get(f"{url}/healthz", verify=tls.client_context(pki.ca_file))
+        other = Pki.create(tmp_path / "other", "another CA")
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
+            httpx.get(
+                f"{url}/healthz", verify=tls.client_context(pki.ca_file, keystore=other.keystore("intruder"))
+            )
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _cluster_or_none(admin: ControllerClient) -> dict[str, Any] | None:
+    try:
+        return admin.cluster()
+    except ClientError:
+        return None
