@@ -202,6 +202,24 @@ def test_client_certificate_cn_is_the_principal(tls_cluster: TlsCluster) -> None
     with pytest.raises(KafkaException, match="AUTHORIZATION_FAILED"):
         anonymous.create_topics([NewTopic(f"{topic}-anon", 1, 2)])[f"{topic}-anon"].result(timeout=30)
 
+    # The ACLs of User:alice apply to the certificate with CN=alice: refused, then let in.
+    def produce_as_alice() -> KafkaError | None:
+        outcome: list[KafkaError | None] = []
+        producer = Producer(
+            tls_cluster.ssl_config(1, pki.keystore("alice"), acks="all", **{"message.timeout.ms": 20000})
+        )
+        producer.produce(topic, value=b"from alice", on_delivery=lambda err, msg: outcome.append(err))
+        producer.flush(30)
+        return outcome[0] if outcome else KafkaError(KafkaError._MSG_TIMED_OUT)
+
+    refused = produce_as_alice()
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant = {"resourceType": "TOPIC", "resourceName": topic, "patternType": "LITERAL"}
+    grant |= {"principal": "User:alice", "host": "*", "permissionType": "ALLOW"}
+    results = tls_cluster.cluster.admin.create_acls([{**grant, "operation": "WRITE"}])
+    assert [r["errorCode"] for r in results] == [0]
+    wait_for(lambda: produce_as_alice() is None, what="alice's WRITE ACL on the broker")
+
 
 def test_kafka_listeners_refuse_a_wrong_ca_and_a_missing_client_certificate(
     tls_cluster: TlsCluster, tmp_path: Path
