@@ -22,6 +22,8 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from jbod_client.controller import ClientError, ControllerClient
 from jbod_core.errors import ErrorCode
@@ -68,6 +70,7 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     state: CredentialState,
     *,
     now: float,
+    ca_file: Path | None = None,
 ) -> bool:
     """Register the client user's credential when it is missing or this process has not
     registered this password yet; True once the controller has it."""
@@ -75,8 +78,9 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     if not state.due(password_digest, now):
         return True
     user = names.KAFKA_CLIENT_USER
+    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url) as client:
+        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, **extra) as client:
             known = state.registered == password_digest and _has_credential(client)
             if not known:
                 salt = os.urandom(32)

@@ -12,20 +12,36 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime as dt
 import json
 import logging
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kopf
 
 from jbod_core import ids
-from jbod_operator import builders, credentials, drain, health, kube, metrics, model, names, plan, views
+from jbod_operator import (
+    builders,
+    certificates,
+    credentials,
+    drain,
+    health,
+    kube,
+    metrics,
+    model,
+    names,
+    plan,
+    rotation,
+    views,
+)
 
 log = logging.getLogger("jbod_operator")
 
@@ -33,6 +49,7 @@ DEFAULT_IMAGE = "ghcr.io/jbod-dev/jbod:0.1.0"
 SETTINGS: dict[str, Any] = {"image": DEFAULT_IMAGE, "poll_seconds": 2.0, "broker_interval": 2.0}
 VIEWS: dict[tuple[str, str], views.ClusterView] = {}
 CREDENTIALS: dict[tuple[str, str], credentials.CredentialState] = {}
+TRUST_FILES: dict[tuple[str, str], Path] = {}
 ENDPOINTS = views.Endpoints()
 BROKER_TIMER_INTERVAL = 2.0
 CLUSTER_TIMER_INTERVAL = 5.0
@@ -123,12 +140,13 @@ def _register_kafka_user(cluster: str, namespace: str, admin_token: str) -> None
         return
     state = CREDENTIALS.setdefault((namespace, cluster), credentials.CredentialState())
     credentials.ensure(
-        names.controller_url(cluster, namespace),
+        _controller_url(cluster, namespace),
         admin_token,
         ENDPOINTS.resolve,
         client["password"],
         state,
         now=time.monotonic(),
+        ca_file=TRUST_FILES.get((namespace, cluster)),
     )
 
 
@@ -141,7 +159,7 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
             tokens = await asyncio.to_thread(_tokens, name, namespace)
             if tokens and names.SECRET_ADMIN_TOKEN in tokens:
                 view = await views.poll_cluster(
-                    names.controller_url(name, namespace), tokens[names.SECRET_ADMIN_TOKEN], ENDPOINTS
+                    _controller_url(name, namespace), tokens[names.SECRET_ADMIN_TOKEN], ENDPOINTS
                 )
                 if not view.reachable:
                     metrics.VIEW_ERRORS.labels(cluster=name).inc()
@@ -154,6 +172,34 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
     finally:
         VIEWS.pop(key, None)
         CREDENTIALS.pop(key, None)
+
+
+def _controller_url(cluster: str, namespace: str) -> str:
+    """The controllers' Service, https when the cluster has TLS on (`_trust`)."""
+    return names.controller_url(cluster, namespace, tls=(namespace, cluster) in TRUST_FILES)
+
+
+def _trust(cluster: str, namespace: str, bundle: str | None) -> None:
+    """Where the operator's own clients find the cluster's trust bundle: a file per cluster,
+    registered with `ENDPOINTS` for the controllers' and brokers' host names (None: no TLS)."""
+    key = (namespace, cluster)
+    domains = (
+        f"{names.controller(cluster)}.{namespace}.svc",
+        f"{names.brokers_service(cluster)}.{namespace}.svc",
+    )
+    if bundle is None:
+        TRUST_FILES.pop(key, None)
+        for domain in domains:
+            ENDPOINTS.trust(domain, None)
+        return
+    path = Path(tempfile.gettempdir()) / f"jbod-ca-{namespace}-{cluster}.crt"
+    if not path.exists() or path.read_text() != bundle:
+        staging = path.with_suffix(".tmp")
+        staging.write_text(bundle)
+        staging.replace(path)
+    TRUST_FILES[key] = path
+    for domain in domains:
+        ENDPOINTS.trust(domain, path)
 
 
 def _view(namespace: str, cluster: str) -> views.ClusterView:
@@ -246,9 +292,13 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         cluster_id = status.get("clusterId")
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
-        if full:
-            _apply_cluster_objects(cluster_spec, name, namespace, owner)
         existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
+        if full:
+            bundle = _ensure_tls(
+                body, cluster_spec, name, namespace, owner, [*existing, *range(cluster_spec.brokers)]
+            )
+            _update_client_secret(name, namespace, bundle)
+            _apply_cluster_objects(cluster_spec, name, namespace, owner)
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         if plan.removes_something(broker_plan, existing):
@@ -256,7 +306,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             # rather than trust the poller's last view (a topic may have been created since).
             tokens = _tokens(name, namespace) or {}
             fresh = views.fresh_placements(
-                names.controller_url(name, namespace), tokens.get(names.SECRET_ADMIN_TOKEN, ""), ENDPOINTS
+                _controller_url(name, namespace), tokens.get(names.SECRET_ADMIN_TOKEN, ""), ENDPOINTS
             )
             broker_plan = plan.plan_brokers(
                 cluster_spec,
@@ -289,7 +339,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 **computed,
                 "observedGeneration": meta.get("generation"),
                 "clusterId": cluster_id,
-                "controllerEndpoint": names.controller_url(name, namespace),
+                "controllerEndpoint": _controller_url(name, namespace),
                 "kafka": _kafka_status(name, namespace),
             }
         )
@@ -307,6 +357,154 @@ def _kafka_status(cluster: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def _tls_policy(tls: model.TlsSpec) -> rotation.Policy:
+    return rotation.Policy(
+        validity=dt.timedelta(days=tls.validity_days),
+        renew_before=dt.timedelta(days=tls.renew_before_days),
+        ca_validity=dt.timedelta(days=tls.ca_validity_days),
+        ca_renew_before=dt.timedelta(days=tls.ca_renew_before_days),
+        operator_ca=tls.issuer == "operator",
+    )
+
+
+def _signing_ca(tls: model.TlsSpec, cluster: str, namespace: str) -> certificates.KeyPair | None:
+    """The CA that signs: the operator's (`<cluster>-cluster-ca`) or the user's `caSecret`."""
+    if tls.issuer == "secret":
+        data = _secret_data(str(tls.ca_secret), namespace)
+        if data is None or names.TLS_CERT not in data or names.TLS_KEY not in data:
+            raise kopf.TemporaryError(
+                f"spec.tls.caSecret: Secret {tls.ca_secret} with tls.crt and tls.key not found", delay=30
+            )
+        return certificates.KeyPair(data[names.TLS_KEY], certificates.split(data[names.TLS_CERT])[0])
+    data = _secret_data(names.cluster_ca(cluster), namespace)
+    if data is None or names.CA_KEY not in data:
+        return None
+    return certificates.KeyPair(data[names.CA_KEY], data[names.TLS_CA])
+
+
+def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, owner) and its broker ids
+    body: kopf.Body,
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    broker_ids: Iterable[int],
+) -> str | None:
+    """The cluster CA and every pod's certificate, issued and renewed as `rotation` decides;
+    the trust bundle (None without TLS, or with cert-manager, which keeps its own)."""
+    tls = spec.tls
+    if not tls.enabled:
+        return None
+    if tls.issuer == "cert-manager":  # cert-manager keeps the bundle in each certificate's Secret
+        return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
+    now, policy = _now(), _tls_policy(tls)
+    try:
+        signing = _signing_ca(tls, cluster, namespace)
+        if signing is not None:
+            certificates.load_ca(signing)
+    except certificates.CertificateError as exc:
+        raise kopf.TemporaryError(f"spec.tls: the signing CA is unusable: {exc}", delay=60) from None
+    bundle_secret = kube.get("v1", "Secret", names.cluster_ca_cert(cluster), namespace) or {}
+    bundle = (_secret_data(names.cluster_ca_cert(cluster), namespace) or {}).get(names.TLS_CA, "")
+    since_text = ((bundle_secret.get("metadata") or {}).get("annotations") or {}).get(
+        names.ANNOTATION_CA_SINCE
+    )
+    since = dt.datetime.fromisoformat(since_text) if since_text else None
+    bundled = certificates.split(bundle)
+    if signing is not None and signing.cert_pem not in bundled:
+        bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
+        since = now
+    current = certificates.describe(signing.cert_pem) if signing is not None else None
+    previous = tuple(
+        certificates.describe(pem) for pem in bundled if signing is None or pem != signing.cert_pem
+    )
+    authority = rotation.Authority(current=current, previous=previous, current_since=since)
+    wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
+    leaves = {secret: _leaf(secret, namespace, "".join(bundled)) for secret in wanted}
+    action = rotation.ca_action(authority, leaves.values(), policy, now)
+    if action in ("create", "renew"):
+        signing = certificates.make_ca(
+            f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
+        )
+        kube.apply(
+            builders.cluster_ca_secret(
+                cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
+            )
+        )
+        bundled.append(signing.cert_pem)
+        since = now
+        kopf.info(body, reason="CertificateAuthority", message=f"Made a cluster CA ({action})")
+    elif action == "drop-previous" and signing is not None:
+        bundled = [signing.cert_pem]
+        kopf.info(
+            body, reason="CertificateAuthority", message="Dropped the previous CA from the trust bundle"
+        )
+    if signing is None:
+        return None
+    text = "".join(bundled)
+    if text != bundle or since_text != _iso(since):
+        kube.apply(
+            builders.cluster_ca_cert_secret(cluster, namespace, bundle=text, since=_iso(since), owner=owner)
+        )
+    authority = rotation.Authority(
+        current=certificates.describe(signing.cert_pem),
+        previous=tuple(certificates.describe(p) for p in bundled if p != signing.cert_pem),
+        current_since=since,
+    )
+    for secret, (common_name, dns) in wanted.items():
+        reason = rotation.leaf_reason(leaves[secret], frozenset(dns), authority, policy, now)
+        if reason is None:
+            continue
+        pair = certificates.issue(signing, common_name, dns, days=tls.validity_days, now=now)
+        kube.apply(
+            builders.tls_secret(
+                secret,
+                cluster,
+                namespace,
+                key_pem=pair.key_pem,
+                cert_pem=pair.cert_pem,
+                chain=signing.cert_pem,
+                owner=owner,
+            )
+        )
+        log.info("Issued the certificate %s/%s: %s", namespace, secret, reason)
+    return text
+
+
+def _iso(moment: dt.datetime | None) -> str:
+    return (moment or _now()).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+
+
+def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | None:
+    data = _secret_data(secret, namespace)
+    if not data or not data.get(names.TLS_CERT):
+        return None
+    try:
+        return certificates.describe(certificates.split(data[names.TLS_CERT])[0], bundle)
+    except (certificates.CertificateError, IndexError):
+        return None
+
+
+def _update_client_secret(cluster: str, namespace: str, bundle: str | None) -> None:
+    """The client Secret follows spec.tls: the trust bundle and SASL_SSL settings, or none."""
+    data = _secret_data(names.kafka_client_secret(cluster), namespace)
+    if not data or "password" not in data:
+        return
+    wanted = builders.scram_client_settings(
+        cluster, namespace, user=names.KAFKA_CLIENT_USER, password=data["password"], ca_bundle=bundle
+    )
+    changed = {k: v for k, v in wanted.items() if data.get(k) != v}
+    dropped = [k for k in data if k not in wanted]
+    if changed or dropped:
+        kube.merge_patch(
+            "v1",
+            "Secret",
+            names.kafka_client_secret(cluster),
+            namespace,
+            {"stringData": changed, "data": dict.fromkeys(dropped)},
+        )
+
+
 def _apply_cluster_objects(
     cluster_spec: model.ClusterSpec, name: str, namespace: str, owner: Mapping[str, Any]
 ) -> None:
@@ -319,9 +517,9 @@ def _apply_cluster_objects(
     for manifest in (
         builders.controller_service(name, namespace, owner),
         builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
-        builders.brokers_service(name, namespace, owner),
-        builders.ready_brokers_service(name, namespace, owner),
-        builders.kafka_bootstrap_service(name, namespace, owner),
+        builders.brokers_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
+        builders.ready_brokers_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
+        builders.kafka_bootstrap_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
         builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
     ):
         kube.apply(manifest)
@@ -405,7 +603,7 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
             _record_owned(cluster, namespace, owned)
         tokens = _tokens(cluster, namespace) or {}
         token = tokens.get(names.SECRET_ADMIN_TOKEN, "")
-        url = names.controller_url(cluster, namespace)
+        url = _controller_url(cluster, namespace)
         fresh = views.drain_snapshot(url, token, ENDPOINTS, view.log_dirs)
         if fresh is None:
             raise kopf.TemporaryError("the controller cannot be reached to plan the drain", delay=5)
@@ -520,7 +718,7 @@ def _unregister_removed(
             continue
         tokens = _tokens(cluster, namespace) or {}
         error = views.unregister(
-            names.controller_url(cluster, namespace),
+            _controller_url(cluster, namespace),
             tokens.get(names.SECRET_ADMIN_TOKEN, ""),
             ENDPOINTS,
             broker_id,

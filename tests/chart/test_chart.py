@@ -71,6 +71,7 @@ NAMESPACED_NEEDS: frozenset[Need] = frozenset(
         ("jbod.dev", "jbodbrokers/finalizers", "update"),
         ("", "secrets", "get"),  # _tokens
         ("", "secrets", "create"),  # _ensure_secret
+        ("", "secrets", "patch"),  # _ensure_tls (kube.apply), _update_client_secret
         ("", "services", "create"),  # kube.apply x3
         ("", "services", "patch"),
         ("", "configmaps", "create"),  # kube.apply(broker_config_map)

@@ -195,3 +195,23 @@ def test_a_leaf_never_outlives_its_ca_and_a_non_ca_cannot_sign() -> None:
         certificates.issue(pair, "x", days=1, now=now)
     with pytest.raises(certificates.CertificateError):
         certificates.describe("not a certificate")
+
+
+def test_the_operator_trusts_a_clusters_bundle_for_its_hosts_only(tmp_path: Path) -> None:
+    from jbod_operator import views
+
+    endpoints = views.Endpoints()
+    bundle = tmp_path / "ca.crt"
+    endpoints.trust("demo-controller.ns.svc", bundle)
+    assert endpoints.ca_file("https://demo-controller.ns.svc:9093") == bundle
+    assert endpoints.ca_file("https://demo-controller-1.demo-controller.ns.svc:9093,https://x:1") == bundle
+    assert endpoints.ca_file("https://xdemo-controller.ns.svc:9093") is None
+    endpoints.trust("demo-controller.ns.svc", None)
+    assert endpoints.ca_file("https://demo-controller.ns.svc:9093") is None
+    https = {
+        "listeners": [
+            {"name": "SASL_SSL", "host": "b", "port": 9092},
+            {"name": "https", "host": "b", "port": 9192},
+        ]
+    }
+    assert views.listener_url(https) == "https://b:9192"

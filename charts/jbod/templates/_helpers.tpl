@@ -114,10 +114,13 @@ for both `patch` and `create` on every kind the operator applies.
   verbs: ["update"]
 # Secrets <cluster>-tokens (the cluster id and admin token, handlers._tokens) and
 # <cluster>-kafka-client (the Kafka client user's password, handlers._register_kafka_user): read,
-# and created once with fresh values (kube.create); never listed, watched, changed or deleted.
+# and created once with fresh values (kube.create). With spec.tls: the cluster CA, its trust
+# bundle and the pods' certificates are server-side applied when issued or renewed
+# (handlers._ensure_tls), and the client Secret's CA and properties merge-patched
+# (handlers._update_client_secret); never listed or watched.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "patch"]
 # Services (controller, brokers, ready brokers, Kafka bootstrap) and ConfigMaps (server.properties): server-side apply.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
