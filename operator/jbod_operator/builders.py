@@ -617,6 +617,20 @@ def tls_client_settings(
     }
 
 
+def user_secret(
+    user: str, namespace: str, cluster: str, data: Mapping[str, str], *, owner: Mapping[str, Any]
+) -> Manifest:
+    """A JbodUser's Secret `<user>`: its credential and client settings (`scram_client_settings`
+    or `tls_client_settings`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(user, namespace, names.cluster_labels(cluster, "kafka-user"), owner),
+        "type": "Opaque",
+        "stringData": dict(data),
+    }
+
+
 def kafka_client_secret(
     cluster: str,
     namespace: str,

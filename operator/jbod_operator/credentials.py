@@ -27,9 +27,9 @@ from typing import Any
 
 from jbod_client.controller import ClientError, ControllerClient
 from jbod_core.errors import ErrorCode
-from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialUpsertion
+from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialDeletion, ScramCredentialUpsertion
 from jbod_core.scram import SCRAM_SHA_512, salted_password
-from jbod_operator import names
+from jbod_operator import names, users
 
 log = logging.getLogger("jbod_operator")
 
@@ -48,6 +48,10 @@ class CredentialState:
     registered: str | None = None  # digest of the password last seen registered
     checked_at: float | None = None
     recheck_s: float = 60.0
+    acls_at: float | None = None  # when the user's ACLs were last confirmed
+
+    def acls_due(self, now: float) -> bool:
+        return self.acls_at is None or now - self.acls_at >= self.recheck_s
 
     def due(self, password_digest: str, now: float) -> bool:
         if self.registered != password_digest or self.checked_at is None:
@@ -71,17 +75,17 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     *,
     now: float,
     ca_file: Path | None = None,
+    user: str = names.KAFKA_CLIENT_USER,
 ) -> bool:
     """Register the client user's credential when it is missing or this process has not
     registered this password yet; True once the controller has it."""
     password_digest = digest(password)
     if not state.due(password_digest, now):
         return True
-    user = names.KAFKA_CLIENT_USER
     extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
     try:
         with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, **extra) as client:
-            known = state.registered == password_digest and _has_credential(client)
+            known = state.registered == password_digest and _has_credential(client, user)
             if not known:
                 salt = os.urandom(32)
                 upsertion = ScramCredentialUpsertion(
@@ -107,9 +111,69 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     return True
 
 
-def _has_credential(client: ControllerClient) -> bool:
-    results = client.describe_scram_credentials([names.KAFKA_CLIENT_USER])
+def _has_credential(client: ControllerClient, user: str) -> bool:
+    results = client.describe_scram_credentials([user])
     return any(
         r.error_code == ErrorCode.NONE and any(i.mechanism == SCRAM_SHA_512 for i in r.credential_infos)
         for r in results
     )
+
+
+def _client(
+    controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None
+) -> ControllerClient:
+    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
+    return ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, **extra)
+
+
+def replace_acls(  # noqa: PLR0913  where the controller is (URL, token, address map, CA), then whose ACLs and which
+    controller_url: str,
+    token: str,
+    map_url: Callable[[str], str],
+    ca_file: Path | None,
+    user: str,
+    wanted: list[users.Binding],
+) -> str | None:
+    """Make `wanted` the user's ACLs at the controller (docs/api.md, `/v1/acls`): creates the
+    missing ones, then deletes the others. None when done, else why not (one line)."""
+    try:
+        with _client(controller_url, token, map_url, ca_file) as client:
+            # The ACL endpoints of the agreed interface (issue 25), called through the client's
+            # failover plumbing until `ControllerClient.create_acls`/`delete_acls` are in main.
+            reply = client._call("GET", "/v1/acls", params={"principal": users.principal(user)})
+            existing = [users.from_wire(acl) for acl in reply.get("acls") or []]
+            create, delete = users.acl_changes(wanted, existing)
+            if create:
+                created = client._call(
+                    "POST", "/v1/acls", body={"creations": [users.to_wire(b) for b in create]}
+                )
+                refused = [r for r in created.get("results") or [] if r.get("errorCode")]
+                if refused:
+                    return f"creating ACLs of {user} refused: {refused[0].get('errorMessage')}"
+            if delete:
+                client._call("POST", "/v1/acls/delete", body={"filters": [users.to_wire(b) for b in delete]})
+    except ClientError as exc:
+        return f"ACLs of {user} not set yet: {exc}"
+    return None
+
+
+def remove_user(
+    controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None, user: str
+) -> str | None:
+    """Delete the user's ACLs and SCRAM credential; None when done (or nothing was there)."""
+    try:
+        with _client(controller_url, token, map_url, ca_file) as client:
+            client._call("POST", "/v1/acls/delete", body={"filters": [{"principal": users.principal(user)}]})
+            reply = client.alter_scram_credentials(
+                AlterScramCredentialsRequest(
+                    deletions=[ScramCredentialDeletion(name=user, mechanism=SCRAM_SHA_512)]
+                )
+            )
+            refused = [
+                r for r in reply.results if r.error_code not in (ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND)
+            ]
+            if refused:
+                return f"deleting the credential of {user} refused: {refused[0].error_message}"
+    except ClientError as exc:
+        return f"user {user} not removed yet: {exc}"
+    return None

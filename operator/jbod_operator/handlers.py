@@ -40,6 +40,7 @@ from jbod_operator import (
     names,
     plan,
     rotation,
+    users,
     views,
 )
 
@@ -134,20 +135,36 @@ def _tokens(cluster: str, namespace: str) -> dict[str, str] | None:
 
 
 def _register_kafka_user(cluster: str, namespace: str, admin_token: str) -> None:
-    """The client user's SCRAM credential, registered when due (`credentials.ensure`)."""
+    """The client user's SCRAM credential, registered when due (`credentials.ensure`), and its
+    ACLs (`users.client_user_bindings`), confirmed every `recheck_s`."""
     client = _secret_data(names.kafka_client_secret(cluster), namespace)
     if not client or "password" not in client:
         return
     state = CREDENTIALS.setdefault((namespace, cluster), credentials.CredentialState())
+    now = time.monotonic()
+    ca_file = TRUST_FILES.get((namespace, cluster))
     credentials.ensure(
         _controller_url(cluster, namespace),
         admin_token,
         ENDPOINTS.resolve,
         client["password"],
         state,
-        now=time.monotonic(),
-        ca_file=TRUST_FILES.get((namespace, cluster)),
+        now=now,
+        ca_file=ca_file,
     )
+    if state.ready and state.acls_due(now):
+        error = credentials.replace_acls(
+            _controller_url(cluster, namespace),
+            admin_token,
+            ENDPOINTS.resolve,
+            ca_file,
+            names.KAFKA_CLIENT_USER,
+            users.client_user_bindings(names.KAFKA_CLIENT_USER),
+        )
+        if error is None:
+            state.acls_at = now
+        else:
+            log.debug("%s/%s: %s", namespace, cluster, error)
 
 
 @kopf.daemon(names.GROUP, names.VERSION, names.CLUSTERS, cancellation_timeout=5.0)
@@ -1072,3 +1089,164 @@ class _RollingRestarts:
 
 
 _ROLLING = _RollingRestarts()
+
+
+# ---------------------------------------------------------------------------------------------
+# JbodUser
+
+
+def _user_cluster(spec: users.UserSpec, namespace: str) -> tuple[model.ClusterSpec, str]:
+    """The user's cluster spec and admin token; `TemporaryError` until both exist."""
+    body = kube.get(names.API_VERSION, "JbodCluster", spec.cluster, namespace)
+    if body is None:
+        raise kopf.TemporaryError(f"JbodCluster {spec.cluster} not found", delay=10)
+    try:
+        cluster_spec = model.parse_cluster(spec.cluster, body.get("spec") or {})
+    except model.SpecError as exc:
+        raise kopf.TemporaryError(
+            f"JbodCluster {spec.cluster} has an invalid spec: {exc}", delay=30
+        ) from None
+    token = (_tokens(spec.cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
+    if not token:
+        raise kopf.TemporaryError(f"JbodCluster {spec.cluster} has no admin token yet", delay=5)
+    return cluster_spec, token
+
+
+def _user_secret(  # noqa: PLR0913  the user (name, namespace, spec, body), its cluster's spec and admin token
+    name: str,
+    namespace: str,
+    spec: users.UserSpec,
+    owner: Mapping[str, Any],
+    cluster_spec: model.ClusterSpec,
+    token: str,
+) -> dict[str, str]:
+    """The user's Secret data, made (and its credential registered) when missing or stale."""
+    current = _secret_data(name, namespace) or {}
+    bundle = _bundle(spec.cluster, namespace, cluster_spec)
+    if spec.authentication.type == "scram-sha-512":
+        password = current.get("password") or secrets.token_urlsafe(32)
+        key = (namespace, f"{spec.cluster}/{name}")
+        state = CREDENTIALS.setdefault(key, credentials.CredentialState())
+        if not credentials.ensure(
+            _controller_url(spec.cluster, namespace),
+            token,
+            ENDPOINTS.resolve,
+            password,
+            state,
+            now=time.monotonic(),
+            ca_file=TRUST_FILES.get((namespace, spec.cluster)),
+            user=name,
+        ):
+            raise kopf.TemporaryError(f"the SCRAM credential of {name} is not registered yet", delay=5)
+        return builders.scram_client_settings(
+            spec.cluster, namespace, user=name, password=password, ca_bundle=bundle
+        )
+    tls = cluster_spec.tls
+    if not tls.enabled or tls.issuer == "cert-manager" or bundle is None:
+        raise kopf.PermanentError(
+            f"authentication tls needs JbodCluster {spec.cluster} with spec.tls.enabled and issuer operator or secret"
+        )
+    signing = _signing_ca(tls, spec.cluster, namespace)
+    if signing is None:
+        raise kopf.TemporaryError("the cluster CA is not made yet", delay=5)
+    leaf = None
+    if current.get("user.crt"):
+        try:
+            leaf = certificates.describe(current["user.crt"], bundle)
+        except certificates.CertificateError:
+            leaf = None
+    authority = rotation.Authority(
+        current=certificates.describe(signing.cert_pem),
+        previous=tuple(certificates.describe(p) for p in certificates.split(bundle) if p != signing.cert_pem),
+        current_since=None,
+    )
+    reason = rotation.leaf_reason(leaf, frozenset(), authority, _tls_policy(tls), _now())
+    if reason is None and current.get(names.TLS_CA) == bundle:
+        return current
+    if reason is None:
+        key_pem, cert_pem = current["user.key"], current["user.crt"]
+    else:
+        pair = certificates.issue(signing, name, days=tls.validity_days, now=_now())
+        key_pem, cert_pem = pair.key_pem, pair.cert_pem
+        log.info("Issued the client certificate of Kafka user %s/%s: %s", namespace, name, reason)
+    return builders.tls_client_settings(
+        spec.cluster, namespace, key_pem=key_pem, cert_pem=cert_pem, ca_bundle=bundle
+    )
+
+
+def _bundle(cluster: str, namespace: str, spec: model.ClusterSpec) -> str | None:
+    if not spec.tls.enabled:
+        return None
+    if spec.tls.issuer == "cert-manager":
+        return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
+    return (_secret_data(names.cluster_ca_cert(cluster), namespace) or {}).get(names.TLS_CA)
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.USERS)
+@kopf.on.create(names.GROUP, names.VERSION, names.USERS)
+@kopf.on.update(names.GROUP, names.VERSION, names.USERS)
+@kopf.timer(
+    names.GROUP, names.VERSION, names.USERS, id="users", interval=CLUSTER_FULL_INTERVAL, initial_delay=30.0
+)
+def reconcile_user(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf passes
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    **_: Any,
+) -> None:
+    """The user's credential, its Secret `<user>` and its ACLs (replacing the previous set)."""
+    namespace = namespace or "default"
+    if meta.get("deletionTimestamp"):
+        return
+    try:
+        user = users.parse_user(name, dict(spec))
+    except model.SpecError as exc:
+        patch.status.update({"ready": False, "reason": str(exc)})
+        raise kopf.PermanentError(str(exc)) from None
+    cluster_spec, token = _user_cluster(user, namespace)
+    data = _user_secret(name, namespace, user, _plain(body), cluster_spec, token)
+    if data != _secret_data(name, namespace):
+        kube.apply(builders.user_secret(name, namespace, user.cluster, data, owner=_plain(body)))
+    error = credentials.replace_acls(
+        _controller_url(user.cluster, namespace),
+        token,
+        ENDPOINTS.resolve,
+        TRUST_FILES.get((namespace, user.cluster)),
+        name,
+        users.acl_bindings(name, user.authorization.acls),
+    )
+    if error is not None:
+        patch.status.update({"ready": False, "reason": error})
+        raise kopf.TemporaryError(error, delay=10)
+    patch.status.update(
+        {
+            "ready": True,
+            "reason": None,
+            "secret": name,
+            "username": name,
+            "observedGeneration": meta.get("generation"),
+        }
+    )
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.USERS)
+def remove_user(spec: kopf.Spec, name: str, namespace: str | None, **_: Any) -> None:
+    """kopf's finalizer holds the JbodUser until its ACLs, credential and Secret are gone."""
+    namespace = namespace or "default"
+    cluster = str(spec.get("cluster") or "")
+    CREDENTIALS.pop((namespace, f"{cluster}/{name}"), None)
+    token = (_tokens(cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
+    if token:  # a cluster already gone holds nothing of the user
+        error = credentials.remove_user(
+            _controller_url(cluster, namespace),
+            token,
+            ENDPOINTS.resolve,
+            TRUST_FILES.get((namespace, cluster)),
+            name,
+        )
+        if error is not None:
+            raise kopf.TemporaryError(error, delay=10)
+    kube.delete("v1", "Secret", name, namespace)
