@@ -357,17 +357,36 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 "observedGeneration": meta.get("generation"),
                 "clusterId": cluster_id,
                 "controllerEndpoint": _controller_url(name, namespace),
-                "kafka": _kafka_status(name, namespace),
+                "kafka": _kafka_status(name, namespace, cluster_spec.tls.enabled),
+                "tls": _tls_status(name, namespace, cluster_spec.tls) if full else status.get("tls"),
             }
         )
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
 
 
-def _kafka_status(cluster: str, namespace: str) -> dict[str, Any]:
+def _tls_status(cluster: str, namespace: str, tls: model.TlsSpec) -> dict[str, Any] | None:
+    """The trust bundle's Secret and the signing CA's expiry (`status.tls`)."""
+    if not tls.enabled:
+        return None
+    trust = names.controller_tls(cluster) if tls.issuer == "cert-manager" else names.cluster_ca_cert(cluster)
+    bundle = certificates.split((_secret_data(trust, namespace) or {}).get(names.TLS_CA, ""))
+    signing = None if tls.issuer == "cert-manager" else _signing_ca(tls, cluster, namespace)
+    not_after = certificates.describe(signing.cert_pem).not_after if signing is not None else None
+    return {
+        "trustSecret": trust,
+        "caNotAfter": not_after.strftime("%Y-%m-%dT%H:%M:%SZ") if not_after is not None else None,
+        "caCount": len(bundle),
+    }
+
+
+def _kafka_status(cluster: str, namespace: str, tls: bool) -> dict[str, Any]:
     """Where Kafka clients connect and the Secret they mount (`status.kafka`)."""
     state = CREDENTIALS.get((namespace, cluster))
+    tls_servers = f"{names.kafka_bootstrap_service(cluster)}.{namespace}.svc:{names.KAFKA_TLS_PORT}"
     return {
         "bootstrapServers": names.kafka_bootstrap_servers(cluster, namespace),
+        "securityProtocol": names.KAFKA_TLS_SECURITY_PROTOCOL if tls else names.KAFKA_SECURITY_PROTOCOL,
+        "tlsBootstrapServers": tls_servers if tls else None,
         "clientSecret": names.kafka_client_secret(cluster),
         "user": names.KAFKA_CLIENT_USER,
         "userRegistered": state is not None and state.ready,
@@ -421,12 +440,8 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
             certificates.load_ca(signing)
     except certificates.CertificateError as exc:
         raise kopf.TemporaryError(f"spec.tls: the signing CA is unusable: {exc}", delay=60) from None
-    bundle_secret = kube.get("v1", "Secret", names.cluster_ca_cert(cluster), namespace) or {}
     bundle = (_secret_data(names.cluster_ca_cert(cluster), namespace) or {}).get(names.TLS_CA, "")
-    since_text = ((bundle_secret.get("metadata") or {}).get("annotations") or {}).get(
-        names.ANNOTATION_CA_SINCE
-    )
-    since = dt.datetime.fromisoformat(since_text) if since_text else None
+    recorded = since = _ca_since(cluster, namespace)
     bundled = certificates.split(bundle)
     if signing is not None and signing.cert_pem not in bundled:
         bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
@@ -459,7 +474,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     if signing is None:
         return None
     text = "".join(bundled)
-    if text != bundle or since_text != _iso(since):
+    if text != bundle or recorded != since:
         kube.apply(
             builders.cluster_ca_cert_secret(cluster, namespace, bundle=text, since=_iso(since), owner=owner)
         )
@@ -488,8 +503,18 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     return text
 
 
+def _ca_since(cluster: str, namespace: str) -> dt.datetime | None:
+    """When the signing CA joined the trust bundle (the bundle Secret's annotation)."""
+    secret = kube.get("v1", "Secret", names.cluster_ca_cert(cluster), namespace) or {}
+    text = ((secret.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_CA_SINCE)
+    try:
+        return dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
 def _iso(moment: dt.datetime | None) -> str:
-    return (moment or _now()).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    return (moment or _now()).isoformat()
 
 
 def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | None:
@@ -1158,7 +1183,7 @@ def _user_secret(  # noqa: PLR0913  the user (name, namespace, spec, body), its 
     authority = rotation.Authority(
         current=certificates.describe(signing.cert_pem),
         previous=tuple(certificates.describe(p) for p in certificates.split(bundle) if p != signing.cert_pem),
-        current_since=None,
+        current_since=_ca_since(spec.cluster, namespace),
     )
     reason = rotation.leaf_reason(leaf, frozenset(), authority, _tls_policy(tls), _now())
     if reason is None and current.get(names.TLS_CA) == bundle:

@@ -178,3 +178,35 @@ def test_without_tls_nothing_is_made(store: Store, monkeypatch: pytest.MonkeyPat
     assert _pass(store, monkeypatch, T0, model.parse_cluster("demo", example()["spec"])) is None
     assert store.secrets == {}
     assert names.cluster_ca("demo") == "demo-cluster-ca"
+
+
+def test_deleting_a_secret_forces_a_renewal_without_a_gap(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/operations.md, "Forcing a renewal": a deleted pod certificate is issued again on the
+    next pass; a deleted CA Secret starts a CA renewal in which the old CA stays trusted until
+    every certificate is from the new one."""
+    spec = _spec()
+    _pass(store, monkeypatch, T0, spec)
+    old_fp = certificates.fingerprint(store.text("demo-cluster-ca", "ca.crt"))
+    before = _fingerprints(store)
+    del store.secrets["demo-broker-2-tls"]
+    _pass(store, monkeypatch, T0 + DAY, spec)
+    after = _fingerprints(store)
+    assert after["demo-broker-2-tls"] != before["demo-broker-2-tls"]
+    assert {n: after[n] for n in LEAVES if n != "demo-broker-2-tls"} == {
+        n: before[n] for n in LEAVES if n != "demo-broker-2-tls"
+    }
+
+    del store.secrets["demo-cluster-ca"]
+    _pass(store, monkeypatch, T0 + 2 * DAY, spec)
+    new_fp = certificates.fingerprint(store.text("demo-cluster-ca", "ca.crt"))
+    bundle = certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))
+    assert [certificates.fingerprint(p) for p in bundle] == [old_fp, new_fp]
+    assert _issuers(store) == {old_fp}
+    _pass(store, monkeypatch, T0 + 2 * DAY + rotation.PROPAGATION, spec)
+    assert _issuers(store) == {new_fp}
+    _pass(store, monkeypatch, T0 + 2 * DAY + 2 * rotation.PROPAGATION, spec)
+    assert [
+        certificates.fingerprint(p) for p in certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))
+    ] == [new_fp]
