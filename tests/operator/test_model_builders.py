@@ -394,3 +394,13 @@ def test_the_client_secret_with_tls_holds_the_ca_and_sasl_ssl_properties() -> No
     assert "ssl.ca.location=/etc/kafka-client/ca.crt" in data["librdkafka.properties"]
     plain = builders.kafka_client_secret("demo", "ns", password="pw", owner=OWNER)["stringData"]
     assert "ca.crt" not in plain and plain["security.protocol"] == "SASL_PLAINTEXT"
+
+
+def test_tls_example_parses_and_the_client_pod_mounts_the_users_secret_whole() -> None:
+    data = yaml.safe_load((ROOT / "examples" / "jbodcluster-tls.yaml").read_text())
+    spec = model.parse_cluster(data["metadata"]["name"], data["spec"])
+    assert spec.tls.enabled and spec.tls.issuer == "operator"
+    pod = yaml.safe_load((ROOT / "examples" / "kafka-client-tls.yaml").read_text())
+    [client] = pod["spec"]["containers"]
+    [mount] = [m for m in client["volumeMounts"] if m["name"] == "user"]
+    assert mount["mountPath"] == names.CLIENT_SECRET_MOUNT and "subPath" not in mount
