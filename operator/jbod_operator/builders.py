@@ -23,6 +23,7 @@ from jbod_operator import model, names
 
 Manifest = dict[str, Any]
 RUN_AS: int = 10001
+PRINCIPAL_FROM_CN = "RULE:^CN=(.*?)(,.*)?$/$1/"
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -751,7 +752,9 @@ def server_properties(
             # Certificates are asked for, not required: SASL_SSL clients log in with a password;
             # a client without one on the SSL listener is ANONYMOUS, whom no ACL allows anything.
             "ssl.client.auth=requested",
-            "ssl.principal.mapping.rules=DEFAULT",
+            # The principal of a client certificate is its CN (`User:<CN>`, a JbodUser's name), by
+            # Kafka's rule syntax rather than `DEFAULT`, which in Kafka is the whole DN.
+            f"ssl.principal.mapping.rules={PRINCIPAL_FROM_CN}",
         ]
     return "\n".join(lines) + "\n"
 

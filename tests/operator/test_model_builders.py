@@ -321,6 +321,7 @@ def test_with_tls_every_listener_is_tls_and_files_are_mounted_without_sub_path()
     assert props["ssl.truststore.location"] == "/etc/jbod/tls/ca.crt"
     assert props["ssl.keystore.type"] == props["ssl.truststore.type"] == "PEM"
     assert props["super.users"] == "User:admin"
+    assert props["ssl.principal.mapping.rules"] == "RULE:^CN=(.*?)(,.*)?$/$1/"
     assert all(url.startswith("https://") for url in props["controller.url"].split(","))
     assert "http://" not in text and "PLAINTEXT" not in text
 

@@ -215,3 +215,13 @@ def test_the_operator_trusts_a_clusters_bundle_for_its_hosts_only(tmp_path: Path
         ]
     }
     assert views.listener_url(https) == "https://b:9192"
+
+
+def test_a_user_certificate_is_named_by_its_cn_only() -> None:
+    from cryptography import x509
+
+    now = dt.datetime.now(dt.UTC)
+    ca = certificates.make_ca("demo cluster CA", days=30, now=now)
+    pair = certificates.issue(ca, "orders-reader", days=10, now=now)
+    subject = x509.load_pem_x509_certificate(pair.cert_pem.encode()).subject.rfc4514_string()
+    assert subject == "CN=orders-reader"  # User:orders-reader under the CN mapping rule
