@@ -453,7 +453,8 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     authority = rotation.Authority(current=current, previous=previous, current_since=since)
     wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
     leaves = {secret: _leaf(secret, namespace, "".join(bundled)) for secret in wanted}
-    action = rotation.ca_action(authority, leaves.values(), policy, now)
+    user_leaves = [_user_leaf(u, namespace, "".join(bundled)) for u in _tls_users(cluster, namespace)]
+    action = rotation.ca_action(authority, [*leaves.values(), *user_leaves], policy, now)
     if action in ("create", "renew"):
         signing = certificates.make_ca(
             f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
@@ -515,6 +516,28 @@ def _ca_since(cluster: str, namespace: str) -> dt.datetime | None:
 
 def _iso(moment: dt.datetime | None) -> str:
     return (moment or _now()).isoformat()
+
+
+def _tls_users(cluster: str, namespace: str) -> list[str]:
+    """The cluster's JbodUsers of authentication tls: their certificates, too, must be from the
+    new CA before the old one leaves the bundle."""
+    return [
+        str(body["metadata"]["name"])
+        for body in kube.list_objects(names.API_VERSION, "JbodUser", namespace, {})
+        if (body.get("spec") or {}).get("cluster") == cluster
+        and ((body.get("spec") or {}).get("authentication") or {}).get("type") == "tls"
+        and not body["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _user_leaf(user: str, namespace: str, bundle: str) -> rotation.Certificate | None:
+    data = _secret_data(user, namespace)
+    if not data or not data.get("user.crt"):
+        return None
+    try:
+        return certificates.describe(data["user.crt"], bundle)
+    except certificates.CertificateError:
+        return None
 
 
 def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | None:

@@ -124,6 +124,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "JbodCluster": ("jbod.dev", "jbodclusters"),
     "JbodBroker": ("jbod.dev", "jbodbrokers"),
+    "JbodUser": ("jbod.dev", "jbodusers"),
 }
 KOPF_RESOURCES: Mapping[str, tuple[str, str]] = {
     "names.CLUSTERS": ("jbod.dev", "jbodclusters"),

@@ -34,7 +34,14 @@ class Store:
 
     def __init__(self) -> None:
         self.secrets: dict[str, dict[str, Any]] = {}
+        self.users: list[dict[str, Any]] = []
         self.writes = 0
+
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str | None, labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        assert kind == "JbodUser"
+        return self.users
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
         assert (api_version, kind) == ("v1", "Secret")
@@ -57,6 +64,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Store:
     fake = Store()
     monkeypatch.setattr(handlers.kube, "get", fake.get)
     monkeypatch.setattr(handlers.kube, "apply", fake.apply)
+    monkeypatch.setattr(handlers.kube, "list_objects", fake.list_objects)
     monkeypatch.setattr(handlers.kopf, "info", lambda *a, **k: None)
     return fake
 
@@ -210,3 +218,35 @@ def test_deleting_a_secret_forces_a_renewal_without_a_gap(
     assert [
         certificates.fingerprint(p) for p in certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))
     ] == [new_fp]
+
+
+def test_the_old_ca_stays_until_the_users_certificates_moved(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JbodUser's certificate (`reconcile_user` renews it) holds the old CA in the bundle too."""
+    spec = _spec()
+    _pass(store, monkeypatch, T0, spec)
+    old = certificates.KeyPair(
+        store.text("demo-cluster-ca", "ca.key"), store.text("demo-cluster-ca", "ca.crt")
+    )
+    reader = certificates.issue(old, "reader", days=30, now=T0)
+    store.users = [
+        {"metadata": {"name": "reader"}, "spec": {"cluster": "demo", "authentication": {"type": "tls"}}}
+    ]
+    store.apply(
+        {"kind": "Secret", "metadata": {"name": "reader"}, "stringData": {"user.crt": reader.cert_pem}}
+    )
+    del store.secrets["demo-cluster-ca"]  # a forced CA renewal
+    _pass(store, monkeypatch, T0 + DAY, spec)
+    _pass(store, monkeypatch, T0 + DAY + rotation.PROPAGATION, spec)
+    _pass(store, monkeypatch, T0 + DAY + 3 * rotation.PROPAGATION, spec)
+    assert len(certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))) == 2
+    new = certificates.KeyPair(
+        store.text("demo-cluster-ca", "ca.key"), store.text("demo-cluster-ca", "ca.crt")
+    )
+    moved = certificates.issue(new, "reader", days=30, now=T0 + DAY + 3 * rotation.PROPAGATION)
+    store.apply(
+        {"kind": "Secret", "metadata": {"name": "reader"}, "stringData": {"user.crt": moved.cert_pem}}
+    )
+    _pass(store, monkeypatch, T0 + DAY + 4 * rotation.PROPAGATION, spec)
+    assert len(certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))) == 1
