@@ -1160,13 +1160,8 @@ def _user_cluster(spec: users.UserSpec, namespace: str) -> tuple[model.ClusterSp
     return cluster_spec, token
 
 
-def _user_secret(  # noqa: PLR0913  the user (name, namespace, spec, body), its cluster's spec and admin token
-    name: str,
-    namespace: str,
-    spec: users.UserSpec,
-    owner: Mapping[str, Any],
-    cluster_spec: model.ClusterSpec,
-    token: str,
+def _user_secret(
+    name: str, namespace: str, spec: users.UserSpec, cluster_spec: model.ClusterSpec, token: str
 ) -> dict[str, str]:
     """The user's Secret data, made (and its credential registered) when missing or stale."""
     current = _secret_data(name, namespace) or {}
@@ -1255,7 +1250,11 @@ def reconcile_user(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf
         patch.status.update({"ready": False, "reason": str(exc)})
         raise kopf.PermanentError(str(exc)) from None
     cluster_spec, token = _user_cluster(user, namespace)
-    data = _user_secret(name, namespace, user, _plain(body), cluster_spec, token)
+    try:
+        data = _user_secret(name, namespace, user, cluster_spec, token)
+    except kopf.PermanentError as exc:
+        patch.status.update({"ready": False, "reason": str(exc)})
+        raise
     if data != _secret_data(name, namespace):
         kube.apply(builders.user_secret(name, namespace, user.cluster, data, owner=_plain(body)))
     error = credentials.replace_acls(

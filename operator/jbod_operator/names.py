@@ -65,8 +65,6 @@ TLS_CA: Final = "ca.crt"
 CA_KEY: Final = "ca.key"
 # On <cluster>-cluster-ca-cert: when the signing CA joined the trust bundle (ISO 8601, UTC).
 ANNOTATION_CA_SINCE: Final = "jbod.dev/ca-since"
-# On a JbodUser: the finalizer that removes its credential, ACLs and Secret.
-USER_FINALIZER: Final = "jbod.dev/user-cleanup"
 USERS: Final = "jbodusers"
 DISKS_DIR: Final = "/var/lib/jbod/disks"
 METADATA_MOUNT: Final = "/var/lib/jbod/metadata"
