@@ -501,6 +501,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
             )
         )
         log.info("Issued the certificate %s/%s: %s", namespace, secret, reason)
+        kopf.info(body, reason="CertificateIssued", message=f"Issued {secret}: {reason}")
     return text
 
 
