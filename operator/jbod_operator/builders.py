@@ -13,6 +13,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -178,6 +179,13 @@ def tls_certificates(
     return wanted
 
 
+def secret_data(values: Mapping[str, str]) -> dict[str, str]:
+    """A Secret's `data` (base64). Secrets the operator server-side applies carry `data`, not
+    `stringData`: the API server tracks the owner of each `data` key, so a key left out of the
+    next apply is removed (with `stringData` it would stay)."""
+    return {key: base64.b64encode(value.encode()).decode() for key, value in values.items()}
+
+
 def cluster_ca_secret(
     cluster: str, namespace: str, *, key_pem: str, cert_pem: str, owner: Mapping[str, Any]
 ) -> Manifest:
@@ -187,7 +195,7 @@ def cluster_ca_secret(
         "kind": "Secret",
         "metadata": _meta(names.cluster_ca(cluster), namespace, names.cluster_labels(cluster, "ca"), owner),
         "type": "Opaque",
-        "stringData": {names.CA_KEY: key_pem, names.TLS_CA: cert_pem},
+        "data": secret_data({names.CA_KEY: key_pem, names.TLS_CA: cert_pem}),
     }
 
 
@@ -202,7 +210,7 @@ def cluster_ca_cert_secret(
         "kind": "Secret",
         "metadata": meta,
         "type": "Opaque",
-        "stringData": {names.TLS_CA: bundle},
+        "data": secret_data({names.TLS_CA: bundle}),
     }
 
 
@@ -223,11 +231,13 @@ def tls_secret(  # noqa: PLR0913  the Secret's name and place, then the key, cer
         "kind": "Secret",
         "metadata": _meta(name, namespace, names.cluster_labels(cluster, "tls"), owner),
         "type": "kubernetes.io/tls",
-        "stringData": {
-            names.TLS_KEY: key_pem,
-            names.TLS_CERT: cert_pem + chain,
-            names.TLS_KEYSTORE: key_pem + cert_pem + chain,
-        },
+        "data": secret_data(
+            {
+                names.TLS_KEY: key_pem,
+                names.TLS_CERT: cert_pem + chain,
+                names.TLS_KEYSTORE: key_pem + cert_pem + chain,
+            }
+        ),
     }
 
 
@@ -628,7 +638,7 @@ def user_secret(
         "kind": "Secret",
         "metadata": _meta(user, namespace, names.cluster_labels(cluster, "kafka-user"), owner),
         "type": "Opaque",
-        "stringData": dict(data),
+        "data": secret_data(data),
     }
 
 

@@ -405,3 +405,16 @@ def test_tls_example_parses_and_the_client_pod_mounts_the_users_secret_whole() -
     [client] = pod["spec"]["containers"]
     [mount] = [m for m in client["volumeMounts"] if m["name"] == "user"]
     assert mount["mountPath"] == names.CLIENT_SECRET_MOUNT and "subPath" not in mount
+
+
+def test_applied_secrets_carry_data_that_decodes_to_what_was_given() -> None:
+    import base64
+
+    secret = builders.tls_secret(
+        "demo-broker-0-tls", "demo", "ns", key_pem="KEY\n", cert_pem="CERT\n", chain="CA\n", owner=OWNER
+    )
+    assert secret["type"] == "kubernetes.io/tls" and "stringData" not in secret
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded == {"tls.key": "KEY\n", "tls.crt": "CERT\nCA\n", "tls-combined.pem": "KEY\nCERT\nCA\n"}
+    user = builders.user_secret("alice", "ns", "demo", {"password": "pw"}, owner=OWNER)
+    assert base64.b64decode(user["data"]["password"]) == b"pw"

@@ -49,7 +49,10 @@ class Store:
 
     def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         assert manifest["kind"] == "Secret"
-        data = {k: base64.b64encode(v.encode()).decode() for k, v in manifest["stringData"].items()}
+        data = dict(manifest.get("data") or {})
+        data |= {
+            k: base64.b64encode(v.encode()).decode() for k, v in (manifest.get("stringData") or {}).items()
+        }
         stored = {"metadata": dict(manifest["metadata"]), "data": data}
         self.secrets[manifest["metadata"]["name"]] = stored
         self.writes += 1
