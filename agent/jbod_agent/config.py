@@ -19,7 +19,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from jbod_client.controller import parse_controller_urls
-from jbod_core import topic_configs
+from jbod_core import acls, topic_configs
 from jbod_core.meta_properties import parse_properties
 
 
@@ -90,6 +90,9 @@ class BrokerConfig:
     rack: str | None = None
     format_on_start: bool = False
     cluster_id: str | None = None
+    # The authorizer (Kafka's keys; jbod_core.acls): `User:admin` is a super user besides these.
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     log_segment_bytes: int = 64 * 1024 * 1024
     log_retention_bytes: int = -1
     log_retention_ms: int = 7 * 24 * 3600 * 1000
@@ -249,6 +252,16 @@ def _cluster_id(key: str, value: str) -> str:
     return value.strip()
 
 
+def _super_users(key: str, value: str) -> frozenset[str]:
+    """Kafka's `super.users`: `User:a;User:b`, each principal `Type:name`."""
+    principals = acls.parse_super_users(value)
+    for principal in principals:
+        kind, _colon, name = principal.partition(":")
+        if not kind or not name:
+            raise ConfigError(f"{key}: '{principal}' is not a principal Type:name (e.g. User:alice)")
+    return principals
+
+
 _MAX_MS: Final = 2**31 - 1
 _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "node.id": ("node_id", _int(0, 2**31 - 1)),
@@ -268,6 +281,8 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "broker.rack": ("rack", _text),
     "log.dirs.format.on.start": ("format_on_start", _bool),
     "cluster.id": ("cluster_id", _cluster_id),
+    "super.users": ("super_users", _super_users),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(10, _MAX_MS)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(10, _MAX_MS)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1024, 2**31 - 1)),

@@ -305,7 +305,7 @@ def refusal(code: int, replica: _Replica, destination: _Destination, security: K
         ErrorCode.REPLICA_NOT_AVAILABLE: f"broker {replica.broker_id} does not host "
         f"{replica.topic}-{replica.partition}",
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED: f"{security.username or 'this client'} may not move "
-        "replicas (only admin may)",
+        "replicas (it needs ALTER on the cluster)",
         ErrorCode.KAFKA_STORAGE_ERROR: f"log dir {destination.directory_id} is {destination.state}"
         if destination.state in ("offline", "full")
         else "the replica's own dir is offline or full",

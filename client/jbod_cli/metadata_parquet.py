@@ -3,7 +3,8 @@
 Layout (one row per record, in the order given):
 * `offset` (int64) and `type` (string): the record's, null when the record has none of that type;
 * one typed column per field of the seven record types of protocol §3.5 and of the admin
-  extensions (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`)
+  extensions (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`,
+  `BrokerConfigRecord`, the ACL records)
   (`FIELDS`: `brokerId` int32, `logDirs` list<string>, `listeners` list<struct<name, host,
   port>>, `configs` map<string, string>, `salt` string (base64), `nextProducerId` int64, ...),
   null where the record does not carry the field; list elements are declared required (never
@@ -81,6 +82,14 @@ FIELDS: Final = pa.schema(
         ("iterations", pa.int32()),
         ("nextProducerId", pa.int64()),
         ("broker", pa.string()),
+        ("id", pa.string()),
+        ("resourceType", pa.int32()),
+        ("resourceName", pa.string()),
+        ("patternType", pa.int32()),
+        ("principal", pa.string()),
+        ("host", pa.string()),
+        ("operation", pa.int32()),
+        ("permissionType", pa.int32()),
     ]
 )
 SCHEMA: Final = pa.schema([("offset", pa.int64()), ("type", pa.string()), ("data", pa.string()), *FIELDS])

@@ -77,9 +77,14 @@ from jbod_core.messages import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    CreateAclsReply,
+    CreateAclsRequest,
     CreatePartitionsReply,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeleteAclsReply,
+    DeleteAclsRequest,
+    DescribeAclsReply,
     DescribeScramCredentialsResult,
     ListReassignmentsReply,
     Message,
@@ -463,6 +468,37 @@ class ControllerClient(_ControllerList):
         data = self._call("GET", SCRAM_CREDENTIALS_PATH, params={"user": list(users or ())})
         return _scram_results(data, self.url)
 
+    # -- ACLs (docs/api.md, "ACLs"): Kafka's enum names as strings ---------------------------
+
+    def create_acls(self, creations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`POST /v1/acls`: one `{errorCode, errorMessage}` per creation, in order."""
+        data = self._call("POST", ACLS_PATH, body={"creations": creations})
+        return _acl_results(data, self.url, "POST", ACLS_PATH)
+
+    def delete_acls(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`POST /v1/acls/delete`: per filter `{errorCode, errorMessage, matchingAcls}`."""
+        path = ACLS_PATH + "/delete"
+        return _acl_results(self._call("POST", path, body={"filters": filters}), self.url, "POST", path)
+
+    def describe_acls(self, **acl_filter: str | None) -> list[dict[str, Any]]:
+        """`GET /v1/acls`: the ACLs matching the filter (camelCase keys; None / ANY: any)."""
+        params = {k: v for k, v in acl_filter.items() if v is not None}
+        data = self._call("GET", ACLS_PATH, params=params)
+        if not isinstance(data, dict) or not isinstance(data.get("acls"), list):
+            raise ClientError(f"controller at {self.url} answered GET {ACLS_PATH} without an acls array")
+        acls: list[dict[str, Any]] = data["acls"]
+        return acls
+
+
+ACLS_PATH: Final = "/v1/acls"
+
+
+def _acl_results(data: Any, url: str, method: str, path: str) -> list[dict[str, Any]]:
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ClientError(f"controller at {url} answered {method} {path} without a results array")
+    results: list[dict[str, Any]] = data["results"]
+    return results
+
 
 def _path(segment: str) -> str:
     return quote(segment, safe="")
@@ -660,6 +696,16 @@ class ControllerLink(_ControllerList):
     ) -> list[DescribeScramCredentialsResult]:
         data = await self._request("GET", SCRAM_CREDENTIALS_PATH, params={"user": list(users or ())})
         return _scram_results(data, self.url)
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsReply:
+        return await self._post(ACLS_PATH, request, CreateAclsReply)
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsReply:
+        return await self._post(ACLS_PATH + "/delete", request, DeleteAclsReply)
+
+    async def describe_acls(self, params: Mapping[str, str]) -> DescribeAclsReply:
+        data = await self._request("GET", ACLS_PATH, params=params)
+        return _reply(DescribeAclsReply, data, self.url, "GET", ACLS_PATH)
 
     async def metadata(
         self, *, from_offset: int, max_wait_ms: int, max_records: int, last_checksum: int | None = None

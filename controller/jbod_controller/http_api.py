@@ -40,10 +40,12 @@ from pydantic import ValidationError
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import NotActiveError, log_divergence, page_checksum
 from jbod_controller.service import ControllerService
-from jbod_core import frames, reassignment, scram, views
+from jbod_core import acls, frames, reassignment, scram, views
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
+    MAX_ACLS_PER_REQUEST,
     MAX_PARTITIONS_PER_REQUEST,
+    AclFilterModel,
     AllocateProducerIdsRequest,
     AlterBrokerConfigsRequest,
     AlterPartitionRequest,
@@ -52,8 +54,10 @@ from jbod_core.messages import (
     AlterTopicConfigsRequest,
     AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
     Message,
     RegisterBrokerRequest,
     validation_message,
@@ -77,6 +81,9 @@ BROKER_BODY_BYTES = 1024 * 1024
 PARTITION_BODY_BYTES = MAX_PARTITIONS_PER_REQUEST * 256 + 64 * 1024
 ADMIN_BODY_BYTES = 1024 * 1024
 SMALL_BODY_BYTES = 64 * 1024
+# CreateAcls / DeleteAcls: at most 10,000 ACLs or filters of ~200 bytes (a long principal or
+# resource name may take more; 512 bytes each leave room for pretty-printed JSON).
+ACL_BODY_BYTES = MAX_ACLS_PER_REQUEST * 512 + 64 * 1024
 BODY_LIMITS: dict[str, int] = {
     "register": BROKER_BODY_BYTES,
     "heartbeat": BROKER_BODY_BYTES,
@@ -88,6 +95,8 @@ BODY_LIMITS: dict[str, int] = {
     "create-partitions": PARTITION_BODY_BYTES,
     "alter-reassignments": PARTITION_BODY_BYTES,
     "alter-scram-credentials": ADMIN_BODY_BYTES,
+    "create-acls": ACL_BODY_BYTES,
+    "delete-acls": ACL_BODY_BYTES,
     "allocate-producer-ids": SMALL_BODY_BYTES,
 }
 MAX_BODY_BYTES = max(BODY_LIMITS.values())
@@ -105,6 +114,17 @@ DEFAULT_MAX_RECORDS = 10_000
 class Tokens:
     cluster: str
     admin: str
+
+
+ACL_FILTER_PARAMETERS = (
+    "resourceType",
+    "resourceName",
+    "patternType",
+    "principal",
+    "host",
+    "operation",
+    "permissionType",
+)
 
 
 class NotServingError(Exception):
@@ -302,6 +322,9 @@ class ControllerApi:
             "/v1/scram-credentials",
             self._timed("describe-scram-credentials", self.describe_scram_credentials, auth="admin"),
         )
+        r.add_post("/v1/acls", self._timed("create-acls", self.create_acls, auth="admin"))
+        r.add_post("/v1/acls/delete", self._timed("delete-acls", self.delete_acls, auth="admin"))
+        r.add_get("/v1/acls", self._timed("describe-acls", self.describe_acls, auth="admin"))
         r.add_get("/v1/brokers", self._timed("list-brokers", self.list_brokers, auth="admin"))
         r.add_get("/v1/brokers/{id}", self._timed("describe-broker", self.describe_broker, auth="admin"))
         r.add_delete("/v1/brokers/{id}", self._timed("unregister", self.unregister, auth="admin"))
@@ -497,6 +520,23 @@ class ControllerApi:
     async def describe_scram_credentials(self, request: web.Request) -> web.Response:
         results = scram.describe_credentials(self.service.image, request.query.getall("user", []))
         return json_response([r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in results])
+
+    async def create_acls(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "create-acls", CreateAclsRequest)
+        return json_response((await self.service.create_acls(parsed)).to_wire())
+
+    async def delete_acls(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "delete-acls", DeleteAclsRequest)
+        return json_response((await self.service.delete_acls(parsed)).to_wire())
+
+    async def describe_acls(self, request: web.Request) -> web.Response:
+        """`GET /v1/acls`: the filter from the query (every parameter optional)."""
+        fields = {name: request.query[name] for name in ACL_FILTER_PARAMETERS if name in request.query}
+        try:
+            acl_filter = AclFilterModel.model_validate(fields)
+        except ValidationError as exc:
+            raise ApiError(400, ErrorCode.INVALID_REQUEST, validation_message(exc)) from exc
+        return json_response(acls.describe_acls_reply(self.service.image.acls, acl_filter).to_wire())
 
     @staticmethod
     def _broker_id(request: web.Request) -> int:

@@ -37,6 +37,7 @@ from jbod_controller.quorum import ControllerInfo, Quorum, QuorumConfig
 from jbod_controller.record_log import FileRecordLog, LogCorruptError, NotActiveError, RecordLog, Recovery
 from jbod_controller.writer import CommitSignal, Writer, exit_on_fatal
 from jbod_core import (
+    acls,
     assignments,
     broker_configs,
     brokers,
@@ -67,10 +68,14 @@ from jbod_core.messages import (
     AssignReplicasToDirsRequest,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    CreateAclsReply,
+    CreateAclsRequest,
     CreatePartitionsReply,
     CreatePartitionsRequest,
     CreateTopicReply,
     CreateTopicRequest,
+    DeleteAclsReply,
+    DeleteAclsRequest,
     DeleteTopicReply,
     RegisterBrokerReply,
     RegisterBrokerRequest,
@@ -517,6 +522,30 @@ class ControllerService:
             return produced, reply
 
         return await self._writer().submit(decide, name="alter-scram-credentials")
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsReply:
+        """CreateAcls (`jbod_core.acls`): the new ACLs in the metadata log."""
+
+        def decide(image: ClusterImage) -> tuple[list[records.Record], CreateAclsReply]:
+            produced, reply = acls.create_acls_reply(image.acls, request, rng=self.rng)
+            for record in produced:
+                if isinstance(record, records.AccessControlEntryRecord):
+                    log.info("Created ACL %s: %s", record.id, acls.Acl.from_record(record).to_json())
+            return produced, reply
+
+        return await self._writer().submit(decide, name="create-acls")
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsReply:
+        """DeleteAcls (`jbod_core.acls`): every ACL a filter matches removed from the log."""
+
+        def decide(image: ClusterImage) -> tuple[list[records.Record], DeleteAclsReply]:
+            produced, reply = acls.delete_acls_reply(image.acls, request)
+            for record in produced:
+                if isinstance(record, records.RemoveAccessControlEntryRecord):
+                    log.info("Deleted ACL %s: %s", record.id, image.acls.by_id[record.id].to_json())
+            return produced, reply
+
+        return await self._writer().submit(decide, name="delete-acls")
 
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsReply:
         def decide(image: ClusterImage) -> tuple[list[records.Record], AllocateProducerIdsReply]:

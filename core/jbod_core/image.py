@@ -1,5 +1,5 @@
-"""The cluster image: brokers, topics, partitions, dynamic broker configs, SCRAM credentials and
-the producer-id watermark as the metadata log describes them.
+"""The cluster image: brokers, topics, partitions, dynamic broker configs, SCRAM credentials,
+ACLs and the producer-id watermark as the metadata log describes them.
 
 Guarantees:
 * `ClusterImage.replay(record, offset)` is the only way the image changes; it is used alike for
@@ -13,6 +13,9 @@ Guarantees:
   else a broker id in decimal): every BrokerConfigRecord folded in (a null value deletes the key,
   a resource left with no key disappears). A change replaces the resource's mapping, never
   mutates it. Deleting a key the resource does not have is a `ReplayError`.
+* `acls` is the `jbod_core.acls.AclIndex` of every AccessControlEntryRecord not removed since (by
+  id, resource type, literal name and prefix); adding an id or an ACL twice, removing an unknown
+  id, or an enum code that is not Kafka's is a `ReplayError`.
 * Registrations and partitions are frozen values: a change replaces the value, so a reader holding
   an older value never sees it change, and a snapshot is a shallow copy of the dicts.
 * The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
@@ -29,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from jbod_core import records
+from jbod_core import acls, records
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, is_online
 
 PartitionKey: TypeAlias = tuple[Uuid, int]
@@ -273,6 +276,8 @@ class ClusterImage:
         self.broker_configs: dict[str, Mapping[str, str]] = {}
         # SCRAM credentials by (user name, mechanism).
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
+        # ACLs by id, indexed for authorization (jbod_core.acls).
+        self.acls = acls.AclIndex()
         # The last producer-id block handed out (None: none yet); ids below its watermark are taken.
         self.producer_ids: records.ProducerIdsRecord | None = None
         # Offset of the record that put a broker into controlled shutdown (derived, not compared).
@@ -350,6 +355,16 @@ class ClusterImage:
             self._replay_remove_scram(record)
         elif isinstance(record, records.ProducerIdsRecord):
             self._replay_producer_ids(record)
+        elif isinstance(record, records.AccessControlEntryRecord):
+            try:
+                self.acls.add(record.id, acls.Acl.from_record(record))
+            except ValueError as exc:
+                raise ReplayError(f"AccessControlEntryRecord {record.id}: {exc}") from exc
+        elif isinstance(record, records.RemoveAccessControlEntryRecord):
+            try:
+                self.acls.remove(record.id)
+            except KeyError:
+                raise ReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}") from None
         else:  # pragma: no cover - the union is closed
             raise ReplayError(f"unknown record {record!r}")
 
@@ -575,6 +590,7 @@ class ClusterImage:
             + sum(len(t.partitions) for t in self.topics.values())
             + len(self.scram_credentials)
             + sum(len(c) for c in self.broker_configs.values())
+            + len(self.acls)
             + (self.producer_ids is not None)
         )
 
@@ -626,6 +642,8 @@ class ClusterImage:
                 server_key=credential.server_key,
                 iterations=credential.iterations,
             )
+        for acl_id, acl in sorted(self.acls, key=lambda item: item[0]):
+            yield acl.to_record(acl_id)
         if self.producer_ids is not None:
             yield self.producer_ids
 
@@ -641,6 +659,7 @@ class ClusterImage:
         }
         copy.scram_credentials = dict(self.scram_credentials)
         copy.broker_configs = dict(self.broker_configs)
+        copy.acls = self.acls.copy()
         copy.producer_ids = self.producer_ids
         copy.end_offset = self.end_offset
         return copy
@@ -657,6 +676,7 @@ class ClusterImage:
             tuple(sorted(self.scram_credentials.items())),
             self.producer_ids,
             tuple(sorted((b, tuple(sorted(c.items()))) for b, c in self.broker_configs.items())),
+            tuple(sorted(self.acls.by_id.items())),
         )
 
     def check_indexes(self) -> None:

@@ -281,6 +281,65 @@ class AlterScramCredentialsRequest(Message):
     upsertions: list[ScramCredentialUpsertion] = []
 
 
+# Kafka's ACL enums by name (jbod_core.acls); which values a creation may use is decided there
+# (a creation naming ANY is a per-creation INVALID_REQUEST, as Kafka answers it).
+AclResourceTypeName = Literal[
+    "ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "DELEGATION_TOKEN", "USER"
+]
+AclPatternTypeName = Literal["ANY", "MATCH", "LITERAL", "PREFIXED"]
+AclOperationName = Literal[
+    "ANY",
+    "ALL",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "DELETE",
+    "ALTER",
+    "DESCRIBE",
+    "CLUSTER_ACTION",
+    "DESCRIBE_CONFIGS",
+    "ALTER_CONFIGS",
+    "IDEMPOTENT_WRITE",
+    "CREATE_TOKENS",
+    "DESCRIBE_TOKENS",
+    "TWO_PHASE_COMMIT",
+]
+AclPermissionTypeName = Literal["ANY", "ALLOW", "DENY"]
+MAX_ACLS_PER_REQUEST: Final = 10_000
+
+
+class AclBindingModel(Message):
+    """One ACL (a CreateAcls creation, or an ACL listed by DescribeAcls / DeleteAcls)."""
+
+    resource_type: AclResourceTypeName
+    resource_name: str
+    pattern_type: AclPatternTypeName = "LITERAL"
+    principal: str
+    host: str = "*"
+    operation: AclOperationName
+    permission_type: AclPermissionTypeName
+
+
+class AclFilterModel(Message):
+    """Kafka's AclBindingFilter: a field left out, null or ANY matches anything."""
+
+    resource_type: AclResourceTypeName | None = None
+    resource_name: str | None = None
+    pattern_type: AclPatternTypeName | None = None
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperationName | None = None
+    permission_type: AclPermissionTypeName | None = None
+
+
+class CreateAclsRequest(Message):
+    creations: Annotated[list[AclBindingModel], Field(max_length=MAX_ACLS_PER_REQUEST)]
+
+
+class DeleteAclsRequest(Message):
+    filters: Annotated[list[AclFilterModel], Field(max_length=MAX_ACLS_PER_REQUEST)]
+
+
 class AllocateProducerIdsRequest(Message):
     broker_id: Int32
     broker_epoch: Int64
@@ -441,3 +500,26 @@ class AllocateProducerIdsReply(Message):
     error_message: str | None = None
     producer_id_start: int = -1
     producer_id_len: int = 0
+
+
+class AclCreationResult(Message):
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class CreateAclsReply(Message):
+    results: list[AclCreationResult] = []
+
+
+class DeleteAclsResult(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    matching_acls: list[AclBindingModel] = []
+
+
+class DeleteAclsReply(Message):
+    results: list[DeleteAclsResult] = []
+
+
+class DescribeAclsReply(Message):
+    acls: list[AclBindingModel] = []

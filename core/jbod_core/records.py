@@ -12,7 +12,9 @@ Guarantees:
   `ConfigRecord` (a topic config set or deleted), `UserScramCredentialRecord` and
   `RemoveUserScramCredentialRecord` (SCRAM credentials; bytes as standard base64 with padding),
   `ProducerIdsRecord` (the producer-id watermark) and `BrokerConfigRecord` (KRaft's ConfigRecord
-  for a BROKER resource: a dynamic broker config set or deleted, issue 24).
+  for a BROKER resource: a dynamic broker config set or deleted, issue 24), and KRaft's
+  `AccessControlEntryRecord` / `RemoveAccessControlEntryRecord` (an ACL added or removed, issue
+  25; its enums as Kafka's int8 codes, `jbod_core.acls`).
 * KRaft's `addingReplicas` / `removingReplicas` of a partition being reassigned (KIP-455) are
   extension fields of `PartitionRecord` (written only when non-empty) and
   `PartitionChangeRecord` (absent: unchanged).
@@ -299,6 +301,45 @@ class ProducerIdsRecord:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """KRaft's AccessControlEntryRecord: the ACL `id` added. The enums are Kafka's codes
+    (ResourceType, PatternType, AclOperation, AclPermissionType; `jbod_core.acls`)."""
+
+    TYPE: ClassVar[str] = "AccessControlEntryRecord"
+    id: Uuid
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "resourceType": self.resource_type,
+            "resourceName": self.resource_name,
+            "patternType": self.pattern_type,
+            "principal": self.principal,
+            "host": self.host,
+            "operation": self.operation,
+            "permissionType": self.permission_type,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """KRaft's RemoveAccessControlEntryRecord: the ACL `id` removed."""
+
+    TYPE: ClassVar[str] = "RemoveAccessControlEntryRecord"
+    id: Uuid
+
+    def to_data(self) -> dict[str, Any]:
+        return {"id": str(self.id)}
+
+
 Record = (
     RegisterBrokerRecord
     | BrokerRegistrationChangeRecord
@@ -312,6 +353,8 @@ Record = (
     | RemoveUserScramCredentialRecord
     | ProducerIdsRecord
     | BrokerConfigRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 
@@ -494,6 +537,23 @@ def _decode_producer_ids(d: Mapping[str, Any]) -> ProducerIdsRecord:
     )
 
 
+def _decode_acl(d: Mapping[str, Any]) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(
+        id=_uuid(d, "id"),
+        resource_type=_int(d, "resourceType"),
+        resource_name=_str(d, "resourceName"),
+        pattern_type=_int(d, "patternType"),
+        principal=_str(d, "principal"),
+        host=_str(d, "host"),
+        operation=_int(d, "operation"),
+        permission_type=_int(d, "permissionType"),
+    )
+
+
+def _decode_remove_acl(d: Mapping[str, Any]) -> RemoveAccessControlEntryRecord:
+    return RemoveAccessControlEntryRecord(id=_uuid(d, "id"))
+
+
 _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     RegisterBrokerRecord.TYPE: _decode_register,
     BrokerRegistrationChangeRecord.TYPE: _decode_change,
@@ -507,6 +567,8 @@ _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     RemoveUserScramCredentialRecord.TYPE: _decode_remove_scram,
     ProducerIdsRecord.TYPE: _decode_producer_ids,
     BrokerConfigRecord.TYPE: _decode_broker_config,
+    AccessControlEntryRecord.TYPE: _decode_acl,
+    RemoveAccessControlEntryRecord.TYPE: _decode_remove_acl,
 }
 
 RECORD_TYPES: Final = tuple(_DECODERS)

@@ -84,6 +84,9 @@ APIS: Final[dict[int, Api]] = {
         _api(20, "delete_topics", 1, 6),
         _api(22, "init_producer_id", 0, 5),  # v6 (KIP-939 two-phase commit): not in Kafka 4.3.1
         _api(23, "offset_for_leader_epoch", 2, 4),
+        _api(29, "describe_acls", 1, 3),
+        _api(30, "create_acls", 1, 3),
+        _api(31, "delete_acls", 1, 3),
         _api(32, "describe_configs", 1, 4),
         _api(34, "alter_replica_log_dirs", 1, 2),
         _api(35, "describe_log_dirs", 1, 5),

@@ -34,7 +34,7 @@ LISTENER: Final = T.StructType(
 
 #: The union of the `data` fields of the seven record types (§3.5) and of the admin extensions
 #: (docs/api.md: `ConfigRecord`, the SCRAM credential records, `ProducerIdsRecord`,
-#: `BrokerConfigRecord` — read and checked, used by no job), camelCase as on the wire. `name` is a topic's name, a config key or a user name, by record type.
+#: `BrokerConfigRecord`, the ACL records — read and checked, used by no job), camelCase as on the wire. `name` is a topic's name, a config key or a user name, by record type.
 RECORD_DATA: Final = T.StructType(
     [
         T.StructField("brokerId", T.IntegerType()),
@@ -65,6 +65,14 @@ RECORD_DATA: Final = T.StructType(
         T.StructField("iterations", T.IntegerType()),
         T.StructField("nextProducerId", T.LongType()),
         T.StructField("broker", T.StringType()),
+        T.StructField("id", T.StringType()),
+        T.StructField("resourceType", T.IntegerType()),
+        T.StructField("resourceName", T.StringType()),
+        T.StructField("patternType", T.IntegerType()),
+        T.StructField("principal", T.StringType()),
+        T.StructField("host", T.StringType()),
+        T.StructField("operation", T.IntegerType()),
+        T.StructField("permissionType", T.IntegerType()),
     ]
 )
 
@@ -79,6 +87,14 @@ LATER_FIELDS: Final = (
     "iterations",
     "nextProducerId",
     "broker",
+    "id",
+    "resourceType",
+    "resourceName",
+    "patternType",
+    "principal",
+    "host",
+    "operation",
+    "permissionType",
 )
 
 #: Fields every record of a type must carry (the rest are optional: "only what changed").
@@ -104,6 +120,17 @@ REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "RemoveUserScramCredentialRecord": ("name", "mechanism"),
     "ProducerIdsRecord": ("brokerId", "brokerEpoch", "nextProducerId"),
     "BrokerConfigRecord": ("broker", "name"),
+    "AccessControlEntryRecord": (
+        "id",
+        "resourceType",
+        "resourceName",
+        "patternType",
+        "principal",
+        "host",
+        "operation",
+        "permissionType",
+    ),
+    "RemoveAccessControlEntryRecord": ("id",),
 }
 RECORD_TYPES: Final = tuple(REQUIRED_FIELDS)
 
@@ -149,6 +176,8 @@ FIELDS_BY_TYPE: Final[dict[str, tuple[str, ...]]] = {
     "RemoveUserScramCredentialRecord": REQUIRED_FIELDS["RemoveUserScramCredentialRecord"],
     "ProducerIdsRecord": REQUIRED_FIELDS["ProducerIdsRecord"],
     "BrokerConfigRecord": ("broker", "name", "value"),
+    "AccessControlEntryRecord": REQUIRED_FIELDS["AccessControlEntryRecord"],
+    "RemoveAccessControlEntryRecord": ("id",),
 }
 
 #: Fields that may be JSON null (`rack`; a ConfigRecord's `value`, null for a deleted config);
@@ -172,7 +201,7 @@ METADATA_RECORD: Final = T.StructType(
 )
 
 #: Fields that hold Uuids (checked for the canonical 22-character text form).
-UUID_FIELDS: Final = ("incarnationId", "topicId")
+UUID_FIELDS: Final = ("incarnationId", "topicId", "id")
 UUID_LIST_FIELDS: Final = ("logDirs", "offlineLogDirs", "directories")
 
 # -- agent telemetry (one sample per dir per interval; agent/jbod_agent/telemetry.py) ----------

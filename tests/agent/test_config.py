@@ -445,3 +445,15 @@ def test_controller_url_takes_a_comma_separated_list() -> None:
 @pytest.mark.parametrize("value", ["http://c1:9093,ctl:9093", "http://c1:9093,http://c2:port", " , "])
 def test_a_bad_url_in_the_controller_list_is_refused(value: str) -> None:
     expect_error(text({**BASE, "controller.url": value}), "controller.url")
+
+
+def test_the_authorizer_keys_are_kafkas() -> None:
+    parsed = config.parse_config(
+        text({**BASE, "super.users": "User:ops; User:etl", "allow.everyone.if.no.acl.found": "true"})
+    )
+    assert parsed.super_users == frozenset({"User:ops", "User:etl"})
+    assert parsed.allow_everyone_if_no_acl_found is True
+    default = config.parse_config(text(BASE))
+    assert default.super_users == frozenset() and default.allow_everyone_if_no_acl_found is False
+    with pytest.raises(ConfigError, match=r"^super.users: 'ops' is not a principal Type:name"):
+        config.parse_config(text({**BASE, "super.users": "ops"}))

@@ -381,5 +381,5 @@ def test_a_refused_move_says_which_dir_is_in_the_way() -> None:
     )
     alice = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "pw")
     assert log_dirs_cli.refusal(31, replica, online, alice).endswith(
-        "alice may not move replicas (only admin may)"
+        "alice may not move replicas (it needs ALTER on the cluster)"
     )

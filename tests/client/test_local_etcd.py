@@ -4,8 +4,10 @@ loss of a minority of members, and takes a restarted member back with its data."
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +34,23 @@ def get(url: str, key: str) -> str | None:
     reply.raise_for_status()
     kvs = reply.json().get("kvs", [])
     return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+
+def revision(url: str) -> int:
+    reply = httpx.post(f"{url}/v3/maintenance/status", json={}, timeout=5, trust_env=False)
+    reply.raise_for_status()
+    return int(reply.json()["header"]["revision"])
+
+
+def wait_for_revision(cluster: EtcdCluster, member: int, wanted: int, timeout: float = 15.0) -> bool:
+    """Whether `member` reached store revision `wanted` within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+            if revision(cluster.client_urls[member]) >= wanted:
+                return True
+        time.sleep(0.1)
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +96,12 @@ def test_a_killed_member_leaves_quorum_and_rejoins_with_the_data(cluster: EtcdCl
 
     cluster.start_member(victim, timeout=20)
     assert cluster.healthy_members() == [0, 1, 2]
-    assert get(cluster.client_urls[victim], "/jbod/test/b") == "two"
-    assert get(cluster.client_urls[victim], "/jbod/test/a") == "one"
+    # Once the restarted member has applied what the others have, it holds both the key written
+    # before it was killed and the one written while it was down (the message names its state).
+    caught_up = wait_for_revision(cluster, victim, revision(cluster.client_urls[others[0]]))
+    state = f"caught up: {caught_up}; log: {cluster.members[victim].log_path.read_text()[-2000:]}"
+    assert get(cluster.client_urls[victim], "/jbod/test/b") == "two", state
+    assert get(cluster.client_urls[victim], "/jbod/test/a") == "one", state
 
 
 @pytest.mark.integration

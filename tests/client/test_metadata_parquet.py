@@ -52,6 +52,17 @@ EVERY_TYPE: list[records.Record] = [
     records.ProducerIdsRecord(broker_id=1, broker_epoch=2**40, next_producer_id=2**40 + 1000),
     records.BrokerConfigRecord(broker="", name="cordoned.log.dirs", value="*"),
     records.BrokerConfigRecord(broker="1", name="leader.replication.throttled.rate", value=None),
+    records.AccessControlEntryRecord(
+        id=INC,
+        resource_type=2,
+        resource_name="orders-",
+        pattern_type=4,
+        principal="User:alice",
+        host="*",
+        operation=4,
+        permission_type=3,
+    ),
+    records.RemoveAccessControlEntryRecord(id=INC),
     records.RegisterBrokerRecord(
         broker_id=3, broker_epoch=4, incarnation_id=INC, log_dirs=(DIR_A,), cordoned_log_dirs=(DIR_A,)
     ),

@@ -83,6 +83,17 @@ EXAMPLES: list[records.Record] = [
         broker_id=3, broker_epoch=0, incarnation_id=Uuid(9, 11), log_dirs=(A, B), cordoned_log_dirs=(B,)
     ),
     records.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=17, cordoned_log_dirs=()),
+    records.AccessControlEntryRecord(
+        id=Uuid(5, 6),
+        resource_type=2,
+        resource_name="orders-",
+        pattern_type=4,
+        principal="User:alice",
+        host="*",
+        operation=4,
+        permission_type=3,
+    ),
+    records.RemoveAccessControlEntryRecord(id=Uuid(5, 6)),
 ]
 
 
@@ -106,6 +117,8 @@ def test_every_record_type_is_covered() -> None:
         "RemoveUserScramCredentialRecord",
         "ProducerIdsRecord",
         "BrokerConfigRecord",
+        "AccessControlEntryRecord",
+        "RemoveAccessControlEntryRecord",
     }
 
 
@@ -381,6 +394,18 @@ any_record = st.one_of(
     st.builds(records.RemoveUserScramCredentialRecord, name=st.text(), mechanism=ints),
     st.builds(records.ProducerIdsRecord, broker_id=ints, broker_epoch=epochs, next_producer_id=epochs),
     st.builds(records.BrokerConfigRecord, broker=st.text(), name=st.text(), value=_opt(st.text())),
+    st.builds(
+        records.AccessControlEntryRecord,
+        id=uuids,
+        resource_type=ints,
+        resource_name=st.text(),
+        pattern_type=ints,
+        principal=st.text(),
+        host=st.text(),
+        operation=ints,
+        permission_type=ints,
+    ),
+    st.builds(records.RemoveAccessControlEntryRecord, id=uuids),
 )
 
 

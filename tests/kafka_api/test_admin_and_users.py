@@ -12,12 +12,17 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -105,6 +110,17 @@ def test_a_scram_user_logs_in_produces_and_cannot_administer(kafka_cluster: Kafk
     ]
     topic = name()
     client.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    # The authorizer is always on: the user may write the topic once an ACL says so.
+    write = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        f"User:{user}",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    assert client.create_acls([write])[write].result(30) is None
     as_user = {"sasl.username": user, "sasl.password": "s3cret"}
     for mechanism in ("SCRAM-SHA-512", "PLAIN"):
         acked = produce(

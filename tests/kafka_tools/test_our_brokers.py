@@ -296,6 +296,12 @@ def test_configs_adds_a_scram_user_who_produces_but_cannot_administer(
     _create(cluster, topic)
     alice = tmp_path / "alice.properties"
     alice.write_text(client_properties("alice-secret", user="alice"))
+    # The authorizer is always on: alice writes once an ACL allows it (WRITE implies DESCRIBE).
+    granted = cluster.run(
+        "kafka-acls.sh",
+        ["--add", "--allow-principal", "User:alice", "--operation", "Write", "--topic", topic],
+    )
+    cluster.ok(granted)
 
     produced = cluster.run(
         "kafka-console-producer.sh", ["--topic", topic], config=alice, input="a1\na2\na3\n"

@@ -102,6 +102,18 @@ def _login(cluster: KafkaCluster, password: str) -> list[str]:
     return sorted(AdminClient(config).list_topics(timeout=10).topics)
 
 
+def _may_describe(cluster: KafkaCluster, topic: str) -> None:
+    """The authorizer is always on (issue 25): the client user sees a topic once an ACL says so."""
+    acl = {
+        "resourceType": "TOPIC",
+        "resourceName": topic,
+        "principal": f"User:{names.KAFKA_CLIENT_USER}",
+        "operation": "DESCRIBE",
+        "permissionType": "ALLOW",
+    }
+    assert cluster.cluster.admin.create_acls([acl]) == [{"errorCode": 0, "errorMessage": None}]
+
+
 def _refused(cluster: KafkaCluster, password: str) -> bool:
     try:
         _login(cluster, password)
@@ -120,6 +132,7 @@ def test_the_client_user_logs_in_once_registered_and_after_a_new_password(
     controller = kafka_cluster.cluster.controller
     url, token = controller.url, kafka_cluster.admin_password
     kafka_cluster.cluster.admin.create_topic("access", partitions=1, replication_factor=1)
+    _may_describe(kafka_cluster, "access")
     state = credentials.CredentialState(recheck_s=3600)
     assert _refused(kafka_cluster, "first")
 
@@ -140,6 +153,7 @@ def test_an_unreachable_controller_is_not_yet_and_a_lost_credential_is_registere
 ) -> None:
     url, token = kafka_cluster.cluster.controller.url, kafka_cluster.admin_password
     kafka_cluster.cluster.admin.create_topic("access-lost", partitions=1, replication_factor=1)
+    _may_describe(kafka_cluster, "access-lost")
     state = credentials.CredentialState(recheck_s=60)
     closed = "http://127.0.0.1:9"  # discard: nothing listens
     assert not credentials.ensure(closed, token, _identity, "third", state, now=0.0)

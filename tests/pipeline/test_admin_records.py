@@ -72,6 +72,17 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[s
                 "configs": [{"name": "follower.replication.throttled.rate", "op": "SET", "value": "1000"}]
             }
             _post(api, "/v1/brokers/1/configs", throttle)
+            acl = {
+                "resourceType": "TOPIC",
+                "resourceName": "b",
+                "principal": "User:alice",
+                "operation": "READ",
+                "permissionType": "ALLOW",
+            }
+            created = api.admin.post("/v1/acls", json={"creations": [acl, {**acl, "operation": "WRITE"}]})
+            assert created.json()["results"][0]["errorCode"] == 0, created.text
+            deleted = api.admin.post("/v1/acls/delete", json={"filters": [{"operation": "WRITE"}]})
+            assert len(deleted.json()["results"][0]["matchingAcls"]) == 1, deleted.text
             # A reassignment left running (no broker process fetches): adding/removing replicas.
             moving = {"partitions": [{"topic": "b", "partition": 0, "replicas": [1, 2, 3]}]}
             reassigned = api.admin.post("/v1/reassignments", json=moving).json()
@@ -96,6 +107,8 @@ def test_the_controllers_export_has_every_extension_type(
         "RemoveUserScramCredentialRecord",
         "ProducerIdsRecord",
         "BrokerConfigRecord",
+        "AccessControlEntryRecord",
+        "RemoveAccessControlEntryRecord",
     } <= {line["type"] for line in lines}
     assert any(line["data"].get("addingReplicas") for line in lines)
     typed = metadata_parquet.read(tmp_path / "export.parquet")

@@ -2,11 +2,13 @@
 active controller (KIP-590); InitProducerId from the broker's block of producer ids.
 
 Guarantees:
-* Changes (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
-  AlterUserScramCredentials) need the principal `admin`: anyone else gets
-  TOPIC_AUTHORIZATION_FAILED (topics) or CLUSTER_AUTHORIZATION_FAILED (users, brokers), and nothing
-  changes. Describing (DescribeConfigs) is open to every authenticated principal;
-  DescribeUserScramCredentials is `admin`'s (it lists users).
+* Kafka's ACLs (as KafkaApis), else TOPIC_AUTHORIZATION_FAILED (29) for a topic or
+  CLUSTER_AUTHORIZATION_FAILED (31) for the cluster, and nothing changes: CreateTopics needs
+  CREATE on the cluster or on the topic; DeleteTopics DELETE on the topic; CreatePartitions ALTER
+  on the topic; DescribeConfigs / IncrementalAlterConfigs DESCRIBE_CONFIGS / ALTER_CONFIGS on the
+  topic, or on the cluster for a BROKER resource; DescribeClientQuotas DESCRIBE_CONFIGS on the
+  cluster; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
+  IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
 * A forwarded change is answered once the controller committed it and, for topics, once this
   broker's replica of the metadata log shows it (bounded by the request's timeout), so a client
   that creates a topic and then asks this broker for its metadata finds it.
@@ -20,8 +22,8 @@ Guarantees:
   (`jbod_core.broker_configs`) from the broker's own value (DYNAMIC_BROKER_CONFIG), the cluster
   default (DYNAMIC_DEFAULT_BROKER_CONFIG), its server.properties (STATIC_BROKER_CONFIG) or
   Kafka's default (DEFAULT_CONFIG); of the cluster default (""), the dynamic defaults set.
-* IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id) needs
-  `admin` (CLUSTER_AUTHORIZATION_FAILED); a `cordoned.log.dirs` naming this broker checks its
+* IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
+  `cordoned.log.dirs` naming this broker checks its
   paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
 * DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
@@ -39,11 +41,12 @@ from typing import Any, Final, Literal
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import dynamic_configs
-from jbod_agent.kafka.context import ADMIN, BrokerContext, kafka_uuid
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
 from jbod_core import broker_configs, topic_configs
+from jbod_core.acls import AclOperation, ResourceType
 from jbod_core.messages import (
     AlterBrokerConfigsRequest,
     AlterConfigOp,
@@ -164,7 +167,9 @@ class AdminApis:
             "replication_factor": -1,
             "configs": None,
         }
-        if conn.principal != ADMIN:
+        if not self.ctx.allows(conn, AclOperation.CREATE) and not self.ctx.allows_topic(
+            conn, AclOperation.CREATE, name
+        ):
             return {**result, "error_code": KafkaError.topic_authorization_failed}
         assignment = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
         partitions = (
@@ -255,10 +260,10 @@ class AdminApis:
             "error_code": KafkaError.none,
             "error_message": None,
         }
-        if conn.principal != ADMIN:
-            return {**result, "error_code": KafkaError.topic_authorization_failed}
         if name is None:
             return {**result, "error_code": KafkaError.unknown_topic_id}
+        if not self.ctx.allows_topic(conn, AclOperation.DELETE, name):
+            return {**result, "error_code": KafkaError.topic_authorization_failed}
         try:
             reply = await self.forwarder.delete_topic(name)
         except ControllerCallError as exc:
@@ -278,7 +283,7 @@ class AdminApis:
                 "error_code": KafkaError.none,
                 "error_message": None,
             }
-            if conn.principal != ADMIN:
+            if not ctx.allows_topic(conn, AclOperation.ALTER, topic.name):
                 results.append({**result, "error_code": KafkaError.topic_authorization_failed})
                 continue
             assignment = (
@@ -416,7 +421,12 @@ class AdminApis:
         results = []
         for resource in request.body.resources:
             keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-            code, entries = self._config_entries(int(resource.resource_type), resource.resource_name, keys)
+            denied = self._config_denied(conn, AclOperation.DESCRIBE_CONFIGS, resource)
+            code, entries = (
+                (denied, [])
+                if denied is not None
+                else self._config_entries(int(resource.resource_type), resource.resource_name, keys)
+            )
             results.append(
                 {
                     "error_code": code,
@@ -427,6 +437,16 @@ class AdminApis:
                 }
             )
         return kafka_response(request, results=results)
+
+    def _config_denied(self, conn: Connection, operation: AclOperation, resource: Any) -> KafkaError | None:
+        """The authorization error of a config resource (a topic's ACL, or the cluster's for a
+        broker), or None when allowed (other resource types are refused later)."""
+        kind = int(resource.resource_type)
+        if kind == TOPIC and not self.ctx.allows_topic(conn, operation, resource.resource_name):
+            return KafkaError.topic_authorization_failed
+        if kind == BROKER and not self.ctx.allows(conn, operation):
+            return KafkaError.cluster_authorization_failed
+        return None
 
     async def incremental_alter_configs(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
@@ -452,7 +472,7 @@ class AdminApis:
                     }
                 )
                 continue
-            if conn.principal != ADMIN:
+            if not ctx.allows_topic(conn, AclOperation.ALTER_CONFIGS, resource.resource_name):
                 responses.append({**result, "error_code": KafkaError.topic_authorization_failed})
                 continue
             try:
@@ -484,7 +504,7 @@ class AdminApis:
         """A BROKER resource: forwarded to the controller once its cordoned paths are this
         broker's own log dirs (when it names this broker); answered once this broker's image
         shows the change."""
-        if conn.principal != ADMIN:
+        if not self.ctx.allows(conn, AclOperation.ALTER_CONFIGS):
             return {**result, "error_code": KafkaError.cluster_authorization_failed}
         broker = resource.resource_name
         try:
@@ -524,6 +544,10 @@ class AdminApis:
     ) -> Any:
         """No client quotas are configured on these brokers: every filter matches nothing
         (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
+        if not ctx.allows(conn, AclOperation.DESCRIBE_CONFIGS):
+            return kafka_response(
+                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=[]
+            )
         return kafka_response(request, error_code=KafkaError.none, error_message=None, entries=[])
 
     # -- users ---------------------------------------------------------------------------------
@@ -531,7 +555,7 @@ class AdminApis:
     async def describe_user_scram_credentials(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
-        if conn.principal != ADMIN:
+        if not ctx.allows(conn, AclOperation.DESCRIBE):
             return kafka_response(
                 request, error_code=KafkaError.cluster_authorization_failed, error_message=None, results=[]
             )
@@ -564,7 +588,7 @@ class AdminApis:
     ) -> Any:
         body = request.body
         users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
-        if conn.principal != ADMIN:
+        if not ctx.allows(conn, AclOperation.ALTER):
             return kafka_response(
                 request,
                 results=[
@@ -617,6 +641,12 @@ class AdminApis:
                 error_code=KafkaError.transactional_id_authorization_failed,
                 producer_id=-1,
                 producer_epoch=-1,
+            )
+        if not ctx.allows(conn, AclOperation.IDEMPOTENT_WRITE) and not ctx.allows_any(
+            conn, AclOperation.WRITE, ResourceType.TOPIC
+        ):
+            return kafka_response(
+                request, error_code=KafkaError.cluster_authorization_failed, producer_id=-1, producer_epoch=-1
             )
         try:
             producer_id = await self.producer_ids.next_id()

@@ -8,8 +8,9 @@ Guarantees:
   a message that does not say whether the user exists, and the connection is closed after the
   answer (as Kafka). A SaslAuthenticate without a handshake, or after success, is
   ILLEGAL_SASL_STATE.
-* Admin requests (topics, configs, log dirs, users) need the principal `admin`: others get
-  TOPIC_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED from the handlers (`is_admin`).
+* Every request is authorized by its handler as Kafka's KafkaApis does, against the ACLs of the
+  metadata log (`BrokerContext.allows`; docs/decisions.md, "ACLs (issue 25)"). A SASL
+  connection's principal is `User:<name>` once the exchange completes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka import fetch_api, log_dirs_api, metadata_api, produce_api
-from jbod_agent.kafka.context import ADMIN, BrokerContext
+from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_kafka import protocol
 
@@ -47,10 +48,6 @@ class Authenticator(Protocol):
     def mechanisms(self) -> tuple[str, ...]: ...
 
     def start(self, mechanism: str) -> SaslExchange: ...
-
-
-def is_admin(conn: Connection) -> bool:
-    return conn.principal == ADMIN
 
 
 class KafkaApis:

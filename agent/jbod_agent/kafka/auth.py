@@ -12,6 +12,8 @@ Guarantees:
 * PLAIN checks a user's password against the same SCRAM credential (SHA-512 first), so every user
   has one password whatever the mechanism. Without an admin token nobody is `admin`.
 * A failure never says whether the user exists; its reason goes to the broker's log at DEBUG.
+* The connection's principal is Kafka's `User:<name>` (`User:admin` for the admin token), what
+  the ACLs name.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import secrets
 from typing import Final
 
 from jbod_agent.kafka.apis import AuthenticationFailedError
-from jbod_agent.kafka.context import ADMIN
+from jbod_agent.kafka.context import ADMIN_USER, user_principal
 from jbod_agent.state import AgentState
 from jbod_core import scram
 from jbod_core.image import ScramCredential
@@ -47,7 +49,7 @@ class _Exchange:
         except sasl.SaslError as exc:
             log.debug("SASL %s failed: %s", self._server.mechanism, exc.reason)
             raise AuthenticationFailedError(exc.message) from None
-        self.principal = reply.principal
+        self.principal = None if reply.principal is None else user_principal(reply.principal)
         return reply.token
 
 
@@ -85,12 +87,12 @@ class BrokerAuthenticator:
         )
 
     def _credential(self, user: str, mechanism: sasl.ScramMechanism) -> ScramCredential | None:
-        if user == ADMIN:
+        if user == ADMIN_USER:
             return self._admin.get(mechanism.type)
         return self._state.image.scram_credential(user, mechanism.type)
 
     def _check_password(self, user: str, password: str) -> bool:
-        if user == ADMIN:
+        if user == ADMIN_USER:
             expected = self._admin_password
             return expected is not None and hmac.compare_digest(password.encode(), expected.encode())
         for mechanism in (sasl.ScramMechanism.SCRAM_SHA_512, sasl.ScramMechanism.SCRAM_SHA_256):

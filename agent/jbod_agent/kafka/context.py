@@ -5,6 +5,13 @@ Guarantees: read-only over the agent (`AgentState`'s metadata image, the replica
 hosted partitions), except through the data plane's own entry points (`produce`, `client_fetch`,
 `mover`); time is the agent's injected clock; `kafka_uuid` and `jbod_uuid` are inverse; `endpoint` names the listener a
 client connected through, so every address a client is given is one it can reach the same way.
+
+Authorization (issue 25; docs/decisions.md, "ACLs"): `authorized` asks Kafka's StandardAuthorizer
+rules (`jbod_core.acls`) over this broker's image of the ACLs, for the connection's principal (a
+Kafka principal string: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener, and
+whatever an SSL listener's principal mapping gives) and the client's address. `User:admin` (the
+admin token's user) and `super.users` may do everything; `allow.everyone.if.no.acl.found` is
+Kafka's.
 """
 
 from __future__ import annotations
@@ -15,16 +22,30 @@ from typing import Final
 
 from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions
+from jbod_agent.kafka.listener import Connection
 from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock
 from jbod_agent.produce import Produce
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState
+from jbod_core import acls
 from jbod_core.ids import Uuid
 from jbod_core.image import BrokerRegistration
 
 ZERO_UUID: Final = uuid.UUID(int=0)
-ADMIN: Final = "admin"
+ADMIN_USER: Final = "admin"  # the SASL user whose password is the admin token
+ADMIN: Final = "User:admin"  # its principal: always a super user
+
+
+def user_principal(user: str) -> str:
+    """The Kafka principal of an authenticated SASL user."""
+    return f"User:{user}"
+
+
+def client_host(peer: str) -> str:
+    """The client's address of a connection's `peer` ("host:port", IPv6 without brackets)."""
+    host, _colon, _port = peer.rpartition(":")
+    return host.strip("[]") or peer
 
 
 def kafka_uuid(value: Uuid) -> uuid.UUID:
@@ -50,6 +71,39 @@ class BrokerContext:
     mover: Mover
     clock: Clock
     fetch_sessions: ConsumerSessions = field(default_factory=ConsumerSessions)
+    authorizer: acls.Authorizer = field(init=False)
+
+    def __post_init__(self) -> None:
+        config = self.state.config
+        self.authorizer = acls.Authorizer(
+            super_users=config.super_users | {ADMIN},
+            allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+        )
+
+    def allows(
+        self, conn: Connection, operation: acls.AclOperation, resource: acls.Resource = acls.CLUSTER
+    ) -> bool:
+        """May the connection's principal do `operation` on `resource` (default: the cluster)?
+        An unauthenticated connection may do nothing."""
+        if conn.principal is None:
+            return False
+        requester = acls.Requester(conn.principal, client_host(conn.peer))
+        return self.authorizer.authorize(self.state.image.acls, requester, operation, resource)
+
+    def allows_any(
+        self, conn: Connection, operation: acls.AclOperation, resource_type: acls.ResourceType
+    ) -> bool:
+        """May the principal do `operation` on at least one resource of the type (KIP-679)?"""
+        if conn.principal is None:
+            return False
+        requester = acls.Requester(conn.principal, client_host(conn.peer))
+        return self.authorizer.authorize_any(self.state.image.acls, requester, operation, resource_type)
+
+    def allows_topic(self, conn: Connection, operation: acls.AclOperation, name: str) -> bool:
+        return self.allows(conn, operation, acls.Resource(acls.ResourceType.TOPIC, name))
+
+    def allows_group(self, conn: Connection, operation: acls.AclOperation, group_id: str) -> bool:
+        return self.allows(conn, operation, acls.Resource(acls.ResourceType.GROUP, group_id))
 
     @property
     def node_id(self) -> int:

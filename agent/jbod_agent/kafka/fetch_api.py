@@ -18,11 +18,14 @@ Guarantees:
   watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
   it (offset -1 when there is none), each with the leader epoch of that offset.
 * OffsetForLeaderEpoch answers from the leader's epoch cache (Kafka's `endOffsetFor`).
+* Kafka's ACLs: Fetch needs READ on the topic, ListOffsets and OffsetForLeaderEpoch DESCRIBE;
+  otherwise the partition is TOPIC_AUTHORIZATION_FAILED (29) and nothing of it is read.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -34,6 +37,7 @@ from jbod_agent.kafka.listener import Connection
 from jbod_agent.partition_log import OffsetOutOfRangeError
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replica_manager import HostedPartition
+from jbod_core.acls import AclOperation
 from jbod_kafka import protocol
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
@@ -140,12 +144,16 @@ def _listed(request: protocol.Request) -> tuple[list[Wanted], list[SessionKey], 
 
 
 def _read_all(
-    ctx: BrokerContext, wanted: list[Wanted], max_bytes: int, *, by_id: bool
+    ctx: BrokerContext, wanted: list[Wanted], max_bytes: int, *, by_id: bool, readable: Callable[[str], bool]
 ) -> tuple[list[dict[str, Any]], int, list[HostedPartition]]:
     entries: list[dict[str, Any]] = []
     hosted_parts: list[HostedPartition] = []
     total = 0
     for item in wanted:
+        topic = _topic_name(ctx, item, by_id=by_id)
+        if topic is not None and not readable(topic):
+            entries.append(_error_entry(item.key[1], KafkaError.topic_authorization_failed))
+            continue
         entry, hosted = _read_partition(ctx, item, max_bytes - total, first=total == 0, by_id=by_id)
         total += len(entry["records"] or b"")
         entries.append(entry)
@@ -177,8 +185,15 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         )
     max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
     deadline = ctx.clock.monotonic() + body.max_wait.total_seconds()
+    allowed: dict[str, bool] = {}
+
+    def readable(topic: str) -> bool:
+        if topic not in allowed:
+            allowed[topic] = ctx.allows_topic(conn, AclOperation.READ, topic)
+        return allowed[topic]
+
     while True:
-        entries, total, hosted_parts = _read_all(ctx, plan.wanted, max_bytes, by_id=by_id)
+        entries, total, hosted_parts = _read_all(ctx, plan.wanted, max_bytes, by_id=by_id, readable=readable)
         remaining = deadline - ctx.clock.monotonic()
         errors = any(e["error_code"] != KafkaError.none for e in entries)
         if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
@@ -237,6 +252,13 @@ async def list_offsets(ctx: BrokerContext, conn: Connection, request: protocol.R
     topics = []
     for topic in request.body.topics:
         partitions = []
+        if not ctx.allows_topic(conn, AclOperation.DESCRIBE, topic.name):
+            denied = {"error_code": KafkaError.topic_authorization_failed, "timestamp": -1, "offset": -1}
+            partitions = [
+                {"partition_index": p.partition_index, **denied, "leader_epoch": -1} for p in topic.partitions
+            ]
+            topics.append({"name": topic.name, "partitions": partitions})
+            continue
         for part in topic.partitions:
             hosted, code = _leader(
                 ctx,
@@ -271,10 +293,13 @@ async def offset_for_leader_epoch(ctx: BrokerContext, conn: Connection, request:
     topics = []
     for topic in request.body.topics:
         partitions = []
+        described = ctx.allows_topic(conn, AclOperation.DESCRIBE, topic.topic)
         for part in topic.partitions:
             hosted, code = _leader(
                 ctx, topic.topic, int(part.partition), int(part.current_leader_epoch), by_id=False
             )
+            if not described:
+                hosted, code = None, KafkaError.topic_authorization_failed
             if hosted is None:
                 partitions.append(
                     {"error_code": code, "partition": part.partition, "leader_epoch": -1, "end_offset": -1}

@@ -34,9 +34,13 @@ from jbod_core.messages import (
     AlterScramCredentialsRequest,
     AlterTopicConfigsReply,
     AlterTopicConfigsRequest,
+    CreateAclsReply,
+    CreateAclsRequest,
     CreatePartitionsReply,
     CreatePartitionsRequest,
     CreateTopicRequest,
+    DeleteAclsReply,
+    DeleteAclsRequest,
     DescribeScramCredentialsResult,
 )
 
@@ -102,6 +106,12 @@ class Forwarder:
         self, users: Sequence[str] | None
     ) -> list[DescribeScramCredentialsResult]:
         return await answer(self._admin().describe_scram_credentials(users))
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsReply:
+        return await answer(self._admin().create_acls(request))
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsReply:
+        return await answer(self._admin().delete_acls(request))
 
     async def aclose(self) -> None:
         if self._link is not None:

@@ -14,7 +14,13 @@ Guarantees:
   answer is COORDINATOR_NOT_AVAILABLE, which clients retry. A transaction coordinator is
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not supported), another key type
   INVALID_REQUEST.
-* Every authenticated principal may use, describe and delete groups (contract §4.6).
+* Kafka's ACLs (as KafkaApis): FindCoordinator needs DESCRIBE on the group; JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup and OffsetCommit READ; OffsetFetch and DescribeGroups DESCRIBE;
+  DeleteGroups and OffsetDelete DELETE — else GROUP_AUTHORIZATION_FAILED (30) and the coordinator
+  is not asked. OffsetCommit and OffsetDelete need READ on each topic, OffsetFetch DESCRIBE (else
+  TOPIC_AUTHORIZATION_FAILED (29) for its partitions; fetching every offset leaves those topics
+  out). ListGroups lists every group with DESCRIBE on the cluster, else the groups the principal
+  may DESCRIBE.
 * OffsetCommit and OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION for a topic or partition the
   metadata image does not have (UNKNOWN_TOPIC_ID for an unknown id, v10), without asking the
   coordinator about it; the other partitions are decided together.
@@ -41,6 +47,7 @@ from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
 from jbod_core import groups
+from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import GroupError
 from jbod_core.messages import CreateTopicRequest
@@ -53,6 +60,10 @@ TRANSACTION_KEY: Final = 1
 #: Describe, read and delete a group (Kafka's AclOperation codes 8, 3, 6), when asked.
 GROUP_OPERATIONS: Final = 1 << 3 | 1 << 6 | 1 << 8
 NO_OPERATIONS: Final = -(2**31)
+READ: Final = AclOperation.READ
+DESCRIBE: Final = AclOperation.DESCRIBE
+GROUP_DENIED: Final = KafkaError.group_authorization_failed
+TOPIC_DENIED: Final = KafkaError.topic_authorization_failed
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024  # Kafka's offsets.topic.segment.bytes
 _CREATE_WAIT_S: Final = 2.0
 _WAIT_STEP_S: Final = 0.02
@@ -70,6 +81,14 @@ def _response(request: protocol.Request, **fields: Any) -> Any:
 
 def _kafka(error: GroupError) -> KafkaError:
     return KafkaError(int(error))
+
+
+def _code(error: GroupError | KafkaError) -> KafkaError:
+    return error if isinstance(error, KafkaError) else _kafka(error)
+
+
+def _group(group_id: str) -> Resource:
+    return Resource(ResourceType.GROUP, group_id)
 
 
 class GroupApis:
@@ -103,7 +122,19 @@ class GroupApis:
         version = request.header.api_version
         key_type = int(getattr(body, "key_type", GROUP_KEY))
         keys = list(body.coordinator_keys) if version >= 4 else [body.key]
-        found = [await self._coordinator(conn, key, key_type) for key in keys]
+        found = [
+            await self._coordinator(conn, key, key_type)
+            if key_type != GROUP_KEY or ctx.allows_group(conn, DESCRIBE, key)
+            else {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": GROUP_DENIED,
+                "error_message": None,
+            }
+            for key in keys
+        ]
         if version >= 4:
             return _response(request, coordinators=found)
         [only] = found
@@ -208,6 +239,18 @@ class GroupApis:
         body = request.body
         version = request.header.api_version
         session_ms = _ms(body.session_timeout)
+        if not ctx.allows_group(conn, READ, body.group_id):
+            return _response(
+                request,
+                error_code=GROUP_DENIED,
+                generation_id=-1,
+                protocol_type=None,
+                protocol_name=None if version >= 7 else "",
+                leader="",
+                skip_assignment=False,
+                member_id=body.member_id,
+                members=[],
+            )
         answer = await self.coordinator.join(
             groups.JoinRequest(
                 group_id=body.group_id,
@@ -240,6 +283,10 @@ class GroupApis:
 
     async def sync_group(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
+        if not ctx.allows_group(conn, READ, body.group_id):
+            return _response(
+                request, error_code=GROUP_DENIED, protocol_type=None, protocol_name=None, assignment=b""
+            )
         answer = await self.coordinator.sync(
             groups.SyncRequest(
                 group_id=body.group_id,
@@ -261,6 +308,8 @@ class GroupApis:
 
     async def heartbeat(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
+        if not ctx.allows_group(conn, READ, body.group_id):
+            return _response(request, error_code=GROUP_DENIED)
         error = await self.coordinator.heartbeat(
             groups.HeartbeatRequest(
                 body.group_id,
@@ -273,6 +322,8 @@ class GroupApis:
 
     async def leave_group(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
+        if not ctx.allows_group(conn, READ, body.group_id):
+            return _response(request, error_code=GROUP_DENIED, members=[])
         if request.header.api_version < 3:
             answer = await self.coordinator.leave(body.group_id, [groups.LeavingMember(body.member_id, None)])
             error = (
@@ -310,10 +361,15 @@ class GroupApis:
         version = request.header.api_version
         by_id = version >= 10
         named = [(t, ctx.topic_name(t.topic_id) if by_id else t.name) for t in body.topics]
-        errors: dict[tuple[int, int], GroupError] = {}
+        errors: dict[tuple[int, int], GroupError | KafkaError] = {}
         to_commit: list[tuple[tuple[int, int], groups.OffsetToCommit]] = []
+        group_allowed = ctx.allows_group(conn, READ, body.group_id)
         for i, (topic, name) in enumerate(named):
+            topic_allowed = name is None or ctx.allows_topic(conn, READ, name)
             for j, p in enumerate(topic.partitions):
+                if not group_allowed or not topic_allowed:
+                    errors[(i, j)] = GROUP_DENIED if not group_allowed else TOPIC_DENIED
+                    continue
                 error = self._partition_error(name, int(p.partition_index), by_id=by_id)
                 if error is not GroupError.NONE:
                     errors[(i, j)] = error
@@ -346,7 +402,7 @@ class GroupApis:
                 {
                     ("topic_id" if by_id else "name"): topic.topic_id if by_id else topic.name,
                     "partitions": [
-                        {"partition_index": p.partition_index, "error_code": _kafka(errors[(i, j)])}
+                        {"partition_index": p.partition_index, "error_code": _code(errors[(i, j)])}
                         for j, p in enumerate(topic.partitions)
                     ],
                 }
@@ -358,8 +414,8 @@ class GroupApis:
         body = request.body
         version = request.header.api_version
         if version >= 8:
-            return _response(request, groups=[self._fetch_group(g, version) for g in body.groups])
-        fetched = self._fetch_group(body, version)
+            return _response(request, groups=[self._fetch_group(conn, g, version) for g in body.groups])
+        fetched = self._fetch_group(conn, body, version)
         if version < 2 and fetched["error_code"] != KafkaError.none:
             # v0-1 have no group error: every partition carries it.
             for topic in fetched["topics"]:
@@ -367,9 +423,11 @@ class GroupApis:
                     partition["error_code"] = fetched["error_code"]
         return _response(request, topics=fetched["topics"], error_code=fetched["error_code"])
 
-    def _fetch_group(self, group: Any, version: int) -> dict[str, Any]:
+    def _fetch_group(self, conn: Connection, group: Any, version: int) -> dict[str, Any]:
         """One group's answer: its error, and the offsets of the topics it names (or all)."""
         by_id = version >= 10
+        if not self.ctx.allows_group(conn, DESCRIBE, group.group_id):
+            return {"group_id": group.group_id, "topics": [], "error_code": GROUP_DENIED}
         error, offsets = self.coordinator.offsets(group.group_id)
         failed = error is not GroupError.NONE
         wanted = group.topics
@@ -380,7 +438,7 @@ class GroupApis:
                 by_topic.setdefault(topic, []).append(partition)
             for topic, partitions in by_topic.items():
                 topic_id = self.ctx.topic_id(topic)
-                if by_id and topic_id is None:
+                if (by_id and topic_id is None) or not self.ctx.allows_topic(conn, DESCRIBE, topic):
                     continue
                 key = kafka_uuid(topic_id) if by_id and topic_id is not None else topic
                 topics.append(self._fetched_topic(key, topic, partitions, offsets, by_id=by_id))
@@ -389,9 +447,13 @@ class GroupApis:
                 name = self.ctx.topic_name(requested.topic_id) if by_id else requested.name
                 key = requested.topic_id if by_id else requested.name
                 partitions = [int(p) for p in requested.partition_indexes]
-                topics.append(
-                    self._fetched_topic(key, name or "", partitions, {} if failed else offsets, by_id=by_id)
+                fetched = self._fetched_topic(
+                    key, name or "", partitions, {} if failed else offsets, by_id=by_id
                 )
+                if name is not None and not self.ctx.allows_topic(conn, DESCRIBE, name):
+                    for entry in fetched["partitions"]:
+                        entry["error_code"] = TOPIC_DENIED
+                topics.append(fetched)
         return {"group_id": group.group_id, "topics": topics, "error_code": _kafka(error)}
 
     @staticmethod
@@ -419,12 +481,16 @@ class GroupApis:
 
     async def offset_delete(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
+        if not ctx.allows(conn, AclOperation.DELETE, _group(body.group_id)):
+            return _response(request, error_code=GROUP_DENIED, topics=[])
+        readable = {t.name for t in body.topics if ctx.allows_topic(conn, READ, t.name)}
         known: list[tuple[str, list[int]]] = []
         for t in body.topics:
             partitions = [
                 int(p.partition_index)
                 for p in t.partitions
-                if self._partition_error(t.name, int(p.partition_index), by_id=False) is GroupError.NONE
+                if t.name in readable
+                and self._partition_error(t.name, int(p.partition_index), by_id=False) is GroupError.NONE
             ]
             if partitions:
                 known.append((t.name, partitions))
@@ -441,7 +507,9 @@ class GroupApis:
                     "partitions": [
                         {
                             "partition_index": p.partition_index,
-                            "error_code": _kafka(
+                            "error_code": TOPIC_DENIED
+                            if t.name not in readable
+                            else _kafka(
                                 decided.get(
                                     (t.name, int(p.partition_index)),
                                     self._partition_error(t.name, int(p.partition_index), by_id=False),
@@ -475,6 +543,9 @@ class GroupApis:
                 "members": [],
                 "authorized_operations": operations,
             }
+            if not ctx.allows_group(conn, DESCRIBE, group_id):
+                described.append({**entry, "error_code": GROUP_DENIED})
+                continue
             error, group = self.coordinator.group(group_id)
             if error is not GroupError.NONE:
                 described.append({**entry, "error_code": _kafka(error)})
@@ -515,6 +586,8 @@ class GroupApis:
         states = list(getattr(body, "states_filter", ()))
         types = list(getattr(body, "types_filter", ()))
         error, found = self.coordinator.all_groups()
+        if not ctx.allows(conn, DESCRIBE):
+            found = [g for g in found if ctx.allows_group(conn, DESCRIBE, g.group_id)]
         return _response(
             request,
             error_code=_kafka(error),
@@ -533,6 +606,9 @@ class GroupApis:
     async def delete_groups(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         results = []
         for group_id in request.body.groups_names:
+            if not ctx.allows(conn, AclOperation.DELETE, _group(group_id)):
+                results.append({"group_id": group_id, "error_code": GROUP_DENIED})
+                continue
             error = await self.coordinator.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": _kafka(error)})
         return _response(request, results=results)

@@ -31,6 +31,7 @@ from jbod_runtime.http_server import RateLimitedLog
 
 log = logging.getLogger("jbod_agent.kafka")
 _SIZE: Final = struct.Struct(">i")
+ANONYMOUS: Final = "User:ANONYMOUS"  # Kafka's principal of an unauthenticated (PLAINTEXT) connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,9 @@ class Connection:
 
     listener: KafkaListener
     peer: str
-    principal: str | None = None  # set once authenticated (PLAINTEXT: "ANONYMOUS" from the start)
+    # Kafka's principal, what ACLs name: set once authenticated (`User:<name>` after SASL), or from
+    # the start (PLAINTEXT: `User:ANONYMOUS`; an SSL listener: the certificate's mapped principal).
+    principal: str | None = None
     sasl: Any = None  # the SASL exchange in progress (`apis` owns its meaning)
     raw_sasl_tokens: bool = False  # after SaslHandshake v0, tokens come as bare frames
     closing: bool = False
@@ -117,7 +120,7 @@ class KafkaServer:
         self._connections.add(task)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
-        conn = Connection(self.listener, peer, principal=None if self.listener.authenticates else "ANONYMOUS")
+        conn = Connection(self.listener, peer, principal=None if self.listener.authenticates else ANONYMOUS)
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(self._limits.max_in_flight)
         read_ahead = asyncio.create_task(self._read_frames(reader, conn, frames))
         try:

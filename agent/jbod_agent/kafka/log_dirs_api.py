@@ -11,7 +11,9 @@ Guarantees:
   jbodctl's move-replica (copy, report the new dir, switch once the controller confirms), with
   Kafka's codes: LOG_DIR_NOT_FOUND for a path that is not a log dir here, KAFKA_STORAGE_ERROR for
   an offline or full dir, REPLICA_NOT_AVAILABLE for a replica not hosted here; the principal
-  must be `admin` (CLUSTER_AUTHORIZATION_FAILED otherwise), and nothing moves then.
+  needs ALTER on the cluster (Kafka's ACL; CLUSTER_AUTHORIZATION_FAILED otherwise), and nothing
+  moves then. DescribeLogDirs needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED
+  and no dirs).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka.context import ADMIN, BrokerContext
+from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.placement import DirHealth
+from jbod_core.acls import AclOperation
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
@@ -110,6 +113,13 @@ def _dir_entry(ctx: BrokerContext, directory: Uuid, wanted: dict[str, set[int]] 
 async def describe_log_dirs(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     wanted = _wanted_topics(request)
     dirs = sorted(ctx.state.dirs, key=lambda d: str(ctx.state.dirs[d].path))
+    if not ctx.allows(conn, AclOperation.DESCRIBE):
+        return protocol.build(
+            protocol.response_type(request.header.api_key, request.header.api_version),
+            throttle_time=0,
+            error_code=KafkaError.cluster_authorization_failed,
+            results=[],
+        )
     return protocol.build(
         protocol.response_type(request.header.api_key, request.header.api_version),
         throttle_time=0,
@@ -135,13 +145,14 @@ def _move(ctx: BrokerContext, directory: Uuid | None, topic: str, partition: int
 async def alter_replica_log_dirs(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     by_path = {str(state.path): directory for directory, state in ctx.state.dirs.items()}
     results: dict[str, list[dict[str, Any]]] = {}
+    allowed = ctx.allows(conn, AclOperation.ALTER)
     for target in request.body.dirs:
         directory = by_path.get(str(target.path).rstrip("/") or "/")
         for topic in target.topics:
             for partition in topic.partitions:
                 code = (
                     _move(ctx, directory, topic.name, int(partition))
-                    if conn.principal == ADMIN
+                    if allowed
                     else KafkaError.cluster_authorization_failed
                 )
                 results.setdefault(topic.name, []).append({"partition_index": partition, "error_code": code})

@@ -11,6 +11,9 @@ Guarantees:
   not online), so a client sees which replicas a failed disk took away.
 * The controller id a client sees is this broker's (KRaft brokers name an alive broker: admin
   requests sent there are forwarded to the active controller).
+* Kafka's ACLs: a topic named (or asked by id) that the principal may not DESCRIBE is
+  TOPIC_AUTHORIZATION_FAILED (29) whether or not it exists; a request for every topic lists only
+  those it may DESCRIBE. DescribeCluster needs no ACL (as Kafka's).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import ZERO_UUID, BrokerContext, jbod_uuid, kafka_uuid
 from jbod_agent.kafka.listener import Connection
+from jbod_core.acls import AclOperation
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.image import TopicImage
 from jbod_kafka import protocol
@@ -69,13 +73,18 @@ def _unknown(name: str | None, topic_id: Any, code: KafkaError, *, version: int)
     return {"error_code": code, "name": shown, "topic_id": topic_id or ZERO_UUID, "partitions": []}
 
 
-def _requested_topics(ctx: BrokerContext, request: protocol.Request) -> list[dict[str, Any]]:
+def _requested_topics(
+    ctx: BrokerContext, conn: Connection, request: protocol.Request
+) -> list[dict[str, Any]]:
     image = ctx.state.image
     body = request.body
     wanted = body.topics
-    if wanted is None or (request.header.api_version == 0 and not wanted):
+    version = request.header.api_version
+    if wanted is None or (version == 0 and not wanted):
         return [
-            _topic(ctx, image.topics[t]) for t in sorted(image.topics, key=lambda t: image.topics[t].name)
+            _topic(ctx, image.topics[t])
+            for t in sorted(image.topics, key=lambda t: image.topics[t].name)
+            if ctx.allows_topic(conn, AclOperation.DESCRIBE, image.topics[t].name)
         ]
     out = []
     for item in wanted:
@@ -83,11 +92,15 @@ def _requested_topics(ctx: BrokerContext, request: protocol.Request) -> list[dic
         topic_id = getattr(item, "topic_id", None)
         if name is None and topic_id is not None and topic_id != ZERO_UUID:
             topic = image.topics.get(jbod_uuid(topic_id))
-            out.append(
-                _topic(ctx, topic)
-                if topic
-                else _unknown(None, topic_id, KafkaError.unknown_topic_id, version=request.header.api_version)
-            )
+            if topic is None:
+                out.append(_unknown(None, topic_id, KafkaError.unknown_topic_id, version=version))
+            elif not ctx.allows_topic(conn, AclOperation.DESCRIBE, topic.name):
+                out.append(_unknown(None, topic_id, KafkaError.topic_authorization_failed, version=version))
+            else:
+                out.append(_topic(ctx, topic))
+            continue
+        if name is not None and not ctx.allows_topic(conn, AclOperation.DESCRIBE, name):
+            out.append(_unknown(name, None, KafkaError.topic_authorization_failed, version=version))
             continue
         found = ctx.topic_id(name) if name is not None else None
         if found is None:
@@ -109,7 +122,7 @@ async def metadata(ctx: BrokerContext, conn: Connection, request: protocol.Reque
         brokers=brokers(ctx, conn),
         cluster_id=ctx.state.cluster_id,
         controller_id=ctx.node_id,
-        topics=_requested_topics(ctx, request),
+        topics=_requested_topics(ctx, conn, request),
         cluster_authorized_operations=-2147483648,
         error_code=KafkaError.none,
     )

@@ -14,6 +14,8 @@ Guarantees:
 * The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER,
   NOT_ENOUGH_REPLICAS (before the append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
   KAFKA_STORAGE_ERROR.
+* Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
+  its partitions, nothing appended (`BrokerContext.allows`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
+from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_kafka import protocol, record_batch
@@ -112,6 +115,13 @@ async def _produce_partition(
     }
 
 
+WRITE: Final = AclOperation.WRITE
+
+
+async def _denied(index: int) -> dict[str, Any]:
+    return _partition_error(index, KafkaError.topic_authorization_failed)
+
+
 async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     body = request.body
     acks = int(body.acks)
@@ -133,10 +143,16 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
             for _key, _name, parts in topics
         ]
     else:
+        # Kafka's WRITE on each topic named (an unknown id is UNKNOWN_TOPIC_ID below).
+        denied = {
+            name for _k, name, _p in topics if name is not None and not ctx.allows_topic(conn, WRITE, name)
+        }
         answers = iter(
             await asyncio.gather(
                 *(
-                    _produce_partition(
+                    _denied(index)
+                    if name in denied
+                    else _produce_partition(
                         ctx,
                         _Partition(name, index, records),
                         acks=acks,

@@ -3,7 +3,7 @@ forwarded to the active controller, ListPartitionReassignments is answered from 
 replica of the metadata log.
 
 Guarantees:
-* Both need the principal `admin` (Kafka's ALTER / DESCRIBE on the cluster): anyone else gets
+* Alter needs ALTER on the cluster, List DESCRIBE (Kafka's ACLs): anyone else gets
   CLUSTER_AUTHORIZATION_FAILED, at the top and for every partition, and nothing changes.
 * No controller answering is NOT_CONTROLLER at the top (retriable, as a controller failover is
   to Kafka's clients); a request the controller's schema refuses is INVALID_REQUEST.
@@ -23,11 +23,12 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.admin_api import kafka_response, until_image_shows
-from jbod_agent.kafka.context import ADMIN, BrokerContext
+from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
 from jbod_core import reassignment
+from jbod_core.acls import AclOperation
 from jbod_core.messages import AlterReassignmentsRequest, ReassignmentTarget
 from jbod_kafka import protocol
 
@@ -93,9 +94,11 @@ class ReassignApis:
                 responses=[{"name": name, "partitions": parts} for name, parts in by_topic.items()],
             )
 
-        if conn.principal != ADMIN:
+        if not ctx.allows(conn, AclOperation.ALTER):
             return answer(
-                KafkaError.cluster_authorization_failed, "Only the admin may reassign partitions", {}
+                KafkaError.cluster_authorization_failed,
+                "Reassigning partitions needs ALTER on the cluster",
+                {},
             )
         try:
             forwarded = AlterReassignmentsRequest(
@@ -122,11 +125,11 @@ class ReassignApis:
     async def list_partition_reassignments(
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
-        if conn.principal != ADMIN:
+        if not ctx.allows(conn, AclOperation.DESCRIBE):
             return kafka_response(
                 request,
                 error_code=KafkaError.cluster_authorization_failed,
-                error_message="Only the admin may list reassignments",
+                error_message="Listing reassignments needs DESCRIBE on the cluster",
                 topics=[],
             )
         topics = request.body.topics

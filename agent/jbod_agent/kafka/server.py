@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
 from jbod_agent.group_coordinator import CoordinatorSettings, GroupCoordinator
+from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
 from jbod_agent.kafka.auth import BrokerAuthenticator
@@ -78,7 +79,12 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
     group_apis = GroupApis(ctx, coordinator, forwarder)
-    handlers = {**admin.handlers(), **group_apis.handlers(), **ReassignApis(ctx, forwarder).handlers()}
+    handlers = {
+        **admin.handlers(),
+        **group_apis.handlers(),
+        **ReassignApis(ctx, forwarder).handlers(),
+        **AclApis(ctx, forwarder).handlers(),
+    }
     kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
     return BrokerApis(kafka, admin, coordinator)
 
