@@ -1,10 +1,10 @@
-"""The Kafka client user of a cluster: its SCRAM credential, registered with the controller.
+"""Kafka users at the controller: SCRAM credentials registered, ACLs set, users removed.
 
-Kafka clients log in to the brokers' SASL_PLAINTEXT listeners as `names.KAFKA_CLIENT_USER` with
-SCRAM-SHA-512; the password lives only in the Secret `<cluster>-kafka-client` (created once by
-the operator, `builders.kafka_client_secret`). The controller keeps salted keys, never the
-password, so the operator registers the credential itself (`POST /v1/scram-credentials`, the
-admin token).
+Kafka clients log in to the brokers' SASL listeners as `names.KAFKA_CLIENT_USER` (or a
+JbodUser) with SCRAM-SHA-512; the password lives only in the Secret `<cluster>-kafka-client`
+(created once by the operator, `builders.kafka_client_secret`) or the JbodUser's. The controller
+keeps salted keys, never the password, so the operator registers the credential itself
+(`POST /v1/scram-credentials`, the admin token).
 
 Guarantees:
 * `CredentialState.due` decides, without I/O, when to ask the controller: at once for a password
@@ -13,6 +13,9 @@ Guarantees:
 * `ensure` registers the credential when the controller lacks it or holds another password's,
   and reports whether the controller has it; it never raises (an unreachable controller is
   "not yet", retried on the next poll) and never logs the password.
+* `replace_acls` makes a user's ACLs exactly the wanted set (creating the missing first, then
+  deleting the rest) and `remove_user` deletes every ACL and the credential of a user; both
+  answer None when done or one line saying why not, and never raise.
 """
 
 from __future__ import annotations
@@ -138,20 +141,18 @@ def replace_acls(  # noqa: PLR0913  where the controller is (URL, token, address
     missing ones, then deletes the others. None when done, else why not (one line)."""
     try:
         with _client(controller_url, token, map_url, ca_file) as client:
-            # The ACL endpoints of the agreed interface (issue 25), called through the client's
-            # failover plumbing until `ControllerClient.create_acls`/`delete_acls` are in main.
-            reply = client._call("GET", "/v1/acls", params={"principal": users.principal(user)})
-            existing = [users.from_wire(acl) for acl in reply.get("acls") or []]
+            existing = [users.from_wire(acl) for acl in client.describe_acls(principal=users.principal(user))]
             create, delete = users.acl_changes(wanted, existing)
             if create:
-                created = client._call(
-                    "POST", "/v1/acls", body={"creations": [users.to_wire(b) for b in create]}
-                )
-                refused = [r for r in created.get("results") or [] if r.get("errorCode")]
+                results = client.create_acls([users.to_wire(b) for b in create])
+                refused = [r for r in results if r.get("errorCode")]
                 if refused:
                     return f"creating ACLs of {user} refused: {refused[0].get('errorMessage')}"
             if delete:
-                client._call("POST", "/v1/acls/delete", body={"filters": [users.to_wire(b) for b in delete]})
+                results = client.delete_acls([users.to_wire(b) for b in delete])
+                refused = [r for r in results if r.get("errorCode")]
+                if refused:
+                    return f"deleting ACLs of {user} refused: {refused[0].get('errorMessage')}"
     except ClientError as exc:
         return f"ACLs of {user} not set yet: {exc}"
     return None
@@ -163,7 +164,7 @@ def remove_user(
     """Delete the user's ACLs and SCRAM credential; None when done (or nothing was there)."""
     try:
         with _client(controller_url, token, map_url, ca_file) as client:
-            client._call("POST", "/v1/acls/delete", body={"filters": [{"principal": users.principal(user)}]})
+            client.delete_acls([users.every_acl_of(user)])
             reply = client.alter_scram_credentials(
                 AlterScramCredentialsRequest(
                     deletions=[ScramCredentialDeletion(name=user, mechanism=SCRAM_SHA_512)]

@@ -164,6 +164,20 @@ def from_wire(acl: dict[str, Any]) -> Binding:
     return (values[0], values[1], values[2], values[3], values[4], values[5], values[6])
 
 
+def every_acl_of(user: str) -> dict[str, str | None]:
+    """A delete filter matching every ACL of the user (Kafka's AclBindingFilter: ANY for the
+    enums, null for the names, which would otherwise be taken literally)."""
+    return {
+        "resourceType": "ANY",
+        "resourceName": None,
+        "patternType": "ANY",
+        "principal": principal(user),
+        "host": None,
+        "operation": "ANY",
+        "permissionType": "ANY",
+    }
+
+
 def acl_changes(
     wanted: Iterable[Binding], existing: Iterable[Binding]
 ) -> tuple[list[Binding], list[Binding]]:
