@@ -17,6 +17,8 @@ against the HTTP clients, produce and fetch, at three batch sizes. `kafka_peer` 
 4.3 (1 controller + 3 brokers, Java) and our cluster in turn, driven by Kafka's perf tools, and
 an idle cluster of 10,000 replicas of each. `reassign_throttle` runs 4 agents and Kafka's
 `kafka-reassign-partitions.sh` (Java): produce latency with and without a throttled reassignment.
+`tls_throughput` runs 3 agents with SASL_SSL and https replication, then with SASL_PLAINTEXT:
+throughput and broker CPU per MB side by side (issue 25).
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -46,6 +48,7 @@ BENCHMARKS = (
     "kafka_vs_http",
     "kafka_peer",
     "reassign_throttle",
+    "tls_throughput",
     "pipeline_scale",
 )
 

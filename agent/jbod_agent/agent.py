@@ -90,7 +90,10 @@ class Agent:
         self.token = token
         self.link: ControllerCalls = link or LinkedController(
             ControllerLink(
-                config.controller_urls, token=token, failover_timeout=config.session_timeout_ms / 1000
+                config.controller_urls,
+                token=token,
+                failover_timeout=config.session_timeout_ms / 1000,
+                tls=config.client_tls(),
             )
         )
         self.wakeup = asyncio.Event()

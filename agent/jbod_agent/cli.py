@@ -2,7 +2,8 @@
 
 Guarantees: a bad flag, a config error (naming the key), storage that must not start (duplicate
 ids, unreadable metadata dir, unformatted dir, ...) or a port in use print one line
-`jbod-agent: error: ...` and exit non-zero; no traceback. The exit code tells why a running
+`jbod-agent: error: ...` and exit non-zero; no traceback; so does a TLS keystore or truststore
+that does not load (naming the file). With TLS listeners only, no plaintext port is opened. The exit code tells why a running
 agent stopped (0: asked by the controller or a signal; 3: an offline dir could not be reported
 in time while leading replicas in it; 4: storage lost; 5: registration refused).
 """
@@ -23,7 +24,7 @@ from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_over
 from jbod_agent.http_api import AgentApi
 from jbod_agent.kafka import server as kafka_server
 from jbod_client.controller import ClientError, read_token
-from jbod_runtime import console
+from jbod_runtime import console, tls
 from jbod_runtime.event_loop import run_event_loop
 
 PROG = "jbod-agent"
@@ -74,11 +75,19 @@ async def serve(config: BrokerConfig) -> int:
     if config.admin_token_file is not None:
         admin_token = _read_token(config.admin_token_file, "admin.token.file")
         tokens.append(admin_token)
+    server_tls = _server_tls(config)
     agent = Agent(config, loaded, token=cluster_token)
     api = AgentApi(agent, tuple(tokens))
     runner = api.runner(shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host=config.listener.host, port=config.listener.port, reuse_address=True)
+    https = server_tls if config.listener.scheme == "https" else None
+    site = web.TCPSite(
+        runner,
+        host=config.listener.host,
+        port=config.listener.port,
+        reuse_address=True,
+        ssl_context=https.context if https is not None else None,
+    )
     try:
         await site.start()
     except OSError as exc:
@@ -87,9 +96,9 @@ async def serve(config: BrokerConfig) -> int:
     sockets = getattr(site._server, "sockets", None) or []
     port = sockets[0].getsockname()[1] if sockets else config.listener.port
     agent.state.listener_port = port
-    print(f"Listening on http://{config.listener.host}:{port}", flush=True)
+    print(f"Listening on {config.listener.scheme}://{config.listener.host}:{port}", flush=True)
     try:
-        kafka_servers = await kafka_server.start_listeners(agent, admin_password=admin_token)
+        kafka_servers = await kafka_server.start_listeners(agent, admin_password=admin_token, tls=server_tls)
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(exc.strerror or str(exc)) from exc
@@ -103,6 +112,16 @@ async def serve(config: BrokerConfig) -> int:
     finally:
         await kafka_servers.close()
         await runner.cleanup()
+
+
+def _server_tls(config: BrokerConfig) -> tls.ServerTls | None:
+    """The TLS of the broker's TLS listeners (one, shared: the same files), if it has any."""
+    if config.listener.scheme != "https" and not any(k.tls for k in config.kafka_listeners):
+        return None
+    try:
+        return tls.ServerTls(config.tls_files)
+    except tls.TlsConfigError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def _main(argv: list[str] | None) -> int:
@@ -127,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     return console.run_main(
         lambda: _main(argv),
         prog=PROG,
-        describe=console.user_errors(ConfigError, storage.StorageError, StartupError),
+        describe=console.user_errors(ConfigError, storage.StorageError, StartupError, tls.TlsConfigError),
     )
 
 

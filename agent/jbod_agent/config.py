@@ -7,6 +7,11 @@ Guarantees:
   that inline comments are not allowed (Java properties: `#` starts a comment only at the
   beginning of a line).
 * Every numeric setting has a documented range (`docs/decisions.md`), checked here.
+* TLS (issue 25): `https://`, `SSL://` and `SASL_SSL://` listeners need `ssl.keystore.location`
+  (PEM only: another `ssl.keystore.type` or `ssl.truststore.type` is an error naming the key);
+  `ssl.client.auth` other than none needs `ssl.truststore.location`; `ssl.enabled.protocols`
+  below TLSv1.2 and `ssl.principal.mapping.rules` that do not parse are errors. Without an
+  `http(s)://` entry in `listeners`, the HTTP API is https when a Kafka listener is TLS.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from urllib.parse import urlsplit
 from jbod_client.controller import parse_controller_urls
 from jbod_core import acls, topic_configs
 from jbod_core.meta_properties import parse_properties
+from jbod_runtime import tls
 
 
 class ConfigError(ValueError):
@@ -39,7 +45,9 @@ class HttpListener:
 
 
 #: The security protocols a Kafka listener may name (`NAME://HOST:PORT`, Kafka's syntax).
-KAFKA_PROTOCOLS: Final = ("SASL_PLAINTEXT", "PLAINTEXT")
+KAFKA_PROTOCOLS: Final = ("SASL_PLAINTEXT", "PLAINTEXT", "SASL_SSL", "SSL")
+#: The schemes of the HTTP API's listener.
+HTTP_SCHEMES: Final = ("http", "https")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,10 @@ class KafkaListener:
     @property
     def authenticates(self) -> bool:
         return self.name.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.name in ("SSL", "SASL_SSL")
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -125,6 +137,33 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # TLS (issue 25; Kafka's keys, PEM only).
+    ssl_keystore_location: Path | None = None
+    ssl_truststore_location: Path | None = None
+    ssl_client_auth: str = "none"
+    ssl_enabled_protocols: tuple[str, ...] = tls.DEFAULT_PROTOCOLS
+    ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
+        tls.DEFAULT_PRINCIPAL_RULES
+    )
+
+    @property
+    def tls_files(self) -> tls.TlsFiles:
+        """The TLS files and modes of the broker's listeners and outbound links."""
+        return tls.TlsFiles(
+            keystore=self.ssl_keystore_location,
+            truststore=self.ssl_truststore_location,
+            client_auth=self.ssl_client_auth,
+            protocols=self.ssl_enabled_protocols,
+        )
+
+    def client_tls(self) -> tls.ClientTls:
+        """A client TLS context for the broker's outbound https calls (controller, peers): the
+        truststore (else the system's CAs), and the keystore as client certificate."""
+        return tls.ClientTls(
+            self.ssl_truststore_location,
+            keystore=self.ssl_keystore_location,
+            protocols=self.ssl_enabled_protocols,
+        )
 
     @property
     def controller_urls(self) -> list[str]:
@@ -211,19 +250,36 @@ def _listeners(key: str, value: str) -> Listeners:
             raise ConfigError(f"{key}: '{entry}' has an invalid port") from None
         if not sep or not parts.hostname or port is None or parts.path:
             raise ConfigError(f"{key}: expected NAME://HOST:PORT, got '{entry}'")
-        if scheme == "http":
+        if scheme in HTTP_SCHEMES:
             if http is not None:
-                raise ConfigError(f"{key}: more than one http:// listener in '{value}'")
-            http = HttpListener(scheme="http", host=parts.hostname, port=port)
+                raise ConfigError(f"{key}: more than one http(s):// listener in '{value}'")
+            http = HttpListener(scheme=scheme, host=parts.hostname, port=port)
         elif scheme in KAFKA_PROTOCOLS:
             if any(k.name == scheme for k in kafka):
                 raise ConfigError(f"{key}: more than one {scheme} listener in '{value}'")
             kafka.append(KafkaListener(scheme, parts.hostname, port))
         else:
             raise ConfigError(
-                f"{key}: unknown listener name '{scheme}' in '{entry}' (http or one of {', '.join(KAFKA_PROTOCOLS)})"
+                f"{key}: unknown listener name '{scheme}' in '{entry}' "
+                f"(http, https or one of {', '.join(KAFKA_PROTOCOLS)})"
             )
     return Listeners(http, tuple(kafka))
+
+
+def _pem(key: str, value: str) -> str:
+    if value.strip().upper() != "PEM":
+        raise ConfigError(f"{key}: '{value}' is not supported: only PEM is")
+    return "PEM"
+
+
+def _tls(parse: Callable[[str], Any]) -> Callable[[str, str], Any]:
+    def parse_key(key: str, value: str) -> Any:
+        try:
+            return parse(value)
+        except tls.TlsConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
+    return parse_key
 
 
 def _bool(key: str, value: str) -> bool:
@@ -306,6 +362,13 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0, _MAX_MS)),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(1, _MAX_MS)),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1, _MAX_MS)),
+    "ssl.keystore.type": ("", _pem),
+    "ssl.truststore.type": ("", _pem),
+    "ssl.keystore.location": ("ssl_keystore_location", _path),
+    "ssl.truststore.location": ("ssl_truststore_location", _path),
+    "ssl.client.auth": ("ssl_client_auth", _tls(tls.parse_client_auth)),
+    "ssl.enabled.protocols": ("ssl_enabled_protocols", _tls(tls.parse_protocols)),
+    "ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", _tls(tls.parse_principal_rules)),
 }
 # The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
 # ranges of the one topic-config table, so a default is always a value a topic could set.
@@ -344,7 +407,9 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
     fields = {}
     for key, value in values.items():
         try:
-            fields[_KEYS[key][0]] = _KEYS[key][1](key, value)
+            parsed = _KEYS[key][1](key, value)
+            if _KEYS[key][0]:  # a key with no field is only checked (ssl.keystore.type=PEM)
+                fields[_KEYS[key][0]] = parsed
         except ConfigError as exc:
             if "#" in value:
                 raise ConfigError(f"{exc} ({INLINE_COMMENT_NOTE})") from None
@@ -369,17 +434,30 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
         raise ConfigError(f"cordoned.log.dirs: {strays[0]} is not one of log.dirs")
     if config.format_on_start and config.cluster_id is None:
         raise ConfigError("cluster.id: required when log.dirs.format.on.start is true")
+    _check_tls(config)
     return config
+
+
+def _check_tls(config: BrokerConfig) -> None:
+    tls_listeners = [str(k) for k in config.kafka_listeners if k.tls]
+    if config.listener.scheme == "https":
+        tls_listeners.insert(0, config.listener.url)
+    if tls_listeners and config.ssl_keystore_location is None:
+        raise ConfigError(f"ssl.keystore.location: required by the TLS listener {tls_listeners[0]}")
+    if config.ssl_client_auth != "none" and config.ssl_truststore_location is None:
+        raise ConfigError(f"ssl.truststore.location: required by ssl.client.auth={config.ssl_client_auth}")
 
 
 def _split_listeners(fields: dict[str, Any]) -> None:
     """`listeners` and `advertised.listeners` into the HTTP API's listener and the Kafka ones.
     Without an http:// entry the HTTP API listens on the first Kafka listener's host, on a port
-    of its own choosing (advertised with the first advertised Kafka listener's host)."""
+    of its own choosing (advertised with the first advertised Kafka listener's host): https when
+    one of the Kafka listeners is TLS, http otherwise."""
     listeners: Listeners = fields.pop("listener")
+    scheme = "https" if any(k.tls for k in listeners.kafka) else "http"
     if listeners.http is None:
         first = listeners.kafka[0]
-        fields["listener"] = HttpListener(scheme="http", host=first.host, port=0)
+        fields["listener"] = HttpListener(scheme=scheme, host=first.host, port=0)
     else:
         fields["listener"] = listeners.http
     fields["kafka_listeners"] = listeners.kafka
@@ -392,9 +470,16 @@ def _split_listeners(fields: dict[str, Any]) -> None:
     if advertised.http is None and listeners.http is not None and advertised.kafka:
         raise ConfigError("advertised.listeners: the http:// listener of listeners is not advertised")
     if advertised.http is not None:
+        if advertised.http.scheme != fields["listener"].scheme:
+            raise ConfigError(
+                f"advertised.listeners: {advertised.http.url} is not the {fields['listener'].scheme}:// "
+                "listener of listeners"
+            )
         fields["advertised_listener"] = advertised.http
     elif advertised.kafka:
-        fields["advertised_listener"] = HttpListener(scheme="http", host=advertised.kafka[0].host, port=0)
+        fields["advertised_listener"] = HttpListener(
+            scheme=fields["listener"].scheme, host=advertised.kafka[0].host, port=0
+        )
     fields["advertised_kafka_listeners"] = advertised.kafka
 
 

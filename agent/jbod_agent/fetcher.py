@@ -48,6 +48,7 @@ from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
+from jbod_runtime.tls import ClientTls
 
 log = logging.getLogger("jbod_agent.fetcher")
 
@@ -108,6 +109,7 @@ class Fetchers:
         self.token = token
         self.loops: dict[int, asyncio.Task[None]] = {}
         self.state: dict[int, _LeaderLoop] = {}
+        self._tls: ClientTls | None = None  # for https leaders: the broker's truststore and keystore
         self._topic_ids: dict[str, Uuid] = {}
         manager.on_follow_change.append(self.replan)
         manager.on_partition_change.append(self.touch)
@@ -143,7 +145,14 @@ class Fetchers:
         if reg is None or not reg.listeners:
             return None
         listener = reg.listeners[0]
-        return f"http://{listener.host}:{listener.port}"
+        scheme = "https" if listener.name == "https" else "http"
+        return f"{scheme}://{listener.host}:{listener.port}"
+
+    def _client_tls(self) -> ClientTls:
+        """The TLS of the fetch loops (made once; refreshed before each request)."""
+        if self._tls is None:
+            self._tls = self.broker.config.client_tls()
+        return self._tls
 
     def _position(
         self, hosted: HostedPartition | None, leader: int, now: float
@@ -196,7 +205,7 @@ class Fetchers:
         async with aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
             timeout=aiohttp.ClientTimeout(total=config.replica_fetch_wait_max_ms / 1000 + 10),
-            connector=aiohttp.TCPConnector(limit=4),
+            connector=aiohttp.TCPConnector(limit=4, ssl=self._client_tls().context),
         ) as http:
             while not broker.stopping.is_set():
                 url = self._leader_url(leader)
@@ -231,6 +240,7 @@ class Fetchers:
                 if plan.forgotten:
                     body["forgotten"] = [{"topicId": str(k[0]), "partition": k[1]} for k in plan.forgotten]
                 try:
+                    self._client_tls().refresh()
                     async with http.post(f"{url}/v1/replica/fetch", data=orjson.dumps(body)) as response:
                         content = await response.read()
                         if response.status != 200:

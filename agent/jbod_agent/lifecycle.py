@@ -70,7 +70,7 @@ class LifecycleCalls:
         config, state = self.state.config, self.state
         advertised_http = config.advertised_listener
         http = ListenerModel(
-            name="http",
+            name=config.listener.scheme,  # http or https: the scheme peers and tools dial
             host=(advertised_http or config.listener).host,
             port=advertised_http.port if advertised_http and advertised_http.port else state.listener_port,
         )

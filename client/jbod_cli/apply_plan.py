@@ -283,6 +283,7 @@ async def apply_plan(  # noqa: PLR0913  the library form of `jbodctl apply-plan`
     poll_interval: float = 1.0,
     timeout: float = 3600.0,
     report: Callable[[MoveOutcome], None] = lambda outcome: None,
+    ca_file: Path | None = None,
 ) -> list[MoveOutcome]:
     """Run `moves` (brokers in parallel, each with at most `max_in_flight` moves at once)."""
     outcomes = [MoveOutcome(m) for m in moves]
@@ -295,7 +296,7 @@ async def apply_plan(  # noqa: PLR0913  the library form of `jbodctl apply-plan`
         poll_interval=poll_interval,
         deadline=time.monotonic() + timeout,
     )
-    async with ClusterMetadata(controller_url, token=token) as metadata:
+    async with ClusterMetadata(controller_url, token=token, ca_file=ca_file) as metadata:
         runners = []
         for broker_id, group in sorted(by_broker.items()):
             try:
@@ -319,6 +320,7 @@ async def apply_reassignments(  # noqa: PLR0913  the library form of the cross-b
     poll_interval: float = 1.0,
     timeout: float = 3600.0,
     report: Callable[[ReassignOutcome], None] = lambda outcome: None,
+    ca_file: Path | None = None,
 ) -> list[ReassignOutcome]:
     """Carry out the plan's reassignments (`jbod_cli.plan_reassignments`), before its moves."""
     outcomes = [ReassignOutcome(r) for r in reassignments]
@@ -326,7 +328,9 @@ async def apply_reassignments(  # noqa: PLR0913  the library form of the cross-b
         pacing = plan_reassignments.Pacing(
             rate=max_bytes_per_second, poll_interval=poll_interval, deadline=time.monotonic() + timeout
         )
-        runner = plan_reassignments.Runner(controller_url, token, outcomes, pacing=pacing, report=report)
+        runner = plan_reassignments.Runner(
+            controller_url, token, outcomes, pacing=pacing, report=report, ca_file=ca_file
+        )
         await runner.run()
     return outcomes
 
@@ -400,6 +404,7 @@ def register(group: click.Group) -> None:
                 poll_interval=poll_interval,
                 timeout=timeout,
                 report=report_reassignment,
+                ca_file=settings.ca_file,
             )
         )
         outcomes = commands.run(
@@ -412,6 +417,7 @@ def register(group: click.Group) -> None:
                 poll_interval=poll_interval,
                 timeout=max(0.1, timeout - (time.monotonic() - started)),
                 report=report,
+                ca_file=settings.ca_file,
             )
         )
         if not table:

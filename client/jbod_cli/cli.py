@@ -107,6 +107,14 @@ def _parse_assignment(text: str) -> list[list[int]]:
     help="file holding the bearer token (or JBOD_TOKEN_FILE)",
 )
 @click.option(
+    "--ca-file",
+    envvar="JBOD_CA_FILE",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="PEM bundle of the CAs that signed https controllers' and brokers' certificates "
+    "(or JBOD_CA_FILE); default: the system's CAs",
+)
+@click.option(
     "--output", "-o", type=commands.OUTPUTS, default="table", show_default=True, help="table or json"
 )
 @click.pass_context
@@ -117,6 +125,7 @@ def app(  # noqa: PLR0913  click group: one parameter per option
     bootstrap_server: tuple[str, ...],
     command_config: Path | None,
     token_file: Path | None,
+    ca_file: Path | None,
     output: str,
 ) -> None:
     """Administer a JBOD cluster: topics, brokers, log dirs, metadata; produce and consume; run it locally."""
@@ -138,6 +147,7 @@ def app(  # noqa: PLR0913  click group: one parameter per option
         bootstrap=brokers,
         bootstrap_servers=bootstrap_server,
         command_config=command_config,
+        ca_file=ca_file,
     )
 
 

@@ -54,6 +54,7 @@ class Settings:
     bootstrap: tuple[str, ...] = ()  # broker URLs the data-plane commands ask for metadata first
     bootstrap_servers: tuple[str, ...] = ()  # Kafka listeners (host:port) of Kafka clients
     command_config: Path | None = None  # Kafka client properties: who Kafka clients log in as
+    ca_file: Path | None = None  # PEM CA bundle of https controllers and brokers
 
     def token(self) -> str:
         if self.token_file is None:
@@ -61,16 +62,19 @@ class Settings:
         return read_token(self.token_file)
 
     def client(self) -> ControllerClient:
-        return ControllerClient(self.controller, token=self.token())
+        return ControllerClient(self.controller, token=self.token(), ca_file=self.ca_file)
 
     def metadata(self) -> ClusterMetadata:
         """The cluster metadata over HTTP: the `--bootstrap` brokers first, then the controller."""
-        return ClusterMetadata(self.controller, token=self.token(), bootstrap=self.bootstrap)
+        return ClusterMetadata(
+            self.controller, token=self.token(), bootstrap=self.bootstrap, ca_file=self.ca_file
+        )
 
     def kafka_security(self) -> KafkaSecurity:
-        """Who Kafka clients log in as: the `--command-config` file's user, else `admin`."""
+        """Who Kafka clients log in as: the `--command-config` file's user, else `admin` (over
+        SASL_SSL verified with `--ca-file` when one is given)."""
         if self.command_config is None:
-            return KafkaSecurity.admin(self.token())
+            return KafkaSecurity.admin(self.token(), truststore=self.ca_file)
         path = self.command_config
         try:
             text = path.read_text(encoding="utf-8")

@@ -354,6 +354,12 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None
 )
 @click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="seconds")
 @click.option(
+    "--tls",
+    is_flag=True,
+    help="TLS on every connection: a CA and certificates in DIR/tls, https controllers and broker "
+    "APIs, SASL_SSL Kafka listeners, no plaintext port (a new cluster only)",
+)
+@click.option(
     etcd_binary.RISK_FLAG,
     "accept_etcd_data_loss_risk",
     is_flag=True,
@@ -370,6 +376,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
     loop: bool,
     disk_size_mib: int,
     timeout: float,
+    tls: bool,
     accept_etcd_data_loss_risk: bool,
 ) -> None:
     """Start a local controller and brokers (created the first time) and wait until all are unfenced.
@@ -390,6 +397,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
         accept_etcd_data_loss_risk=accept_etcd_data_loss_risk,
         report=tables.bullets(console),
         warn=_warn,
+        tls=tls,
     )
     for note in result.notes:
         console.print(f"[yellow]![/] {note}", highlight=False)
@@ -649,6 +657,8 @@ def env_command(root: Path) -> None:
     click.echo(f"export JBOD_BOOTSTRAP={shlex.quote(','.join(b.url for b in layout.brokers))}")
     click.echo(f"export JBOD_TOKEN_FILE={shlex.quote(str(layout.admin_token_file.resolve()))}")
     click.echo(f"export JBOD_TELEMETRY_DIR={shlex.quote(str(layout.telemetry_dir.resolve()))}")
+    if layout.ca_file is not None:
+        click.echo(f"export JBOD_CA_FILE={shlex.quote(str(layout.ca_file.resolve()))}")
 
 
 @click.command("client-properties")
@@ -659,9 +669,36 @@ def client_properties_command(root: Path) -> None:
     Usable as --command-config of Kafka's tools (kafka-topics.sh, kafka-configs.sh, ...), and
     readable into librdkafka's configuration (security.protocol, sasl.mechanism, and the user and
     password of sasl.jaas.config as sasl.username / sasl.password). The password is the admin
-    token: keep the output as private as the token file."""
+    token: keep the output as private as the token file. A `--tls` cluster's: SASL_SSL with the
+    cluster's CA bundle as PEM truststore."""
     layout = read_layout(root)
-    click.echo(kafka_clients.client_properties(layout.admin_token()), nl=False)
+    click.echo(
+        kafka_clients.client_properties(
+            layout.admin_token(), truststore=layout.ca_file.resolve() if layout.ca_file else None
+        ),
+        nl=False,
+    )
+
+
+@click.command("rotate-certs")
+@dir_option
+@click.option("--ca", "new_ca", is_flag=True, help="also renew the CA (the old one stays trusted)")
+@click.option("--drop-old-ca", is_flag=True, help="only trust the current CA (after clients have it)")
+def rotate_certs_command(root: Path, new_ca: bool, drop_old_ca: bool) -> None:
+    """Renew the certificates of a `--tls` cluster while it runs; no process restarts.
+
+    Every process's keystore is re-issued (new keys and serials) and used for new connections
+    within a second. With --ca a new CA signs them: it is first added to DIR/tls/ca.pem beside
+    the old one (processes and clients that re-read the file trust both), then the certificates
+    it signs are written. --drop-old-ca, later, leaves only the current CA in the bundle."""
+    if new_ca and drop_old_ca:
+        raise click.UsageError("--ca and --drop-old-ca go in separate steps: renew, then drop later")
+    renewed = supervisor.rotate_certificates(root, new_ca=new_ca, drop_old_ca=drop_old_ca)
+    if drop_old_ca:
+        click.echo(f"{renewed} now trusts the current CA only")
+    else:
+        what = "a new CA and new certificates" if new_ca else "new certificates"
+        click.echo(f"Issued {what} for {renewed}; new connections present them")
 
 
 COMMANDS = (
@@ -670,6 +707,7 @@ COMMANDS = (
     status_command,
     env_command,
     client_properties_command,
+    rotate_certs_command,
     kill_controller_command,
     kill_etcd_command,
     fail_disk_command,

@@ -26,6 +26,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from jbod_client.controller import ClientError, ControllerLink
@@ -152,7 +153,7 @@ class Pacing:
 class Runner:
     """One apply-plan run of the reassignments (the module's guarantees)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the controller, token and outcomes, then keyword-only settings
         self,
         controller_url: str,
         token: str,
@@ -160,7 +161,9 @@ class Runner:
         *,
         pacing: Pacing,
         report: Callable[[ReassignOutcome], None],
+        ca_file: Path | None = None,
     ) -> None:
+        self.ca_file = ca_file  # verifies https controllers and brokers
         self.controller_url = controller_url
         self.token = token
         self.outcomes = outcomes
@@ -174,9 +177,11 @@ class Runner:
         self.report(outcome)
 
     async def run(self) -> None:
-        link = ControllerLink(self.controller_url, token=self.token)
+        link = ControllerLink(self.controller_url, token=self.token, ca_file=self.ca_file)
         try:
-            async with ClusterMetadata(self.controller_url, token=self.token) as metadata:
+            async with ClusterMetadata(
+                self.controller_url, token=self.token, ca_file=self.ca_file
+            ) as metadata:
                 todo = await self._still_to_do(metadata)
                 if not todo:
                     return

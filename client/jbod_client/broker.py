@@ -19,12 +19,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from jbod_client.controller import ApiError, ClientError
+from jbod_client.controller import ApiError, ClientError, https_verify
 from jbod_core.errors import ErrorCode
 
 #: Extra seconds the HTTP client waits beyond the time the broker may legitimately hold a request.
@@ -88,7 +89,7 @@ def decode_base64(text: str | None, *, what: str) -> bytes | None:
 class BrokerClient:
     """Calls to one broker; every method is a single request (no retries here — callers decide)."""
 
-    def __init__(self, url: str, *, token: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, token: str, timeout: float = 30.0, ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._http = httpx.AsyncClient(
@@ -96,6 +97,7 @@ class BrokerClient:
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             trust_env=False,
+            verify=https_verify(ca_file),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=512),
         )
 

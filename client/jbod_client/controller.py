@@ -43,11 +43,16 @@ Guarantees:
   gets a fresh block (the lost one is never handed out again). Only 41 replies and transport
   failures are retried; the controller changed nothing when it answered 41.
 * `GET /v1/metadata` long polls keep their longer read timeout on every attempt.
+* https (issue 25): `ca_file` is the PEM CA bundle https controllers are verified against, with
+  their host name (None: the system's CAs); a `ClientTls` given as `tls` instead (the agent's:
+  its truststore, and its keystore as client certificate) is refreshed before each request, so a
+  renewed truststore is used for new connections without a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +97,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
+from jbod_runtime.tls import ClientTls, client_context
 
 DEFAULT_URL = "http://127.0.0.1:9093"
 DEFAULT_FAILOVER_TIMEOUT: Final = 15.0
@@ -254,6 +260,29 @@ class Failover:
         return ", ".join(dict.fromkeys(self._tried))
 
 
+def client_tls(ca_file: Path | None, tls: ClientTls | None) -> ClientTls | None:
+    """The TLS of a link: `tls` as given, else one verifying against `ca_file`, else None (the
+    system's CAs)."""
+    if tls is not None:
+        return tls
+    if ca_file is None:
+        return None
+    try:
+        return ClientTls(ca_file)
+    except ValueError as exc:  # TlsConfigError: the file names itself
+        raise ClientError(str(exc)) from None
+
+
+def https_verify(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """httpx's `verify` for https servers signed by `ca_file` (True: the system's CAs)."""
+    if ca_file is None:
+        return True
+    try:
+        return client_context(ca_file)
+    except ValueError as exc:  # TlsConfigError: the file names itself
+        raise ClientError(str(exc)) from None
+
+
 def _same_url(url: str) -> str:
     return url
 
@@ -286,7 +315,7 @@ class ControllerClient(_ControllerList):
     """Blocking link to the controller(s): `url` is one URL, a comma-separated list, or a sequence
     of URLs; calls follow the active controller (module docstring)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the URLs, then keyword-only settings
         self,
         url: str | Sequence[str] = DEFAULT_URL,
         *,
@@ -294,11 +323,17 @@ class ControllerClient(_ControllerList):
         timeout: float = 30.0,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
         map_url: Callable[[str], str] | None = None,
+        ca_file: Path | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self._endpoints = ControllerEndpoints(url, map_url=map_url)
         self._failover_timeout = failover_timeout
+        self._tls = client_tls(ca_file, tls)
         self._http = httpx.Client(
-            headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            trust_env=False,
+            verify=self._tls.context if self._tls is not None else True,
         )
 
     def close(self) -> None:
@@ -326,6 +361,8 @@ class ControllerClient(_ControllerList):
             method, path, timeout=self._failover_timeout, now=time.monotonic()
         )
         while True:
+            if self._tls is not None:
+                self._tls.refresh()
             try:
                 response = self._http.request(
                     method,
@@ -582,7 +619,7 @@ class ControllerLink(_ControllerList):
     one by the caller: the hot path of a restart stays free of model validation).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the URLs, then keyword-only settings
         self,
         urls: str | Sequence[str],
         *,
@@ -590,16 +627,20 @@ class ControllerLink(_ControllerList):
         timeout: float = 10.0,
         read_timeout: float = 40.0,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+        ca_file: Path | None = None,
+        tls: ClientTls | None = None,
     ):
         try:
             self._endpoints = ControllerEndpoints(urls)
         except ValueError:
             raise ValueError("a controller link needs at least one controller URL") from None
         self._failover_timeout = failover_timeout
+        self._tls = client_tls(ca_file, tls)
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             timeout=httpx.Timeout(timeout, read=read_timeout),
             trust_env=False,
+            verify=self._tls.context if self._tls is not None else True,
         )
 
     async def aclose(self) -> None:
@@ -612,6 +653,8 @@ class ControllerLink(_ControllerList):
             method, path, timeout=self._failover_timeout, now=time.monotonic()
         )
         while True:
+            if self._tls is not None:
+                self._tls.refresh()
             try:
                 response = await self._http.request(
                     method, failover.url + path, content=content, params=params

@@ -169,10 +169,17 @@ class KafkaConnection:
         """Connect, learn the versions and log in; the nonce is SCRAM's (a fresh one if None)."""
         host, _sep, port = address.rpartition(":")
         try:
+            context = security.ssl_context()
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), timeout
+                asyncio.open_connection(
+                    host.strip("[]"),
+                    int(port),
+                    ssl=context,
+                    server_hostname=host.strip("[]") if context is not None else None,
+                ),
+                timeout,
             )
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError (a refused certificate) is an OSError
             raise KafkaUnreachableError(
                 f"cannot reach the Kafka listener at {address}: {_reason(exc)}", address=address
             ) from exc

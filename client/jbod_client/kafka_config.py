@@ -10,8 +10,12 @@ Guarantees:
   `sasl.mechanism` (Kafka's default GSSAPI, which is refused: the brokers serve SCRAM-SHA-512,
   SCRAM-SHA-256 and PLAIN) and the user and password of `sasl.jaas.config` (or librdkafka's
   `sasl.username` / `sasl.password`, as kcat's `-F` files have them); anything it cannot honour
-  (TLS, an unknown mechanism, SASL without a user) is a `KafkaConfigError` of one line naming the
-  key, never a client that would fail later.
+  (an unknown mechanism, SASL without a user, a truststore or keystore that is not PEM) is a
+  `KafkaConfigError` of one line naming the key, never a client that would fail later.
+* TLS (issue 25): `SSL` and `SASL_SSL` take `ssl.truststore.location` (PEM, `ssl.truststore.type`
+  PEM; librdkafka's `ssl.ca.location` too) and optionally `ssl.keystore.location` (one PEM file:
+  key and chain; librdkafka's `ssl.key.location` + `ssl.certificate.location` naming one file
+  too). `librdkafka_config`, `java_config` and `ssl_context` present the same files.
 * `KafkaSecurity.java_config()` is the same as the Java client's settings (`security.protocol`,
   `sasl.mechanism`, and a `sasl.jaas.config` of Kafka's own login module for the mechanism, the
   user and password quoted for JAAS); `security_from_properties` reads it back to the same user
@@ -25,15 +29,21 @@ Guarantees:
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from jbod_client.controller import ClientError
+from jbod_runtime import tls
 
 ADMIN: Final = "admin"
 SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
 PLAINTEXT: Final = "PLAINTEXT"
+SASL_SSL: Final = "SASL_SSL"
+SSL: Final = "SSL"
+PROTOCOLS: Final = (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL)
 MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 ADMIN_MECHANISM: Final = "SCRAM-SHA-512"
 #: The JAAS login module of Kafka's Java client for each mechanism.
@@ -42,8 +52,6 @@ LOGIN_MODULES: Final = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
 }
-#: The protocols Kafka's clients name that these brokers do not serve (no TLS listener).
-_TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
 
 
 class KafkaConfigError(ClientError):
@@ -55,22 +63,44 @@ class KafkaSecurity:
     """What a Kafka client presents to a listener: its security protocol and, over SASL, the
     mechanism, user and password."""
 
-    protocol: str  # PLAINTEXT or SASL_PLAINTEXT: also the name of the listener it connects to
-    mechanism: str | None = None  # one of MECHANISMS over SASL_PLAINTEXT
+    protocol: str  # one of PROTOCOLS: also the name of the listener it connects to
+    mechanism: str | None = None  # one of MECHANISMS over SASL_PLAINTEXT and SASL_SSL
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    truststore: Path | None = None  # TLS: PEM bundle of the CAs (None: the system's)
+    keystore: Path | None = None  # TLS: PEM key and chain presented as client certificate
 
     @classmethod
-    def admin(cls, token: str) -> KafkaSecurity:
+    def admin(cls, token: str, *, truststore: Path | None = None) -> KafkaSecurity:
+        """The admin principal: SASL_PLAINTEXT, or SASL_SSL verified with `truststore`."""
+        if truststore is not None:
+            return cls(SASL_SSL, ADMIN_MECHANISM, ADMIN, token, truststore=truststore)
         return cls(SASL_PLAINTEXT, ADMIN_MECHANISM, ADMIN, token)
 
     @property
     def sasl(self) -> bool:
-        return self.protocol == SASL_PLAINTEXT
+        return self.protocol in (SASL_PLAINTEXT, SASL_SSL)
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in (SSL, SASL_SSL)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context of this security (None without TLS); hostname verified."""
+        if not self.tls:
+            return None
+        try:
+            return tls.client_context(self.truststore, keystore=self.keystore)
+        except tls.TlsConfigError as exc:
+            raise KafkaConfigError(str(exc)) from None
 
     def librdkafka_config(self) -> dict[str, Any]:
         """The same as librdkafka (confluent-kafka) configuration keys."""
         config: dict[str, Any] = {"security.protocol": self.protocol}
+        if self.truststore is not None:
+            config["ssl.ca.location"] = str(self.truststore)
+        if self.keystore is not None:
+            config["ssl.key.location"] = config["ssl.certificate.location"] = str(self.keystore)
         if self.sasl:
             config |= {
                 "sasl.mechanism": self.mechanism,
@@ -82,6 +112,10 @@ class KafkaSecurity:
     def java_config(self) -> dict[str, str]:
         """The same as Kafka's Java client settings (the module's guarantee)."""
         config = {"security.protocol": self.protocol}
+        if self.truststore is not None:
+            config |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.truststore)}
+        if self.keystore is not None:
+            config |= {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.keystore)}
         if self.sasl:
             assert self.mechanism is not None and self.username is not None
             config["sasl.mechanism"] = self.mechanism
@@ -94,7 +128,7 @@ class KafkaSecurity:
     def describe(self) -> str:
         """`admin over SASL_PLAINTEXT/SCRAM-SHA-512`, for messages (never the password)."""
         if not self.sasl:
-            return PLAINTEXT
+            return self.protocol
         return f"{self.username} over {self.protocol}/{self.mechanism}"
 
 
@@ -224,15 +258,13 @@ def security_from_properties(properties: Mapping[str, str], *, source: str) -> K
     """What a Kafka client of `properties` presents (the module's guarantee); `source` names the
     file in errors."""
     protocol = properties.get("security.protocol", PLAINTEXT).strip().upper()
-    if protocol in _TLS_PROTOCOLS:
-        raise KafkaConfigError(
-            f"{source}: security.protocol {protocol}: the brokers serve no TLS listener; "
-            f"use {SASL_PLAINTEXT} or {PLAINTEXT}"
-        )
-    if protocol not in (PLAINTEXT, SASL_PLAINTEXT):
+    if protocol not in PROTOCOLS:
         raise KafkaConfigError(f"{source}: security.protocol {protocol!r} is not a Kafka security protocol")
-    if protocol == PLAINTEXT:
-        return KafkaSecurity(PLAINTEXT)
+    truststore, keystore = (
+        _tls_files(properties, source=source) if protocol in (SSL, SASL_SSL) else (None, None)
+    )
+    if protocol in (PLAINTEXT, SSL):
+        return KafkaSecurity(protocol, truststore=truststore, keystore=keystore)
     mechanism = properties.get("sasl.mechanism", "GSSAPI").strip().upper()
     if mechanism not in MECHANISMS:
         raise KafkaConfigError(
@@ -248,9 +280,34 @@ def security_from_properties(properties: Mapping[str, str], *, source: str) -> K
         username, password = options.get("username"), options.get("password")
     if not username or password is None:
         raise KafkaConfigError(
-            f"{source}: {SASL_PLAINTEXT} needs a user: sasl.jaas.config with username and password"
+            f"{source}: {protocol} needs a user: sasl.jaas.config with username and password"
         )
-    return KafkaSecurity(SASL_PLAINTEXT, mechanism, username, password)
+    return KafkaSecurity(protocol, mechanism, username, password, truststore=truststore, keystore=keystore)
+
+
+def _tls_files(properties: Mapping[str, str], *, source: str) -> tuple[Path | None, Path | None]:
+    """The PEM truststore and keystore of a TLS client's properties (the module's guarantee)."""
+    for type_key in ("ssl.truststore.type", "ssl.keystore.type"):
+        kind = properties.get(type_key, "PEM").strip().upper()
+        if kind != "PEM":
+            raise KafkaConfigError(f"{source}: {type_key} {kind} is not supported: only PEM is")
+    truststore = properties.get("ssl.truststore.location") or properties.get("ssl.ca.location")
+    keystore = properties.get("ssl.keystore.location")
+    key, cert = properties.get("ssl.key.location"), properties.get("ssl.certificate.location")
+    if keystore is None and (key or cert):
+        if key != cert:
+            raise KafkaConfigError(
+                f"{source}: ssl.key.location and ssl.certificate.location must name one PEM file "
+                "(key and chain); or use ssl.keystore.location"
+            )
+        keystore = key
+    for key_name, value in (("ssl.truststore.location", truststore), ("ssl.keystore.location", keystore)):
+        if value is not None and not Path(value.strip()).is_file():
+            raise KafkaConfigError(f"{source}: {key_name} {value.strip()}: no such file")
+    return (
+        Path(truststore.strip()) if truststore else None,
+        Path(keystore.strip()) if keystore else None,
+    )
 
 
 # -- bootstrap servers -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -27,6 +28,7 @@ from jbod_client.controller import (
     ClientError,
     ControllerUnreachableError,
     decode_answer,
+    https_verify,
     parse_controller_urls,
     transport_error,
 )
@@ -55,12 +57,14 @@ class UnknownBrokerError(ClientError):
 
 
 def listener_url(broker: dict[str, Any]) -> str | None:
-    """The base URL of a registered broker's first listener (`http://host:port`), if it has one."""
+    """The base URL of a registered broker's first listener (`http://host:port`, or https:// when
+    the listener is named https), if it has one."""
     listeners = broker.get("listeners") or []
     if not listeners:
         return None
     first = listeners[0]
-    return f"http://{first['host']}:{int(first['port'])}"
+    scheme = "https" if first.get("name") == "https" else "http"
+    return f"{scheme}://{first['host']}:{int(first['port'])}"
 
 
 def kafka_address(broker: Mapping[str, Any], listener: str) -> str | None:
@@ -97,6 +101,7 @@ class ClusterMetadata:
         token: str,
         timeout: float = 30.0,
         bootstrap: Sequence[str] = (),
+        ca_file: Path | None = None,
     ) -> None:
         self.bootstrap = [u.rstrip("/") for u in bootstrap]
         self.controller_url = controller_url.rstrip("/") if controller_url else None
@@ -106,10 +111,12 @@ class ClusterMetadata:
             raise ValueError("cluster metadata needs a controller URL or bootstrap brokers")
         self._current = 0
         self._token = token
+        self._ca_file = ca_file  # https controllers and brokers are verified against it
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             trust_env=False,
+            verify=https_verify(ca_file),
         )
         self._leaders: dict[str, dict[int, int]] = {}
         self._broker_urls: dict[int, str | None] | None = None
@@ -232,7 +239,7 @@ class ClusterMetadata:
             return client
         if client is not None:
             self._retired.append(client)
-        client = BrokerClient(url, token=self._token)
+        client = BrokerClient(url, token=self._token, ca_file=self._ca_file)
         self._clients[broker_id] = client
         return client
 

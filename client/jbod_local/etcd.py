@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ import httpx
 
 from jbod_client.controller import ClientError
 from jbod_local import etcd_binary
+from jbod_runtime import tls
 
 HOST = "127.0.0.1"
 QUOTA_BACKEND_BYTES = 2 * 1024**3
@@ -87,14 +89,38 @@ class EtcdMember:
     peer_port: int
     data_dir: Path
     log_path: Path
+    # TLS (`jbodctl local up --tls`): the member's key and certificate (one PEM file, for clients
+    # and peers) and the CA bundle that client and peer certificates must chain to.
+    keystore: Path | None = None
+    ca_file: Path | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.keystore is not None else "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://{HOST}:{self.client_port}"
+        return f"{self.scheme}://{HOST}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{HOST}:{self.peer_port}"
+        return f"{self.scheme}://{HOST}:{self.peer_port}"
+
+    def tls_flags(self) -> list[str]:
+        """etcd's TLS flags: https for clients and peers, certificates required of both."""
+        if self.keystore is None or self.ca_file is None:
+            return []
+        keystore, ca = str(self.keystore), str(self.ca_file)
+        return [
+            f"--cert-file={keystore}",
+            f"--key-file={keystore}",
+            f"--trusted-ca-file={ca}",
+            "--client-cert-auth",
+            f"--peer-cert-file={keystore}",
+            f"--peer-key-file={keystore}",
+            f"--peer-trusted-ca-file={ca}",
+            "--peer-client-cert-auth",
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +129,8 @@ class EtcdMember:
             "peerPort": self.peer_port,
             "dataDir": str(self.data_dir),
             "logPath": str(self.log_path),
+            **({"keystore": str(self.keystore)} if self.keystore else {}),
+            **({"caFile": str(self.ca_file)} if self.ca_file else {}),
         }
 
     @classmethod
@@ -113,6 +141,8 @@ class EtcdMember:
             peer_port=int(data["peerPort"]),
             data_dir=Path(data["dataDir"]),
             log_path=Path(data["logPath"]),
+            keystore=Path(data["keystore"]) if data.get("keystore") else None,
+            ca_file=Path(data["caFile"]) if data.get("caFile") else None,
         )
 
 
@@ -240,10 +270,18 @@ class EtcdCluster:
             str(QUOTA_BACKEND_BYTES),
             "--log-level",
             "warn",
+            *member.tls_flags(),
         ]
         if self.version < (3, 6, 0):
             command.append("--enable-v2=false")  # the flag is gone in v3.6
         return command
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's `verify` toward TLS members: their CA, a member's certificate as the client's."""
+        first = self.plan()[0]
+        if first.keystore is None:
+            return True
+        return tls.client_context(first.ca_file, keystore=first.keystore)
 
     # --- processes --------------------------------------------------------------------------
 
@@ -372,7 +410,7 @@ class EtcdCluster:
         """The indices of the members whose `/health` says `{"health": "true"}`."""
         chosen = range(len(self.plan())) if indices is None else indices
         healthy = []
-        with httpx.Client(timeout=HEALTH_TIMEOUT, trust_env=False) as client:
+        with httpx.Client(timeout=HEALTH_TIMEOUT, trust_env=False, verify=self.verify()) as client:
             for i in chosen:
                 try:
                     reply = client.get(f"{self.members[i].client_url}/health")
@@ -384,7 +422,7 @@ class EtcdCluster:
 
     def leader(self) -> int | None:
         """The index of the raft leader: the running member whose status names itself leader."""
-        with httpx.Client(timeout=HEALTH_TIMEOUT, trust_env=False) as client:
+        with httpx.Client(timeout=HEALTH_TIMEOUT, trust_env=False, verify=self.verify()) as client:
             for i, member in enumerate(self.members):
                 try:
                     status = client.post(f"{member.client_url}/v3/maintenance/status", json={}).json()

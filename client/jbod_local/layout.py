@@ -17,6 +17,8 @@ Layout of the cluster directory:
     broker-N/.failed-disk-K     a disk taken away by `fail-disk` (disk-K is then a marker file);
                                 with --loop, a marker file: disk-K's filesystem is shut down
     broker-N/disk-K.img         with --loop: the ext4 image loop-mounted at disk-K
+    tls/                        with `up --tls`: the CA bundle (ca.pem), the CA's key and every
+                                process's keystore (`jbod_local.certs`)
     telemetry/                  every broker's disk samples (`telemetry.dir`), the input of
                                 `jbod-pipeline --telemetry` (`jbodctl local env`: JBOD_TELEMETRY_DIR)
     logs/controller.log, logs/broker-N.log (a quorum's: logs/controller-N.log, logs/etcd-K.log)
@@ -53,8 +55,10 @@ STATE_FILE = "cluster.json"
 LOCK_FILE = ".jbodctl.lock"
 STATE_VERSION = 1
 HOST = "127.0.0.1"
-# The security protocol of every local broker's Kafka listener (SASL/PLAIN and SCRAM-SHA-512).
+# The security protocol of every local broker's Kafka listener (SASL/PLAIN and SCRAM-SHA-512);
+# with `up --tls`, SASL_SSL.
 KAFKA_PROTOCOL = "SASL_PLAINTEXT"
+KAFKA_TLS_PROTOCOL = "SASL_SSL"
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,15 @@ class BrokerLayout:
     pid: int | None = None
     directory_ids: tuple[str | None, ...] = ()  # per disk, read from meta.properties by `up`
     kafka_port: int = 0  # the Kafka listener's (SASL_PLAINTEXT); 0 in a cluster.json from before it
+    ca_file: Path | None = None  # with `up --tls`: the CA bundle; https and SASL_SSL listeners
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://{HOST}:{self.port}"
+
+    @property
+    def kafka_protocol(self) -> str:
+        return KAFKA_TLS_PROTOCOL if self.ca_file else KAFKA_PROTOCOL
 
     @property
     def kafka_address(self) -> str:
@@ -81,7 +90,7 @@ class BrokerLayout:
     @property
     def listeners(self) -> str:
         """The broker's `listeners`: its HTTP API and its Kafka listener."""
-        return f"{self.url},{KAFKA_PROTOCOL}://{self.kafka_address}"
+        return f"{self.url},{self.kafka_protocol}://{self.kafka_address}"
 
     @property
     def config_path(self) -> Path:
@@ -118,6 +127,7 @@ class BrokerLayout:
             "kafkaPort": self.kafka_port,
             "kafkaAddress": self.kafka_address,
             "pid": self.pid,
+            **({"caFile": str(self.ca_file)} if self.ca_file else {}),
         }
 
     @classmethod
@@ -130,6 +140,7 @@ class BrokerLayout:
             pid=None if data.get("pid") is None else int(data["pid"]),
             directory_ids=tuple(data.get("directoryIds") or ()),
             kafka_port=int(data.get("kafkaPort") or 0),
+            ca_file=Path(data["caFile"]) if data.get("caFile") else None,
         )
 
 
@@ -146,6 +157,12 @@ class ClusterLayout:
     # `up --accept-etcd-data-loss-risk` was given once: etcd may run on a known-bad version
     # (`jbod_local.etcd_binary`) at this and every later `up`, with a warning each time.
     etcd_data_loss_risk_accepted: bool = False
+    tls: bool = False  # `up --tls`: every process on TLS only (certificates in DIR/tls)
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA bundle clients verify the cluster's https and SASL_SSL listeners with."""
+        return self.root / "tls" / "ca.pem" if self.tls else None
 
     @property
     def loop(self) -> bool:
@@ -218,7 +235,9 @@ class ClusterLayout:
         return read_token(self.admin_token_file)
 
     def controller(self, timeout: float = 10.0) -> ControllerClient:
-        return ControllerClient(self.controller_url, token=self.admin_token(), timeout=timeout)
+        return ControllerClient(
+            self.controller_url, token=self.admin_token(), timeout=timeout, ca_file=self.ca_file
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -238,6 +257,8 @@ class ClusterLayout:
             "clusterTokenFile": str(self.cluster_token_file),
             "telemetryDir": str(self.telemetry_dir),
             "loopDiskMiB": self.loop_disk_mib,
+            "tls": self.tls,
+            **({"caFile": str(self.ca_file)} if self.ca_file else {}),
             "brokers": [{**b.to_json(), "log": str(self.broker_log(b.broker_id))} for b in self.brokers],
         }
 
@@ -257,6 +278,7 @@ class ClusterLayout:
             loop_disk_mib=None if data.get("loopDiskMiB") is None else int(data["loopDiskMiB"]),
             etcd=tuple(EtcdNode.from_json(e) for e in data.get("etcd") or ()),
             etcd_data_loss_risk_accepted=data.get("etcdDataLossRiskAccepted") is True,
+            tls=data.get("tls") is True,
         )
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -27,8 +28,9 @@ from pathlib import Path
 import httpx
 
 from jbod_client.controller import ClientError
+from jbod_runtime import tls
 
-LISTENING_LINE = re.compile(r"Listening on (http://[0-9.]+:(\d+))")
+LISTENING_LINE = re.compile(r"Listening on (https?://[0-9.]+:(\d+))")
 KAFKA_LISTENING_LINE = re.compile(r"Listening on ([A-Z_]+)://([^\s:]+):(\d+)")
 
 
@@ -119,8 +121,14 @@ def await_kafka_listening(
     return found
 
 
-def await_ready(
-    process: subprocess.Popen[str], url: str, *, name: str, log_path: Path, deadline: float
+def await_ready(  # noqa: PLR0913 - the process and URL, then keyword-only settings
+    process: subprocess.Popen[str],
+    url: str,
+    *,
+    name: str,
+    log_path: Path,
+    deadline: float,
+    ca_file: Path | None = None,
 ) -> None:
     """Return once `url`/readyz answers 200; `ClientError` if the process exits or time runs out."""
     await_readyz(
@@ -129,6 +137,7 @@ def await_ready(
         log_path=log_path,
         deadline=deadline,
         exited=lambda: None if process.poll() is None else f"exited with {process.returncode}",
+        ca_file=ca_file,
     )
 
 
@@ -140,14 +149,17 @@ def await_readyz(  # noqa: PLR0913  the URL, then the name, log, deadline, exit 
     deadline: float,
     exited: Callable[[], str | None],
     error: type[ClientError] = ClientError,
+    ca_file: Path | None = None,
 ) -> None:
     """Return once `url`/readyz answers 200; `error` (with the log's last lines) once `exited()`
-    says why the process is gone, or when time runs out. For children and detached processes."""
+    says why the process is gone, or when time runs out. For children and detached processes.
+    An https `url` is verified against `ca_file` (default: the system's CAs)."""
+    verify: ssl.SSLContext | bool = tls.client_context(ca_file) if ca_file is not None else True
     while time.monotonic() < deadline:
         if (why := exited()) is not None:
             raise error(f"{name} {why}: {_tail(log_path)}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200:
+            if httpx.get(f"{url}/readyz", timeout=2, trust_env=False, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -227,6 +239,7 @@ class LocalController:
     extra_args: list[str] = field(default_factory=list)
     url: str = ""
     process: subprocess.Popen[str] | None = None
+    ca_file: Path | None = None  # verifies an https controller (started with --ssl-keystore-location)
 
     @property
     def log_path(self) -> Path:
@@ -259,7 +272,12 @@ class LocalController:
                 self.process, name="jbod-controller", log_path=self.log_path, deadline=deadline
             )
             await_ready(
-                self.process, self.url, name="jbod-controller", log_path=self.log_path, deadline=deadline
+                self.process,
+                self.url,
+                name="jbod-controller",
+                log_path=self.log_path,
+                deadline=deadline,
+                ca_file=self.ca_file,
             )
         except ClientError:
             self.kill()

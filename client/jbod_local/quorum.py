@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from jbod_client.controller import https_verify
 from jbod_local.etcd import EtcdCluster, EtcdMember
 from jbod_local.etcd_binary import EtcdBinary
 from jbod_local.processes import LocalClusterError, process_alive, spawn_detached, stop_processes
@@ -57,10 +58,16 @@ class ControllerNode:
     data_dir: Path
     log_path: Path
     pid: int | None = None
+    ca_file: Path | None = None  # with `up --tls`: serves https, verified with this CA bundle
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://{HOST}:{self.port}"
+
+    @property
+    def keystore_name(self) -> str:
+        """Its keystore's name in DIR/tls (`jbod_local.certs`)."""
+        return "controller" if self.node_id is None else f"controller-{self.node_id}"
 
     @property
     def name(self) -> str:
@@ -82,12 +89,17 @@ class ControllerNode:
             "pid": self.pid,
             "dataDir": str(self.data_dir),
             "log": str(self.log_path),
+            **({"caFile": str(self.ca_file)} if self.ca_file else {}),
         }
 
     @classmethod
     def from_json(cls, root: Path, data: Mapping[str, Any], node_id: int | None) -> ControllerNode:
         planned = plan_controller(root, node_id, int(data["port"]))
-        return replace(planned, pid=None if data.get("pid") is None else int(data["pid"]))
+        return replace(
+            planned,
+            pid=None if data.get("pid") is None else int(data["pid"]),
+            ca_file=Path(data["caFile"]) if data.get("caFile") else None,
+        )
 
 
 def plan_controller(root: Path, node_id: int | None, port: int) -> ControllerNode:
@@ -141,11 +153,19 @@ def endpoints(nodes: Iterable[EtcdNode]) -> str:
     return ",".join(n.url for n in nodes)
 
 
-def quorum_args(node: ControllerNode, etcd: Sequence[EtcdNode]) -> list[str]:
-    """The flags that make `node` one of a quorum (none for the only controller)."""
+def quorum_args(
+    node: ControllerNode, etcd: Sequence[EtcdNode], *, etcd_client_keystore: Path | None = None
+) -> list[str]:
+    """The flags that make `node` one of a quorum (none for the only controller); toward TLS
+    members, their CA and `etcd_client_keystore` as the client certificate."""
     if node.node_id is None:
         return []
-    return ["--etcd-endpoints", endpoints(etcd), "--node-id", str(node.node_id)]
+    flags = ["--etcd-endpoints", endpoints(etcd), "--node-id", str(node.node_id)]
+    ca_file = etcd[0].member.ca_file if etcd else None
+    if ca_file is not None and etcd_client_keystore is not None:
+        keystore = str(etcd_client_keystore)
+        flags += ["--etcd-cacert", str(ca_file), "--etcd-cert", keystore, "--etcd-key", keystore]
+    return flags
 
 
 # -- etcd processes --------------------------------------------------------------------------------
@@ -244,7 +264,10 @@ def controller_states(
     """Each controller's own word on its role (a stopped one is "down")."""
     states = []
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as client:
+    ca_file = next((n.ca_file for n in nodes if n.ca_file), None)
+    with httpx.Client(
+        timeout=timeout, trust_env=False, headers=headers, verify=https_verify(ca_file)
+    ) as client:
         for node in nodes:
             if not node.alive():
                 states.append(ControllerState(node, False, "down", None))

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from jbod_client.controller import ClientError
+from jbod_client.controller import ClientError, https_verify
 from jbod_local import quorum
 from jbod_local.layout import (
     BrokerLayout,
@@ -152,6 +152,7 @@ def broker_log_dirs(broker: BrokerLayout, *, token: str, timeout: float = 3.0) -
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             trust_env=False,
+            verify=https_verify(broker.ca_file),
         )
     except httpx.HTTPError as exc:
         raise ClientError(f"cannot reach broker {broker.broker_id} at {broker.url}: {exc}") from exc

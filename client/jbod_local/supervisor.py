@@ -51,10 +51,10 @@ from typing import Any
 
 import httpx
 
-from jbod_client.controller import ClientError
+from jbod_client.controller import ClientError, https_verify
 from jbod_core import meta_properties
 from jbod_core.ids import random_uuid
-from jbod_local import etcd_binary, processes, quorum
+from jbod_local import certs, etcd_binary, processes, quorum
 from jbod_local.layout import (
     HOST,
     LOCK_FILE,
@@ -183,8 +183,8 @@ class UpResult:
     notes: tuple[str, ...] = ()
 
 
-def _new_layout(
-    root: Path, *, controllers: int, brokers: int, disks: int, loop_disk_mib: int | None
+def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one keyword each
+    root: Path, *, controllers: int, brokers: int, disks: int, loop_disk_mib: int | None, tls: bool = False
 ) -> ClusterLayout:
     if not 1 <= brokers <= 9:
         raise LocalClusterError(f"--brokers must be between 1 and 9, got {brokers}")
@@ -192,6 +192,16 @@ def _new_layout(
         raise LocalClusterError(f"--disks must be between 1 and 8, got {disks}")
     quorum.check_count(controllers)
     etcd = quorum.plan_etcd(root) if controllers > 1 else ()
+    if tls:
+        etcd = tuple(
+            replace(
+                e,
+                member=replace(
+                    e.member, keystore=certs.keystore(root, e.name), ca_file=certs.truststore(root)
+                ),
+            )
+            for e in etcd
+        )
     taken = {p for e in etcd for p in (e.member.client_port, e.member.peer_port)}
     nodes = []
     for node_id in range(1, controllers + 1) if controllers > 1 else [None]:
@@ -213,13 +223,15 @@ def _new_layout(
                 kafka_port=kafka_port,
             )
         )
+    ca_file = certs.truststore(root) if tls else None
     return ClusterLayout(
         root=root,
         cluster_id=str(random_uuid(random.SystemRandom())),
-        controllers=tuple(nodes),
-        brokers=tuple(layouts),
+        controllers=tuple(replace(n, ca_file=ca_file) for n in nodes),
+        brokers=tuple(replace(b, ca_file=ca_file) for b in layouts),
         loop_disk_mib=loop_disk_mib,
         etcd=etcd,
+        tls=tls,
     )
 
 
@@ -268,8 +280,56 @@ def local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
             "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,
             "broker.session.timeout.ms": str(session_timeout_ms(layout)),
+            **(tls_settings(layout, broker) if layout.tls else {}),
         },
     )
+
+
+def tls_settings(layout: ClusterLayout, broker: BrokerLayout) -> dict[str, str]:
+    """A `--tls` broker's TLS keys: its keystore, the cluster's CA bundle (`jbod_local.certs`)."""
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs.keystore(layout.root, f"broker-{broker.broker_id}")),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs.truststore(layout.root)),
+    }
+
+
+def rotate_certificates(root: Path, *, new_ca: bool = False, drop_old_ca: bool = False) -> str:
+    """`jbodctl local rotate-certs`: renew a `--tls` cluster's certificates (`jbod_local.certs`);
+    what was renewed, for a sentence."""
+    root = resolve_root(root)
+    with exclusive(root):
+        layout = read_layout(root)
+        if not layout.tls:
+            raise LocalClusterError(
+                f"the local cluster in {root} has no TLS (it was not started with up --tls)"
+            )
+        if (new_ca or drop_old_ca) and layout.etcd:
+            raise LocalClusterError(
+                "a quorum's etcd members load their CA once at start: --ca and --drop-old-ca are for "
+                "clusters without etcd (renew the certificates without --ca)"
+            )
+        if drop_old_ca:
+            certs.drop_old_ca(root)
+            return str(certs.truststore(root))
+        names = certificate_names(layout)
+        certs.rotate(root, names, new_ca=new_ca)  # etcd re-reads its key pair on each handshake
+        return f"{len(names)} processes ({', '.join(names)})"
+
+
+#: The keystore the controllers present to `--tls` etcd members (`--etcd-cert`).
+ETCD_CLIENT = "etcd-client"
+
+
+def certificate_names(layout: ClusterLayout) -> list[str]:
+    """The keystores a `--tls` cluster's processes need (`jbod_local.certs`)."""
+    return [
+        *(c.keystore_name for c in layout.controllers),
+        *(f"broker-{b.broker_id}" for b in layout.brokers),
+        *(e.name for e in layout.etcd),
+        *([ETCD_CLIENT] if layout.etcd else []),
+    ]
 
 
 def _needs_format(broker: BrokerLayout) -> bool:
@@ -334,7 +394,16 @@ def _start_controller(layout: ClusterLayout, node: ControllerNode) -> Controller
         str(layout.admin_token_file),
         "--broker-session-timeout-ms",
         str(session_timeout_ms(layout)),
-        *quorum.quorum_args(node, layout.etcd),
+        *quorum.quorum_args(
+            node,
+            layout.etcd,
+            etcd_client_keystore=certs.keystore(layout.root, ETCD_CLIENT) if layout.tls else None,
+        ),
+        *(
+            ["--ssl-keystore-location", str(certs.keystore(layout.root, node.keystore_name))]
+            if layout.tls
+            else []
+        ),
     ]
     return replace(node, pid=spawn_detached(command, log_path=node.log_path))
 
@@ -396,7 +465,9 @@ def _ready_epochs(layout: ClusterLayout, broker_ids: Iterable[int]) -> dict[int,
     for broker_id in broker_ids:
         broker = layout.broker(broker_id)
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = httpx.get(f"{broker.url}/readyz", timeout=2, trust_env=False)
+            response = httpx.get(
+                f"{broker.url}/readyz", timeout=2, trust_env=False, verify=https_verify(broker.ca_file)
+            )
             if response.status_code == 200:
                 epochs[broker_id] = int(response.json()["brokerEpoch"])
     return epochs
@@ -435,6 +506,7 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
     accept_etcd_data_loss_risk: bool = False,
     report: Report = quiet,
     warn: Report = _log.warning,
+    tls: bool = False,
 ) -> UpResult:
     """Create (first time) and start the local cluster in `root`; see the module's guarantees."""
     started_at = time.monotonic()
@@ -468,6 +540,7 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
             accept_etcd_data_loss_risk=accept_etcd_data_loss_risk,
             report=report,
             warn=warn,
+            tls=tls,
         )
         return _up(root, request, deadline=started_at + timeout, started_at=started_at, chosen=chosen)
 
@@ -507,6 +580,7 @@ class _UpRequest:
     accept_etcd_data_loss_risk: bool
     report: Report
     warn: Report
+    tls: bool = False
 
 
 def _up(
@@ -526,6 +600,7 @@ def _up(
             brokers=request.brokers or 3,
             disks=request.disks or 3,
             loop_disk_mib=request.disk_size_mib if request.loop else None,
+            tls=request.tls,
         )
     else:
         layout, kept = _existing_layout(root, request)
@@ -548,6 +623,8 @@ def _up(
     notes.extend(moved)
     _write_token(layout.admin_token_file)
     _write_token(layout.cluster_token_file)
+    if layout.tls:
+        certs.ensure(root, certificate_names(layout))
     layout.logs_dir.mkdir(parents=True, exist_ok=True)
     to_start = [b for b in layout.brokers if not broker_alive(b)]
     if layout.loop:
@@ -588,6 +665,7 @@ def _existing_layout(root: Path, request: _UpRequest) -> tuple[ClusterLayout, li
     if (
         changed
         or (request.loop and not layout.loop)
+        or (request.tls and not layout.tls)
         or request.controllers not in (None, len(layout.controllers))
     ):
         kind = "loop-mounted" if layout.loop else "plain-directory"
@@ -655,6 +733,7 @@ class _Startup:
                 deadline=self.deadline,
                 exited=_exited(node),
                 error=LocalClusterError,
+                ca_file=node.ca_file,
             )
             self.report(f"Started {node.label} (pid {node.pid}) on {node.url}")
 

@@ -13,6 +13,10 @@ Guarantees:
   exits; a failed start leaves the disk as it found it.
 * Only one controller runs on a data dir at a time (an exclusive lock on `<data-dir>/.lock`).
 * The HTTP server answers `/healthz` while the log is recovered; `/readyz` turns 200 after.
+* TLS (issue 25): with `--ssl-keystore-location` the controller serves https only on `--listen`
+  (TLS 1.2+, the keystore and truststore re-read when they change: `jbod_runtime.tls`); a file
+  that does not load, or an `--advertised-url` that is not https, is refused before anything is
+  bound or written.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.quorum import QuorumConfig
 from jbod_controller.service import ControllerConfig, ControllerService, RecoveryError
 from jbod_core import meta_properties
-from jbod_runtime import console, durable_files, http_server
+from jbod_runtime import console, durable_files, http_server, tls
 from jbod_runtime.event_loop import run_event_loop
 
 PROG = "jbod-controller"
@@ -138,7 +142,24 @@ def build_parser() -> argparse.ArgumentParser:
     quorum.add_argument("--etcd-key", type=Path, help="the client certificate's private key")
     parser.add_argument(
         "--advertised-url",
-        help="the URL clients use to reach this controller (default http://LISTEN_HOST:PORT)",
+        help="the URL clients use to reach this controller (default http(s)://LISTEN_HOST:PORT)",
+    )
+    tls_flags = parser.add_argument_group("TLS (issue 25): https on --listen, PEM files")
+    tls_flags.add_argument(
+        "--ssl-keystore-location",
+        type=Path,
+        help="PEM file: the private key and certificate chain (leaf first); serve https only",
+    )
+    tls_flags.add_argument(
+        "--ssl-truststore-location",
+        type=Path,
+        help="PEM bundle of the CAs client certificates are verified against",
+    )
+    tls_flags.add_argument(
+        "--ssl-client-auth",
+        default="none",
+        choices=list(tls.CLIENT_AUTH_MODES),
+        help="ask clients for a certificate (default none)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -173,16 +194,16 @@ def etcd_tls(args: argparse.Namespace, endpoints: tuple[str, ...]) -> EtcdTls | 
     plain = [e for e in endpoints if not e.startswith("https://")]
     if plain:
         raise UsageError(f"--etcd-cacert/--etcd-cert need https:// endpoints, got {plain[0]}")
-    tls = EtcdTls(
+    etcd = EtcdTls(
         cacert=str(args.etcd_cacert) if args.etcd_cacert else None,
         cert=str(args.etcd_cert) if args.etcd_cert else None,
         key=str(args.etcd_key) if args.etcd_key else None,
     )
     try:
-        tls.context()
+        etcd.context()
     except (ssl.SSLError, OSError, ValueError) as exc:
         raise UsageError(f"cannot use the etcd TLS files: {exc}") from exc
-    return tls
+    return etcd
 
 
 def quorum_config(args: argparse.Namespace) -> QuorumConfig | None:
@@ -329,17 +350,19 @@ def bind_listener(listen: tuple[str, int]) -> socket.socket:
     return sock
 
 
-async def serve(
+async def serve(  # noqa: PLR0913 - the config, tokens and socket, then keyword-only settings
     config: ControllerConfig,
     tokens: Tokens,
     listen: tuple[str, int] | socket.socket,
     *,
     created_tokens: tuple[Path, ...] = (),
     limits: http_server.ConnectionLimits = CONNECTION_LIMITS,
+    server_tls: tls.ServerTls | None = None,
 ) -> int:
     sock = bind_listener(listen) if isinstance(listen, tuple) else listen
     host = sock.getsockname()[0]
-    url = config.url or f"http://{host}:{sock.getsockname()[1]}"
+    scheme = "https" if server_tls is not None else "http"
+    url = config.url or f"{scheme}://{host}:{sock.getsockname()[1]}"
     quorum = dataclasses.replace(config.quorum, url=url) if config.quorum is not None else None
     config = dataclasses.replace(config, url=url, quorum=quorum)
     service = ControllerService(config)
@@ -352,7 +375,7 @@ async def serve(
     api = ControllerApi(service, tokens, metrics, limits=limits)
     runner = api.runner(shutdown_timeout=5.0)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, ssl_context=server_tls.context if server_tls is not None else None)
     try:
         await site.start()
     except OSError as exc:
@@ -360,7 +383,7 @@ async def serve(
         raise UsageError(f"cannot serve on {host}: {exc.strerror}") from exc
     for path in created_tokens:
         print(f"Created token file {path}", flush=True)
-    print(f"Listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    print(f"Listening on {scheme}://{host}:{sock.getsockname()[1]}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -384,7 +407,35 @@ async def serve(
     return 0
 
 
-def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.socket) -> int:
+def server_tls(args: argparse.Namespace) -> tls.ServerTls | None:
+    """The https flags checked and loaded; None without `--ssl-keystore-location`."""
+    if args.ssl_keystore_location is None:
+        for flag, value in (
+            ("--ssl-truststore-location", args.ssl_truststore_location),
+            ("--ssl-client-auth", None if args.ssl_client_auth == "none" else args.ssl_client_auth),
+        ):
+            if value is not None:
+                raise UsageError(f"{flag} needs --ssl-keystore-location")
+        return None
+    if args.advertised_url is not None and not args.advertised_url.startswith("https://"):
+        raise UsageError(
+            f"--advertised-url must be https:// with --ssl-keystore-location, got {args.advertised_url!r}"
+        )
+    files = tls.TlsFiles(
+        keystore=args.ssl_keystore_location,
+        truststore=args.ssl_truststore_location,
+        client_auth=args.ssl_client_auth,
+    )
+    try:
+        return tls.ServerTls(files)
+    except tls.TlsConfigError as exc:
+        flag = "--ssl-truststore-location" if "truststore" in str(exc) else "--ssl-keystore-location"
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _claim_and_serve(
+    args: argparse.Namespace, data_dir: Path, sock: socket.socket, https: tls.ServerTls | None = None
+) -> int:
     """Claim the data dir and tokens, then serve; a failed start removes what it created."""
     created = Created()
     lock_fd: int | None = None
@@ -412,7 +463,7 @@ def _claim_and_serve(args: argparse.Namespace, data_dir: Path, sock: socket.sock
             read_timeout_s=args.request_read_timeout_ms / 1000,
         )
         return run_event_loop(
-            serve(config, tokens, sock, created_tokens=tuple(created.tokens), limits=limits)
+            serve(config, tokens, sock, created_tokens=tuple(created.tokens), limits=limits, server_tls=https)
         )
     except UsageError:
         created.remove()
@@ -451,9 +502,10 @@ def _main(argv: list[str] | None) -> int:
     quorum_config(args)  # bad quorum flags are refused before anything is bound or written
     if args.advertised_url is not None and not re.fullmatch(r"https?://[^/\s]+/?", args.advertised_url):
         raise UsageError(f"--advertised-url must be http(s)://HOST:PORT, got {args.advertised_url!r}")
+    https = server_tls(args)
     data_dir: Path = args.data_dir
     with contextlib.closing(bind_listener(args.listen)) as sock:
-        return _claim_and_serve(args, data_dir, sock)
+        return _claim_and_serve(args, data_dir, sock, https)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -227,14 +227,13 @@ def test_bad_controller_url(value: str) -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        "https://127.0.0.1:9092",  # only plain http is served
         "http://127.0.0.1",  # no port
         "127.0.0.1:9092",
         "http://127.0.0.1:70000",
         "http://127.0.0.1:x",
         "http://a:1,http://b:2",  # at most one http:// listener
         "",
-        "SSL://127.0.0.1:9092",  # TLS is not served yet
+        "http://a:1,https://b:2",  # at most one HTTP API listener
         "SASL_PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",  # one listener per name
         "SASL_PLAINTEXT://127.0.0.1",
         "SASL_PLAINTEXT://127.0.0.1:9092/path",
@@ -457,3 +456,46 @@ def test_the_authorizer_keys_are_kafkas() -> None:
     assert default.super_users == frozenset() and default.allow_everyone_if_no_acl_found is False
     with pytest.raises(ConfigError, match=r"^super.users: 'ops' is not a principal Type:name"):
         config.parse_config(text({**BASE, "super.users": "ops"}))
+
+
+def test_tls_listeners_and_their_files() -> None:
+    parsed = parse(
+        listeners="SASL_SSL://127.0.0.1:9094,SSL://127.0.0.1:9095",
+        ssl_keystore_location="/etc/jbod/broker.pem",
+        ssl_truststore_location="/etc/jbod/ca.pem",
+        ssl_client_auth="required",
+        ssl_keystore_type="PEM",
+    )
+    assert [(k.name, k.tls, k.authenticates) for k in parsed.kafka_listeners] == [
+        ("SASL_SSL", True, True),
+        ("SSL", True, False),
+    ]
+    assert parsed.listener == HttpListener("https", "127.0.0.1", 0)  # no plaintext HTTP API
+    files = parsed.tls_files
+    assert (files.keystore, files.truststore, files.client_auth) == (
+        Path("/etc/jbod/broker.pem"),
+        Path("/etc/jbod/ca.pem"),
+        "required",
+    )
+    assert files.protocols == ("TLSv1.2", "TLSv1.3")
+    assert (
+        parse(listeners="https://127.0.0.1:9092", ssl_keystore_location="/k.pem").listener.scheme == "https"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"listeners": "SSL://127.0.0.1:9092"}, "ssl.keystore.location"),
+        ({"listeners": "https://127.0.0.1:9092"}, "ssl.keystore.location"),
+        ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type"),
+        ({"ssl.truststore.type": "PKCS12"}, "ssl.truststore.type"),
+        ({"ssl.client.auth": "required"}, "ssl.truststore.location"),
+        ({"ssl.client.auth": "sometimes"}, "ssl.client.auth"),
+        ({"ssl.enabled.protocols": "TLSv1.1,TLSv1.2"}, "ssl.enabled.protocols"),
+        ({"ssl.enabled.protocols": "SSLv3"}, "ssl.enabled.protocols"),
+        ({"ssl.principal.mapping.rules": "RULE:^CN=(.*"}, "ssl.principal.mapping.rules"),
+    ],
+)
+def test_bad_tls_settings(changes: dict[str, str], key: str) -> None:
+    expect_error(text({**BASE, **changes}), key)

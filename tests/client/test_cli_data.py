@@ -199,10 +199,13 @@ def test_user_mistakes_are_one_line(unreachable: Unreachable, args: tuple[str, .
 
 def test_client_properties_that_cannot_work_are_one_line(unreachable: Unreachable, tmp_path: Path) -> None:
     tls = tmp_path / "tls.properties"
-    tls.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n")
+    tls.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.truststore.type=JKS\n"
+        "ssl.truststore.location=/etc/kafka/truststore.jks\n"
+    )
     line = assert_one_line_error(
         unreachable.run("produce", "orders", "-v", "x", "--command-config", str(tls)),
-        "security.protocol SASL_SSL: the brokers serve no TLS listener",
+        "ssl.truststore.type JKS is not supported: only PEM is",
     )
     assert str(tls) in line
 

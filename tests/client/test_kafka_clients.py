@@ -6,6 +6,7 @@ starts, the producer's idempotence and the demo's verdict."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +83,16 @@ def test_jaas_options_quoted_or_not() -> None:
 @pytest.mark.parametrize(
     ("properties", "needle"),
     [
-        ({"security.protocol": "SASL_SSL"}, "security.protocol SASL_SSL: the brokers serve no TLS listener"),
+        ({"security.protocol": "SASL_SSL"}, "sasl.mechanism GSSAPI is not served"),
+        (
+            {"security.protocol": "SSL", "ssl.keystore.type": "PKCS12"},
+            "ssl.keystore.type PKCS12 is not supported",
+        ),
+        ({"security.protocol": "SSL", "ssl.truststore.location": "/nonexistent/ca.pem"}, "no such file"),
+        (
+            {"security.protocol": "SSL", "ssl.key.location": "/a.key", "ssl.certificate.location": "/b.crt"},
+            "must name one PEM file",
+        ),
         ({"security.protocol": "HTTP"}, "'HTTP' is not a Kafka security protocol"),
         ({"security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism GSSAPI is not served"),
         ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}, "needs a user"),
@@ -93,6 +103,33 @@ def test_client_properties_that_cannot_work_are_one_line(properties: dict[str, s
         security_from_properties(properties, source="my.properties")
     message = str(caught.value)
     assert message.startswith("my.properties: ") and needle in message and "\n" not in message
+
+
+def test_tls_properties_for_librdkafka_and_java(tmp_path: Path) -> None:
+    ca, keystore = tmp_path / "ca.pem", tmp_path / "client.pem"
+    ca.write_text("x")
+    keystore.write_text("x")
+    security = security_from_properties(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice",
+            "sasl.password": "pw",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(ca),
+            "ssl.keystore.location": str(keystore),
+        },
+        source="f",
+    )
+    assert security.tls and security.sasl
+    assert security.librdkafka_config()["ssl.ca.location"] == str(ca)
+    assert security.librdkafka_config()["ssl.certificate.location"] == str(keystore)
+    java = security.java_config()
+    assert java["ssl.truststore.type"] == "PEM" and java["ssl.truststore.location"] == str(ca)
+    assert java["ssl.keystore.location"] == str(keystore)
+    assert security_from_properties(java, source="java") == security  # read back the same
+    librdkafka = security_from_properties({**security.librdkafka_config()}, source="rdkafka")
+    assert librdkafka == security
 
 
 def test_librdkafka_style_users_and_plaintext() -> None:

@@ -43,6 +43,7 @@ from jbod_core.messages import (
     DeleteAclsRequest,
     DescribeScramCredentialsResult,
 )
+from jbod_runtime.tls import ClientTls
 
 
 async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
@@ -61,9 +62,13 @@ async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
 class Forwarder:
     """The admin calls of the Kafka APIs (the module's guarantees)."""
 
-    def __init__(self, urls: Sequence[str], *, admin_token: str | None, timeout: float) -> None:
+    def __init__(
+        self, urls: Sequence[str], *, admin_token: str | None, timeout: float, tls: ClientTls | None = None
+    ) -> None:
         self._link = (
-            ControllerLink(urls, token=admin_token, failover_timeout=timeout) if admin_token else None
+            ControllerLink(urls, token=admin_token, failover_timeout=timeout, tls=tls)
+            if admin_token
+            else None
         )
 
     @property

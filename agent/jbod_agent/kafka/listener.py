@@ -14,6 +14,11 @@ Guarantees, per connection (as Kafka's `SocketServer` and `KafkaApis`):
   first byte of a frame has arrived, the rest must arrive within `request.read.timeout.ms`.
 * A handler that raises closes that connection and logs the error with its traceback: a bug is
   loud but never takes the listener down.
+* SSL and SASL_SSL listeners (issue 25) handshake with the listener's `ServerTls` before any
+  byte is read (a failed or slow handshake closes the connection and reaches no handler). On SSL
+  a verified client certificate's subject, mapped by `ssl.principal.mapping.rules`, is the
+  connection's principal (ANONYMOUS without one); on SASL_SSL the SASL exchange decides, as on
+  SASL_PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Final, Protocol
 
 from jbod_agent.config import KafkaListener
 from jbod_kafka import protocol
+from jbod_runtime import tls as tls_files
 from jbod_runtime.http_server import RateLimitedLog
 
 log = logging.getLogger("jbod_agent.kafka")
@@ -85,8 +91,20 @@ class _HandlerFailedError(Exception):
 class KafkaServer:
     """One asyncio server per Kafka listener (the module's guarantees)."""
 
-    def __init__(self, listener: KafkaListener, handlers: RequestHandlers, *, limits: ListenerLimits) -> None:
+    def __init__(
+        self,
+        listener: KafkaListener,
+        handlers: RequestHandlers,
+        *,
+        limits: ListenerLimits,
+        tls: tls_files.ServerTls | None = None,
+        principal_rules: tuple[tls_files.PrincipalRule, ...] = (),
+    ) -> None:
+        if listener.tls and tls is None:
+            raise ValueError(f"{listener} needs a TLS context")
         self.listener = listener
+        self._tls = tls
+        self._principal_rules = principal_rules
         self._handlers = handlers
         self._limits = limits
         self._refusals = RateLimitedLog(log, interval_s=1.0)
@@ -97,7 +115,13 @@ class KafkaServer:
     async def start(self) -> int:
         """Listen; the bound port (the configured one, or the one chosen for port 0)."""
         self._server = await asyncio.start_server(
-            self._serve, host=self.listener.host, port=self.listener.port, reuse_address=True, limit=1 << 16
+            self._serve,
+            host=self.listener.host,
+            port=self.listener.port,
+            reuse_address=True,
+            limit=1 << 16,
+            ssl=self._tls.context if self._tls is not None else None,
+            ssl_handshake_timeout=self._limits.read_timeout_s if self._tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -120,7 +144,7 @@ class KafkaServer:
         self._connections.add(task)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
-        conn = Connection(self.listener, peer, principal=None if self.listener.authenticates else ANONYMOUS)
+        conn = Connection(self.listener, peer, principal=self._first_principal(writer))
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(self._limits.max_in_flight)
         read_ahead = asyncio.create_task(self._read_frames(reader, conn, frames))
         try:
@@ -150,6 +174,15 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._connections.discard(task)
+
+    def _first_principal(self, writer: asyncio.StreamWriter) -> str | None:
+        """None until SASL authenticates; on SSL the client certificate's mapped subject."""
+        if self.listener.authenticates:
+            return None
+        subject = tls_files.peer_subject(writer.get_extra_info("ssl_object"))
+        if subject is None:
+            return ANONYMOUS
+        return f"User:{tls_files.map_principal(self._principal_rules, subject)}"
 
     async def _read_frames(
         self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]

@@ -29,6 +29,7 @@ from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_client.controller import ControllerLink
 from jbod_core import groups
+from jbod_runtime.tls import ServerTls
 
 log = logging.getLogger("jbod_agent.kafka")
 
@@ -67,12 +68,17 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         clock=agent.clock,
     )
     timeout = config.session_timeout_ms / 1000
-    forwarder = Forwarder(config.controller_urls, admin_token=admin_password, timeout=timeout)
+    forwarder = Forwarder(
+        config.controller_urls, admin_token=admin_password, timeout=timeout, tls=config.client_tls()
+    )
     admin = AdminApis(
         ctx,
         forwarder,
         ProducerIds(
-            agent.state, ControllerLink(config.controller_urls, token=agent.token, failover_timeout=timeout)
+            agent.state,
+            ControllerLink(
+                config.controller_urls, token=agent.token, failover_timeout=timeout, tls=config.client_tls()
+            ),
         ),
     )
     coordinator = GroupCoordinator(
@@ -112,7 +118,10 @@ class KafkaListeners:
         await self._apis.admin.producer_ids.aclose()
 
 
-async def start_listeners(agent: Agent, *, admin_password: str | None) -> KafkaListeners:
+async def start_listeners(
+    agent: Agent, *, admin_password: str | None, tls: ServerTls | None = None
+) -> KafkaListeners:
+    """Start a `KafkaServer` per listener; SSL and SASL_SSL listeners handshake with `tls`."""
     config = agent.state.config
     apis = build_apis(agent, admin_password=admin_password)
     limits = ListenerLimits(
@@ -122,7 +131,13 @@ async def start_listeners(agent: Agent, *, admin_password: str | None) -> KafkaL
     )
     started: list[KafkaServer] = []
     for listener in config.kafka_listeners:
-        server = KafkaServer(listener, apis.kafka, limits=limits)
+        server = KafkaServer(
+            listener,
+            apis.kafka,
+            limits=limits,
+            tls=tls if listener.tls else None,
+            principal_rules=config.ssl_principal_mapping_rules,
+        )
         try:
             port = await server.start()
         except OSError as exc:
