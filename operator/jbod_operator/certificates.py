@@ -1,9 +1,11 @@
 """X.509 for the operator: a cluster CA, the certificates it signs, and what a PEM certificate says.
 
 Guarantees:
-* Keys are ECDSA P-256 in unencrypted PKCS#8 PEM (what the agent, the controller, etcd, librdkafka
-  and Kafka's Java clients all read). A certificate's `notBefore` is `BACKDATE` before the clock
-  the caller passes, so a node whose clock is a little behind accepts a fresh certificate.
+* Certificates are made by the shared `jbod_runtime.certificates` (ECDSA P-256 keys in
+  unencrypted PKCS#8 PEM, what the agent, the controller, etcd, librdkafka and Kafka's Java
+  clients all read); this module adds the operator's strings, a leaf's cap at its CA's expiry and
+  the reading of certificates. A certificate's `notBefore` is `BACKDATE` before the clock the
+  caller passes, so a node whose clock is a little behind accepts a fresh certificate.
 * `issue` signs a certificate valid for serverAuth and clientAuth with the given DNS names
   (subject CN = the first name, or the user name of a client certificate), chained to the CA;
   `keystore` is the agent's and controller's `ssl.keystore.location` file: key, then the chain.
@@ -21,13 +23,12 @@ from typing import Final
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from jbod_operator.rotation import Certificate
+from jbod_runtime import certificates as runtime_certificates
 
-BACKDATE: Final = dt.timedelta(minutes=5)
+BACKDATE: Final = runtime_certificates.BACKDATE
 _BEGIN: Final = "-----BEGIN CERTIFICATE-----"
 
 
@@ -47,54 +48,10 @@ class KeyPair:
         return self.key_pem + self.cert_pem + chain
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-
-
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attributes)
-
-
 def make_ca(common_name: str, *, days: int, now: dt.datetime) -> KeyPair:
-    """A self-signed CA that may sign leaf certificates only (path length 0)."""
-    key = _key()
-    subject = _name(common_name, "jbod")
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return KeyPair(_key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
+    """A self-signed CA (`jbod_runtime.certificates.make_ca`) valid `days` from `now`."""
+    made = runtime_certificates.make_ca(common_name, now=now, validity=dt.timedelta(days=days) + BACKDATE)
+    return KeyPair(made.key_pem.decode(), made.cert_pem.decode())
 
 
 def load_ca(pair: KeyPair) -> tuple[PrivateKeyTypes, x509.Certificate]:
@@ -120,43 +77,29 @@ def load_ca(pair: KeyPair) -> tuple[PrivateKeyTypes, x509.Certificate]:
     return key, cert
 
 
-def issue(  # noqa: PLR0913  the CA, then the certificate's names, life and clock
+def issue(  # noqa: PLR0913  the CA, then the certificate's names, addresses, life and clock
     ca: KeyPair,
     common_name: str,
     dns_names: tuple[str, ...] = (),
     *,
     days: int,
     now: dt.datetime,
-    organization: str | None = None,
+    ip_addresses: tuple[str, ...] = (),
 ) -> KeyPair:
-    """A leaf certificate signed by `ca` for `dns_names` (server and client use)."""
-    ca_key, ca_cert = load_ca(ca)
-    key = _key()
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name, organization))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
-            critical=False,
-        )
+    """A leaf certificate signed by `ca` for `dns_names`, for server and client use
+    (`jbod_runtime.certificates.issue`), never outliving the CA."""
+    _, ca_cert = load_ca(ca)
+    start = now - BACKDATE
+    until = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
+    made = runtime_certificates.issue(
+        runtime_certificates.Certificate(ca.cert_pem.encode(), ca.key_pem.encode()),
+        common_name,
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+        not_before=start,
+        validity=until - start,
     )
-    if dns_names:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False
-        )
-    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    return KeyPair(_key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
+    return KeyPair(made.key_pem.decode(), made.cert_pem.decode())
 
 
 def split(bundle: str) -> list[str]:
