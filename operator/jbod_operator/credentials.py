@@ -26,7 +26,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from jbod_client.controller import ClientError, ControllerClient
 from jbod_core.errors import ErrorCode
@@ -85,9 +84,10 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     password_digest = digest(password)
     if not state.due(password_digest, now):
         return True
-    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, **extra) as client:
+        with ControllerClient(
+            controller_url, token=token, timeout=5.0, map_url=map_url, ca_file=ca_file
+        ) as client:
             known = state.registered == password_digest and _has_credential(client, user)
             if not known:
                 salt = os.urandom(32)
@@ -125,8 +125,7 @@ def _has_credential(client: ControllerClient, user: str) -> bool:
 def _client(
     controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None
 ) -> ControllerClient:
-    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
-    return ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, **extra)
+    return ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, ca_file=ca_file)
 
 
 def replace_acls(  # noqa: PLR0913  where the controller is (URL, token, address map, CA), then whose ACLs and which

@@ -19,7 +19,6 @@ listeners.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import time
@@ -126,16 +125,13 @@ def controller_client(
     url: str, token: str, endpoints: Endpoints, *, timeout: float = 5.0
 ) -> ControllerClient:
     """A `ControllerClient` verifying an https controller against the cluster's CA bundle."""
-    ca_file = endpoints.ca_file(url)
-    extra: dict[str, Any] = {"ca_file": ca_file} if ca_file is not None else {}
-    return ControllerClient(url, token=token, timeout=timeout, map_url=endpoints.resolve, **extra)
+    return ControllerClient(
+        url, token=token, timeout=timeout, map_url=endpoints.resolve, ca_file=endpoints.ca_file(url)
+    )
 
 
 def _broker_client(url: str, token: str, ca_file: Path | None) -> BrokerClient:
-    extra: dict[str, Any] = {}
-    if ca_file is not None and "ca_file" in inspect.signature(BrokerClient).parameters:
-        extra["ca_file"] = ca_file
-    return BrokerClient(url, token=token, timeout=5.0, **extra)
+    return BrokerClient(url, token=token, timeout=5.0, ca_file=ca_file)
 
 
 def _controller_snapshot(
