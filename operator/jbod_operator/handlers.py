@@ -314,6 +314,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             bundle = _ensure_tls(
                 body, cluster_spec, name, namespace, owner, [*existing, *range(cluster_spec.brokers)]
             )
+            _trust(name, namespace, bundle)
             _update_client_secret(name, namespace, bundle)
             _apply_cluster_objects(cluster_spec, name, namespace, owner)
         view = _view(namespace, name)

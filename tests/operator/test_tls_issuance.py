@@ -253,3 +253,19 @@ def test_the_old_ca_stays_until_the_users_certificates_moved(
     )
     _pass(store, monkeypatch, T0 + DAY + 4 * rotation.PROPAGATION, spec)
     assert len(certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))) == 1
+
+
+def test_the_bundle_makes_the_operators_own_calls_https_and_verified() -> None:
+    """`reconcile_cluster` hands `_ensure_tls`'s bundle to `_trust`: from then on the operator
+    dials the controllers over https, verifying them with that bundle (None: back to http)."""
+    try:
+        handlers._trust("demo", "ns", "BUNDLE\n")
+        url = handlers._controller_url("demo", "ns")
+        assert url == "https://demo-controller.ns.svc:9093"
+        path = handlers.ENDPOINTS.ca_file(url)
+        assert path is not None and path.read_text() == "BUNDLE\n"
+        assert handlers.ENDPOINTS.ca_file("https://demo-broker-0.demo-brokers.ns.svc:9192") == path
+    finally:
+        handlers._trust("demo", "ns", None)
+    assert handlers._controller_url("demo", "ns") == "http://demo-controller.ns.svc:9093"
+    assert handlers.ENDPOINTS.ca_file("https://demo-controller.ns.svc:9093") is None
