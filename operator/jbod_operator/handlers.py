@@ -359,9 +359,10 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 "clusterId": cluster_id,
                 "controllerEndpoint": _controller_url(name, namespace),
                 "kafka": _kafka_status(name, namespace, cluster_spec.tls.enabled),
-                "tls": _tls_status(name, namespace, cluster_spec.tls) if full else status.get("tls"),
             }
         )
+        if full:  # a refresh leaves status.tls as the last full pass wrote it
+            patch.status["tls"] = _tls_status(name, namespace, cluster_spec.tls)
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
 
 
