@@ -157,6 +157,8 @@ def tls_certificates(
                 f"{names.brokers_service(cluster)}.{svc}",
                 f"{names.ready_brokers_service(cluster)}.{svc}",
                 f"{names.kafka_bootstrap_service(cluster)}.{svc}",
+                names.kafka_bootstrap_service(cluster),
+                f"{names.kafka_bootstrap_service(cluster)}.{namespace}",
             ),
         )
     controller_service = f"{names.controller(cluster)}.{svc}"
@@ -164,6 +166,9 @@ def tls_certificates(
         controller_service,
         (
             controller_service,
+            # The Service's short names too: pods of the namespace dial https://<cluster>-controller:9093.
+            names.controller(cluster),
+            f"{names.controller(cluster)}.{namespace}",
             *(names.controller_host(cluster, namespace, n) for n in range(spec.controller.replicas)),
         ),
     )

@@ -418,3 +418,11 @@ def test_applied_secrets_carry_data_that_decodes_to_what_was_given() -> None:
     assert decoded == {"tls.key": "KEY\n", "tls.crt": "CERT\nCA\n", "tls-combined.pem": "KEY\nCERT\nCA\n"}
     user = builders.user_secret("alice", "ns", "demo", {"password": "pw"}, owner=OWNER)
     assert base64.b64decode(user["data"]["password"]) == b"pw"
+
+
+def test_pods_of_the_namespace_may_dial_the_services_short_names_over_tls() -> None:
+    wanted = builders.tls_certificates(_tls_spec(), "demo", "ns", [0])
+    assert {"demo-controller", "demo-controller.ns", "demo-controller.ns.svc"} <= set(
+        wanted["demo-controller-tls"][1]
+    )
+    assert {"demo-kafka-bootstrap", "demo-kafka-bootstrap.ns"} <= set(wanted["demo-broker-0-tls"][1])
