@@ -13,6 +13,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from jbod_operator import model, names
 
 Manifest = dict[str, Any]
 RUN_AS: int = 10001
+PRINCIPAL_FROM_CN = "RULE:^CN=(.*?)(,.*)?$/$1/"
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,9 +79,13 @@ _TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}
 _TMP_MOUNT: dict[str, Any] = {"name": "tmp", "mountPath": "/tmp"}
 
 
-def _probe(path: str, port: int, *, period: int, failures: int = 3) -> dict[str, Any]:
+def _probe(path: str, port: int, *, period: int, failures: int = 3, tls: bool = False) -> dict[str, Any]:
+    """An HTTP(S) GET probe (the kubelet does not verify the server's certificate)."""
+    get: dict[str, Any] = {"path": path, "port": port}
+    if tls:
+        get["scheme"] = "HTTPS"
     return {
-        "httpGet": {"path": path, "port": port},
+        "httpGet": get,
         "periodSeconds": period,
         "timeoutSeconds": 2,
         "failureThreshold": failures,
@@ -128,6 +134,145 @@ _POD_NAME_ENV: dict[str, Any] = {
 }
 
 
+# ---------------------------------------------------------------------------------------------
+# TLS (spec.tls): the cluster CA's Secrets, the pods' certificates and how pods mount them
+
+
+def tls_certificates(
+    spec: model.ClusterSpec, cluster: str, namespace: str, broker_ids: Sequence[int]
+) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Secret name → (common name, DNS names) of every certificate the cluster's pods present:
+    one per broker, one shared by the controllers (a StatefulSet mounts one Secret), one shared
+    by the etcd members the operator runs. Empty without TLS."""
+    if not spec.tls.enabled:
+        return {}
+    svc = f"{namespace}.svc"
+    wanted: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for broker_id in sorted(set(broker_ids)):
+        host = names.broker_host(cluster, namespace, broker_id)
+        wanted[names.broker_tls(cluster, broker_id)] = (
+            host,
+            (
+                host,
+                f"{names.brokers_service(cluster)}.{svc}",
+                f"{names.ready_brokers_service(cluster)}.{svc}",
+                f"{names.kafka_bootstrap_service(cluster)}.{svc}",
+                names.kafka_bootstrap_service(cluster),
+                f"{names.kafka_bootstrap_service(cluster)}.{namespace}",
+            ),
+        )
+    controller_service = f"{names.controller(cluster)}.{svc}"
+    wanted[names.controller_tls(cluster)] = (
+        controller_service,
+        (
+            controller_service,
+            # The Service's short names too: pods of the namespace dial https://<cluster>-controller:9093.
+            names.controller(cluster),
+            f"{names.controller(cluster)}.{namespace}",
+            *(names.controller_host(cluster, namespace, n) for n in range(spec.controller.replicas)),
+        ),
+    )
+    if spec.controller.runs_etcd:
+        etcd_service = f"{names.etcd(cluster)}.{svc}"
+        wanted[names.etcd_tls(cluster)] = (
+            etcd_service,
+            (
+                etcd_service,
+                *(names.etcd_member_host(cluster, namespace, n) for n in range(names.ETCD_MEMBERS)),
+            ),
+        )
+    return wanted
+
+
+def secret_data(values: Mapping[str, str]) -> dict[str, str]:
+    """A Secret's `data` (base64). Secrets the operator server-side applies carry `data`, not
+    `stringData`: the API server tracks the owner of each `data` key, so a key left out of the
+    next apply is removed (with `stringData` it would stay)."""
+    return {key: base64.b64encode(value.encode()).decode() for key, value in values.items()}
+
+
+def cluster_ca_secret(
+    cluster: str, namespace: str, *, key_pem: str, cert_pem: str, owner: Mapping[str, Any]
+) -> Manifest:
+    """The signing CA (key and certificate): read by the operator only, never mounted."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(names.cluster_ca(cluster), namespace, names.cluster_labels(cluster, "ca"), owner),
+        "type": "Opaque",
+        "data": secret_data({names.CA_KEY: key_pem, names.TLS_CA: cert_pem}),
+    }
+
+
+def cluster_ca_cert_secret(
+    cluster: str, namespace: str, *, bundle: str, since: str, owner: Mapping[str, Any]
+) -> Manifest:
+    """The trust bundle every pod and client mounts; `since`: when its signing CA joined it."""
+    meta = _meta(names.cluster_ca_cert(cluster), namespace, names.cluster_labels(cluster, "ca"), owner)
+    meta["annotations"] = {names.ANNOTATION_CA_SINCE: since}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": secret_data({names.TLS_CA: bundle}),
+    }
+
+
+def tls_secret(  # noqa: PLR0913  the Secret's name and place, then the key, certificate, chain and owner
+    name: str,
+    cluster: str,
+    namespace: str,
+    *,
+    key_pem: str,
+    cert_pem: str,
+    chain: str,
+    owner: Mapping[str, Any],
+) -> Manifest:
+    """A pod's certificate in cert-manager's layout: `tls.key`, `tls.crt` (leaf then chain) and
+    `tls-combined.pem` (key, leaf, chain: the agent's and controller's keystore)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(name, namespace, names.cluster_labels(cluster, "tls"), owner),
+        "type": "kubernetes.io/tls",
+        "data": secret_data(
+            {
+                names.TLS_KEY: key_pem,
+                names.TLS_CERT: cert_pem + chain,
+                names.TLS_KEYSTORE: key_pem + cert_pem + chain,
+            }
+        ),
+    }
+
+
+def _tls_volume(spec: model.ClusterSpec, cluster: str, leaf: str) -> dict[str, Any]:
+    """The pod's certificate (Secret `leaf`) and the trust bundle, as one directory: the
+    operator's and a user CA's bundle come from `<cluster>-cluster-ca-cert` (one place to update
+    during a CA renewal), cert-manager's from the leaf Secret's own `ca.crt`."""
+    keys = [names.TLS_KEYSTORE, names.TLS_CERT, names.TLS_KEY]
+    if spec.tls.issuer == "cert-manager":
+        keys.append(names.TLS_CA)
+    sources: list[dict[str, Any]] = [
+        {"secret": {"name": leaf, "items": [{"key": k, "path": k} for k in keys]}}
+    ]
+    if spec.tls.issuer != "cert-manager":
+        sources.append(
+            {
+                "secret": {
+                    "name": names.cluster_ca_cert(cluster),
+                    "items": [{"key": names.TLS_CA, "path": names.TLS_CA}],
+                }
+            }
+        )
+    return {"name": "tls", "projected": {"sources": sources, "defaultMode": 0o440}}
+
+
+_TLS_MOUNT: dict[str, Any] = {"name": "tls", "mountPath": names.TLS_DIR, "readOnly": True}
+_KEYSTORE = f"{names.TLS_DIR}/{names.TLS_KEYSTORE}"
+_TRUSTSTORE = f"{names.TLS_DIR}/{names.TLS_CA}"
+
+
 def etcd_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
     """Headless, and publishing members before they are ready: peers must find each other to start."""
     return {
@@ -153,9 +298,26 @@ def etcd_statefulset(
     kubeadm's etcd image, `names.ETCD_IMAGE`). Only `etcd` and its flags: no shell is needed."""
     labels = names.cluster_labels(cluster, "etcd")
     host = f"$(POD_NAME).{names.etcd(cluster)}.{namespace}.svc"
+    tls = spec.tls.enabled
+    scheme = names.scheme(tls)
     initial = ",".join(
-        f"{names.etcd(cluster)}-{n}=http://{names.etcd_member_host(cluster, namespace, n)}:{names.ETCD_PEER_PORT}"
+        f"{names.etcd(cluster)}-{n}={scheme}://{names.etcd_member_host(cluster, namespace, n)}:{names.ETCD_PEER_PORT}"
         for n in range(names.ETCD_MEMBERS)
+    )
+    tls_args = (
+        [
+            f"--cert-file={names.TLS_DIR}/{names.TLS_CERT}",
+            f"--key-file={names.TLS_DIR}/{names.TLS_KEY}",
+            f"--trusted-ca-file={_TRUSTSTORE}",
+            "--client-cert-auth",
+            f"--peer-cert-file={names.TLS_DIR}/{names.TLS_CERT}",
+            f"--peer-key-file={names.TLS_DIR}/{names.TLS_KEY}",
+            f"--peer-trusted-ca-file={_TRUSTSTORE}",
+            "--peer-client-cert-auth",
+            f"--listen-metrics-urls=http://0.0.0.0:{names.ETCD_METRICS_PORT}",
+        ]
+        if tls
+        else []
     )
     container = {
         "name": "etcd",
@@ -166,23 +328,31 @@ def etcd_statefulset(
         "args": [
             "--name=$(POD_NAME)",
             f"--data-dir={names.ETCD_MOUNT}/data",
-            f"--listen-client-urls=http://0.0.0.0:{names.ETCD_CLIENT_PORT}",
-            f"--advertise-client-urls=http://{host}:{names.ETCD_CLIENT_PORT}",
-            f"--listen-peer-urls=http://0.0.0.0:{names.ETCD_PEER_PORT}",
-            f"--initial-advertise-peer-urls=http://{host}:{names.ETCD_PEER_PORT}",
+            f"--listen-client-urls={scheme}://0.0.0.0:{names.ETCD_CLIENT_PORT}",
+            f"--advertise-client-urls={scheme}://{host}:{names.ETCD_CLIENT_PORT}",
+            f"--listen-peer-urls={scheme}://0.0.0.0:{names.ETCD_PEER_PORT}",
+            f"--initial-advertise-peer-urls={scheme}://{host}:{names.ETCD_PEER_PORT}",
             f"--initial-cluster={initial}",
             f"--initial-cluster-token={cluster}-{namespace}",
             "--initial-cluster-state=new",
             "--quota-backend-bytes=2147483648",
             "--log-level=warn",
+            *tls_args,
         ],
         "env": [_POD_NAME_ENV],
         "ports": [
             {"name": "client", "containerPort": names.ETCD_CLIENT_PORT},
             {"name": "peer", "containerPort": names.ETCD_PEER_PORT},
         ],
-        "readinessProbe": _probe("/health", names.ETCD_CLIENT_PORT, period=5),
-        "volumeMounts": [{"name": "data", "mountPath": names.ETCD_MOUNT}, _TMP_MOUNT],
+        # With TLS the client port wants a client certificate: the probe asks the metrics port.
+        "readinessProbe": _probe(
+            "/health", names.ETCD_METRICS_PORT if tls else names.ETCD_CLIENT_PORT, period=5
+        ),
+        "volumeMounts": [
+            {"name": "data", "mountPath": names.ETCD_MOUNT},
+            _TMP_MOUNT,
+            *([_TLS_MOUNT] if tls else []),
+        ],
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.etcd.resources),
     }
@@ -195,7 +365,7 @@ def etcd_statefulset(
         owner,
         replicas=names.ETCD_MEMBERS,
         container=container,
-        volumes=[_TMP_VOLUME],
+        volumes=[_TMP_VOLUME, *([_tls_volume(spec, cluster, names.etcd_tls(cluster))] if tls else [])],
         data=spec.controller.etcd.storage,
     )
 
@@ -242,11 +412,14 @@ def controller_statefulset(
     ]
     env = [_cluster_id_env(cluster)]
     replicas = spec.controller.replicas
+    tls = spec.tls.enabled
+    if tls:
+        args += [f"--ssl-keystore-location={_KEYSTORE}", f"--ssl-truststore-location={_TRUSTSTORE}"]
     if spec.controller.quorum:
         etcd_endpoints = (
             ",".join(spec.controller.etcd.endpoints)
             if spec.controller.etcd.endpoints
-            else names.etcd_endpoints(cluster, namespace)
+            else names.etcd_endpoints(cluster, namespace, tls=tls)
         )
         env.append(_POD_NAME_ENV)
         if spec.controller.etcd.tls_secret:
@@ -255,10 +428,17 @@ def controller_statefulset(
                 f"--etcd-cert={names.ETCD_TLS_DIR}/tls.crt",
                 f"--etcd-key={names.ETCD_TLS_DIR}/tls.key",
             ]
+        elif tls and spec.controller.runs_etcd:
+            # The controllers' own certificate is also their etcd client certificate (clientAuth).
+            args += [
+                f"--etcd-cacert={_TRUSTSTORE}",
+                f"--etcd-cert={names.TLS_DIR}/{names.TLS_CERT}",
+                f"--etcd-key={names.TLS_DIR}/{names.TLS_KEY}",
+            ]
         args += [
             f"--etcd-endpoints={etcd_endpoints}",
             "--node-id=$(POD_NAME)",  # controller-K is node K+1
-            f"--advertised-url=http://$(POD_NAME).{names.controller(cluster)}.{namespace}.svc:"
+            f"--advertised-url={names.scheme(tls)}://$(POD_NAME).{names.controller(cluster)}.{namespace}.svc:"
             f"{names.CONTROLLER_PORT}",
         ]
     mounts: list[dict[str, Any]] = [
@@ -274,13 +454,16 @@ def controller_statefulset(
         "args": args,
         "env": env,
         "ports": [{"name": "http", "containerPort": names.CONTROLLER_PORT}],
-        "readinessProbe": _probe("/readyz", names.CONTROLLER_PORT, period=2),
-        "livenessProbe": _probe("/healthz", names.CONTROLLER_PORT, period=10, failures=6),
+        "readinessProbe": _probe("/readyz", names.CONTROLLER_PORT, period=2, tls=tls),
+        "livenessProbe": _probe("/healthz", names.CONTROLLER_PORT, period=10, failures=6, tls=tls),
         "volumeMounts": mounts,
         "securityContext": _CONTAINER_SECURITY,
         "resources": _resources(spec.controller.resources),
     }
     volumes = [_tokens_volume(cluster), _TMP_VOLUME]
+    if tls:
+        volumes.append(_tls_volume(spec, cluster, names.controller_tls(cluster)))
+        mounts.append(_TLS_MOUNT)
     if spec.controller.quorum and spec.controller.etcd.tls_secret:
         secret = spec.controller.etcd.tls_secret
         volumes.append({"name": "etcd-tls", "secret": {"secretName": secret, "defaultMode": 0o440}})
@@ -335,17 +518,21 @@ def _statefulset(  # noqa: PLR0913  a parameter per field the controller and etc
     }
 
 
-def _broker_service_ports() -> list[dict[str, Any]]:
-    return [
-        {"name": "kafka", "port": names.KAFKA_PORT, "targetPort": "kafka"},
-        {"name": "http", "port": names.BROKER_HTTP_PORT, "targetPort": "http"},
-    ]
+def _kafka_ports(tls: bool) -> list[dict[str, Any]]:
+    ports = [{"name": "kafka", "port": names.KAFKA_PORT, "targetPort": "kafka"}]
+    if tls:
+        ports.append({"name": "kafka-tls", "port": names.KAFKA_TLS_PORT, "targetPort": "kafka-tls"})
+    return ports
 
 
-def _broker_service(
-    name: str, cluster: str, namespace: str, owner: Mapping[str, Any], *, headless: bool
+def _broker_service_ports(tls: bool = False) -> list[dict[str, Any]]:
+    return [*_kafka_ports(tls), {"name": "http", "port": names.BROKER_HTTP_PORT, "targetPort": "http"}]
+
+
+def _broker_service(  # noqa: PLR0913  the Service's name and place, its owner, then its kind and ports
+    name: str, cluster: str, namespace: str, owner: Mapping[str, Any], *, headless: bool, tls: bool
 ) -> Manifest:
-    spec: dict[str, Any] = {"selector": names.broker_selector(cluster), "ports": _broker_service_ports()}
+    spec: dict[str, Any] = {"selector": names.broker_selector(cluster), "ports": _broker_service_ports(tls)}
     if headless:
         spec |= {"clusterIP": "None", "publishNotReadyAddresses": True}
     return {
@@ -356,17 +543,23 @@ def _broker_service(
     }
 
 
-def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+def brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any], *, tls: bool = False) -> Manifest:
     """Headless: per-pod DNS names for every broker, published before they are ready."""
-    return _broker_service(names.brokers_service(cluster), cluster, namespace, owner, headless=True)
+    return _broker_service(names.brokers_service(cluster), cluster, namespace, owner, headless=True, tls=tls)
 
 
-def ready_brokers_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+def ready_brokers_service(
+    cluster: str, namespace: str, owner: Mapping[str, Any], *, tls: bool = False
+) -> Manifest:
     """Only Ready brokers: a pod is Ready once its process is up and the controller has unfenced it."""
-    return _broker_service(names.ready_brokers_service(cluster), cluster, namespace, owner, headless=False)
+    return _broker_service(
+        names.ready_brokers_service(cluster), cluster, namespace, owner, headless=False, tls=tls
+    )
 
 
-def kafka_bootstrap_service(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+def kafka_bootstrap_service(
+    cluster: str, namespace: str, owner: Mapping[str, Any], *, tls: bool = False
+) -> Manifest:
     """The Kafka clients' bootstrap: the Ready brokers' Kafka port only."""
     return {
         "apiVersion": "v1",
@@ -376,23 +569,94 @@ def kafka_bootstrap_service(cluster: str, namespace: str, owner: Mapping[str, An
         ),
         "spec": {
             "selector": names.broker_selector(cluster),
-            "ports": [{"name": "kafka", "port": names.KAFKA_PORT, "targetPort": "kafka"}],
+            "ports": _kafka_ports(tls),
         },
     }
 
 
-def kafka_client_secret(cluster: str, namespace: str, *, password: str, owner: Mapping[str, Any]) -> Manifest:
-    """What an application mounts to reach the cluster with a Kafka client, as the user
-    `names.KAFKA_CLIENT_USER`: the settings one by one, a Java client's properties file and a
-    librdkafka properties file (kcat's `-F`, confluent-kafka's config)."""
+def scram_client_settings(
+    cluster: str, namespace: str, *, user: str, password: str, ca_bundle: str | None
+) -> dict[str, str]:
+    """A SCRAM-SHA-512 user's client settings: one by one, a Java client's properties file and a
+    librdkafka properties file (kcat's `-F`, confluent-kafka's config). With `ca_bundle` (TLS
+    on) the protocol is SASL_SSL and the files trust `ca.crt` where the Secret is mounted
+    (`names.CLIENT_SECRET_MOUNT`)."""
     bootstrap = names.kafka_bootstrap_servers(cluster, namespace)
-    user = names.KAFKA_CLIENT_USER
+    protocol = names.KAFKA_TLS_SECURITY_PROTOCOL if ca_bundle is not None else names.KAFKA_SECURITY_PROTOCOL
     jaas = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
-    common = (
-        f"bootstrap.servers={bootstrap}\n"
-        f"security.protocol={names.KAFKA_SECURITY_PROTOCOL}\n"
-        f"sasl.mechanism={names.KAFKA_SASL_MECHANISM}\n"
-    )
+    common = f"bootstrap.servers={bootstrap}\nsecurity.protocol={protocol}\nsasl.mechanism={names.KAFKA_SASL_MECHANISM}\n"
+    java_tls = rdkafka_tls = ""
+    settings: dict[str, str] = {}
+    if ca_bundle is not None:
+        ca_file = f"{names.CLIENT_SECRET_MOUNT}/{names.TLS_CA}"
+        java_tls = f"ssl.truststore.type=PEM\nssl.truststore.location={ca_file}\n"
+        rdkafka_tls = f"ssl.ca.location={ca_file}\n"
+        settings[names.TLS_CA] = ca_bundle
+    return {
+        **settings,
+        "bootstrap.servers": bootstrap,
+        "security.protocol": protocol,
+        "sasl.mechanism": names.KAFKA_SASL_MECHANISM,
+        "username": user,
+        "password": password,
+        "sasl.jaas.config": jaas,
+        "client.properties": common + java_tls + f"sasl.jaas.config={jaas}\n",
+        "librdkafka.properties": common + rdkafka_tls + f"sasl.username={user}\nsasl.password={password}\n",
+    }
+
+
+def tls_client_settings(
+    cluster: str, namespace: str, *, key_pem: str, cert_pem: str, ca_bundle: str
+) -> dict[str, str]:
+    """A certificate user's client settings (the SSL listener, `names.KAFKA_TLS_PORT`): its
+    key and certificate, `user.pem` (key then chain, Kafka's PEM keystore), the trust bundle and
+    properties files naming them where the Secret is mounted."""
+    bootstrap = f"{names.kafka_bootstrap_service(cluster)}.{namespace}.svc:{names.KAFKA_TLS_PORT}"
+    mount = names.CLIENT_SECRET_MOUNT
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "user.crt": cert_pem,
+        "user.key": key_pem,
+        "user.pem": key_pem + cert_pem,
+        names.TLS_CA: ca_bundle,
+        "client.properties": (
+            f"bootstrap.servers={bootstrap}\nsecurity.protocol=SSL\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={mount}/{names.TLS_CA}\n"
+            f"ssl.keystore.type=PEM\nssl.keystore.location={mount}/user.pem\n"
+        ),
+        "librdkafka.properties": (
+            f"bootstrap.servers={bootstrap}\nsecurity.protocol=SSL\n"
+            f"ssl.ca.location={mount}/{names.TLS_CA}\n"
+            f"ssl.certificate.location={mount}/user.crt\nssl.key.location={mount}/user.key\n"
+        ),
+    }
+
+
+def user_secret(
+    user: str, namespace: str, cluster: str, data: Mapping[str, str], *, owner: Mapping[str, Any]
+) -> Manifest:
+    """A JbodUser's Secret `<user>`: its credential and client settings (`scram_client_settings`
+    or `tls_client_settings`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(user, namespace, names.cluster_labels(cluster, "kafka-user"), owner),
+        "type": "Opaque",
+        "data": secret_data(data),
+    }
+
+
+def kafka_client_secret(
+    cluster: str,
+    namespace: str,
+    *,
+    password: str,
+    owner: Mapping[str, Any],
+    ca_bundle: str | None = None,
+) -> Manifest:
+    """What an application mounts to reach the cluster with a Kafka client, as the user
+    `names.KAFKA_CLIENT_USER` (`scram_client_settings`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -403,16 +667,9 @@ def kafka_client_secret(cluster: str, namespace: str, *, password: str, owner: M
             owner,
         ),
         "type": "Opaque",
-        "stringData": {
-            "bootstrap.servers": bootstrap,
-            "security.protocol": names.KAFKA_SECURITY_PROTOCOL,
-            "sasl.mechanism": names.KAFKA_SASL_MECHANISM,
-            "username": user,
-            "password": password,
-            "sasl.jaas.config": jaas,
-            "client.properties": common + f"sasl.jaas.config={jaas}\n",
-            "librdkafka.properties": common + f"sasl.username={user}\nsasl.password={password}\n",
-        },
+        "stringData": scram_client_settings(
+            cluster, namespace, user=names.KAFKA_CLIENT_USER, password=password, ca_bundle=ca_bundle
+        ),
     }
 
 
@@ -471,13 +728,25 @@ def server_properties(
     """The broker's `server.properties` (protocol §4.2 keys)."""
     settings = spec.config
     host = names.broker_host(cluster, namespace, broker_id)
+    tls = spec.tls.enabled
+    if tls:
+        listeners = [
+            f"{names.KAFKA_TLS_SECURITY_PROTOCOL}://{{host}}:{names.KAFKA_PORT}",
+            f"SSL://{{host}}:{names.KAFKA_TLS_PORT}",
+            f"https://{{host}}:{names.BROKER_HTTP_PORT}",
+        ]
+    else:
+        listeners = [
+            f"{names.KAFKA_SECURITY_PROTOCOL}://{{host}}:{names.KAFKA_PORT}",
+            f"http://{{host}}:{names.BROKER_HTTP_PORT}",
+        ]
     lines = [
         f"node.id={broker_id}",
         "log.dirs=" + ",".join(names.log_dir(d.name) for d in disks),
         f"metadata.log.dir={names.metadata_log_dir()}",
-        f"controller.url={names.controller_urls(cluster, namespace, spec.controller.replicas)}",
-        f"listeners={names.KAFKA_SECURITY_PROTOCOL}://0.0.0.0:{names.KAFKA_PORT},http://0.0.0.0:{names.BROKER_HTTP_PORT}",
-        f"advertised.listeners={names.KAFKA_SECURITY_PROTOCOL}://{host}:{names.KAFKA_PORT},http://{host}:{names.BROKER_HTTP_PORT}",
+        f"controller.url={names.controller_urls(cluster, namespace, spec.controller.replicas, tls=tls)}",
+        "listeners=" + ",".join(listener.format(host="0.0.0.0") for listener in listeners),
+        "advertised.listeners=" + ",".join(listener.format(host=host) for listener in listeners),
         f"cluster.token.file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",
         f"admin.token.file={names.TOKENS_DIR}/{names.SECRET_ADMIN_TOKEN}",
         f"broker.heartbeat.interval.ms={settings.heartbeat_interval_ms}",
@@ -487,6 +756,21 @@ def server_properties(
         f"min.insync.replicas={settings.min_insync_replicas}",
         f"replica.lag.time.max.ms={settings.replica_lag_time_max_ms}",
     ]
+    if tls:
+        lines += [
+            # The Kafka admin (the admin token's principal) is a super user of the authorizer.
+            f"super.users={names.ADMIN_PRINCIPAL}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={_KEYSTORE}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={_TRUSTSTORE}",
+            # Certificates are asked for, not required: SASL_SSL clients log in with a password;
+            # a client without one on the SSL listener is ANONYMOUS, whom no ACL allows anything.
+            "ssl.client.auth=requested",
+            # The principal of a client certificate is its CN (`User:<CN>`, a JbodUser's name), by
+            # Kafka's rule syntax rather than `DEFAULT`, which in Kafka is the whole DN.
+            f"ssl.principal.mapping.rules={PRINCIPAL_FROM_CN}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -564,6 +848,10 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         },
         *({"name": f"disk-{d.name}", "persistentVolumeClaim": {"claimName": claims[d.name]}} for d in disks),
     ]
+    tls = spec.tls.enabled
+    if tls:
+        volumes.append(_tls_volume(spec, cluster, names.broker_tls(cluster, broker_id)))
+        mounts.append(_TLS_MOUNT)
     properties = f"{names.CONFIG_DIR}/server.properties"
     common = {
         "image": image,
@@ -583,12 +871,9 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         **common,
         "command": ["jbod-agent"],
         "args": [f"--config={properties}"],
-        "ports": [
-            {"name": "kafka", "containerPort": names.KAFKA_PORT},
-            {"name": "http", "containerPort": names.BROKER_HTTP_PORT},
-        ],
-        "readinessProbe": _probe("/readyz", names.BROKER_HTTP_PORT, period=2),
-        "livenessProbe": _probe("/healthz", names.BROKER_HTTP_PORT, period=10, failures=6),
+        "ports": [{"name": p["name"], "containerPort": p["port"]} for p in _broker_service_ports(tls)],
+        "readinessProbe": _probe("/readyz", names.BROKER_HTTP_PORT, period=2, tls=tls),
+        "livenessProbe": _probe("/healthz", names.BROKER_HTTP_PORT, period=10, failures=6, tls=tls),
         "volumeMounts": mounts,
         "resources": _resources(spec.resources),
     }

@@ -1,10 +1,10 @@
-"""The Kafka client user of a cluster: its SCRAM credential, registered with the controller.
+"""Kafka users at the controller: SCRAM credentials registered, ACLs set, users removed.
 
-Kafka clients log in to the brokers' SASL_PLAINTEXT listeners as `names.KAFKA_CLIENT_USER` with
-SCRAM-SHA-512; the password lives only in the Secret `<cluster>-kafka-client` (created once by
-the operator, `builders.kafka_client_secret`). The controller keeps salted keys, never the
-password, so the operator registers the credential itself (`POST /v1/scram-credentials`, the
-admin token).
+Kafka clients log in to the brokers' SASL listeners as `names.KAFKA_CLIENT_USER` (or a
+JbodUser) with SCRAM-SHA-512; the password lives only in the Secret `<cluster>-kafka-client`
+(created once by the operator, `builders.kafka_client_secret`) or the JbodUser's. The controller
+keeps salted keys, never the password, so the operator registers the credential itself
+(`POST /v1/scram-credentials`, the admin token).
 
 Guarantees:
 * `CredentialState.due` decides, without I/O, when to ask the controller: at once for a password
@@ -13,6 +13,9 @@ Guarantees:
 * `ensure` registers the credential when the controller lacks it or holds another password's,
   and reports whether the controller has it; it never raises (an unreachable controller is
   "not yet", retried on the next poll) and never logs the password.
+* `replace_acls` makes a user's ACLs exactly the wanted set (creating the missing first, then
+  deleting the rest) and `remove_user` deletes every ACL and the credential of a user; both
+  answer None when done or one line saying why not, and never raise.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from jbod_client.controller import ClientError, ControllerClient
 from jbod_core.errors import ErrorCode
-from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialUpsertion
+from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialDeletion, ScramCredentialUpsertion
 from jbod_core.scram import SCRAM_SHA_512, salted_password
-from jbod_operator import names
+from jbod_operator import names, users
 
 log = logging.getLogger("jbod_operator")
 
@@ -46,6 +50,10 @@ class CredentialState:
     registered: str | None = None  # digest of the password last seen registered
     checked_at: float | None = None
     recheck_s: float = 60.0
+    acls_at: float | None = None  # when the user's ACLs were last confirmed
+
+    def acls_due(self, now: float) -> bool:
+        return self.acls_at is None or now - self.acls_at >= self.recheck_s
 
     def due(self, password_digest: str, now: float) -> bool:
         if self.registered != password_digest or self.checked_at is None:
@@ -68,16 +76,19 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     state: CredentialState,
     *,
     now: float,
+    ca_file: Path | None = None,
+    user: str = names.KAFKA_CLIENT_USER,
 ) -> bool:
     """Register the client user's credential when it is missing or this process has not
     registered this password yet; True once the controller has it."""
     password_digest = digest(password)
     if not state.due(password_digest, now):
         return True
-    user = names.KAFKA_CLIENT_USER
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url) as client:
-            known = state.registered == password_digest and _has_credential(client)
+        with ControllerClient(
+            controller_url, token=token, timeout=5.0, map_url=map_url, ca_file=ca_file
+        ) as client:
+            known = state.registered == password_digest and _has_credential(client, user)
             if not known:
                 salt = os.urandom(32)
                 upsertion = ScramCredentialUpsertion(
@@ -103,9 +114,66 @@ def ensure(  # noqa: PLR0913  where the controller is (URL, token, address map),
     return True
 
 
-def _has_credential(client: ControllerClient) -> bool:
-    results = client.describe_scram_credentials([names.KAFKA_CLIENT_USER])
+def _has_credential(client: ControllerClient, user: str) -> bool:
+    results = client.describe_scram_credentials([user])
     return any(
         r.error_code == ErrorCode.NONE and any(i.mechanism == SCRAM_SHA_512 for i in r.credential_infos)
         for r in results
     )
+
+
+def _client(
+    controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None
+) -> ControllerClient:
+    return ControllerClient(controller_url, token=token, timeout=5.0, map_url=map_url, ca_file=ca_file)
+
+
+def replace_acls(  # noqa: PLR0913  where the controller is (URL, token, address map, CA), then whose ACLs and which
+    controller_url: str,
+    token: str,
+    map_url: Callable[[str], str],
+    ca_file: Path | None,
+    user: str,
+    wanted: list[users.Binding],
+) -> str | None:
+    """Make `wanted` the user's ACLs at the controller (docs/api.md, `/v1/acls`): creates the
+    missing ones, then deletes the others. None when done, else why not (one line)."""
+    try:
+        with _client(controller_url, token, map_url, ca_file) as client:
+            existing = [users.from_wire(acl) for acl in client.describe_acls(principal=users.principal(user))]
+            create, delete = users.acl_changes(wanted, existing)
+            if create:
+                results = client.create_acls([users.to_wire(b) for b in create])
+                refused = [r for r in results if r.get("errorCode")]
+                if refused:
+                    return f"creating ACLs of {user} refused: {refused[0].get('errorMessage')}"
+            if delete:
+                results = client.delete_acls([users.to_wire(b) for b in delete])
+                refused = [r for r in results if r.get("errorCode")]
+                if refused:
+                    return f"deleting ACLs of {user} refused: {refused[0].get('errorMessage')}"
+    except ClientError as exc:
+        return f"ACLs of {user} not set yet: {exc}"
+    return None
+
+
+def remove_user(
+    controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None, user: str
+) -> str | None:
+    """Delete the user's ACLs and SCRAM credential; None when done (or nothing was there)."""
+    try:
+        with _client(controller_url, token, map_url, ca_file) as client:
+            client.delete_acls([users.every_acl_of(user)])
+            reply = client.alter_scram_credentials(
+                AlterScramCredentialsRequest(
+                    deletions=[ScramCredentialDeletion(name=user, mechanism=SCRAM_SHA_512)]
+                )
+            )
+            refused = [
+                r for r in reply.results if r.error_code not in (ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND)
+            ]
+            if refused:
+                return f"deleting the credential of {user} refused: {refused[0].error_message}"
+    except ClientError as exc:
+        return f"user {user} not removed yet: {exc}"
+    return None

@@ -12,20 +12,37 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime as dt
 import json
 import logging
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kopf
 
 from jbod_core import ids
-from jbod_operator import builders, credentials, drain, health, kube, metrics, model, names, plan, views
+from jbod_operator import (
+    builders,
+    certificates,
+    credentials,
+    drain,
+    health,
+    kube,
+    metrics,
+    model,
+    names,
+    plan,
+    rotation,
+    users,
+    views,
+)
 
 log = logging.getLogger("jbod_operator")
 
@@ -33,6 +50,7 @@ DEFAULT_IMAGE = "ghcr.io/jbod-dev/jbod:0.1.0"
 SETTINGS: dict[str, Any] = {"image": DEFAULT_IMAGE, "poll_seconds": 2.0, "broker_interval": 2.0}
 VIEWS: dict[tuple[str, str], views.ClusterView] = {}
 CREDENTIALS: dict[tuple[str, str], credentials.CredentialState] = {}
+TRUST_FILES: dict[tuple[str, str], Path] = {}
 ENDPOINTS = views.Endpoints()
 BROKER_TIMER_INTERVAL = 2.0
 CLUSTER_TIMER_INTERVAL = 5.0
@@ -117,19 +135,36 @@ def _tokens(cluster: str, namespace: str) -> dict[str, str] | None:
 
 
 def _register_kafka_user(cluster: str, namespace: str, admin_token: str) -> None:
-    """The client user's SCRAM credential, registered when due (`credentials.ensure`)."""
+    """The client user's SCRAM credential, registered when due (`credentials.ensure`), and its
+    ACLs (`users.client_user_bindings`), confirmed every `recheck_s`."""
     client = _secret_data(names.kafka_client_secret(cluster), namespace)
     if not client or "password" not in client:
         return
     state = CREDENTIALS.setdefault((namespace, cluster), credentials.CredentialState())
+    now = time.monotonic()
+    ca_file = TRUST_FILES.get((namespace, cluster))
     credentials.ensure(
-        names.controller_url(cluster, namespace),
+        _controller_url(cluster, namespace),
         admin_token,
         ENDPOINTS.resolve,
         client["password"],
         state,
-        now=time.monotonic(),
+        now=now,
+        ca_file=ca_file,
     )
+    if state.ready and state.acls_due(now):
+        error = credentials.replace_acls(
+            _controller_url(cluster, namespace),
+            admin_token,
+            ENDPOINTS.resolve,
+            ca_file,
+            names.KAFKA_CLIENT_USER,
+            users.client_user_bindings(names.KAFKA_CLIENT_USER),
+        )
+        if error is None:
+            state.acls_at = now
+        else:
+            log.debug("%s/%s: %s", namespace, cluster, error)
 
 
 @kopf.daemon(names.GROUP, names.VERSION, names.CLUSTERS, cancellation_timeout=5.0)
@@ -141,7 +176,7 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
             tokens = await asyncio.to_thread(_tokens, name, namespace)
             if tokens and names.SECRET_ADMIN_TOKEN in tokens:
                 view = await views.poll_cluster(
-                    names.controller_url(name, namespace), tokens[names.SECRET_ADMIN_TOKEN], ENDPOINTS
+                    _controller_url(name, namespace), tokens[names.SECRET_ADMIN_TOKEN], ENDPOINTS
                 )
                 if not view.reachable:
                     metrics.VIEW_ERRORS.labels(cluster=name).inc()
@@ -154,6 +189,34 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
     finally:
         VIEWS.pop(key, None)
         CREDENTIALS.pop(key, None)
+
+
+def _controller_url(cluster: str, namespace: str) -> str:
+    """The controllers' Service, https when the cluster has TLS on (`_trust`)."""
+    return names.controller_url(cluster, namespace, tls=(namespace, cluster) in TRUST_FILES)
+
+
+def _trust(cluster: str, namespace: str, bundle: str | None) -> None:
+    """Where the operator's own clients find the cluster's trust bundle: a file per cluster,
+    registered with `ENDPOINTS` for the controllers' and brokers' host names (None: no TLS)."""
+    key = (namespace, cluster)
+    domains = (
+        f"{names.controller(cluster)}.{namespace}.svc",
+        f"{names.brokers_service(cluster)}.{namespace}.svc",
+    )
+    if bundle is None:
+        TRUST_FILES.pop(key, None)
+        for domain in domains:
+            ENDPOINTS.trust(domain, None)
+        return
+    path = Path(tempfile.gettempdir()) / f"jbod-ca-{namespace}-{cluster}.crt"
+    if not path.exists() or path.read_text() != bundle:
+        staging = path.with_suffix(".tmp")
+        staging.write_text(bundle)
+        staging.replace(path)
+    TRUST_FILES[key] = path
+    for domain in domains:
+        ENDPOINTS.trust(domain, path)
 
 
 def _view(namespace: str, cluster: str) -> views.ClusterView:
@@ -246,9 +309,14 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         cluster_id = status.get("clusterId")
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
-        if full:
-            _apply_cluster_objects(cluster_spec, name, namespace, owner)
         existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
+        if full:
+            bundle = _ensure_tls(
+                body, cluster_spec, name, namespace, owner, [*existing, *range(cluster_spec.brokers)]
+            )
+            _trust(name, namespace, bundle)
+            _update_client_secret(name, namespace, bundle)
+            _apply_cluster_objects(cluster_spec, name, namespace, owner)
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         if plan.removes_something(broker_plan, existing):
@@ -256,7 +324,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             # rather than trust the poller's last view (a topic may have been created since).
             tokens = _tokens(name, namespace) or {}
             fresh = views.fresh_placements(
-                names.controller_url(name, namespace), tokens.get(names.SECRET_ADMIN_TOKEN, ""), ENDPOINTS
+                _controller_url(name, namespace), tokens.get(names.SECRET_ADMIN_TOKEN, ""), ENDPOINTS
             )
             broker_plan = plan.plan_brokers(
                 cluster_spec,
@@ -289,22 +357,220 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 **computed,
                 "observedGeneration": meta.get("generation"),
                 "clusterId": cluster_id,
-                "controllerEndpoint": names.controller_url(name, namespace),
-                "kafka": _kafka_status(name, namespace),
+                "controllerEndpoint": _controller_url(name, namespace),
+                "kafka": _kafka_status(name, namespace, cluster_spec.tls.enabled),
             }
         )
+        if full:  # a refresh leaves status.tls as the last full pass wrote it
+            patch.status["tls"] = _tls_status(name, namespace, cluster_spec.tls)
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
 
 
-def _kafka_status(cluster: str, namespace: str) -> dict[str, Any]:
+def _tls_status(cluster: str, namespace: str, tls: model.TlsSpec) -> dict[str, Any] | None:
+    """The trust bundle's Secret and the signing CA's expiry (`status.tls`)."""
+    if not tls.enabled:
+        return None
+    trust = names.controller_tls(cluster) if tls.issuer == "cert-manager" else names.cluster_ca_cert(cluster)
+    bundle = certificates.split((_secret_data(trust, namespace) or {}).get(names.TLS_CA, ""))
+    signing = None if tls.issuer == "cert-manager" else _signing_ca(tls, cluster, namespace)
+    not_after = certificates.describe(signing.cert_pem).not_after if signing is not None else None
+    return {
+        "trustSecret": trust,
+        "caNotAfter": not_after.strftime("%Y-%m-%dT%H:%M:%SZ") if not_after is not None else None,
+        "caCount": len(bundle),
+    }
+
+
+def _kafka_status(cluster: str, namespace: str, tls: bool) -> dict[str, Any]:
     """Where Kafka clients connect and the Secret they mount (`status.kafka`)."""
     state = CREDENTIALS.get((namespace, cluster))
+    tls_servers = f"{names.kafka_bootstrap_service(cluster)}.{namespace}.svc:{names.KAFKA_TLS_PORT}"
     return {
         "bootstrapServers": names.kafka_bootstrap_servers(cluster, namespace),
+        "securityProtocol": names.KAFKA_TLS_SECURITY_PROTOCOL if tls else names.KAFKA_SECURITY_PROTOCOL,
+        "tlsBootstrapServers": tls_servers if tls else None,
         "clientSecret": names.kafka_client_secret(cluster),
         "user": names.KAFKA_CLIENT_USER,
         "userRegistered": state is not None and state.ready,
     }
+
+
+def _tls_policy(tls: model.TlsSpec) -> rotation.Policy:
+    return rotation.Policy(
+        validity=dt.timedelta(days=tls.validity_days),
+        renew_before=dt.timedelta(days=tls.renew_before_days),
+        ca_validity=dt.timedelta(days=tls.ca_validity_days),
+        ca_renew_before=dt.timedelta(days=tls.ca_renew_before_days),
+        operator_ca=tls.issuer == "operator",
+    )
+
+
+def _signing_ca(tls: model.TlsSpec, cluster: str, namespace: str) -> certificates.KeyPair | None:
+    """The CA that signs: the operator's (`<cluster>-cluster-ca`) or the user's `caSecret`."""
+    if tls.issuer == "secret":
+        data = _secret_data(str(tls.ca_secret), namespace)
+        if data is None or names.TLS_CERT not in data or names.TLS_KEY not in data:
+            raise kopf.TemporaryError(
+                f"spec.tls.caSecret: Secret {tls.ca_secret} with tls.crt and tls.key not found", delay=30
+            )
+        return certificates.KeyPair(data[names.TLS_KEY], certificates.split(data[names.TLS_CERT])[0])
+    data = _secret_data(names.cluster_ca(cluster), namespace)
+    if data is None or names.CA_KEY not in data:
+        return None
+    return certificates.KeyPair(data[names.CA_KEY], data[names.TLS_CA])
+
+
+def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, owner) and its broker ids
+    body: kopf.Body,
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    broker_ids: Iterable[int],
+) -> str | None:
+    """The cluster CA and every pod's certificate, issued and renewed as `rotation` decides;
+    the trust bundle (None without TLS, or with cert-manager, which keeps its own)."""
+    tls = spec.tls
+    if not tls.enabled:
+        return None
+    if tls.issuer == "cert-manager":  # cert-manager keeps the bundle in each certificate's Secret
+        return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
+    now, policy = _now(), _tls_policy(tls)
+    try:
+        signing = _signing_ca(tls, cluster, namespace)
+        if signing is not None:
+            certificates.load_ca(signing)
+    except certificates.CertificateError as exc:
+        raise kopf.TemporaryError(f"spec.tls: the signing CA is unusable: {exc}", delay=60) from None
+    bundle = (_secret_data(names.cluster_ca_cert(cluster), namespace) or {}).get(names.TLS_CA, "")
+    recorded = since = _ca_since(cluster, namespace)
+    bundled = certificates.split(bundle)
+    if signing is not None and signing.cert_pem not in bundled:
+        bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
+        since = now
+    current = certificates.describe(signing.cert_pem) if signing is not None else None
+    previous = tuple(
+        certificates.describe(pem) for pem in bundled if signing is None or pem != signing.cert_pem
+    )
+    authority = rotation.Authority(current=current, previous=previous, current_since=since)
+    wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
+    leaves = {secret: _leaf(secret, namespace, "".join(bundled)) for secret in wanted}
+    user_leaves = [_user_leaf(u, namespace, "".join(bundled)) for u in _tls_users(cluster, namespace)]
+    action = rotation.ca_action(authority, [*leaves.values(), *user_leaves], policy, now)
+    if action in ("create", "renew"):
+        signing = certificates.make_ca(
+            f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
+        )
+        kube.apply(
+            builders.cluster_ca_secret(
+                cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
+            )
+        )
+        bundled.append(signing.cert_pem)
+        since = now
+        kopf.info(body, reason="CertificateAuthority", message=f"Made a cluster CA ({action})")
+    elif action == "drop-previous" and signing is not None:
+        bundled = [signing.cert_pem]
+        kopf.info(
+            body, reason="CertificateAuthority", message="Dropped the previous CA from the trust bundle"
+        )
+    if signing is None:
+        return None
+    text = "".join(bundled)
+    if text != bundle or recorded != since:
+        kube.apply(
+            builders.cluster_ca_cert_secret(cluster, namespace, bundle=text, since=_iso(since), owner=owner)
+        )
+    authority = rotation.Authority(
+        current=certificates.describe(signing.cert_pem),
+        previous=tuple(certificates.describe(p) for p in bundled if p != signing.cert_pem),
+        current_since=since,
+    )
+    for secret, (common_name, dns) in wanted.items():
+        reason = rotation.leaf_reason(leaves[secret], frozenset(dns), authority, policy, now)
+        if reason is None:
+            continue
+        pair = certificates.issue(signing, common_name, dns, days=tls.validity_days, now=now)
+        kube.apply(
+            builders.tls_secret(
+                secret,
+                cluster,
+                namespace,
+                key_pem=pair.key_pem,
+                cert_pem=pair.cert_pem,
+                chain=signing.cert_pem,
+                owner=owner,
+            )
+        )
+        log.info("Issued the certificate %s/%s: %s", namespace, secret, reason)
+        kopf.info(body, reason="CertificateIssued", message=f"Issued {secret}: {reason}")
+    return text
+
+
+def _ca_since(cluster: str, namespace: str) -> dt.datetime | None:
+    """When the signing CA joined the trust bundle (the bundle Secret's annotation)."""
+    secret = kube.get("v1", "Secret", names.cluster_ca_cert(cluster), namespace) or {}
+    text = ((secret.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_CA_SINCE)
+    try:
+        return dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def _iso(moment: dt.datetime | None) -> str:
+    return (moment or _now()).isoformat()
+
+
+def _tls_users(cluster: str, namespace: str) -> list[str]:
+    """The cluster's JbodUsers of authentication tls: their certificates, too, must be from the
+    new CA before the old one leaves the bundle."""
+    return [
+        str(body["metadata"]["name"])
+        for body in kube.list_objects(names.API_VERSION, "JbodUser", namespace, {})
+        if (body.get("spec") or {}).get("cluster") == cluster
+        and ((body.get("spec") or {}).get("authentication") or {}).get("type") == "tls"
+        and not body["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _user_leaf(user: str, namespace: str, bundle: str) -> rotation.Certificate | None:
+    data = _secret_data(user, namespace)
+    if not data or not data.get("user.crt"):
+        return None
+    try:
+        return certificates.describe(data["user.crt"], bundle)
+    except certificates.CertificateError:
+        return None
+
+
+def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | None:
+    data = _secret_data(secret, namespace)
+    if not data or not data.get(names.TLS_CERT):
+        return None
+    try:
+        return certificates.describe(certificates.split(data[names.TLS_CERT])[0], bundle)
+    except (certificates.CertificateError, IndexError):
+        return None
+
+
+def _update_client_secret(cluster: str, namespace: str, bundle: str | None) -> None:
+    """The client Secret follows spec.tls: the trust bundle and SASL_SSL settings, or none."""
+    data = _secret_data(names.kafka_client_secret(cluster), namespace)
+    if not data or "password" not in data:
+        return
+    wanted = builders.scram_client_settings(
+        cluster, namespace, user=names.KAFKA_CLIENT_USER, password=data["password"], ca_bundle=bundle
+    )
+    changed = {k: v for k, v in wanted.items() if data.get(k) != v}
+    dropped = [k for k in data if k not in wanted]
+    if changed or dropped:
+        kube.merge_patch(
+            "v1",
+            "Secret",
+            names.kafka_client_secret(cluster),
+            namespace,
+            {"stringData": changed, "data": dict.fromkeys(dropped)},
+        )
 
 
 def _apply_cluster_objects(
@@ -319,9 +585,9 @@ def _apply_cluster_objects(
     for manifest in (
         builders.controller_service(name, namespace, owner),
         builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
-        builders.brokers_service(name, namespace, owner),
-        builders.ready_brokers_service(name, namespace, owner),
-        builders.kafka_bootstrap_service(name, namespace, owner),
+        builders.brokers_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
+        builders.ready_brokers_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
+        builders.kafka_bootstrap_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
         builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
     ):
         kube.apply(manifest)
@@ -405,7 +671,7 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
             _record_owned(cluster, namespace, owned)
         tokens = _tokens(cluster, namespace) or {}
         token = tokens.get(names.SECRET_ADMIN_TOKEN, "")
-        url = names.controller_url(cluster, namespace)
+        url = _controller_url(cluster, namespace)
         fresh = views.drain_snapshot(url, token, ENDPOINTS, view.log_dirs)
         if fresh is None:
             raise kopf.TemporaryError("the controller cannot be reached to plan the drain", delay=5)
@@ -520,7 +786,7 @@ def _unregister_removed(
             continue
         tokens = _tokens(cluster, namespace) or {}
         error = views.unregister(
-            names.controller_url(cluster, namespace),
+            _controller_url(cluster, namespace),
             tokens.get(names.SECRET_ADMIN_TOKEN, ""),
             ENDPOINTS,
             broker_id,
@@ -874,3 +1140,163 @@ class _RollingRestarts:
 
 
 _ROLLING = _RollingRestarts()
+
+
+# ---------------------------------------------------------------------------------------------
+# JbodUser
+
+
+def _user_cluster(spec: users.UserSpec, namespace: str) -> tuple[model.ClusterSpec, str]:
+    """The user's cluster spec and admin token; `TemporaryError` until both exist."""
+    body = kube.get(names.API_VERSION, "JbodCluster", spec.cluster, namespace)
+    if body is None:
+        raise kopf.TemporaryError(f"JbodCluster {spec.cluster} not found", delay=10)
+    try:
+        cluster_spec = model.parse_cluster(spec.cluster, body.get("spec") or {})
+    except model.SpecError as exc:
+        raise kopf.TemporaryError(
+            f"JbodCluster {spec.cluster} has an invalid spec: {exc}", delay=30
+        ) from None
+    token = (_tokens(spec.cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
+    if not token:
+        raise kopf.TemporaryError(f"JbodCluster {spec.cluster} has no admin token yet", delay=5)
+    return cluster_spec, token
+
+
+def _user_secret(
+    name: str, namespace: str, spec: users.UserSpec, cluster_spec: model.ClusterSpec, token: str
+) -> dict[str, str]:
+    """The user's Secret data, made (and its credential registered) when missing or stale."""
+    current = _secret_data(name, namespace) or {}
+    bundle = _bundle(spec.cluster, namespace, cluster_spec)
+    if spec.authentication.type == "scram-sha-512":
+        password = current.get("password") or secrets.token_urlsafe(32)
+        key = (namespace, f"{spec.cluster}/{name}")
+        state = CREDENTIALS.setdefault(key, credentials.CredentialState())
+        if not credentials.ensure(
+            _controller_url(spec.cluster, namespace),
+            token,
+            ENDPOINTS.resolve,
+            password,
+            state,
+            now=time.monotonic(),
+            ca_file=TRUST_FILES.get((namespace, spec.cluster)),
+            user=name,
+        ):
+            raise kopf.TemporaryError(f"the SCRAM credential of {name} is not registered yet", delay=5)
+        return builders.scram_client_settings(
+            spec.cluster, namespace, user=name, password=password, ca_bundle=bundle
+        )
+    tls = cluster_spec.tls
+    if not tls.enabled or tls.issuer == "cert-manager" or bundle is None:
+        raise kopf.PermanentError(
+            f"authentication tls needs JbodCluster {spec.cluster} with spec.tls.enabled and issuer operator or secret"
+        )
+    signing = _signing_ca(tls, spec.cluster, namespace)
+    if signing is None:
+        raise kopf.TemporaryError("the cluster CA is not made yet", delay=5)
+    leaf = None
+    if current.get("user.crt"):
+        try:
+            leaf = certificates.describe(current["user.crt"], bundle)
+        except certificates.CertificateError:
+            leaf = None
+    authority = rotation.Authority(
+        current=certificates.describe(signing.cert_pem),
+        previous=tuple(certificates.describe(p) for p in certificates.split(bundle) if p != signing.cert_pem),
+        current_since=_ca_since(spec.cluster, namespace),
+    )
+    reason = rotation.leaf_reason(leaf, frozenset(), authority, _tls_policy(tls), _now())
+    if reason is None and current.get(names.TLS_CA) == bundle:
+        return current
+    if reason is None:
+        key_pem, cert_pem = current["user.key"], current["user.crt"]
+    else:
+        pair = certificates.issue(signing, name, days=tls.validity_days, now=_now())
+        key_pem, cert_pem = pair.key_pem, pair.cert_pem
+        log.info("Issued the client certificate of Kafka user %s/%s: %s", namespace, name, reason)
+    return builders.tls_client_settings(
+        spec.cluster, namespace, key_pem=key_pem, cert_pem=cert_pem, ca_bundle=bundle
+    )
+
+
+def _bundle(cluster: str, namespace: str, spec: model.ClusterSpec) -> str | None:
+    if not spec.tls.enabled:
+        return None
+    if spec.tls.issuer == "cert-manager":
+        return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
+    return (_secret_data(names.cluster_ca_cert(cluster), namespace) or {}).get(names.TLS_CA)
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.USERS)
+@kopf.on.create(names.GROUP, names.VERSION, names.USERS)
+@kopf.on.update(names.GROUP, names.VERSION, names.USERS)
+@kopf.timer(
+    names.GROUP, names.VERSION, names.USERS, id="users", interval=CLUSTER_FULL_INTERVAL, initial_delay=30.0
+)
+def reconcile_user(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf passes
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    **_: Any,
+) -> None:
+    """The user's credential, its Secret `<user>` and its ACLs (replacing the previous set)."""
+    namespace = namespace or "default"
+    if meta.get("deletionTimestamp"):
+        return
+    try:
+        user = users.parse_user(name, dict(spec))
+    except model.SpecError as exc:
+        patch.status.update({"ready": False, "reason": str(exc)})
+        raise kopf.PermanentError(str(exc)) from None
+    cluster_spec, token = _user_cluster(user, namespace)
+    try:
+        data = _user_secret(name, namespace, user, cluster_spec, token)
+    except kopf.PermanentError as exc:
+        patch.status.update({"ready": False, "reason": str(exc)})
+        raise
+    if data != _secret_data(name, namespace):
+        kube.apply(builders.user_secret(name, namespace, user.cluster, data, owner=_plain(body)))
+    error = credentials.replace_acls(
+        _controller_url(user.cluster, namespace),
+        token,
+        ENDPOINTS.resolve,
+        TRUST_FILES.get((namespace, user.cluster)),
+        name,
+        users.acl_bindings(name, user.authorization.acls),
+    )
+    if error is not None:
+        patch.status.update({"ready": False, "reason": error})
+        raise kopf.TemporaryError(error, delay=10)
+    patch.status.update(
+        {
+            "ready": True,
+            "reason": None,
+            "secret": name,
+            "username": name,
+            "observedGeneration": meta.get("generation"),
+        }
+    )
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.USERS)
+def remove_user(spec: kopf.Spec, name: str, namespace: str | None, **_: Any) -> None:
+    """kopf's finalizer holds the JbodUser until its ACLs, credential and Secret are gone."""
+    namespace = namespace or "default"
+    cluster = str(spec.get("cluster") or "")
+    CREDENTIALS.pop((namespace, f"{cluster}/{name}"), None)
+    token = (_tokens(cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
+    if token:  # a cluster already gone holds nothing of the user
+        error = credentials.remove_user(
+            _controller_url(cluster, namespace),
+            token,
+            ENDPOINTS.resolve,
+            TRUST_FILES.get((namespace, cluster)),
+            name,
+        )
+        if error is not None:
+            raise kopf.TemporaryError(error, delay=10)
+    kube.delete("v1", "Secret", name, namespace)

@@ -144,6 +144,41 @@ class DrainSettings(_Frozen):
     max_partitions_in_flight: int = Field(default=5, ge=1, le=1000, alias="maxPartitionsInFlight")
 
 
+Issuer = Literal["operator", "secret", "cert-manager"]
+
+
+class TlsSpec(_Frozen):
+    """TLS on every listener of the cluster (brokers, controllers, the etcd the operator runs).
+
+    `issuer`: `operator` makes and rotates its own CA; `secret` signs with the user's CA from
+    `caSecret` (`tls.crt`, `tls.key`); `cert-manager` leaves the pods' Secrets to cert-manager
+    Certificates (docs/install.md) and the operator only mounts them."""
+
+    enabled: bool = False
+    issuer: Issuer = "operator"
+    ca_secret: str | None = Field(default=None, alias="caSecret", min_length=1, max_length=253)
+    validity_days: int = Field(default=365, ge=2, le=3650, alias="validityDays")
+    renew_before_days: int = Field(default=30, ge=1, alias="renewBeforeDays")
+    ca_validity_days: int = Field(default=1825, ge=2, le=36500, alias="caValidityDays")
+    ca_renew_before_days: int = Field(default=180, ge=1, alias="caRenewBeforeDays")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TlsSpec:
+        if self.issuer == "secret" and not self.ca_secret:
+            raise ValueError("issuer secret needs caSecret: a Secret with the CA's tls.crt and tls.key")
+        if self.issuer != "secret" and self.ca_secret:
+            raise ValueError("caSecret is only read with issuer: secret")
+        if self.renew_before_days >= self.validity_days:
+            raise ValueError("renewBeforeDays must be below validityDays")
+        if self.ca_renew_before_days >= self.ca_validity_days:
+            raise ValueError("caRenewBeforeDays must be below caValidityDays")
+        if self.validity_days > self.ca_validity_days - self.ca_renew_before_days:
+            raise ValueError(
+                "validityDays must fit in the CA's life before its renewal (caValidityDays - caRenewBeforeDays)"
+            )
+        return self
+
+
 class ClusterSpec(_Frozen):
     brokers: int = Field(ge=1, le=1000)
     image: str | None = None
@@ -158,6 +193,7 @@ class ClusterSpec(_Frozen):
     disk_failure_policy: DiskFailurePolicy = Field(default="Manual", alias="diskFailurePolicy")
     drain: DrainSettings = DrainSettings()
     rebalance: RebalancePolicy = "Never"
+    tls: TlsSpec = TlsSpec()
 
     def replication_factor(self) -> int:
         """The default replication factor of new topics: the spec's, else min(3, brokers)."""

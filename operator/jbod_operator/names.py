@@ -42,11 +42,30 @@ BROKER_HTTP_PORT: Final = 9192
 # Kafka's clients of a cluster log in as this SCRAM-SHA-512 user; its password is in the Secret
 # `kafka_client_secret(cluster)` (the operator registers the credential with the controller).
 KAFKA_CLIENT_USER: Final = "client"
+# With spec.tls.enabled: the SASL_SSL listener takes 9092's place, and an SSL listener on
+# KAFKA_TLS_PORT takes client certificates (a JbodUser of authentication type tls).
+KAFKA_TLS_PORT: Final = 9094
+KAFKA_TLS_SECURITY_PROTOCOL: Final = "SASL_SSL"
+# The Kafka admin principal (a super user on every broker) and where an application mounts a
+# client Secret (`<cluster>-kafka-client`, a JbodUser's): its properties files name files there.
+ADMIN_PRINCIPAL: Final = "User:admin"
+CLIENT_SECRET_MOUNT: Final = "/etc/kafka-client"
 KAFKA_SECURITY_PROTOCOL: Final = "SASL_PLAINTEXT"
 KAFKA_SASL_MECHANISM: Final = "SCRAM-SHA-512"
 CONFIG_DIR: Final = "/etc/jbod/config"
 TOKENS_DIR: Final = "/etc/jbod/tokens"
 ETCD_TLS_DIR: Final = "/etc/jbod/etcd-tls"
+# A pod's certificate and trust bundle (spec.tls), a projected volume of Secrets (no subPath: the
+# kubelet replaces the files in place on renewal and the processes re-read them).
+TLS_DIR: Final = "/etc/jbod/tls"
+TLS_KEYSTORE: Final = "tls-combined.pem"  # key, then the chain (cert-manager's CombinedPEM name)
+TLS_CERT: Final = "tls.crt"
+TLS_KEY: Final = "tls.key"
+TLS_CA: Final = "ca.crt"
+CA_KEY: Final = "ca.key"
+# On <cluster>-cluster-ca-cert: when the signing CA joined the trust bundle (ISO 8601, UTC).
+ANNOTATION_CA_SINCE: Final = "jbod.dev/ca-since"
+USERS: Final = "jbodusers"
 DISKS_DIR: Final = "/var/lib/jbod/disks"
 METADATA_MOUNT: Final = "/var/lib/jbod/metadata"
 CONTROLLER_MOUNT: Final = "/var/lib/jbod/controller"
@@ -123,20 +142,50 @@ def disk_of_log_dir(path: str) -> str | None:
     return name if name and "/" not in name else None
 
 
-def controller_url(cluster: str, namespace: str) -> str:
+def scheme(tls: bool) -> str:
+    return "https" if tls else "http"
+
+
+def controller_url(cluster: str, namespace: str, *, tls: bool = False) -> str:
     """The controllers' Service: any controller answers, and a standby names the active one (41)."""
-    return f"http://{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+    return f"{scheme(tls)}://{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
 
 
-def controller_pod_url(cluster: str, namespace: str, ordinal: int | str) -> str:
-    return f"http://{controller(cluster)}-{ordinal}.{controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+def controller_host(cluster: str, namespace: str, ordinal: int | str) -> str:
+    return f"{controller(cluster)}-{ordinal}.{controller(cluster)}.{namespace}.svc"
 
 
-def controller_urls(cluster: str, namespace: str, replicas: int) -> str:
+def controller_pod_url(cluster: str, namespace: str, ordinal: int | str, *, tls: bool = False) -> str:
+    return f"{scheme(tls)}://{controller_host(cluster, namespace, ordinal)}:{CONTROLLER_PORT}"
+
+
+def controller_urls(cluster: str, namespace: str, replicas: int, *, tls: bool = False) -> str:
     """What brokers are given: the Service for one controller, every controller pod for a quorum."""
     if replicas <= 1:
-        return controller_url(cluster, namespace)
-    return ",".join(controller_pod_url(cluster, namespace, n) for n in range(replicas))
+        return controller_url(cluster, namespace, tls=tls)
+    return ",".join(controller_pod_url(cluster, namespace, n, tls=tls) for n in range(replicas))
+
+
+def cluster_ca(cluster: str) -> str:
+    """Secret with the signing CA's key and certificate (`ca.key`, `ca.crt`): never mounted."""
+    return f"{cluster}-cluster-ca"
+
+
+def cluster_ca_cert(cluster: str) -> str:
+    """Secret with the trust bundle `ca.crt` (one CA, two during a CA renewal): what clients trust."""
+    return f"{cluster}-cluster-ca-cert"
+
+
+def broker_tls(cluster: str, broker_id: int) -> str:
+    return f"{broker(cluster, broker_id)}-tls"
+
+
+def controller_tls(cluster: str) -> str:
+    return f"{controller(cluster)}-tls"
+
+
+def etcd_tls(cluster: str) -> str:
+    return f"{etcd(cluster)}-tls"
 
 
 def etcd(cluster: str) -> str:
@@ -159,10 +208,14 @@ def etcd_member_host(cluster: str, namespace: str, ordinal: int | str) -> str:
     return f"{etcd(cluster)}-{ordinal}.{etcd(cluster)}.{namespace}.svc"
 
 
-def etcd_endpoints(cluster: str, namespace: str) -> str:
+def etcd_endpoints(cluster: str, namespace: str, *, tls: bool = False) -> str:
     return ",".join(
-        f"http://{etcd_member_host(cluster, namespace, n)}:{ETCD_CLIENT_PORT}" for n in range(ETCD_MEMBERS)
+        f"{scheme(tls)}://{etcd_member_host(cluster, namespace, n)}:{ETCD_CLIENT_PORT}"
+        for n in range(ETCD_MEMBERS)
     )
+
+
+ETCD_METRICS_PORT: Final = 2381  # plain http /health for the kubelet's probe (kubeadm's layout)
 
 
 def etcd_selector(cluster: str) -> dict[str, str]:

@@ -64,6 +64,26 @@ class Endpoints:
         )
         self._mtime: float | None = None
         self._map: dict[str, str] = {}
+        self._ca_files: dict[str, Path] = {}
+
+    def trust(self, domain: str, ca_file: Path | None) -> None:
+        """Verify https servers whose host ends with `domain` against `ca_file` (None: forget)."""
+        if ca_file is None:
+            self._ca_files.pop(domain, None)
+        else:
+            self._ca_files[domain] = ca_file
+
+    def ca_file(self, url: str) -> Path | None:
+        """The CA bundle for an https `url` (a list: its first URL), None for the system default."""
+        host = urlsplit(parse_controller_urls(url)[0] if "," in url else url).hostname or ""
+        return next(
+            (
+                path
+                for domain, path in self._ca_files.items()
+                if host == domain or host.endswith(f".{domain}")
+            ),
+            None,
+        )
 
     def _load(self) -> None:
         if self.path is None:
@@ -92,25 +112,38 @@ class Endpoints:
 
 
 def listener_url(registration: Mapping[str, Any]) -> str | None:
-    """The broker's HTTP API: its listener named `http` (a registration from before the Kafka
-    listeners has one unnamed listener, the HTTP API)."""
+    """The broker's HTTP API: its listener named `http` or `https` (a registration from before
+    the Kafka listeners has one unnamed listener, the HTTP API)."""
     for listener in registration.get("listeners") or []:
         host, port, name = listener.get("host"), listener.get("port"), listener.get("name")
-        if host and port and name in (None, "", "http"):
-            return f"http://{host}:{port}"
+        if host and port and name in (None, "", "http", "https"):
+            return f"{name or 'http'}://{host}:{port}"
     return None
+
+
+def controller_client(
+    url: str, token: str, endpoints: Endpoints, *, timeout: float = 5.0
+) -> ControllerClient:
+    """A `ControllerClient` verifying an https controller against the cluster's CA bundle."""
+    return ControllerClient(
+        url, token=token, timeout=timeout, map_url=endpoints.resolve, ca_file=endpoints.ca_file(url)
+    )
+
+
+def _broker_client(url: str, token: str, ca_file: Path | None) -> BrokerClient:
+    return BrokerClient(url, token=token, timeout=5.0, ca_file=ca_file)
 
 
 def _controller_snapshot(
     url: str, token: str, endpoints: Endpoints
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    with ControllerClient(url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
+    with controller_client(url, token, endpoints) as client:
         return client.cluster(), client.brokers(), client.list_topics()
 
 
-async def _log_dirs(url: str, token: str) -> list[dict[str, Any]] | None:
+async def _log_dirs(url: str, token: str, ca_file: Path | None = None) -> list[dict[str, Any]] | None:
     try:
-        async with BrokerClient(url, token=token, timeout=5.0) as client:
+        async with _broker_client(url, token, ca_file) as client:
             return await client.log_dirs()
     except ClientError:
         return None
@@ -127,7 +160,12 @@ async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) ->
     registrations = {int(b["brokerId"]): b for b in brokers}
     urls = {b: listener_url(r) for b, r in registrations.items()}
     broker_ids = [b for b, u in urls.items() if u is not None]
-    answers = await asyncio.gather(*(_log_dirs(endpoints.resolve(str(urls[b])), token) for b in broker_ids))
+    answers = await asyncio.gather(
+        *(
+            _log_dirs(endpoints.resolve(str(urls[b])), token, endpoints.ca_file(str(urls[b])))
+            for b in broker_ids
+        )
+    )
     return ClusterView(
         reachable=True,
         ready=True,
@@ -143,7 +181,7 @@ def fresh_placements(
 ) -> dict[int, dict[str, health.DirPlacements]] | None:
     """The controller's placements right now (None when it cannot be reached)."""
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
+        with controller_client(controller_url, token, endpoints, timeout=5.0) as client:
             return health.placements_by_broker(client.list_topics())
     except ClientError:
         return None
@@ -152,7 +190,7 @@ def fresh_placements(
 def unregister(controller_url: str, token: str, endpoints: Endpoints, broker_id: int) -> str | None:
     """Unregister a removed broker; the error line, or None on success."""
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
+        with controller_client(controller_url, token, endpoints, timeout=5.0) as client:
             reply = client.unregister_broker(broker_id)
     except ClientError as exc:
         return str(exc)
@@ -166,7 +204,7 @@ def drain_snapshot(
     """The controller's brokers and partitions right now with the brokers' log dirs (the poller's),
     and each topic's configs; None when the controller cannot be reached."""
     try:
-        with ControllerClient(controller_url, token=token, timeout=5.0, map_url=endpoints.resolve) as client:
+        with controller_client(controller_url, token, endpoints, timeout=5.0) as client:
             brokers, topics = client.brokers(), client.list_topics()
     except ClientError:
         return None
@@ -276,7 +314,7 @@ def apply_drain(  # noqa: PLR0913  where (controller, token, address map, regist
     """Carry out `actions` (every call idempotent: a repeat changes nothing); the errors, one line each."""
     errors: list[str] = []
     try:
-        with ControllerClient(controller_url, token=token, timeout=10.0, map_url=endpoints.resolve) as client:
+        with controller_client(controller_url, token, endpoints, timeout=10.0) as client:
             _controller_actions(client, actions, rate, errors)
     except ClientError as exc:
         errors.append(f"controller: {exc}")

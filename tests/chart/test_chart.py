@@ -71,6 +71,13 @@ NAMESPACED_NEEDS: frozenset[Need] = frozenset(
         ("jbod.dev", "jbodbrokers/finalizers", "update"),
         ("", "secrets", "get"),  # _tokens
         ("", "secrets", "create"),  # _ensure_secret
+        ("", "secrets", "patch"),  # _ensure_tls (kube.apply), _update_client_secret, user Secrets
+        ("", "secrets", "delete"),  # remove_user
+        ("jbod.dev", "jbodusers", "list"),  # kopf handlers, timer
+        ("jbod.dev", "jbodusers", "watch"),
+        ("jbod.dev", "jbodusers", "patch"),  # kopf annotations + finalizer
+        ("jbod.dev", "jbodusers/status", "patch"),
+        ("jbod.dev", "jbodusers/finalizers", "update"),  # blockOwnerDeletion of the user's Secret
         ("", "services", "create"),  # kube.apply x3
         ("", "services", "patch"),
         ("", "configmaps", "create"),  # kube.apply(broker_config_map)
@@ -117,10 +124,12 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "JbodCluster": ("jbod.dev", "jbodclusters"),
     "JbodBroker": ("jbod.dev", "jbodbrokers"),
+    "JbodUser": ("jbod.dev", "jbodusers"),
 }
 KOPF_RESOURCES: Mapping[str, tuple[str, str]] = {
     "names.CLUSTERS": ("jbod.dev", "jbodclusters"),
     "names.BROKERS": ("jbod.dev", "jbodbrokers"),
+    "names.USERS": ("jbod.dev", "jbodusers"),
     "pods": ("", "pods"),
     "persistentvolumeclaims": ("", "persistentvolumeclaims"),
     "persistentvolumes": ("", "persistentvolumes"),

@@ -5,7 +5,8 @@
   `jbod-e2e` (kind's local-path provisioner, expandable); deleted when the module ends, so the
   rest of the suite does not share the machine with it. Needs root (skipped without); with root
   but no usable Docker engine the tier is skipped, or fails under `JBOD_E2E_REQUIRED=1` (CI).
-  `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection.
+  `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection; `JBOD_KIND_NAME` names it
+  otherwise (a second kind tier beside a running one).
 * `ControllerTunnel`: `kubectl port-forward` to a Service on 127.0.0.1, restarted when it dies
   (the pod behind it was replaced).
 """
@@ -27,7 +28,7 @@ from e2e.kind import images
 from e2e.kind.cluster import KindCluster, tool_path
 from e2e.kind.docker import DockerUnavailableError, engine
 
-NAME = "jbod-e2e"
+NAME = os.environ.get("JBOD_KIND_NAME", "jbod-e2e")  # another name: a second kind tier beside a running one
 STORAGE_CLASS = "jbod-e2e"
 
 

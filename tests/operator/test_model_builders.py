@@ -271,3 +271,158 @@ def test_every_mount_names_a_declared_volume() -> None:
     claim_templates = [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]]
     _mounts_resolve({**template, "volumes": [*template["volumes"], *({"name": n} for n in claim_templates)]})
     assert template["automountServiceAccountToken"] is False
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.tls
+
+
+def _tls_spec(**tls: Any) -> model.ClusterSpec:
+    data = example()["spec"]
+    data["tls"] = {"enabled": True, **tls}
+    data["controller"] = {"replicas": 3}
+    return model.parse_cluster("demo", data)
+
+
+@pytest.mark.parametrize(
+    ("tls", "needle"),
+    [
+        ({"issuer": "secret"}, "needs caSecret"),
+        ({"caSecret": "mine"}, "only read with issuer: secret"),
+        ({"validityDays": 30, "renewBeforeDays": 30}, "renewBeforeDays"),
+        ({"validityDays": 1700}, "validityDays must fit"),
+        ({"issuer": "vault"}, "spec.tls.issuer"),
+    ],
+)
+def test_bad_tls_specs_name_the_field(tls: dict[str, Any], needle: str) -> None:
+    with pytest.raises(model.SpecError, match=needle):
+        _tls_spec(**tls)
+
+
+def test_tls_defaults_and_no_tls_by_default() -> None:
+    assert model.parse_cluster("demo", example()["spec"]).tls.enabled is False
+    tls = _tls_spec().tls
+    assert (tls.issuer, tls.validity_days, tls.renew_before_days, tls.ca_validity_days) == (
+        "operator",
+        365,
+        30,
+        1825,
+    )
+
+
+def test_with_tls_every_listener_is_tls_and_files_are_mounted_without_sub_path() -> None:
+    spec = _tls_spec()
+    text = builders.server_properties(spec, "demo", "ns", 1, spec.disks)
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    host = "demo-broker-1.demo-brokers.ns.svc"
+    assert props["listeners"] == "SASL_SSL://0.0.0.0:9092,SSL://0.0.0.0:9094,https://0.0.0.0:9192"
+    assert props["advertised.listeners"] == f"SASL_SSL://{host}:9092,SSL://{host}:9094,https://{host}:9192"
+    assert props["ssl.keystore.location"] == "/etc/jbod/tls/tls-combined.pem"
+    assert props["ssl.truststore.location"] == "/etc/jbod/tls/ca.crt"
+    assert props["ssl.keystore.type"] == props["ssl.truststore.type"] == "PEM"
+    assert props["super.users"] == "User:admin"
+    assert props["ssl.principal.mapping.rules"] == "RULE:^CN=(.*?)(,.*)?$/$1/"
+    assert all(url.startswith("https://") for url in props["controller.url"].split(","))
+    assert "http://" not in text and "PLAINTEXT" not in text
+
+    pod = _pod(spec, spec.disks)
+    [agent] = pod["spec"]["containers"]
+    assert agent["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert {p["containerPort"] for p in agent["ports"]} == {9092, 9094, 9192}
+    [tls_volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "tls"]
+    sources = [s["secret"]["name"] for s in tls_volume["projected"]["sources"]]
+    assert sources == ["demo-broker-1-tls", "demo-cluster-ca-cert"]
+    for container in [*pod["spec"]["initContainers"], agent]:
+        assert all("subPath" not in m for m in container["volumeMounts"])
+    _mounts_resolve(pod["spec"])
+    plain = _pod(model.parse_cluster("demo", example()["spec"]), spec.disks)
+    assert plain["metadata"]["annotations"] != pod["metadata"]["annotations"]  # turning TLS on restarts
+
+
+def test_with_tls_controllers_and_etcd_speak_tls_to_each_other() -> None:
+    spec = _tls_spec()
+    sts = builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER)
+    [container] = sts["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert "--ssl-keystore-location=/etc/jbod/tls/tls-combined.pem" in args
+    assert "--etcd-cacert=/etc/jbod/tls/ca.crt" in args and "--etcd-cert=/etc/jbod/tls/tls.crt" in args
+    assert any(a.startswith("--advertised-url=https://") for a in args)
+    [endpoints] = [a for a in args if a.startswith("--etcd-endpoints=")]
+    assert endpoints.count("https://") == 3
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+    etcd = builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER)
+    [member] = etcd["spec"]["template"]["spec"]["containers"]
+    flags = set(member["args"])
+    assert {
+        "--client-cert-auth",
+        "--peer-client-cert-auth",
+        "--trusted-ca-file=/etc/jbod/tls/ca.crt",
+    } <= flags
+    assert all("http://" not in a for a in member["args"] if "-urls=" in a and "metrics" not in a)
+    assert member["readinessProbe"]["httpGet"]["port"] == names.ETCD_METRICS_PORT
+
+    wanted = builders.tls_certificates(spec, "demo", "ns", [0, 1, 2])
+    assert set(wanted) == {
+        "demo-broker-0-tls",
+        "demo-broker-1-tls",
+        "demo-broker-2-tls",
+        "demo-controller-tls",
+        "demo-etcd-tls",
+    }
+    assert "demo-controller-2.demo-controller.ns.svc" in wanted["demo-controller-tls"][1]
+    assert "demo-kafka-bootstrap.ns.svc" in wanted["demo-broker-0-tls"][1]
+    assert builders.tls_certificates(model.parse_cluster("demo", example()["spec"]), "demo", "ns", [0]) == {}
+
+
+def test_cert_manager_pods_trust_the_bundle_of_their_own_secret() -> None:
+    spec = _tls_spec(issuer="cert-manager")
+    [tls_volume] = [v for v in _pod(spec, spec.disks)["spec"]["volumes"] if v["name"] == "tls"]
+    [source] = tls_volume["projected"]["sources"]
+    assert {i["key"] for i in source["secret"]["items"]} == {
+        "tls-combined.pem",
+        "tls.crt",
+        "tls.key",
+        "ca.crt",
+    }
+
+
+def test_the_client_secret_with_tls_holds_the_ca_and_sasl_ssl_properties() -> None:
+    secret = builders.kafka_client_secret("demo", "ns", password="pw", owner=OWNER, ca_bundle="CA-PEM")
+    data = secret["stringData"]
+    assert data["ca.crt"] == "CA-PEM" and data["security.protocol"] == "SASL_SSL"
+    assert "ssl.truststore.location=/etc/kafka-client/ca.crt" in data["client.properties"]
+    assert "ssl.ca.location=/etc/kafka-client/ca.crt" in data["librdkafka.properties"]
+    plain = builders.kafka_client_secret("demo", "ns", password="pw", owner=OWNER)["stringData"]
+    assert "ca.crt" not in plain and plain["security.protocol"] == "SASL_PLAINTEXT"
+
+
+def test_tls_example_parses_and_the_client_pod_mounts_the_users_secret_whole() -> None:
+    data = yaml.safe_load((ROOT / "examples" / "jbodcluster-tls.yaml").read_text())
+    spec = model.parse_cluster(data["metadata"]["name"], data["spec"])
+    assert spec.tls.enabled and spec.tls.issuer == "operator"
+    pod = yaml.safe_load((ROOT / "examples" / "kafka-client-tls.yaml").read_text())
+    [client] = pod["spec"]["containers"]
+    [mount] = [m for m in client["volumeMounts"] if m["name"] == "user"]
+    assert mount["mountPath"] == names.CLIENT_SECRET_MOUNT and "subPath" not in mount
+
+
+def test_applied_secrets_carry_data_that_decodes_to_what_was_given() -> None:
+    import base64
+
+    secret = builders.tls_secret(
+        "demo-broker-0-tls", "demo", "ns", key_pem="KEY\n", cert_pem="CERT\n", chain="CA\n", owner=OWNER
+    )
+    assert secret["type"] == "kubernetes.io/tls" and "stringData" not in secret
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded == {"tls.key": "KEY\n", "tls.crt": "CERT\nCA\n", "tls-combined.pem": "KEY\nCERT\nCA\n"}
+    user = builders.user_secret("alice", "ns", "demo", {"password": "pw"}, owner=OWNER)
+    assert base64.b64decode(user["data"]["password"]) == b"pw"
+
+
+def test_pods_of_the_namespace_may_dial_the_services_short_names_over_tls() -> None:
+    wanted = builders.tls_certificates(_tls_spec(), "demo", "ns", [0])
+    assert {"demo-controller", "demo-controller.ns", "demo-controller.ns.svc"} <= set(
+        wanted["demo-controller-tls"][1]
+    )
+    assert {"demo-kafka-bootstrap", "demo-kafka-bootstrap.ns"} <= set(wanted["demo-broker-0-tls"][1])

@@ -110,14 +110,27 @@ for both `patch` and `create` on every kind the operator applies.
 # or JbodBroker owns): where the OwnerReferencesPermissionEnforcement admission plugin is on
 # (e.g. OpenShift) setting one needs `update` on the owner's finalizers subresource.
 - apiGroups: ["jbod.dev"]
-  resources: ["jbodclusters/finalizers", "jbodbrokers/finalizers"]
+  resources: ["jbodclusters/finalizers", "jbodbrokers/finalizers", "jbodusers/finalizers"]
   verbs: ["update"]
 # Secrets <cluster>-tokens (the cluster id and admin token, handlers._tokens) and
 # <cluster>-kafka-client (the Kafka client user's password, handlers._register_kafka_user): read,
-# and created once with fresh values (kube.create); never listed, watched, changed or deleted.
+# and created once with fresh values (kube.create). With spec.tls: the cluster CA, its trust
+# bundle and the pods' certificates are server-side applied when issued or renewed
+# (handlers._ensure_tls), and the client Secret's CA and properties merge-patched
+# (handlers._update_client_secret). A JbodUser's Secret is applied by reconcile_user and deleted
+# by remove_user; never listed or watched.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "patch", "delete"]
+# JbodUsers: watched and handled by kopf (reconcile_user, and remove_user behind kopf's
+# finalizer, which also deletes the user's Secret above); status through the subresource.
+- apiGroups: ["jbod.dev"]
+  resources: ["jbodusers"]
+  verbs: ["list", "watch", "patch"]
+# JbodUser status (ready, secret): kopf merge-patches the status subresource.
+- apiGroups: ["jbod.dev"]
+  resources: ["jbodusers/status"]
+  verbs: ["patch"]
 # Services (controller, brokers, ready brokers, Kafka bootstrap) and ConfigMaps (server.properties): server-side apply.
 - apiGroups: [""]
   resources: ["services", "configmaps"]

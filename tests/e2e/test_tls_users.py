@@ -1,0 +1,288 @@
+"""A JbodCluster with TLS and its JbodUsers on kind (issue 25): the operator's CA, the brokers'
+certificates, SASL_SSL and SSL with client certificates, ACLs from the JbodUser specs.
+
+1. A 3-broker `JbodCluster` with `spec.tls.enabled` (issuer operator) turns Ready: its brokers
+   listen only with TLS, `status.tls` names the trust Secret with one CA.
+2. Two JbodUsers: `writer` (SCRAM-SHA-512, may write and read topics `orders-*` and use groups
+   `orders-*`) and `reader` (a client certificate, may read `orders-*`). Both turn ready and their
+   Secrets hold what the docs say.
+3. A client pod mounting `writer`'s Secret produces and reads back over SASL_SSL with the
+   Secret's `librdkafka.properties` as they are; the same pod without the CA is refused (the
+   brokers' certificates are not trusted), and a topic outside its ACLs is refused.
+4. A client pod mounting `reader`'s Secret reads the records over SSL with its certificate; without
+   the certificate it is refused (ANONYMOUS has no ACL).
+5. Deleting `writer` removes its Secret (the finalizer ran).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.kind.cluster import KindCluster
+from e2e.kind.images import PROJECT_IMAGE
+from e2e.wait import wait_for
+from tests.e2e.conftest import STORAGE_CLASS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+NS = "jbod-tls"
+CLUSTER = "sec"
+
+
+def cluster_spec() -> dict[str, Any]:
+    return {
+        "apiVersion": "jbod.dev/v1alpha1",
+        "kind": "JbodCluster",
+        "metadata": {"name": CLUSTER, "namespace": NS},
+        "spec": {
+            "brokers": 3,
+            "image": PROJECT_IMAGE,
+            "disks": [{"name": "d0", "size": "96Mi", "storageClass": STORAGE_CLASS}],
+            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+            "controller": {
+                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
+            },
+            "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
+            "config": {
+                "heartbeatIntervalMs": 500,
+                "sessionTimeoutMs": 4000,
+                "minInsyncReplicas": 2,
+                "defaultReplicationFactor": 3,
+            },
+            "tls": {"enabled": True},
+        },
+    }
+
+
+def user(name: str, authentication: str, acls: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "jbod.dev/v1alpha1",
+        "kind": "JbodUser",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "cluster": CLUSTER,
+            "authentication": {"type": authentication},
+            "authorization": {"acls": acls},
+        },
+    }
+
+
+WRITER_ACLS = [
+    {
+        "resource": {"type": "topic", "name": "orders-", "patternType": "prefix"},
+        "operations": ["Write", "Read", "Describe"],
+    },
+    {"resource": {"type": "group", "name": "orders-", "patternType": "prefix"}, "operations": ["Read"]},
+    {"resource": {"type": "cluster"}, "operations": ["IdempotentWrite"]},
+]
+READER_ACLS = [
+    {
+        "resource": {"type": "topic", "name": "orders-", "patternType": "prefix"},
+        "operations": ["Read", "Describe"],
+    },
+    {"resource": {"type": "group", "name": "orders-", "patternType": "prefix"}, "operations": ["Read"]},
+]
+
+# Run in a client pod with a user's Secret at /etc/kafka-client. argv: produce|consume, topic,
+# and "as-is" (the Secret's librdkafka.properties), "no-ca" (without ssl.ca.location) or
+# "no-cert" (without the client certificate). Prints one line: "ok N" or "refused <error>".
+CLIENT = textwrap.dedent(
+    """
+    import sys
+    import uuid
+    from confluent_kafka import Consumer, Producer
+    mode, topic, variant = sys.argv[1:4]
+    with open("/etc/kafka-client/librdkafka.properties") as f:
+        conf = dict(line.split("=", 1) for line in f.read().splitlines() if line)
+    if variant == "no-ca":
+        conf.pop("ssl.ca.location")
+    if variant == "no-cert":
+        conf.pop("ssl.certificate.location"); conf.pop("ssl.key.location")
+    errors = []
+    conf["error_cb"] = lambda err: errors.append(err)
+    try:
+        if mode == "produce":
+            acked, failed = [], []
+            producer = Producer({**conf, "enable.idempotence": True, "acks": "all", "message.timeout.ms": 20000})
+            for i in range(50):
+                producer.produce(topic, f"order-{i}".encode(),
+                                 on_delivery=lambda e, m: failed.append(e) if e else acked.append(m))
+            producer.flush(40)
+            print(f"ok {len(acked)}" if len(acked) == 50 else f"refused {(failed or errors or ['timeout'])[0]}", flush=True)
+        else:
+            group = f"orders-{uuid.uuid4().hex[:8]}"  # a new group: reads from the start
+            consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+            consumer.subscribe([topic])
+            seen, idle = set(), 0
+            while len(seen) < 50 and idle < 25:
+                msg = consumer.poll(1.0)
+                if msg is None or msg.error():
+                    if msg is not None:
+                        errors.append(msg.error())
+                    idle += 1
+                    continue
+                seen.add(msg.value())
+            consumer.close()
+            print(f"ok {len(seen)}" if len(seen) == 50 else f"refused {(errors or ['nothing read'])[0]}", flush=True)
+    except Exception as exc:  # a fatal librdkafka error surfaces through its callbacks too
+        print(f"refused {exc}", flush=True)
+    """
+)
+
+
+class Env:
+    def __init__(self, cluster: KindCluster) -> None:
+        self.cluster = cluster
+
+    def get(self, *args: str) -> Any:
+        return self.cluster.get(*args)
+
+    def secret(self, name: str) -> dict[str, str] | None:
+        proc = self.cluster.kubectl("get", "secret", name, "-n", NS, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return None
+        data = json.loads(proc.stdout).get("data") or {}
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    def phase(self, name: str) -> str | None:
+        proc = self.cluster.kubectl(
+            "get", "pod", name, "-n", NS, "-o", "jsonpath={.status.phase}", check=False
+        )
+        return proc.stdout if proc.stdout in ("Succeeded", "Failed") else None
+
+    def run_admin(self, name: str, command: str) -> str:
+        """A pod running `command` with the admin token and the trust bundle; its final phase."""
+        self.cluster.apply(_admin_pod(name, command))
+        phase: str = wait_for(lambda: self.phase(name), timeout=240, what=f"pod {name} finished", interval=2)
+        return phase
+
+    def run_client(self, name: str, secret: str, args: list[str]) -> str:
+        """A pod of the project image with the Secret mounted whole; its outcome line."""
+        self.cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "client",
+                            "image": PROJECT_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["python", "-c", CLIENT, *args],
+                            "volumeMounts": [
+                                {"name": "user", "mountPath": "/etc/kafka-client", "readOnly": True}
+                            ],
+                        }
+                    ],
+                    "volumes": [{"name": "user", "secret": {"secretName": secret}}],
+                },
+            }
+        )
+
+        wait_for(lambda: self.phase(name), timeout=240, what=f"client pod {name} finished", interval=2)
+        logs = self.cluster.kubectl("logs", "-n", NS, name, check=False).stdout
+        # librdkafka's own log lines (stderr) interleave with the script's one line of outcome.
+        outcomes = [line for line in logs.splitlines() if line.startswith(("ok ", "refused"))]
+        return outcomes[-1] if outcomes else logs[-500:]
+
+
+def _admin_pod(name: str, command: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "admin",
+                    "image": PROJECT_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", command],
+                    "volumeMounts": [
+                        {"name": "tokens", "mountPath": "/etc/jbod/tokens", "readOnly": True},
+                        {"name": "ca", "mountPath": "/etc/jbod/ca", "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "tokens", "secret": {"secretName": f"{CLUSTER}-tokens"}},
+                {"name": "ca", "secret": {"secretName": f"{CLUSTER}-cluster-ca-cert"}},
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def env(kind_cluster: KindCluster) -> Iterator[Env]:
+    kind_cluster.kubectl("create", "namespace", NS)
+    running = Env(kind_cluster)
+    try:
+        kind_cluster.apply(cluster_spec())
+        yield running
+    finally:
+        kind_cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_a_tls_cluster_serves_its_users_over_tls_only(env: Env) -> None:
+    def ready_brokers() -> int | None:
+        status = env.get("jbodcluster", CLUSTER, "-n", NS).get("status") or {}
+        return status.get("readyBrokers") if status.get("readyBrokers") == 3 else None
+
+    wait_for(ready_brokers, timeout=600, what="3 Ready brokers with TLS", interval=3)
+
+    def with_tls() -> dict[str, Any] | None:
+        status: dict[str, Any] = env.get("jbodcluster", CLUSTER, "-n", NS)["status"]
+        return status if status.get("tls") else None
+
+    status = wait_for(with_tls, timeout=120, what="status.tls")
+    assert status["tls"]["trustSecret"] == f"{CLUSTER}-cluster-ca-cert" and status["tls"]["caCount"] == 1
+    assert status["kafka"]["securityProtocol"] == "SASL_SSL"
+    properties = env.get("configmap", f"{CLUSTER}-broker-0", "-n", NS)["data"]["server.properties"]
+    assert "PLAINTEXT" not in properties and "http://" not in properties
+
+    env.cluster.apply([user("writer", "scram-sha-512", WRITER_ACLS), user("reader", "tls", READER_ACLS)])
+
+    def users_ready() -> bool:
+        return all(
+            (env.get("jbodusers", name, "-n", NS).get("status") or {}).get("ready")
+            for name in ("writer", "reader")
+        )
+
+    wait_for(users_ready, timeout=240, what="both JbodUsers ready", interval=3)
+    writer = env.secret("writer") or {}
+    reader = env.secret("reader") or {}
+    assert writer["security.protocol"] == "SASL_SSL" and writer["ca.crt"].startswith(
+        "-----BEGIN CERTIFICATE-----"
+    )
+    assert reader["security.protocol"] == "SSL" and "user.pem" in reader
+
+    # The topic, created as the admin (the writer may not create topics).
+    created = env.run_admin(
+        "create-topic",
+        f"jbodctl --ca-file /etc/jbod/ca/ca.crt --controller https://{CLUSTER}-controller:9093 "
+        "--token-file /etc/jbod/tokens/admin-token topics create orders-1 --partitions 3 --replication-factor 3",
+    )
+    assert created == "Succeeded"
+    assert env.run_client("writer-produce", "writer", ["produce", "orders-1", "as-is"]) == "ok 50"
+    assert env.run_client("writer-consume", "writer", ["consume", "orders-1", "as-is"]) == "ok 50"
+    assert env.run_client("writer-no-ca", "writer", ["produce", "orders-1", "no-ca"]).startswith("refused")
+    assert env.run_client("writer-other", "writer", ["produce", "payments", "as-is"]).startswith("refused")
+
+    assert env.run_client("reader-consume", "reader", ["consume", "orders-1", "as-is"]) == "ok 50"
+    assert env.run_client("reader-no-cert", "reader", ["consume", "orders-1", "no-cert"]).startswith(
+        "refused"
+    )
+    assert env.run_client("reader-produce", "reader", ["produce", "orders-1", "as-is"]).startswith("refused")
+
+    env.cluster.kubectl("delete", "jbodusers", "writer", "-n", NS, "--wait=true", "--timeout=120s")
+    assert env.secret("writer") is None
