@@ -116,15 +116,7 @@ class Tokens:
     admin: str
 
 
-ACL_FILTER_PARAMETERS = (
-    "resourceType",
-    "resourceName",
-    "patternType",
-    "principal",
-    "host",
-    "operation",
-    "permissionType",
-)
+ACL_FILTER_PARAMETERS = acls.BINDING_FIELDS
 
 
 class NotServingError(Exception):

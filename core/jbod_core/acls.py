@@ -103,6 +103,16 @@ class PermissionType(enum.IntEnum):
 CLUSTER_NAME: Final = "kafka-cluster"  # Kafka's one CLUSTER resource
 WILDCARD: Final = "*"  # a LITERAL resource name, a host, or (as `User:*`) a principal name
 WILDCARD_PRINCIPAL: Final = "User:*"
+# The fields of a binding on the controller API, in Kafka's order (`Acl.to_json`, the filters).
+BINDING_FIELDS: Final = (
+    "resourceType",
+    "resourceName",
+    "patternType",
+    "principal",
+    "host",
+    "operation",
+    "permissionType",
+)
 # An ALLOW of one of these operations also allows DESCRIBE / DESCRIBE_CONFIGS (Kafka's
 # AclEntry / StandardAuthorizerData implication rules).
 _IMPLIED_BY: Final[Mapping[AclOperation, frozenset[AclOperation]]] = {

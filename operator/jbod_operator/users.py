@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from jbod_core import acls
 from jbod_operator.model import SpecError
 
 KAFKA_CLUSTER: Final = "kafka-cluster"  # the name of Kafka's one CLUSTER resource
@@ -41,15 +42,7 @@ OPERATIONS: Final = (
     "IdempotentWrite",
 )
 Binding = tuple[str, str, str, str, str, str, str]  # the wire fields, in `_FIELDS` order
-_FIELDS: Final = (
-    "resourceType",
-    "resourceName",
-    "patternType",
-    "principal",
-    "host",
-    "operation",
-    "permissionType",
-)
+_FIELDS: Final = acls.BINDING_FIELDS
 
 
 class _Frozen(BaseModel):

@@ -13,6 +13,8 @@ from typing import Final
 
 from pyspark.sql import types as T  # noqa: N812
 
+from jbod_core import acls
+
 # -- the metadata log export (`jbodctl metadata export`; one {offset, type, data} per line) ------
 
 #: One export line. `data` is kept as JSON text here and parsed per record type afterwards.
@@ -88,13 +90,7 @@ LATER_FIELDS: Final = (
     "nextProducerId",
     "broker",
     "id",
-    "resourceType",
-    "resourceName",
-    "patternType",
-    "principal",
-    "host",
-    "operation",
-    "permissionType",
+    *acls.BINDING_FIELDS,
 )
 
 #: Fields every record of a type must carry (the rest are optional: "only what changed").
@@ -120,16 +116,7 @@ REQUIRED_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "RemoveUserScramCredentialRecord": ("name", "mechanism"),
     "ProducerIdsRecord": ("brokerId", "brokerEpoch", "nextProducerId"),
     "BrokerConfigRecord": ("broker", "name"),
-    "AccessControlEntryRecord": (
-        "id",
-        "resourceType",
-        "resourceName",
-        "patternType",
-        "principal",
-        "host",
-        "operation",
-        "permissionType",
-    ),
+    "AccessControlEntryRecord": ("id", *acls.BINDING_FIELDS),
     "RemoveAccessControlEntryRecord": ("id",),
 }
 RECORD_TYPES: Final = tuple(REQUIRED_FIELDS)
