@@ -24,7 +24,8 @@ import secrets
 from typing import Final
 
 from jbod_agent.kafka.apis import AuthenticationFailedError
-from jbod_agent.kafka.context import ADMIN_USER, user_principal
+from jbod_agent.kafka.context import ADMIN_USER
+from jbod_agent.kafka.listener import user_principal
 from jbod_agent.state import AgentState
 from jbod_core import scram
 from jbod_core.image import ScramCredential

@@ -22,7 +22,7 @@ from typing import Final
 
 from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions
-from jbod_agent.kafka.listener import Connection
+from jbod_agent.kafka.listener import Connection, user_principal
 from jbod_agent.mover import Mover
 from jbod_agent.ports import Clock
 from jbod_agent.produce import Produce
@@ -34,12 +34,7 @@ from jbod_core.image import BrokerRegistration
 
 ZERO_UUID: Final = uuid.UUID(int=0)
 ADMIN_USER: Final = "admin"  # the SASL user whose password is the admin token
-ADMIN: Final = "User:admin"  # its principal: always a super user
-
-
-def user_principal(user: str) -> str:
-    """The Kafka principal of an authenticated SASL user."""
-    return f"User:{user}"
+ADMIN: Final = user_principal(ADMIN_USER)  # its principal: always a super user
 
 
 def client_host(peer: str) -> str:

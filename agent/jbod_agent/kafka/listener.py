@@ -40,6 +40,11 @@ _SIZE: Final = struct.Struct(">i")
 ANONYMOUS: Final = "User:ANONYMOUS"  # Kafka's principal of an unauthenticated (PLAINTEXT) connection
 
 
+def user_principal(user: str) -> str:
+    """The Kafka principal of a user: authenticated over SASL, or mapped from a client certificate."""
+    return f"User:{user}"
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
@@ -182,7 +187,7 @@ class KafkaServer:
         subject = tls_files.peer_subject(writer.get_extra_info("ssl_object"))
         if subject is None:
             return ANONYMOUS
-        return f"User:{tls_files.map_principal(self._principal_rules, subject)}"
+        return user_principal(tls_files.map_principal(self._principal_rules, subject))
 
     async def _read_frames(
         self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]
