@@ -37,7 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jbod_cli import commands, tables
-from jbod_local import disk_faults, etcd_binary, failover, kafka_clients, quorum, status, supervisor
+from jbod_local import certs, disk_faults, etcd_binary, failover, kafka_clients, quorum, status, supervisor
 from jbod_local.layout import DEFAULT_DIR, ClusterLayout, read_layout
 from jbod_local.status import ClusterStatus
 from jbod_local.supervisor import LocalClusterError
@@ -682,22 +682,33 @@ def client_properties_command(root: Path) -> None:
 
 @click.command("rotate-certs")
 @dir_option
-@click.option("--ca", "new_ca", is_flag=True, help="also renew the CA (the old one stays trusted)")
-@click.option("--drop-old-ca", is_flag=True, help="only trust the current CA (after clients have it)")
-def rotate_certs_command(root: Path, new_ca: bool, drop_old_ca: bool) -> None:
+@click.option("--ca", "renew_ca", is_flag=True, help="also renew the CA's certificate (same key)")
+@click.option("--new-key", is_flag=True, help="with --ca: give the CA a new key (clients must restart)")
+@click.option("--drop-old-ca", is_flag=True, help="only trust the current CA certificate")
+def rotate_certs_command(root: Path, renew_ca: bool, new_key: bool, drop_old_ca: bool) -> None:
     """Renew the certificates of a `--tls` cluster while it runs; no process restarts.
 
     Every process's keystore is re-issued (new keys and serials) and used for new connections
-    within a second. With --ca a new CA signs them: it is first added to DIR/tls/ca.pem beside
-    the old one (processes and clients that re-read the file trust both), then the certificates
-    it signs are written. --drop-old-ca, later, leaves only the current CA in the bundle."""
-    if new_ca and drop_old_ca:
+    within a second. With --ca the CA's certificate is renewed first, keeping its key: the
+    bundle DIR/tls/ca.pem holds the old and the new certificate, and a client that read the old
+    bundle still verifies everything, so running clients need nothing. With --ca --new-key the
+    CA gets a new key: it joins the bundle before it signs anything, and clients started before
+    must restart (re-read the bundle) before --drop-old-ca. --drop-old-ca, later, leaves only the
+    current CA certificate in the bundle."""
+    if new_key and not renew_ca:
+        raise click.UsageError("--new-key goes with --ca (it replaces the CA's key)")
+    if renew_ca and drop_old_ca:
         raise click.UsageError("--ca and --drop-old-ca go in separate steps: renew, then drop later")
-    renewed = supervisor.rotate_certificates(root, new_ca=new_ca, drop_old_ca=drop_old_ca)
+    ca: certs.CaRenewal | None = ("new-key" if new_key else "renew") if renew_ca else None
+    renewed = supervisor.rotate_certificates(root, ca=ca, drop_old_ca=drop_old_ca)
     if drop_old_ca:
         click.echo(f"{renewed} now trusts the current CA only")
     else:
-        what = "a new CA and new certificates" if new_ca else "new certificates"
+        what = {
+            None: "new certificates",
+            "renew": "a renewed CA certificate (same key) and new certificates",
+            "new-key": "a CA with a new key and new certificates",
+        }[ca]
         click.echo(f"Issued {what} for {renewed}; new connections present them")
 
 

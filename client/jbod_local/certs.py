@@ -11,11 +11,15 @@ Guarantees:
   clients holding tls/ca.pem keep working).
 * Every file is written atomically (temp file, fsync, rename) with mode 0600 (the truststore
   0644): a process re-reading a file sees the old one or the new one, never a part of it.
-* `rotate` re-issues every keystore (new keys, new serials); with `new_ca` it first makes a new
-  CA and writes the bundle old + new, waits `trust_delay` seconds (the processes re-read their
-  truststore at most once a second, so they trust the new CA before any certificate signed by it
-  is presented), then writes the new keystores. `drop_old_ca` leaves only the current CA in
-  the bundle.
+* `rotate` re-issues every keystore (new keys, new serials). With `ca="renew"` it first renews
+  the CA certificate keeping its key (`certificates.renew_ca`) and writes the bundle old + new:
+  whoever read the old bundle, running Kafka clients included, still verifies every certificate
+  (until the old CA certificate expires). With `ca="new-key"` it makes a CA with a new key,
+  writes the bundle old + new, waits `trust_delay` seconds (the processes re-read their
+  truststore at most once a second, so they trust the new CA before any certificate signed by
+  it is presented), then writes the new keystores; a client that read its truststore before
+  must restart before the old CA is dropped. `drop_old_ca` leaves only the current CA in the
+  bundle.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from jbod_runtime import certificates, durable_files
 
@@ -79,19 +83,31 @@ def ensure(root: Path, names: Iterable[str]) -> None:
             _issue(root, ca, name)
 
 
+CaRenewal = Literal["renew", "new-key"]
+
+
 def rotate(
-    root: Path, names: Iterable[str], *, new_ca: bool = False, trust_delay: float = TRUST_DELAY_S
+    root: Path,
+    names: Iterable[str],
+    *,
+    ca: CaRenewal | None = None,
+    trust_delay: float = TRUST_DELAY_S,
 ) -> None:
-    """Re-issue every keystore; with `new_ca`, under a new CA trusted first (module docstring)."""
-    ca = _current_ca(root)
-    if new_ca:
-        old = ca
-        ca = certificates.make_ca(f"jbod local CA {root.name} {time.strftime('%Y%m%d%H%M%S')}")
-        _write(truststore(root), certificates.trust_bundle(old.cert_pem, ca.cert_pem), 0o644)
-        time.sleep(trust_delay)
-        _write(ca_key_file(root), ca.key_pem + ca.cert_pem)
+    """Re-issue every keystore; with `ca`, under a renewed CA or one with a new key (module
+    docstring)."""
+    signing = _current_ca(root)
+    if ca is not None:
+        old = signing
+        if ca == "renew":
+            signing = certificates.renew_ca(old)
+        else:
+            signing = certificates.make_ca(f"jbod local CA {root.name} {time.strftime('%Y%m%d%H%M%S')}")
+        _write(truststore(root), certificates.trust_bundle(old.cert_pem, signing.cert_pem), 0o644)
+        if ca == "new-key":
+            time.sleep(trust_delay)
+        _write(ca_key_file(root), signing.key_pem + signing.cert_pem)
     for name in names:
-        _issue(root, ca, name)
+        _issue(root, signing, name)
 
 
 def drop_old_ca(root: Path) -> None:

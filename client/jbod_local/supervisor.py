@@ -295,7 +295,7 @@ def tls_settings(layout: ClusterLayout, broker: BrokerLayout) -> dict[str, str]:
     }
 
 
-def rotate_certificates(root: Path, *, new_ca: bool = False, drop_old_ca: bool = False) -> str:
+def rotate_certificates(root: Path, *, ca: certs.CaRenewal | None = None, drop_old_ca: bool = False) -> str:
     """`jbodctl local rotate-certs`: renew a `--tls` cluster's certificates (`jbod_local.certs`);
     what was renewed, for a sentence."""
     root = resolve_root(root)
@@ -305,16 +305,16 @@ def rotate_certificates(root: Path, *, new_ca: bool = False, drop_old_ca: bool =
             raise LocalClusterError(
                 f"the local cluster in {root} has no TLS (it was not started with up --tls)"
             )
-        if (new_ca or drop_old_ca) and layout.etcd:
+        if ca == "new-key" and layout.etcd:
             raise LocalClusterError(
-                "a quorum's etcd members load their CA once at start: --ca and --drop-old-ca are for "
-                "clusters without etcd (renew the certificates without --ca)"
+                "a quorum's etcd members load their CA once at start: --new-key would leave them "
+                "refusing the new certificates (renew the CA with --ca alone: it keeps its key)"
             )
         if drop_old_ca:
             certs.drop_old_ca(root)
             return str(certs.truststore(root))
         names = certificate_names(layout)
-        certs.rotate(root, names, new_ca=new_ca)  # etcd re-reads its key pair on each handshake
+        certs.rotate(root, names, ca=ca)  # etcd re-reads its key pair on each handshake
         return f"{len(names)} processes ({', '.join(names)})"
 
 

@@ -8,6 +8,8 @@ Guarantees:
 * A CA certificate is a v3 CA (basicConstraints CA:true, keyCertSign); a leaf is CA:false with
   the key usages TLS needs (digitalSignature, keyEncipherment) and the extended key usages asked
   for (server, client or both), its subjectAltName listing the DNS names and IP addresses given.
+* `renew_ca` makes a CA certificate again with the same key and subject: certificates signed
+  before or after the renewal verify against either CA certificate.
 * `keystore_pem` is the agreed keystore format: the unencrypted private key, then the chain
   (leaf first). `Certificate.serial` is the serial a TLS peer sees (tests compare it).
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 #: How long a certificate made without an explicit validity lasts.
@@ -81,10 +83,36 @@ def make_ca(
     now: dt.datetime | None = None,
     validity: dt.timedelta = 10 * DEFAULT_VALIDITY,
 ) -> Certificate:
-    """A self-signed CA valid from `now` (less `BACKDATE`) for `validity`."""
-    start = _now(now) - BACKDATE
+    """A self-signed CA, with a new key, valid from `now` (less `BACKDATE`) for `validity`."""
     key = _key()
-    name = _name(common_name)
+    return Certificate(_self_signed(_name(common_name), key, _now(now) - BACKDATE, validity), _key_pem(key))
+
+
+def renew_ca(
+    ca: Certificate,
+    *,
+    now: dt.datetime | None = None,
+    validity: dt.timedelta = 10 * DEFAULT_VALIDITY,
+) -> Certificate:
+    """The CA certificate made again with the same key and subject, valid from `now` (less
+    `BACKDATE`) for `validity`, with a new serial.
+
+    Whatever the old certificate signed, the new one verifies too, and the reverse: a peer that
+    trusts only the old certificate accepts certificates the renewed CA signs (until the old
+    certificate expires). That is how running clients, which read their truststore once, live
+    through a CA renewal."""
+    key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ValueError("only an ECDSA or RSA CA key can be renewed")
+    return Certificate(_self_signed(ca.certificate.subject, key, _now(now) - BACKDATE, validity), ca.key_pem)
+
+
+def _self_signed(
+    name: x509.Name,
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
+    start: dt.datetime,
+    validity: dt.timedelta,
+) -> bytes:
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -111,7 +139,7 @@ def make_ca(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return Certificate(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def issue(  # noqa: PLR0913 - the certificate's fields, all keyword-only

@@ -49,6 +49,8 @@ def test_a_group_without_a_subcommand_prints_its_help(
         (("topics", "frobnicate"), "No such command 'frobnicate'"),
         (("topics", "describe"), "Missing argument 'NAME'"),
         (("--frobnicate",), "No such option '--frobnicate'"),
+        (("local", "rotate-certs", "--new-key"), "--new-key goes with --ca"),
+        (("local", "rotate-certs", "--ca", "--drop-old-ca"), "go in separate steps"),
     ],
 )
 def test_a_real_usage_error_stays_one_line_with_status_2(

@@ -3,7 +3,10 @@ answers plaintext HTTP or a plaintext Kafka ApiVersions), `client-properties` gi
 with the PEM truststore that librdkafka and jbodctl use, `status` keeps working, and
 `rotate-certs --ca` renews the CA and every certificate while a producer (acks=all,
 idempotent) and a consumer group run: nothing acknowledged is lost, the clients see only
-retriable errors, and new connections present the new certificates."""
+retriable errors, new connections present the new certificates, and the clients, which read
+their truststore before the renewal, connect again to restarted brokers after the old CA
+certificate is dropped (the CA kept its key). `--ca --new-key` is trusted only by clients that
+re-read the bundle."""
 
 from __future__ import annotations
 
@@ -20,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient
 
 from jbod_client.kafka_config import parse_properties, security_from_properties
 from jbod_local import certs, supervisor
 from jbod_local.layout import STATE_FILE, read_layout
+from jbod_local.processes import stop_processes
 from jbod_runtime import certificates
 from tests.client.local_commands import JBODCTL, ok, status
 from tests.tls_pki import listening_ports, speaks_plaintext
@@ -116,12 +121,47 @@ def test_no_port_of_the_cluster_speaks_plaintext(root: Path) -> None:
     assert [port for port in sorted(ports) if speaks_plaintext(port)] == []
 
 
-def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
+def stop_broker(root: Path, broker_id: int) -> None:
+    """Stop one broker (SIGTERM): every client connection to it is closed."""
+    broker = next(b for b in read_layout(root).brokers if b.broker_id == broker_id)
+    assert broker.pid is not None
+    stop_processes([(broker.pid, broker.config_path)], grace=10)
+
+
+def wait_in_sync(root: Path, topic: str, broker_id: int) -> None:
+    """Until `broker_id` is in the ISR of every partition of `topic`."""
+    admin = AdminClient(client_config(root))
+    deadline = time.monotonic() + 60
+    while True:
+        described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=20)
+        if all(broker_id in {node.id for node in p.isr} for p in described.partitions):
+            return
+        assert time.monotonic() < deadline, f"broker {broker_id} did not rejoin the ISR of {topic}"
+        time.sleep(0.5)
+
+
+def wait_for_more(acked: set[bytes], than: int, timeout: float = 45) -> bool:
+    deadline = time.monotonic() + timeout
+    while len(acked) <= than and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return len(acked) > than
+
+
+def test_rotating_the_ca_under_load_loses_nothing(root: Path, tmp_path: Path) -> None:
+    """`rotate-certs --ca` then `--drop-old-ca` under load; then each broker is restarted, so the
+    running clients, which read the truststore before the renewal, must connect again: they
+    verify the new certificates (the renewed CA kept its key), nothing acknowledged is lost."""
     topic = f"rot-{uuid.uuid4().hex[:8]}"
     layout = read_layout(root)
     with layout.controller() as admin:
-        assert admin.create_topic(topic, partitions=2, replication_factor=2)["errorCode"] == 0
+        # min.insync.replicas 1: acks=all goes on while one of the two brokers restarts.
+        created = admin.create_topic(
+            topic, partitions=2, replication_factor=2, configs={"min.insync.replicas": "1"}
+        )
+        assert created["errorCode"] == 0
     before = {b.broker_id: served_serial(b.kafka_address) for b in layout.brokers}
+    kept_bundle = tmp_path / "ca-before-rotation.pem"  # what a client read at its start
+    kept_bundle.write_bytes(certs.truststore(root).read_bytes())
 
     acked: set[bytes] = set()
     fatal: list[Any] = []
@@ -187,6 +227,18 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
         )
         time.sleep(2)
         ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
+        assert certs.truststore(root).read_bytes() != kept_bundle.read_bytes()
+        # Every connection the clients hold is closed in turn: the second broker restarts, then
+        # the first stops, so the second's new process leads everything and the clients must
+        # reach it.
+        first, second = (b.broker_id for b in layout.brokers)
+        stop_broker(root, second)
+        ok("up", "--dir", str(root))
+        wait_in_sync(root, topic, second)
+        stop_broker(root, first)
+        reached = wait_for_more(acked, len(acked) + 20)
+        ok("up", "--dir", str(root))
+        assert reached, "the producer did not get through to the restarted broker"
         time.sleep(2)
     finally:
         deadline[0] = time.monotonic() + 60
@@ -194,13 +246,65 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path) -> None:
         for thread in threads:
             thread.join(120)
     assert fatal == []
+    assert [e for e in retriable if "SSL" in e or "certificate" in e] == []  # no handshake refused
     assert len(acked) > 100
     assert acked <= consumed  # nothing acknowledged is lost
-    # New clients, with the bundle that now holds only the new CA, get in.
+    # A new client with the bundle read before the renewal gets in too: one CA key throughout.
     assert len(ok("status", "--dir", str(root))) > 0
-    fresh = Consumer(client_config(root, **{"group.id": f"g2-{topic}", "auto.offset.reset": "earliest"}))
-    assert fresh.list_topics(topic, timeout=20).topics[topic].error is None
+    for bundle in (certs.truststore(root), kept_bundle):
+        fresh = Consumer(
+            client_config(
+                root, **{"group.id": f"g2-{topic}", "ssl.ca.location": str(bundle), "error_cb": on_error}
+            )
+        )
+        assert fresh.list_topics(topic, timeout=20).topics[topic].error is None
+        fresh.close()
+
+
+def test_a_new_ca_key_is_trusted_only_by_clients_that_read_the_new_bundle(root: Path, tmp_path: Path) -> None:
+    """`rotate-certs --ca --new-key`: clients started with the new bundle get in; once the old CA
+    is dropped, a client still holding the bundle from before is refused (why the docs say to
+    restart clients between the two steps)."""
+    kept_bundle = tmp_path / "ca-before-new-key.pem"
+    kept_bundle.write_bytes(certs.truststore(root).read_bytes())
+    key_before = certs.ca_key_file(root).read_bytes().partition(b"-----END PRIVATE KEY-----")[0]
+    ok("rotate-certs", "--ca", "--new-key", "--dir", str(root))
+    assert certs.ca_key_file(root).read_bytes().partition(b"-----END PRIVATE KEY-----")[0] != key_before
+    ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
+    time.sleep(1.5)  # the brokers re-read their keystores and truststore at most once a second
+    layout = read_layout(root)
+    broker = layout.brokers[0]
+    host, port = broker.kafka_address.rsplit(":", 1)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        ssl.create_default_context(cafile=str(kept_bundle)).wrap_socket(
+            socket.create_connection((host, int(port)), timeout=10), server_hostname=host
+        )
+    errors: list[str] = []
+    kept = Consumer(
+        client_config(
+            root,
+            **{
+                "group.id": "g-kept",
+                "ssl.ca.location": str(kept_bundle),
+                "error_cb": lambda e: errors.append(str(e)),
+            },
+        )
+    )
+    with pytest.raises(KafkaException):
+        kept.list_topics(timeout=8)
+    kept.close()
+    assert any("certificate verify failed" in e for e in errors), errors
+    fresh = Consumer(client_config(root, **{"group.id": "g-fresh"}))
+    assert fresh.list_topics(timeout=20).brokers
     fresh.close()
+    # The renewal and the drop are both visible to the admin's own clients.
+    with layout.controller() as admin:
+        assert (
+            admin.create_topic(f"after-new-key-{uuid.uuid4().hex[:6]}", partitions=1, replication_factor=2)[
+                "errorCode"
+            ]
+            == 0
+        )
 
 
 def _health_without_certificate(host: str, port: int, context: ssl.SSLContext) -> None:
@@ -254,19 +358,22 @@ def test_a_tls_quorum_runs_etcd_on_tls_with_client_certificates(tmp_path: Path) 
         context = ssl.create_default_context(cafile=str(certs.truststore(root)))
         with pytest.raises((ssl.SSLError, OSError)):
             _health_without_certificate(host, int(port), context)
-        renewed = subprocess.run(
-            [JBODCTL, "local", "rotate-certs", "--ca", "--dir", str(root)],
+        replaced = subprocess.run(
+            [JBODCTL, "local", "rotate-certs", "--ca", "--new-key", "--dir", str(root)],
             capture_output=True,
             text=True,
             check=False,
         )
-        assert renewed.returncode != 0 and "etcd" in renewed.stderr
-        # Renewed from the same CA: etcd serves the new certificate, the controllers still reach it.
+        assert replaced.returncode != 0 and "etcd" in replaced.stderr
+        assert len(replaced.stderr.strip().splitlines()) == 1
+        # The CA renewed with its key: etcd, which loaded the old CA certificate at its start,
+        # serves its new certificate and still accepts the controllers' new ones.
         old = served_serial(member.url.removeprefix("https://"))
-        ok("rotate-certs", "--dir", str(root))
+        ok("rotate-certs", "--ca", "--dir", str(root))
         time.sleep(1.5)
         new = served_serial(member.url.removeprefix("https://"))
         assert new != old and new == certs.served_serial(certs.keystore(root, member.name))
+        ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
         with layout.controller() as admin:
             assert admin.create_topic("after-rotation", partitions=1, replication_factor=1)["errorCode"] == 0
     finally:

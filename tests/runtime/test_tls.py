@@ -186,3 +186,35 @@ def test_certificates_say_when_they_expire() -> None:
     leaf = certificates.issue(ca, "x", now=now, validity=dt.timedelta(days=10))
     assert certificates.expires_at(leaf.keystore_pem()) == leaf.not_after
     assert leaf.not_after == now - certificates.BACKDATE + dt.timedelta(days=10)
+
+
+def test_a_renewed_ca_keeps_its_key_so_either_certificate_verifies_the_other_s_leaves(
+    pki: dict[str, Path], serve: list[TlsEcho], tmp_path: Path
+) -> None:
+    """A client that read only the old CA certificate accepts a server certificate signed after the
+    renewal, and a client with only the renewed CA accepts one signed before it; a CA made anew
+    (a new key) is refused by the old trust."""
+    old_ca = certificates.Certificate(pki["ca"].read_bytes(), pki["ca_key"].read_bytes())
+    renewed = certificates.renew_ca(old_ca)
+    assert renewed.key_pem == old_ca.key_pem and renewed.serial != old_ca.serial
+    assert renewed.certificate.subject == old_ca.certificate.subject
+    assert renewed.not_after > old_ca.not_after - dt.timedelta(minutes=1)
+    only_new = _write(tmp_path / "new.pem", renewed.cert_pem)
+
+    before = TlsEcho(tls.ServerTls(tls.TlsFiles(keystore=pki["server"])))
+    serve.append(before)
+    assert _connect(before.port, tls.client_context(only_new))[0] == "-"
+
+    leaf = certificates.issue(renewed, "broker", ip_addresses=["127.0.0.1"])
+    after_file = _write(tmp_path / "after.pem", leaf.keystore_pem([renewed.cert_pem]))
+    after = TlsEcho(tls.ServerTls(tls.TlsFiles(keystore=after_file)))
+    serve.append(after)
+    assert _connect(after.port, tls.client_context(pki["ca"]))[1] == leaf.serial
+
+    replaced = certificates.make_ca("test CA")  # same name, another key
+    other = certificates.issue(replaced, "broker", ip_addresses=["127.0.0.1"])
+    other_file = _write(tmp_path / "other.pem", other.keystore_pem([replaced.cert_pem]))
+    refused = TlsEcho(tls.ServerTls(tls.TlsFiles(keystore=other_file)))
+    serve.append(refused)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _connect(refused.port, tls.client_context(pki["ca"]))
