@@ -9,6 +9,7 @@ Guarantees:
 * `issue` signs a certificate valid for serverAuth and clientAuth with the given DNS names
   (subject CN = the first name, or the user name of a client certificate), chained to the CA;
   `keystore` is the agent's and controller's `ssl.keystore.location` file: key, then the chain.
+* `renew_ca` keeps the CA's key and subject (what `rotation`'s `renew-certificate` means).
 * `describe` reads what the rotation decisions need (`rotation.Certificate`) and never raises on
   a well-formed PEM certificate; `CertificateError` for anything that is not one.
 * Nothing here reads a clock, a file or the API server: same inputs, same checks (keys are random).
@@ -25,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from jbod_operator.rotation import Certificate
+from jbod_operator.rotation import Authority, Certificate
 from jbod_runtime import certificates as runtime_certificates
 
 BACKDATE: Final = runtime_certificates.BACKDATE
@@ -51,6 +52,19 @@ class KeyPair:
 def make_ca(common_name: str, *, days: int, now: dt.datetime) -> KeyPair:
     """A self-signed CA (`jbod_runtime.certificates.make_ca`) valid `days` from `now`."""
     made = runtime_certificates.make_ca(common_name, now=now, validity=dt.timedelta(days=days) + BACKDATE)
+    return KeyPair(made.key_pem.decode(), made.cert_pem.decode())
+
+
+def renew_ca(ca: KeyPair, *, days: int, now: dt.datetime) -> KeyPair:
+    """The CA's certificate made again with its key and subject
+    (`jbod_runtime.certificates.renew_ca`), valid `days` from `now`: certificates signed before
+    verify against it, and the ones it signs against the old certificate."""
+    load_ca(ca)
+    made = runtime_certificates.renew_ca(
+        runtime_certificates.Certificate(ca.cert_pem.encode(), ca.key_pem.encode()),
+        now=now,
+        validity=dt.timedelta(days=days) + BACKDATE,
+    )
     return KeyPair(made.key_pem.decode(), made.cert_pem.decode())
 
 
@@ -120,9 +134,25 @@ def fingerprint(pem: str) -> str:
     return _load(pem).fingerprint(hashes.SHA256()).hex()
 
 
+def signing_first(signing_pem: str, bundle: list[str]) -> str:
+    """The bundle's text with the signing CA first: what `describe` takes, so that a certificate
+    both a renewed CA and its predecessor verify (one key) reads as the signing CA's."""
+    return "".join([signing_pem, *(pem for pem in bundle if pem != signing_pem)])
+
+
+def authority(signing_pem: str, bundle: list[str], since: dt.datetime | None) -> Authority:
+    """The trust state `rotation` decides on: the signing CA, the bundle's others, and when the
+    signing CA joined the bundle."""
+    return Authority(
+        current=describe(signing_pem),
+        previous=tuple(describe(pem) for pem in bundle if pem != signing_pem),
+        current_since=since,
+    )
+
+
 def describe(pem: str, ca_bundle: str = "") -> Certificate:
-    """What `rotation` needs of a certificate: validity, names, and the fingerprint of whichever
-    certificate of `ca_bundle` signed it ("" when none did)."""
+    """What `rotation` needs of a certificate: validity, names, and the fingerprint of the first
+    certificate of `ca_bundle` that verifies it ("" when none does)."""
     cert = _load(pem)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

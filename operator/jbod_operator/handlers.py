@@ -19,11 +19,11 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import kopf
 
@@ -402,6 +402,7 @@ def _tls_policy(tls: model.TlsSpec) -> rotation.Policy:
         ca_validity=dt.timedelta(days=tls.ca_validity_days),
         ca_renew_before=dt.timedelta(days=tls.ca_renew_before_days),
         operator_ca=tls.issuer == "operator",
+        ca_expiration=tls.ca_expiration_policy,
     )
 
 
@@ -435,7 +436,6 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
         return None
     if tls.issuer == "cert-manager":  # cert-manager keeps the bundle in each certificate's Secret
         return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
-    now, policy = _now(), _tls_policy(tls)
     try:
         signing = _signing_ca(tls, cluster, namespace)
         if signing is not None:
@@ -447,33 +447,18 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     bundled = certificates.split(bundle)
     if signing is not None and signing.cert_pem not in bundled:
         bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
-        since = now
-    current = certificates.describe(signing.cert_pem) if signing is not None else None
-    previous = tuple(
-        certificates.describe(pem) for pem in bundled if signing is None or pem != signing.cert_pem
-    )
-    authority = rotation.Authority(current=current, previous=previous, current_since=since)
+        since = _now()
     wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
-    leaves = {secret: _leaf(secret, namespace, "".join(bundled)) for secret in wanted}
-    user_leaves = [_user_leaf(u, namespace, "".join(bundled)) for u in _tls_users(cluster, namespace)]
-    action = rotation.ca_action(authority, [*leaves.values(), *user_leaves], policy, now)
-    if action in ("create", "renew"):
-        signing = certificates.make_ca(
-            f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
-        )
-        kube.apply(
-            builders.cluster_ca_secret(
-                cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
-            )
-        )
-        bundled.append(signing.cert_pem)
-        since = now
-        kopf.info(body, reason="CertificateAuthority", message=f"Made a cluster CA ({action})")
-    elif action == "drop-previous" and signing is not None:
-        bundled = [signing.cert_pem]
-        kopf.info(
-            body, reason="CertificateAuthority", message="Dropped the previous CA from the trust bundle"
-        )
+
+    def leaves(trust: str) -> list[rotation.Certificate | None]:
+        return [
+            *(_leaf(secret, namespace, trust) for secret in wanted),
+            *(_user_leaf(user, namespace, trust) for user in _tls_users(cluster, namespace)),
+        ]
+
+    signing, bundled, since = _advance_ca(
+        body, tls, cluster, namespace, owner, _TrustState(signing, bundled, since), leaves
+    )
     if signing is None:
         return None
     text = "".join(bundled)
@@ -481,13 +466,12 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
         kube.apply(
             builders.cluster_ca_cert_secret(cluster, namespace, bundle=text, since=_iso(since), owner=owner)
         )
-    authority = rotation.Authority(
-        current=certificates.describe(signing.cert_pem),
-        previous=tuple(certificates.describe(p) for p in bundled if p != signing.cert_pem),
-        current_since=since,
-    )
+    authority = certificates.authority(signing.cert_pem, bundled, since)
+    trust = certificates.signing_first(signing.cert_pem, bundled)
+    now, policy = _now(), _tls_policy(tls)
     for secret, (common_name, dns) in wanted.items():
-        reason = rotation.leaf_reason(leaves[secret], frozenset(dns), authority, policy, now)
+        leaf = _leaf(secret, namespace, trust)
+        reason = rotation.leaf_reason(leaf, frozenset(dns), authority, policy, now)
         if reason is None:
             continue
         pair = certificates.issue(signing, common_name, dns, days=tls.validity_days, now=now)
@@ -505,6 +489,86 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
         log.info("Issued the certificate %s/%s: %s", namespace, secret, reason)
         kopf.info(body, reason="CertificateIssued", message=f"Issued {secret}: {reason}")
     return text
+
+
+@dataclass
+class _TrustState:
+    signing: certificates.KeyPair | None  # the CA that signs
+    bundled: list[str]  # the trust bundle's CA certificates
+    since: dt.datetime | None  # when `signing` joined the bundle
+
+
+def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace, owner), its trust and leaves
+    body: kopf.Body,
+    tls: model.TlsSpec,
+    cluster: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    state: _TrustState,
+    leaves: Callable[[str], list[rotation.Certificate | None]],
+) -> tuple[certificates.KeyPair | None, list[str], dt.datetime | None]:
+    """One step of the CA's life as `rotation.ca_action` decides: made, renewed (same key or a
+    new one, on schedule or asked for), or its predecessor dropped from the bundle."""
+    now, policy = _now(), _tls_policy(tls)
+    signing, bundled, since = state.signing, state.bundled, state.since
+    requested = _requested_ca_renewal(cluster, namespace) if tls.issuer == "operator" else None
+    if signing is None:
+        action = rotation.ca_action(rotation.Authority(current=None), [], policy, now)
+    else:
+        action = rotation.ca_action(
+            certificates.authority(signing.cert_pem, bundled, since),
+            leaves(certificates.signing_first(signing.cert_pem, bundled)),
+            policy,
+            now,
+            requested=requested[0] if requested else None,
+        )
+    if action == "drop-previous" and signing is not None:
+        kopf.info(
+            body, reason="CertificateAuthority", message="Dropped the previous CA from the trust bundle"
+        )
+        return signing, [signing.cert_pem], since
+    if action is None or action == "drop-previous":
+        return signing, bundled, since
+    if action == "renew-certificate" and signing is not None:
+        signing = certificates.renew_ca(signing, days=tls.ca_validity_days, now=now)
+    else:
+        signing = certificates.make_ca(
+            f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
+        )
+    kube.apply(
+        builders.cluster_ca_secret(
+            cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
+        )
+    )
+    if requested is not None:
+        kube.merge_patch(
+            "v1",
+            "Secret",
+            names.cluster_ca(cluster),
+            namespace,
+            {"metadata": {"annotations": {requested[1]: None}}},
+        )
+    kopf.info(body, reason="CertificateAuthority", message=_CA_ACTIONS[action])
+    return signing, [*bundled, signing.cert_pem], now
+
+
+_CA_ACTIONS: Final = {
+    "create": "Made a cluster CA",
+    "renew-certificate": "Renewed the cluster CA's certificate (same key: every client keeps trusting it)",
+    "replace-key": "Made a cluster CA with a new key (clients must re-read the trust bundle before the old CA leaves it)",
+}
+
+
+def _requested_ca_renewal(cluster: str, namespace: str) -> tuple[rotation.CaRenewal, str] | None:
+    """A CA renewal the user asked for with an annotation on the CA Secret, and the annotation
+    (removed once done): `jbod.dev/force-replace` (a new key) wins over `jbod.dev/force-renew`."""
+    secret = kube.get("v1", "Secret", names.cluster_ca(cluster), namespace) or {}
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(names.ANNOTATION_FORCE_REPLACE_CA, "").lower() == "true":
+        return "replace-key", names.ANNOTATION_FORCE_REPLACE_CA
+    if annotations.get(names.ANNOTATION_FORCE_RENEW_CA, "").lower() == "true":
+        return "renew-certificate", names.ANNOTATION_FORCE_RENEW_CA
+    return None
 
 
 def _ca_since(cluster: str, namespace: str) -> dt.datetime | None:
@@ -1195,17 +1259,16 @@ def _user_secret(
     signing = _signing_ca(tls, spec.cluster, namespace)
     if signing is None:
         raise kopf.TemporaryError("the cluster CA is not made yet", delay=5)
+    bundled = certificates.split(bundle)
     leaf = None
     if current.get("user.crt"):
         try:
-            leaf = certificates.describe(current["user.crt"], bundle)
+            leaf = certificates.describe(
+                current["user.crt"], certificates.signing_first(signing.cert_pem, bundled)
+            )
         except certificates.CertificateError:
             leaf = None
-    authority = rotation.Authority(
-        current=certificates.describe(signing.cert_pem),
-        previous=tuple(certificates.describe(p) for p in certificates.split(bundle) if p != signing.cert_pem),
-        current_since=_ca_since(spec.cluster, namespace),
-    )
+    authority = certificates.authority(signing.cert_pem, bundled, _ca_since(spec.cluster, namespace))
     reason = rotation.leaf_reason(leaf, frozenset(), authority, _tls_policy(tls), _now())
     if reason is None and current.get(names.TLS_CA) == bundle:
         return current

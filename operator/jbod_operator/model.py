@@ -161,6 +161,9 @@ class TlsSpec(_Frozen):
     renew_before_days: int = Field(default=30, ge=1, alias="renewBeforeDays")
     ca_validity_days: int = Field(default=1825, ge=2, le=36500, alias="caValidityDays")
     ca_renew_before_days: int = Field(default=180, ge=1, alias="caRenewBeforeDays")
+    ca_expiration_policy: Literal["renew-certificate", "replace-key"] = Field(
+        default="renew-certificate", alias="caExpirationPolicy"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TlsSpec:

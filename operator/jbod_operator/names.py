@@ -65,6 +65,9 @@ TLS_CA: Final = "ca.crt"
 CA_KEY: Final = "ca.key"
 # On <cluster>-cluster-ca-cert: when the signing CA joined the trust bundle (ISO 8601, UTC).
 ANNOTATION_CA_SINCE: Final = "jbod.dev/ca-since"
+# On the CA Secret, "true": renew the CA's certificate now (same key) / replace its key now.
+ANNOTATION_FORCE_RENEW_CA: Final = "jbod.dev/force-renew"
+ANNOTATION_FORCE_REPLACE_CA: Final = "jbod.dev/force-replace"
 USERS: Final = "jbodusers"
 DISKS_DIR: Final = "/var/lib/jbod/disks"
 METADATA_MOUNT: Final = "/var/lib/jbod/metadata"

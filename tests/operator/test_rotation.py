@@ -57,10 +57,44 @@ def test_a_missing_ca_is_created_only_by_the_operator_issuer() -> None:
 
 def test_the_ca_is_renewed_ca_renew_before_days_before_it_expires() -> None:
     expiring = cert("ca1", "ca1", made=NOW - 1700 * DAY, days=1825)  # 125 days left
-    assert rotation.ca_action(Authority(current=expiring), [leaf()], POLICY, NOW) == "renew"
+    assert rotation.ca_action(Authority(current=expiring), [leaf()], POLICY, NOW) == "renew-certificate"
+    replacing = Policy(ca_expiration="replace-key")
+    assert rotation.ca_action(Authority(current=expiring), [leaf()], replacing, NOW) == "replace-key"
     assert rotation.ca_action(Authority(current=CA), [leaf()], POLICY, NOW) is None
     # A user's CA (issuer secret) is the user's to renew.
     assert rotation.ca_action(Authority(current=expiring), [leaf()], Policy(operator_ca=False), NOW) is None
+
+
+def test_a_renewal_asked_for_runs_now_unless_one_is_under_way() -> None:
+    for asked in ("renew-certificate", "replace-key"):
+        assert rotation.ca_action(Authority(current=CA), [leaf()], POLICY, NOW, requested=asked) == asked
+    new = cert("ca2", "ca2", made=NOW, days=1825)
+    renewing = Authority(current=new, previous=(CA,), current_since=NOW)
+    assert rotation.ca_action(renewing, [leaf()], POLICY, NOW, requested="replace-key") is None
+    user_ca = Policy(operator_ca=False)
+    assert rotation.ca_action(Authority(current=CA), [leaf()], user_ca, NOW, requested="replace-key") is None
+
+
+def test_after_a_renewal_that_kept_the_key_leaves_are_signed_again_at_once() -> None:
+    """Both CA certificates verify the old leaves (one key): `describe` names the current one, and
+    the leaves signed before it joined the bundle are re-issued without waiting, then the old
+    certificate leaves the bundle once the new leaves reached the pods."""
+    renewed = cert("ca1b", "ca1b", made=NOW, days=1825)
+    renewing = Authority(current=renewed, previous=(CA,), current_since=NOW)
+    old_leaf = leaf("ca1b")  # made 10 days ago, verified by the renewed certificate too
+    reason = rotation.leaf_reason(old_leaf, NAMES, renewing, POLICY, NOW)
+    assert reason is not None and "renewed" in reason
+    assert rotation.ca_action(renewing, [old_leaf], POLICY, NOW + DAY) is None
+    new_leaf = leaf("ca1b", made=NOW)
+    assert rotation.leaf_reason(new_leaf, NAMES, renewing, POLICY, NOW) is None
+    assert rotation.ca_action(renewing, [new_leaf], POLICY, NOW) is None
+    assert rotation.ca_action(renewing, [new_leaf], POLICY, NOW + rotation.PROPAGATION) == "drop-previous"
+    # Once dropped, the bundle's only CA still joined at NOW: the new leaves stay.
+    settled = Authority(current=renewed, current_since=NOW)
+    assert rotation.leaf_reason(new_leaf, NAMES, settled, POLICY, NOW + DAY) is None
+    # Certificate times are whole seconds: a leaf signed in the pass that renewed is not "before".
+    same_second = Authority(current=renewed, current_since=NOW + dt.timedelta(microseconds=999))
+    assert rotation.leaf_reason(new_leaf, NAMES, same_second, POLICY, NOW) is None
 
 
 def test_leaves_move_to_the_new_ca_only_once_the_bundle_reached_the_pods() -> None:

@@ -53,10 +53,28 @@ class Store:
         data |= {
             k: base64.b64encode(v.encode()).decode() for k, v in (manifest.get("stringData") or {}).items()
         }
-        stored = {"metadata": dict(manifest["metadata"]), "data": data}
+        metadata = dict(manifest["metadata"])
+        kept = (self.secrets.get(metadata["name"], {}).get("metadata") or {}).get("annotations") or {}
+        # Server-side apply keeps the annotations another manager (kubectl annotate) set.
+        metadata["annotations"] = {**kept, **(metadata.get("annotations") or {})}
+        stored = {"metadata": metadata, "data": data}
         self.secrets[manifest["metadata"]["name"]] = stored
         self.writes += 1
         return stored
+
+    def merge_patch(
+        self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> None:
+        assert (api_version, kind) == ("v1", "Secret") and set(patch) == {"metadata"}
+        annotations = self.secrets[name]["metadata"].setdefault("annotations", {})
+        for key, value in patch["metadata"]["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return dict(self.secrets[name]["metadata"].get("annotations") or {})
 
     def text(self, name: str, key: str) -> str:
         return base64.b64decode(self.secrets[name]["data"][key]).decode()
@@ -68,6 +86,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Store:
     monkeypatch.setattr(handlers.kube, "get", fake.get)
     monkeypatch.setattr(handlers.kube, "apply", fake.apply)
     monkeypatch.setattr(handlers.kube, "list_objects", fake.list_objects)
+    monkeypatch.setattr(handlers.kube, "merge_patch", fake.merge_patch)
     monkeypatch.setattr(handlers.kopf, "info", lambda *a, **k: None)
     return fake
 
@@ -94,8 +113,12 @@ def _fingerprints(store: Store) -> dict[str, str]:
 
 
 def _issuers(store: Store) -> set[str]:
-    bundle = store.text("demo-cluster-ca-cert", "ca.crt")
-    return {certificates.describe(store.text(n, "tls.crt"), bundle).issuer for n in LEAVES}
+    """The CA certificate each leaf reads as signed by, the signing one tried first (as the
+    operator does: after a renewal with the same key, both verify every leaf)."""
+    bundle = certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))
+    signing = store.text("demo-cluster-ca", "ca.crt") if "demo-cluster-ca" in store.secrets else bundle[-1]
+    trust = certificates.signing_first(signing, bundle)
+    return {certificates.describe(store.text(n, "tls.crt"), trust).issuer for n in LEAVES}
 
 
 def _all_trusted(store: Store, tmp_path: Path) -> None:
@@ -110,7 +133,9 @@ def _all_trusted(store: Store, tmp_path: Path) -> None:
 def test_a_cluster_ca_lives_renews_and_retires(
     store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    spec = _spec(**SPEC_TLS)
+    """caExpirationPolicy replace-key: the renewed CA has a new key, so the leaves wait for the
+    bundle to reach the pods before they move to it."""
+    spec = _spec(**SPEC_TLS, caExpirationPolicy="replace-key")
     now = dt.datetime.now(dt.UTC)
     bundle = _pass(store, monkeypatch, now, spec)
     assert bundle == store.text("demo-cluster-ca-cert", "ca.crt")
@@ -153,6 +178,74 @@ def test_a_cluster_ca_lives_renews_and_retires(
     [only] = certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))
     assert certificates.fingerprint(only) == new_fp
     assert _issuers(store) == {new_fp}
+
+
+def test_a_ca_renewed_with_its_key_re_signs_the_leaves_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default caExpirationPolicy, renew-certificate: the new CA certificate has the old one's
+    key; every leaf is signed again in the same pass (peers holding either certificate verify it),
+    and the old certificate leaves the bundle once the new leaves have reached the pods."""
+    spec = _spec(**SPEC_TLS)
+    now = T0
+    _pass(store, monkeypatch, now, spec)
+    old_ca, old_key = store.text("demo-cluster-ca", "ca.crt"), store.text("demo-cluster-ca", "ca.key")
+    first = _fingerprints(store)
+
+    renewal = now + 81 * DAY  # the CA expires at +100 days, renewed 20 before
+    _pass(store, monkeypatch, renewal, spec)
+    new_ca = store.text("demo-cluster-ca", "ca.crt")
+    assert new_ca != old_ca and store.text("demo-cluster-ca", "ca.key") == old_key
+    assert certificates.split(store.text("demo-cluster-ca-cert", "ca.crt")) == [old_ca, new_ca]
+    renewed = _fingerprints(store)
+    assert all(renewed[n] != first[n] for n in LEAVES), "leaves signed again in the same pass"
+    assert _issuers(store) == {certificates.fingerprint(new_ca)}
+    # Each leaf verifies against the old certificate alone, too (what running clients hold).
+    assert {certificates.describe(store.text(n, "tls.crt"), old_ca).issuer for n in LEAVES} == {
+        certificates.fingerprint(old_ca)
+    }
+    assert certificates.describe(store.text("demo-broker-0-tls", "tls.crt")).not_after > renewal + 29 * DAY
+
+    writes = store.writes
+    _pass(store, monkeypatch, renewal + dt.timedelta(minutes=1), spec)
+    assert store.writes == writes, "nothing re-issued again"
+    _pass(store, monkeypatch, renewal + rotation.PROPAGATION, spec)
+    assert certificates.split(store.text("demo-cluster-ca-cert", "ca.crt")) == [new_ca]
+    assert _fingerprints(store) == renewed
+
+
+def test_a_renewal_is_asked_for_with_an_annotation_on_the_ca_secret(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/operations.md: `jbod.dev/force-renew: "true"` renews the CA's certificate now (same
+    key), `jbod.dev/force-replace: "true"` gives it a new key; the annotation is removed once done."""
+    spec = _spec()
+    _pass(store, monkeypatch, T0, spec)
+    key = store.text("demo-cluster-ca", "ca.key")
+    ca = store.text("demo-cluster-ca", "ca.crt")
+
+    def annotate(name: str) -> None:
+        store.secrets["demo-cluster-ca"]["metadata"].setdefault("annotations", {})[name] = "true"
+
+    annotate("jbod.dev/force-renew")
+    _pass(store, monkeypatch, T0 + DAY, spec)
+    assert store.text("demo-cluster-ca", "ca.key") == key and store.text("demo-cluster-ca", "ca.crt") != ca
+    assert "jbod.dev/force-renew" not in store.annotations("demo-cluster-ca")
+    _pass(store, monkeypatch, T0 + DAY + rotation.PROPAGATION, spec)
+    assert len(certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))) == 1
+
+    annotate("jbod.dev/force-replace")
+    _pass(store, monkeypatch, T0 + 2 * DAY, spec)
+    assert store.text("demo-cluster-ca", "ca.key") != key
+    assert "jbod.dev/force-replace" not in store.annotations("demo-cluster-ca")
+    assert len(certificates.split(store.text("demo-cluster-ca-cert", "ca.crt"))) == 2
+    # Asked again while that renewal is under way: it waits (the annotation stays).
+    annotate("jbod.dev/force-renew")
+    key = store.text("demo-cluster-ca", "ca.key")
+    ca = store.text("demo-cluster-ca", "ca.crt")
+    _pass(store, monkeypatch, T0 + 2 * DAY + dt.timedelta(minutes=1), spec)
+    assert store.text("demo-cluster-ca", "ca.crt") == ca
+    assert store.annotations("demo-cluster-ca").get("jbod.dev/force-renew") == "true"
 
 
 def test_issuer_secret_signs_with_the_users_ca_and_makes_none(
