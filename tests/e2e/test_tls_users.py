@@ -12,6 +12,11 @@ certificates, SASL_SSL and SSL with client certificates, ACLs from the JbodUser 
 4. A client pod mounting `reader`'s Secret reads the records over SSL with its certificate; without
    the certificate it is refused (ANONYMOUS has no ACL).
 5. Deleting `writer` removes its Secret (the finalizer ran).
+6. Rotation: while a client pod runs an acks=all idempotent producer and a consumer group, the
+   CA is renewed (`jbod.dev/force-renew` on the CA Secret: same key), every pod's certificate is
+   signed again, and the old CA certificate leaves the bundle. Nothing acknowledged is lost, the
+   clients see no fatal error and no refused handshake, and a TLS connection made at the end with
+   the bundle the client read at its start is served each broker's new certificate.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from e2e.kind.cluster import KindCluster
 from e2e.kind.images import PROJECT_IMAGE
@@ -133,6 +140,72 @@ CLIENT = textwrap.dedent(
             print(f"ok {len(seen)}" if len(seen) == 50 else f"refused {(errors or ['nothing read'])[0]}", flush=True)
     except Exception as exc:  # a fatal librdkafka error surfaces through its callbacks too
         print(f"refused {exc}", flush=True)
+    """
+)
+
+
+# Run in a client pod with a user's Secret at /etc/kafka-client: an acks=all idempotent producer
+# and a consumer group on argv[1] until /tmp/stop exists, then every acknowledged record read back
+# (or 90 s), then a TLS handshake with each broker using the bundle as it was at the start. One
+# JSON line: counts, errors, and the serial each broker served.
+LOAD = textwrap.dedent(
+    """
+    import json, os, socket, ssl, threading, time
+    from confluent_kafka import Consumer, Producer
+    from cryptography import x509
+    topic = os.sys.argv[1]
+    with open("/etc/kafka-client/librdkafka.properties") as f:
+        conf = dict(line.split("=", 1) for line in f.read().splitlines() if line)
+    with open(conf["ssl.ca.location"]) as f:
+        bundle_at_start = f.read()
+    with open("/tmp/ca-at-start.pem", "w") as f:
+        f.write(bundle_at_start)
+    acked, consumed, fatal, retriable = set(), set(), [], []
+    def on_error(err):
+        (fatal if err.fatal() else retriable).append(str(err))
+    producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "error_cb": on_error})
+    done = threading.Event()
+    def consume():
+        consumer = Consumer({**conf, "group.id": topic + "-g", "auto.offset.reset": "earliest",
+                             "error_cb": on_error})
+        consumer.subscribe([topic])
+        deadline = None
+        while True:
+            if done.is_set():
+                deadline = deadline or time.monotonic() + 90
+                if acked <= consumed or time.monotonic() > deadline:
+                    break
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                consumed.add(msg.value())
+        consumer.close()
+    reader = threading.Thread(target=consume)
+    reader.start()
+    n = 0
+    while not os.path.exists("/tmp/stop"):
+        def delivered(err, msg):
+            if err:
+                fatal.append(str(err))
+            else:
+                acked.add(msg.value())
+        producer.produce(topic, b"r%d" % n, on_delivery=delivered)
+        n += 1
+        producer.poll(0.02)
+    left = producer.flush(60)
+    done.set()
+    reader.join()
+    served, refused = {}, []
+    for broker in producer.list_topics(timeout=20).brokers.values():
+        context = ssl.create_default_context(cafile="/tmp/ca-at-start.pem")
+        try:
+            with socket.create_connection((broker.host, broker.port), timeout=10) as raw:
+                with context.wrap_socket(raw, server_hostname=broker.host) as conn:
+                    der = conn.getpeercert(binary_form=True)
+            served[broker.id] = x509.load_der_x509_certificate(der).serial_number
+        except Exception as exc:
+            refused.append(f"{broker.host}: {exc}")
+    print(json.dumps({"sent": n, "acked": len(acked), "unflushed": left, "missing": len(acked - consumed),
+                      "fatal": fatal, "retriable": retriable, "served": served, "refused": refused}), flush=True)
     """
 )
 
@@ -286,3 +359,109 @@ def test_a_tls_cluster_serves_its_users_over_tls_only(env: Env) -> None:
 
     env.cluster.kubectl("delete", "jbodusers", "writer", "-n", NS, "--wait=true", "--timeout=120s")
     assert env.secret("writer") is None
+
+
+def _serial(pem: str) -> int:
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> None:
+    def ready_brokers() -> bool:
+        return (env.get("jbodcluster", CLUSTER, "-n", NS).get("status") or {}).get("readyBrokers") == 3
+
+    wait_for(ready_brokers, timeout=600, what="3 Ready brokers with TLS", interval=3)
+    env.cluster.apply(user("steady", "scram-sha-512", WRITER_ACLS))
+    wait_for(
+        lambda: (env.get("jbodusers", "steady", "-n", NS).get("status") or {}).get("ready"),
+        timeout=240,
+        what="JbodUser steady ready",
+        interval=3,
+    )
+    created = env.run_admin(
+        "create-rotation-topic",
+        f"jbodctl --ca-file /etc/jbod/ca/ca.crt --controller https://{CLUSTER}-controller:9093 "
+        "--token-file /etc/jbod/tokens/admin-token topics create orders-rotation --partitions 3 "
+        "--replication-factor 3",
+    )
+    assert created == "Succeeded"
+    ca_secret = f"{CLUSTER}-cluster-ca"
+    before = env.secret(ca_secret) or {}
+    leaves = [f"{CLUSTER}-broker-{i}-tls" for i in range(3)] + [f"{CLUSTER}-controller-tls"]
+    leaf_serials = {name: _serial((env.secret(name) or {})["tls.crt"]) for name in leaves}
+
+    env.cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "steady-load", "namespace": NS},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "client",
+                        "image": PROJECT_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["python", "-c", LOAD, "orders-rotation"],
+                        "volumeMounts": [
+                            {"name": "user", "mountPath": "/etc/kafka-client", "readOnly": True}
+                        ],
+                    }
+                ],
+                "volumes": [{"name": "user", "secret": {"secretName": "steady"}}],
+            },
+        }
+    )
+    wait_for(
+        lambda: (
+            env.cluster.kubectl(
+                "get", "pod", "steady-load", "-n", NS, "-o", "jsonpath={.status.phase}", check=False
+            ).stdout
+            == "Running"
+        ),
+        timeout=120,
+        what="the load pod running",
+        interval=2,
+    )
+    time.sleep(10)  # the clients connected and produce under the old certificates
+
+    env.cluster.kubectl("annotate", "secret", ca_secret, "-n", NS, "jbod.dev/force-renew=true")
+
+    def renewed() -> dict[str, str] | None:
+        now = env.secret(ca_secret) or {}
+        return now if now.get("ca.crt") not in (None, before["ca.crt"]) else None
+
+    after = wait_for(renewed, timeout=180, what="the CA certificate renewed", interval=3)
+    assert after["ca.key"] == before["ca.key"], "a renewal keeps the CA's key"
+    annotations = env.get("secret", ca_secret, "-n", NS)["metadata"].get("annotations") or {}
+    assert "jbod.dev/force-renew" not in annotations
+
+    def leaves_signed_again() -> bool:
+        return all(_serial((env.secret(name) or {})["tls.crt"]) != leaf_serials[name] for name in leaves)
+
+    wait_for(leaves_signed_again, timeout=180, what="every pod's certificate signed again", interval=3)
+
+    def bundle_of_one() -> bool:
+        tls = (env.get("jbodcluster", CLUSTER, "-n", NS).get("status") or {}).get("tls") or {}
+        return (
+            tls.get("caCount") == 1
+            and (env.secret(f"{CLUSTER}-cluster-ca-cert") or {}).get("ca.crt") == after["ca.crt"]
+        )
+
+    # The old CA certificate leaves the bundle once the new certificates had time to reach the
+    # pods (rotation.PROPAGATION, 3 min) and a full pass ran (1 min).
+    wait_for(bundle_of_one, timeout=420, what="the old CA certificate dropped", interval=5)
+    time.sleep(5)  # the load runs on after the drop
+
+    env.cluster.kubectl("exec", "-n", NS, "steady-load", "--", "touch", "/tmp/stop")
+    wait_for(lambda: env.phase("steady-load"), timeout=300, what="the load pod finished", interval=3)
+    logs = env.cluster.kubectl("logs", "-n", NS, "steady-load", check=False).stdout
+    lines = [line for line in logs.splitlines() if line.startswith("{")]
+    assert lines, logs[-2000:]
+    result = json.loads(lines[-1])
+    assert env.phase("steady-load") == "Succeeded", logs[-2000:]
+    assert result["fatal"] == [] and result["unflushed"] == 0, result
+    assert result["acked"] > 100 and result["missing"] == 0, result  # nothing acknowledged is lost
+    assert [e for e in result["retriable"] if "SSL" in e or "certificate" in e] == [], result
+    assert result["refused"] == [], result
+    new_serials = {i: _serial((env.secret(f"{CLUSTER}-broker-{i}-tls") or {})["tls.crt"]) for i in range(3)}
+    assert {int(k): v for k, v in result["served"].items()} == new_serials, result
