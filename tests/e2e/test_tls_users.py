@@ -25,7 +25,7 @@ import base64
 import json
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -238,28 +238,7 @@ class Env:
 
     def run_client(self, name: str, secret: str, args: list[str]) -> str:
         """A pod of the project image with the Secret mounted whole; its outcome line."""
-        self.cluster.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "client",
-                            "image": PROJECT_IMAGE,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["python", "-c", CLIENT, *args],
-                            "volumeMounts": [
-                                {"name": "user", "mountPath": "/etc/kafka-client", "readOnly": True}
-                            ],
-                        }
-                    ],
-                    "volumes": [{"name": "user", "secret": {"secretName": secret}}],
-                },
-            }
-        )
+        self.cluster.apply(_client_pod(name, secret, [CLIENT, *args]))
 
         wait_for(lambda: self.phase(name), timeout=240, what=f"client pod {name} finished", interval=2)
         logs = self.cluster.kubectl("logs", "-n", NS, name, check=False).stdout
@@ -268,7 +247,10 @@ class Env:
         return outcomes[-1] if outcomes else logs[-500:]
 
 
-def _admin_pod(name: str, command: str) -> dict[str, Any]:
+def _pod(name: str, command: list[str], secrets: Mapping[str, str]) -> dict[str, Any]:
+    """A pod of the project image running `command` once, each Secret of `secrets` (mount path:
+    Secret name) mounted whole."""
+    volumes = list(secrets.items())
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -277,22 +259,35 @@ def _admin_pod(name: str, command: str) -> dict[str, Any]:
             "restartPolicy": "Never",
             "containers": [
                 {
-                    "name": "admin",
+                    "name": "main",
                     "image": PROJECT_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["sh", "-c", command],
+                    "command": command,
                     "volumeMounts": [
-                        {"name": "tokens", "mountPath": "/etc/jbod/tokens", "readOnly": True},
-                        {"name": "ca", "mountPath": "/etc/jbod/ca", "readOnly": True},
+                        {"name": f"v{i}", "mountPath": path, "readOnly": True}
+                        for i, (path, _) in enumerate(volumes)
                     ],
                 }
             ],
             "volumes": [
-                {"name": "tokens", "secret": {"secretName": f"{CLUSTER}-tokens"}},
-                {"name": "ca", "secret": {"secretName": f"{CLUSTER}-cluster-ca-cert"}},
+                {"name": f"v{i}", "secret": {"secretName": secret}} for i, (_, secret) in enumerate(volumes)
             ],
         },
     }
+
+
+def _client_pod(name: str, secret: str, script: list[str]) -> dict[str, Any]:
+    """`python -c *script` with the user's Secret at /etc/kafka-client."""
+    return _pod(name, ["python", "-c", *script], {"/etc/kafka-client": secret})
+
+
+def _admin_pod(name: str, command: str) -> dict[str, Any]:
+    """`sh -c command` with the admin token and the trust bundle."""
+    return _pod(
+        name,
+        ["sh", "-c", command],
+        {"/etc/jbod/tokens": f"{CLUSTER}-tokens", "/etc/jbod/ca": f"{CLUSTER}-cluster-ca-cert"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -389,28 +384,7 @@ def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> No
     leaves = [f"{CLUSTER}-broker-{i}-tls" for i in range(3)] + [f"{CLUSTER}-controller-tls"]
     leaf_serials = {name: _serial((env.secret(name) or {})["tls.crt"]) for name in leaves}
 
-    env.cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "steady-load", "namespace": NS},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "client",
-                        "image": PROJECT_IMAGE,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["python", "-c", LOAD, "orders-rotation"],
-                        "volumeMounts": [
-                            {"name": "user", "mountPath": "/etc/kafka-client", "readOnly": True}
-                        ],
-                    }
-                ],
-                "volumes": [{"name": "user", "secret": {"secretName": "steady"}}],
-            },
-        }
-    )
+    env.cluster.apply(_client_pod("steady-load", "steady", [LOAD, "orders-rotation"]))
     wait_for(
         lambda: (
             env.cluster.kubectl(
