@@ -75,12 +75,11 @@ async def serve(config: BrokerConfig) -> int:
     if config.admin_token_file is not None:
         admin_token = _read_token(config.admin_token_file, "admin.token.file")
         tokens.append(admin_token)
-    server_tls = _server_tls(config)
+    https, kafka_tls = _server_tls(config)
     agent = Agent(config, loaded, token=cluster_token)
     api = AgentApi(agent, tuple(tokens))
     runner = api.runner(shutdown_timeout=2.0)
     await runner.setup()
-    https = server_tls if config.listener.scheme == "https" else None
     site = web.TCPSite(
         runner,
         host=config.listener.host,
@@ -98,7 +97,7 @@ async def serve(config: BrokerConfig) -> int:
     agent.state.listener_port = port
     print(f"Listening on {config.listener.scheme}://{config.listener.host}:{port}", flush=True)
     try:
-        kafka_servers = await kafka_server.start_listeners(agent, admin_password=admin_token, tls=server_tls)
+        kafka_servers = await kafka_server.start_listeners(agent, admin_password=admin_token, tls=kafka_tls)
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(exc.strerror or str(exc)) from exc
@@ -114,14 +113,22 @@ async def serve(config: BrokerConfig) -> int:
         await runner.cleanup()
 
 
-def _server_tls(config: BrokerConfig) -> tls.ServerTls | None:
-    """The TLS of the broker's TLS listeners (one, shared: the same files), if it has any."""
-    if config.listener.scheme != "https" and not any(k.tls for k in config.kafka_listeners):
-        return None
-    try:
-        return tls.ServerTls(config.tls_files)
-    except tls.TlsConfigError as exc:
-        raise StartupError(str(exc)) from exc
+def _server_tls(config: BrokerConfig) -> tuple[tls.ServerTls | None, dict[str, tls.ServerTls]]:
+    """The TLS of the https API (None on http) and of each TLS Kafka listener by name: the same
+    files, one context per client-certificate mode (`BrokerConfig.client_auth_of`)."""
+    by_mode: dict[str, tls.ServerTls] = {}
+
+    def of(mode: str) -> tls.ServerTls:
+        if mode not in by_mode:
+            try:
+                by_mode[mode] = tls.ServerTls(config.tls_files_of(mode))
+            except tls.TlsConfigError as exc:
+                raise StartupError(str(exc)) from exc
+        return by_mode[mode]
+
+    https = of(config.ssl_client_auth) if config.listener.scheme == "https" else None
+    kafka = {k.name: of(config.client_auth_of(k)) for k in config.kafka_listeners if k.tls}
+    return https, kafka
 
 
 def _main(argv: list[str] | None) -> int:

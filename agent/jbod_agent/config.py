@@ -9,7 +9,10 @@ Guarantees:
 * Every numeric setting has a documented range (`docs/decisions.md`), checked here.
 * TLS (issue 25): `https://`, `SSL://` and `SASL_SSL://` listeners need `ssl.keystore.location`
   (PEM only: another `ssl.keystore.type` or `ssl.truststore.type` is an error naming the key);
-  `ssl.client.auth` other than none needs `ssl.truststore.location`; `ssl.enabled.protocols`
+  `ssl.client.auth` other than none needs `ssl.truststore.location`. As in Kafka (KIP-684),
+  `ssl.client.auth` applies to the `SSL` listener (and, our extension, the https API), not to
+  `SASL_SSL`; `listener.name.ssl.ssl.client.auth` and `listener.name.sasl_ssl.ssl.client.auth`
+  set one listener's own (`client_auth_of`). `ssl.enabled.protocols`
   below TLSv1.2 and `ssl.principal.mapping.rules` that do not parse are errors. Without an
   `http(s)://` entry in `listeners`, the HTTP API is https when a Kafka listener is TLS.
 """
@@ -141,6 +144,8 @@ class BrokerConfig:
     ssl_keystore_location: Path | None = None
     ssl_truststore_location: Path | None = None
     ssl_client_auth: str = "none"
+    ssl_listener_client_auth: str | None = None  # listener.name.ssl.ssl.client.auth
+    sasl_ssl_listener_client_auth: str | None = None  # listener.name.sasl_ssl.ssl.client.auth
     ssl_enabled_protocols: tuple[str, ...] = tls.DEFAULT_PROTOCOLS
     ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
         tls.DEFAULT_PRINCIPAL_RULES
@@ -148,13 +153,25 @@ class BrokerConfig:
 
     @property
     def tls_files(self) -> tls.TlsFiles:
-        """The TLS files and modes of the broker's listeners and outbound links."""
+        """The TLS files and modes of the broker's https API (`ssl.client.auth`)."""
+        return self.tls_files_of(self.ssl_client_auth)
+
+    def tls_files_of(self, client_auth: str) -> tls.TlsFiles:
+        """The TLS files, asking clients for certificates as `client_auth` says."""
         return tls.TlsFiles(
             keystore=self.ssl_keystore_location,
             truststore=self.ssl_truststore_location,
-            client_auth=self.ssl_client_auth,
+            client_auth=client_auth,
             protocols=self.ssl_enabled_protocols,
         )
+
+    def client_auth_of(self, listener: KafkaListener) -> str:
+        """Whether a TLS Kafka listener asks for client certificates, as Kafka decides: its own
+        `listener.name.<name>.ssl.client.auth`, else `ssl.client.auth` for SSL and none for
+        SASL_SSL (KIP-684: a broker-wide setting never reaches SASL_SSL)."""
+        if listener.name == "SSL":
+            return self.ssl_listener_client_auth or self.ssl_client_auth
+        return self.sasl_ssl_listener_client_auth or "none"
 
     def client_tls(self) -> tls.ClientTls:
         """A client TLS context for the broker's outbound https calls (controller, peers): the
@@ -367,6 +384,8 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "ssl.keystore.location": ("ssl_keystore_location", _path),
     "ssl.truststore.location": ("ssl_truststore_location", _path),
     "ssl.client.auth": ("ssl_client_auth", _tls(tls.parse_client_auth)),
+    "listener.name.ssl.ssl.client.auth": ("ssl_listener_client_auth", _tls(tls.parse_client_auth)),
+    "listener.name.sasl_ssl.ssl.client.auth": ("sasl_ssl_listener_client_auth", _tls(tls.parse_client_auth)),
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _tls(tls.parse_protocols)),
     "ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", _tls(tls.parse_principal_rules)),
 }
@@ -444,8 +463,15 @@ def _check_tls(config: BrokerConfig) -> None:
         tls_listeners.insert(0, config.listener.url)
     if tls_listeners and config.ssl_keystore_location is None:
         raise ConfigError(f"ssl.keystore.location: required by the TLS listener {tls_listeners[0]}")
-    if config.ssl_client_auth != "none" and config.ssl_truststore_location is None:
-        raise ConfigError(f"ssl.truststore.location: required by ssl.client.auth={config.ssl_client_auth}")
+    asking = [("ssl.client.auth", config.ssl_client_auth)]
+    asking += [
+        (f"listener.name.{k.name.lower()}.ssl.client.auth", config.client_auth_of(k))
+        for k in config.kafka_listeners
+        if k.tls
+    ]
+    for key, mode in asking:
+        if mode != "none" and config.ssl_truststore_location is None:
+            raise ConfigError(f"ssl.truststore.location: required by {key}={mode}")
 
 
 def _split_listeners(fields: dict[str, Any]) -> None:

@@ -764,9 +764,11 @@ def server_properties(
             f"ssl.keystore.location={_KEYSTORE}",
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={_TRUSTSTORE}",
-            # Certificates are asked for, not required: SASL_SSL clients log in with a password;
-            # a client without one on the SSL listener is ANONYMOUS, whom no ACL allows anything.
+            # The SSL listener (9094) is for client certificates: required there. The https API
+            # asks for one without requiring it (the kubelet's probes have none); SASL_SSL
+            # clients log in with a password (KIP-684: ssl.client.auth never reaches SASL_SSL).
             "ssl.client.auth=requested",
+            "listener.name.ssl.ssl.client.auth=required",
             # The principal of a client certificate is its CN (`User:<CN>`, a JbodUser's name), by
             # Kafka's rule syntax rather than `DEFAULT`, which in Kafka is the whole DN.
             f"ssl.principal.mapping.rules={PRINCIPAL_FROM_CN}",

@@ -483,6 +483,41 @@ def test_tls_listeners_and_their_files() -> None:
     )
 
 
+def test_client_certificates_are_asked_for_per_listener_as_in_kafka() -> None:
+    """KIP-684: `ssl.client.auth` reaches the SSL listener (and the https API), never SASL_SSL;
+    `listener.name.<name>.ssl.client.auth` sets one listener's own."""
+    tls_base = {
+        **BASE,
+        "listeners": "SASL_SSL://127.0.0.1:9094,SSL://127.0.0.1:9095",
+        "ssl.keystore.location": "/etc/jbod/broker.pem",
+        "ssl.truststore.location": "/etc/jbod/ca.pem",
+    }
+
+    def modes(**keys: str) -> tuple[str, str, str]:
+        parsed = config.parse_config(text({**tls_base, **keys}))
+        sasl_ssl, ssl = parsed.kafka_listeners
+        return parsed.tls_files.client_auth, parsed.client_auth_of(sasl_ssl), parsed.client_auth_of(ssl)
+
+    assert modes() == ("none", "none", "none")
+    assert modes(**{"ssl.client.auth": "required"}) == ("required", "none", "required")
+    assert modes(
+        **{
+            "ssl.client.auth": "requested",
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.ssl.client.auth": "requested",
+        }
+    ) == ("requested", "requested", "required")
+    without_truststore = {k: v for k, v in tls_base.items() if k != "ssl.truststore.location"}
+    message = expect_error(
+        text({**without_truststore, "listener.name.sasl_ssl.ssl.client.auth": "required"}),
+        "ssl.truststore.location",
+    )
+    assert "listener.name.sasl_ssl.ssl.client.auth=required" in message
+    expect_error(
+        text({**tls_base, "listener.name.ssl.ssl.client.auth": "always"}), "listener.name.ssl.ssl.client.auth"
+    )
+
+
 @pytest.mark.parametrize(
     ("changes", "key"),
     [

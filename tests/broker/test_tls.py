@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ class TlsCluster:
         self, node_id: int | None = None, *, certificate: bool = True, **extra: Any
     ) -> dict[str, Any]:
         """SASL_SSL as admin; with a client certificate (CN=client) unless `certificate` is
-        False (broker 2's ssl.client.auth=required applies to its SASL_SSL listener too)."""
+        False (broker 1's SASL_SSL listener requires one: listener.name.sasl_ssl.ssl.client.auth)."""
         brokers = [self.broker(node_id)] if node_id else list(self.cluster.brokers.values())
         config = {
             "bootstrap.servers": ",".join(b.kafka["SASL_SSL"] for b in brokers),
@@ -82,7 +82,9 @@ class TlsCluster:
         return config
 
 
-def broker_properties(pki: Pki, name: str, client_auth: str, admin_token_file: Path) -> dict[str, str]:
+def broker_properties(
+    pki: Pki, name: str, client_auth: Mapping[str, str], admin_token_file: Path
+) -> dict[str, str]:
     return {
         "listeners": TLS_LISTENERS,
         "admin.token.file": str(admin_token_file),
@@ -90,8 +92,16 @@ def broker_properties(pki: Pki, name: str, client_auth: str, admin_token_file: P
         "ssl.keystore.location": str(pki.keystore(name)),
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki.ca_file),
-        "ssl.client.auth": client_auth,
+        **client_auth,
     }
+
+
+# Broker 1: certificates requested on SSL and https, required on SASL_SSL (its listener's own key);
+# broker 2: required by ssl.client.auth, which, as in Kafka, does not reach SASL_SSL.
+CLIENT_AUTH = {
+    1: {"ssl.client.auth": "requested", "listener.name.sasl_ssl.ssl.client.auth": "required"},
+    2: {"ssl.client.auth": "required"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +123,7 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster
         )
         stack.callback(admin.close)
         cluster = Cluster(base=base, stack=stack, controller=controller, admin=admin)
-        for node_id, client_auth in ((1, "requested"), (2, "required")):
+        for node_id, client_auth in CLIENT_AUTH.items():
             cluster.add_broker(
                 node_id,
                 dirs=1,
@@ -236,8 +246,11 @@ def test_kafka_listeners_refuse_a_wrong_ca_and_a_missing_client_certificate(
     assert not ok
     assert errors, "the refusal is reported"
     assert not _errors_of(tls_cluster.ssl_config(2, other.keystore("admin")))[0]
-    ok, errors = _errors_of(tls_cluster.sasl_config(2, certificate=False))  # SASL_SSL too: TLS first
+    # Broker 2's SASL_SSL takes SCRAM alone (KIP-684); broker 1's requires a certificate too.
+    assert _errors_of(tls_cluster.sasl_config(2, certificate=False))[0]
+    ok, errors = _errors_of(tls_cluster.sasl_config(1, certificate=False))
     assert not ok
+    assert _errors_of(tls_cluster.sasl_config(1))[0]
 
 
 def test_https_apis_refuse_a_wrong_ca_and_a_missing_client_certificate(
@@ -280,7 +293,9 @@ def test_expired_and_wrong_host_certificates_are_refused_and_renewal_is_picked_u
     """Broker 3 starts with an expired certificate; then its keystore is overwritten with one
     for another host, then with a good one: each is served to new connections, no restart."""
     pki, cluster = tls_cluster.pki, tls_cluster.cluster
-    properties = broker_properties(pki, "broker-3", "none", cluster.controller.admin_token_file)
+    properties = broker_properties(
+        pki, "broker-3", {"ssl.client.auth": "none"}, cluster.controller.admin_token_file
+    )
     keystore = Path(properties["ssl.keystore.location"])
     keystore.write_bytes(pki.keystore("broker-3-expired", expired=True).read_bytes())
     broker = cluster.add_broker(3, dirs=1, loop=False, properties=properties)

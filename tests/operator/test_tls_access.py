@@ -115,7 +115,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorTls]:
                 "ssl.keystore.location": str(state.keystore("broker-1")),
                 "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": str(bundle_file),
-                "ssl.client.auth": "requested",
+                "ssl.client.auth": "requested",  # as builders.broker_properties writes them
+                "listener.name.ssl.ssl.client.auth": "required",
                 "ssl.principal.mapping.rules": builders.PRINCIPAL_FROM_CN,
             },
         )

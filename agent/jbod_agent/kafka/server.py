@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from jbod_agent.agent import Agent
@@ -119,9 +120,10 @@ class KafkaListeners:
 
 
 async def start_listeners(
-    agent: Agent, *, admin_password: str | None, tls: ServerTls | None = None
+    agent: Agent, *, admin_password: str | None, tls: Mapping[str, ServerTls] | None = None
 ) -> KafkaListeners:
-    """Start a `KafkaServer` per listener; SSL and SASL_SSL listeners handshake with `tls`."""
+    """Start a `KafkaServer` per listener; an SSL or SASL_SSL listener handshakes with its
+    entry of `tls` (by listener name)."""
     config = agent.state.config
     apis = build_apis(agent, admin_password=admin_password)
     limits = ListenerLimits(
@@ -135,7 +137,7 @@ async def start_listeners(
             listener,
             apis.kafka,
             limits=limits,
-            tls=tls if listener.tls else None,
+            tls=(tls or {}).get(listener.name) if listener.tls else None,
             principal_rules=config.ssl_principal_mapping_rules,
         )
         try:
