@@ -216,13 +216,17 @@ def test_jbodctl_produces_and_consumes_with_bootstrap_while_the_controller_is_st
 
         # acks=1 answers once the leader has the records; consumers read up to the high watermark,
         # which moves once the followers have them too. So read until all 50 are there.
+        # --timeout 15: the topic's lookup (a SCRAM login and Metadata) may take more than the
+        # default 5 s on a loaded machine (it did once in a full run here).
         def consumed_all() -> list[str] | None:
-            consumed = jbodctl(*common, "consume", "t", "--max-messages", "50", token_file=token_file)
+            consumed = jbodctl(
+                *common, "consume", "t", "--max-messages", "50", "--timeout", "15", token_file=token_file
+            )
             assert consumed.returncode == 0, consumed.stderr
             values = sorted(consumed.stdout.split())
             return values if len(values) == 50 else None
 
-        read = wait_for(consumed_all, timeout=60, what="the 50 records readable (high watermark)")
+        read = wait_for(consumed_all, timeout=120, what="the 50 records readable (high watermark)")
         assert read == sorted(map(str, range(50)))
         assert stopped(pid)
     # With the controller back, the default (idempotent) producer works again.
