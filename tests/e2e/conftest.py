@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,45 @@ from e2e.kind.docker import DockerUnavailableError, engine
 
 NAME = os.environ.get("JBOD_KIND_NAME", "jbod-e2e")  # another name: a second kind tier beside a running one
 STORAGE_CLASS = "jbod-e2e"
+SMALL = {"requests": {"cpu": "50m", "memory": "128Mi"}}  # what a pod of the tier asks for
+
+
+def tier_disk(name: str) -> dict[str, str]:
+    """A broker disk of the tier: 96 MiB of the tier's storage class."""
+    return {"name": name, "size": "96Mi", "storageClass": STORAGE_CLASS}
+
+
+def jbod_cluster(
+    name: str,
+    namespace: str,
+    *,
+    disks: int,
+    config: dict[str, Any],
+    controller: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A 3-broker JbodCluster of the project image, small on the tier's storage: `disks` disks
+    per broker, the broker `config` given, `controller` keys added to the controller's, and any
+    other spec keys as given."""
+    return {
+        "apiVersion": "jbod.dev/v1alpha1",
+        "kind": "JbodCluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "brokers": 3,
+            "image": images.PROJECT_IMAGE,
+            "disks": [tier_disk(f"d{i}") for i in range(disks)],
+            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+            "controller": {
+                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
+                "resources": SMALL,
+                **(controller or {}),
+            },
+            "resources": SMALL,
+            "config": config,
+            **spec,
+        },
+    }
 
 
 def _unavailable(reason: str) -> None:

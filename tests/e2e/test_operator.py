@@ -43,7 +43,7 @@ from e2e.kind.images import PROJECT_IMAGE
 from e2e.wait import wait_for
 from jbod_client.controller import ControllerClient
 from jbod_client.history import History, Report
-from tests.e2e.conftest import STORAGE_CLASS, ControllerTunnel
+from tests.e2e.conftest import ControllerTunnel, jbod_cluster, tier_disk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -54,35 +54,21 @@ EXAMPLE_CLIENT = Path(__file__).parents[2] / "examples" / "kafka-client.yaml"
 
 
 def cluster_spec() -> dict[str, Any]:
-    return {
-        "apiVersion": "jbod.dev/v1alpha1",
-        "kind": "JbodCluster",
-        "metadata": {"name": CLUSTER, "namespace": NS},
-        "spec": {
-            "brokers": 3,
-            "image": PROJECT_IMAGE,
-            "disks": [
-                {"name": "d0", "size": "96Mi", "storageClass": STORAGE_CLASS},
-                {"name": "d1", "size": "96Mi", "storageClass": STORAGE_CLASS},
-            ],
-            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-            "controller": {
-                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
-            },
-            "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
-            "config": {
-                "heartbeatIntervalMs": 500,
-                "sessionTimeoutMs": 4000,
-                "logDirFailureTimeoutMs": 10000,
-                "logDirProbeIntervalMs": 250,
-                "minInsyncReplicas": 2,
-                "defaultReplicationFactor": 2,  # so that 2 brokers is a valid spec (the refused drain)
-                "replicaLagTimeMaxMs": 5000,
-            },
-            "diskFailurePolicy": "Automatic",
+    return jbod_cluster(
+        CLUSTER,
+        NS,
+        disks=2,
+        config={
+            "heartbeatIntervalMs": 500,
+            "sessionTimeoutMs": 4000,
+            "logDirFailureTimeoutMs": 10000,
+            "logDirProbeIntervalMs": 250,
+            "minInsyncReplicas": 2,
+            "defaultReplicationFactor": 2,  # so that 2 brokers is a valid spec (the refused drain)
+            "replicaLagTimeMaxMs": 5000,
         },
-    }
+        diskFailurePolicy="Automatic",
+    )
 
 
 class Env:
@@ -617,7 +603,7 @@ def test_add_and_grow_disks(env: Env) -> None:
     size reaches the claims."""
     spec = cluster_spec()
     spec["spec"]["disks"][0]["size"] = "128Mi"
-    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": STORAGE_CLASS})
+    spec["spec"]["disks"].append(tier_disk("d2"))
     env.apply(spec)
     max_unready = 0
 
@@ -652,7 +638,7 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
     spec = cluster_spec()
     spec["spec"]["diskFailurePolicy"] = "Manual"
     spec["spec"]["disks"][0]["size"] = "128Mi"
-    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": STORAGE_CLASS})
+    spec["spec"]["disks"].append(tier_disk("d2"))
     env.apply(spec)
     broker_id, disk = 2, "d2"
 
@@ -703,7 +689,7 @@ def test_removing_a_disk_drains_it_by_itself(env: Env) -> None:
     spec = cluster_spec()
     spec["spec"]["diskFailurePolicy"] = "Manual"
     spec["spec"]["disks"][0]["size"] = "128Mi"
-    spec["spec"]["disks"].append({"name": "d2", "size": "96Mi", "storageClass": STORAGE_CLASS})
+    spec["spec"]["disks"].append(tier_disk("d2"))
     spec["spec"]["disks"] = [d for d in spec["spec"]["disks"] if d["name"] != "d1"]
     env.apply(spec)
     if any(held):

@@ -20,12 +20,11 @@ import httpx
 import pytest
 
 from e2e.kind.cluster import KindCluster
-from e2e.kind.images import PROJECT_IMAGE
 from e2e.wait import wait_for
 from jbod_client.controller import ControllerClient
 from jbod_client.history import Report
 from jbod_operator import names
-from tests.e2e.conftest import STORAGE_CLASS, ControllerTunnel
+from tests.e2e.conftest import SMALL, STORAGE_CLASS, ControllerTunnel, jbod_cluster
 from tests.e2e.test_operator import Env, InPodWorkload, _history, _pod_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -35,33 +34,23 @@ NAME = "ha"
 
 
 def quorum_spec() -> dict[str, Any]:
-    small = {"requests": {"cpu": "50m", "memory": "128Mi"}}
-    return {
-        "apiVersion": "jbod.dev/v1alpha1",
-        "kind": "JbodCluster",
-        "metadata": {"name": NAME, "namespace": NS},
-        "spec": {
-            "brokers": 3,
-            "image": PROJECT_IMAGE,
-            "disks": [{"name": "d0", "size": "96Mi", "storageClass": STORAGE_CLASS}],
-            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-            "controller": {
-                "replicas": 3,
-                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-                "resources": small,
-                "etcd": {"storage": {"size": "64Mi", "storageClass": STORAGE_CLASS}, "resources": small},
-            },
-            "resources": small,
-            "config": {
-                "heartbeatIntervalMs": 500,
-                "sessionTimeoutMs": 9000,
-                "minInsyncReplicas": 2,
-                "defaultReplicationFactor": 3,
-                "replicaLagTimeMaxMs": 5000,
-            },
-            "diskFailurePolicy": "Automatic",
+    return jbod_cluster(
+        NAME,
+        NS,
+        disks=1,
+        controller={
+            "replicas": 3,
+            "etcd": {"storage": {"size": "64Mi", "storageClass": STORAGE_CLASS}, "resources": SMALL},
         },
-    }
+        config={
+            "heartbeatIntervalMs": 500,
+            "sessionTimeoutMs": 9000,
+            "minInsyncReplicas": 2,
+            "defaultReplicationFactor": 3,
+            "replicaLagTimeMaxMs": 5000,
+        },
+        diskFailurePolicy="Automatic",
+    )
 
 
 class QuorumEnv(Env):

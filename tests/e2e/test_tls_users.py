@@ -34,7 +34,7 @@ from cryptography import x509
 from e2e.kind.cluster import KindCluster
 from e2e.kind.images import PROJECT_IMAGE
 from e2e.wait import wait_for
-from tests.e2e.conftest import STORAGE_CLASS
+from tests.e2e.conftest import jbod_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -43,29 +43,18 @@ CLUSTER = "sec"
 
 
 def cluster_spec() -> dict[str, Any]:
-    return {
-        "apiVersion": "jbod.dev/v1alpha1",
-        "kind": "JbodCluster",
-        "metadata": {"name": CLUSTER, "namespace": NS},
-        "spec": {
-            "brokers": 3,
-            "image": PROJECT_IMAGE,
-            "disks": [{"name": "d0", "size": "96Mi", "storageClass": STORAGE_CLASS}],
-            "metadataDisk": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-            "controller": {
-                "storage": {"size": "64Mi", "storageClass": STORAGE_CLASS},
-                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
-            },
-            "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}},
-            "config": {
-                "heartbeatIntervalMs": 500,
-                "sessionTimeoutMs": 4000,
-                "minInsyncReplicas": 2,
-                "defaultReplicationFactor": 3,
-            },
-            "tls": {"enabled": True},
+    return jbod_cluster(
+        CLUSTER,
+        NS,
+        disks=1,
+        config={
+            "heartbeatIntervalMs": 500,
+            "sessionTimeoutMs": 4000,
+            "minInsyncReplicas": 2,
+            "defaultReplicationFactor": 3,
         },
-    }
+        tls={"enabled": True},
+    )
 
 
 def user(name: str, authentication: str, acls: list[dict[str, Any]]) -> dict[str, Any]:
