@@ -436,6 +436,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
         return None
     if tls.issuer == "cert-manager":  # cert-manager keeps the bundle in each certificate's Secret
         return (_secret_data(names.controller_tls(cluster), namespace) or {}).get(names.TLS_CA)
+    now, policy = _now(), _tls_policy(tls)
     try:
         signing = _signing_ca(tls, cluster, namespace)
         if signing is not None:
@@ -447,7 +448,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     bundled = certificates.split(bundle)
     if signing is not None and signing.cert_pem not in bundled:
         bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
-        since = _now()
+        since = now
     wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
 
     def leaves(trust: str) -> list[rotation.Certificate | None]:
@@ -456,9 +457,10 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
             *(_user_leaf(user, namespace, trust) for user in _tls_users(cluster, namespace)),
         ]
 
-    signing, bundled, since = _advance_ca(
-        body, tls, cluster, namespace, owner, _TrustState(signing, bundled, since), leaves
+    state = _advance_ca(
+        body, tls, cluster, namespace, owner, _TrustState(signing, bundled, since), leaves, now
     )
+    signing, bundled, since = state.signing, state.bundled, state.since
     if signing is None:
         return None
     text = "".join(bundled)
@@ -468,7 +470,6 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
         )
     authority = certificates.authority(signing.cert_pem, bundled, since)
     trust = certificates.signing_first(signing.cert_pem, bundled)
-    now, policy = _now(), _tls_policy(tls)
     for secret, (common_name, dns) in wanted.items():
         leaf = _leaf(secret, namespace, trust)
         reason = rotation.leaf_reason(leaf, frozenset(dns), authority, policy, now)
@@ -498,7 +499,7 @@ class _TrustState:
     since: dt.datetime | None  # when `signing` joined the bundle
 
 
-def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace, owner), its trust and leaves
+def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace, owner), its trust, leaves, clock
     body: kopf.Body,
     tls: model.TlsSpec,
     cluster: str,
@@ -506,10 +507,11 @@ def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace,
     owner: Mapping[str, Any],
     state: _TrustState,
     leaves: Callable[[str], list[rotation.Certificate | None]],
-) -> tuple[certificates.KeyPair | None, list[str], dt.datetime | None]:
-    """One step of the CA's life as `rotation.ca_action` decides: made, renewed (same key or a
-    new one, on schedule or asked for), or its predecessor dropped from the bundle."""
-    now, policy = _now(), _tls_policy(tls)
+    now: dt.datetime,
+) -> _TrustState:
+    """One step of the CA's life as `rotation.ca_action` decides at `now`: made, renewed (same
+    key or a new one, on schedule or asked for), or its predecessor dropped from the bundle."""
+    policy = _tls_policy(tls)
     signing, bundled, since = state.signing, state.bundled, state.since
     requested = _requested_ca_renewal(cluster, namespace) if tls.issuer == "operator" else None
     if signing is None:
@@ -526,9 +528,9 @@ def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace,
         kopf.info(
             body, reason="CertificateAuthority", message="Dropped the previous CA from the trust bundle"
         )
-        return signing, [signing.cert_pem], since
+        return _TrustState(signing, [signing.cert_pem], since)
     if action is None or action == "drop-previous":
-        return signing, bundled, since
+        return state
     if action == "renew-certificate" and signing is not None:
         signing = certificates.renew_ca(signing, days=tls.ca_validity_days, now=now)
     else:
@@ -549,7 +551,7 @@ def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace,
             {"metadata": {"annotations": {requested[1]: None}}},
         )
     kopf.info(body, reason="CertificateAuthority", message=_CA_ACTIONS[action])
-    return signing, [*bundled, signing.cert_pem], now
+    return _TrustState(signing, [*bundled, signing.cert_pem], now)
 
 
 _CA_ACTIONS: Final = {

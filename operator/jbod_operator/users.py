@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from jbod_core import acls
 from jbod_operator.model import SpecError
 
-KAFKA_CLUSTER: Final = "kafka-cluster"  # the name of Kafka's one CLUSTER resource
 OPERATIONS: Final = (
     "All",
     "Read",
@@ -56,8 +55,8 @@ class AclResource(_Frozen):
 
     @model_validator(mode="after")
     def _cluster_name(self) -> AclResource:
-        if self.type == "cluster" and self.name not in ("*", KAFKA_CLUSTER):
-            raise ValueError(f"a cluster resource is named {KAFKA_CLUSTER}")
+        if self.type == "cluster" and self.name not in (acls.WILDCARD, acls.CLUSTER_NAME):
+            raise ValueError(f"a cluster resource is named {acls.CLUSTER_NAME}")
         return self
 
 
@@ -119,7 +118,7 @@ def _resource_type(kind: str) -> str:
 def acl_bindings(user: str, rules: Iterable[AclRule]) -> list[Binding]:
     out: list[Binding] = []
     for rule in rules:
-        name = KAFKA_CLUSTER if rule.resource.type == "cluster" else rule.resource.name
+        name = acls.CLUSTER_NAME if rule.resource.type == "cluster" else rule.resource.name
         pattern = "PREFIXED" if rule.resource.pattern_type == "prefix" else "LITERAL"
         for operation in rule.operations:
             binding = (
