@@ -60,7 +60,8 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.chmod(path, mode)
 
 
-def _current_ca(root: Path) -> certificates.Certificate:
+def current_ca(root: Path) -> certificates.Certificate:
+    """The CA that signs now: its key and certificate (tls/ca-key.pem)."""
     data = ca_key_file(root).read_bytes()
     key, _sep, cert = data.partition(b"-----END PRIVATE KEY-----\n")
     return certificates.Certificate(cert_pem=cert, key_pem=key + b"-----END PRIVATE KEY-----\n")
@@ -77,7 +78,7 @@ def ensure(root: Path, names: Iterable[str]) -> None:
         ca = certificates.make_ca(f"jbod local CA {root.name}")
         _write(ca_key_file(root), ca.key_pem + ca.cert_pem)
         _write(truststore(root), ca.cert_pem, 0o644)
-    ca = _current_ca(root)
+    ca = current_ca(root)
     for name in names:
         if not keystore(root, name).exists():
             _issue(root, ca, name)
@@ -95,7 +96,7 @@ def rotate(
 ) -> None:
     """Re-issue every keystore; with `ca`, under a renewed CA or one with a new key (module
     docstring)."""
-    signing = _current_ca(root)
+    signing = current_ca(root)
     if ca is not None:
         old = signing
         if ca == "renew":
@@ -112,7 +113,7 @@ def rotate(
 
 def drop_old_ca(root: Path) -> None:
     """The truststore holds the current CA only."""
-    _write(truststore(root), _current_ca(root).cert_pem, 0o644)
+    _write(truststore(root), current_ca(root).cert_pem, 0o644)
 
 
 def served_serial(keystore_path: Path) -> int:
