@@ -5,8 +5,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SOURCES := core kafka runtime controller client agent operator pipeline e2e tests bench
-TYPED := core kafka runtime controller client agent operator pipeline e2e bench
+SOURCES := core kafka runtime controller client local cli agent operator pipeline e2e tests bench
+TYPED := core kafka runtime controller client local cli agent operator pipeline e2e bench
 
 .PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools spark-kafka kind-up kind-down python-check
 

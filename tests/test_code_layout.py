@@ -9,7 +9,18 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("core", "kafka", "runtime", "client", "controller", "agent", "operator", "pipeline")
+SOURCE_ROOTS = (
+    "core",
+    "kafka",
+    "runtime",
+    "client",
+    "local",
+    "cli",
+    "controller",
+    "agent",
+    "operator",
+    "pipeline",
+)
 
 
 def _packages() -> dict[str, Path]:
@@ -69,10 +80,15 @@ def test_package_docstrings_name_only_modules_that_exist() -> None:
     assert missing == []
 
 
+def test_each_source_root_holds_the_one_package_of_its_layer() -> None:
+    """A source root per layer (issue 30): the folders show the layering `lint-imports` checks."""
+    held = {root: sorted(p.name for p in (ROOT / root).glob("jbod_*") if p.is_dir()) for root in SOURCE_ROOTS}
+    assert held == {root: [f"jbod_{root}"] for root in SOURCE_ROOTS}
+
+
 def test_the_client_packages_hold_no_runtime_or_server_code() -> None:
     """Server plumbing and file durability are `jbod_runtime`'s, not the clients'."""
-    client_root = ROOT / "client"
-    assert sorted(p.name for p in client_root.glob("jbod_*")) == ["jbod_cli", "jbod_client", "jbod_local"]
     runtime_modules = {p.stem for p in (ROOT / "runtime" / "jbod_runtime").glob("*.py")}
-    for package in client_root.glob("jbod_*"):
+    for root in ("client", "local", "cli"):
+        package = ROOT / root / f"jbod_{root}"
         assert runtime_modules.isdisjoint(p.stem for p in package.glob("*.py")), package.name
