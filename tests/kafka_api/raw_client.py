@@ -63,12 +63,21 @@ class RawConnection:
 
     def request(self, api_key: int, version: int, body: Any) -> Any:
         """Send `body`, return the decoded response body (AssertionError if the broker closed)."""
+        return self.receive(self.send(api_key, version, body), api_key, version, body)
+
+    def send(self, api_key: int, version: int, body: Any) -> int:
+        """Send `body` without waiting for its answer (requests may be pipelined); its correlation id."""
         self.correlation_id += 1
         self.send_frame(encode_request(api_key, version, body, correlation_id=self.correlation_id))
+        return self.correlation_id
+
+    def receive(self, correlation_id: int, api_key: int, version: int, body: Any) -> Any:
+        """The decoded answer to the request `send` sent as `correlation_id` (answers come in the
+        order of the requests); AssertionError if the broker closed the connection."""
         frame = self.read_frame()
         assert frame is not None, f"the broker closed the connection on API {api_key} v{version}"
-        (correlation_id,) = struct.unpack_from(">i", frame)
-        assert correlation_id == self.correlation_id
+        (answered,) = struct.unpack_from(">i", frame)
+        assert answered == correlation_id
         flexible = bool(type(body).__flexible__) and api_key != protocol.API_VERSIONS_KEY
         offset = 4 + (1 if flexible else 0)  # response header v1: tagged fields (empty)
         response, _size = entity_reader(protocol.response_type(api_key, version))(frame, offset)

@@ -54,6 +54,7 @@ class BrokerApis:
 
     kafka: KafkaApis
     admin: AdminApis
+    groups: GroupApis
     coordinator: GroupCoordinator
 
 
@@ -93,7 +94,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **AclApis(ctx, forwarder).handlers(),
     }
     kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
-    return BrokerApis(kafka, admin, coordinator)
+    return BrokerApis(kafka, admin, group_apis, coordinator)
 
 
 class KafkaListeners:
@@ -115,6 +116,7 @@ class KafkaListeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timers
         self._apis.coordinator.close()
+        await self._apis.groups.aclose()
         await self._apis.admin.forwarder.aclose()
         await self._apis.admin.producer_ids.aclose()
 
