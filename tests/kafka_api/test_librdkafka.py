@@ -23,16 +23,22 @@ def new_topic(kafka: KafkaCluster, *, partitions: int = 3) -> str:
     kafka.cluster.admin.create_topic(
         name, partitions=partitions, replication_factor=3, configs={"min.insync.replicas": "2"}
     )
+    wait_for_leaders(kafka, name, partitions)
+    return name
+
+
+def wait_for_leaders(kafka: KafkaCluster, name: str, partitions: int) -> None:
+    """Until the brokers (which follow the metadata log) name a leader for each partition of `name`."""
     admin = AdminClient(kafka.client_config())
     deadline = time.monotonic() + 20
-    while True:  # until every leader is known to the brokers (they follow the metadata log)
+    while True:
         topic = admin.list_topics(topic=name, timeout=10).topics[name]
         if (
             topic.error is None
             and len(topic.partitions) == partitions
             and all(p.leader >= 0 for p in topic.partitions.values())
         ):
-            return name
+            return
         assert time.monotonic() < deadline, f"topic {name} never got leaders: {topic}"
         time.sleep(0.1)
 
@@ -119,9 +125,11 @@ def test_an_idempotent_producer_with_every_codec_round_trips_every_record_once_i
 def test_offsets_by_time_earliest_and_latest(kafka_cluster: KafkaCluster) -> None:
     topic = new_topic(kafka_cluster, partitions=1)
     produce(kafka_cluster, topic, [(b"k", b"early-%d" % i) for i in range(10)])
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    # The cut: the millisecond after every early record's timestamp (librdkafka stamps a record with
+    # the wall clock when it is produced); the late ones are produced once the clock reached it.
+    cut = int(time.time() * 1000) + 1
+    while time.time() * 1000 < cut:
+        time.sleep(0.001)
     produce(kafka_cluster, topic, [(b"k", b"late-%d" % i) for i in range(5)])
     consumer = Consumer(kafka_cluster.client_config(**{"group.id": "unused"}))
     try:
