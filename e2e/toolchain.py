@@ -410,7 +410,9 @@ def units(tc: Toolchain) -> list[Unit]:
                     for c in CONTAINERD_COMMANDS
                 ],
                 containerd_ldflags,
-                tags="no_btrfs no_devmapper no_zfs no_aufs",
+                # No snapshotters the node does not use, no OpenTelemetry tracing plugin (its
+                # exporters are a large part of the build; the node configures no tracing).
+                tags="no_btrfs no_devmapper no_zfs no_aufs no_tracing",
             ),
         ),
         Unit(
