@@ -55,6 +55,9 @@ K8S_COMMANDS = (
     "kube-proxy",
 )
 CONTAINERD_COMMANDS = ("containerd", "ctr", "containerd-shim-runc-v2")
+# No snapshotters the node does not use, no OpenTelemetry tracing plugin (its exporters are a large
+# part of the build; the node configures no tracing).
+CONTAINERD_TAGS = "no_btrfs no_devmapper no_zfs no_aufs no_tracing"
 NODE_BINARIES = (*CONTAINERD_COMMANDS, "crictl", "coredns", "local-path-provisioner")
 ALL_BINARIES = ("etcd", *K8S_COMMANDS, "helm", "kind", *NODE_BINARIES)
 
@@ -402,7 +405,12 @@ def units(tc: Toolchain) -> list[Unit]:
         Unit(
             "containerd",
             CONTAINERD_COMMANDS,
-            {"containerd": CONTAINERD_VERSION, "go": go, "ldflags": containerd_ldflags},
+            {
+                "containerd": CONTAINERD_VERSION,
+                "go": go,
+                "ldflags": containerd_ldflags,
+                "tags": CONTAINERD_TAGS,
+            },
             _go_install(
                 "containerd",
                 [
@@ -410,9 +418,7 @@ def units(tc: Toolchain) -> list[Unit]:
                     for c in CONTAINERD_COMMANDS
                 ],
                 containerd_ldflags,
-                # No snapshotters the node does not use, no OpenTelemetry tracing plugin (its
-                # exporters are a large part of the build; the node configures no tracing).
-                tags="no_btrfs no_devmapper no_zfs no_aufs no_tracing",
+                tags=CONTAINERD_TAGS,
             ),
         ),
         Unit(
