@@ -25,8 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
 
 from e2e import kafka_tools
 from jbod_client.controller import read_token
@@ -507,3 +514,13 @@ def test_describe_configs_shows_the_keys_read_only_as_kafka(on: KafkaCluster) ->
         "default.replication.factor": ("2", static, True),
     }
     assert shown["2"]["auto.create.topics.enable"] == ("true", static, True)
+    # Static, as in Kafka: a change is INVALID_REQUEST ("Cannot update these configs dynamically").
+    change = ConfigResource(
+        ConfigResource.Type.BROKER,
+        "1",
+        incremental_configs=[ConfigEntry("num.partitions", "6", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([change])[change].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "Cannot update these configs dynamically" in refused.value.args[0].str()
