@@ -245,6 +245,17 @@ def test_kafkas_console_producer_creates_its_topic(on: KafkaCluster) -> None:
     assert sorted(_consume(on, topic, 3, 3)) == [b"one", b"three", b"two"]
 
 
+def test_create_topics_with_minus_one_takes_the_brokers_defaults(on: KafkaCluster) -> None:
+    """KIP-464: CreateTopics with -1 partitions and replication factor gets `num.partitions` and
+    `default.replication.factor` (on Kafka, the controller's; here the broker's, docs/decisions.md)."""
+    topic = _name("defaults")
+    admin = AdminClient(on.client_config())
+    admin.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1)])[topic].result(30)
+    partitions = on.cluster.admin.describe_topic(topic)["partitions"]
+    assert len(partitions) == 3
+    assert {len(p["replicas"]) for p in partitions} == {2}
+
+
 # -- what Metadata answers ---------------------------------------------------------------------------
 
 

@@ -33,7 +33,6 @@ from jbod_agent.kafka.listener import Connection
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_core import auto_create
 from jbod_core.acls import AclOperation
-from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.image import TopicImage
 from jbod_kafka import protocol
 
@@ -70,7 +69,7 @@ def _topic(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
         "error_code": KafkaError.none,
         "name": topic.name,
         "topic_id": kafka_uuid(topic.topic_id),
-        "is_internal": topic.name == OFFSETS_TOPIC,
+        "is_internal": topic.name in auto_create.INTERNAL_TOPICS,
         "partitions": partitions,
     }
 
@@ -154,7 +153,8 @@ class MetadataApis:
             version=version,
             allow_auto_topic_creation=bool(getattr(request.body, "allow_auto_topic_creation", True)),
         )
-        may_create_any = creation_allowed and ctx.allows(conn, AclOperation.CREATE)
+        missing = any(ctx.topic_id(name) is None for name in names)
+        may_create_any = creation_allowed and missing and ctx.allows(conn, AclOperation.CREATE)
         asked = []
         for name in names:
             exists = ctx.topic_id(name) is not None
