@@ -4,11 +4,11 @@ the background so that no Metadata answer waits for the controller.
 
 Guarantees:
 * At most one creation per topic name runs at a time on this broker: `start` of a name already
-  being created does nothing, and `being_created` is true from `start` until the creation ended —
-  with the broker's image showing the topic (bounded by `settle_s`), with the controller's refusal
-  or with no controller answering, then after `retry_after_s` more so that a client retrying a
-  creation the controller refuses costs the controller at most one request per topic per
-  `retry_after_s`.
+  being created does nothing, and `being_created` is true from `start` until the creation ended:
+  for a topic created (or found created by another broker), once this broker's image shows it
+  (at most `settle_s`); for a creation the controller refused or no controller answered,
+  `retry_after_s` after that answer, so that a client retrying every 100 ms costs the controller
+  at most one request per topic per `retry_after_s`.
 * A creation neither raises nor blocks its caller: a refusal (INVALID_REPLICATION_FACTOR with too
   few brokers, INVALID_TOPIC_EXCEPTION for a name colliding in '.' and '_', ...) or an unreachable
   controller is logged with the topic's name; TOPIC_ALREADY_EXISTS (another broker created it
