@@ -22,6 +22,10 @@ Guarantees:
   (`jbod_core.broker_configs`) from the broker's own value (DYNAMIC_BROKER_CONFIG), the cluster
   default (DYNAMIC_DEFAULT_BROKER_CONFIG), its server.properties (STATIC_BROKER_CONFIG) or
   Kafka's default (DEFAULT_CONFIG); of the cluster default (""), the dynamic defaults set.
+* A CreateTopics topic with -1 partitions or replication factor (and no assignment) gets this
+  broker's `num.partitions` / `default.replication.factor`. DescribeConfigs of a broker lists
+  those and `auto.create.topics.enable` read-only (static in Kafka), STATIC_BROKER_CONFIG when
+  server.properties sets them, else DEFAULT_CONFIG.
 * IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
   `cordoned.log.dirs` naming this broker checks its
   paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
@@ -45,7 +49,7 @@ from jbod_agent.kafka.context import BrokerContext, kafka_uuid
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
-from jbod_core import broker_configs, topic_configs
+from jbod_core import auto_create, broker_configs, topic_configs
 from jbod_core.acls import AclOperation, ResourceType
 from jbod_core.messages import (
     AlterBrokerConfigsRequest,
@@ -61,21 +65,19 @@ from jbod_kafka import protocol
 
 TOPIC: Final = 2
 BROKER: Final = 4
-# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: INT 3, LONG 5, LIST 7).
+# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: BOOLEAN 1, INT 3, LONG 5, LIST 7).
 DYNAMIC_TOPIC_CONFIG: Final = 1
 DYNAMIC_BROKER_CONFIG: Final = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
 STATIC_BROKER_CONFIG: Final = 4
 DEFAULT_CONFIG: Final = 5
-_CONFIG_TYPES: Final = {"int": 3, "long": 5, "list": 7}
+_CONFIG_TYPES: Final = {"boolean": 1, "int": 3, "long": 5, "list": 7}
 _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     0: "SET",
     1: "DELETE",
     2: "APPEND",
     3: "SUBTRACT",
 }
-_DEFAULT_PARTITIONS: Final = 1  # Kafka's num.partitions
-_DEFAULT_REPLICATION: Final = 1  # Kafka's default.replication.factor
 _WAIT_STEP_S: Final = 0.02
 
 
@@ -172,15 +174,16 @@ class AdminApis:
         ):
             return {**result, "error_code": KafkaError.topic_authorization_failed}
         assignment = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
+        defaults = self.ctx.state.config.auto_create_settings  # num.partitions, default.replication.factor
         partitions = (
             None
             if assignment
-            else (topic.num_partitions if topic.num_partitions > 0 else _DEFAULT_PARTITIONS)
+            else (topic.num_partitions if topic.num_partitions > 0 else defaults.num_partitions)
         )
         replication = (
             None
             if assignment
-            else (topic.replication_factor if topic.replication_factor > 0 else _DEFAULT_REPLICATION)
+            else (topic.replication_factor if topic.replication_factor > 0 else defaults.replication_factor)
         )
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
         if validate_only:
@@ -210,16 +213,15 @@ class AdminApis:
                 else KafkaError.invalid_request,
                 "error_message": str(exc),
             }
-        created = int(reply.get("errorCode", 0))
-        if created != 0:
-            return {**result, "error_code": KafkaError(created), "error_message": reply.get("errorMessage")}
+        if reply.error_code != 0:
+            return {**result, **_controller_error(reply)}
         await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
             **result,
             "topic_id": kafka_uuid(topic_id) if topic_id is not None else None,
-            "num_partitions": reply.get("numPartitions", partitions or -1),
-            "replication_factor": reply.get("replicationFactor", replication or -1),
+            "num_partitions": reply.num_partitions,
+            "replication_factor": reply.replication_factor,
             "configs": [],
         }
 
@@ -348,6 +350,7 @@ class AdminApis:
             for d in topic_configs.DEFINITIONS
             if keys is None or d.broker_key in keys
         ]
+        entries += self._static_entries(keys)
         own = image.broker_configs.get(name, {})
         static = dynamic_configs.static_values(self.ctx.state.config)
         for d in broker_configs.DEFINITIONS:
@@ -369,6 +372,35 @@ class AdminApis:
             entry["synonyms"] = [{"name": d.name, "value": v, "source": s} for s, v in levels]
             entries.append(entry)
         return KafkaError.none, entries
+
+    def _static_entries(self, keys: set[str] | None) -> list[dict[str, Any]]:
+        """The read-only keys of topic auto-creation, as Kafka shows them: from server.properties
+        (STATIC_BROKER_CONFIG) or Kafka's default (DEFAULT_CONFIG), the synonyms listing both."""
+        config = self.ctx.state.config
+        values = config.auto_create_settings.values()
+        entries = []
+        for setting in auto_create.SETTINGS:
+            if keys is not None and setting.name not in keys:
+                continue
+            given = setting.name in config.given_keys
+            default = {"name": setting.name, "value": setting.default, "source": DEFAULT_CONFIG}
+            static = {"name": setting.name, "value": values[setting.name], "source": STATIC_BROKER_CONFIG}
+            entry = _entry(
+                setting.name,
+                values[setting.name],
+                STATIC_BROKER_CONFIG if given else DEFAULT_CONFIG,
+                setting.type,
+                setting.doc,
+            )
+            entries.append(
+                {
+                    **entry,
+                    "read_only": True,
+                    "is_default": not given,
+                    "synonyms": [static, default] if given else [default],
+                }
+            )
+        return entries
 
     def _config_entries(
         self, resource_type: int, name: str, keys: set[str] | None

@@ -65,7 +65,6 @@ class KafkaApis:
             0: produce_api.produce,
             1: fetch_api.fetch,
             2: fetch_api.list_offsets,
-            3: metadata_api.metadata,
             23: fetch_api.offset_for_leader_epoch,
             34: log_dirs_api.alter_replica_log_dirs,
             35: log_dirs_api.describe_log_dirs,

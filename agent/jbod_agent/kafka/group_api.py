@@ -219,11 +219,9 @@ class GroupApis:
         except ControllerCallError as exc:
             log.warning("Could not create %s: %s", OFFSETS_TOPIC, exc)
             return
-        code = int(reply.get("errorCode", 0))
+        code = reply.error_code
         if code not in (0, int(KafkaError.topic_already_exists)):
-            log.warning(
-                "Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.get("errorMessage")
-            )
+            log.warning("Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.error_message)
             return
         if code == 0:
             log.info(
