@@ -57,6 +57,31 @@ class Endpoint:
     port: int
 
 
+@dataclass(frozen=True, slots=True)
+class CurrentLeader:
+    """A partition's leader and leader epoch as this broker's image has them (-1, -1 when the
+    partition is unknown), and its broker's endpoint on a client's listener (None when it has
+    none, or there is no leader): the hint of KIP-951 that Fetch and Produce errors carry."""
+
+    leader_id: int
+    leader_epoch: int
+    endpoint: Endpoint | None
+    rack: str | None = None
+
+    def node_endpoints(self) -> list[dict[str, object]]:
+        """The response's `node_endpoints` for this hint: the leader's, when it has one."""
+        if self.endpoint is None:
+            return []
+        return [
+            {
+                "node_id": self.leader_id,
+                "host": self.endpoint.host,
+                "port": self.endpoint.port,
+                "rack": self.rack,
+            }
+        ]
+
+
 @dataclass(slots=True)
 class BrokerContext:
     state: AgentState
@@ -110,6 +135,17 @@ class BrokerContext:
             if listener.name == listener_name:
                 return Endpoint(listener.host, listener.port)
         return None
+
+    def current_leader(self, topic: str | None, partition: int, listener_name: str) -> CurrentLeader:
+        """The leader of `topic`-`partition` and its endpoint on `listener_name` (KIP-951)."""
+        image = self.state.image
+        topic_id = None if topic is None else image.topic_ids_by_name.get(topic)
+        part = None if topic_id is None else image.partition((topic_id, partition))
+        if part is None:
+            return CurrentLeader(-1, -1, None)
+        reg = image.brokers.get(part.leader) if part.leader >= 0 else None
+        endpoint = None if reg is None or reg.fenced else self.endpoint(reg, listener_name)
+        return CurrentLeader(part.leader, part.leader_epoch, endpoint, None if reg is None else reg.rack)
 
     def topic_id(self, name: str) -> Uuid | None:
         return self.state.image.topic_ids_by_name.get(name)
