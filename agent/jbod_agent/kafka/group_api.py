@@ -27,8 +27,8 @@ Guarantees:
 * OffsetFetch answers -1 for partitions without a committed offset, and every committed offset of
   the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
   longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
-* DescribeGroups of a group the coordinator does not know is Dead (v0-5) or GROUP_ID_NOT_FOUND
-  (v6+, KIP-1043); ListGroups lists the groups of every partition this broker leads (type
+* DescribeGroups of a group the coordinator does not know is Dead (v0-5), and from v6 Dead with
+  GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker leads (type
   `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while one loads.
 """
 
@@ -556,6 +556,7 @@ class GroupApis:
                         **entry,
                         "error_code": KafkaError.group_id_not_found,
                         "error_message": f"Group {group_id} not found.",
+                        "group_state": groups.GroupState.DEAD.value,
                     }
                 )
                 continue
