@@ -24,7 +24,8 @@ Guarantees:
   non-zero exit with the exception's message, raised here as `AdminCallError`.
 * `KafkaCluster` is a real single-node Kafka in KRaft combined mode (broker and controller in one
   process) listening on 127.0.0.1 only, formatted by `kafka-storage.sh` and started by
-  `kafka.Kafka` in a directory of its own, which it removes when stopped. `KafkaNodesCluster` is
+  `kafka.Kafka` in a directory of its own, which it removes when stopped (`restart()` stops and
+  starts it on the same storage). `KafkaNodesCluster` is
   the same with one dedicated controller and several brokers, each its own JVM (a static quorum
   of that one controller), as `bench.kafka_peer` compares with our cluster.
 
@@ -555,10 +556,7 @@ def _start_node(  # noqa: PLR0913  the install and the node's config, then its f
     standalone: bool,
 ) -> subprocess.Popen[bytes]:
     """Format a node's storage with `kafka-storage.sh format` (`--standalone` for a combined node
-    that is its own quorum; with `scram`, its SCRAM user) and start its JVM, output to
-    `<config's dir>/logs/server.out`."""
-    logs = config.parent / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    that is its own quorum; with `scram`, its SCRAM user) and start its JVM (`_launch_node`)."""
     scram_args = (
         ["--add-scram", f"{scram.mechanism}=[name={scram.name},password={scram.password}]"] if scram else []
     )
@@ -573,6 +571,13 @@ def _start_node(  # noqa: PLR0913  the install and the node's config, then its f
         raise RuntimeError(
             f"kafka-storage.sh format of {config} failed: {formatted.stdout}{formatted.stderr}"
         )
+    return _launch_node(install, config, heap=heap)
+
+
+def _launch_node(install: KafkaInstall, config: Path, *, heap: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a formatted node's JVM, output to `<config's dir>/logs/server.out` (written anew)."""
+    logs = config.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     with (logs / "server.out").open("wb") as out:
         return subprocess.Popen(
             install.java_command("kafka-server-start.sh", [str(config)], log_dir=logs, heap=tuple(heap)),
@@ -722,6 +727,21 @@ class KafkaCluster(_ToolsAgainst):
                 text = self.server_log.read_text(errors="replace")
                 raise TimeoutError(f"Kafka not ready after {self.start_timeout:.0f} s:\n{text[-4000:]}")
             time.sleep(0.2)
+
+    def restart(self) -> KafkaCluster:
+        """Stop the node (SIGTERM: a controlled shutdown) and start it again on the same storage,
+        returning once it is unfenced again; its partitions' leader epochs move on, as after any
+        restart of a single node."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop_processes([proc], self.stop_timeout)
+        self._proc = _launch_node(self.install, self.work_dir / "server.properties", heap=self.heap)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
