@@ -518,8 +518,12 @@ def _scram_listener(listener: str, scram: ScramUser | None) -> dict[str, str]:
 
 
 def random_cluster_id() -> str:
-    """A cluster id as `kafka-storage.sh random-uuid` prints one (16 random bytes, base64url)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as `kafka-storage.sh random-uuid` prints one (16 random bytes, base64url),
+    never starting with `-` (as Kafka's `Uuid.randomUuid`: `format -t -x...` reads it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _terminate_with_parent() -> Callable[[], None]:
@@ -648,8 +652,8 @@ class KafkaCluster(_ToolsAgainst):
     """A real single-node Apache Kafka (KRaft, broker and controller in one JVM) on 127.0.0.1.
 
     `start()` formats `log_dir_count` data directories with `kafka-storage.sh format --standalone`
-    (with `scram`, the SASL_PLAINTEXT listener's user) and starts `kafka.Kafka`, returning once the
-    broker is unfenced; `stop()` sends SIGTERM, kills after `stop_timeout`, and removes the work
+    (with `scram`, the SASL_PLAINTEXT listener's user) and starts `kafka.Kafka` (`properties` added
+    to its server.properties), returning once the broker is unfenced; `stop()` sends SIGTERM, kills after `stop_timeout`, and removes the work
     directory unless it was given. Server output: `<work>/logs/server.out`.
     """
 
@@ -665,10 +669,12 @@ class KafkaCluster(_ToolsAgainst):
         heap: Sequence[str] = (),
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.install = install
         self.scram = scram
         self.node_id = node_id
+        self.properties = dict(properties or {})
         self.cluster_id = cluster_id or random_cluster_id()
         self._given_work_dir = work_dir
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="jbod-kafka-"))
@@ -699,7 +705,7 @@ class KafkaCluster(_ToolsAgainst):
             scram=self.scram,
         )
         (self.work_dir / "logs").mkdir(parents=True, exist_ok=True)
-        config.write_text(_properties(props))
+        config.write_text(_properties(props | self.properties))
         self._proc = _start_node(
             self.install,
             config,
