@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime
 import enum
+import hashlib
 import struct
 import time
 import uuid
@@ -51,6 +52,7 @@ NO_TOPIC = "missing"
 ZERO_UUID = uuid.UUID(int=0)
 UNKNOWN_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 OFFSETS_TOPIC = "__consumer_offsets"
+ALICE, ALICE_PASSWORD = "alice", "alice-secret"  # a user no ACL names: refused everything
 # Kafka's API keys used below.
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
@@ -75,6 +77,9 @@ class Side:
     user: str
     password: str
     topic_id: uuid.UUID = ZERO_UUID
+
+    def as_user(self, user: str, password: str) -> Side:
+        return dataclasses.replace(self, user=user, password=password)
 
     def connect(self, address: str | None = None, *, login: bool = True) -> RawConnection:
         conn = RawConnection(address or self.leader, timeout=30)
@@ -119,17 +124,25 @@ def metadata_of(side: Side, topic: str) -> Any:
 
 
 def produce(side: Side, values: range) -> None:
-    with side.connect() as conn:
-        answer = request(
-            conn,
-            PRODUCE,
-            12,
-            acks=-1,
-            timeout=30_000,
-            topic_data=[{"name": TOPIC, "partition_data": [{"index": 0, "records": batch(values)}]}],
-        )
-    [partition] = answer.responses[0].partition_responses
-    assert int(partition.error_code) == 0, f"{side.name}: produce failed: {partition}"
+    """`values` appended to `present` (acks=all), retried while node 1 is not yet its leader, as a
+    client retries: the metadata can name a leader a moment before it serves."""
+    deadline = time.monotonic() + 60
+    while True:
+        with side.connect() as conn:
+            answer = request(
+                conn,
+                PRODUCE,
+                12,
+                acks=-1,
+                timeout=30_000,
+                topic_data=[{"name": TOPIC, "partition_data": [{"index": 0, "records": batch(values)}]}],
+            )
+        [partition] = answer.responses[0].partition_responses
+        if int(partition.error_code) == 0:
+            return
+        retriable = int(partition.error_code) in (5, 6)  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+        assert retriable and time.monotonic() < deadline, f"{side.name}: produce failed: {partition}"
+        time.sleep(0.2)
 
 
 def leader_epoch(side: Side) -> int:
@@ -175,13 +188,45 @@ def prepare(side: Side, restart: Callable[[], Side]) -> Side:
     wait_until(lambda: leader_epoch(side) >= 1, f"{side.name}: node 1 to lead {TOPIC} in a later epoch")
     produce(side, range(RECORDS_BEFORE_RESTART, RECORDS))
     side.coordinator("any-group")
+    add_user(side, ALICE, ALICE_PASSWORD)
+    for address in (side.leader, side.other or side.leader):
+        wait_until(
+            lambda a=address: can_log_in(side.as_user(ALICE, ALICE_PASSWORD), a),
+            f"{ALICE} to log in at {address}",
+        )
     return dataclasses.replace(side, topic_id=metadata_of(side, TOPIC).topic_id)
+
+
+def add_user(side: Side, name: str, password: str) -> None:
+    """A SCRAM-SHA-512 user `name` (no ACL names it), added through AlterUserScramCredentials."""
+    salt, iterations = b"salt-of-" + name.encode(), 4096
+    salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    upsertion = {
+        "name": name,
+        "mechanism": 2,
+        "iterations": iterations,
+        "salt": salt,
+        "salted_password": salted,
+    }
+    with side.connect() as conn:
+        answer = request(conn, ALTER_SCRAM, 0, deletions=[], upsertions=[upsertion])
+    assert [int(r.error_code) for r in answer.results] == [0], f"{side.name}: {answer}"
+
+
+def can_log_in(side: Side, address: str) -> bool:
+    with RawConnection(address, timeout=30) as conn:
+        return int(conn.authenticate_scram(side.user, side.password).error_code) == 0
 
 
 @pytest.fixture(scope="module")
 def kafka(install: KafkaInstall) -> Iterator[Side]:  # noqa: F811
     user = ScramUser()
-    with RealKafka(install, scram=user) as real:
+    # Kafka's ACLs, as ours always are (the controller listener's PLAINTEXT principal is ANONYMOUS).
+    authorizer = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{user.name};User:ANONYMOUS",
+    }
+    with RealKafka(install, scram=user, properties=authorizer) as real:
         side = Side("Kafka", real.bootstrap, None, user.name, user.password)
 
         def restart() -> Side:
@@ -312,7 +357,8 @@ class Case:
     """One request sent to both sides: `fields(side)` of API `api_key` at `version`, on a
     connection (logged in unless `login` is False) to `present`'s leader, or with `group` to that
     group's coordinator (retried while it loads), after the requests `before` on the same
-    connection. `view` picks what is compared, when only part of the answer is about errors.
+    connection, as `admin` (a super user) or `as_alice` (a user no ACL names). `view` picks what
+    is compared, when only part of the answer is about errors.
     `deliberate` lists where ours differs from Kafka on purpose (docs/decisions.md): (path,
     our value) pairs put in Kafka's answer before the comparison."""
 
@@ -325,13 +371,15 @@ class Case:
     before: tuple[Sent, ...] = ()
     view: Callable[[Any], Any] = lambda answer: answer
     deliberate: tuple[tuple[str, Any], ...] = ()
+    as_alice: bool = False
 
     def answer(self, side: Side) -> Any:
         """The normalised answer of `side`, or CLOSED when it closed the connection instead."""
         deadline = time.monotonic() + 60
         while True:
             address = side.coordinator(self.group) if self.group is not None else None
-            with side.connect(address, login=self.login) as conn:
+            who = side.as_user(ALICE, ALICE_PASSWORD) if self.as_alice else side
+            with who.connect(address, login=self.login) as conn:
                 answer = None
                 for sent in (*self.before, Sent(self.api_key, self.version, self.fields)):
                     answer = conn.answer(sent.api_key, sent.version, sent.body(side))
@@ -463,12 +511,48 @@ def group_case(
     fields: Callable[[str], dict[str, Any]],
     *,
     before: tuple[tuple[int, int, Callable[[str], dict[str, Any]]], ...] = (),
+    as_alice: bool = False,
 ) -> Case:
     """A case about a group of its own (named after the case), sent to its coordinator after
     the requests `before` (API key, version, fields of the group)."""
-    group = "g-" + name.replace(" ", "-")
+    group = "g-" + name.replace(" ", "-").replace(":", "")
     earlier = tuple(Sent(key, at, fixed(**make(group))) for key, at, make in before)
-    return Case(name, api_key, version, fixed(**fields(group)), group=group, before=earlier)
+    return Case(
+        name, api_key, version, fixed(**fields(group)), group=group, before=earlier, as_alice=as_alice
+    )
+
+
+def alice(name: str, api_key: int, version: int, fields: Fields, **options: Any) -> Case:
+    """A case sent as alice, whom no ACL names: every answer is an authorization error."""
+    return Case(f"alice: {name}", api_key, version, fields, as_alice=True, **options)
+
+
+def acl_filter(**fields: Any) -> dict[str, Any]:
+    """An ACL binding filter matching nothing of this module (a topic's, literal, READ, ALLOW)."""
+    return {
+        "resource_type_filter": 2,
+        "resource_name_filter": "no-such-acl",
+        "pattern_type_filter": 3,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 3,
+        "permission_type": 3,
+        **fields,
+    }
+
+
+def acl(**fields: Any) -> dict[str, Any]:
+    """An ACL binding (User:bob may READ topic `t`) with `fields` changed."""
+    binding = {
+        "resource_type": 2,
+        "resource_name": "t",
+        "resource_pattern_type": 3,
+        "principal": "User:bob",
+        "host": "*",
+        "operation": 3,
+        "permission_type": 3,
+    }
+    return {**binding, **fields}
 
 
 def join(member_id: str, *, session_ms: int = 10_000, protocols: int = 1) -> Callable[[str], dict[str, Any]]:
@@ -822,6 +906,14 @@ CASES = [
     Case("describe an unknown user", DESCRIBE_SCRAM, 0, fixed(users=[{"name": "nobody"}])),
     Case("describe every user", DESCRIBE_SCRAM, 0, fixed(users=None), view=only_errors()),
     Case(
+        "find a coordinator",
+        FIND_COORDINATOR,
+        6,
+        fixed(key_type=0, coordinator_keys=["g-found"]),
+        view=only_errors("coordinators"),
+    ),
+    Case("find a coordinator v3", FIND_COORDINATOR, 3, fixed(key="g-found", key_type=0), view=only_errors()),
+    Case(
         "describe the cluster",
         DESCRIBE_CLUSTER,
         1,
@@ -864,6 +956,140 @@ CASES = [
             topics=[{"name": NO_TOPIC, "partitions": [{"partition_index": 0, "replicas": [1]}]}],
         ),
     ),
+    # Authorization: alice may do nothing (as Kafka's StandardAuthorizer without an ACL for her)
+    alice("metadata of the topic", METADATA, 12, metadata(name=TOPIC)),
+    alice("metadata of the topic by id", METADATA, 12, lambda s: metadata(name=None, topic_id=s.topic_id)(s)),
+    alice(
+        "metadata of every topic",
+        METADATA,
+        12,
+        fixed(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+    ),
+    alice("fetch", FETCH, 16, fetch({})),
+    alice("fetch by name", FETCH, 12, fetch({}, by="name")),
+    alice("produce", PRODUCE, 12, produce_to(TOPIC)),
+    alice("list offsets", LIST_OFFSETS, 10, list_offsets(TOPIC)),
+    alice("epochs", OFFSET_FOR_LEADER_EPOCH, 4, epochs(TOPIC)),
+    alice("create a topic", CREATE_TOPICS, 7, create_topic("t-alice")),
+    alice(
+        "delete the topic",
+        DELETE_TOPICS,
+        6,
+        fixed(topics=[{"name": TOPIC, "topic_id": ZERO_UUID}], timeout=10_000),
+    ),
+    alice("describe the topic's configs", DESCRIBE_CONFIGS, 4, describe_configs(2, TOPIC)),
+    alice("describe a broker's configs", DESCRIBE_CONFIGS, 4, describe_configs(4, "1")),
+    alice(
+        "alter the topic's configs", INCREMENTAL_ALTER_CONFIGS, 1, alter_config(TOPIC, "retention.ms", "1000")
+    ),
+    alice(
+        "create partitions",
+        CREATE_PARTITIONS,
+        3,
+        fixed(topics=[{"name": TOPIC, "count": 3, "assignments": None}], timeout=10_000, validate_only=False),
+    ),
+    alice("find a coordinator", FIND_COORDINATOR, 6, fixed(key_type=0, coordinator_keys=["g-alice"])),
+    alice("find a coordinator v3", FIND_COORDINATOR, 3, fixed(key="g-alice", key_type=0)),
+    group_case("alice: join", JOIN_GROUP, 9, join(""), as_alice=True),
+    group_case(
+        "alice: heartbeat",
+        HEARTBEAT,
+        4,
+        lambda g: {"group_id": g, "generation_id": 1, "member_id": "m"},
+        as_alice=True,
+    ),
+    group_case("alice: commit", OFFSET_COMMIT, 9, commit(TOPIC), as_alice=True),
+    group_case(
+        "alice: offset fetch",
+        OFFSET_FETCH,
+        9,
+        lambda g: {
+            "groups": [{"group_id": g, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}],
+            "require_stable": False,
+        },
+        as_alice=True,
+    ),
+    group_case(
+        "alice: describe a group",
+        DESCRIBE_GROUPS,
+        6,
+        lambda g: {"groups": [g], "include_authorized_operations": False},
+        as_alice=True,
+    ),
+    group_case("alice: delete a group", DELETE_GROUPS, 2, lambda g: {"groups_names": [g]}, as_alice=True),
+    group_case(
+        "alice: delete offsets",
+        OFFSET_DELETE,
+        0,
+        lambda g: {"group_id": g, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]},
+        as_alice=True,
+    ),
+    alice("list groups", 16, 5, fixed(states_filter=[], types_filter=[])),
+    alice(
+        "init a producer id",
+        22,
+        5,
+        fixed(transactional_id=None, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
+    ),
+    # (users=None: Kafka 4.3.1 never answers an unauthorized DescribeUserScramCredentials of all)
+    alice("describe users", DESCRIBE_SCRAM, 0, fixed(users=[{"name": "nobody"}])),
+    alice(
+        "delete a user's credential",
+        ALTER_SCRAM,
+        0,
+        fixed(deletions=[{"name": "nobody", "mechanism": 2}], upsertions=[]),
+    ),
+    alice("describe log dirs", DESCRIBE_LOG_DIRS, 4, fixed(topics=None)),
+    alice(
+        "move a replica",
+        ALTER_REPLICA_LOG_DIRS,
+        2,
+        fixed(dirs=[{"path": "/nowhere", "topics": [{"name": TOPIC, "partitions": [0]}]}]),
+    ),
+    alice("list reassignments", LIST_REASSIGNMENTS, 0, fixed(timeout=10_000, topics=None)),
+    alice(
+        "reassign",
+        ALTER_REASSIGNMENTS,
+        0,
+        fixed(
+            timeout=10_000, topics=[{"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": [1]}]}]
+        ),
+    ),
+    alice("describe client quotas", 48, 1, fixed(components=[], strict=False)),
+    alice("describe ACLs", 29, 3, fixed(**acl_filter())),
+    alice("create an ACL", 30, 3, fixed(creations=[acl()])),
+    alice("delete ACLs", 31, 3, fixed(filters=[acl_filter()])),
+    # ACLs (admin)
+    Case("describe ACLs matching none", 29, 3, fixed(**acl_filter())),
+    Case("describe ACLs of an unknown resource type", 29, 3, fixed(**acl_filter(resource_type_filter=0))),
+    Case("describe ACLs of an unknown operation", 29, 3, fixed(**acl_filter(operation=0))),
+    Case("create an ACL of a principal without a type", 30, 3, fixed(creations=[acl(principal="bob")])),
+    Case(
+        "create an ACL of any resource type",
+        30,
+        3,
+        fixed(creations=[acl(resource_type=1)]),
+        deliberate=((".results.0.error_code", "invalid_request"), (".results.0.error_message", "<own>")),
+    ),
+    Case(
+        "create an ACL of any operation",
+        30,
+        3,
+        fixed(creations=[acl(operation=1)]),
+        deliberate=((".results.0.error_code", "invalid_request"), (".results.0.error_message", "<own>")),
+    ),
+    Case("create an ACL of an unknown resource type", 30, 3, fixed(creations=[acl(resource_type=0)])),
+    Case("create an ACL of resource type 99", 30, 3, fixed(creations=[acl(resource_type=99)])),
+    Case("describe ACLs of resource type 99", 29, 3, fixed(**acl_filter(resource_type_filter=99))),
+    Case("delete ACLs of resource type 99", 31, 3, fixed(filters=[acl_filter(resource_type_filter=99)])),
+    Case(
+        "create an ACL on a cluster not kafka-cluster",
+        30,
+        3,
+        fixed(creations=[acl(resource_type=4, resource_name="c", operation=4)]),
+    ),
+    Case("delete ACLs matching none", 31, 3, fixed(filters=[acl_filter()])),
+    Case("delete ACLs of an unknown pattern type", 31, 3, fixed(filters=[acl_filter(pattern_type_filter=0)])),
     # SASL
     Case("handshake with an unsupported mechanism", SASL_HANDSHAKE, 1, fixed(mechanism="NOPE"), login=False),
     Case(

@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import dynamic_configs
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
@@ -213,7 +213,8 @@ class AdminApis:
         if not self.ctx.allows(conn, AclOperation.CREATE) and not self.ctx.allows_topic(
             conn, AclOperation.CREATE, name
         ):
-            return {**result, "error_code": KafkaError.topic_authorization_failed}
+            denial = refusal(conn, AclOperation.CREATE, f"topic {name}")
+            return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": denial}
         shape = _shape_error(topic)
         if shape is not None:
             return {**result, "error_code": shape[0], "error_message": shape[1]}
@@ -313,7 +314,8 @@ class AdminApis:
                 "error_message": f"No topic has id {topic_id}",
             }
         if not self.ctx.allows_topic(conn, AclOperation.DELETE, name):
-            return {**result, "error_code": KafkaError.topic_authorization_failed}
+            message = refusal(conn, AclOperation.DELETE, f"topic {name}")
+            return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": message}
         try:
             reply = await self.forwarder.delete_topic(name)
         except ControllerCallError as exc:
@@ -486,7 +488,7 @@ class AdminApis:
             keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
             denied = self._config_denied(conn, AclOperation.DESCRIBE_CONFIGS, resource)
             described = (
-                _Described(denied, [])
+                _Described(denied["error_code"], [], denied["error_message"])
                 if denied is not None
                 else self._config_entries(int(resource.resource_type), resource.resource_name, keys)
             )
@@ -502,14 +504,18 @@ class AdminApis:
             )
         return kafka_response(request, results=results)
 
-    def _config_denied(self, conn: Connection, operation: AclOperation, resource: Any) -> KafkaError | None:
-        """The authorization error of a config resource (a topic's ACL, or the cluster's for a
-        broker), or None when allowed (other resource types are refused later)."""
+    def _config_denied(
+        self, conn: Connection, operation: AclOperation, resource: Any
+    ) -> dict[str, Any] | None:
+        """The authorization error (code and message, as Kafka's) of a config resource (a topic's
+        ACL, or the cluster's for a broker), or None when allowed (other types are refused later)."""
         kind = int(resource.resource_type)
         if kind == TOPIC and not self.ctx.allows_topic(conn, operation, resource.resource_name):
-            return KafkaError.topic_authorization_failed
+            message = refusal(conn, operation, f"topic {resource.resource_name}")
+            return {"error_code": KafkaError.topic_authorization_failed, "error_message": message}
         if kind == BROKER and not self.ctx.allows(conn, operation):
-            return KafkaError.cluster_authorization_failed
+            message = refusal(conn, operation, "the cluster")
+            return {"error_code": KafkaError.cluster_authorization_failed, "error_message": message}
         return None
 
     async def incremental_alter_configs(
@@ -535,7 +541,7 @@ class AdminApis:
                 continue
             denied = self._config_denied(conn, AclOperation.ALTER_CONFIGS, resource)
             if denied is not None:
-                responses.append({**result, "error_code": denied})
+                responses.append({**result, **denied})
                 continue
             unknown = _unknown_operation(resource)
             if unknown is not None:
@@ -612,8 +618,8 @@ class AdminApis:
         """No client quotas are configured on these brokers: every filter matches nothing
         (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
         if not ctx.allows(conn, AclOperation.DESCRIBE_CONFIGS):
-            return kafka_response(
-                request, error_code=KafkaError.cluster_authorization_failed, error_message="", entries=[]
+            return kafka_response(  # as Kafka's: no message, no entries (null)
+                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=None
             )
         return kafka_response(request, error_code=KafkaError.none, error_message="", entries=[])
 
@@ -623,8 +629,18 @@ class AdminApis:
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
         if not ctx.allows(conn, AclOperation.DESCRIBE):
+            # As Kafka 4.3.1: no message, and one result per user named, the error in it, no name.
+            named = request.body.users or ()
+            denied = {
+                "user": "",
+                "error_code": KafkaError.cluster_authorization_failed,
+                "error_message": None,
+            }
             return kafka_response(
-                request, error_code=KafkaError.cluster_authorization_failed, error_message="", results=[]
+                request,
+                error_code=KafkaError.cluster_authorization_failed,
+                error_message=None,
+                results=[{**denied, "credential_infos": []} for _user in named],
             )
         users = None if request.body.users is None else [u.name for u in request.body.users]
         try:
@@ -659,7 +675,11 @@ class AdminApis:
             return kafka_response(
                 request,
                 results=[
-                    {"user": u, "error_code": KafkaError.cluster_authorization_failed, "error_message": None}
+                    {
+                        "user": u,
+                        "error_code": KafkaError.cluster_authorization_failed,
+                        "error_message": refusal(conn, AclOperation.ALTER, "the cluster"),
+                    }
                     for u in users
                 ],
             )

@@ -37,6 +37,11 @@ ADMIN_USER: Final = "admin"  # the SASL user whose password is the admin token
 ADMIN: Final = user_principal(ADMIN_USER)  # its principal: always a super user
 
 
+def refusal(conn: Connection, operation: acls.AclOperation, what: str) -> str:
+    """The error message of a request the ACLs refuse, where Kafka's responses carry one."""
+    return f"{conn.principal} may not {operation.name} {what}"
+
+
 def client_host(peer: str) -> str:
     """The client's address of a connection's `peer` ("host:port", IPv6 without brackets)."""
     host, _colon, _port = peer.rpartition(":")

@@ -42,7 +42,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.group_coordinator import GroupCoordinator
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
@@ -131,14 +131,23 @@ class GroupApis:
                 "host": "",
                 "port": -1,
                 "error_code": GROUP_DENIED,
-                "error_message": None,
+                "error_message": refusal(conn, DESCRIBE, f"group {key}") if version < 4 else "",
             }
             for key in keys
         ]
         if version >= 4:
-            return _response(request, coordinators=found)
+            # Kafka's default message per key is empty, not null.
+            return _response(
+                request, coordinators=[{**f, "error_message": f["error_message"] or ""} for f in found]
+            )
         [only] = found
-        return _response(request, **{k: v for k, v in only.items() if k != "key"})
+        # Before v4 Kafka always names the error in the message, even NONE.
+        message = only["error_message"] or KafkaError(only["error_code"]).name.upper()
+        return _response(
+            request,
+            **{k: v for k, v in only.items() if k not in ("key", "error_message")},
+            error_message=message,
+        )
 
     async def _coordinator(self, conn: Connection, key: str, key_type: int) -> dict[str, Any]:
         missing: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
