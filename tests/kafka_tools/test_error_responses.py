@@ -4,7 +4,8 @@ A librdkafka consumer whose position was out of range never recovered on our bro
 response carried `records: null` for the errored partition where Kafka sends empty records, and
 librdkafka rejects the whole response. This module sends the same error-provoking requests, on raw
 connections (`RawConnection`, kio's types), to one real single-node Kafka (SASL_PLAINTEXT,
-SCRAM-SHA-512) and to one of our clusters (two brokers), decodes both answers and compares them
+SCRAM-SHA-512, Kafka's StandardAuthorizer) and to one of our clusters (two brokers), decodes both
+answers and compares them
 after `normalised`: the same error codes everywhere, null exactly where Kafka sends null, empty
 exactly where Kafka sends empty, and the same values except what legitimately differs between two
 clusters (docs/decisions.md, "Error responses compared with Kafka's"): ids, hosts and ports,
@@ -14,7 +15,8 @@ throttle times, leader epochs, log dir paths and sizes, the lists of brokers, me
 Both clusters are set up alike: topic `present` (one partition, its replica on node 1) holds 5
 records written before node 1 restarts and 5 after, so its leader epoch has moved on (fenced and
 diverging epochs can be provoked) and epoch 0 ends at offset 5. Each group case uses a group of
-its own that nobody joined. Node 2 of ours does not host `present` (Kafka has one node): our
+its own that nobody joined. User `alice`, whom no ACL names, is refused everything on both.
+Node 2 of ours does not host `present` (Kafka has one node): our
 NOT_LEADER_OR_FOLLOWER is compared with Kafka's FENCED_LEADER_EPOCH, the other Fetch error that
 carries the current leader (KIP-951).
 """
