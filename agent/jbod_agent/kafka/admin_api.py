@@ -16,6 +16,14 @@ Guarantees:
   is to Kafka's clients. The controller's own codes pass through (TOPIC_ALREADY_EXISTS,
   INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ...).
 * `validate_only` requests are checked without changing anything.
+* CreateTopics checks the counts as Kafka's controller does: 0 or below -1 partitions is
+  INVALID_PARTITIONS, replicas INVALID_REPLICATION_FACTOR, an assignment with counts other than
+  -1 INVALID_REQUEST; nothing is created. IncrementalAlterConfigs naming an operation Kafka does
+  not define is INVALID_REQUEST, nothing changed. DescribeConfigs of another broker's id is
+  INVALID_REQUEST (a broker describes itself and the cluster default, as Kafka's).
+* Error responses have Kafka 4.3.1's shape (tests/kafka_tools/test_error_responses.py): empty
+  `configs` in a CreateTopics error, `""` for "no message" where Kafka's default is empty, a
+  message with each refusal where Kafka's has one.
 * DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
   value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
   defaults as this broker has them (STATIC_BROKER_CONFIG), then the dynamic broker configs

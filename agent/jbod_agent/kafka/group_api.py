@@ -28,8 +28,12 @@ Guarantees:
   the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
   longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
 * DescribeGroups of a group the coordinator does not know is Dead (v0-5), and from v6 Dead with
-  GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker leads (type
-  `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while one loads.
+  GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker
+  leads (type `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while
+  one loads.
+* Messages as Kafka 4.3.1's: FindCoordinator's is empty per key from v4 and before v4 always
+  set (naming even NONE); a refused group key has one before v4 (docs/decisions.md, "Error
+  responses compared with Kafka's").
 """
 
 from __future__ import annotations
