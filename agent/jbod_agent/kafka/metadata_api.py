@@ -189,19 +189,35 @@ class MetadataApis:
         return out
 
 
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
+
+
 async def describe_cluster(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     response = protocol.response_type(request.header.api_key, request.header.api_version)
-    endpoint_type = getattr(request.body, "endpoint_type", 1)
+    endpoint_type = getattr(request.body, "endpoint_type", BROKER_ENDPOINTS)
+    if endpoint_type != BROKER_ENDPOINTS:
+        # As Kafka's broker: an error and nothing else (the other fields keep their defaults).
+        mismatched = endpoint_type == CONTROLLER_ENDPOINTS
+        return protocol.build(
+            response,
+            throttle_time=0,
+            error_code=KafkaError.mismatched_endpoint_type
+            if mismatched
+            else KafkaError.unsupported_endpoint_type,
+            error_message="A broker answers for brokers; controllers are not reached through the Kafka protocol"
+            if mismatched
+            else f"Unknown endpoint type {endpoint_type}",
+            cluster_id="",
+            brokers=[],
+        )
     return protocol.build(
         response,
         throttle_time=0,
-        error_code=KafkaError.none if endpoint_type == 1 else KafkaError.unsupported_endpoint_type,
+        error_code=KafkaError.none,
         error_message=None,
         endpoint_type=endpoint_type,
         cluster_id=ctx.state.cluster_id,
         controller_id=ctx.node_id,
-        brokers=[{**b, "broker_id": b["node_id"], "is_fenced": False} for b in brokers(ctx, conn)]
-        if endpoint_type == 1
-        else [],
+        brokers=[{**b, "broker_id": b["node_id"], "is_fenced": False} for b in brokers(ctx, conn)],
         cluster_authorized_operations=-2147483648,
     )
