@@ -40,13 +40,11 @@ demo: setup
 	$(BIN)/jbodctl local demo
 
 # Two passes (tests/conftest.py): everything but the kind tier on three workers, then the kind
-# tier alone. Each pass prints its duration.
+# tier alone; the kind tier's toolchain and images build niced in the background during the first
+# pass (e2e/tiers.py). Each step prints its duration.
 PYTEST_WORKERS ?= 3
-test: lint e2e-toolchain e2e-images kafka-tools spark-kafka
-	@started=$$(date +%s); JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m "not e2e" --numprocesses $(PYTEST_WORKERS) --dist loadgroup \
-	  && echo "==> pytest, all but the kind tier ($(PYTEST_WORKERS) workers): $$(( $$(date +%s) - started )) s"
-	@started=$$(date +%s); JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m e2e \
-	  && echo "==> pytest, the kind tier: $$(( $$(date +%s) - started )) s"
+test: lint kafka-tools spark-kafka
+	$(BIN)/python -m e2e.tiers --workers $(PYTEST_WORKERS)
 
 lint: setup-dev
 	$(BIN)/ruff check $(SOURCES)

@@ -24,7 +24,8 @@ Guarantees:
   non-zero exit with the exception's message, raised here as `AdminCallError`.
 * `KafkaCluster` is a real single-node Kafka in KRaft combined mode (broker and controller in one
   process) listening on 127.0.0.1 only, formatted by `kafka-storage.sh` and started by
-  `kafka.Kafka` in a directory of its own, which it removes when stopped. `KafkaNodesCluster` is
+  `kafka.Kafka` in a directory of its own, which it removes when stopped (`restart()` stops and
+  starts it on the same storage). `KafkaNodesCluster` is
   the same with one dedicated controller and several brokers, each its own JVM (a static quorum
   of that one controller), as `bench.kafka_peer` compares with our cluster.
 
@@ -517,8 +518,12 @@ def _scram_listener(listener: str, scram: ScramUser | None) -> dict[str, str]:
 
 
 def random_cluster_id() -> str:
-    """A cluster id as `kafka-storage.sh random-uuid` prints one (16 random bytes, base64url)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as `kafka-storage.sh random-uuid` prints one (16 random bytes, base64url),
+    never starting with `-` (as Kafka's `Uuid.randomUuid`: `format -t -x...` reads it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _terminate_with_parent() -> Callable[[], None]:
@@ -555,10 +560,7 @@ def _start_node(  # noqa: PLR0913  the install and the node's config, then its f
     standalone: bool,
 ) -> subprocess.Popen[bytes]:
     """Format a node's storage with `kafka-storage.sh format` (`--standalone` for a combined node
-    that is its own quorum; with `scram`, its SCRAM user) and start its JVM, output to
-    `<config's dir>/logs/server.out`."""
-    logs = config.parent / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    that is its own quorum; with `scram`, its SCRAM user) and start its JVM (`_launch_node`)."""
     scram_args = (
         ["--add-scram", f"{scram.mechanism}=[name={scram.name},password={scram.password}]"] if scram else []
     )
@@ -573,6 +575,13 @@ def _start_node(  # noqa: PLR0913  the install and the node's config, then its f
         raise RuntimeError(
             f"kafka-storage.sh format of {config} failed: {formatted.stdout}{formatted.stderr}"
         )
+    return _launch_node(install, config, heap=heap)
+
+
+def _launch_node(install: KafkaInstall, config: Path, *, heap: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a formatted node's JVM, output to `<config's dir>/logs/server.out` (written anew)."""
+    logs = config.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     with (logs / "server.out").open("wb") as out:
         return subprocess.Popen(
             install.java_command("kafka-server-start.sh", [str(config)], log_dir=logs, heap=tuple(heap)),
@@ -643,8 +652,8 @@ class KafkaCluster(_ToolsAgainst):
     """A real single-node Apache Kafka (KRaft, broker and controller in one JVM) on 127.0.0.1.
 
     `start()` formats `log_dir_count` data directories with `kafka-storage.sh format --standalone`
-    (with `scram`, the SASL_PLAINTEXT listener's user) and starts `kafka.Kafka`, returning once the
-    broker is unfenced; `stop()` sends SIGTERM, kills after `stop_timeout`, and removes the work
+    (with `scram`, the SASL_PLAINTEXT listener's user) and starts `kafka.Kafka` (`properties` added
+    to its server.properties), returning once the broker is unfenced; `stop()` sends SIGTERM, kills after `stop_timeout`, and removes the work
     directory unless it was given. Server output: `<work>/logs/server.out`.
     """
 
@@ -660,10 +669,12 @@ class KafkaCluster(_ToolsAgainst):
         heap: Sequence[str] = (),
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.install = install
         self.scram = scram
         self.node_id = node_id
+        self.properties = dict(properties or {})
         self.cluster_id = cluster_id or random_cluster_id()
         self._given_work_dir = work_dir
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="jbod-kafka-"))
@@ -694,7 +705,7 @@ class KafkaCluster(_ToolsAgainst):
             scram=self.scram,
         )
         (self.work_dir / "logs").mkdir(parents=True, exist_ok=True)
-        config.write_text(_properties(props))
+        config.write_text(_properties(props | self.properties))
         self._proc = _start_node(
             self.install,
             config,
@@ -722,6 +733,21 @@ class KafkaCluster(_ToolsAgainst):
                 text = self.server_log.read_text(errors="replace")
                 raise TimeoutError(f"Kafka not ready after {self.start_timeout:.0f} s:\n{text[-4000:]}")
             time.sleep(0.2)
+
+    def restart(self) -> KafkaCluster:
+        """Stop the node (SIGTERM: a controlled shutdown) and start it again on the same storage,
+        returning once it is unfenced again; its partitions' leader epochs move on, as after any
+        restart of a single node."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop_processes([proc], self.stop_timeout)
+        self._proc = _launch_node(self.install, self.work_dir / "server.properties", heap=self.heap)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

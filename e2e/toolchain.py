@@ -55,6 +55,9 @@ K8S_COMMANDS = (
     "kube-proxy",
 )
 CONTAINERD_COMMANDS = ("containerd", "ctr", "containerd-shim-runc-v2")
+# No snapshotters the node does not use, no OpenTelemetry tracing plugin (its exporters are a large
+# part of the build; the node configures no tracing).
+CONTAINERD_TAGS = "no_btrfs no_devmapper no_zfs no_aufs no_tracing"
 NODE_BINARIES = (*CONTAINERD_COMMANDS, "crictl", "coredns", "local-path-provisioner")
 ALL_BINARIES = ("etcd", *K8S_COMMANDS, "helm", "kind", *NODE_BINARIES)
 
@@ -304,6 +307,52 @@ def _build_etcd(tc: Toolchain, log: Log) -> None:
     )
 
 
+# The plugins kubeadm's Corefile names (cmd/kubeadm/app/phases/addons/dns/manifests.go) plus `log`
+# and `hosts` for debugging; CoreDNS's own main links all ~60 plugins, whose cloud SDKs (Route 53,
+# Azure, Cloud DNS, Datadog tracing) made it the slowest unit to build after Kubernetes.
+COREDNS_PLUGINS = (
+    "errors",
+    "health",
+    "ready",
+    "kubernetes",
+    "metrics",  # the `prometheus` directive
+    "forward",
+    "cache",
+    "loop",
+    "reload",
+    "loadbalance",
+    "log",
+    "hosts",
+)
+
+
+def _coredns_main() -> str:
+    imports = "".join(f'\t_ "github.com/coredns/coredns/plugin/{name}"\n' for name in COREDNS_PLUGINS)
+    return (
+        "// Command coredns is CoreDNS's own main with only the plugins a kind node's Corefile uses.\n"
+        "package main\n\nimport (\n"
+        '\t"github.com/coredns/coredns/coremain"\n'
+        f"{imports})\n\nfunc main() {{\n\tcoremain.Run()\n}}\n"
+    )
+
+
+def _build_coredns(tc: Toolchain, log: Log) -> None:
+    work = tc.src_dir / "coredns"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text(
+        f"module jbod.dev/e2e/coredns\n\ngo 1.25.0\n\nrequire github.com/coredns/coredns {COREDNS_VERSION}\n"
+    )
+    (work / "main.go").write_text(_coredns_main())
+    # No `go mod tidy`: it fetches the test dependencies of every imported package too; `go build`
+    # with -mod=mod (go_env) records only what the build needs.
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tc.binary("coredns")), "."],
+        cwd=work,
+        log=log,
+        label="coredns",
+    )
+
+
 def _go_install(
     label: str, packages: list[str], ldflags: str = "-s -w", tags: str = ""
 ) -> Callable[[Toolchain, Log], None]:
@@ -356,7 +405,12 @@ def units(tc: Toolchain) -> list[Unit]:
         Unit(
             "containerd",
             CONTAINERD_COMMANDS,
-            {"containerd": CONTAINERD_VERSION, "go": go, "ldflags": containerd_ldflags},
+            {
+                "containerd": CONTAINERD_VERSION,
+                "go": go,
+                "ldflags": containerd_ldflags,
+                "tags": CONTAINERD_TAGS,
+            },
             _go_install(
                 "containerd",
                 [
@@ -364,7 +418,7 @@ def units(tc: Toolchain) -> list[Unit]:
                     for c in CONTAINERD_COMMANDS
                 ],
                 containerd_ldflags,
-                tags="no_btrfs no_devmapper no_zfs no_aufs",
+                tags=CONTAINERD_TAGS,
             ),
         ),
         Unit(
@@ -376,8 +430,8 @@ def units(tc: Toolchain) -> list[Unit]:
         Unit(
             "coredns",
             ("coredns",),
-            {"coredns": COREDNS_VERSION, "go": go},
-            _go_install("coredns", [f"github.com/coredns/coredns@{COREDNS_VERSION}"]),
+            {"coredns": COREDNS_VERSION, "go": go, "plugins": ",".join(COREDNS_PLUGINS)},
+            _build_coredns,
         ),
         Unit(
             "local-path-provisioner",

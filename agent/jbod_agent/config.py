@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from jbod_client.controller import parse_controller_urls
-from jbod_core import acls, topic_configs
+from jbod_core import acls, auto_create, topic_configs
 from jbod_core.meta_properties import parse_properties
 from jbod_runtime import tls
 
@@ -140,6 +140,11 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # Topic auto-creation (Kafka's keys and defaults; jbod_core.auto_create). `num.partitions` and
+    # `default.replication.factor` also fill a CreateTopics that leaves them at -1.
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    default_replication_factor: int = 1
     # TLS (issue 25; Kafka's keys, PEM only).
     ssl_keystore_location: Path | None = None
     ssl_truststore_location: Path | None = None
@@ -150,6 +155,16 @@ class BrokerConfig:
     ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
         tls.DEFAULT_PRINCIPAL_RULES
     )
+    # The keys server.properties (or --set) gave: DescribeConfigs tells them from Kafka's defaults.
+    given_keys: frozenset[str] = field(default=frozenset(), compare=False)
+
+    @property
+    def auto_create_settings(self) -> auto_create.AutoCreateSettings:
+        return auto_create.AutoCreateSettings(
+            enabled=self.auto_create_topics_enable,
+            num_partitions=self.num_partitions,
+            replication_factor=self.default_replication_factor,
+        )
 
     @property
     def tls_files(self) -> tls.TlsFiles:
@@ -335,6 +350,13 @@ def _super_users(key: str, value: str) -> frozenset[str]:
     return principals
 
 
+def _auto_create(key: str, value: str) -> bool | int:
+    try:
+        return auto_create.parse_setting(key, value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 _MAX_MS: Final = 2**31 - 1
 _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "node.id": ("node_id", _int(0, 2**31 - 1)),
@@ -379,6 +401,9 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0, _MAX_MS)),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(1, _MAX_MS)),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1, _MAX_MS)),
+    auto_create.AUTO_CREATE_TOPICS_ENABLE: ("auto_create_topics_enable", _auto_create),
+    auto_create.NUM_PARTITIONS: ("num_partitions", _auto_create),
+    auto_create.DEFAULT_REPLICATION_FACTOR: ("default_replication_factor", _auto_create),
     "ssl.keystore.type": ("", _pem),
     "ssl.truststore.type": ("", _pem),
     "ssl.keystore.location": ("ssl_keystore_location", _path),
@@ -422,6 +447,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
     for key in REQUIRED:
         if key not in values:
             raise ConfigError(f"{key}: required key is missing")
+    given = frozenset(values)
     values.setdefault("listeners", DEFAULT_LISTENER)
     fields = {}
     for key, value in values.items():
@@ -434,7 +460,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
                 raise ConfigError(f"{exc} ({INLINE_COMMENT_NOTE})") from None
             raise
     _split_listeners(fields)
-    config = BrokerConfig(**fields)
+    config = BrokerConfig(**fields, given_keys=given)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
             f"broker.heartbeat.interval.ms: {config.heartbeat_interval_ms} must be below "

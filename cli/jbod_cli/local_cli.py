@@ -331,6 +331,17 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None
     return value
 
 
+def _key_values(items: tuple[str, ...]) -> dict[str, str]:
+    """`KEY=VALUE` options as a dict (a later key wins); a bad item is a usage error."""
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got '{item}'", param_hint="--broker-config")
+        values[key.strip()] = value
+    return values
+
+
 @click.command("up")
 @dir_option
 @click.option(
@@ -360,6 +371,14 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: int | None
     "APIs, SASL_SSL Kafka listeners, no plaintext port (a new cluster only)",
 )
 @click.option(
+    "--broker-config",
+    "broker_config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a key of every broker's server.properties (a new cluster only): auto.create.topics.enable "
+    "(default true), num.partitions (1), default.replication.factor (min(3, brokers)); repeatable",
+)
+@click.option(
     etcd_binary.RISK_FLAG,
     "accept_etcd_data_loss_risk",
     is_flag=True,
@@ -377,6 +396,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
     disk_size_mib: int,
     timeout: float,
     tls: bool,
+    broker_config: tuple[str, ...],
     accept_etcd_data_loss_risk: bool,
 ) -> None:
     """Start a local controller and brokers (created the first time) and wait until all are unfenced.
@@ -398,6 +418,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
         report=tables.bullets(console),
         warn=_warn,
         tls=tls,
+        config=_key_values(broker_config),
     )
     for note in result.notes:
         console.print(f"[yellow]![/] {note}", highlight=False)

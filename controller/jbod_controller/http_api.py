@@ -17,7 +17,7 @@ Guarantees:
   errorCode 42 from its Content-Length, before it is read, or as soon as the bytes read pass the
   limit, and never parsed. Bodies over `PARSE_INLINE_BYTES` are parsed on one worker thread, so a
   large bad body cannot stall heartbeats on the event loop.
-* Connections obey `CONNECTION_LIMITS` (`jbod_client.http_server.LimitedAppRunner`): idle and read
+* Connections obey `CONNECTION_LIMITS` (`jbod_runtime.http_server.LimitedAppRunner`): idle and read
   timeouts, and parser refusals answered 400/42 without echoing or logging the request.
 """
 

@@ -2,9 +2,11 @@
 an extension, docs/api.md).
 
 Guarantees:
-* Checks run in this order and a rejection writes nothing: name 17, existing name 36, partition
-  count 37, replication factor 38, manual assignment 39, configs 40 (`jbod_core.topic_configs`:
-  unknown key, bad or out-of-range value, `min.insync.replicas` above the replication factor).
+* Checks run in this order and a rejection writes nothing: name 17, existing name 36, a name
+  that differs from an existing one only in '.' and '_' 17 (Kafka's collision rule: the two
+  would share metric names), partition count 37, replication factor 38, manual assignment 39,
+  configs 40 (`jbod_core.topic_configs`: unknown key, bad or out-of-range value,
+  `min.insync.replicas` above the replication factor).
 * CreatePartitions (Kafka's rules and codes): unknown topic 3; a total not above the current
   count 37 (more than 10,000 added: 37 too); with an assignment, one entry per new partition of
   the topic's replication factor (that of partition 0, as Kafka) naming registered brokers once
@@ -54,6 +56,18 @@ def topic_name_error(name: str) -> str | None:
         return "Topic name cannot be '.' or '..'"
     if not _LEGAL_NAME.fullmatch(name):
         return f"Topic name '{name}' contains characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def colliding_topic(image: ClusterImage, name: str) -> str | None:
+    """An existing topic whose name differs from `name` only in '.' versus '_' (Kafka's
+    `Topic.hasCollision`), or None. Only a name holding either character can collide."""
+    if "." not in name and "_" not in name:
+        return None
+    unified = name.replace(".", "_")
+    for existing in image.topic_ids_by_name:
+        if existing != name and existing.replace(".", "_") == unified:
+            return existing
     return None
 
 
@@ -191,6 +205,12 @@ def create_topic(
         return _error(ErrorCode.INVALID_TOPIC_EXCEPTION, name_error)
     if request.name in image.topic_ids_by_name:
         return _error(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{request.name}' already exists")
+    colliding = colliding_topic(image, request.name)
+    if colliding is not None:
+        return _error(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{request.name}' collides with existing topic: {colliding}",
+        )
     if request.replica_assignment is not None:
         assignment, code, problem = _manual_assignment(image, request)
     else:

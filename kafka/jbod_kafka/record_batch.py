@@ -25,6 +25,8 @@ Guarantees:
 * `check_produced` applies Kafka's checks of a produced batch (`LogValidator`): magic 2, CRC,
   at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
   transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
+  Each refusal names its `BatchFault` (how Kafka answers it: CORRUPT_MESSAGE with or without its
+  reason, or INVALID_RECORD), found in Kafka's order of checks.
   A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
   the compressed bytes; consumers decompress).
 * `with_base_offset` stamps the base offset and leader epoch into a copy, the CRC untouched.
@@ -52,6 +54,7 @@ _I32: Final = struct.Struct(">i")
 HEADER_SIZE: Final[int] = _HEADER.size  # 61
 LOG_OVERHEAD: Final[int] = 12  # baseOffset + batchLength: the bytes `batchLength` does not count
 MIN_LENGTH: Final[int] = HEADER_SIZE - LOG_OVERHEAD  # a batchLength with no record bytes
+_MIN_ANY_LENGTH: Final[int] = 14  # Kafka's smallest length of any magic (a v0 message): below, damage
 MAGIC: Final[int] = 2
 _MAGIC_AT: Final[int] = 16
 _CRC_AT: Final[int] = 17
@@ -79,17 +82,29 @@ class Compression(enum.IntEnum):
     ZSTD = 4
 
 
+class BatchFault(enum.Enum):
+    """What is wrong with a batch, as Kafka tells a producer (`check_produced`)."""
+
+    UNREADABLE = "unreadable"  # no batch can be framed (a length below any format's, an unknown
+    # magic): CORRUPT_MESSAGE, with Kafka's reason in the response
+    DAMAGED = "damaged"  # framed, but its bytes are wrong (a bad CRC or length): CORRUPT_MESSAGE
+    INVALID = "invalid"  # whole, but it breaks a rule (an old magic, no record...): INVALID_RECORD
+
+
 class CorruptBatchError(ValueError):
     """Bytes that are not a valid batch; `position` is the byte position of the problem.
 
     `incomplete` is true when the data simply ends inside a batch (more bytes could complete it),
-    as opposed to bytes that are wrong.
+    as opposed to bytes that are wrong. `fault` says how Kafka would refuse it from a producer.
     """
 
-    def __init__(self, message: str, *, position: int, incomplete: bool = False) -> None:
+    def __init__(
+        self, message: str, *, position: int, incomplete: bool = False, fault: BatchFault = BatchFault.DAMAGED
+    ) -> None:
         super().__init__(message)
         self.position = position
         self.incomplete = incomplete
+        self.fault = fault
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +221,11 @@ def read_header(
 
 
 def _bad_magic(magic: int, position: int) -> CorruptBatchError:
+    """Magic 0 and 1 are Kafka's old formats (invalid here), any other byte is damage."""
     return CorruptBatchError(
-        f"Unsupported record batch magic {magic} at byte {position} (only magic 2 is kept)", position=position
+        f"Unsupported record batch magic {magic} at byte {position} (only magic 2 is kept)",
+        position=position,
+        fault=BatchFault.INVALID if magic in (0, 1) else BatchFault.UNREADABLE,
     )
 
 
@@ -275,30 +293,41 @@ def scan_valid_prefix(data: bytes | bytearray | memoryview) -> tuple[list[BatchH
 
 def check_produced(batch: bytes | bytearray | memoryview) -> BatchHeader:
     """Kafka's checks of one produced batch (the module's guarantee); `CorruptBatchError` says
-    which failed. `batch` must be exactly one batch."""
-    header = _check_frame(batch, 0, 0, True)
+    which failed and its `fault`. `batch` must be exactly one batch."""
+    if len(batch) >= LOG_OVERHEAD:  # Kafka reads the length before the magic
+        (_base_offset, length) = _OFFSET_AND_LENGTH.unpack_from(batch)
+        if length < _MIN_ANY_LENGTH:
+            raise CorruptBatchError(
+                f"Bad batch length {length} at byte 0", position=0, fault=BatchFault.UNREADABLE
+            )
+    try:
+        header = _check_frame(batch, 0, 0, True)
+    except CorruptBatchError as exc:
+        if not exc.incomplete:
+            raise
+        raise _invalid(str(exc), exc.position) from None  # no whole batch
     if header.size != len(batch):
-        raise CorruptBatchError(
-            f"Expected exactly one batch of {header.size} bytes, got {len(batch)} bytes",
-            position=min(header.size, len(batch)),
-        )
+        raise _invalid(f"Expected exactly one batch of {header.size} bytes, got {len(batch)} bytes")
     if header.record_count < 1:
-        raise CorruptBatchError("A produced batch holds no record", position=0)
+        raise _invalid("A produced batch holds no record")
     if header.last_offset_delta + 1 != header.record_count:
-        raise CorruptBatchError(
+        raise _invalid(
             f"Inconsistent batch offset range and record count: last offset delta "
-            f"{header.last_offset_delta}, {header.record_count} records",
-            position=0,
+            f"{header.last_offset_delta}, {header.record_count} records"
         )
     if header.is_control:
-        raise CorruptBatchError("Clients may not produce control batches", position=0)
+        raise _invalid("Clients may not produce control batches")
     if header.is_transactional:
-        raise CorruptBatchError("Transactions are not supported", position=0)
+        raise _invalid("Transactions are not supported")
     if header.compression > Compression.ZSTD:
-        raise CorruptBatchError(f"Unknown compression codec {header.compression}", position=0)
+        raise _invalid(f"Unknown compression codec {header.compression}")
     if header.compression == Compression.NONE:
         _check_uncompressed_records(batch, header)
     return header
+
+
+def _invalid(message: str, position: int = 0) -> CorruptBatchError:
+    return CorruptBatchError(message, position=position, fault=BatchFault.INVALID)
 
 
 def _check_uncompressed_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
@@ -307,9 +336,9 @@ def _check_uncompressed_records(batch: bytes | bytearray | memoryview, header: B
     try:
         deltas = [record.offset for record in DefaultRecordBatch(bytes(batch))]
     except Exception as exc:  # aiokafka raises CorruptRecordException and friends
-        raise CorruptBatchError(f"Bad records in the batch: {exc}", position=HEADER_SIZE) from None
+        raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
     if deltas != list(range(header.base_offset, header.base_offset + header.record_count)):
-        raise CorruptBatchError("Record offset deltas are not 0, 1, 2, ...", position=HEADER_SIZE)
+        raise _invalid("Record offset deltas are not 0, 1, 2, ...", HEADER_SIZE)
 
 
 def with_base_offset(

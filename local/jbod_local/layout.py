@@ -4,8 +4,9 @@ the pids it started; and the lock under which a command changes the cluster.
 
 Layout of the cluster directory:
 
-    cluster.json                what `up` started: cluster id, ports, URLs, pids, token paths, disks
-                                (a quorum's: whether etcd may run on a known-bad version)
+    cluster.json                what `up` started: cluster id, ports, URLs, pids, token paths, disks,
+                                the brokers' config keys (a quorum's: whether etcd may run on a
+                                known-bad version)
     .jbodctl.lock               held by the command changing the cluster (up, down, fail/restore-disk)
     tokens/admin.token          admin bearer token (also accepted by the brokers' own API)
     tokens/cluster.token        cluster (broker-to-controller) bearer token
@@ -41,7 +42,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,9 @@ class ClusterLayout:
     # (`jbod_local.etcd_binary`) at this and every later `up`, with a warning each time.
     etcd_data_loss_risk_accepted: bool = False
     tls: bool = False  # `up --tls`: every process on TLS only (certificates in DIR/tls)
+    # `server.properties` keys every broker gets (topic auto-creation: `jbod_local.supervisor`'s
+    # defaults and `up --broker-config`), chosen when the cluster is created.
+    broker_config: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def ca_file(self) -> Path | None:
@@ -259,6 +263,7 @@ class ClusterLayout:
             "loopDiskMiB": self.loop_disk_mib,
             "tls": self.tls,
             **({"caFile": str(self.ca_file)} if self.ca_file else {}),
+            "brokerConfig": dict(self.broker_config),
             "brokers": [{**b.to_json(), "log": str(self.broker_log(b.broker_id))} for b in self.brokers],
         }
 
@@ -279,6 +284,7 @@ class ClusterLayout:
             etcd=tuple(EtcdNode.from_json(e) for e in data.get("etcd") or ()),
             etcd_data_loss_risk_accepted=data.get("etcdDataLossRiskAccepted") is True,
             tls=data.get("tls") is True,
+            broker_config={str(k): str(v) for k, v in (data.get("brokerConfig") or {}).items()},
         )
 
 

@@ -23,8 +23,10 @@ Guarantees:
   every disk and detaches its loop device; `up` mounts them again (and shuts down again those
   still marked failed by `fail-disk`).
 * Every user mistake (a count or a disk size out of range, `--fresh` on a directory holding
-  something else, no cluster in DIR) raises `LocalClusterError` with one line, before anything is
-  changed.
+  something else, no cluster in DIR, a `--broker-config` key or value the brokers would refuse)
+  raises `LocalClusterError` with one line, before anything is changed.
+* Every broker gets the topic auto-creation keys chosen when the cluster was created
+  (`broker_config`: on by default, as Kafka), kept in cluster.json.
 * A quorum's etcd binary is chosen by `jbod_local.etcd_binary` (found, or built on demand, once,
   announced through `report`) before anything is created, deleted or started, so its refusal of an
   etcd with a known data-loss bug changes nothing. The user's acceptance of that risk
@@ -45,14 +47,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from jbod_client.controller import ClientError, https_verify
-from jbod_core import meta_properties
+from jbod_core import auto_create, meta_properties
 from jbod_core.ids import random_uuid
 from jbod_local import certs, etcd_binary, processes, quorum
 from jbod_local.layout import (
@@ -99,6 +101,29 @@ BROKER_SETTINGS: dict[str, str] = {
 }
 
 DEFAULT_DISK_MIB = 64
+
+
+def broker_config(brokers: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The topic auto-creation keys every broker of a new cluster of `brokers` gets: Kafka's
+    (`auto.create.topics.enable=true`, `num.partitions=1`) with `default.replication.factor`
+    min(3, brokers) (as the operator's default: with `min.insync.replicas=2` a topic of one
+    replica could take no acks=all write), then the keys `given` (`up --broker-config`).
+    `LocalClusterError` for a key that is not one of them or a value Kafka would refuse."""
+    chosen = {
+        auto_create.AUTO_CREATE_TOPICS_ENABLE: "true",
+        auto_create.NUM_PARTITIONS: "1",
+        auto_create.DEFAULT_REPLICATION_FACTOR: str(min(3, brokers)),
+    }
+    for key, value in (given or {}).items():
+        if key not in auto_create.BY_NAME:
+            raise LocalClusterError(f"--broker-config: {key} is not one of {', '.join(auto_create.BY_NAME)}")
+        try:
+            auto_create.parse_setting(key, value)
+        except ValueError as exc:
+            raise LocalClusterError(f"--broker-config: {exc}") from None
+        chosen[key] = value.strip()
+    return chosen
+
 
 _log = logging.getLogger(__name__)
 
@@ -184,7 +209,14 @@ class UpResult:
 
 
 def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one keyword each
-    root: Path, *, controllers: int, brokers: int, disks: int, loop_disk_mib: int | None, tls: bool = False
+    root: Path,
+    *,
+    controllers: int,
+    brokers: int,
+    disks: int,
+    loop_disk_mib: int | None,
+    tls: bool = False,
+    config: Mapping[str, str] | None = None,
 ) -> ClusterLayout:
     if not 1 <= brokers <= 9:
         raise LocalClusterError(f"--brokers must be between 1 and 9, got {brokers}")
@@ -232,6 +264,7 @@ def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one
         loop_disk_mib=loop_disk_mib,
         etcd=etcd,
         tls=tls,
+        broker_config=broker_config(brokers, config),
     )
 
 
@@ -279,6 +312,8 @@ def local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
             "admin.token.file": str(layout.admin_token_file),
             "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,
+            # A cluster.json from before the keys were kept: the defaults.
+            **(layout.broker_config or broker_config(len(layout.brokers))),
             "broker.session.timeout.ms": str(session_timeout_ms(layout)),
             **(tls_settings(layout, broker) if layout.tls else {}),
         },
@@ -507,10 +542,13 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
     report: Report = quiet,
     warn: Report = _log.warning,
     tls: bool = False,
+    config: Mapping[str, str] | None = None,
 ) -> UpResult:
-    """Create (first time) and start the local cluster in `root`; see the module's guarantees."""
+    """Create (first time) and start the local cluster in `root`; see the module's guarantees.
+    `config` holds the brokers' topic auto-creation keys of a new cluster (`broker_config`)."""
     started_at = time.monotonic()
     root = resolve_root(root)
+    broker_config(brokers or 3, config)  # refused before anything changes
     if controllers is not None:
         quorum.check_count(controllers)
     if loop:
@@ -541,6 +579,7 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
             report=report,
             warn=warn,
             tls=tls,
+            config=dict(config or {}),
         )
         return _up(root, request, deadline=started_at + timeout, started_at=started_at, chosen=chosen)
 
@@ -581,6 +620,7 @@ class _UpRequest:
     report: Report
     warn: Report
     tls: bool = False
+    config: Mapping[str, str] = field(default_factory=dict)  # `--broker-config` (a new cluster's)
 
 
 def _up(
@@ -601,6 +641,7 @@ def _up(
             disks=request.disks or 3,
             loop_disk_mib=request.disk_size_mib if request.loop else None,
             tls=request.tls,
+            config=request.config,
         )
     else:
         layout, kept = _existing_layout(root, request)
@@ -673,6 +714,11 @@ def _existing_layout(root: Path, request: _UpRequest) -> tuple[ClusterLayout, li
         notes.append(
             f"Kept the existing layout ({quorum_note}{shape[0]} brokers x {shape[1]} {kind} disks); "
             "pass --fresh to create a new cluster"
+        )
+    asked = broker_config(len(layout.brokers), request.config)
+    if request.config and any(layout.broker_config.get(k) != v for k, v in asked.items()):
+        notes.append(
+            "Kept the existing brokers' config; pass --fresh to create a new cluster with --broker-config"
         )
     if layout.loop:
         check_loop_support()

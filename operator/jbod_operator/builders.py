@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from jbod_core import auto_create
 from jbod_operator import model, names
 
 Manifest = dict[str, Any]
@@ -755,6 +756,11 @@ def server_properties(
         f"log.dir.probe.interval.ms={settings.log_dir_probe_interval_ms}",
         f"min.insync.replicas={settings.min_insync_replicas}",
         f"replica.lag.time.max.ms={settings.replica_lag_time_max_ms}",
+        # Topic auto-creation: the controller's default replication factor, so that a topic
+        # created by a Metadata request and one created with -1 replicas get the same.
+        f"{auto_create.AUTO_CREATE_TOPICS_ENABLE}={'true' if settings.auto_create_topics_enable else 'false'}",
+        f"{auto_create.NUM_PARTITIONS}={settings.num_partitions}",
+        f"{auto_create.DEFAULT_REPLICATION_FACTOR}={spec.replication_factor()}",
     ]
     if tls:
         lines += [

@@ -13,6 +13,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
+
 MAX_CLUSTER_NAME: Final = 40  # keeps `<cluster>-broker-<id>` a DNS label (63) for up to 10 digits of id
 _QUANTITY: Final = re.compile(r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -128,6 +130,10 @@ class BrokerSettings(_Frozen):
     min_insync_replicas: int = Field(default=1, ge=1, alias="minInsyncReplicas")
     default_replication_factor: int | None = Field(default=None, ge=1, alias="defaultReplicationFactor")
     replica_lag_time_max_ms: int = Field(default=30000, ge=1, alias="replicaLagTimeMaxMs")
+    # Topic auto-creation (Kafka's keys; jbod_core.auto_create): on by default, as Kafka; a
+    # created topic has `numPartitions` partitions and the default replication factor.
+    auto_create_topics_enable: bool = Field(default=True, alias="autoCreateTopicsEnable")
+    num_partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS_PER_REQUEST, alias="numPartitions")
 
 
 DiskFailurePolicy = Literal["Manual", "Automatic"]

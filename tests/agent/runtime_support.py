@@ -289,6 +289,7 @@ async def _settle(agent: Agent, *, running: bool) -> None:
     fake time stands still while a disk is probed, listed or written, however slow the machine is."""
     for _ in range(5):
         await asyncio.sleep(0)
+    # fixed wait: one real millisecond for the worker threads to pick up what the tasks handed them
     await asyncio.sleep(0.001)
     deadline = time.monotonic() + 30.0
     while running and _worker_threads_busy(agent) and time.monotonic() < deadline:

@@ -70,6 +70,10 @@ def test_minimal_config_takes_every_default() -> None:
     assert parsed.rack is None
     assert parsed.format_on_start is False
     assert parsed.cluster_id is None
+    # Topic auto-creation: Kafka's defaults (on, 1 partition, replication factor 1).
+    assert parsed.auto_create_topics_enable is True
+    assert (parsed.num_partitions, parsed.default_replication_factor) == (1, 1)
+    assert parsed.given_keys == frozenset(BASE)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +112,10 @@ def test_minimal_config_takes_every_default() -> None:
         ("group.initial.rebalance.delay.ms", "0", "group_initial_rebalance_delay_ms", 0),
         ("group.min.session.timeout.ms", "1000", "group_min_session_timeout_ms", 1000),
         ("group.max.session.timeout.ms", "60000", "group_max_session_timeout_ms", 60000),
+        ("auto.create.topics.enable", "false", "auto_create_topics_enable", False),
+        ("auto.create.topics.enable", " True ", "auto_create_topics_enable", True),
+        ("num.partitions", "6", "num_partitions", 6),
+        ("default.replication.factor", "3", "default_replication_factor", 3),
     ],
 )
 def test_each_key_parses(key: str, value: str, attribute: str, expected: object) -> None:
@@ -139,6 +147,8 @@ INT_BOUNDS = [
     ("log.dir.probe.timeout.ms", 10, MAX_INT),
     ("min.insync.replicas", 1, MAX_INT),
     ("replica.lag.time.max.ms", 1, MAX_INT),
+    ("num.partitions", 1, 10_000),  # the partitions one create may make
+    ("default.replication.factor", 1, 2**15 - 1),  # an int16 in CreateTopics
 ]
 
 
@@ -290,6 +300,11 @@ def test_bad_boolean(value: str) -> None:
     expect_error(
         text({**BASE, "log.dirs.format.on.start": value, "cluster.id": "c"}), "log.dirs.format.on.start"
     )
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "yes", "1", "on"])
+def test_auto_create_takes_only_true_or_false_as_kafka(value: str) -> None:
+    expect_error(text({**BASE, "auto.create.topics.enable": value}), "auto.create.topics.enable")
 
 
 @pytest.mark.parametrize("value", ["", "has space", "a" * 65, "dots.not.allowed", "tab\there", "é"])

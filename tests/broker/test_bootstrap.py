@@ -276,7 +276,11 @@ def test_no_kafka_request_holds_its_connection_while_the_controller_is_stopped(
             sent = [conn.send(key, version, body) for key, version, body in asked]
             for correlation_id, (key, version, body) in zip(sent, asked, strict=True):
                 try:
-                    answers.append(conn.receive(correlation_id, key, version, body))
+                    answer = conn.receive(correlation_id, key, version, body)
+                    assert answer is not None, (
+                        f"the broker closed the connection on {protocol.APIS[key].name}"
+                    )
+                    answers.append(answer)
                 except TimeoutError:
                     raise AssertionError(
                         f"request {len(answers) + 1} of {len(asked)} ({protocol.APIS[key].name}) was not "

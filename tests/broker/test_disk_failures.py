@@ -277,9 +277,11 @@ def test_a_paused_broker_does_not_take_its_healthy_dirs_for_hung_ones(cluster: C
     assert process is not None
     for _ in range(4):
         process.send_signal(signal.SIGSTOP)
-        time.sleep(1.0)  # twice the probe timeout, far below the 9 s session timeout
+        time.sleep(1.0)  # fixed wait: twice the probe timeout, far below the 9 s session timeout
         process.send_signal(signal.SIGCONT)
-        time.sleep(0.3)
+        time.sleep(0.3)  # fixed wait: it probes (every 10 ms) again, so the next pause freezes a probe
+    # fixed wait: a probe that counted the pause would end within one 50 ms step of its bound after
+    # the resume and take its dir offline at once, as the broker's own view below shows.
     time.sleep(0.5)
     assert process.poll() is None, broker.log_path.read_text()[-2000:]
     assert cluster.admin.broker(1)["offlineLogDirs"] == []

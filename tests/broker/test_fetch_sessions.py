@@ -4,8 +4,8 @@ sessions, a lost session falls back to a full fetch, and a leader restart recove
 
 from __future__ import annotations
 
+import math
 import re
-import time
 from typing import Any
 
 import httpx
@@ -19,6 +19,13 @@ from tests.fs import requires_root
 pytestmark = requires_root
 
 _SAMPLE = re.compile(r"^(jbod_replica_fetch_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", re.M)
+INCREMENTAL = 'jbod_replica_fetch_requests_total{kind="incremental"}'
+INCREMENTAL_LISTED = 'jbod_replica_fetch_request_partitions_total{kind="incremental"}'
+#: How long a leader holds an idle follower's request: `replica.fetch.wait.max.ms`, 500 by default.
+IDLE_REQUEST_S = 0.5
+#: An idle stretch that shows a follower kept in the ISR: longer than `replica.lag.time.max.ms`
+#: (1.5 s here) plus the leader's ISR scan period (half of it), with 0.75 s for an AlterPartition.
+PAST_THE_LAG_ALLOWANCE_S = 3.0
 
 
 def _metrics(cluster: Cluster, node: int) -> dict[str, float]:
@@ -28,6 +35,20 @@ def _metrics(cluster: Cluster, node: int) -> dict[str, float]:
 
 def _total(cluster: Cluster, nodes: tuple[int, ...], name: str) -> float:
     return sum(_metrics(cluster, n).get(name, 0.0) for n in nodes)
+
+
+def _wait_idle_for(cluster: Cluster, leaders: tuple[int, ...], *, sessions: int, seconds: float) -> None:
+    """Until the `sessions` sessions held by `leaders` served idle requests for `seconds` at least,
+    counted by the leaders: each idle request is held `IDLE_REQUEST_S`, so once they served
+    `sessions` x n more, one session sent n, back to back. Two more per session than the time
+    needs: the request in flight at the start, and one answered early with the last news."""
+    more = sessions * (math.ceil(seconds / IDLE_REQUEST_S) + 2)
+    start = _total(cluster, leaders, INCREMENTAL)
+    wait_for(
+        lambda: _total(cluster, leaders, INCREMENTAL) - start >= more,
+        timeout=60,
+        what=f"{more} more incremental requests at brokers {leaders}",
+    )
 
 
 def _placed(cluster: Cluster, name: str, **kwargs: Any) -> dict[str, Any]:
@@ -81,15 +102,13 @@ def test_idle_followers_stay_in_the_isr_new_data_flows_at_once_and_forgotten_par
         _total(cluster, nodes, "jbod_replica_fetch_sessions") == 6
     )  # each broker: one per leader it follows
 
-    # Idle for 4 lag allowances: the followers send empty requests, and stay in the ISR.
+    # Idle past the lag allowance: the followers send empty requests, and stay in the ISR.
     before = _epochs(cluster, "many")
     assert all(members == [1, 2, 3] for _, members in before.values()), before
-    listed = _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}')
-    requests = _total(cluster, nodes, 'jbod_replica_fetch_requests_total{kind="incremental"}')
-    time.sleep(6.0)
+    listed = _total(cluster, nodes, INCREMENTAL_LISTED)
+    _wait_idle_for(cluster, nodes, sessions=6, seconds=PAST_THE_LAG_ALLOWANCE_S)
     assert _epochs(cluster, "many") == before  # no ISR shrink (nor shrink + expand) meanwhile
-    assert _total(cluster, nodes, 'jbod_replica_fetch_requests_total{kind="incremental"}') - requests >= 6 * 6
-    assert _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}') == listed
+    assert _total(cluster, nodes, INCREMENTAL_LISTED) == listed
 
     # New data on one partition at a time: acks=-1 (every replica; that the followers' long-polls
     # are woken for it is the next test's).
@@ -107,9 +126,9 @@ def test_idle_followers_stay_in_the_isr_new_data_flows_at_once_and_forgotten_par
         lambda: _total(cluster, nodes, "jbod_replica_fetch_session_partitions") == 30 * 2,
         what="the deleted topic's partitions to leave the sessions",
     )
-    listed = _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}')
-    time.sleep(2.0)
-    assert _total(cluster, nodes, 'jbod_replica_fetch_request_partitions_total{kind="incremental"}') == listed
+    listed = _total(cluster, nodes, INCREMENTAL_LISTED)
+    _wait_idle_for(cluster, nodes, sessions=6, seconds=1.0)
+    assert _total(cluster, nodes, INCREMENTAL_LISTED) == listed  # those requests listed no partition
     assert all(sorted(isr(cluster, "many", i)) == [1, 2, 3] for i in range(30))
     for node in nodes:
         text = cluster.brokers[node].log_path.read_text()
@@ -208,7 +227,7 @@ def test_a_lost_session_falls_back_to_a_full_fetch_and_a_leader_restart_recovers
         reply = produce(cluster, 2, "t", index, [b"after-restart"], timeout_ms=5000)
         assert reply["errorCode"] == 0, reply
         assert fetch(cluster, 2, "t", index, 0)["highWatermark"] == 2
-    # Idle again for a few lag allowances: the restarted follower stays in the ISR.
+    # Idle again past the lag allowance: the restarted follower stays in the ISR.
     epochs = _epochs(cluster, "t")
-    time.sleep(4.0)
+    _wait_idle_for(cluster, (2,), sessions=1, seconds=PAST_THE_LAG_ALLOWANCE_S)
     assert _epochs(cluster, "t") == epochs

@@ -410,20 +410,20 @@ def inject(cluster: Cluster, rng: random.Random, kind: str, broker: int) -> str:
         seconds = rng.uniform(0.5, MAX_PAUSE_SECONDS)
         process.send_signal(signal.SIGSTOP)
         try:
-            time.sleep(seconds)
+            time.sleep(seconds)  # fixed wait: the fault is a pause of this random length
         finally:
             process.send_signal(signal.SIGCONT)
         return f"SIGSTOP {name} for {seconds:.1f} s"
     if kind == "kill":
         seconds = rng.uniform(0.2, 3.0)
         cluster.brokers[broker].kill()
-        time.sleep(seconds)
+        time.sleep(seconds)  # fixed wait: the broker stays down this random time
         cluster.brokers[broker].start()
         return f"kill -9 broker {broker}, restart after {seconds:.1f} s"
     if kind == "kill-controller":
         seconds = rng.uniform(0.2, 3.0)
         cluster.controller.kill()
-        time.sleep(seconds)
+        time.sleep(seconds)  # fixed wait: the controller stays down this random time
         cluster.controller.start()  # same data dir, same port (kept from the first start)
         return f"kill -9 the controller, restart after {seconds:.1f} s"
     assert kind == "disk", kind
@@ -435,7 +435,7 @@ def inject(cluster: Cluster, rng: random.Random, kind: str, broker: int) -> str:
         what=f"dir {index} of broker {broker} reported offline",
     )
     seconds = rng.uniform(1.0, 4.0)
-    time.sleep(seconds)
+    time.sleep(seconds)  # fixed wait: the failed volume stays in place this random time
     replace_volume(cluster, broker, index)
     return f"EIO on dir {index} of broker {broker}, volume replaced after {seconds:.1f} s"
 
@@ -507,7 +507,7 @@ def restart_later(controller: LocalController, delay: float) -> tuple[threading.
 
     def run() -> None:
         try:
-            time.sleep(delay)
+            time.sleep(delay)  # fixed wait: the controller stays down this random time
             controller.start()
         except BaseException as exc:  # surfaced by the caller after join()
             errors.append(exc)
@@ -563,7 +563,7 @@ def inject_quorum_fault(
         member = rng.randrange(cluster.etcd.size)
         seconds = rng.uniform(0.5, 3.0)
         cluster.etcd.kill_member(member)
-        time.sleep(seconds)
+        time.sleep(seconds)  # fixed wait: the etcd member stays down this random time
         cluster.etcd.start_member(member)
         after = cluster.active_controller()
         agreed = time.monotonic() - started
@@ -614,7 +614,7 @@ def randomized_faults(
         overtime = time.monotonic() >= ends  # then only the required kinds not seen yet
         if overtime and done.issuperset(required):
             break
-        time.sleep(rng.uniform(0.5, 2.0))
+        time.sleep(rng.uniform(0.5, 2.0))  # fixed wait: production runs a random time between faults
         if overtime:
             choices = [k for k in required if k not in done]
         else:

@@ -54,7 +54,7 @@ def test_acks_all_is_replicated_to_every_isr_member_and_fetchable(cluster: Clust
     # 30 s are up).
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(fetch, cluster, lead, "orders", 0, 501, max_wait_ms=30_000)
-        time.sleep(0.5)
+        time.sleep(0.5)  # fixed wait: the long poll must still be waiting after half a second
         assert not waiting.done(), waiting.result()  # still waiting: nothing past offset 500 yet
         assert produce(cluster, lead, "orders", 0, [b"late"])["errorCode"] == 0
         woken = waiting.result(timeout=15)
@@ -150,7 +150,8 @@ def test_follower_truncates_divergent_history_after_a_leader_change(cluster: Clu
     stuck = cluster.brokers[2].process
     assert stuck is not None
     stuck.send_signal(signal.SIGSTOP)
-    # Let the follower's in-flight long-poll (500 ms) end empty, so no reply can carry what follows.
+    # fixed wait: the leader holds the stopped follower's in-flight long poll at most 500 ms
+    # (replica.fetch.wait.max.ms) and answers it empty, so no reply can carry what follows.
     time.sleep(1.0)
     # acks=1: only the leader has these; they are never acknowledged by the ISR.
     assert produce(cluster, 1, "t", 0, [b"lost-1", b"lost-2"], acks=1)["errorCode"] == 0

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -163,6 +164,23 @@ def _handshake(address: str, context: ssl.SSLContext) -> None:
         context.wrap_socket(raw, server_hostname=host),
     ):
         pass
+
+
+def _served_serial(address: str) -> int:
+    """The serial of the certificate a new TLS connection to `address` is shown (not verified)."""
+    host, port = address.rsplit(":", 1)
+    return certificates.serial_of(ssl.get_server_certificate((host, int(port)), timeout=10).encode())
+
+
+def _wait_until_served(broker: LocalBroker, keystore: Path) -> None:
+    """Until the https API and the SASL_SSL listener show new connections `keystore`'s certificate
+    (a listener re-reads its files on a new connection, at most once a second)."""
+    wanted = certificates.serial_of(keystore.read_bytes())
+    addresses = (urlsplit(broker.url).netloc, broker.kafka["SASL_SSL"])
+    wait_for(
+        lambda: all(_served_serial(address) == wanted for address in addresses),
+        what=f"broker {broker.node_id} to serve {keystore.name}",
+    )
 
 
 def test_produce_and_consume_over_sasl_ssl(tls_cluster: TlsCluster) -> None:
@@ -310,7 +328,7 @@ def test_expired_and_wrong_host_certificates_are_refused_and_renewal_is_picked_u
         httpx.get(f"{broker.url}/healthz", verify=verify)
 
     keystore.write_bytes(pki.keystore("broker-3-other", dns=("other.example",), ips=()).read_bytes())
-    time.sleep(1.1)  # the files are re-stat'ed at most once a second
+    _wait_until_served(broker, keystore)
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         httpx.get(f"{broker.url}/healthz", verify=verify)
     with pytest.raises(ssl.SSLCertVerificationError, match="IP address mismatch"):
@@ -321,7 +339,7 @@ def test_expired_and_wrong_host_certificates_are_refused_and_renewal_is_picked_u
 
     renewed = pki.keystore("broker-3-renewed")
     keystore.write_bytes(renewed.read_bytes())
-    time.sleep(1.1)
+    _wait_until_served(broker, keystore)
     assert httpx.get(f"{broker.url}/healthz", verify=verify).status_code == 200
     assert _errors_of(tls_cluster.sasl_config(3))[0]
     host, port = broker.kafka["SASL_SSL"].rsplit(":", 1)

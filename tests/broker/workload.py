@@ -189,6 +189,7 @@ class Workload:
                         continue
                     future.add_done_callback(self._done(rid, partition))
                 next_tick = max(next_tick + tick, loop.time() - 1.0)  # no catch-up burst after a stall
+                # fixed wait: the producer's pace (`rate` records a second, in ticks), not a wait for an event
                 await asyncio.sleep(max(0.0, next_tick - loop.time()))
         finally:
             await producer.close()

@@ -324,10 +324,12 @@ class Kafka:
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafka]:
-    """Two brokers with SASL_PLAINTEXT listeners; `orders` has 2 partitions on both."""
+    """Two brokers with SASL_PLAINTEXT listeners; `orders` has 2 partitions on both. Topic
+    auto-creation is off: `jbodctl produce` is a librdkafka producer, which asks the brokers to
+    create a missing topic (as kcat does on Kafka), and the unknown-topic errors are tested here."""
     tmp = tmp_path_factory.mktemp("cli-data")
     with contextlib.ExitStack() as stack:
-        cluster = start_kafka_cluster(stack, tmp, brokers=2)
+        cluster = start_kafka_cluster(stack, tmp, brokers=2, auto_create_topics_enable="false")
         cluster.cluster.create_placed_topic("orders", partitions=2, rf=2)
         yield Kafka(cluster, tmp)
 

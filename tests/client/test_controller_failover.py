@@ -144,11 +144,11 @@ def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     def sleep(seconds: float) -> None:
         delays.append(seconds)
-        time.sleep(seconds)
+        time.sleep(seconds)  # fixed wait: the client's own backoff, recorded and still waited
 
     async def async_sleep(seconds: float) -> None:
         delays.append(seconds)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # fixed wait: the client's own backoff, recorded and still waited
 
     monkeypatch.setattr(controller_module, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
     monkeypatch.setattr(controller_module, "asyncio", SimpleNamespace(sleep=async_sleep))

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from e2e.wait import wait_for
 from jbod_client.controller import ClientError
 from jbod_local import etcd_binary, etcd_build
 from jbod_local.etcd import EtcdCluster
@@ -39,14 +40,14 @@ fi
 exit 3
 """
 
-# A `go` that "builds" a fake etcd 3.6.8 where `-o` says, after FAKE_GO_SLEEP seconds; each call
-# is one line in $FAKE_GO_CALLS (its arguments and the build's environment).
+# A `go` that "builds" a fake etcd 3.6.8 where `-o` says, once the file $FAKE_GO_UNTIL exists (if
+# set); each call is one line in $FAKE_GO_CALLS (its arguments and the build's environment).
 FAKE_GO = """#!/bin/sh
 echo "$* | GOTOOLCHAIN=$GOTOOLCHAIN GOWORK=$GOWORK CGO_ENABLED=$CGO_ENABLED GOPROXY=$GOPROXY" >> "$FAKE_GO_CALLS"
 case "$1" in
   mod) echo "go: finding module for package go.etcd.io/etcd/server/v3/etcdmain"; exit 0 ;;
   build)
-    /bin/sleep "${FAKE_GO_SLEEP:-0}"
+    while [ -n "$FAKE_GO_UNTIL" ] && [ ! -e "$FAKE_GO_UNTIL" ]; do /bin/sleep 0.05; done
     while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done
     printf '#!/bin/sh\\necho "etcd Version: 3.6.8"\\n' > "$out"
     /bin/chmod +x "$out"
@@ -300,20 +301,36 @@ def test_the_build_goes_under_xdg_cache_home(
 
 
 def test_two_concurrent_builds_build_once(
-    bin_dir: Path, fake_go: Path, monkeypatch: pytest.MonkeyPatch
+    bin_dir: Path, fake_go: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FAKE_GO_SLEEP", "1")
+    release = tmp_path / "release-the-build"
+    monkeypatch.setenv("FAKE_GO_UNTIL", str(release))
     said: list[str] = []
     results: list[Path] = []
-    threads = [
+    first, second = (
         threading.Thread(target=lambda: results.append(etcd_build.build_etcd(report=said.append)))
         for _ in range(2)
-    ]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.2)  # the first one holds the lock
-    for thread in threads:
-        thread.join(timeout=30)
+    )
+    try:
+        first.start()
+        wait_for(
+            lambda: (
+                fake_go.exists() and any(c.startswith("build ") for c in fake_go.read_text().splitlines())
+            ),
+            timeout=30,
+            what="the first caller's build running, under the lock",
+        )
+        second.start()
+        wait_for(
+            lambda: any(line.startswith("Waiting for another jbodctl building etcd v3.6.8") for line in said),
+            timeout=30,
+            what="the second caller waiting for the lock",
+        )
+    finally:
+        release.touch()
+        for thread in (first, second):
+            if thread.ident is not None:
+                thread.join(timeout=30)
     assert results == [etcd_build.cached_binary()] * 2
     builds = [c for c in fake_go.read_text().splitlines() if c.startswith("build ")]
     assert len(builds) == 1

@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from e2e.wait import wait_for
 from jbod_client.kafka_config import parse_properties, security_from_properties
 from jbod_local import certs, supervisor
 from jbod_local.layout import STATE_FILE, read_layout
@@ -58,7 +59,26 @@ def client_config(root: Path, **extra: Any) -> dict[str, Any]:
 
 def served_serial(address: str) -> int:
     host, port = address.rsplit(":", 1)
-    return certificates.serial_of(ssl.get_server_certificate((host, int(port))).encode())
+    return certificates.serial_of(ssl.get_server_certificate((host, int(port)), timeout=10).encode())
+
+
+def wait_until_served(root: Path) -> None:
+    """Until every broker's SASL_SSL listener and https API and every controller show new
+    connections the certificate of their keystore (a process re-reads its files on a new
+    connection, at most once a second)."""
+    layout = read_layout(root)
+    expected = [
+        (address, certs.keystore(root, f"broker-{b.broker_id}"))
+        for b in layout.brokers
+        for address in (b.kafka_address, b.url.removeprefix("https://"))
+    ] + [(c.url.removeprefix("https://"), certs.keystore(root, c.keystore_name)) for c in layout.controllers]
+    wait_for(
+        lambda: all(
+            served_serial(address) == certs.served_serial(keystore) for address, keystore in expected
+        ),
+        timeout=30,
+        what="every process to serve the certificate of its keystore",
+    )
 
 
 def test_client_properties_name_sasl_ssl_and_the_pem_truststore(root: Path) -> None:
@@ -213,9 +233,9 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path, tmp_path: Path) ->
     for thread in threads:
         thread.start()
     try:
-        time.sleep(2)
+        assert wait_for_more(acked, 100) and wait_for_more(consumed, 0), "the load did not start"
         ok("rotate-certs", "--ca", "--dir", str(root))
-        time.sleep(1.5)  # the brokers re-read their keystores at most once a second
+        wait_until_served(root)
         after = {b.broker_id: served_serial(b.kafka_address) for b in layout.brokers}
         for broker in layout.brokers:
             keystore = certs.keystore(root, f"broker-{broker.broker_id}")
@@ -225,7 +245,7 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path, tmp_path: Path) ->
         assert served_serial(controller.url.removeprefix("https://")) == certs.served_serial(
             certs.keystore(root, controller.keystore_name)
         )
-        time.sleep(2)
+        assert wait_for_more(acked, len(acked) + 100), "the load did not go on after the renewal"
         ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
         assert certs.truststore(root).read_bytes() != kept_bundle.read_bytes()
         # Every connection the clients hold is closed in turn: the second broker restarts, then
@@ -239,7 +259,8 @@ def test_rotating_the_ca_under_load_loses_nothing(root: Path, tmp_path: Path) ->
         reached = wait_for_more(acked, len(acked) + 20)
         ok("up", "--dir", str(root))
         assert reached, "the producer did not get through to the restarted broker"
-        time.sleep(2)
+        wait_in_sync(root, topic, first)
+        assert wait_for_more(acked, len(acked) + 20), "the load did not go on with both brokers back"
     finally:
         deadline[0] = time.monotonic() + 60
         stop.set()
@@ -271,7 +292,7 @@ def test_a_new_ca_key_is_trusted_only_by_clients_that_read_the_new_bundle(root: 
     ok("rotate-certs", "--ca", "--new-key", "--dir", str(root))
     assert certs.current_ca(root).key_pem != key_before
     ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
-    time.sleep(1.5)  # the brokers re-read their keystores and truststore at most once a second
+    wait_until_served(root)
     layout = read_layout(root)
     broker = layout.brokers[0]
     host, port = broker.kafka_address.rsplit(":", 1)
@@ -368,11 +389,16 @@ def test_a_tls_quorum_runs_etcd_on_tls_with_client_certificates(tmp_path: Path) 
         assert len(replaced.stderr.strip().splitlines()) == 1
         # The CA renewed with its key: etcd, which loaded the old CA certificate at its start,
         # serves its new certificate and still accepts the controllers' new ones.
-        old = served_serial(member.url.removeprefix("https://"))
+        address = member.url.removeprefix("https://")
+        old = served_serial(address)
         ok("rotate-certs", "--ca", "--dir", str(root))
-        time.sleep(1.5)
-        new = served_serial(member.url.removeprefix("https://"))
-        assert new != old and new == certs.served_serial(certs.keystore(root, member.name))
+        keystore = certs.keystore(root, member.name)
+        wait_for(
+            lambda: served_serial(address) == certs.served_serial(keystore),
+            timeout=30,
+            what=f"etcd member {member.name} to serve its renewed certificate",
+        )
+        assert certs.served_serial(keystore) != old
         ok("rotate-certs", "--drop-old-ca", "--dir", str(root))
         with layout.controller() as admin:
             assert admin.create_topic("after-rotation", partitions=1, replication_factor=1)["errorCode"] == 0

@@ -181,7 +181,7 @@ class Workload:
 
                 if not self._guard(step, client):
                     return
-                time.sleep(0.02)
+                time.sleep(0.02)  # fixed wait: paces the registrations among the other writers
 
     def _follow(self) -> None:
         offset = 0
@@ -244,7 +244,7 @@ def _crash_rounds(controller: ControllerProcess, api: Api) -> None:
         deadline = time.monotonic() + 30
         while len(workload.acked_topics) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.8))
+        time.sleep(rng.uniform(0.0, 0.8))  # fixed wait: the crash's random moment is the scenario
         controller.kill()
         workload.join()
         assert not workload.failures, workload.failures[:5]

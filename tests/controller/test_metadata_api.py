@@ -96,7 +96,9 @@ def test_long_poll_returns_when_a_record_commits(api: Api) -> None:
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
-    time.sleep(0.3)  # let the poll reach the server; not an assertion
+    # fixed wait: lets the poll reach the server first, so it is the commit that answers it; a poll
+    # that came later would be answered at once with the same record: the test cannot tell.
+    time.sleep(0.3)
     created = api.create_topic("woken", numPartitions=1, replicationFactor=1)
     thread.join(timeout=30)
     assert not thread.is_alive(), "the long poll was not woken by the commit"

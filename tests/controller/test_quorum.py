@@ -20,10 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
+from e2e.wait import wait_for
 from tests.controller.conftest import Api, bring_up
 from tests.controller.quorum_support import ADMIN_TOKEN, CLUSTER_TOKEN, Quorum
 
 pytestmark = pytest.mark.quorum
+#: What a controller logs each time its keep-alive thread fails to renew its etcd lease.
+RENEWAL_FAILED = "Could not renew the etcd lease"
 
 
 @pytest.fixture
@@ -222,16 +225,17 @@ def test_kill_9_of_the_active_loses_nothing_and_fences_no_broker(quorum: Quorum)
     brokers = bring_up(api, [1, 2, 3])
     api.close()
     with QuorumHeartbeater(quorum, brokers) as heartbeats, TopicWriter(quorum) as writer:
-        time.sleep(1.5)
+        wait_for(lambda: len(writer.acked) >= 5, timeout=30, what="5 topics created before the kill")
         killed_at = time.monotonic()
         quorum.nodes[first].kill()
         second = quorum.active(other_than=first)
         failover = time.monotonic() - killed_at
         acked_before = len(writer.acked)
-        deadline = time.monotonic() + 30
-        while len(writer.acked) < acked_before + 5:
-            assert time.monotonic() < deadline, "no topic was created after the failover"
-            time.sleep(0.05)
+        wait_for(
+            lambda: len(writer.acked) >= acked_before + 5,
+            timeout=30,
+            what="5 topics created after the failover",
+        )
     assert heartbeats.fenced_replies == []
     print(f"failover seen by the controllers in {failover:.2f} s; {len(writer.acked)} topics acked")
     metrics = httpx.get(quorum.nodes[second].url + "/metrics").text
@@ -325,9 +329,16 @@ def _restart_etcd(quorum: Quorum) -> None:
     assert quorum.etcd is not None
     active = quorum.active()
     Api(quorum.nodes[active]).create_topic("before", numPartitions=1, replicationFactor=1)
+    failed_renewals = quorum.nodes[active].stderr().count(RENEWAL_FAILED)
     quorum.etcd.stop()
-    # Without etcd no controller may write: the active one's lease deadline passes.
-    time.sleep(4)
+    # Without etcd no controller may write: the active one's lease deadline passes. Its keep-alive
+    # thread tries every TTL / 4 (0.5 s): the lease's deadline (the last renewal sent + the 2 s TTL)
+    # has passed once a fourth try after the stop has failed.
+    wait_for(
+        lambda: quorum.nodes[active].stderr().count(RENEWAL_FAILED) >= failed_renewals + 4,
+        timeout=30,
+        what=f"controller {active} to fail renewing its lease 4 times",
+    )
     reply = httpx.post(
         quorum.nodes[active].url + "/v1/topics",
         json={"name": "while-down", "numPartitions": 1, "replicationFactor": 1},

@@ -101,10 +101,11 @@ def test_restart_gives_unfenced_brokers_a_fresh_session(make_controller: Any) ->
         last_heartbeat = time.monotonic()
         # Crash the controller within the session, and start it again only after the session of
         # the last heartbeat would have expired.
-        time.sleep(SESSION_MS / 1000 * 0.5)
+        time.sleep(SESSION_MS / 1000 * 0.5)  # fixed wait: half the session: the crash comes within it
         assert not any(b["fenced"] for b in api.brokers())
         end = api.end_offset()
         proc.kill()
+        # fixed wait: until the last heartbeat's session (1.5 s) would have expired, with 20 % margin
         time.sleep(max(0.0, last_heartbeat + SESSION_MS / 1000 * 1.2 - time.monotonic()))
         proc.start()
 
@@ -182,7 +183,8 @@ def test_new_incarnation_right_after_expiry_fences_the_old_one_first(make_contro
             assert api.heartbeat(1, brokers[1].epoch)["isFenced"] is False
             last = time.monotonic()
             start = api.end_offset()
-            time.sleep(max(0.0, last + 1.02 - time.monotonic()))  # just past broker 1's session
+            # fixed wait: just past broker 1's session (1 s): the registration comes right after its expiry
+            time.sleep(max(0.0, last + 1.02 - time.monotonic()))
             epoch = api.register(1, brokers[1].dirs, incarnation=random_uuid())
         records, _ = api.all_records(start)
         registration = next(r for r in records if r["type"] == "RegisterBrokerRecord")

@@ -87,6 +87,7 @@ def produce() -> None:
             seq += 1
         producer.poll(0)
         next_tick = max(next_tick + tick, time.monotonic() - 1.0)
+        # fixed wait: the producer's pace (RATE records a second, in ticks), not a wait for an event
         time.sleep(max(0.0, next_tick - time.monotonic()))
     producer.flush(180)
     for seq in sorted(pending):

@@ -117,6 +117,26 @@ class Env:
         result: dict[str, Any] = self.get("jbodbroker", f"{self.name}-broker-{broker_id}", "-n", self.ns)
         return result
 
+    def operator_metrics(self) -> str:
+        """The operator's /metrics, through the API server's service proxy."""
+        [service] = self.get(
+            "service", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/component=operator"
+        )["items"]
+        port = service["spec"]["ports"][0]["port"]
+        path = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/services/{service['metadata']['name']}:{port}"
+        return self.cluster.kubectl("get", "--raw", f"{path}/proxy/metrics").stdout
+
+    def reconciles(self, kind: str) -> float:
+        """How many reconciliations of `kind` the operator ran (`jbod_operator_reconciles_total`)."""
+        sample = f'jbod_operator_reconciles_total{{kind="{kind}",'
+        lines = self.operator_metrics().splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(sample))
+
+    def claims(self, broker_id: int, disk: str) -> list[str]:
+        """The names of the PVCs of one disk of one broker (retired ones included)."""
+        selector = f"jbod.dev/broker-id={broker_id},jbod.dev/disk={disk}"
+        return sorted(c["metadata"]["name"] for c in self.get("pvc", "-n", self.ns, "-l", selector)["items"])
+
     def log_dir(self, broker_id: int, disk: str) -> dict[str, Any]:
         for entry in self.jbod_broker(broker_id).get("status", {}).get("logDirs") or []:
             if entry["name"] == disk:
@@ -587,7 +607,15 @@ def test_a_drain_that_cannot_finish_is_refused_and_changes_nothing(env: Env) -> 
     assert condition["status"] == "False"
     assert "has 3 replicas but only 2" in condition["message"], condition
     assert env.events("DrainRefused")
-    time.sleep(3)  # a few reconciles: still nothing changed
+    # Two more reconciles of the cluster (the refresh runs every 5 s), so one began after the
+    # refusal was shown: still nothing changed.
+    reconciled = env.reconciles("JbodCluster")
+    wait_for(
+        lambda: env.reconciles("JbodCluster") >= reconciled + 2,
+        timeout=60,
+        what="two more reconciles of the cluster",
+        interval=1,
+    )
     assert len(env.get("jbodbrokers", "-n", NS)["items"]) == 3
     assert _pod_ready(env.broker_pod(2))
     assert env.call("reassignments", lambda c: c.list_reassignments()).reassignments == []
@@ -620,15 +648,7 @@ def test_add_and_grow_disks(env: Env) -> None:
     for broker_id in range(3):
         [claim] = env.get("pvc", "-n", NS, "-l", f"jbod.dev/broker-id={broker_id},jbod.dev/disk=d0")["items"]
         assert claim["spec"]["resources"]["requests"]["storage"] == "128Mi"
-    [service] = env.get("service", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/component=operator")[
-        "items"
-    ]
-    port = service["spec"]["ports"][0]["port"]
-    metrics = env.cluster.kubectl(
-        "get",
-        "--raw",
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/services/{service['metadata']['name']}:{port}/proxy/metrics",
-    ).stdout
+    metrics = env.operator_metrics()
     assert (
         f'jbod_operator_log_dirs{{broker="0",cluster="demo",namespace="{NS}",state="Online"}} 3.0' in metrics
     )
@@ -655,10 +675,20 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
         settled, timeout=600, what=lambda: f"the Manual spec observed, d2 Online; log:\n{env.operator_log()}"
     )
     before = env.log_dir(broker_id, disk)
+    claims = env.claims(broker_id, disk)
     env.cluster.detach_volume(NS, f"{CLUSTER}-broker-{broker_id}", disk)
     wait_for(lambda: env.log_dir(broker_id, disk).get("state") == "Offline", timeout=60, what="d2 Offline")
     wait_for(lambda: env.events("VolumeNeedsReplacement"), timeout=60, what="a VolumeNeedsReplacement event")
-    time.sleep(5)  # Manual: nothing is replaced without the annotation
+
+    # Automatic would replace the volume in the first reconcile that finds it Offline and leading
+    # nothing (its leaderships moved), creating the new claim before that reconcile writes the
+    # status. Manual: nothing is replaced without the annotation.
+    def offline_leading_nothing() -> bool:
+        entry = env.log_dir(broker_id, disk)
+        return entry.get("state") == "Offline" and entry.get("leaders") == 0
+
+    wait_for(offline_leading_nothing, timeout=120, what="d2 Offline and leading nothing")
+    assert env.claims(broker_id, disk) == claims
     assert env.log_dir(broker_id, disk)["pvc"] == before["pvc"]
     env.cluster.kubectl(
         "annotate", "jbodbroker", f"{CLUSTER}-broker-{broker_id}", "-n", NS, f"jbod.dev/replace-disks={disk}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -171,6 +170,7 @@ LOAD = textwrap.dedent(
     reader = threading.Thread(target=consume)
     reader.start()
     n = 0
+    reported = time.monotonic()
     while not os.path.exists("/tmp/stop"):
         def delivered(err, msg):
             if err:
@@ -180,6 +180,9 @@ LOAD = textwrap.dedent(
         producer.produce(topic, b"r%d" % n, on_delivery=delivered)
         n += 1
         producer.poll(0.02)
+        if time.monotonic() - reported >= 1:
+            print("progress", len(acked), len(consumed), flush=True)
+            reported = time.monotonic()
     left = producer.flush(60)
     done.set()
     reader.join()
@@ -345,6 +348,13 @@ def test_a_tls_cluster_serves_its_users_over_tls_only(env: Env) -> None:
     assert env.secret("writer") is None
 
 
+def _load_progress(env: Env, pod: str) -> tuple[int, int]:
+    """(acknowledged, consumed) as the LOAD pod `pod` last reported them (once a second)."""
+    logs = env.cluster.kubectl("logs", "-n", NS, pod, check=False).stdout
+    reports = [line.split() for line in logs.splitlines() if line.startswith("progress ")]
+    return (int(reports[-1][1]), int(reports[-1][2])) if reports else (0, 0)
+
+
 def _serial(pem: str) -> int:
     return x509.load_pem_x509_certificate(pem.encode()).serial_number
 
@@ -385,7 +395,17 @@ def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> No
         what="the load pod running",
         interval=2,
     )
-    time.sleep(10)  # the clients connected and produce under the old certificates
+
+    def flowing() -> bool:
+        acked, consumed = _load_progress(env, "steady-load")
+        return acked >= 100 and consumed > 0
+
+    wait_for(
+        flowing,
+        timeout=120,
+        what="the load's clients producing and consuming under the old certificates",
+        interval=2,
+    )
 
     env.cluster.kubectl("annotate", "secret", ca_secret, "-n", NS, "jbod.dev/force-renew=true")
 
@@ -413,7 +433,13 @@ def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> No
     # The old CA certificate leaves the bundle once the new certificates had time to reach the
     # pods (rotation.PROPAGATION, 3 min) and a full pass ran (1 min).
     wait_for(bundle_of_one, timeout=420, what="the old CA certificate dropped", interval=5)
-    time.sleep(5)  # the load runs on after the drop
+    acked = _load_progress(env, "steady-load")[0]
+    wait_for(
+        lambda: _load_progress(env, "steady-load")[0] >= acked + 100,
+        timeout=120,
+        what="the load going on after the drop",
+        interval=2,
+    )
 
     env.cluster.kubectl("exec", "-n", NS, "steady-load", "--", "touch", "/tmp/stop")
     wait_for(lambda: env.phase("steady-load"), timeout=300, what="the load pod finished", interval=3)

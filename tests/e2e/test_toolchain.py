@@ -188,3 +188,31 @@ def test_node_images_carry_the_versions_kubeadm_pins() -> None:
     assert f'PauseVersion = "{images.PAUSE_TAG}"' in text
     assert f'DefaultEtcdVersion = "{images.ETCD_TAG}"' in text
     assert f'CoreDNSVersion = "{toolchain.COREDNS_VERSION}"' in text
+
+
+def test_the_coredns_build_has_every_plugin_of_kubeadms_corefile() -> None:
+    """CoreDNS is built with only `COREDNS_PLUGINS`; kubeadm's Corefile must need no other one."""
+    if shutil.which("go") is None:
+        pytest.skip("no go")
+    modcache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    manifests = (
+        Path(modcache)
+        / f"k8s.io/kubernetes@{toolchain.K8S_VERSION}"
+        / "cmd/kubeadm/app/phases/addons/dns/manifests.go"
+    )
+    if not manifests.exists():
+        pytest.skip("k8s.io/kubernetes not in the module cache (python -m e2e.toolchain build)")
+    text = manifests.read_text()
+    start = text.index("Corefile: |")
+    corefile = text[start : text.index("`", start)]  # the Go raw string holding the ConfigMap
+    directives = {
+        line.split()[0]
+        for line in corefile.splitlines()[2:]
+        if line.strip() and line.startswith(" " * 8) and not line.startswith(" " * 9)
+    } - {"}", "{{-"}
+    packages = {"prometheus": "metrics"}  # the directive `prometheus` is the package plugin/metrics
+    assert {"errors", "kubernetes", "forward", "cache", "loop", "reload"} <= directives
+    assert {packages.get(d, d) for d in directives} <= set(toolchain.COREDNS_PLUGINS)
+    assert "plugin/kubernetes" in toolchain._coredns_main()

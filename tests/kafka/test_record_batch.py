@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jbod_kafka import record_batch
-from jbod_kafka.record_batch import HEADER_SIZE, Compression, CorruptBatchError, Record
+from jbod_kafka.record_batch import HEADER_SIZE, BatchFault, Compression, CorruptBatchError, Record
 
 RECORDS: list[tuple[bytes | None, bytes | None]] = [
     (None, b"v0"),
@@ -125,24 +125,41 @@ def _with_field(batch: bytes, fmt: str, at: int, value: int) -> bytes:
     return _resealed(changed)
 
 
+INVALID, DAMAGED, UNREADABLE = BatchFault.INVALID, BatchFault.DAMAGED, BatchFault.UNREADABLE
+
+
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("mutate", "message", "fault"),
     [
-        (lambda b: _with_field(b, ">i", 57, 3), "Inconsistent batch offset range"),  # recordsCount
-        (lambda b: _with_field(b, ">i", 23, 0), "Inconsistent batch offset range"),  # lastOffsetDelta
-        (lambda b: _with_field(b, ">h", 21, 0x20), "control batches"),
-        (lambda b: _with_field(b, ">h", 21, 0x10), "Transactions"),
-        (lambda b: _with_field(b, ">h", 21, 5), "Unknown compression codec 5"),
-        (lambda b: _with_field(b, ">b", 16, 1), "Unsupported record batch magic 1"),
-        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "Bad CRC-32C"),
-        (lambda b: b + b, "exactly one batch"),
+        (lambda b: _with_field(b, ">i", 57, 3), "Inconsistent batch offset range", INVALID),  # recordsCount
+        (
+            lambda b: _with_field(b, ">i", 23, 0),
+            "Inconsistent batch offset range",
+            INVALID,
+        ),  # lastOffsetDelta
+        (lambda b: _with_field(b, ">h", 21, 0x20), "control batches", INVALID),
+        (lambda b: _with_field(b, ">h", 21, 0x10), "Transactions", INVALID),
+        (lambda b: _with_field(b, ">h", 21, 5), "Unknown compression codec 5", INVALID),
+        (lambda b: _with_field(b, ">b", 16, 1), "Unsupported record batch magic 1", INVALID),
+        (lambda b: b[: len(b) - 1], "Partial batch", INVALID),
+        (lambda b: b + b, "exactly one batch", INVALID),
+        (lambda b: _with_field(b, ">b", 16, 7), "Unsupported record batch magic 7", UNREADABLE),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "Bad CRC-32C", DAMAGED),
+        (lambda b: b"\0" * len(b), "Bad batch length 0", UNREADABLE),
+        (lambda b: _with_field(b, ">i", 8, 13), "Bad batch length 13", UNREADABLE),
     ],
 )
-def test_produced_batches_are_checked_as_kafka_checks_them(mutate: object, message: str) -> None:
+def test_produced_batches_are_checked_as_kafka_checks_them(
+    mutate: object, message: str, fault: BatchFault
+) -> None:
+    """Kafka answers a whole batch that breaks a rule INVALID_RECORD, damaged or unreadable bytes
+    CORRUPT_MESSAGE (with its reason when unreadable), checked in its order: a length below any
+    magic's first, so zeros are unreadable (seen on Kafka 4.3.1: tests/kafka_tools/test_error_responses.py)."""
     batch = client_batch([(None, b"a"), (b"k", b"b")])
     record_batch.check_produced(batch)
-    with pytest.raises(CorruptBatchError, match=message):
+    with pytest.raises(CorruptBatchError, match=message) as refused:
         record_batch.check_produced(mutate(batch))  # type: ignore[operator]
+    assert refused.value.fault is fault
 
 
 def test_uncompressed_records_must_fill_the_batch_with_deltas_in_order() -> None:

@@ -4,7 +4,6 @@ client library would not send what the test needs (a retried batch)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -32,7 +31,7 @@ from jbod_kafka import protocol
 from tests.broker.conftest import wait_for
 from tests.kafka_api.conftest import KafkaCluster
 from tests.kafka_api.raw_client import RawConnection
-from tests.kafka_api.test_librdkafka import consume_all, produce
+from tests.kafka_api.test_librdkafka import consume_all, produce, wait_for_leaders
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -141,7 +140,7 @@ def test_the_idempotent_producer_writes_every_record_once(kafka_cluster: KafkaCl
     client = admin(kafka_cluster)
     topic = name()
     client.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
-    time.sleep(0.5)
+    wait_for_leaders(kafka_cluster, topic, 3)
     records = [(b"k%d" % (i % 7), b"v-%05d" % i) for i in range(5000)]
     acked = produce(kafka_cluster, topic, records, **{"enable.idempotence": True, "linger.ms": 2})
     assert len(acked) == len(records)

@@ -11,13 +11,15 @@ The scenario (`test_idempotent_producer_survives_a_failed_leader_disk_and_a_kill
   report: (partition, offset) of each acknowledged record, the error of each refused one.
 * Meanwhile: the ext4 volume holding partition 0's leader replica is shut down (EIO on every I/O,
   as `tests/broker` fails a disk); once the controller lists the dir offline and moved leadership
-  away, and 2 s later, another broker `K` is killed with SIGKILL. `K` is one that leads a
-  partition and is never the only in-sync replica of one, so no partition goes offline; but the
-  partitions whose replica on the damaged broker was in the failed dir then have one in-sync
-  replica, fewer than min.insync.replicas, and refuse acks=all writes (NOT_ENOUGH_REPLICAS,
-  retried by librdkafka). `K` is therefore restarted (`LocalBroker.start`, same dirs, new ports)
-  once the controller has fenced it and moved its leadership, 1 s later: those partitions take
-  writes again once it is back in their ISRs (left down, their records would only time out).
+  away, and the producer got an acknowledgement on each partition the dir held, another broker
+  `K` is killed with SIGKILL. `K` is one that leads a partition and is never the only in-sync
+  replica of one, so no partition goes offline; but the partitions whose replica on the damaged
+  broker was in the failed dir then have one in-sync replica, fewer than min.insync.replicas, and
+  refuse acks=all writes (NOT_ENOUGH_REPLICAS, retried by librdkafka). `K` is therefore restarted (`LocalBroker.start`, same dirs, new ports)
+  once the controller has fenced it and moved its leadership and the producer got an
+  acknowledgement after that (from the partitions left with two in-sync replicas): those
+  partitions take writes again once it is back in their ISRs (left down, their records would
+  only time out).
 * After the producer flushed, every partition is read from offset 0 to its high watermark with
   assign(), and checked (`verify`): offsets dense from 0, no value twice, every value one this
   producer sent to that partition, in increasing sequence per partition, every acknowledged record
@@ -166,6 +168,10 @@ class Production(threading.Thread):
     def wait_acked(self, count: int, *, timeout: float = 30) -> None:
         wait_for(lambda: len(self.acked) >= count, timeout=timeout, what=f"{count} acknowledged records")
 
+    def partitions_acked_after(self, moment: float) -> set[int]:
+        """The partitions with a record acknowledged after monotonic time `moment`."""
+        return {d.partition for d in list(self.acked) if d.at > moment}
+
 
 @contextlib.contextmanager
 def kafka_cluster_on_loop_disks(base: Path) -> Iterator[KafkaCluster]:
@@ -261,6 +267,7 @@ class DiskFailure:
     broker: int
     partitions: list[int]  # those whose replica on `broker` was in the failed dir
     at: float
+    left_at: float  # when the controller showed no leadership or ISR place left in it
 
 
 def fail_a_leader_disk(cluster: Cluster, topic: str, timeline: Timeline) -> DiskFailure:
@@ -292,14 +299,17 @@ def fail_a_leader_disk(cluster: Cluster, topic: str, timeline: Timeline) -> Disk
         )
 
     wait_for(left, what="leadership and ISRs to leave the failed dir")
-    timeline.mark("leadership and ISRs left the failed dir")
-    return DiskFailure(damaged, hosted, at)
+    left_at = timeline.mark("leadership and ISRs left the failed dir")
+    return DiskFailure(damaged, hosted, at, left_at)
 
 
-def kill_and_restart_a_leader(cluster: Cluster, topic: str, *, spare: int, timeline: Timeline) -> int:
+def kill_and_restart_a_leader(
+    cluster: Cluster, topic: str, *, spare: int, production: Production, timeline: Timeline
+) -> int:
     """kill -9 the broker other than `spare` that leads most partitions and is no partition's only
-    in-sync replica; once the controller fenced it and moved its leadership, and 1 s later, start it
-    again (same dirs); return it once every partition has min.insync.replicas (2) in sync again."""
+    in-sync replica; once the controller fenced it and moved its leadership, and the producer got
+    an acknowledgement after that, start it again (same dirs); return it once every partition has
+    min.insync.replicas (2) in sync again."""
     now = cluster.admin.describe_topic(topic)["partitions"]
     candidates = [
         b
@@ -319,8 +329,13 @@ def kill_and_restart_a_leader(cluster: Cluster, topic: str, *, spare: int, timel
         ),
         what=f"broker {killed} fenced and its leadership moved",
     )
-    timeline.mark(f"controller fenced broker {killed} and moved its leadership")
-    time.sleep(1)
+    moved_at = timeline.mark(f"controller fenced broker {killed} and moved its leadership")
+    # The partitions left with two in-sync replicas take writes again without it.
+    wait_for(
+        lambda: production.partitions_acked_after(moved_at),
+        what=f"an acknowledgement with broker {killed} down",
+    )
+    timeline.mark(f"producer got an acknowledgement with broker {killed} down")
     timeline.mark(f"broker {killed} started again")
     cluster.brokers[killed].start()
     wait_for(lambda: ready(cluster, killed), what=f"broker {killed} ready")
@@ -412,8 +427,13 @@ def test_idempotent_producer_survives_a_failed_leader_disk_and_a_killed_broker(t
         production.wait_acked(1500)
         timeline = Timeline()
         disk = fail_a_leader_disk(cluster, topic, timeline)
-        time.sleep(2)
-        kill_and_restart_a_leader(cluster, topic, spare=disk.broker, timeline=timeline)
+        # Before the next fault, the producer got through to every partition the disk held.
+        wait_for(
+            lambda: production.partitions_acked_after(disk.left_at) >= set(disk.partitions),
+            what=f"acknowledgements on partitions {disk.partitions} after the disk failure",
+        )
+        timeline.mark(f"producer got acknowledgements on partitions {disk.partitions} again")
+        kill_and_restart_a_leader(cluster, topic, spare=disk.broker, production=production, timeline=timeline)
         production.join(MESSAGE_TIMEOUT_MS / 1000 + 120)
         assert not production.is_alive(), "the producer is stuck"
         if production.crashed is not None:

@@ -17,6 +17,7 @@ application uses them: `subscribe()`, automatic or explicit commits, `close()`.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -94,7 +95,8 @@ class Production(threading.Thread):
 
 class Member(threading.Thread):
     """One consumer of the group in a thread, polling until `stop`; `close()` on the way out
-    (commits, then LeaveGroup, as librdkafka does)."""
+    (commits, then LeaveGroup, as librdkafka does). `heartbeats`: the Heartbeat requests it has
+    sent, from librdkafka's statistics (every 100 ms)."""
 
     def __init__(self, config: dict[str, Any], topic: str, name: str) -> None:
         super().__init__(daemon=True, name=name)
@@ -105,10 +107,15 @@ class Member(threading.Thread):
         self.owned: list[int] = []  # the whole assignment, after the last poll
         self.revoked: list[list[int]] = []
         self.errors: list[str] = []
+        self.heartbeats = 0
         self.stop = threading.Event()
 
+    def _statistics(self, text: str) -> None:
+        brokers = json.loads(text).get("brokers", {}).values()
+        self.heartbeats = sum(b.get("req", {}).get("Heartbeat", 0) for b in brokers)
+
     def run(self) -> None:
-        consumer = Consumer(self.config)
+        consumer = Consumer({**self.config, "statistics.interval.ms": 100, "stats_cb": self._statistics})
         consumer.subscribe(
             [self.topic],
             on_assign=lambda c, ps: self.assigned.append(sorted(p.partition for p in ps)),
@@ -327,7 +334,11 @@ def test_a_static_member_restarted_within_its_session_rejoins_without_a_rebalanc
     again.start()
     wait_for(lambda: again.assigned, timeout=30, what="the restarted static member assigned")
     assert again.assigned == [b_partitions]
-    time.sleep(2)  # a rebalance would reach the other member within a heartbeat interval or two
+    # A rebalance would reach the other member in the answer to its next heartbeat: librdkafka
+    # sends one only once the one before was answered, and none while it rejoins. Three more,
+    # and a revocation would have reached its poll (every 0.2 s).
+    heartbeats = a.heartbeats
+    wait_for(lambda: a.heartbeats >= heartbeats + 3, timeout=30, what="three more heartbeats of member a")
     assert (len(a.assigned), len(a.revoked)) == a_changes, (a.assigned, a.revoked)
     a.finish()
     again.finish()

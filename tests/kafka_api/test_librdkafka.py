@@ -4,6 +4,7 @@ by time, and SASL refusals."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import defaultdict
@@ -23,16 +24,22 @@ def new_topic(kafka: KafkaCluster, *, partitions: int = 3) -> str:
     kafka.cluster.admin.create_topic(
         name, partitions=partitions, replication_factor=3, configs={"min.insync.replicas": "2"}
     )
+    wait_for_leaders(kafka, name, partitions)
+    return name
+
+
+def wait_for_leaders(kafka: KafkaCluster, name: str, partitions: int) -> None:
+    """Until the brokers (which follow the metadata log) name a leader for each partition of `name`."""
     admin = AdminClient(kafka.client_config())
     deadline = time.monotonic() + 20
-    while True:  # until every leader is known to the brokers (they follow the metadata log)
+    while True:
         topic = admin.list_topics(topic=name, timeout=10).topics[name]
         if (
             topic.error is None
             and len(topic.partitions) == partitions
             and all(p.leader >= 0 for p in topic.partitions.values())
         ):
-            return name
+            return
         assert time.monotonic() < deadline, f"topic {name} never got leaders: {topic}"
         time.sleep(0.1)
 
@@ -119,9 +126,11 @@ def test_an_idempotent_producer_with_every_codec_round_trips_every_record_once_i
 def test_offsets_by_time_earliest_and_latest(kafka_cluster: KafkaCluster) -> None:
     topic = new_topic(kafka_cluster, partitions=1)
     produce(kafka_cluster, topic, [(b"k", b"early-%d" % i) for i in range(10)])
-    time.sleep(0.05)
-    cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    # The cut: the millisecond after every early record's timestamp (librdkafka stamps a record with
+    # the wall clock when it is produced); the late ones are produced once the clock reached it.
+    cut = int(time.time() * 1000) + 1
+    while time.time() * 1000 < cut:
+        time.sleep(0.001)
     produce(kafka_cluster, topic, [(b"k", b"late-%d" % i) for i in range(5)])
     consumer = Consumer(kafka_cluster.client_config(**{"group.id": "unused"}))
     try:
@@ -144,3 +153,64 @@ def test_wrong_credentials_are_refused(kafka_cluster: KafkaCluster, user: str, p
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
     )
+
+
+def read_values(consumer: Consumer, count: int, *, within_s: float) -> list[tuple[int, bytes]]:
+    """(offset, value) of the next `count` records `consumer` polls, or of fewer at the deadline;
+    a consumer error (an offset out of range not reset, a broken response) fails the test."""
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + within_s
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        got.append((msg.offset(), msg.value()))
+    return got
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_a_consumer_whose_offset_is_out_of_range_resets_as_auto_offset_reset_says(
+    kafka_cluster: KafkaCluster, reset: str
+) -> None:
+    """Issue 30: assigned offset 5,000 of a partition of 100 records, the consumer gets
+    OFFSET_OUT_OF_RANGE, resets by `auto.offset.reset` and reads on (Kafka 4.3.1 does at once). The
+    errored partition's `records` must be empty, not null: librdkafka rejects a whole Fetch
+    response with a null (`invalid MessageSetSize -1`), reconnects and never resets."""
+    topic = new_topic(kafka_cluster, partitions=1)
+    produce(kafka_cluster, topic, [(b"k", b"first-%03d" % i) for i in range(100)])
+    next_offsets: list[int] = []  # the partition's next fetch offset, from librdkafka's statistics
+
+    def statistics(stats: str) -> None:
+        partition = json.loads(stats)["topics"].get(topic, {}).get("partitions", {}).get("0", {})
+        if partition.get("fetch_state") == "active":
+            next_offsets.append(int(partition["next_offset"]))
+
+    consumer = Consumer(
+        kafka_cluster.client_config(
+            **{
+                "group.id": f"g-{topic}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": reset,
+                "statistics.interval.ms": 100,
+                "stats_cb": statistics,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 5_000)])
+        if reset == "earliest":
+            got = read_values(consumer, 100, within_s=30)
+            assert got == [(i, b"first-%03d" % i) for i in range(100)]
+        else:
+            # Reset to the end (100): once the consumer fetches from there, only what is
+            # produced after it arrives.
+            deadline = time.monotonic() + 30
+            while 100 not in next_offsets:
+                assert time.monotonic() < deadline, f"never fetched from offset 100: {next_offsets[-5:]}"
+                assert consumer.poll(0.2) is None
+            produce(kafka_cluster, topic, [(b"k", b"second-%03d" % i) for i in range(10)])
+            got = read_values(consumer, 10, within_s=30)
+            assert got == [(100 + i, b"second-%03d" % i) for i in range(10)]
+    finally:
+        consumer.close()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jbod_agent.config import parse_config
 from jbod_operator import builders, model, names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +110,29 @@ def test_broker_pod_shape() -> None:
     ) in config
     assert "controller.url=http://demo-controller.ns.svc:9093\n" in config
     assert "min.insync.replicas=2\n" in config
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({}, (True, 1, 3)),  # Kafka's defaults, and the controller's default replication factor
+        ({"autoCreateTopicsEnable": False, "numPartitions": 6, "defaultReplicationFactor": 2}, (False, 6, 2)),
+    ],
+)
+def test_brokers_get_the_topic_auto_creation_keys_of_the_spec(
+    config: dict[str, Any], expected: tuple[bool, int, int]
+) -> None:
+    spec = model.parse_cluster("demo", {**example()["spec"], "config": config})
+    parsed = parse_config(builders.server_properties(spec, "demo", "ns", 1, spec.disks))
+    settings = parsed.auto_create_settings
+    assert (settings.enabled, settings.num_partitions, settings.replication_factor) == expected
+    assert {"auto.create.topics.enable", "num.partitions", "default.replication.factor"} <= parsed.given_keys
+
+
+@pytest.mark.parametrize("partitions", [0, 10_001])
+def test_a_num_partitions_no_create_could_take_is_refused(partitions: int) -> None:
+    with pytest.raises(model.SpecError, match=r"spec\.config\.numPartitions"):
+        model.parse_cluster("demo", {**example()["spec"], "config": {"numPartitions": partitions}})
 
 
 def test_spec_hash_follows_disks_and_config() -> None:

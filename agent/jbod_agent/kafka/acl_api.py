@@ -6,8 +6,10 @@ Guarantees:
 * DescribeAcls needs DESCRIBE on the cluster, CreateAcls and DeleteAcls ALTER (Kafka's ACLs):
   anyone else gets CLUSTER_AUTHORIZATION_FAILED (31) — at the top for DescribeAcls, for every
   creation or filter otherwise — and nothing changes.
-* A creation or filter holding a code that is not one of Kafka's enums is INVALID_REQUEST (42)
-  here, not forwarded; everything else is decided by the controller (`jbod_core.acls`: ANY in a
+* As Kafka 4.3.1: a request naming UNKNOWN (0) in an enum of a creation or filter closes the
+  connection unanswered (Kafka cannot parse it); a DescribeAcls filter with a code Kafka does not
+  know matches nothing; a creation or DeleteAcls filter with one is INVALID_REQUEST (42) here,
+  not forwarded; everything else is decided by the controller (`jbod_core.acls`: ANY in a
   creation, a bad principal, a CLUSTER resource not named `kafka-cluster` are 42 there).
 * A change is answered once the controller committed it and this broker's image shows it (every
   ACL created present, every ACL a filter matched gone; bounded by 30 s, Kafka's admin default),
@@ -23,9 +25,9 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.admin_api import kafka_response, until_image_shows
-from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder
-from jbod_agent.kafka.listener import Connection
+from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_agent.ports import ControllerCallError
 from jbod_core import acls
 from jbod_core.acls import Acl, AclOperation, PatternType, PermissionType, ResourceType
@@ -49,6 +51,21 @@ def _name(
     if member.value == 0:
         raise InvalidCodeError(f"Unknown {field}")
     return member.name
+
+
+_CODE_FIELDS: Final = {
+    "creation": ("resource_type", "resource_pattern_type", "operation", "permission_type"),
+    "filter": ("resource_type_filter", "pattern_type_filter", "operation", "permission_type"),
+}
+
+
+def _refuse_unknown(items: list[Any], kind: str) -> None:
+    """Close the connection when an item names UNKNOWN (0) in any of its enums, as Kafka's request
+    validation does (it cannot even parse such a request; a code it does not know is another
+    matter: that is answered)."""
+    for item in items:
+        if any(int(getattr(item, name)) == 0 for name in _CODE_FIELDS[kind]):
+            raise CloseConnectionError(f"an ACL {kind} holding UNKNOWN elements")
 
 
 def _creation(c: Any) -> AclBindingModel:
@@ -103,11 +120,18 @@ class AclApis:
 
     async def describe_acls(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         if not ctx.allows(conn, AclOperation.DESCRIBE):
+            message = refusal(conn, AclOperation.DESCRIBE, "the cluster")
             return kafka_response(
-                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, resources=[]
+                request,
+                error_code=KafkaError.cluster_authorization_failed,
+                error_message=message,
+                resources=[],
             )
+        _refuse_unknown([request.body], "filter")
         try:
             acl_filter = acls.filter_of(_filter(request.body))
+        except InvalidCodeError:  # a code Kafka does not know matches nothing, as in Kafka
+            return kafka_response(request, error_code=KafkaError.none, error_message="", resources=[])
         except ValueError as exc:
             return kafka_response(
                 request, error_code=KafkaError.invalid_request, error_message=str(exc), resources=[]
@@ -130,13 +154,17 @@ class AclApis:
             }
             for (kind, name, pattern), group in acls.by_resource(found).items()
         ]
-        return kafka_response(request, error_code=KafkaError.none, error_message=None, resources=resources)
+        # Kafka's default: an empty message, not a null one.
+        return kafka_response(request, error_code=KafkaError.none, error_message="", resources=resources)
 
     async def create_acls(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         creations = list(request.body.creations)
         if not ctx.allows(conn, AclOperation.ALTER):
-            denied = _error(KafkaError.cluster_authorization_failed, None)
+            denied = _error(
+                KafkaError.cluster_authorization_failed, refusal(conn, AclOperation.ALTER, "the cluster")
+            )
             return kafka_response(request, results=[denied] * len(creations))
+        _refuse_unknown(creations, "creation")
         results: list[dict[str, Any] | None] = [None] * len(creations)
         forwarded: list[tuple[int, AclBindingModel]] = []
         for position, creation in enumerate(creations):
@@ -168,8 +196,10 @@ class AclApis:
     async def delete_acls(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         filters = list(request.body.filters)
         if not ctx.allows(conn, AclOperation.ALTER):
-            denied = {**_error(KafkaError.cluster_authorization_failed, None), "matching_acls": []}
+            message = refusal(conn, AclOperation.ALTER, "the cluster")
+            denied = {**_error(KafkaError.cluster_authorization_failed, message), "matching_acls": []}
             return kafka_response(request, filter_results=[denied] * len(filters))
+        _refuse_unknown(filters, "filter")
         results: list[dict[str, Any] | None] = [None] * len(filters)
         forwarded: list[tuple[int, AclFilterModel]] = []
         for position, item in enumerate(filters):

@@ -16,12 +16,24 @@ Guarantees:
   is to Kafka's clients. The controller's own codes pass through (TOPIC_ALREADY_EXISTS,
   INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ...).
 * `validate_only` requests are checked without changing anything.
+* CreateTopics checks the counts as Kafka's controller does: 0 or below -1 partitions is
+  INVALID_PARTITIONS, replicas INVALID_REPLICATION_FACTOR, an assignment with counts other than
+  -1 INVALID_REQUEST; nothing is created. IncrementalAlterConfigs naming an operation Kafka does
+  not define is INVALID_REQUEST, nothing changed. DescribeConfigs of another broker's id is
+  INVALID_REQUEST (a broker describes itself and the cluster default, as Kafka's).
+* Error responses have Kafka 4.3.1's shape (tests/kafka_tools/test_error_responses.py): empty
+  `configs` in a CreateTopics error, `""` for "no message" where Kafka's default is empty, a
+  message with each refusal where Kafka's has one.
 * DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
   value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
   defaults as this broker has them (STATIC_BROKER_CONFIG), then the dynamic broker configs
   (`jbod_core.broker_configs`) from the broker's own value (DYNAMIC_BROKER_CONFIG), the cluster
   default (DYNAMIC_DEFAULT_BROKER_CONFIG), its server.properties (STATIC_BROKER_CONFIG) or
   Kafka's default (DEFAULT_CONFIG); of the cluster default (""), the dynamic defaults set.
+* A CreateTopics topic with -1 partitions or replication factor (and no assignment) gets this
+  broker's `num.partitions` / `default.replication.factor`. DescribeConfigs of a broker lists
+  those and `auto.create.topics.enable` read-only (static in Kafka), STATIC_BROKER_CONFIG when
+  server.properties sets them, else DEFAULT_CONFIG.
 * IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
   `cordoned.log.dirs` naming this broker checks its
   paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
@@ -38,16 +50,17 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import dynamic_configs
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
-from jbod_core import broker_configs, topic_configs
+from jbod_core import auto_create, broker_configs, topic_configs
 from jbod_core.acls import AclOperation, ResourceType
 from jbod_core.messages import (
     AlterBrokerConfigsRequest,
@@ -63,21 +76,19 @@ from jbod_kafka import protocol
 
 TOPIC: Final = 2
 BROKER: Final = 4
-# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: INT 3, LONG 5, LIST 7).
+# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: BOOLEAN 1, INT 3, LONG 5, LIST 7).
 DYNAMIC_TOPIC_CONFIG: Final = 1
 DYNAMIC_BROKER_CONFIG: Final = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
 STATIC_BROKER_CONFIG: Final = 4
 DEFAULT_CONFIG: Final = 5
-_CONFIG_TYPES: Final = {"int": 3, "long": 5, "list": 7}
+_CONFIG_TYPES: Final = {"boolean": 1, "int": 3, "long": 5, "list": 7}
 _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     0: "SET",
     1: "DELETE",
     2: "APPEND",
     3: "SUBTRACT",
 }
-_DEFAULT_PARTITIONS: Final = 1  # Kafka's num.partitions
-_DEFAULT_REPLICATION: Final = 1  # Kafka's default.replication.factor
 _WAIT_STEP_S: Final = 0.02
 
 
@@ -102,6 +113,15 @@ def _entry(name: str, value: str, source: int, kind: str, doc: str) -> dict[str,
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Described:
+    """One resource's answer to DescribeConfigs: its code, its entries, why it was refused."""
+
+    error_code: KafkaError
+    entries: list[dict[str, Any]]
+    error_message: str | None = None
+
+
 def _refused(exc: Exception, *, invalid: KafkaError) -> dict[str, Any]:
     """The error fields of an item the controller did not decide: none answered (retriable
     NOT_CONTROLLER), or the request did not fit the controller's schema (`invalid`)."""
@@ -109,9 +129,42 @@ def _refused(exc: Exception, *, invalid: KafkaError) -> dict[str, Any]:
     return {"error_code": code, "error_message": str(exc)}
 
 
+def _unknown_operation(resource: Any) -> dict[str, Any] | None:
+    """INVALID_REQUEST for an IncrementalAlterConfigs resource naming an operation Kafka does
+    not define (Kafka 4.3.1 fails with UNKNOWN_SERVER_ERROR; docs/decisions.md), else None."""
+    unknown = sorted({int(c.config_operation) for c in resource.configs} - set(_OPS))
+    if not unknown:
+        return None
+    message = f"Unknown config operation {unknown[0]}: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT"
+    return {"error_code": KafkaError.invalid_request, "error_message": message}
+
+
 def _controller_error(reply: Any) -> dict[str, Any]:
     """The error fields of an item the controller refused, its code and message as they are."""
     return {"error_code": KafkaError(reply.error_code), "error_message": reply.error_message}
+
+
+def _shape_error(topic: Any) -> tuple[KafkaError, str] | None:
+    """Why a CreatableTopic's counts cannot be used, as Kafka's controller checks them: an
+    assignment with counts other than -1 (the default), or a count of 0 or below -1."""
+    if topic.assignments:
+        if topic.replication_factor != -1 or topic.num_partitions != -1:
+            return (
+                KafkaError.invalid_request,
+                "A manual partition assignment was given with a partition count or replication factor other than -1",
+            )
+        return None
+    if topic.replication_factor == 0 or topic.replication_factor < -1:
+        return (
+            KafkaError.invalid_replication_factor,
+            f"Replication factor {topic.replication_factor}: it must be positive, or -1 for the default",
+        )
+    if topic.num_partitions == 0 or topic.num_partitions < -1:
+        return (
+            KafkaError.invalid_partitions,
+            f"Partition count {topic.num_partitions}: it must be positive, or -1 for the default",
+        )
+    return None
 
 
 _CONFIG_WAIT_S: Final = 30.0  # IncrementalAlterConfigs has no timeout of its own; Kafka's admin default
@@ -167,22 +220,27 @@ class AdminApis:
             "error_message": None,
             "num_partitions": -1,
             "replication_factor": -1,
-            "configs": None,
+            "configs": [],
         }
         if not self.ctx.allows(conn, AclOperation.CREATE) and not self.ctx.allows_topic(
             conn, AclOperation.CREATE, name
         ):
-            return {**result, "error_code": KafkaError.topic_authorization_failed}
+            denial = refusal(conn, AclOperation.CREATE, f"topic {name}")
+            return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": denial}
+        shape = _shape_error(topic)
+        if shape is not None:
+            return {**result, "error_code": shape[0], "error_message": shape[1]}
         assignment = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
+        defaults = self.ctx.state.config.auto_create_settings  # num.partitions, default.replication.factor
         partitions = (
             None
             if assignment
-            else (topic.num_partitions if topic.num_partitions > 0 else _DEFAULT_PARTITIONS)
+            else (topic.num_partitions if topic.num_partitions > 0 else defaults.num_partitions)
         )
         replication = (
             None
             if assignment
-            else (topic.replication_factor if topic.replication_factor > 0 else _DEFAULT_REPLICATION)
+            else (topic.replication_factor if topic.replication_factor > 0 else defaults.replication_factor)
         )
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
         if validate_only:
@@ -212,16 +270,15 @@ class AdminApis:
                 else KafkaError.invalid_request,
                 "error_message": str(exc),
             }
-        created = int(reply.get("errorCode", 0))
-        if created != 0:
-            return {**result, "error_code": KafkaError(created), "error_message": reply.get("errorMessage")}
+        if reply.error_code != 0:
+            return {**result, **_controller_error(reply)}
         await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
             **result,
             "topic_id": kafka_uuid(topic_id) if topic_id is not None else None,
-            "num_partitions": reply.get("numPartitions", partitions or -1),
-            "replication_factor": reply.get("replicationFactor", replication or -1),
+            "num_partitions": reply.num_partitions,
+            "replication_factor": reply.replication_factor,
             "configs": [],
         }
 
@@ -263,9 +320,14 @@ class AdminApis:
             "error_message": None,
         }
         if name is None:
-            return {**result, "error_code": KafkaError.unknown_topic_id}
+            return {
+                **result,
+                "error_code": KafkaError.unknown_topic_id,
+                "error_message": f"No topic has id {topic_id}",
+            }
         if not self.ctx.allows_topic(conn, AclOperation.DELETE, name):
-            return {**result, "error_code": KafkaError.topic_authorization_failed}
+            message = refusal(conn, AclOperation.DELETE, f"topic {name}")
+            return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": message}
         try:
             reply = await self.forwarder.delete_topic(name)
         except ControllerCallError as exc:
@@ -302,7 +364,10 @@ class AdminApis:
                 results.append({**result, **_refused(exc, invalid=KafkaError.invalid_request)})
                 continue
             if reply.error_code != 0:
-                results.append({**result, **_controller_error(reply)})
+                refused = _controller_error(reply)
+                if refused["error_code"] == KafkaError.unknown_topic_or_partition:
+                    refused["error_message"] = None  # Kafka names no reason for an unknown topic
+                results.append({**result, **refused})
                 continue
             if not body.validate_only:
                 grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
@@ -323,24 +388,34 @@ class AdminApis:
             for d in topic_configs.DEFINITIONS
         }
 
-    def _broker_entries(self, name: str, keys: set[str] | None) -> tuple[KafkaError, list[dict[str, Any]]]:
+    def _broker_entries(self, name: str, keys: set[str] | None) -> _Described:
         """A broker's configs: the topic defaults it applies (static), then the dynamic keys with
         their source: the broker's own value, the cluster default, its static value, or Kafka's
-        default. The cluster default ("") lists only the dynamic defaults that are set."""
-        if broker_configs.resource_error(name) is not None:
-            return KafkaError.invalid_request, []
+        default. The cluster default ("") lists only the dynamic defaults that are set. Another
+        broker's are its own to describe (INVALID_REQUEST here, as in Kafka)."""
+        problem = broker_configs.resource_error(name)
+        if problem is not None:
+            return _Described(KafkaError.invalid_request, [], problem)
+        if name != broker_configs.CLUSTER_DEFAULT and int(name) != self.ctx.node_id:
+            message = (
+                f"Broker {name}'s configs are described by broker {name}, not by broker {self.ctx.node_id}"
+            )
+            return _Described(KafkaError.invalid_request, [], message)
         image = self.ctx.state.image
         cluster_default = image.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {})
         if name == broker_configs.CLUSTER_DEFAULT:
             source = DYNAMIC_DEFAULT_BROKER_CONFIG
-            return KafkaError.none, [
-                {
-                    **_entry(d.name, cluster_default[d.name], source, d.type, d.doc),
-                    "synonyms": [{"name": d.name, "value": cluster_default[d.name], "source": source}],
-                }
-                for d in broker_configs.DEFINITIONS
-                if d.name in cluster_default and (keys is None or d.name in keys)
-            ]
+            return _Described(
+                KafkaError.none,
+                [
+                    {
+                        **_entry(d.name, cluster_default[d.name], source, d.type, d.doc),
+                        "synonyms": [{"name": d.name, "value": cluster_default[d.name], "source": source}],
+                    }
+                    for d in broker_configs.DEFINITIONS
+                    if d.name in cluster_default and (keys is None or d.name in keys)
+                ],
+            )
         defaults = self._topic_defaults()
         entries = [
             {
@@ -350,6 +425,7 @@ class AdminApis:
             for d in topic_configs.DEFINITIONS
             if keys is None or d.broker_key in keys
         ]
+        entries += self._static_entries(keys)
         own = image.broker_configs.get(name, {})
         static = dynamic_configs.static_values(self.ctx.state.config)
         for d in broker_configs.DEFINITIONS:
@@ -370,18 +446,47 @@ class AdminApis:
             entry["is_default"] = not levels
             entry["synonyms"] = [{"name": d.name, "value": v, "source": s} for s, v in levels]
             entries.append(entry)
-        return KafkaError.none, entries
+        return _Described(KafkaError.none, entries)
 
-    def _config_entries(
-        self, resource_type: int, name: str, keys: set[str] | None
-    ) -> tuple[KafkaError, list[dict[str, Any]]]:
+    def _static_entries(self, keys: set[str] | None) -> list[dict[str, Any]]:
+        """The read-only keys of topic auto-creation, as Kafka shows them: from server.properties
+        (STATIC_BROKER_CONFIG) or Kafka's default (DEFAULT_CONFIG), the synonyms listing both."""
+        config = self.ctx.state.config
+        values = config.auto_create_settings.values()
+        entries = []
+        for setting in auto_create.SETTINGS:
+            if keys is not None and setting.name not in keys:
+                continue
+            given = setting.name in config.given_keys
+            default = {"name": setting.name, "value": setting.default, "source": DEFAULT_CONFIG}
+            static = {"name": setting.name, "value": values[setting.name], "source": STATIC_BROKER_CONFIG}
+            entry = _entry(
+                setting.name,
+                values[setting.name],
+                STATIC_BROKER_CONFIG if given else DEFAULT_CONFIG,
+                setting.type,
+                setting.doc,
+            )
+            entries.append(
+                {
+                    **entry,
+                    "read_only": True,
+                    "is_default": not given,
+                    "synonyms": [static, default] if given else [default],
+                }
+            )
+        return entries
+
+    def _config_entries(self, resource_type: int, name: str, keys: set[str] | None) -> _Described:
         if resource_type == BROKER:
             return self._broker_entries(name, keys)
         if resource_type != TOPIC:
-            return KafkaError.invalid_request, []
+            return _Described(
+                KafkaError.invalid_request, [], f"Configs of resource type {resource_type} are not served"
+            )
         topic_id = self.ctx.topic_id(name)
         if topic_id is None:
-            return KafkaError.unknown_topic_or_partition, []
+            return _Described(KafkaError.unknown_topic_or_partition, [])
         defaults = self._topic_defaults()
         own = self.ctx.state.image.topics[topic_id].configs
         entries = []
@@ -417,37 +522,42 @@ class AdminApis:
                     "is_default": not overridden,
                 }
             )
-        return KafkaError.none, entries
+        return _Described(KafkaError.none, entries)
 
     async def describe_configs(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         results = []
         for resource in request.body.resources:
             keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
             denied = self._config_denied(conn, AclOperation.DESCRIBE_CONFIGS, resource)
-            code, entries = (
-                (denied, [])
+            described = (
+                _Described(denied["error_code"], [], denied["error_message"])
                 if denied is not None
                 else self._config_entries(int(resource.resource_type), resource.resource_name, keys)
             )
             results.append(
                 {
-                    "error_code": code,
-                    "error_message": None,
+                    "error_code": described.error_code,
+                    # Kafka's default is an empty message, not a null one.
+                    "error_message": described.error_message or "",
                     "resource_type": resource.resource_type,
                     "resource_name": resource.resource_name,
-                    "configs": entries,
+                    "configs": described.entries,
                 }
             )
         return kafka_response(request, results=results)
 
-    def _config_denied(self, conn: Connection, operation: AclOperation, resource: Any) -> KafkaError | None:
-        """The authorization error of a config resource (a topic's ACL, or the cluster's for a
-        broker), or None when allowed (other resource types are refused later)."""
+    def _config_denied(
+        self, conn: Connection, operation: AclOperation, resource: Any
+    ) -> dict[str, Any] | None:
+        """The authorization error (code and message, as Kafka's) of a config resource (a topic's
+        ACL, or the cluster's for a broker), or None when allowed (other types are refused later)."""
         kind = int(resource.resource_type)
         if kind == TOPIC and not self.ctx.allows_topic(conn, operation, resource.resource_name):
-            return KafkaError.topic_authorization_failed
+            message = refusal(conn, operation, f"topic {resource.resource_name}")
+            return {"error_code": KafkaError.topic_authorization_failed, "error_message": message}
         if kind == BROKER and not self.ctx.allows(conn, operation):
-            return KafkaError.cluster_authorization_failed
+            message = refusal(conn, operation, "the cluster")
+            return {"error_code": KafkaError.cluster_authorization_failed, "error_message": message}
         return None
 
     async def incremental_alter_configs(
@@ -462,10 +572,7 @@ class AdminApis:
                 "error_code": KafkaError.none,
                 "error_message": None,
             }
-            if int(resource.resource_type) == BROKER:
-                responses.append(await self._alter_broker_configs(conn, resource, result, body.validate_only))
-                continue
-            if int(resource.resource_type) != TOPIC:
+            if int(resource.resource_type) not in (TOPIC, BROKER):
                 responses.append(
                     {
                         **result,
@@ -474,12 +581,20 @@ class AdminApis:
                     }
                 )
                 continue
-            if not ctx.allows_topic(conn, AclOperation.ALTER_CONFIGS, resource.resource_name):
-                responses.append({**result, "error_code": KafkaError.topic_authorization_failed})
+            denied = self._config_denied(conn, AclOperation.ALTER_CONFIGS, resource)
+            if denied is not None:
+                responses.append({**result, **denied})
+                continue
+            unknown = _unknown_operation(resource)
+            if unknown is not None:
+                responses.append({**result, **unknown})
+                continue
+            if int(resource.resource_type) == BROKER:
+                responses.append(await self._alter_broker_configs(resource, result, body.validate_only))
                 continue
             try:
                 ops = [  # a null value but for DELETE is a ValueError (pydantic's), refused below
-                    AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
+                    AlterConfigOp(name=c.name, op=_OPS[int(c.config_operation)], value=c.value)
                     for c in resource.configs
                 ]
                 reply = await self.forwarder.alter_topic_configs(
@@ -501,17 +616,15 @@ class AdminApis:
         return kafka_response(request, responses=responses)
 
     async def _alter_broker_configs(
-        self, conn: Connection, resource: Any, result: dict[str, Any], validate_only: bool
+        self, resource: Any, result: dict[str, Any], validate_only: bool
     ) -> dict[str, Any]:
-        """A BROKER resource: forwarded to the controller once its cordoned paths are this
-        broker's own log dirs (when it names this broker); answered once this broker's image
-        shows the change."""
-        if not self.ctx.allows(conn, AclOperation.ALTER_CONFIGS):
-            return {**result, "error_code": KafkaError.cluster_authorization_failed}
+        """A BROKER resource (the principal may ALTER_CONFIGS the cluster): forwarded to the
+        controller once its cordoned paths are this broker's own log dirs (when it names this
+        broker); answered once this broker's image shows the change."""
         broker = resource.resource_name
         try:
             ops = [
-                AlterConfigOp(name=c.name, op=_OPS.get(int(c.config_operation), "SET"), value=c.value)
+                AlterConfigOp(name=c.name, op=_OPS[int(c.config_operation)], value=c.value)
                 for c in resource.configs
             ]
         except ValueError as exc:
@@ -547,10 +660,10 @@ class AdminApis:
         """No client quotas are configured on these brokers: every filter matches nothing
         (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
         if not ctx.allows(conn, AclOperation.DESCRIBE_CONFIGS):
-            return kafka_response(
-                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=[]
+            return kafka_response(  # as Kafka's: no message, no entries (null)
+                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=None
             )
-        return kafka_response(request, error_code=KafkaError.none, error_message=None, entries=[])
+        return kafka_response(request, error_code=KafkaError.none, error_message="", entries=[])
 
     # -- users ---------------------------------------------------------------------------------
 
@@ -558,8 +671,18 @@ class AdminApis:
         self, ctx: BrokerContext, conn: Connection, request: protocol.Request
     ) -> Any:
         if not ctx.allows(conn, AclOperation.DESCRIBE):
+            # As Kafka 4.3.1: no message, and one result per user named, the error in it, no name.
+            named = request.body.users or ()
+            denied = {
+                "user": "",
+                "error_code": KafkaError.cluster_authorization_failed,
+                "error_message": None,
+            }
             return kafka_response(
-                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, results=[]
+                request,
+                error_code=KafkaError.cluster_authorization_failed,
+                error_message=None,
+                results=[{**denied, "credential_infos": []} for _user in named],
             )
         users = None if request.body.users is None else [u.name for u in request.body.users]
         try:
@@ -571,7 +694,7 @@ class AdminApis:
         return kafka_response(
             request,
             error_code=KafkaError.none,
-            error_message=None,
+            error_message="",  # Kafka's default: empty, not null
             results=[
                 {
                     "user": r.user,
@@ -594,7 +717,11 @@ class AdminApis:
             return kafka_response(
                 request,
                 results=[
-                    {"user": u, "error_code": KafkaError.cluster_authorization_failed, "error_message": None}
+                    {
+                        "user": u,
+                        "error_code": KafkaError.cluster_authorization_failed,
+                        "error_message": refusal(conn, AclOperation.ALTER, "the cluster"),
+                    }
                     for u in users
                 ],
             )

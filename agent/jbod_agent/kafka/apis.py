@@ -3,11 +3,15 @@ exchange (SaslHandshake, SaslAuthenticate, and bare tokens after SaslHandshake v
 
 Guarantees:
 * ApiVersions lists exactly the APIs of `jbod_kafka.protocol.APIS` that have a handler here.
+* ApiVersions of a version not served is answered v0 with UNSUPPORTED_VERSION and ApiVersions'
+  own versions only (KIP-511, as Kafka 4.3.1; `listener` answers it before any handler).
 * SASL: the mechanisms are those `Authenticator.mechanisms` names; a handshake for another is
   UNSUPPORTED_SASL_MECHANISM with the list; a failed exchange is SASL_AUTHENTICATION_FAILED with
   a message that does not say whether the user exists, and the connection is closed after the
-  answer (as Kafka). A SaslAuthenticate without a handshake, or after success, is
-  ILLEGAL_SASL_STATE.
+  answer (as Kafka). As Kafka's: a SaslAuthenticate before any handshake closes the connection
+  unanswered; a handshake during an exchange is ILLEGAL_SASL_STATE (no mechanisms), then the
+  connection closes; after success, a handshake is ILLEGAL_SASL_STATE with no mechanisms and a
+  SaslAuthenticate ILLEGAL_SASL_STATE, the connection kept.
 * Every request is authorized by its handler as Kafka's KafkaApis does, against the ACLs of the
   metadata log (`BrokerContext.allows`; docs/decisions.md, "ACLs (issue 25)"). A SASL
   connection's principal is `User:<name>` once the exchange completes.
@@ -65,7 +69,6 @@ class KafkaApis:
             0: produce_api.produce,
             1: fetch_api.fetch,
             2: fetch_api.list_offsets,
-            3: metadata_api.metadata,
             23: fetch_api.offset_for_leader_epoch,
             34: log_dirs_api.alter_replica_log_dirs,
             35: log_dirs_api.describe_log_dirs,
@@ -83,7 +86,9 @@ class KafkaApis:
         return [api for key, api in protocol.APIS.items() if key in self.handlers]
 
     def api_versions_fallback(self, correlation_id: int) -> bytes:
-        return protocol.api_versions_fallback(correlation_id, self.answered())
+        """ApiVersions v0 with UNSUPPORTED_VERSION listing ApiVersions' own versions only, as
+        Kafka 4.3.1 answers (the client then asks again at a version listed)."""
+        return protocol.api_versions_fallback(correlation_id, [protocol.APIS[protocol.API_VERSIONS_KEY]])
 
     async def handle(self, conn: Connection, request: protocol.Request) -> Any:
         handler = self.handlers.get(request.header.api_key)
@@ -114,7 +119,8 @@ class KafkaApis:
         response = protocol.response_type(request.header.api_key, request.header.api_version)
         mechanisms = list(self.authenticator.mechanisms)
         if conn.authenticated or conn.sasl is not None:
-            return protocol.build(response, error_code=KafkaError.illegal_sasl_state, mechanisms=mechanisms)
+            conn.closing = not conn.authenticated  # during an exchange: answered, then closed
+            return protocol.build(response, error_code=KafkaError.illegal_sasl_state, mechanisms=[])
         mechanism = request.body.mechanism
         if mechanism not in mechanisms:
             return protocol.build(
@@ -127,15 +133,16 @@ class KafkaApis:
     async def sasl_authenticate(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         response = protocol.response_type(request.header.api_key, request.header.api_version)
         exchange: SaslExchange | None = conn.sasl
-        if exchange is None or conn.authenticated:
-            conn.closing = True
+        if conn.authenticated:
             return protocol.build(
                 response,
                 error_code=KafkaError.illegal_sasl_state,
-                error_message="SaslAuthenticate without a SaslHandshake, or after authentication",
+                error_message="SaslAuthenticate after the connection authenticated",
                 auth_bytes=b"",
                 session_lifetime=0,
             )
+        if exchange is None:
+            raise CloseConnectionError("a SaslAuthenticate before any SaslHandshake")
         try:
             token = exchange.step(bytes(request.body.auth_bytes))
         except AuthenticationFailedError as exc:

@@ -37,6 +37,11 @@ ADMIN_USER: Final = "admin"  # the SASL user whose password is the admin token
 ADMIN: Final = user_principal(ADMIN_USER)  # its principal: always a super user
 
 
+def refusal(conn: Connection, operation: acls.AclOperation, what: str) -> str:
+    """The error message of a request the ACLs refuse, where Kafka's responses carry one."""
+    return f"{conn.principal} may not {operation.name} {what}"
+
+
 def client_host(peer: str) -> str:
     """The client's address of a connection's `peer` ("host:port", IPv6 without brackets)."""
     host, _colon, _port = peer.rpartition(":")
@@ -55,6 +60,31 @@ def jbod_uuid(value: uuid.UUID) -> Uuid:
 class Endpoint:
     host: str
     port: int
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentLeader:
+    """A partition's leader and leader epoch as this broker's image has them (-1, -1 when the
+    partition is unknown), and its broker's endpoint on a client's listener (None when it has
+    none, or there is no leader): the hint of KIP-951 that Fetch and Produce errors carry."""
+
+    leader_id: int
+    leader_epoch: int
+    endpoint: Endpoint | None
+    rack: str | None = None
+
+    def node_endpoints(self) -> list[dict[str, object]]:
+        """The response's `node_endpoints` for this hint: the leader's, when it has one."""
+        if self.endpoint is None:
+            return []
+        return [
+            {
+                "node_id": self.leader_id,
+                "host": self.endpoint.host,
+                "port": self.endpoint.port,
+                "rack": self.rack,
+            }
+        ]
 
 
 @dataclass(slots=True)
@@ -110,6 +140,17 @@ class BrokerContext:
             if listener.name == listener_name:
                 return Endpoint(listener.host, listener.port)
         return None
+
+    def current_leader(self, topic: str | None, partition: int, listener_name: str) -> CurrentLeader:
+        """The leader of `topic`-`partition` and its endpoint on `listener_name` (KIP-951)."""
+        image = self.state.image
+        topic_id = None if topic is None else image.topic_ids_by_name.get(topic)
+        part = None if topic_id is None else image.partition((topic_id, partition))
+        if part is None:
+            return CurrentLeader(-1, -1, None)
+        reg = image.brokers.get(part.leader) if part.leader >= 0 else None
+        endpoint = None if reg is None or reg.fenced else self.endpoint(reg, listener_name)
+        return CurrentLeader(part.leader, part.leader_epoch, endpoint, None if reg is None else reg.rack)
 
     def topic_id(self, name: str) -> Uuid | None:
         return self.state.image.topic_ids_by_name.get(name)

@@ -12,6 +12,10 @@ Guarantees:
   UNKNOWN_LEADER_EPOCH against `current_leader_epoch`, OFFSET_OUT_OF_RANGE, KAFKA_STORAGE_ERROR;
   a consumer whose `last_fetched_epoch` disagrees with the leader's history gets
   `diverging_epoch` and no records (KIP-320), as followers do.
+* Every partition is answered in Kafka 4.3.1's shape (`PartitionAnswer`, checked against Kafka by
+  tests/kafka_tools/test_error_responses.py): `records` is never null (librdkafka drops a whole
+  response holding a null, issue 30); a failed read has offsets -1; from v16 NOT_LEADER_OR_FOLLOWER
+  and FENCED_LEADER_EPOCH name the current leader and its endpoint (KIP-951).
 * Fetch sessions (KIP-227): a full fetch with epoch 0 opens one, incremental fetches list only
   what changed and are answered only with what changed (`fetch_sessions`).
 * ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
@@ -24,20 +28,23 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import divergence
-from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.context import BrokerContext, CurrentLeader
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.partition_log import OffsetOutOfRangeError
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replica_manager import HostedPartition
 from jbod_core.acls import AclOperation
+from jbod_core.replication import DivergingEpoch
 from jbod_kafka import protocol
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
@@ -58,16 +65,66 @@ def _leader(
     return hosted, KafkaError.none
 
 
-def _error_entry(index: int, code: KafkaError) -> dict[str, Any]:
-    return {
-        "partition_index": index,
-        "error_code": code,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "records": None,
-    }
+#: The Fetch errors that carry the current leader (KIP-951), from Fetch v16.
+_LEADER_HINTED: Final = frozenset({KafkaError.not_leader_or_follower, KafkaError.fenced_leader_epoch})
+_LEADER_HINTS_FROM: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    """One partition of a Fetch response, shaped as Kafka 4.3.1 shapes it.
+
+    `records` is never null: Kafka sends empty records with every error, and librdkafka rejects a
+    whole response that holds a null (`invalid MessageSetSize -1`), so an errored partition would
+    cost its consumer the connection and never reset (issue 30). A partition refused before any
+    read (`refused`: unknown topic or partition, not authorized) has empty `aborted_transactions`,
+    any other a null one (read_uncommitted); a read that failed has no offsets (-1), as in Kafka.
+    """
+
+    partition_index: int
+    error_code: KafkaError = KafkaError.none
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging: DivergingEpoch | None = None
+    current_leader: CurrentLeader | None = None
+    refused: bool = False
+
+    @classmethod
+    def refusal(cls, index: int, code: KafkaError) -> PartitionAnswer:
+        """A partition refused before any read: unknown, or not authorized."""
+        return cls(index, code, refused=True)
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.records)
+
+    @property
+    def diverges(self) -> bool:
+        return self.diverging is not None
+
+    def to_kafka(self) -> dict[str, Any]:
+        """The fields of the response's PartitionData (kio drops those a version lacks)."""
+        fields: dict[str, Any] = {
+            "partition_index": self.partition_index,
+            "error_code": self.error_code,
+            "high_watermark": self.high_watermark,
+            "last_stable_offset": self.high_watermark,
+            "log_start_offset": self.log_start_offset,
+            "aborted_transactions": [] if self.refused else None,
+            "records": self.records,
+        }
+        if self.diverging is not None:
+            fields["diverging_epoch"] = {
+                "epoch": self.diverging.epoch,
+                "end_offset": self.diverging.end_offset,
+            }
+        if self.current_leader is not None:
+            fields["current_leader"] = {
+                "leader_id": self.current_leader.leader_id,
+                "leader_epoch": self.current_leader.leader_epoch,
+            }
+        return fields
 
 
 def _topic_name(ctx: BrokerContext, wanted: Wanted, *, by_id: bool) -> str | None:
@@ -78,46 +135,58 @@ def _topic_name(ctx: BrokerContext, wanted: Wanted, *, by_id: bool) -> str | Non
     return topic_key if isinstance(topic_key, str) else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What one Fetch reads: how the client names topics, its listener and its version."""
+
+    by_id: bool
+    listener_name: str
+    version: int
+
+
+def _not_read(
+    ctx: BrokerContext, topic: str | None, partition: int, code: KafkaError, reading: _Reading
+) -> PartitionAnswer:
+    """The answer of a partition this broker does not read for the client: an unknown one is
+    refused before any read, as Kafka's KafkaApis refuses it; the others failed their read."""
+    if topic is None or code == KafkaError.unknown_topic_or_partition:
+        return PartitionAnswer.refusal(partition, code)
+    hint = None
+    if code in _LEADER_HINTED and reading.version >= _LEADER_HINTS_FROM:
+        hint = ctx.current_leader(topic, partition, reading.listener_name)
+    return PartitionAnswer(partition, code, current_leader=hint)
+
+
 def _read_partition(
-    ctx: BrokerContext, wanted: Wanted, budget: int, *, first: bool, by_id: bool
-) -> tuple[dict[str, Any], HostedPartition | None]:
+    ctx: BrokerContext, wanted: Wanted, budget: int, *, first: bool, reading: _Reading
+) -> tuple[PartitionAnswer, HostedPartition | None]:
     partition = wanted.key[1]
-    topic = _topic_name(ctx, wanted, by_id=by_id)
-    hosted, code = _leader(ctx, topic, partition, wanted.current_leader_epoch, by_id=by_id)
+    topic = _topic_name(ctx, wanted, by_id=reading.by_id)
+    hosted, code = _leader(ctx, topic, partition, wanted.current_leader_epoch, by_id=reading.by_id)
     if hosted is None:
-        return _error_entry(partition, code), None
+        return _not_read(ctx, topic, partition, code, reading), None
     log_ = hosted.log
     hw = log_.high_watermark
-    entry: dict[str, Any] = {
-        "partition_index": partition,
-        "error_code": KafkaError.none,
-        "high_watermark": hw,
-        "last_stable_offset": hw,
-        "log_start_offset": log_.log_start_offset,
-        "aborted_transactions": None,
-        "records": None,
-    }
+    read = functools.partial(
+        PartitionAnswer, partition, high_watermark=hw, log_start_offset=log_.log_start_offset
+    )
     if wanted.last_fetched_epoch >= 0:
         diverging = divergence.leader_check(
             log_, fetch_offset=wanted.fetch_offset, last_fetched_epoch=wanted.last_fetched_epoch
         )
         if diverging is not None:
-            entry["diverging_epoch"] = {"epoch": diverging.epoch, "end_offset": diverging.end_offset}
-            return entry, hosted
+            return read(diverging=diverging), hosted
     if not log_.log_start_offset <= wanted.fetch_offset <= log_.end_offset:
-        entry["error_code"] = KafkaError.offset_out_of_range
-        return entry, hosted
+        return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
     limit = min(wanted.max_bytes, budget) if not first else wanted.max_bytes
     try:
         data = log_.read(wanted.fetch_offset, max(limit, 1), max_offset=hw) if limit > 0 or first else b""
     except OffsetOutOfRangeError:
-        entry["error_code"] = KafkaError.offset_out_of_range
-        return entry, hosted
+        return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
     except OSError as exc:
         ctx.manager.storage_error(hosted, exc, "reading for a consumer")
-        return _error_entry(partition, KafkaError.kafka_storage_error), None
-    entry["records"] = data
-    return entry, hosted
+        return PartitionAnswer(partition, KafkaError.kafka_storage_error), None
+    return read(records=bytes(data)), hosted
 
 
 def _listed(request: protocol.Request) -> tuple[list[Wanted], list[SessionKey], bool]:
@@ -144,22 +213,27 @@ def _listed(request: protocol.Request) -> tuple[list[Wanted], list[SessionKey], 
 
 
 def _read_all(
-    ctx: BrokerContext, wanted: list[Wanted], max_bytes: int, *, by_id: bool, readable: Callable[[str], bool]
-) -> tuple[list[dict[str, Any]], int, list[HostedPartition]]:
-    entries: list[dict[str, Any]] = []
+    ctx: BrokerContext,
+    wanted: list[Wanted],
+    max_bytes: int,
+    *,
+    reading: _Reading,
+    readable: Callable[[str], bool],
+) -> tuple[list[PartitionAnswer], int, list[HostedPartition]]:
+    answers: list[PartitionAnswer] = []
     hosted_parts: list[HostedPartition] = []
     total = 0
     for item in wanted:
-        topic = _topic_name(ctx, item, by_id=by_id)
+        topic = _topic_name(ctx, item, by_id=reading.by_id)
         if topic is not None and not readable(topic):
-            entries.append(_error_entry(item.key[1], KafkaError.topic_authorization_failed))
+            answers.append(PartitionAnswer.refusal(item.key[1], KafkaError.topic_authorization_failed))
             continue
-        entry, hosted = _read_partition(ctx, item, max_bytes - total, first=total == 0, by_id=by_id)
-        total += len(entry["records"] or b"")
-        entries.append(entry)
+        answer, hosted = _read_partition(ctx, item, max_bytes - total, first=total == 0, reading=reading)
+        total += len(answer.records)
+        answers.append(answer)
         if hosted is not None:
             hosted_parts.append(hosted)
-    return entries, total, hosted_parts
+    return answers, total, hosted_parts
 
 
 async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
@@ -192,28 +266,38 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
             allowed[topic] = ctx.allows_topic(conn, AclOperation.READ, topic)
         return allowed[topic]
 
+    reading = _Reading(by_id=by_id, listener_name=conn.listener.name, version=request.header.api_version)
     while True:
-        entries, total, hosted_parts = _read_all(ctx, plan.wanted, max_bytes, by_id=by_id, readable=readable)
+        answers, total, hosted_parts = _read_all(
+            ctx, plan.wanted, max_bytes, reading=reading, readable=readable
+        )
         remaining = deadline - ctx.clock.monotonic()
-        errors = any(e["error_code"] != KafkaError.none for e in entries)
+        errors = any(a.error_code != KafkaError.none for a in answers)
         if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
             break
         await ctx.client_fetch.wait_for_data(hosted_parts, remaining)
-    responses: list[dict[str, Any]] = []
-    for item, entry in zip(plan.wanted, entries, strict=True):
-        if not ConsumerSessions.answered(plan, item, entry):
+    responses: list[tuple[Any, list[PartitionAnswer]]] = []
+    for item, answer in zip(plan.wanted, answers, strict=True):
+        if not ConsumerSessions.answered(plan, item, answer):
             continue
-        if not responses or responses[-1]["key"] != item.key[0]:
-            responses.append({"key": item.key[0], "partitions": []})
-        responses[-1]["partitions"].append(entry)
+        if not responses or responses[-1][0] != item.key[0]:
+            responses.append((item.key[0], []))
+        responses[-1][1].append(answer)
     key = "topic_id" if by_id else "topic"
+    leaders = {
+        endpoint["node_id"]: endpoint
+        for _topic, sent in responses
+        for answer in sent
+        if answer.current_leader is not None
+        for endpoint in answer.current_leader.node_endpoints()
+    }
     return protocol.build(
         response_type,
         throttle_time=0,
         error_code=KafkaError.none,
         session_id=plan.session_id,
-        responses=[{key: r["key"], "partitions": r["partitions"]} for r in responses],
-        node_endpoints=[],
+        responses=[{key: topic, "partitions": [a.to_kafka() for a in sent]} for topic, sent in responses],
+        node_endpoints=list(leaders.values()),
     )
 
 

@@ -24,7 +24,7 @@ import itertools
 import secrets
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, Protocol
 
 from jbod_agent.kafka.listener import Connection
 from jbod_core.fetch_session import (
@@ -38,6 +38,25 @@ from jbod_core.fetch_session import (
 
 SessionKey = tuple[Hashable, int]  # (the topic as the client names it: name or id, partition)
 _OWNER: Final = "fetch_session_owner"
+
+
+class PartitionAnswer(Protocol):
+    """What the session needs of a partition's answer (`fetch_api.PartitionAnswer`)."""
+
+    @property
+    def error_code(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def has_data(self) -> bool: ...
+
+    @property
+    def diverges(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -138,22 +157,21 @@ class ConsumerSessions:
             self._max_bytes.pop(session.session_id, None)
 
     @staticmethod
-    def answered(plan: FetchPlan, wanted: Wanted, entry: dict[str, Any]) -> bool:
-        """Whether `entry` (the partition's answer) goes into the response; notes what was sent."""
+    def answered(plan: FetchPlan, wanted: Wanted, answer: PartitionAnswer) -> bool:
+        """Whether `answer` (the partition's) goes into the response; notes what was sent."""
         if plan.session is None:
             return True
         held = plan.session.partitions.get(wanted.key)
         if held is None:
             return True
-        high_watermark, log_start = int(entry["high_watermark"]), int(entry["log_start_offset"])
         needed = held.answer_needed(
             full=plan.full,
-            has_data=bool(entry.get("records")),
-            error_code=int(entry["error_code"]),
-            diverging="diverging_epoch" in entry,
-            high_watermark=high_watermark,
-            log_start_offset=log_start,
+            has_data=answer.has_data,
+            error_code=int(answer.error_code),
+            diverging=answer.diverges,
+            high_watermark=answer.high_watermark,
+            log_start_offset=answer.log_start_offset,
         )
         if needed:
-            held.sent(high_watermark=high_watermark, log_start_offset=log_start)
+            held.sent(high_watermark=answer.high_watermark, log_start_offset=answer.log_start_offset)
         return needed

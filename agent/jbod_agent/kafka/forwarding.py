@@ -6,6 +6,8 @@ Guarantees:
 * Every call follows the active controller (`jbod_client.controller.ControllerLink`, §3.8) and
   raises the agent port's `ControllerCallError` when none answers in time: the handlers turn it
   into a retriable Kafka error (a controller failover is a retry to clients).
+* CreateTopics answers a typed `CreateTopicReply`, the controller's refusals (its HTTP error
+  replies) included; a body that is not one is a `ControllerCallError`.
 * Without an admin token the broker forwards nothing (`admin_enabled` is False): nobody can be
   the `admin` principal then either.
 * `ProducerIds.next_id` hands out ids from the block the controller gave this broker (1000 at a
@@ -23,6 +25,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any, Final
+
+from pydantic import ValidationError
 
 from jbod_agent.controller_port import answer
 from jbod_agent.ports import ControllerCallError
@@ -43,10 +47,12 @@ from jbod_core.messages import (
     CreateAclsRequest,
     CreatePartitionsReply,
     CreatePartitionsRequest,
+    CreateTopicReply,
     CreateTopicRequest,
     DeleteAclsReply,
     DeleteAclsRequest,
     DescribeScramCredentialsResult,
+    validation_message,
 )
 from jbod_runtime.tls import ClientTls
 
@@ -87,8 +93,15 @@ class Forwarder:
             raise ControllerCallError("this broker has no admin token: it forwards no admin request")
         return self._link
 
-    async def create_topic(self, request: CreateTopicRequest) -> dict[str, Any]:
-        return await _reply(self._admin().create_topic(request))
+    async def create_topic(self, request: CreateTopicRequest) -> CreateTopicReply:
+        data = await _reply(self._admin().create_topic(request))
+        try:
+            return CreateTopicReply.model_validate(data)
+        except ValidationError as exc:
+            raise ControllerCallError(
+                f"the controller answered a create of {request.name} with an unexpected body: "
+                f"{validation_message(exc)}"
+            ) from exc
 
     async def delete_topic(self, name: str) -> dict[str, Any]:
         return await _reply(self._admin().delete_topic(name))

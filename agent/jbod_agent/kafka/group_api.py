@@ -31,9 +31,13 @@ Guarantees:
 * OffsetFetch answers -1 for partitions without a committed offset, and every committed offset of
   the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
   longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
-* DescribeGroups of a group the coordinator does not know is Dead (v0-5) or GROUP_ID_NOT_FOUND
-  (v6+, KIP-1043); ListGroups lists the groups of every partition this broker leads (type
-  `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while one loads.
+* DescribeGroups of a group the coordinator does not know is Dead (v0-5), and from v6 Dead with
+  GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker
+  leads (type `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while
+  one loads.
+* Messages as Kafka 4.3.1's: FindCoordinator's is empty per key from v4 and before v4 always
+  set (naming even NONE); a refused group key has one before v4 (docs/decisions.md, "Error
+  responses compared with Kafka's").
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.group_coordinator import GroupCoordinator
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid
+from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
@@ -139,14 +143,23 @@ class GroupApis:
                 "host": "",
                 "port": -1,
                 "error_code": GROUP_DENIED,
-                "error_message": None,
+                "error_message": refusal(conn, DESCRIBE, f"group {key}") if version < 4 else "",
             }
             for key in keys
         ]
         if version >= 4:
-            return _response(request, coordinators=found)
+            # Kafka's default message per key is empty, not null.
+            return _response(
+                request, coordinators=[{**f, "error_message": f["error_message"] or ""} for f in found]
+            )
         [only] = found
-        return _response(request, **{k: v for k, v in only.items() if k != "key"})
+        # Before v4 Kafka always names the error in the message, even NONE.
+        message = only["error_message"] or KafkaError(only["error_code"]).name.upper()
+        return _response(
+            request,
+            **{k: v for k, v in only.items() if k not in ("key", "error_message")},
+            error_message=message,
+        )
 
     async def _coordinator(self, conn: Connection, key: str, key_type: int) -> dict[str, Any]:
         missing: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
@@ -222,11 +235,9 @@ class GroupApis:
         except ControllerCallError as exc:
             log.warning("Could not create %s: %s", OFFSETS_TOPIC, exc)
             return
-        code = int(reply.get("errorCode", 0))
+        code = reply.error_code
         if code not in (0, int(KafkaError.topic_already_exists)):
-            log.warning(
-                "Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.get("errorMessage")
-            )
+            log.warning("Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.error_message)
             return
         if code == 0:
             log.info(
@@ -559,6 +570,7 @@ class GroupApis:
                         **entry,
                         "error_code": KafkaError.group_id_not_found,
                         "error_message": f"Group {group_id} not found.",
+                        "group_state": groups.GroupState.DEAD.value,
                     }
                 )
                 continue

@@ -11,9 +11,11 @@ Guarantees:
 * `__consumer_offsets` is the group coordinators' (they write it through `Produce` directly): a
   client's produce to it is INVALID_TOPIC_EXCEPTION, unless its client id is Kafka's
   `__admin_client` (as Kafka's `internalTopicsAllowed`).
-* The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER,
-  NOT_ENOUGH_REPLICAS (before the append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
-  KAFKA_STORAGE_ERROR.
+* The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER
+  (from v10 with the current leader and its endpoint, KIP-951), NOT_ENOUGH_REPLICAS (before the
+  append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR; a damaged
+  batch is CORRUPT_MESSAGE, a whole one that breaks a rule INVALID_RECORD. As in Kafka 4.3.1,
+  only a batch whose bounds cannot be read is answered with an error message.
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
   its partitions, nothing appended (`BrokerContext.allows`).
 """
@@ -21,12 +23,13 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.context import BrokerContext, CurrentLeader
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
@@ -35,17 +38,45 @@ from jbod_kafka import protocol, record_batch
 
 _AFTER_APPEND_MARK = "after the records were appended"
 ADMIN_CLIENT_ID: Final = "__admin_client"  # Kafka's: the one client allowed to write internal topics
+#: Produce errors carry the current leader (KIP-951) from Produce v10.
+_LEADER_HINTS_FROM: Final = 10
 
 
-def _partition_error(index: int, code: KafkaError, message: str | None = None) -> dict[str, Any]:
-    return {
-        "index": index,
-        "error_code": code,
-        "base_offset": -1,
-        "log_start_offset": -1,
-        "record_errors": [],
-        "error_message": message,
-    }
+@dataclass(frozen=True, slots=True)
+class _PartitionResult:
+    """One partition's answer. `reason` says why it failed; the response carries it only when
+    `reason_shown`, where Kafka 4.3.1 sends one: for a batch whose bounds cannot be read (its
+    CorruptRecordException while splitting the request's records); every other error is null."""
+
+    index: int
+    error_code: KafkaError
+    base_offset: int = -1
+    log_start_offset: int = -1
+    reason: str | None = None
+    reason_shown: bool = False
+    current_leader: CurrentLeader | None = None
+
+    def to_kafka(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "index": self.index,
+            "error_code": self.error_code,
+            "base_offset": self.base_offset,
+            "log_start_offset": self.log_start_offset,
+            "record_errors": [],
+            "error_message": self.reason if self.reason_shown else None,
+        }
+        if self.current_leader is not None:
+            fields["current_leader"] = {
+                "leader_id": self.current_leader.leader_id,
+                "leader_epoch": self.current_leader.leader_epoch,
+            }
+        return fields
+
+
+def _failed(
+    index: int, code: KafkaError, reason: str | None = None, *, shown: bool = False
+) -> _PartitionResult:
+    return _PartitionResult(index, code, reason=reason, reason_shown=shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,28 +86,29 @@ class _Partition:
     records: bytes | None
 
 
-def _reply_to_kafka(index: int, reply: dict[str, Any]) -> dict[str, Any] | None:
-    """The partition's error entry for the produce path's error reply (None when it is none)."""
+def _reply_to_kafka(index: int, reply: dict[str, Any]) -> _PartitionResult | None:
+    """The partition's error for the produce path's error reply (None when it is none)."""
     code = int(reply["errorCode"])
     if code == 0:
         return None
     message = reply.get("errorMessage")
     if code == ErrorCode.NOT_ENOUGH_REPLICAS and message and _AFTER_APPEND_MARK in message:
-        return _partition_error(index, KafkaError.not_enough_replicas_after_append, message)
-    return _partition_error(index, KafkaError(code), message)
+        return _failed(index, KafkaError.not_enough_replicas_after_append, message)
+    return _failed(index, KafkaError(code), message)
 
 
 def _refused(
     ctx: BrokerContext, part: _Partition, batch: bytes, *, internal_allowed: bool
-) -> dict[str, Any] | None:
-    """The partition's error entry when it is refused before the produce path sees it."""
+) -> _PartitionResult | None:
+    """The partition's error when it is refused before the produce path sees it."""
     if part.topic is None:
-        return _partition_error(part.index, KafkaError.unknown_topic_id)
+        return _failed(part.index, KafkaError.unknown_topic_id)
     if part.topic == OFFSETS_TOPIC and not internal_allowed:
-        message = f"Cannot append to internal topic {OFFSETS_TOPIC}"
-        return _partition_error(part.index, KafkaError.invalid_topic_exception, message)
+        return _failed(
+            part.index, KafkaError.invalid_topic_exception, f"Cannot append to internal topic {OFFSETS_TOPIC}"
+        )
     if len(batch) > ctx.state.config.message_max_bytes:
-        return _partition_error(
+        return _failed(
             part.index,
             KafkaError.message_too_large,
             f"the batch of {len(batch)} bytes is larger than message.max.bytes "
@@ -87,7 +119,7 @@ def _refused(
 
 async def _produce_partition(
     ctx: BrokerContext, part: _Partition, *, acks: int, timeout_ms: int, internal_allowed: bool
-) -> dict[str, Any]:
+) -> _PartitionResult:
     index = part.index
     batch = bytes(part.records or b"")
     refused = _refused(ctx, part, batch, internal_allowed=internal_allowed)
@@ -97,29 +129,40 @@ async def _produce_partition(
     try:
         reply = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
     except record_batch.CorruptBatchError as exc:
-        corrupt = KafkaError.corrupt_message if "CRC" in str(exc) else KafkaError.invalid_record
-        return _partition_error(index, corrupt, str(exc))
+        if exc.fault is record_batch.BatchFault.INVALID:
+            return _failed(index, KafkaError.invalid_record, str(exc))
+        unreadable = exc.fault is record_batch.BatchFault.UNREADABLE
+        return _failed(index, KafkaError.corrupt_message, str(exc), shown=unreadable)
     except ValueError as exc:  # a batch the log refuses (epoch, offsets)
-        return _partition_error(index, KafkaError.invalid_record, str(exc))
+        return _failed(index, KafkaError.invalid_record, str(exc))
     failed = _reply_to_kafka(index, reply)
     if failed is not None:
         return failed
     hosted, _code, _message = ctx.manager.lookup(part.topic, index)
-    return {
-        "index": index,
-        "error_code": KafkaError.none,
-        "base_offset": reply["baseOffset"],
-        "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-        "record_errors": [],
-        "error_message": None,
-    }
+    return _PartitionResult(
+        index,
+        KafkaError.none,
+        base_offset=reply["baseOffset"],
+        log_start_offset=hosted.log.log_start_offset if hosted is not None else -1,
+    )
 
 
 WRITE: Final = AclOperation.WRITE
 
 
-async def _denied(index: int) -> dict[str, Any]:
-    return _partition_error(index, KafkaError.topic_authorization_failed)
+async def _denied(index: int) -> _PartitionResult:
+    return _failed(index, KafkaError.topic_authorization_failed)
+
+
+def _with_leader(
+    ctx: BrokerContext, conn: Connection, topic: str | None, result: _PartitionResult
+) -> _PartitionResult:
+    """`result` with the current leader when it is NOT_LEADER_OR_FOLLOWER (KIP-951)."""
+    if result.error_code != KafkaError.not_leader_or_follower:
+        return result
+    return dataclasses.replace(
+        result, current_leader=ctx.current_leader(topic, result.index, conn.listener.name)
+    )
 
 
 async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
@@ -139,8 +182,8 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
         )
     if acks not in (-1, 0, 1):
         results = [
-            [_partition_error(index, KafkaError.invalid_required_acks) for index, _records in parts]
-            for _key, _name, parts in topics
+            [_failed(index, KafkaError.invalid_required_acks) for index, _records in parts]
+            for _k, _n, parts in topics
         ]
     else:
         # Kafka's WRITE on each topic named (an unknown id is UNKNOWN_TOPIC_ID below).
@@ -166,20 +209,32 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
         )
         results = [[next(answers) for _part in parts] for _key, _name, parts in topics]
     if acks == 0:
-        failed = [p for answered in results for p in answered if p["error_code"] != KafkaError.none]
+        failed = [p for answered in results for p in answered if p.error_code != KafkaError.none]
         if failed:
             # As Kafka: an acks=0 producer learns of a failure only by the connection closing.
             raise CloseConnectionError(
-                f"an acks=0 produce failed: {failed[0]['error_message'] or failed[0]['error_code']}"
+                f"an acks=0 produce failed: {failed[0].reason or failed[0].error_code}"
             )
         return None
+    if request.header.api_version >= _LEADER_HINTS_FROM:
+        results = [
+            [_with_leader(ctx, conn, name, result) for result in answered]
+            for (_key, name, _parts), answered in zip(topics, results, strict=True)
+        ]
+    leaders = {
+        endpoint["node_id"]: endpoint
+        for answered in results
+        for result in answered
+        if result.current_leader is not None
+        for endpoint in result.current_leader.node_endpoints()
+    }
     responses = [
-        {("topic_id" if by_id else "name"): key, "partition_responses": answered}
+        {("topic_id" if by_id else "name"): key, "partition_responses": [r.to_kafka() for r in answered]}
         for (key, _name, _parts), answered in zip(topics, results, strict=True)
     ]
     return protocol.build(
         protocol.response_type(request.header.api_key, request.header.api_version),
         responses=responses,
         throttle_time=0,
-        node_endpoints=[],
+        node_endpoints=list(leaders.values()),
     )

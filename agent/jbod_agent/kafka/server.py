@@ -27,7 +27,9 @@ from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
+from jbod_agent.kafka.metadata_api import MetadataApis
 from jbod_agent.kafka.reassign_api import ReassignApis
+from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_client.controller import ControllerLink
 from jbod_core import groups
 from jbod_runtime.tls import ServerTls
@@ -56,6 +58,7 @@ class BrokerApis:
     admin: AdminApis
     groups: GroupApis
     coordinator: GroupCoordinator
+    creator: TopicCreator
 
 
 def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
@@ -87,19 +90,21 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
     group_apis = GroupApis(ctx, coordinator, forwarder)
+    creator = TopicCreator(agent.state, forwarder, agent.clock)
     handlers = {
+        **MetadataApis(ctx, creator).handlers(),
         **admin.handlers(),
         **group_apis.handlers(),
         **ReassignApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
     }
     kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
-    return BrokerApis(kafka, admin, group_apis, coordinator)
+    return BrokerApis(kafka, admin, group_apis, coordinator, creator)
 
 
 class KafkaListeners:
-    """The started Kafka listeners of a broker; `close` stops them, the group coordinator and the
-    admin links."""
+    """The started Kafka listeners of a broker; `close` stops them, the group coordinator, the
+    topic creations still running and the admin links."""
 
     def __init__(
         self, servers: list[KafkaServer], apis: BrokerApis, timers: asyncio.Task[None] | None
@@ -117,6 +122,7 @@ class KafkaListeners:
                 await self._timers
         self._apis.coordinator.close()
         await self._apis.groups.aclose()
+        await self._apis.creator.aclose()
         await self._apis.admin.forwarder.aclose()
         await self._apis.admin.producer_ids.aclose()
 

@@ -1,0 +1,130 @@
+"""`make test`'s tiers, the slow preparation of the kind tier overlapping the first pass.
+
+    python -m e2e.tiers [--workers N]
+
+What runs, in order, each step's duration printed as `==> <step>: <seconds> s`:
+
+1. the host binaries the first pass needs from the e2e toolchain (etcd for local quorums, helm
+   for the chart tests), built in the foreground when missing;
+2. in the background, at the lowest CPU priority (`nice 19`), what only the kind tier needs: the
+   rest of the toolchain (Kubernetes, containerd, crictl, CoreDNS, local-path-provisioner, kind)
+   and the images (`python -m e2e.kind images --offline`), its output in a log file whose path is
+   printed (as root only; otherwise the kind tier skips, as it does without root);
+3. in the foreground, the first pass: `pytest -m "not e2e"` on `--workers` xdist workers;
+4. the kind tier (`pytest -m e2e`), once the background build has finished; it runs even when the
+   first pass failed, so one run reports both.
+
+Guarantees:
+* The exit status is 0 only if every step succeeded; a failed background build prints the tail
+  of its log and the kind tier is not run on a half-built toolchain.
+* The background build is niced, so a core it would take is the first pass's whenever the tests
+  want it: on 2 cores the Go build fills what the tests leave idle (waits on processes, sockets
+  and disks) instead of adding its ~10 minutes after them.
+* The environment of both pytest runs has `JBOD_E2E_REQUIRED=1`: a missing prerequisite fails
+  the run instead of skipping tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from e2e import toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+# The toolchain units the first pass uses (local etcd quorums; `helm template` in tests/chart).
+FIRST_PASS_UNITS = ("etcd", "helm")
+LOG_TAIL_LINES = 40
+
+
+def _say(line: str) -> None:
+    print(f"==> {line}", flush=True)
+
+
+def _timed(name: str, cmd: Sequence[str], env: dict[str, str]) -> bool:
+    started = time.monotonic()
+    _say(name)
+    code = subprocess.run(list(cmd), cwd=ROOT, env=env, check=False).returncode
+    verdict = "" if code == 0 else f" (failed, exit {code})"
+    _say(f"{name}: {time.monotonic() - started:.0f} s{verdict}")
+    return code == 0
+
+
+def _start_kind_preparation(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes] | None:
+    """The rest of the toolchain and the images, niced, in the background; None when not root."""
+    if os.geteuid() != 0:
+        _say("kind tier's toolchain and images: skipped (needs root: debootstrap, its own dockerd)")
+        return None
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    _say(f"kind tier's toolchain and images: started in the background (niced), log {log_path}")
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            ["nice", "-n", "19", sys.executable, "-m", "e2e.kind", "images", "--offline"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.tiers", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=3, help="xdist workers of the first pass (default 3)")
+    args = parser.parse_args(argv)
+    env = {**os.environ, "JBOD_E2E_REQUIRED": "1"}
+    pytest = [sys.executable, "-m", "pytest"]
+    total = time.monotonic()
+
+    ok = _timed(
+        "e2e toolchain for the first pass (" + ", ".join(FIRST_PASS_UNITS) + ")",
+        [
+            sys.executable,
+            "-m",
+            "e2e.toolchain",
+            "build",
+            *(arg for unit in FIRST_PASS_UNITS for arg in ("--only", unit)),
+        ],
+        env,
+    )
+    if not ok:
+        return 1
+    log_path = toolchain.cache_root() / "logs" / f"kind-images-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    preparing_started = time.monotonic()
+    preparing = _start_kind_preparation(env, log_path)
+
+    first_ok = _timed(
+        f"pytest, all but the kind tier ({args.workers} workers)",
+        [*pytest, "-m", "not e2e", "--numprocesses", str(args.workers), "--dist", "loadgroup"],
+        env,
+    )
+
+    kind_ok = True
+    if preparing is not None:
+        code = preparing.wait()
+        waited = time.monotonic() - preparing_started
+        if code != 0:
+            _say(f"kind tier's toolchain and images: failed (exit {code}) after {waited:.0f} s; log tail:")
+            print(_tail(log_path, LOG_TAIL_LINES), flush=True)
+            kind_ok = False
+        else:
+            _say(f"kind tier's toolchain and images: ready {waited:.0f} s after their start")
+    if kind_ok:
+        kind_ok = _timed("pytest, the kind tier", [*pytest, "-m", "e2e"], env)
+    _say(f"tiers: {time.monotonic() - total:.0f} s")
+    return 0 if first_ok and kind_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
