@@ -532,11 +532,24 @@ def _watch_plain(root: Path, console: Console, snapshot: ClusterStatus, *, wide:
 @click.argument("broker_id", metavar="BROKER", type=int)
 @click.argument("disk", metavar="DISK")
 @dir_option
-@click.option("--wait", type=click.FloatRange(min=0), default=15.0, show_default=True, help="seconds")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="seconds to wait for the controller to take the disk's dir offline (0: do not wait)",
+)
 def fail_disk_command(broker_id: int, disk: str, root: Path, wait: float) -> None:
     """Make disk DISK (1..n or its path) of broker BROKER fail, and show where leadership went."""
     console = Console()
     failure = disk_faults.fail_disk(root, broker_id, disk, wait=wait, report=tables.bullets(console))
+    if not failure.awaited:
+        console.print(
+            f"Disk {failure.index} of broker {broker_id} is failed; not waiting for the controller "
+            f"(--wait 0) to take dir {failure.directory_id} offline (see: jbodctl local status)",
+            highlight=False,
+        )
+        return
     if failure.offline_after is None:
         raise LocalClusterError(
             f"disk {failure.index} of broker {broker_id} is failed, but the controller did not show its dir "

@@ -196,7 +196,8 @@ def topic_partitions(
             ) from ConnectionRefusedError(errno.ECONNREFUSED, str(errors.last))
         if time.monotonic() >= deadline:
             client.poll(0)  # the errors librdkafka queued meanwhile say why
-            why = errors.last or f"no answer to {target.security.describe()}"
+            # Nothing librdkafka reported: the login may well have worked, Metadata was not answered.
+            why = errors.last or f"no answer to Metadata for {topic} (as {target.security.describe()})"
             raise KafkaUnreachableError(
                 f"no Kafka listener of {','.join(target.bootstrap)} answered within {timeout:g} s: {why}"
             )

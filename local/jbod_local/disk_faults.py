@@ -9,6 +9,9 @@ Guarantees:
 * With loop disks (`jbod_local.loop_disks`, root only) a failed disk is a real one: its filesystem
   is shut down (EXT4_IOC_SHUTDOWN, every later I/O fails with EIO); `restore_disk` unmounts and
   mounts it again.
+* `fail_disk` waits at most `wait` seconds for the controller to show the dir offline, and not at
+  all with `wait` 0 (`DiskFailure.awaited` is False then: the disk is failed, nothing more is
+  asked of the controller).
 * Both hold the cluster directory's lock (`layout.exclusive`); cluster.json lists the pid of the
   broker `restore_disk` restarted once it is started.
 * Every user mistake (unknown broker or disk, no cluster in DIR, a disk already failed or not
@@ -100,8 +103,9 @@ class DiskFailure:
     moved_to: Path | None  # where the dir went (None with loop disks: the filesystem was shut down)
     directory_id: str | None
     failed_at: float  # the clock's reading when the disk was taken away
-    offline_after: float | None  # seconds until the controller showed the dir offline; None: not in time
-    leader_moves: tuple[LeaderMove, ...]
+    awaited: bool  # whether the controller was watched for the dir going offline (wait > 0)
+    offline_after: float | None  # seconds until the controller showed the dir offline; None: not seen
+    leader_moves: tuple[LeaderMove, ...]  # empty when not awaited
 
 
 def _require_running(layout: ClusterLayout, broker: BrokerLayout) -> None:
@@ -123,8 +127,8 @@ def fail_disk(  # noqa: PLR0913  `jbodctl local fail-disk`'s arguments and --wai
     clock: Callable[[], float] = time.monotonic,
 ) -> DiskFailure:
     """Fail disk `disk` of a running broker (rename + marker file, or with loop disks shut its
-    filesystem down) and wait, at most `wait` seconds, until the controller shows its dir offline
-    for that broker."""
+    filesystem down) and wait, at most `wait` seconds (0: not at all), until the controller shows
+    its dir offline for that broker."""
     root = read_layout(resolve_root(root)).root  # no cluster there: say so before taking the lock
     with exclusive(root):
         layout = read_layout(root)
@@ -141,11 +145,16 @@ def fail_disk(  # noqa: PLR0913  `jbodctl local fail-disk`'s arguments and --wai
             directory_id: str | None = str(durable_files.read_meta_properties(path).directory_id)
         except (OSError, ValueError):
             directory_id = None
+        awaited = wait > 0
         with layout.controller(timeout=5.0) as client:
-            before = client.list_topics()
+            before = client.list_topics() if awaited else []
             failed_at = clock()
             moved_to = _take_away(layout, broker, index, report=report)
-            seen_at = _await_offline(client, broker_id, directory_id, deadline=failed_at + wait, clock=clock)
+            seen_at = (
+                _await_offline(client, broker_id, directory_id, deadline=failed_at + wait, clock=clock)
+                if awaited
+                else None
+            )
             offline_after = None if seen_at is None else seen_at - failed_at
             after = client.list_topics() if offline_after is not None else before
     return DiskFailure(
@@ -155,6 +164,7 @@ def fail_disk(  # noqa: PLR0913  `jbodctl local fail-disk`'s arguments and --wai
         moved_to=moved_to,
         directory_id=directory_id,
         failed_at=failed_at,
+        awaited=awaited,
         offline_after=offline_after,
         leader_moves=tuple(leader_moves(before, after)),
     )

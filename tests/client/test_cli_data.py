@@ -266,6 +266,9 @@ def test_produce_and_consume_with_a_listener_that_never_answers_fail_after_the_t
     for args in (("produce", "orders", "-v", "x"), ("consume", "orders")):
         result = unreachable.run(*args, "--timeout", "1", "--bootstrap-server", silent_address)
         assert_one_line_error(result, f"no Kafka listener of {silent_address} answered within 1 s")
+        assert (
+            "no answer to Metadata for orders (as admin over SASL_PLAINTEXT/SCRAM-SHA-512)" in result.stderr
+        )
 
 
 @pytest.mark.parametrize(

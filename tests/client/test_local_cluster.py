@@ -15,6 +15,7 @@ import pytest
 from jbod_cli.demo import DeliveryLog
 from jbod_local import loop_disks, supervisor
 from jbod_local.layout import STATE_FILE, exclusive
+from tests.broker.conftest import wait_for
 from tests.client.local_commands import ok, run, status
 
 
@@ -75,6 +76,9 @@ def test_lifecycle_up_fail_restore_down_up(root: Path) -> None:
     assert "disks 1..3, not 4" in one_line_error(run("fail-disk", "2", "4", "--dir", str(root)))
     assert "not a disk of broker 2" in one_line_error(run("fail-disk", "2", "/nowhere", "--dir", str(root)))
     assert "is not failed" in one_line_error(run("restore-disk", "2", "1", "--dir", str(root)))
+    # A wait of 0 where the command cannot do without one is refused before anything happens.
+    assert run("restore-disk", "2", "1", "--timeout", "0", "--dir", str(root)).returncode == 2
+    assert run("kill-controller", "--wait", "0", "--dir", str(root)).returncode == 2
     with exclusive(root):
         assert "another jbodctl local command" in one_line_error(
             run("fail-disk", "2", "1", "--dir", str(root))
@@ -99,6 +103,18 @@ def test_lifecycle_up_fail_restore_down_up(root: Path) -> None:
     assert restored["fenced"] is False and restored["offlineLogDirs"] == []
     assert sorted(restored["logDirs"]) == sorted(ids[2])
     assert all(d["state"] == "online" for d in restored["disks"])
+
+    # --wait 0 does not wait (issue 30): the disk is failed, the command exits 0 at once, and the
+    # controller takes the dir offline on its own.
+    out = ok("fail-disk", "3", "2", "--wait", "0", "--dir", str(root))
+    assert "Failed disk 2 of broker 3" in out and "not waiting for the controller (--wait 0)" in out
+    assert (root / "broker-3" / ".failed-disk-2").is_dir()
+    wait_for(
+        lambda: status(root)["brokers"][2]["offlineLogDirs"] == [ids[3][1]],
+        timeout=60,
+        what="the controller showing disk 2 of broker 3 offline",
+    )
+    ok("restore-disk", "3", "2", "--dir", str(root))
 
     current = status(root)
     pids = [current["controller"]["pid"], *(b["pid"] for b in current["brokers"])]

@@ -72,13 +72,22 @@ class RawConnection:
     def answer(self, api_key: int, version: int, body: Any) -> Any | None:
         """Send `body`, return the decoded response body, or None when the broker closed the
         connection instead of answering."""
+        return self.receive(self.send(api_key, version, body), api_key, version, body)
+
+    def send(self, api_key: int, version: int, body: Any) -> int:
+        """Send `body` without waiting for its answer (requests may be pipelined); its correlation id."""
         self.correlation_id += 1
         self.send_frame(encode_request(api_key, version, body, correlation_id=self.correlation_id))
+        return self.correlation_id
+
+    def receive(self, correlation_id: int, api_key: int, version: int, body: Any) -> Any | None:
+        """The decoded answer to the request `send` sent as `correlation_id` (answers come in the
+        order of the requests), or None when the broker closed the connection instead."""
         frame = self.read_frame()
         if frame is None:
             return None
-        (correlation_id,) = struct.unpack_from(">i", frame)
-        assert correlation_id == self.correlation_id
+        (answered,) = struct.unpack_from(">i", frame)
+        assert answered == correlation_id
         flexible = bool(type(body).__flexible__) and api_key != protocol.API_VERSIONS_KEY
         offset = 4 + (1 if flexible else 0)  # response header v1: tagged fields (empty)
         response, _size = entity_reader(protocol.response_type(api_key, version))(frame, offset)

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from jbod_kafka import protocol
+from tests.broker.conftest import wait_for
 from tests.kafka_api.conftest import KafkaCluster
 from tests.kafka_api.raw_client import RawConnection
 from tests.kafka_api.test_librdkafka import consume_all, produce, wait_for_leaders
@@ -176,7 +177,12 @@ def _produce_raw(conn: RawConnection, topic: str, batch: bytes) -> tuple[int, in
     return int(answer.error_code), int(answer.base_offset)
 
 
-def _init_producer_id(conn: RawConnection) -> object:
+#: InitProducerId's answer while the broker asks the controller for a block of producer ids.
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def _init_producer_id(conn: RawConnection) -> Any:
+    """InitProducerId, asked again while the broker has no producer id yet (as clients do)."""
     body = protocol.build(
         protocol.request_type(22, 4),
         transactional_id=None,
@@ -184,7 +190,12 @@ def _init_producer_id(conn: RawConnection) -> object:
         producer_id=-1,
         producer_epoch=-1,
     )
-    return conn.request(22, 4, body)
+
+    def answered() -> Any:
+        init = conn.request(22, 4, body)
+        return None if int(init.error_code) == COORDINATOR_LOAD_IN_PROGRESS else init
+
+    return wait_for(answered, timeout=30, what="a producer id")
 
 
 def test_a_retried_batch_is_answered_with_its_first_offset_and_written_once(
@@ -220,6 +231,7 @@ def test_init_producer_ids_are_unique_across_brokers(kafka_cluster: KafkaCluster
             assert int(conn.authenticate("admin", kafka_cluster.admin_password).error_code) == 0
             for _ in range(3):
                 init = _init_producer_id(conn)
+                assert int(init.error_code) == 0, init
                 seen.add(int(init.producer_id))
     assert len(seen) == 3 * len(kafka_cluster.cluster.brokers)
 

@@ -40,7 +40,9 @@ Guarantees:
 * DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
-  (transactions are not supported).
+  (transactions are not supported). It never waits for the controller: while the broker has no
+  producer id left it answers COORDINATOR_LOAD_IN_PROGRESS at once, as Kafka's brokers do, and
+  the client retries (`forwarding.ProducerIds`).
 """
 
 from __future__ import annotations
@@ -775,10 +777,12 @@ class AdminApis:
             return kafka_response(
                 request, error_code=KafkaError.cluster_authorization_failed, producer_id=-1, producer_epoch=-1
             )
-        try:
-            producer_id = await self.producer_ids.next_id()
-        except ControllerCallError:
+        producer_id = self.producer_ids.next_id()
+        if producer_id is None:  # the next block is asked for: Kafka's answer, retried by clients
             return kafka_response(
-                request, error_code=KafkaError.coordinator_not_available, producer_id=-1, producer_epoch=-1
+                request,
+                error_code=KafkaError.coordinator_load_in_progress,
+                producer_id=-1,
+                producer_epoch=-1,
             )
         return kafka_response(request, error_code=KafkaError.none, producer_id=producer_id, producer_epoch=0)

@@ -11,15 +11,20 @@ Guarantees:
 * Without an admin token the broker forwards nothing (`admin_enabled` is False): nobody can be
   the `admin` principal then either.
 * `ProducerIds.next_id` hands out ids from the block the controller gave this broker (1000 at a
-  time, durable in the metadata log before they are handed out, so never reused), asking for the
-  next block when one runs out; concurrent callers share one request.
+  time, durable in the metadata log before they are handed out, so never reused) and never waits
+  for the controller (as Kafka's `RPCProducerIdManager`): with no id left it answers None and asks
+  for the next block in the background, one request at a time; it asks ahead once 90% of a block
+  is handed out, so a broker whose controller answers seldom runs out. A request that fails is
+  logged and asked again by the next caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -50,6 +55,8 @@ from jbod_core.messages import (
     validation_message,
 )
 from jbod_runtime.tls import ClientTls
+
+log = logging.getLogger("jbod_agent.kafka")
 
 
 async def _reply(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
@@ -136,33 +143,66 @@ class Forwarder:
             await self._link.aclose()
 
 
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("Could not get a block of producer ids", exc_info=task.exception())
+
+
+#: The next block of producer ids is asked for once a tenth of the current one is left (Kafka's
+#: RPCProducerIdManager asks at 90% used).
+_LEFT_WHEN_ASKING_AHEAD: Final = 10
+
+
 class ProducerIds:
     """Producer ids for InitProducerId, from blocks the controller allocates to this broker."""
 
     def __init__(self, state: AgentState, link: ControllerLink) -> None:
         self._state = state
         self._link = link
-        self._next = 0
-        self._end = 0
-        self._lock = asyncio.Lock()
+        self._current = range(0)  # the ids of this broker's block not handed out yet
+        self._following: range | None = None  # the block asked for ahead of need
+        self._block_size = 0  # of the current block
+        self._asking: asyncio.Task[None] | None = None
 
-    async def next_id(self) -> int:
-        async with self._lock:
-            if self._next >= self._end:
-                await self._new_block()
-            produced = self._next
-            self._next += 1
-            return produced
+    def next_id(self) -> int | None:
+        """A new producer id, or None when this broker has none left (the next block is asked for:
+        a client retries)."""
+        if not self._current and self._following is not None:
+            self._current, self._following = self._following, None
+            self._block_size = len(self._current)
+        if not self._current:
+            self._ask()
+            return None
+        produced = self._current[0]
+        self._current = self._current[1:]
+        if self._following is None and len(self._current) <= self._block_size // _LEFT_WHEN_ASKING_AHEAD:
+            self._ask()
+        return produced
 
-    async def _new_block(self) -> None:
+    def _ask(self) -> None:
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.create_task(self._next_block(), name="allocate-producer-ids")
+            self._asking.add_done_callback(_log_failure)
+
+    async def _next_block(self) -> None:
         request = AllocateProducerIdsRequest(broker_id=self._state.node_id, broker_epoch=self._state.epoch)
-        reply = await answer(self._link.allocate_producer_ids(request))
+        try:
+            reply = await answer(self._link.allocate_producer_ids(request))
+        except ControllerCallError as exc:
+            log.warning("Could not get a block of producer ids: %s", exc)
+            return
         if reply.error_code != ErrorCode.NONE or reply.producer_id_len <= 0:
-            raise ControllerCallError(
-                f"the controller allocated no producer ids: errorCode {reply.error_code} {reply.error_message or ''}"
+            log.warning(
+                "Could not get a block of producer ids: the controller answered errorCode %d %s",
+                reply.error_code,
+                reply.error_message or "",
             )
-        self._next = reply.producer_id_start
-        self._end = reply.producer_id_start + reply.producer_id_len
+            return
+        self._following = range(reply.producer_id_start, reply.producer_id_start + reply.producer_id_len)
 
     async def aclose(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._asking
         await self._link.aclose()

@@ -11,7 +11,11 @@ Guarantees:
   (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas capped
   at the active brokers, `min.insync.replicas` one below that (at least 1), retention off: the
   topic is never compacted, so nothing may expire from it); until its partition has a leader the
-  answer is COORDINATOR_NOT_AVAILABLE, which clients retry. A transaction coordinator is
+  answer is COORDINATOR_NOT_AVAILABLE, which clients retry. FindCoordinator never waits for the
+  controller (as Kafka's): the creation runs in the background, one at a time, and the
+  FindCoordinator that started it is answered COORDINATOR_NOT_AVAILABLE at once, so the requests
+  a client pipelined behind it on the connection (librdkafka's Metadata and Fetch) are answered
+  while no controller does. A transaction coordinator is
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not supported), another key type
   INVALID_REQUEST.
 * Kafka's ACLs (as KafkaApis): FindCoordinator needs DESCRIBE on the group; JoinGroup, SyncGroup,
@@ -39,6 +43,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from typing import Any, Final
@@ -69,8 +74,11 @@ DESCRIBE: Final = AclOperation.DESCRIBE
 GROUP_DENIED: Final = KafkaError.group_authorization_failed
 TOPIC_DENIED: Final = KafkaError.topic_authorization_failed
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024  # Kafka's offsets.topic.segment.bytes
-_CREATE_WAIT_S: Final = 2.0
-_WAIT_STEP_S: Final = 0.02
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("Could not create %s", OFFSETS_TOPIC, exc_info=task.exception())
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -167,15 +175,13 @@ class GroupApis:
                 "error_code": KafkaError.invalid_request,
                 "error_message": f"key type {key_type}",
             }
-        image = self.ctx.state.image
-        if OFFSETS_TOPIC not in image.topic_ids_by_name:
-            await self._create_offsets_topic()
-        topic_id = image.topic_ids_by_name.get(OFFSETS_TOPIC)
+        topic_id = self.ctx.state.image.topic_ids_by_name.get(OFFSETS_TOPIC)
         if topic_id is None:
+            self._create_offsets_topic()
             return {
                 **missing,
                 "error_code": KafkaError.coordinator_not_available,
-                "error_message": f"{OFFSETS_TOPIC} does not exist yet",
+                "error_message": f"{OFFSETS_TOPIC} does not exist yet: it is being created",
             }
         partition = self.ctx.state.image.partition((topic_id, self.coordinator.partition_of(key)))
         leader = self.ctx.state.image.brokers.get(partition.leader) if partition is not None else None
@@ -196,21 +202,18 @@ class GroupApis:
             "error_message": None,
         }
 
-    async def _create_offsets_topic(self) -> None:
-        """Create `__consumer_offsets` (one creation at a time), then wait briefly for it."""
+    def _create_offsets_topic(self) -> None:
+        """Start creating `__consumer_offsets` in the background, unless a creation is running."""
         if self._creating is None or self._creating.done():
-            self._creating = asyncio.create_task(self._create())
-        await asyncio.shield(self._creating)
-        clock = self.ctx.clock
-        deadline = clock.monotonic() + _CREATE_WAIT_S
-        while clock.monotonic() < deadline and not self._offsets_topic_led():
-            await clock.sleep(_WAIT_STEP_S)
+            self._creating = asyncio.create_task(self._create(), name="create-offsets-topic")
+            self._creating.add_done_callback(_log_failure)
 
-    def _offsets_topic_led(self) -> bool:
-        image = self.ctx.state.image
-        topic_id = image.topic_ids_by_name.get(OFFSETS_TOPIC)
-        topic = image.topics.get(topic_id) if topic_id is not None else None
-        return topic is not None and all(p.leader >= 0 for p in topic.partitions.values())
+    async def aclose(self) -> None:
+        """Stop a creation of `__consumer_offsets` still waiting for the controller."""
+        if self._creating is not None:
+            self._creating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._creating
 
     async def _create(self) -> None:
         config = self.ctx.state.config

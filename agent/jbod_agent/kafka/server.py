@@ -56,6 +56,7 @@ class BrokerApis:
 
     kafka: KafkaApis
     admin: AdminApis
+    groups: GroupApis
     coordinator: GroupCoordinator
     creator: TopicCreator
 
@@ -98,7 +99,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **AclApis(ctx, forwarder).handlers(),
     }
     kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
-    return BrokerApis(kafka, admin, coordinator, creator)
+    return BrokerApis(kafka, admin, group_apis, coordinator, creator)
 
 
 class KafkaListeners:
@@ -120,6 +121,7 @@ class KafkaListeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timers
         self._apis.coordinator.close()
+        await self._apis.groups.aclose()
         await self._apis.creator.aclose()
         await self._apis.admin.forwarder.aclose()
         await self._apis.admin.producer_ids.aclose()
