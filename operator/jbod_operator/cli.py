@@ -8,6 +8,7 @@ standalone (one replica, `strategy: Recreate` in the chart), so kopf's peering i
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 import sys
@@ -18,6 +19,7 @@ import kopf
 from kubernetes import config as kube_config
 from prometheus_client import start_http_server
 
+from jbod_operator import rotation
 from jbod_runtime import console
 
 PROG = "jbod-operator"
@@ -53,6 +55,14 @@ def _listen(value: str) -> tuple[str, int]:
     help="how often to ask each cluster's controller and brokers for their view",
 )
 @click.option(
+    "--secret-propagation-seconds",
+    type=click.IntRange(10, 3600),
+    default=int(rotation.PROPAGATION.total_seconds()),
+    show_default=True,
+    help="how long the kubelets take to update a mounted Secret in every pod (their sync period plus "
+    "cache, with a margin): a rotation waits this long before it relies on pods having new files",
+)
+@click.option(
     "--endpoints-file",
     envvar="JBOD_ENDPOINTS_FILE",
     type=click.Path(dir_okay=False),
@@ -66,6 +76,7 @@ def command(  # noqa: PLR0913  click command: one parameter per option
     metrics_address: str,
     health_address: str,
     poll_seconds: float,
+    secret_propagation_seconds: int,
     endpoints_file: str | None,
     verbose: bool,
 ) -> None:
@@ -86,6 +97,7 @@ def command(  # noqa: PLR0913  click command: one parameter per option
 
     handlers.ENDPOINTS = views.Endpoints(endpoints_file)
     handlers.SETTINGS["poll_seconds"] = poll_seconds
+    handlers.SETTINGS["secret_propagation"] = dt.timedelta(seconds=secret_propagation_seconds)
     if image:
         handlers.SETTINGS["image"] = image
     if metrics_address:

@@ -47,7 +47,12 @@ from jbod_operator import (
 log = logging.getLogger("jbod_operator")
 
 DEFAULT_IMAGE = "ghcr.io/jbod-dev/jbod:0.1.0"
-SETTINGS: dict[str, Any] = {"image": DEFAULT_IMAGE, "poll_seconds": 2.0, "broker_interval": 2.0}
+SETTINGS: dict[str, Any] = {
+    "image": DEFAULT_IMAGE,
+    "poll_seconds": 2.0,
+    "broker_interval": 2.0,
+    "secret_propagation": rotation.PROPAGATION,  # --secret-propagation-seconds
+}
 VIEWS: dict[tuple[str, str], views.ClusterView] = {}
 CREDENTIALS: dict[tuple[str, str], credentials.CredentialState] = {}
 TRUST_FILES: dict[tuple[str, str], Path] = {}
@@ -403,6 +408,7 @@ def _tls_policy(tls: model.TlsSpec) -> rotation.Policy:
         ca_renew_before=dt.timedelta(days=tls.ca_renew_before_days),
         operator_ca=tls.issuer == "operator",
         ca_expiration=tls.ca_expiration_policy,
+        propagation=SETTINGS["secret_propagation"],
     )
 
 

@@ -548,6 +548,18 @@ def test_rbac_rules_explain_themselves() -> None:
         assert previous.startswith("# "), f"rule at _helpers.tpl:{i + 1} has no comment"
 
 
+def test_every_flag_the_chart_passes_is_one_of_the_operators(all_objects: list[Obj]) -> None:
+    """The Deployment's args name only `jbod-operator` options, with the values given."""
+    from jbod_operator import cli
+
+    _, container = _operator(all_objects)
+    options = {opt for param in cli.command.params for opt in param.opts}
+    flags = [a.split("=", 1)[0] for a in container["args"] if a.startswith("--")]
+    assert set(flags) <= options
+    assert "--secret-propagation-seconds=60" in container["args"]
+    assert "--poll-seconds=0.5" in container["args"]
+
+
 def _decorated_resources(tree: ast.Module) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """(resources kopf indexes or handles, resources with change handlers/timers/daemons)."""
     watched: set[tuple[str, str]] = set()

@@ -431,7 +431,7 @@ def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> No
         )
 
     # The old CA certificate leaves the bundle once the new certificates had time to reach the
-    # pods (rotation.PROPAGATION, 3 min) and a full pass ran (1 min).
+    # pods (--secret-propagation-seconds, 45 s on kind: e2e/kind/cluster.py) and a full pass ran (1 min).
     wait_for(bundle_of_one, timeout=420, what="the old CA certificate dropped", interval=5)
     acked = _load_progress(env, "steady-load")[0]
     wait_for(
