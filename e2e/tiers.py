@@ -79,6 +79,17 @@ def _tail(path: Path, lines: int) -> str:
         return f"(no log: {exc})"
 
 
+def first_pass(workers: int) -> list[str]:
+    """The first pass's pytest arguments: every test but the kind tier, on `workers` xdist workers
+    that keep each `xdist_group` on one worker (tests/conftest.py)."""
+    return ["-m", "not e2e", "--numprocesses", str(workers), "--dist", "loadgroup"]
+
+
+def kind_pass() -> list[str]:
+    """The second pass's pytest arguments: the kind tier alone, in one process."""
+    return ["-m", "e2e"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.tiers", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=3, help="xdist workers of the first pass (default 3)")
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     first_ok = _timed(
         f"pytest, all but the kind tier ({args.workers} workers)",
-        [*pytest, "-m", "not e2e", "--numprocesses", str(args.workers), "--dist", "loadgroup"],
+        [*pytest, *first_pass(args.workers)],
         env,
     )
 
@@ -121,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _say(f"kind tier's toolchain and images: ready {waited:.0f} s after their start")
     if kind_ok:
-        kind_ok = _timed("pytest, the kind tier", [*pytest, "-m", "e2e"], env)
+        kind_ok = _timed("pytest, the kind tier", [*pytest, *kind_pass()], env)
     _say(f"tiers: {time.monotonic() - total:.0f} s")
     return 0 if first_ok and kind_ok else 1
 

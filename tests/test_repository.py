@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e import tiers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,18 +39,17 @@ def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
     assert planned.returncode == 0, planned.stderr
     lines = planned.stdout.splitlines()
     install = lines.index(f"{fresh_venv}/bin/pip install --quiet -e '.[dev,pipeline]'")
-    passes = [n for n, line in enumerate(lines) if f"JBOD_E2E_REQUIRED=1 {fresh_venv}/bin/pytest" in line]
-    assert len(passes) == 2, planned.stdout
-    run, kind = passes
-    assert '-m "not e2e" --numprocesses 3 --dist loadgroup' in lines[run], "all but the kind tier, on workers"
-    assert lines[kind].split("/bin/pytest", 1)[1].split("\\")[0].strip() == "-m e2e", (
-        "then the kind tier alone"
-    )
+    run = lines.index(f"{fresh_venv}/bin/python -m e2e.tiers --workers 3")
     assert install < run, "the extras are installed before the tests run"
     for check in ("ruff check", "ruff format --check", "mypy", "lint-imports"):
         assert any(check in line for line in lines[install:run]), check
     warm = [n for n, line in enumerate(lines) if line == f"{fresh_venv}/bin/jbod-pipeline kafka-jars"]
     assert warm and install < warm[0] < run, "Spark's Kafka source is resolved before the tests run"
+
+
+def test_the_tiers_run_all_but_the_kind_tier_on_workers_then_the_kind_tier_alone() -> None:
+    assert tiers.first_pass(3) == ["-m", "not e2e", "--numprocesses", "3", "--dist", "loadgroup"]
+    assert tiers.kind_pass() == ["-m", "e2e"]
 
 
 def test_the_pipeline_image_installs_the_pinned_pyspark() -> None:
