@@ -20,8 +20,14 @@ Guarantees:
   `min.insync.replicas`) leaves the group as it was and is answered NOT_COORDINATOR or
   COORDINATOR_NOT_AVAILABLE. One whose records were appended but not acknowledged in time takes
   effect (they are in this leader's log, what a reload would read) and is answered
-  COORDINATOR_NOT_AVAILABLE. Decisions of one partition are made and written one at a time (a
-  lock per partition), in the order they are made; a JoinGroup or SyncGroup that waits does not
+  COORDINATOR_NOT_AVAILABLE. A decision that writes nothing (a heartbeat, a commit of the offsets
+  already committed) is answered once the high watermark covers the log as it was when it was
+  made — the records its answer rests on, which after such a decision or a load need not all be
+  replicated yet — else as a write that was not acknowledged (Kafka answers its writes without
+  records once its last written offset is committed). So a client's retry of a commit that timed
+  out is acknowledged only once the first one's record is on every in-sync replica. Decisions of
+  one partition are made and written one at a time (a lock per partition), in the order they are
+  made; a JoinGroup or SyncGroup that waits, and an answer waiting for the high watermark, do not
   hold the lock.
 * Timers: one task fires every group's due deadlines (`groups.tick`), woken early when a decision
   sets a deadline sooner than the one it sleeps to, on the agent's clock, at least
@@ -264,11 +270,6 @@ class GroupCoordinator:
         appended = code == ErrorCode.REQUEST_TIMED_OUT or (
             code == ErrorCode.NOT_ENOUGH_REPLICAS and _AFTER_APPEND_MARK in message
         )
-        lost = code in (
-            ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            ErrorCode.KAFKA_STORAGE_ERROR,
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        )
         log.warning(
             "Writing %d records to %s-%d failed (errorCode %d, %s): %s",
             len(records),
@@ -278,7 +279,27 @@ class GroupCoordinator:
             "appended, not yet replicated" if appended else "not appended",
             message,
         )
-        return appended, GroupError.NOT_COORDINATOR if lost else GroupError.COORDINATOR_NOT_AVAILABLE
+        return appended, _write_error(code)
+
+    async def _replicated(self, shard: _Shard, group_id: str, required: int) -> GroupError:
+        """NONE once the high watermark of the shard's partition covers `required` (at once when
+        it does already), else the error to answer a request of `group_id` with."""
+        code = await self._produce.await_high_watermark(
+            shard.hosted, required=required, timeout_ms=self.settings.commit_timeout_ms
+        )
+        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS):  # covered (the ISR's size aside)
+            return GroupError.NONE
+        error = _write_error(code)
+        log.warning(
+            "Answered a request of consumer group %s with %s: %s-%d was not replicated to offset %d (errorCode %d)",
+            group_id,
+            error.name,
+            OFFSETS_TOPIC,
+            shard.index,
+            required,
+            int(code),
+        )
+        return error
 
     async def _decide(
         self,
@@ -304,13 +325,34 @@ class GroupCoordinator:
                 if not appended or not current:
                     return failed(write_error if current else GroupError.NOT_COORDINATOR)
             waiter = self._apply(shard, group_id, decision, parking)
+            # The records an answer rests on: all of the log (a decision that wrote nothing answers
+            # from what earlier ones wrote, perhaps appended but not yet replicated).
+            written = shard.hosted.log.end_offset
         if write_error is not GroupError.NONE:  # appended, not acknowledged: in effect, answered an error
             _forget(shard, group_id, decision.parked, waiter)
             return failed(write_error)
-        if decision.answer is not None:
-            return decision.answer
-        assert waiter is not None
-        return await self._wait(shard, group_id, decision, waiter, failed)
+        return await self._answer(shard, group_id, decision, waiter, failed, written=written)
+
+    async def _answer(  # noqa: PLR0913  the decision and its shard, then what it answers from
+        self,
+        shard: _Shard,
+        group_id: str,
+        decision: GroupDecision[A],
+        waiter: _Waiter[A] | None,
+        failed: Callable[[GroupError], A],
+        *,
+        written: int,
+    ) -> A:
+        """An applied decision's answer: its own (once the log it rests on, to `written`, is
+        replicated, if it wrote nothing), or the parked request's."""
+        if decision.answer is None:
+            assert waiter is not None
+            return await self._wait(shard, group_id, decision, waiter, failed)
+        if not decision.records:
+            replicated = await self._replicated(shard, group_id, written)
+            if replicated is not GroupError.NONE:
+                return failed(replicated)
+        return decision.answer
 
     def _apply(
         self, shard: _Shard, group_id: str, decision: GroupDecision[A], parking: _Parking | None
@@ -496,6 +538,17 @@ class GroupCoordinator:
         loading = any(not s.loaded for s in self._shards.values())
         found = [g for s in self._shards.values() if s.loaded for g in s.groups.values()]
         return (GroupError.COORDINATOR_LOAD_IN_PROGRESS if loading else GroupError.NONE), found
+
+
+def _write_error(code: int) -> GroupError:
+    """The answer to a group request whose records the ISR was not seen to hold: NOT_COORDINATOR
+    when leadership or the dir went, else COORDINATOR_NOT_AVAILABLE (Kafka's mapping)."""
+    lost = code in (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    )
+    return GroupError.NOT_COORDINATOR if lost else GroupError.COORDINATOR_NOT_AVAILABLE
 
 
 def _park(shard: _Shard, group_id: str, member_id: str, waiter: _Waiter[A], parking: _Parking) -> None:

@@ -16,7 +16,8 @@ Guarantees:
 * acks=0 is answered at once, acks=1 once written, acks=-1 once the high watermark covers the
   records (`HostedPartition.advance_high_watermark` answers it), else 7 after `timeoutMs` of the
   injected clock; 19 when the ISR shrank below `min.insync.replicas` meanwhile, 6 / 56 when
-  leadership or the dir was lost first.
+  leadership or the dir was lost first. `await_high_watermark` is that wait on its own, for
+  callers that answer from records already appended (the group coordinator).
 * Batch timestamps (records the leader builds) and producer activity are the clock's wall time.
 * An I/O error while appending takes the dir offline (`ReplicaManager.storage_error`) and answers
   KAFKA_STORAGE_ERROR.
@@ -31,7 +32,7 @@ from typing import Any
 from jbod_agent import producers
 from jbod_agent.partition_log import PartitionLog
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.replica_manager import AckWaiter, HostedPartition, ReplicaManager
+from jbod_agent.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_core import producer_state, replication
 from jbod_core.broker_messages import ProduceCall
 from jbod_core.errors import ErrorCode
@@ -153,20 +154,36 @@ class Produce:
             return {"errorCode": 0, "baseOffset": base}
         return await self._await_isr(hosted, base=base, required=required, timeout_ms=timeout_ms)
 
-    async def _await_isr(
-        self, hosted: HostedPartition, *, base: int, required: int, timeout_ms: int
-    ) -> dict[str, Any]:
-        """The reply to an acks=-1 produce once the high watermark reaches `required` (or not)."""
+    async def await_high_watermark(
+        self, hosted: HostedPartition, *, required: int, timeout_ms: int
+    ) -> ErrorCode:
+        """NONE once the leader's high watermark covers `required` (at once if it does already);
+        NOT_ENOUGH_REPLICAS if it came to cover it while the ISR was below `min.insync.replicas`;
+        REQUEST_TIMED_OUT after `timeout_ms`; NOT_LEADER_OR_FOLLOWER or KAFKA_STORAGE_ERROR when
+        leadership or the dir was lost first. For the group coordinator's answers that write
+        nothing, which rest on what its partition's log already holds."""
+        if hosted.log.high_watermark >= required:
+            return ErrorCode.NONE
+        if hosted.role is not Role.LEADER or self.manager.partitions.get(hosted.key) is not hosted:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         waiter = AckWaiter(required)
         hosted.ack_waiters.append(waiter)
         if not await self.clock.wait(waiter.done, timeout_ms / 1000):
             with contextlib.suppress(ValueError):
                 hosted.ack_waiters.remove(waiter)
+            return ErrorCode.REQUEST_TIMED_OUT
+        return waiter.outcome
+
+    async def _await_isr(
+        self, hosted: HostedPartition, *, base: int, required: int, timeout_ms: int
+    ) -> dict[str, Any]:
+        """The reply to an acks=-1 produce once the high watermark reaches `required` (or not)."""
+        outcome = await self.await_high_watermark(hosted, required=required, timeout_ms=timeout_ms)
+        if outcome is ErrorCode.REQUEST_TIMED_OUT:
             return _produce_error(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"{hosted.name}: not replicated to the ISR within {timeout_ms} ms",
             )
-        outcome = waiter.outcome
         if outcome is ErrorCode.NOT_ENOUGH_REPLICAS:
             return _produce_error(
                 outcome,

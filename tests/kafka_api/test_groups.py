@@ -10,13 +10,18 @@ application uses them: `subscribe()`, automatic or explicit commits, `close()`.
   with no rebalance: the other member is neither revoked nor assigned anything.
 * The coordinator fails mid-consumption — its broker killed with SIGKILL, or (root) the disk of
   its `__consumer_offsets` replica shut down (EIO, as `test_failures` fails a disk): the group
-  moves to the partition's new leader, and the group's committed offsets, sampled all along,
-  never go back.
+  moves to the partition's new leader, which holds every commit acknowledged to a member (read
+  back from its `__consumer_offsets` partition by a consumer); every committed offset sampled
+  all along is one of those records, and one that went back is explained by the log: a member
+  committed the lower offset after the higher one. (librdkafka does: the auto-commits it deferred
+  while the coordinator was away, each with the offsets of its time, are sent once a coordinator
+  is found again, after a fresh commit; Apache Kafka 4.3.1 stores them in the same order.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -26,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from jbod_core import group_records
+from jbod_core.group_records import OffsetCommitKey
 from jbod_kafka import protocol
 from tests.broker.conftest import wait_for
 from tests.fs import requires_root
@@ -96,12 +102,14 @@ class Production(threading.Thread):
 class Member(threading.Thread):
     """One consumer of the group in a thread, polling until `stop`; `close()` on the way out
     (commits, then LeaveGroup, as librdkafka does). `heartbeats`: the Heartbeat requests it has
-    sent, from librdkafka's statistics (every 100 ms)."""
+    sent, from librdkafka's statistics (every 100 ms); `acknowledged`: (partition, offset) of
+    every commit the coordinator acknowledged (librdkafka's `on_commit` without an error)."""
 
     def __init__(self, config: dict[str, Any], topic: str, name: str) -> None:
         super().__init__(daemon=True, name=name)
-        self.config = config
+        self.config = {**config, "on_commit": self._committed}
         self.topic = topic
+        self.acknowledged: set[tuple[int, int]] = set()
         self.consumed: list[tuple[int, int]] = []
         self.assigned: list[list[int]] = []  # what each on_assign added (all of it, eagerly)
         self.owned: list[int] = []  # the whole assignment, after the last poll
@@ -109,6 +117,12 @@ class Member(threading.Thread):
         self.errors: list[str] = []
         self.heartbeats = 0
         self.stop = threading.Event()
+
+    def _committed(self, err: Any, partitions: list[TopicPartition]) -> None:
+        if err is None:
+            self.acknowledged.update(
+                (p.partition, p.offset) for p in partitions if p.error is None and p.offset >= 0
+            )
 
     def _statistics(self, text: str) -> None:
         brokers = json.loads(text).get("brokers", {}).values()
@@ -349,7 +363,8 @@ def test_a_static_member_restarted_within_its_session_rejoins_without_a_rebalanc
 
 class CommitWatch(threading.Thread):
     """Samples the group's committed offsets every 200 ms (OffsetFetch through a consumer that
-    never joins) and records any partition whose committed offset went back."""
+    never joins): every (partition, offset) it saw, and any partition whose committed offset
+    went back."""
 
     def __init__(self, kafka: KafkaCluster, group: str, topic: str) -> None:
         super().__init__(daemon=True)
@@ -358,6 +373,7 @@ class CommitWatch(threading.Thread):
         self.stop = threading.Event()
         self.highest: dict[int, int] = {}
         self.went_back: list[tuple[int, int, int]] = []  # (partition, before, after)
+        self.seen: set[tuple[int, int]] = set()
         self.samples = 0
 
     def run(self) -> None:
@@ -374,6 +390,7 @@ class CommitWatch(threading.Thread):
                 for tp in found:
                     if tp.offset < 0:
                         continue
+                    self.seen.add((tp.partition, tp.offset))
                     before = self.highest.get(tp.partition, -1)
                     if tp.offset < before:
                         self.went_back.append((tp.partition, before, tp.offset))
@@ -382,9 +399,62 @@ class CommitWatch(threading.Thread):
             consumer.close()
 
 
+def logged_commits(kafka: KafkaCluster, group: str, topic: str) -> list[tuple[int, int]]:
+    """The group's commits of `topic`, (partition, offset) in log order, as a consumer reads the
+    group's partition of `__consumer_offsets` from its leader up to the high watermark."""
+    index = group_records.partition_for(group, group_records.DEFAULT_PARTITIONS)
+    consumer = Consumer(kafka.client_config(**{"group.id": f"reader-{group}", "enable.auto.commit": False}))
+    try:
+        start = TopicPartition(group_records.OFFSETS_TOPIC, index, OFFSET_BEGINNING)
+        _low, high = consumer.get_watermark_offsets(start, timeout=10)
+        consumer.assign([start])
+        commits: list[tuple[int, int]] = []
+        position = 0
+        deadline = time.monotonic() + 60
+        while position < high:
+            assert time.monotonic() < deadline, (
+                f"read {group_records.OFFSETS_TOPIC}-{index} to {position} of {high}"
+            )
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            position = msg.offset() + 1
+            record = group_records.decode(msg.key(), msg.value())
+            if (
+                record is not None
+                and isinstance(record.key, OffsetCommitKey)
+                and (record.key.group, record.key.topic) == (group, topic)
+                and record.value is not None
+            ):
+                commits.append((record.key.partition, record.value.offset))
+        return commits
+    finally:
+        consumer.close()
+
+
+def committed_after(commits: list[tuple[int, int]], partition: int, higher: int, lower: int) -> bool:
+    """Whether `commits` (in log order) hold a commit of `lower` after one of `higher`."""
+    first = next((i for i, c in enumerate(commits) if c == (partition, higher)), None)
+    return first is not None and (partition, lower) in commits[first + 1 :]
+
+
+def neighbour_of(group: str) -> str:
+    """A group id in the same partition of `__consumer_offsets` as `group`: the same coordinator."""
+    index = group_records.partition_for(group, group_records.DEFAULT_PARTITIONS)
+    return next(
+        name
+        for name in (f"{group}-{n}" for n in itertools.count())
+        if group_records.partition_for(name, group_records.DEFAULT_PARTITIONS) == index
+    )
+
+
 def _consume_through(kafka: KafkaCluster, fail: Any) -> None:
     """Two members consume while records are produced; `fail(group, coordinator)` strikes once they
-    committed; then every record is consumed and the commits reach the ends, never going back."""
+    committed; then every record is consumed and the commits reach the ends. The new leader's log
+    holds every acknowledged commit and every offset the watch saw, and a going back the watch saw
+    is a member's own later commit of the lower offset (the module docstring says why). Right
+    before the failure, a consumer of a standalone group of the same coordinator commits with no
+    member racing it: the new coordinator answers exactly that commit."""
     topic = new_topic(kafka, partitions=PARTITIONS)
     group = f"g-failover-{uuid.uuid4().hex[:6]}"
     config = member_config(kafka, group, **{"session.timeout.ms": 30_000})
@@ -397,6 +467,11 @@ def _consume_through(kafka: KafkaCluster, fail: Any) -> None:
     watch.start()
     wait_for(lambda: len(watch.highest) == PARTITIONS, timeout=60, what="commits of every partition")
     coordinator = coordinator_of(kafka, group)
+    standalone = neighbour_of(group)
+    last = Consumer(kafka.client_config(**{"group.id": standalone, "enable.auto.commit": False}))
+    marks = {p: 1000 + p for p in range(PARTITIONS)}
+    last.commit(offsets=[TopicPartition(topic, p, o) for p, o in marks.items()], asynchronous=False)
+    last.close()
     fail(group, coordinator)
     wait_for(
         lambda: coordinator_of(kafka, group) not in (coordinator, -1),
@@ -412,8 +487,17 @@ def _consume_through(kafka: KafkaCluster, fail: Any) -> None:
         member.finish()
     watch.stop.set()
     watch.join(30)
-    assert watch.went_back == [], f"committed offsets went back: {watch.went_back}"
     assert committed(kafka, group, topic) == end
+    assert committed(kafka, standalone, topic) == marks
+    commits = logged_commits(kafka, group, topic)
+    acknowledged = {commit for m in members for commit in m.acknowledged}
+    assert acknowledged, "no commit acknowledged"
+    assert sorted(acknowledged - set(commits)) == [], "acknowledged commits missing from the new leader's log"
+    assert sorted(watch.seen - set(commits)) == [], "committed offsets served that the new leader's log lacks"
+    unexplained = [back for back in watch.went_back if not committed_after(commits, *back)]
+    assert unexplained == [], (
+        f"committed offsets went back with no later commit of the lower one: {unexplained}"
+    )
 
 
 def test_the_group_survives_its_coordinator_killed_with_sigkill(tmp_path: Path) -> None:
