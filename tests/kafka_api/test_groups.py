@@ -15,7 +15,7 @@ application uses them: `subscribe()`, automatic or explicit commits, `close()`.
   all along is one of those records, and one that went back is explained by the log: a member
   committed the lower offset after the higher one. (librdkafka does: the auto-commits it deferred
   while the coordinator was away, each with the offsets of its time, are sent once a coordinator
-  is found again, after a fresh commit; Apache Kafka 4.3.1 stores them in the same order.)
+  is found again, after a fresh commit; a Kafka broker stores them in the order they come.)
 """
 
 from __future__ import annotations
