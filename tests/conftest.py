@@ -4,9 +4,9 @@
 (`pytest -m "not e2e" --numprocesses 3 --dist loadgroup`), then the kind tier alone (`pytest -m
 e2e`), so the kind node boots and the operator runs on a machine the rest of the suite is not
 loading. On the workers the tests of a file run on one worker (a module's shared cluster is
-started once), every Spark test on one worker (one Spark session), and those groups, the longest,
-start first. Everything else uses its own temporary directory and ports picked by the kernel, so
-it may run beside anything.
+started once), every test using tests/pipeline's Spark session on one worker (one session), and
+those groups, the longest, start first. Everything else uses its own temporary directory and ports
+picked by the kernel, so it may run beside anything.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ _FIRST: tuple[str, ...] = ("kind", "spark")
 def _group(item: pytest.Item) -> str:
     if item.get_closest_marker("e2e") is not None:
         return "kind"
-    path = item.nodeid.split("::", 1)[0]
-    return "spark" if path.startswith("tests/pipeline/") else path
+    if "spark" in getattr(item, "fixturenames", ()):  # tests/pipeline's shared session, directly or not
+        return "spark"
+    return item.nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

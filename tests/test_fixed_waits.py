@@ -28,13 +28,6 @@ TESTS = ROOT / "tests"
 POLL_INTERVAL_MAX_S = 0.5
 #: The comment that states why a fixed time is right; some words of reason must follow it.
 REASON = re.compile(r"#\s*fixed wait:\s*\S.{8,}")
-#: Modules whose waits other work of issue 30 reworks; the coordinator removes each entry once
-#: that work is merged and the module complies.
-EXCLUDED = {
-    # The Spark tests (test_standalone_master's wait for the worker): the helper that shares Spark
-    # sessions and shrinks their data (issue 30, "the cold CI is too slow") reworks them.
-    "tests/pipeline",
-}
 
 
 @dataclass(frozen=True)
@@ -133,20 +126,8 @@ def fixed_waits(source: str) -> list[FixedWait]:
     return sorted(found, key=lambda w: w.line)
 
 
-def _modules() -> list[Path]:
-    return [
-        path
-        for path in sorted(TESTS.rglob("*.py"))
-        if not any(
-            path.relative_to(ROOT).as_posix() == excluded
-            or path.relative_to(ROOT).as_posix().startswith(excluded + "/")
-            for excluded in EXCLUDED
-        )
-    ]
-
-
 def test_no_test_waits_a_fixed_time_without_a_reason() -> None:
-    sources = {path: path.read_text(encoding="utf-8") for path in _modules()}
+    sources = {path: path.read_text(encoding="utf-8") for path in sorted(TESTS.rglob("*.py"))}
     offenders = [
         f"{path.relative_to(ROOT).as_posix()}:{wait}"
         for path, source in sources.items()
@@ -158,10 +139,6 @@ def test_no_test_waits_a_fixed_time_without_a_reason() -> None:
         "exit) with a deadline, or say on the line or the line above why the time is right "
         "('# fixed wait: <reason>'):\n  " + "\n  ".join(offenders)
     )
-
-
-def test_the_excluded_modules_exist() -> None:
-    assert all((ROOT / excluded).exists() for excluded in EXCLUDED), EXCLUDED
 
 
 def test_the_rule_tells_poll_intervals_and_yields_from_fixed_waits() -> None:

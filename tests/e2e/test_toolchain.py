@@ -170,21 +170,22 @@ def test_node_files_render_every_placeholder_from_one_source(tmp_path: Path) -> 
         images.render_node_files(files)
 
 
-def test_node_images_carry_the_versions_kubeadm_pins() -> None:
-    """kubeadm starts etcd, CoreDNS and pause by the tags it pins; the node image must hold those."""
+def _kubernetes_source(path: str) -> str:
+    """A file of the pinned k8s.io/kubernetes from Go's module cache (skips the test without it)."""
     if shutil.which("go") is None:
         pytest.skip("no go")
     modcache = subprocess.run(
         ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    constants = (
-        Path(modcache)
-        / f"k8s.io/kubernetes@{toolchain.K8S_VERSION}"
-        / "cmd/kubeadm/app/constants/constants.go"
-    )
-    if not constants.exists():
+    source = Path(modcache) / f"k8s.io/kubernetes@{toolchain.K8S_VERSION}" / path
+    if not source.exists():
         pytest.skip("k8s.io/kubernetes not in the module cache (python -m e2e.toolchain build)")
-    text = constants.read_text()
+    return source.read_text()
+
+
+def test_node_images_carry_the_versions_kubeadm_pins() -> None:
+    """kubeadm starts etcd, CoreDNS and pause by the tags it pins; the node image must hold those."""
+    text = _kubernetes_source("cmd/kubeadm/app/constants/constants.go")
     assert f'PauseVersion = "{images.PAUSE_TAG}"' in text
     assert f'DefaultEtcdVersion = "{images.ETCD_TAG}"' in text
     assert f'CoreDNSVersion = "{toolchain.COREDNS_VERSION}"' in text
@@ -192,19 +193,7 @@ def test_node_images_carry_the_versions_kubeadm_pins() -> None:
 
 def test_the_coredns_build_has_every_plugin_of_kubeadms_corefile() -> None:
     """CoreDNS is built with only `COREDNS_PLUGINS`; kubeadm's Corefile must need no other one."""
-    if shutil.which("go") is None:
-        pytest.skip("no go")
-    modcache = subprocess.run(
-        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    manifests = (
-        Path(modcache)
-        / f"k8s.io/kubernetes@{toolchain.K8S_VERSION}"
-        / "cmd/kubeadm/app/phases/addons/dns/manifests.go"
-    )
-    if not manifests.exists():
-        pytest.skip("k8s.io/kubernetes not in the module cache (python -m e2e.toolchain build)")
-    text = manifests.read_text()
+    text = _kubernetes_source("cmd/kubeadm/app/phases/addons/dns/manifests.go")
     start = text.index("Corefile: |")
     corefile = text[start : text.index("`", start)]  # the Go raw string holding the ConfigMap
     directives = {

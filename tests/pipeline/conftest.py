@@ -1,20 +1,33 @@
-"""One local Spark session for the whole pipeline tier (startup is the slow part), plus
-generated clusters shared by the tests that only read them."""
+"""One local Spark session for the whole pipeline tier (starting Spark, and warming its JIT, is
+most of the cost), the generated clusters, and every job run once on each of them (`computed`),
+shared by the tests that only read what the jobs wrote.
+
+`tests/conftest.py` puts every test of this directory on one xdist worker (group "spark"), so
+the session starts once per `make test`. It keeps whole-stage code generation and the C2
+compiler (the settings of a larger local run, two shuffle partitions): the small-input settings
+(`input_bytes` below 64 MiB: C1 only, no whole-stage code) made the tier's longest test, the
+across-brokers plan, twice as slow.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from jbod_pipeline import session, synthetic  # noqa: E402
+from jbod_pipeline import jobs, planner, session, synthetic  # noqa: E402
 from tests.harness import ControllerProcess  # noqa: E402
 
 
@@ -47,7 +60,7 @@ def jbodctl_export(controller: ControllerProcess, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     # The whole tier shares this one driver: 2g rather than Spark's 1g default, so the
-    # broadcasts of the larger generated clusters fit beside what earlier tests left behind.
+    # broadcasts of the generated clusters fit beside what earlier tests left behind.
     spark = session.build(
         master="local[2]", app_name="jbod-pipeline-tests", shuffle_partitions=2, driver_memory="2g"
     )
@@ -58,7 +71,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(autouse=True)
 def _spark_cache_cleared(request: pytest.FixtureRequest) -> Iterator[None]:
     """Frames a test persisted (an input read it never unpersisted) are dropped after it, so
-    cached blocks do not pile up in the shared driver over the tier's hundreds of tests."""
+    cached blocks do not pile up in the shared driver over the tier's tests."""
     yield
     if "spark" in request.fixturenames:
         request.getfixturevalue("spark").catalog.clearCache()
@@ -86,12 +99,110 @@ SPECS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """A generated cluster: its spec's name and its two input files."""
+
+    name: str
+    metadata: Path
+    telemetry: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    """Every job (`jobs.JOBS`, as `jbod-pipeline all` runs them) on one generated cluster with the
+    default goals: the tables, `plan.json` and `reassignment.json` in `out`, and the replayed
+    frames the jobs started from (collected: rows as dicts)."""
+
+    generated: Generated
+    out: Path
+    brokers: dict[int, dict[str, Any]]
+    partitions: dict[tuple[str, int], dict[str, Any]]
+    orphans: int
+    plan_summary: str
+
+    def plan(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.out / "plan.json").read_text())
+        return document
+
+
+def assert_same_table(got: Path, want: Path) -> int:
+    """The Parquet tables at `got` and `want` hold the same rows (in any order; floats equal to
+    1e-9 relative); returns how many."""
+
+    def rows(table: Any) -> list[tuple[Any, ...]]:
+        return sorted((tuple(row.values()) for row in table.to_pylist()), key=repr)
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return bool(a == b)
+
+    got_table, want_table = pq.read_table(got), pq.read_table(want)
+    assert got_table.column_names == want_table.column_names, got
+    got_rows, want_rows = rows(got_table), rows(want_table)
+    assert len(got_rows) == len(want_rows), got
+    for got_row, want_row in zip(got_rows, want_rows, strict=True):
+        assert all(same(g, w) for g, w in zip(got_row, want_row, strict=True)), (got, got_row, want_row)
+    return len(got_rows)
+
+
+def _run_every_job(spark: SparkSession, generated: Generated, out: Path) -> Computed:
+    options = jobs.Options(
+        metadata=str(generated.metadata),
+        telemetry=str(generated.telemetry),
+        out=out,
+        goals=planner.Goals(),
+    )
+    run = jobs.Run(spark, options)
+    try:
+        brokers = {r["brokerId"]: r.asDict(recursive=True) for r in run.cluster.brokers.collect()}
+        partitions = {
+            (r["topicId"], r["partition"]): r.asDict(recursive=True) for r in run.cluster.partitions.collect()
+        }
+        orphans = run.cluster.orphan_changes.count()
+        outcomes = {name: job(run) for name, job in jobs.JOBS.items()}
+    finally:
+        run.close()
+    return Computed(generated, out, brokers, partitions, orphans, outcomes["plan"].summary)
+
+
+@pytest.fixture(scope="session")
+def generate(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Generated]:
+    """The cluster of `SPECS[name]` (seed 7), generated once per session."""
+    made: dict[str, Generated] = {}
+
+    def get(name: str) -> Generated:
+        if name not in made:
+            root = tmp_path_factory.mktemp(f"cluster-{name}")
+            metadata, telemetry = root / "metadata.jsonl", root / "telemetry.jsonl"
+            synthetic.generate(SPECS[name], seed=7, metadata=metadata, telemetry=telemetry)
+            made[name] = Generated(name, metadata, telemetry)
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def compute(
+    spark: SparkSession, generate: Callable[[str], Generated], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Computed]:
+    """Every job on the cluster of `SPECS[name]`, run once per session."""
+    done: dict[str, Computed] = {}
+
+    def get(name: str) -> Computed:
+        if name not in done:
+            done[name] = _run_every_job(spark, generate(name), tmp_path_factory.mktemp(f"jobs-{name}"))
+        return done[name]
+
+    return get
+
+
 @pytest.fixture(scope="session", params=sorted(SPECS))
-def generated(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, Path, Path]:
-    name = request.param
-    root = tmp_path_factory.mktemp(f"cluster-{name}")
-    metadata, telemetry = root / "metadata.jsonl", root / "telemetry.jsonl"
-    synthetic.generate(SPECS[name], seed=7, metadata=metadata, telemetry=telemetry)
-    return name, metadata, telemetry
+def generated(request: pytest.FixtureRequest, generate: Callable[[str], Generated]) -> Generated:
+    return generate(request.param)
+
+
+@pytest.fixture(scope="session", params=sorted(SPECS))
+def computed(request: pytest.FixtureRequest, compute: Callable[[str], Computed]) -> Computed:
+    return compute(request.param)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,7 +14,7 @@ import pytest
 from jbod_cli import metadata_parquet
 from jbod_pipeline.cli import main as pipeline
 from tests.harness import ControllerProcess
-from tests.pipeline.conftest import jbodctl_export
+from tests.pipeline.conftest import Computed, assert_same_table, jbodctl_export
 
 DIR_A = "ECfE0cOGu8QeL-uJQUw0PA"
 
@@ -56,10 +57,14 @@ def test_generate_writes_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.slow
-def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
-    assert pipeline(["generate", "--out", str(tmp_path / "in"), "--brokers", "4", "--partitions", "120"]) == 0
-    with (tmp_path / "in" / "metadata.jsonl").open("a") as handle:
-        handle.write("this line is corrupt\n")
+def test_a_whole_run_writes_every_table_and_the_report(
+    compute: Callable[[str], Computed], tmp_path: Path
+) -> None:
+    """`jbod-pipeline all`, the real command in local mode with the settings it picks itself,
+    skips a corrupt line and writes the tables the jobs compute without it, and the report."""
+    computed = compute("skewed")
+    metadata = tmp_path / "metadata.jsonl"
+    metadata.write_text(computed.generated.metadata.read_text() + "this line is corrupt\n")
     out = tmp_path / "out"
     done = subprocess.run(
         [
@@ -69,12 +74,10 @@ def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
             "all",
             "--master",
             "local[2]",
-            "--shuffle-partitions",
-            "2",
             "--metadata",
-            str(tmp_path / "in" / "metadata.jsonl"),
+            str(metadata),
             "--telemetry",
-            str(tmp_path / "in" / "telemetry.jsonl"),
+            str(computed.generated.telemetry),
             "--out",
             str(out),
         ],
@@ -85,7 +88,7 @@ def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "skipped 1 bad line(s)" in done.stderr and "line " in done.stderr
     for table in ("disks", "blast_radius", "plan", "timeline"):
-        assert pq.read_table(out / table).num_rows > 0, table
+        assert assert_same_table(out / table, computed.out / table) > 0, table
     assert pq.read_table(out / "plan").column_names == [
         "topic",
         "partition",
@@ -101,7 +104,10 @@ def test_a_whole_run_writes_every_table_and_the_report(tmp_path: Path) -> None:
     assert page.count("data:image/png;base64,") >= 6 and "<script" not in page
     assert json.loads((out / "input_errors.json").read_text())[0]["badLines"] == 1
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["version"] == 1 and plan["moves"]
+    assert plan["version"] == 1 and plan["moves"] and plan == computed.plan()
+    summaries = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in summaries[:-1]] == ["disks", "blast-radius", "plan", "timeline"]
+    assert summaries[-1].startswith(f"Wrote disks, blast-radius, plan, timeline to {out} in ")
 
 
 def test_metadata_export_as_parquet(tmp_path: Path, controller: ControllerProcess) -> None:

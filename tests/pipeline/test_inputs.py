@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from jbod_cli import metadata_parquet
 from jbod_core.image import ClusterImage
 from jbod_pipeline import inputs, jobs, replay, schemas
 from tests.pipeline import reference
+from tests.pipeline.conftest import Generated
 
 DIR_A = "ECfE0cOGu8QeL-uJQUw0PA"
 DIR_B = "YS52lqbOzBs1v5ktyenGFg"
@@ -160,11 +162,11 @@ def test_line_numbers_are_exact_across_many_splits(spark: SparkSession, tmp_path
 
 @pytest.mark.parametrize("layout", ["typed", "json-text"])
 def test_parquet_export_reads_like_json_lines(
-    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path, layout: str
+    spark: SparkSession, generate: Callable[[str], Generated], tmp_path: Path, layout: str
 ) -> None:
     """Both Parquet layouts: the typed one of `jbodctl metadata export --format parquet` and the
     earlier one (`offset`, `type`, `data` as JSON text), which is still read."""
-    _, metadata, _ = generated
+    metadata = generate("skewed").metadata
     rows = [json.loads(line) for line in metadata.read_text().splitlines()]
     if layout == "typed":
         metadata_parquet.write(rows, tmp_path / "export.parquet")
@@ -188,10 +190,10 @@ def test_parquet_export_reads_like_json_lines(
 
 
 def test_a_snapshot_export_replays_to_the_same_state(
-    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path
+    spark: SparkSession, generate: Callable[[str], Generated], tmp_path: Path
 ) -> None:
     """An export that starts with a snapshot: image records all at one offset, then the log."""
-    _, metadata, _ = generated
+    metadata = generate("skewed").metadata
     lines = metadata.read_text().splitlines()
     head, tail = lines[: len(lines) // 2], lines[len(lines) // 2 :]
     image = ClusterImage()

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
 from jbod_pipeline import jobs, planner
 from tests.pipeline import reference
+from tests.pipeline.conftest import Computed, Generated
 
 
 def _run(
@@ -28,32 +31,10 @@ def _run(
     return jobs.Run(spark, options)
 
 
-@pytest.fixture(scope="session")
-def computed(
-    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
-    """Every job's result on one generated cluster, computed once for the tests that read them."""
-    from jbod_pipeline import blast_radius
-
-    _, metadata, telemetry = generated
-    out = tmp_path_factory.mktemp("jobs")
-    run = _run(spark, out, metadata, telemetry)
-    try:
-        result = {
-            "brokers": {r["brokerId"]: r for r in run.cluster.brokers.collect()},
-            "partitions": {(r["topicId"], r["partition"]): r for r in run.cluster.partitions.collect()},
-            "orphans": run.cluster.orphan_changes.count(),
-            "disks": {(r["brokerId"], r["directoryId"]): r.asDict() for r in run.disks.collect()},
-            "blast": {
-                (r["brokerId"], r["directoryId"]): r
-                for r in blast_radius.blast_radius(run.cluster.brokers, run.dir_counts).collect()
-            },
-            "plan_summary": jobs.run_plan(run).summary,
-            "plan": json.loads((out / "plan.json").read_text()),
-        }
-    finally:
-        run.close()
-    return result
+def _table(computed: Computed, name: str) -> list[dict[str, Any]]:
+    """A table the jobs wrote, as rows in the order of its file."""
+    rows: list[dict[str, Any]] = pq.read_table(computed.out / name).to_pylist()
+    return rows
 
 
 def _close(a: float | None, b: float | None) -> bool:
@@ -62,12 +43,9 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def test_replayed_state_matches_the_controllers_image(
-    generated: tuple[str, Path, Path], computed: dict[str, Any]
-) -> None:
-    _, metadata, _telemetry = generated
-    image = reference.replay(metadata)
-    brokers = computed["brokers"]
+def test_replayed_state_matches_the_controllers_image(computed: Computed) -> None:
+    image = reference.replay(computed.generated.metadata)
+    brokers = computed.brokers
     assert set(brokers) == set(image.brokers)
     for broker_id, reg in image.brokers.items():
         row = brokers[broker_id]
@@ -75,7 +53,7 @@ def test_replayed_state_matches_the_controllers_image(
         assert sorted(row["logDirs"]) == sorted(str(d) for d in reg.log_dirs)
         assert sorted(row["offlineLogDirs"]) == sorted(str(d) for d in reg.offline_log_dirs)
         assert row["brokerEpoch"] == reg.broker_epoch
-    parts = computed["partitions"]
+    parts = computed.partitions
     expected = dict(image.iter_partitions())
     assert set(parts) == {(str(t), i) for t, i in expected}
     for (topic_id, index), part in expected.items():
@@ -87,13 +65,17 @@ def test_replayed_state_matches_the_controllers_image(
         assert row["partitionEpoch"] == part.partition_epoch
         assert tuple(row["directories"]) == tuple(str(d) for d in part.directories)
         assert row["minIsr"] == int(image.topics[topic_id].configs.get("min.insync.replicas", "1"))
-    assert computed["orphans"] == 0
+    assert computed.orphans == 0
 
 
-def test_disks_match_the_reference(generated: tuple[str, Path, Path], computed: dict[str, Any]) -> None:
-    _, metadata, telemetry = generated
-    expected = reference.disks(reference.replay(metadata), reference.latest_samples(telemetry))
-    rows = computed["disks"]
+def test_disks_match_the_reference(computed: Computed) -> None:
+    generated = computed.generated
+    expected = reference.disks(
+        reference.replay(generated.metadata), reference.latest_samples(generated.telemetry)
+    )
+    table = _table(computed, "disks")
+    rows = {(r["brokerId"], r["directoryId"]): r for r in table}
+    assert len(rows) == len(table), "one row per dir"
     assert set(rows) == set(expected)
     states = Counter(r["state"] for r in rows.values())
     assert states["offline"] and states["online"]  # the generated clusters exercise both
@@ -105,12 +87,9 @@ def test_disks_match_the_reference(generated: tuple[str, Path, Path], computed: 
         assert _close(got["skew"], want["skew"]), key
 
 
-def test_blast_radius_matches_the_reference(
-    generated: tuple[str, Path, Path], computed: dict[str, Any]
-) -> None:
-    _, metadata, _telemetry = generated
-    expected = reference.blast_radius(reference.replay(metadata))
-    got = computed["blast"]
+def test_blast_radius_matches_the_reference(computed: Computed) -> None:
+    expected = reference.blast_radius(reference.replay(computed.generated.metadata))
+    got = {(r["brokerId"], r["directoryId"]): r for r in _table(computed, "blast_radius")}
     assert set(got) == set(expected)
     for key, want in expected.items():
         for column in ("replicas", "leadersLost", "offlinePartitions", "underMinIsr"):
@@ -122,16 +101,14 @@ def test_blast_radius_matches_the_reference(
     assert keys == sorted(keys)
 
 
-def test_timeline_matches_the_reference(spark: SparkSession, generated: tuple[str, Path, Path]) -> None:
-    from jbod_pipeline import inputs, timeline
-
-    name, metadata, _telemetry = generated
-    expected = reference.timeline(metadata)
+def test_timeline_matches_the_reference(computed: Computed) -> None:
+    name = computed.generated.name
+    expected = reference.timeline(computed.generated.metadata)
     got = [
         (r["offset"], r["type"], r["brokerId"], r["directoryId"], r["topic"], r["partition"], r["detail"])
-        for r in timeline.timeline(inputs.read_metadata(spark, str(metadata)).records).collect()
+        for r in _table(computed, "timeline")
     ]
-    assert got == expected
+    assert got == expected  # in the job's order, as written
     # The generated logs hold dirs that were online (registered) before failing: one that stays
     # offline, one that comes back and, in "skewed", one that fails a second time.
     offline = [r for r in expected if r[1] == "dir-offline"]
@@ -152,17 +129,15 @@ def _apply(
     return used
 
 
-def test_plan_meets_the_goals_on_the_generated_state(
-    generated: tuple[str, Path, Path], computed: dict[str, Any]
-) -> None:
-    _, metadata, telemetry = generated
+def test_plan_meets_the_goals_on_the_generated_state(computed: Computed) -> None:
     threshold = planner.DEFAULT_THRESHOLD
-    image = reference.replay(metadata)
-    latest = reference.latest_samples(telemetry)
+    image = reference.replay(computed.generated.metadata)
+    latest = reference.latest_samples(computed.generated.telemetry)
     state = reference.disks(image, latest)
-    outcome_summary = computed["plan_summary"]
-    moves = computed["plan"]["moves"]
-    assert moves, outcome_summary
+    document = computed.plan()
+    moves = document["moves"]
+    assert moves, computed.plan_summary
+    assert document["version"] == jobs.PLAN_VERSION
     # Where each replica sits according to the metadata, and its size according to telemetry.
     placed = {}
     for (topic_id, index), part in image.iter_partitions():
@@ -247,31 +222,32 @@ def test_drain_empties_the_named_dir(spark: SparkSession, tmp_path: Path) -> Non
     assert all(m["brokerId"] == broker for m in moves if m["fromDirectoryId"] == drained)
 
 
-@pytest.mark.slow
 def test_plan_is_deterministic(
-    spark: SparkSession, generated: tuple[str, Path, Path], tmp_path: Path
+    spark: SparkSession, compute: Callable[[str], Computed], tmp_path: Path
 ) -> None:
-    _, metadata, telemetry = generated
-    plans = []
-    for attempt in ("a", "b"):
-        out = tmp_path / attempt
-        out.mkdir()
-        run = _run(spark, out, metadata, telemetry)
-        try:
-            jobs.run_plan(run)
-        finally:
-            run.close()
-        plans.append((out / "plan.json").read_text())
-    assert plans[0] == plans[1]
+    """The same inputs give the same plan, however Spark splits the work: a second run of the
+    skewed cluster, with other scan splits and shuffle partitions than the first, writes the same
+    plan.json byte for byte."""
+    computed = compute("skewed")
+    generated = computed.generated
+    settings = {"spark.sql.shuffle.partitions": "5", "spark.sql.files.maxPartitionBytes": "16k"}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    run = _run(spark, tmp_path, generated.metadata, generated.telemetry)
+    try:
+        assert run.metadata.cache.rdd.getNumPartitions() > 2  # not split as in the first run
+        jobs.run_plan(run)
+    finally:
+        run.close()
+        for key in settings:
+            spark.conf.unset(key)
+    assert (tmp_path / "plan.json").read_text() == (computed.out / "plan.json").read_text()
 
 
-@pytest.mark.slow
-def test_across_brokers_plan_drains_a_broker_and_keeps_the_rules(spark: SparkSession, tmp_path: Path) -> None:
-    from jbod_pipeline import synthetic
-    from tests.pipeline.conftest import SPECS
-
-    metadata, telemetry = tmp_path / "m.jsonl", tmp_path / "t.jsonl"
-    synthetic.generate(SPECS["skewed"], seed=7, metadata=metadata, telemetry=telemetry)
+def test_across_brokers_plan_drains_a_broker_and_keeps_the_rules(
+    spark: SparkSession, generate: Callable[[str], Generated], tmp_path: Path
+) -> None:
+    metadata, telemetry = generate("skewed").metadata, generate("skewed").telemetry
     image = reference.replay(metadata)
     state = reference.disks(image, reference.latest_samples(telemetry))
     threshold = planner.DEFAULT_THRESHOLD

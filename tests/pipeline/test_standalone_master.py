@@ -1,12 +1,11 @@
 """`jbod-pipeline all` on a real Spark standalone cluster (a master and one worker started from the
-installed PySpark's jars, everything bound to 127.0.0.1) writes the same tables as a local-mode
-run of the same inputs, and the run really went through the master (it is among the master's
-completed applications)."""
+installed PySpark's jars, everything bound to 127.0.0.1) writes the same tables and plan as a
+local-mode run of the same inputs (the tier's shared session's run of every job, `computed`),
+and the run really went through the master (it is among the master's completed applications)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -15,16 +14,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from jbod_pipeline import synthetic
+from tests.pipeline.conftest import Computed, Generated, assert_same_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -151,14 +149,14 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
             if alive:
                 break
             assert time.monotonic() < deadline, "the worker did not register with the master in 180 s"
-            time.sleep(1)
+            time.sleep(0.5)
         yield cluster
     finally:
         for process in reversed(started):
             _stop(process)
 
 
-def _pipeline(master: str, inputs: Path, out: Path) -> None:
+def _pipeline(master: str, inputs: Generated, out: Path) -> None:
     done = subprocess.run(
         [
             str(SCRIPT),
@@ -168,9 +166,9 @@ def _pipeline(master: str, inputs: Path, out: Path) -> None:
             "--shuffle-partitions",
             "2",
             "--metadata",
-            str(inputs / "metadata.jsonl"),
+            str(inputs.metadata),
             "--telemetry",
-            str(inputs / "telemetry.jsonl"),
+            str(inputs.telemetry),
             "--out",
             str(out),
         ],
@@ -182,31 +180,14 @@ def _pipeline(master: str, inputs: Path, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def _rows(path: Path) -> list[tuple[Any, ...]]:
-    table = pq.read_table(path).to_pylist()
-    return sorted((tuple(row.values()) for row in table), key=repr)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return bool(a == b)
-
-
 @pytest.mark.timeout(600)  # a whole run on a master, a worker and executors: 200-300 s on 2 busy cores
-def test_all_on_a_standalone_master_matches_local_mode(standalone: Standalone, tmp_path: Path) -> None:
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    spec = synthetic.ClusterSpec(brokers=4, partitions=120, topics=3, offline_dirs=2, refailed_dirs=1)
-    synthetic.generate(spec, seed=3, metadata=inputs / "metadata.jsonl", telemetry=inputs / "telemetry.jsonl")
-    _pipeline(standalone.url, inputs, tmp_path / "cluster")
-    _pipeline("local[2]", inputs, tmp_path / "local")
+def test_all_on_a_standalone_master_matches_local_mode(
+    standalone: Standalone, compute: Callable[[str], Computed], tmp_path: Path
+) -> None:
+    local = compute("skewed")
+    _pipeline(standalone.url, local.generated, tmp_path / "cluster")
     apps = standalone.status().get("completedapps", [])
     assert any(app.get("name") == "jbod-pipeline" for app in apps), apps
     for table in TABLES:
-        cluster, local = _rows(tmp_path / "cluster" / table), _rows(tmp_path / "local" / table)
-        assert len(cluster) == len(local) > 0, table
-        for got, want in zip(cluster, local, strict=True):
-            assert all(_same(g, w) for g, w in zip(got, want, strict=True)), (table, got, want)
-    plans = [json.loads((tmp_path / run / "plan.json").read_text()) for run in ("cluster", "local")]
-    assert plans[0] == plans[1]
+        assert assert_same_table(tmp_path / "cluster" / table, local.out / table) > 0, table
+    assert json.loads((tmp_path / "cluster" / "plan.json").read_text()) == local.plan()
