@@ -429,6 +429,10 @@ def _start_controller(layout: ClusterLayout, node: ControllerNode) -> Controller
         str(layout.admin_token_file),
         "--broker-session-timeout-ms",
         str(session_timeout_ms(layout)),
+        # New topics get the brokers' min.insync.replicas capped at their replication factor, as
+        # the operator's controller (a topic of one replica still takes acks=all writes).
+        "--default-min-insync-replicas",
+        BROKER_SETTINGS["min.insync.replicas"],
         *quorum.quorum_args(
             node,
             layout.etcd,

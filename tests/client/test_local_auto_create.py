@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from jbod_core.meta_properties import parse_properties
 from jbod_local import supervisor
@@ -131,6 +132,16 @@ def test_auto_creation_is_on_by_default_and_off_with_broker_config(root: Path) -
     with read_layout(root).controller() as controller:
         partitions = controller.describe_topic(created)["partitions"]
     assert len(partitions) == 1 and len(partitions[0]["replicas"]) == 2
+    # A topic created with one replica takes acks=all writes: the brokers' min.insync.replicas (2)
+    # is capped at its replication factor, as the operator's controller does (librdkafka's suite
+    # creates such topics).
+    single = f"single-{uuid.uuid4().hex[:6]}"
+    layout = read_layout(root)
+    admin = AdminClient(
+        librdkafka_config(",".join(b.kafka_address for b in layout.brokers), layout.admin_token())
+    )
+    admin.create_topics([NewTopic(single, 3, 1)])[single].result(timeout=60)
+    assert _produce_one(root, single) is None
 
 
 def test_up_help_names_the_option() -> None:
