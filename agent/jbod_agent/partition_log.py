@@ -446,11 +446,14 @@ class PartitionLog:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True
+    ) -> bytes:
         """Raw whole frames from the one containing `offset`, at most `max_bytes` of them but at
-        least one when one is available, and only frames whose base offset is below `max_offset`
-        (when given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it
-        raises OffsetOutOfRangeError."""
+        least one when one is available (with `min_one`; without it nothing when the first frame
+        is larger than `max_bytes`), and only frames whose base offset is below `max_offset` (when
+        given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it raises
+        OffsetOutOfRangeError."""
         self._check_open()
         if not self._log_start <= offset <= self._end:
             raise OffsetOutOfRangeError(
@@ -469,7 +472,7 @@ class PartitionLog:
         position = start.position
         while True:
             part, stopped = segment.read_frames(
-                self._reader(segment), position, max_bytes - total, limit, must_return=not parts
+                self._reader(segment), position, max_bytes - total, limit, must_return=min_one and not parts
             )
             if part:
                 parts.append(part)

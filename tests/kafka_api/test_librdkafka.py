@@ -214,3 +214,32 @@ def test_a_consumer_whose_offset_is_out_of_range_resets_as_auto_offset_reset_say
             assert got == [(100 + i, b"second-%03d" % i) for i in range(10)]
     finally:
         consumer.close()
+
+
+def test_a_fetch_answer_stays_within_fetch_max_bytes(kafka_cluster: KafkaCluster) -> None:
+    """librdkafka's 0082: a consumer whose `fetch.max.bytes` (1 MB) is far below its
+    `max.partition.fetch.bytes` (20 MB) sizes its receive buffer to the former
+    (`receive.message.max.bytes`); records of 900 KiB, one batch each, must come one batch per
+    answer, not a partition's 20 MB at once (librdkafka drops such an answer, "Invalid response
+    size", reconnects, and never reads on)."""
+    topic = new_topic(kafka_cluster, partitions=2)
+    values = [bytes([i]) * (900 * 1024) for i in range(6)]
+    acked = produce(kafka_cluster, topic, [(b"k%d" % i, value) for i, value in enumerate(values)])
+    consumer = Consumer(
+        kafka_cluster.client_config(
+            **{
+                "group.id": f"g-{topic}",
+                "enable.auto.commit": False,
+                "max.partition.fetch.bytes": 20_000_000,
+                "fetch.max.bytes": 1_000_000,
+                "receive.message.max.bytes": 1_000_512,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        got = read_values(consumer, len(values), within_s=60)
+    finally:
+        consumer.close()
+    assert sorted(value for _offset, value in got) == sorted(values), f"read {len(got)} of {len(values)}"
+    assert len(acked) == len(values)

@@ -4,8 +4,10 @@ from the stored batches as they are.
 Guarantees:
 * Fetch returns whole stored batches from the one holding `fetch_offset`, only below the high
   watermark (read_committed sees the same: there are no transactions); each partition gets at
-  most `partition_max_bytes` and the response at most `max_bytes`, except that the first
-  partition with data always gets its first batch (KIP-74). With less than `min_bytes` ready it
+  most `partition_max_bytes` and the response at most `max_bytes` (librdkafka's
+  `fetch.max.bytes`, whose receive buffer is sized to it), except that the first partition with
+  data always gets its first batch (KIP-74); a later partition whose next batch does not fit gets
+  none. With less than `min_bytes` ready it
   waits up to `max_wait` (of the agent's clock) for new data on any of the partitions asked for.
 * Per partition, Kafka's codes: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID,
   NOT_LEADER_OR_FOLLOWER (only leaders serve consumers), FENCED_LEADER_EPOCH /
@@ -178,9 +180,13 @@ def _read_partition(
             return read(diverging=diverging), hosted
     if not log_.log_start_offset <= wanted.fetch_offset <= log_.end_offset:
         return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
-    limit = min(wanted.max_bytes, budget) if not first else wanted.max_bytes
+    # The partition's and the response's limits both hold; only the first partition with data
+    # gets its first batch whatever its size (KIP-74), the others nothing that does not fit.
+    limit = max(min(wanted.max_bytes, budget), 0)
     try:
-        data = log_.read(wanted.fetch_offset, max(limit, 1), max_offset=hw) if limit > 0 or first else b""
+        data = (
+            log_.read(wanted.fetch_offset, limit, max_offset=hw, min_one=first) if limit > 0 or first else b""
+        )
     except OffsetOutOfRangeError:
         return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
     except OSError as exc:
