@@ -10,6 +10,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -72,13 +73,17 @@ def test_a_bad_broker_config_is_one_line_and_creates_nothing(tmp_path: Path, ite
     assert not (root / STATE_FILE).exists()
 
 
+def _admin_config(root: Path) -> dict[str, Any]:
+    """librdkafka's settings to reach the local cluster at `root` as admin."""
+    layout = read_layout(root)
+    return librdkafka_config(",".join(b.kafka_address for b in layout.brokers), layout.admin_token())
+
+
 def _produce_one(root: Path, topic: str) -> KafkaError | None:
     """One record with acks=all as admin; its delivery error, or None once acknowledged."""
-    layout = read_layout(root)
-    bootstrap = ",".join(b.kafka_address for b in layout.brokers)
     producer = Producer(
         {
-            **librdkafka_config(bootstrap, layout.admin_token()),
+            **_admin_config(root),
             "acks": "all",
             "topic.metadata.propagation.max.ms": 2000,  # how long a missing topic is waited for
         }
@@ -136,10 +141,7 @@ def test_auto_creation_is_on_by_default_and_off_with_broker_config(root: Path) -
     # is capped at its replication factor, as the operator's controller does (librdkafka's suite
     # creates such topics).
     single = f"single-{uuid.uuid4().hex[:6]}"
-    layout = read_layout(root)
-    admin = AdminClient(
-        librdkafka_config(",".join(b.kafka_address for b in layout.brokers), layout.admin_token())
-    )
+    admin = AdminClient(_admin_config(root))
     admin.create_topics([NewTopic(single, 3, 1)])[single].result(timeout=60)
     assert _produce_one(root, single) is None
 

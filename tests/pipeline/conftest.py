@@ -126,24 +126,27 @@ class Computed:
         return document
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Two cells of a job's output are the same: floats to 1e-9 relative, anything else (None
+    included) equal."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(a == b)
+
+
 def assert_same_table(got: Path, want: Path) -> int:
-    """The Parquet tables at `got` and `want` hold the same rows (in any order; floats equal to
-    1e-9 relative); returns how many."""
+    """The Parquet tables at `got` and `want` hold the same rows (in any order, cells compared by
+    `same_value`); returns how many."""
 
     def rows(table: Any) -> list[tuple[Any, ...]]:
         return sorted((tuple(row.values()) for row in table.to_pylist()), key=repr)
-
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, float) and isinstance(b, float):
-            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-        return bool(a == b)
 
     got_table, want_table = pq.read_table(got), pq.read_table(want)
     assert got_table.column_names == want_table.column_names, got
     got_rows, want_rows = rows(got_table), rows(want_table)
     assert len(got_rows) == len(want_rows), got
     for got_row, want_row in zip(got_rows, want_rows, strict=True):
-        assert all(same(g, w) for g, w in zip(got_row, want_row, strict=True)), (got, got_row, want_row)
+        assert all(same_value(g, w) for g, w in zip(got_row, want_row, strict=True)), (got, got_row, want_row)
     return len(got_rows)
 
 
@@ -196,11 +199,6 @@ def compute(
         return done[name]
 
     return get
-
-
-@pytest.fixture(scope="session", params=sorted(SPECS))
-def generated(request: pytest.FixtureRequest, generate: Callable[[str], Generated]) -> Generated:
-    return generate(request.param)
 
 
 @pytest.fixture(scope="session", params=sorted(SPECS))

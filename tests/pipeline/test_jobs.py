@@ -4,7 +4,6 @@ offline dirs, LOST and UNASSIGNED placements, fenced and unregistered brokers an
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from jbod_pipeline import jobs, planner
 from tests.pipeline import reference
-from tests.pipeline.conftest import Computed, Generated
+from tests.pipeline.conftest import Computed, Generated, same_value
 
 
 def _run(
@@ -35,12 +34,6 @@ def _table(computed: Computed, name: str) -> list[dict[str, Any]]:
     """A table the jobs wrote, as rows in the order of its file."""
     rows: list[dict[str, Any]] = pq.read_table(computed.out / name).to_pylist()
     return rows
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def test_replayed_state_matches_the_controllers_image(computed: Computed) -> None:
@@ -83,8 +76,8 @@ def test_disks_match_the_reference(computed: Computed) -> None:
         got = rows[key]
         for column in ("state", "replicas", "leaders", "bytes", "totalBytes"):
             assert got[column] == want[column], (key, column)
-        assert _close(got["utilisation"], want["utilisation"]), key
-        assert _close(got["skew"], want["skew"]), key
+        assert same_value(got["utilisation"], want["utilisation"]), key
+        assert same_value(got["skew"], want["skew"]), key
 
 
 def test_blast_radius_matches_the_reference(computed: Computed) -> None:
@@ -247,7 +240,8 @@ def test_plan_is_deterministic(
 def test_across_brokers_plan_drains_a_broker_and_keeps_the_rules(
     spark: SparkSession, generate: Callable[[str], Generated], tmp_path: Path
 ) -> None:
-    metadata, telemetry = generate("skewed").metadata, generate("skewed").telemetry
+    skewed = generate("skewed")
+    metadata, telemetry = skewed.metadata, skewed.telemetry
     image = reference.replay(metadata)
     state = reference.disks(image, reference.latest_samples(telemetry))
     threshold = planner.DEFAULT_THRESHOLD
