@@ -124,6 +124,10 @@ class BrokerConfig:
     advertised_listener: HttpListener | None = None
     kafka_listeners: tuple[KafkaListener, ...] = ()
     advertised_kafka_listeners: tuple[KafkaListener, ...] = ()
+    # Replication (issue 31): followers fetch over this Kafka listener of their leaders, logged in
+    # with this SASL mechanism as the inter-broker user (`inter_broker_listener`).
+    inter_broker_listener_name: str = "SASL_PLAINTEXT"
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
     telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
     telemetry_interval_ms: int = 60_000
     # Limits of the broker's HTTP server (docs/operations.md, "Limits").
@@ -179,6 +183,11 @@ class BrokerConfig:
             client_auth=client_auth,
             protocols=self.ssl_enabled_protocols,
         )
+
+    @property
+    def inter_broker_listener(self) -> KafkaListener:
+        """The Kafka listener followers fetch from (every broker of a cluster names the same)."""
+        return next(k for k in self.kafka_listeners if k.name == self.inter_broker_listener_name)
 
     def client_auth_of(self, listener: KafkaListener) -> str:
         """Whether a TLS Kafka listener asks for client certificates, as Kafka decides: its own
@@ -350,6 +359,24 @@ def _super_users(key: str, value: str) -> frozenset[str]:
     return principals
 
 
+def _listener_name(key: str, value: str) -> str:
+    """A Kafka listener's name (= its security protocol: the brokers use Kafka's default map)."""
+    name = value.strip().upper()
+    if name not in KAFKA_PROTOCOLS:
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(KAFKA_PROTOCOLS)}")
+    return name
+
+
+#: The SASL mechanisms a follower can log in to its leaders with.
+INTER_BROKER_MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+
+def _inter_broker_mechanism(key: str, value: str) -> str:
+    if value.strip() not in INTER_BROKER_MECHANISMS:
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(INTER_BROKER_MECHANISMS)}")
+    return value.strip()
+
+
 def _auto_create(key: str, value: str) -> bool | int:
     try:
         return auto_create.parse_setting(key, value)
@@ -413,6 +440,9 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "listener.name.sasl_ssl.ssl.client.auth": ("sasl_ssl_listener_client_auth", _tls(tls.parse_client_auth)),
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _tls(tls.parse_protocols)),
     "ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", _tls(tls.parse_principal_rules)),
+    "inter.broker.listener.name": ("inter_broker_listener_name", _listener_name),
+    "security.inter.broker.protocol": ("security_inter_broker_protocol", _listener_name),
+    "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol", _inter_broker_mechanism),
 }
 # The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
 # ranges of the one topic-config table, so a default is always a value a topic could set.
@@ -460,6 +490,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
                 raise ConfigError(f"{exc} ({INLINE_COMMENT_NOTE})") from None
             raise
     _split_listeners(fields)
+    _inter_broker_listener(fields)
     config = BrokerConfig(**fields, given_keys=given)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
@@ -533,6 +564,37 @@ def _split_listeners(fields: dict[str, Any]) -> None:
             scheme=fields["listener"].scheme, host=advertised.kafka[0].host, port=0
         )
     fields["advertised_kafka_listeners"] = advertised.kafka
+
+
+def _inter_broker_listener(fields: dict[str, Any]) -> None:
+    """Which Kafka listener replication uses, as Kafka decides it: `inter.broker.listener.name`,
+    else `security.inter.broker.protocol` (not both), else (our default, where Kafka's is
+    PLAINTEXT) the first Kafka listener. A broker whose `listeners` has no Kafka listener (the
+    contract's `http://` only) gets one for replication: SASL_PLAINTEXT (SASL_SSL when the HTTP API
+    is https) on the HTTP API's host, on a port of its own choosing, advertised with the HTTP
+    API's advertised host (docs/decisions.md, "One data path")."""
+    named = fields.pop("inter_broker_listener_name", None)
+    protocol = fields.pop("security_inter_broker_protocol", None)
+    if named is not None and protocol is not None:
+        raise ConfigError(
+            "security.inter.broker.protocol: only one of it and inter.broker.listener.name may be set"
+        )
+    kafka: tuple[KafkaListener, ...] = fields["kafka_listeners"]
+    if not kafka:
+        http: HttpListener = fields["listener"]
+        implicit = KafkaListener("SASL_SSL" if http.scheme == "https" else "SASL_PLAINTEXT", http.host, 0)
+        fields["kafka_listeners"] = kafka = (implicit,)
+        advertised: HttpListener | None = fields.get("advertised_listener")
+        if advertised is not None:
+            fields["advertised_kafka_listeners"] = (KafkaListener(implicit.name, advertised.host, 0),)
+    wanted = named or protocol
+    if wanted is None:
+        fields["inter_broker_listener_name"] = kafka[0].name
+        return
+    if wanted not in {k.name for k in kafka}:
+        key = "inter.broker.listener.name" if named else "security.inter.broker.protocol"
+        raise ConfigError(f"{key}: {wanted} is not one of listeners")
+    fields["inter_broker_listener_name"] = wanted
 
 
 def load_config(path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

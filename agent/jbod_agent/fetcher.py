@@ -1,4 +1,5 @@
-"""Followers pull from their leaders: one long-polling fetch loop per leader broker, as in Kafka.
+"""Followers pull from their leaders: one long-polling fetch loop per leader broker, as in Kafka,
+with Kafka's Fetch (a replica id) over the leaders' inter-broker listener (issue 31).
 
 Guarantees:
 * A follower fetches from the end of its log and names the epoch of its last record, so the
@@ -20,55 +21,40 @@ Guarantees:
   follower-side quota throttles (named in `follower.replication.throttled.replicas`, this broker
   out of the ISR) are recorded; once the quota is exceeded the partition leaves the fetches
   until the quota allows bytes again (its retry time). Other partitions are fetched as before.
+* A loop keeps one connection to its leader (`peer_link`: `inter.broker.listener.name`, TLS with
+  the broker's own certificate, SASL as `jbod-broker` with the cluster token), opened again
+  after a failure; a leader that registered no such listener is not fetched from until it does.
+* A partition answered OFFSET_OUT_OF_RANGE starts over at the leader's log start when it is
+  behind it, else (ahead of the leader's end) truncates to the leader's high watermark, below
+  which the leader holds everything, and fetches the rest again.
 * Time is the injected clock's: the retry delays, the backoff after a failed request and the
-  spacing of its warnings. Only the HTTP client's own timeout is real time.
-* The wire format of `POST /v1/replica/fetch` replies: `u32 length | JSON header | frames`; each
-  header partition entry (named by `topicId` and `partition`) says how many bytes of frames
-  follow for it (`size`), in order.
+  spacing of its warnings. Only the connection's own timeout is real time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Callable
-from typing import Any
 
-import aiohttp
-import orjson
-
-from jbod_agent import divergence
+from jbod_agent import divergence, replica_wire
+from jbod_agent.peer_link import INTER_BROKER_USER, PeerConnection, PeerError, PeerLogin
 from jbod_agent.ports import Clock
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState
-from jbod_core import fetch_session, replication
+from jbod_core import fetch_session
 from jbod_core.errors import ErrorCode
-from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
+from jbod_core.replica_fetch import ReplicaFetch, ReplicaFetchAnswer, ReplicaPartitionAnswer, WantedPartition
 from jbod_runtime.tls import ClientTls
 
 log = logging.getLogger("jbod_agent.fetcher")
 
-_LENGTH = struct.Struct(">I")
 RETRY_AFTER_ERROR_S = 0.2
-
-
-def encode_reply(header: dict[str, Any], payload: list[bytes]) -> bytes:
-    head = orjson.dumps(header)
-    return b"".join([_LENGTH.pack(len(head)), head, *payload])
-
-
-def decode_reply(body: bytes) -> tuple[dict[str, Any], memoryview]:
-    if len(body) < 4:
-        raise ValueError("replica fetch reply shorter than its length prefix")
-    (length,) = _LENGTH.unpack_from(body, 0)
-    if 4 + length > len(body):
-        raise ValueError("replica fetch reply header is cut short")
-    header: dict[str, Any] = orjson.loads(body[4 : 4 + length])
-    return header, memoryview(body)[4 + length :]
+#: How long a follower waits for its leader beyond the long-poll itself.
+ANSWER_GRACE_S = 10.0
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
@@ -109,8 +95,7 @@ class Fetchers:
         self.token = token
         self.loops: dict[int, asyncio.Task[None]] = {}
         self.state: dict[int, _LeaderLoop] = {}
-        self._tls: ClientTls | None = None  # for https leaders: the broker's truststore and keystore
-        self._topic_ids: dict[str, Uuid] = {}
+        self._tls: ClientTls | None = None  # for TLS leaders: the broker's truststore and keystore
         manager.on_follow_change.append(self.replan)
         manager.on_partition_change.append(self.touch)
 
@@ -140,13 +125,34 @@ class Fetchers:
             task.cancel()
         await asyncio.gather(*self.loops.values(), return_exceptions=True)
 
-    def _leader_url(self, leader: int) -> str | None:
+    def _leader_endpoint(self, leader: int) -> tuple[str, int] | None:
+        """The leader's inter-broker listener, as it registered it (None: it has none)."""
         reg = self.broker.image.brokers.get(leader)
-        if reg is None or not reg.listeners:
-            return None
-        listener = reg.listeners[0]
-        scheme = "https" if listener.name == "https" else "http"
-        return f"{scheme}://{listener.host}:{listener.port}"
+        name = self.broker.config.inter_broker_listener_name
+        for listener in () if reg is None else reg.listeners:
+            if listener.name == name:
+                return listener.host, listener.port
+        return None
+
+    async def _connect(self, endpoint: tuple[str, int]) -> PeerConnection:
+        config = self.broker.config
+        listener = config.inter_broker_listener
+        tls = None
+        if listener.tls:
+            client_tls = self._client_tls()
+            client_tls.refresh()
+            tls = client_tls.context
+        return await PeerConnection.open(
+            *endpoint,
+            tls=tls,
+            login=PeerLogin(
+                config.sasl_mechanism_inter_broker_protocol if listener.authenticates else None,
+                INTER_BROKER_USER,
+                self.token,
+            ),
+            client_id=f"broker-{self.broker.node_id}-fetcher",
+            timeout=ANSWER_GRACE_S,
+        )
 
     def _client_tls(self) -> ClientTls:
         """The TLS of the fetch loops (made once; refreshed before each request)."""
@@ -201,16 +207,13 @@ class Fetchers:
         state = self.state[leader]
         backoff = 0.05
         last_warning = 0.0
-        # aiohttp's client: about twice as cheap per request as httpx on this hot path.
-        async with aiohttp.ClientSession(
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            timeout=aiohttp.ClientTimeout(total=config.replica_fetch_wait_max_ms / 1000 + 10),
-            connector=aiohttp.TCPConnector(limit=4, ssl=self._client_tls().context),
-        ) as http:
+        connection: PeerConnection | None = None
+        connected_to: tuple[str, int] | None = None
+        try:
             while not broker.stopping.is_set():
-                url = self._leader_url(leader)
-                plan = self._plan(leader, state) if url is not None else None
-                if plan is None or (plan.empty and state.session.idle):
+                endpoint = self._leader_endpoint(leader)
+                plan = self._plan(leader, state) if endpoint is not None else None
+                if endpoint is None or plan is None or (plan.empty and state.session.idle):
                     state.wake.clear()
                     await self.clock.wait(state.wake, RETRY_AFTER_ERROR_S)
                     if not self._follows(leader):
@@ -218,35 +221,34 @@ class Fetchers:
                         del self.state[leader]
                         return
                     continue
-                body = {
-                    "replicaId": broker.node_id,
-                    "brokerEpoch": broker.epoch,
-                    "maxWaitMs": config.replica_fetch_wait_max_ms,
-                    "maxBytes": config.replica_fetch_response_max_bytes,
-                    "partitionMaxBytes": config.replica_fetch_max_bytes,
-                    "sessionId": plan.session_id,
-                    "sessionEpoch": plan.epoch,
-                    "partitions": [
-                        {
-                            "topicId": str(key[0]),
-                            "partition": key[1],
-                            "fetchOffset": position.fetch_offset,
-                            "lastFetchedEpoch": position.last_fetched_epoch,
-                            "currentLeaderEpoch": position.current_leader_epoch,
-                        }
+                fetch = ReplicaFetch(
+                    replica_id=broker.node_id,
+                    broker_epoch=broker.epoch,
+                    max_wait_ms=config.replica_fetch_wait_max_ms,
+                    min_bytes=1,
+                    max_bytes=config.replica_fetch_response_max_bytes,
+                    session_id=plan.session_id,
+                    session_epoch=plan.epoch,
+                    partitions=tuple(
+                        WantedPartition(key, position, config.replica_fetch_max_bytes)
                         for key, position in plan.partitions
-                    ],
-                }
-                if plan.forgotten:
-                    body["forgotten"] = [{"topicId": str(k[0]), "partition": k[1]} for k in plan.forgotten]
+                    ),
+                    forgotten=plan.forgotten,
+                )
                 try:
-                    self._client_tls().refresh()
-                    async with http.post(f"{url}/v1/replica/fetch", data=orjson.dumps(body)) as response:
-                        content = await response.read()
-                        if response.status != 200:
-                            raise ValueError(f"HTTP {response.status}: {content[:200]!r}")
-                    header, payload = decode_reply(content)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    if connection is None or connection.closed or connected_to != endpoint:
+                        if connection is not None:
+                            connection.close()
+                        connection, connected_to = None, endpoint
+                        connection = await self._connect(endpoint)
+                    response = await connection.request(
+                        replica_wire.FETCH_KEY,
+                        replica_wire.FETCH_VERSION,
+                        replica_wire.fetch_request(fetch, log_start_offsets=self._log_start_offset),
+                        timeout=config.replica_fetch_wait_max_ms / 1000 + ANSWER_GRACE_S,
+                    )
+                    answer = replica_wire.answer_of(response)
+                except PeerError as exc:
                     state.session.on_failure()
                     now = self.clock.monotonic()
                     if now - last_warning > 10:
@@ -256,39 +258,34 @@ class Fetchers:
                     backoff = min(backoff * 2, 1.0)
                     continue
                 backoff = 0.05
-                code = int(header.get("errorCode", 0))
-                session_id = int(header.get("sessionId", fetch_session.INVALID_SESSION_ID))
-                if not state.session.on_reply(plan, session_id=session_id, error_code=code):
+                if not state.session.on_reply(plan, session_id=answer.session_id, error_code=answer.error):
                     log.info(
-                        "Fetch session with broker %d ended (errorCode %d); fetching in full", leader, code
+                        "Fetch session with broker %d ended (errorCode %d); fetching in full",
+                        leader,
+                        answer.error,
                     )
                     continue
-                self._apply(leader, state, plan, header, payload)
+                self._apply(leader, state, plan, answer)
+        finally:
+            if connection is not None:
+                connection.close()
 
-    def _key(self, entry: dict[str, Any]) -> PartitionKey:
-        text = entry["topicId"]
-        topic_id = self._topic_ids.get(text)
-        if topic_id is None:
-            topic_id = self._topic_ids[text] = Uuid.parse(text)
-        return (topic_id, int(entry["partition"]))
+    def _log_start_offset(self, key: PartitionKey) -> int:
+        hosted = self.manager.partitions.get(key)
+        return -1 if hosted is None else hosted.log.log_start_offset
 
     def _apply(
         self,
         leader: int,
         state: _LeaderLoop,
         plan: fetch_session.FetchPlan[PartitionKey],
-        header: dict[str, Any],
-        payload: memoryview,
+        answer: ReplicaFetchAnswer,
     ) -> None:
         positions = state.session.answered_positions(plan)
-        position = 0
         dropped: list[PartitionKey] = []
-        for entry in header.get("partitions", []):
-            size = int(entry.get("size", 0))
-            data = payload[position : position + size]
-            position += size
-            key = self._key(entry)
-            code = entry.get("errorCode", 0)
+        for part in answer.partitions:
+            key = part.key
+            code = part.error
             if fetch_session.leaves_session(code):
                 dropped.append(key)
             sent = positions.get(key)
@@ -306,16 +303,27 @@ class Fetchers:
             offset = sent.fetch_offset
             try:
                 if code == ErrorCode.NONE:
-                    self._apply_data(hosted, offset, entry, data)
-                    self._throttle(state, key, hosted, size)
+                    self._apply_data(hosted, offset, part)
+                    self._throttle(state, key, hosted, len(part.records))
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    self._out_of_range(hosted, offset, entry)
+                    self._out_of_range(hosted, offset, part)
                 else:
+                    if code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                        log.warning(
+                            "%s: broker %d refuses this broker's replica fetches (not authorized)",
+                            hosted.name,
+                            leader,
+                        )
                     hosted.fetch_retry_at = self.clock.monotonic() + RETRY_AFTER_ERROR_S
                     state.retry[key] = hosted.fetch_retry_at
             except OSError as exc:
                 self.manager.storage_error(hosted, exc, "replicating")
-            if size or code != ErrorCode.NONE or "divergingEpoch" in entry or hosted.log.end_offset != offset:
+            if (
+                part.records
+                or code != ErrorCode.NONE
+                or part.diverging is not None
+                or hosted.log.end_offset != offset
+            ):
                 state.changed.add(key)
         state.session.dropped(dropped)
 
@@ -331,42 +339,43 @@ class Fetchers:
             hosted.fetch_retry_at = self.clock.monotonic() + quota.wait_s()
             state.retry[key] = hosted.fetch_retry_at
 
-    def _apply_data(
-        self, hosted: HostedPartition, offset: int, entry: dict[str, Any], data: memoryview
-    ) -> None:
+    def _apply_data(self, hosted: HostedPartition, offset: int, part: ReplicaPartitionAnswer) -> None:
         log_ = hosted.log
-        diverging = entry.get("divergingEpoch")
+        diverging = part.diverging
         if diverging is not None:
             end = log_.end_offset
-            target = divergence.truncate_follower(
-                log_, replication.DivergingEpoch(diverging["epoch"], diverging["endOffset"])
-            )
+            target = divergence.truncate_follower(log_, diverging)
             if target < end:
                 log.info(
                     "%s: truncated %d record(s) to offset %d (diverged from the leader at epoch %d)",
                     hosted.name,
                     end - target,
                     target,
-                    diverging["epoch"],
+                    diverging.epoch,
                 )
                 self.on_source_truncated(hosted.key, target)
             return
-        if len(data) and log_.end_offset == offset:
-            log_.append_replicated(bytes(data))
+        if part.records and log_.end_offset == offset:
+            log_.append_replicated(part.records)
             hosted.dirty = True
-        hw = entry.get("highWatermark")
-        if isinstance(hw, int):
-            log_.high_watermark = min(hw, log_.end_offset)
+        if part.high_watermark >= 0:
+            log_.high_watermark = min(part.high_watermark, log_.end_offset)
 
-    def _out_of_range(self, hosted: HostedPartition, offset: int, entry: dict[str, Any]) -> None:
+    def _out_of_range(self, hosted: HostedPartition, offset: int, part: ReplicaPartitionAnswer) -> None:
         log_ = hosted.log
-        start = int(entry.get("logStartOffset", 0))
-        end = int(entry.get("endOffset", 0))
+        start = part.log_start_offset
+        if start < 0 or part.high_watermark < 0:
+            return  # a leader that gave no bounds: fetched again after the retry
         if offset < start:
             log.warning("%s: the leader's log starts at %d; starting over there", hosted.name, start)
             log_.truncate_fully_and_start_at(start)
             self.on_source_truncated(hosted.key, start)
-        elif offset > end:
-            log.warning("%s: ahead of the leader's end offset %d; truncating", hosted.name, end)
-            log_.truncate_to(max(end, log_.log_start_offset))
-            self.on_source_truncated(hosted.key, max(end, log_.log_start_offset))
+        else:
+            target = max(min(part.high_watermark, log_.end_offset), log_.log_start_offset)
+            log.warning(
+                "%s: ahead of the leader's end offset; truncating to its high watermark %d",
+                hosted.name,
+                target,
+            )
+            log_.truncate_to(target)
+            self.on_source_truncated(hosted.key, target)

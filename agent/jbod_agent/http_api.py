@@ -5,10 +5,8 @@ cluster or the admin token (401 + 31 otherwise); `/readyz` is 200 only while the
 registered and unfenced. Metrics are computed from the agent's state when scraped.
 * A body or query that does not match the schema is answered HTTP 400 with errorCode 42 and a
   message naming the field, before anything is appended or changed.
-* `POST /v1/replica/fetch` (extension) serves followers: JSON request, binary reply
-  (`fetcher.encode_reply`), with incremental fetch sessions (`jbod_core.fetch_session`); the
-  `jbod_replica_fetch_*` metrics count the sessions this broker holds as a leader and the
-  requests it served by kind.
+* The `jbod_replica_fetch_*` metrics count the fetch sessions this broker holds as a leader and
+  the follower fetches it served by kind (followers fetch over the Kafka listener, issue 31).
 * Limits (docs/operations.md, "Limits"): a body is never buffered past its endpoint's limit — a
   produce body over `produce_body_limit` (from `message.max.bytes` and `socket.request.max.bytes`)
   gets HTTP 413 with errorCode 10 (MESSAGE_TOO_LARGE), refused from its Content-Length before it
@@ -34,10 +32,9 @@ from pydantic import BaseModel, ValidationError
 from jbod_agent import probe, views
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
-from jbod_agent.fetcher import encode_reply
 from jbod_agent.placement import DirHealth
 from jbod_core import views as core_views
-from jbod_core.broker_messages import MoveReplicaRequest, ReplicaFetchRequest, parse_produce
+from jbod_core.broker_messages import MoveReplicaRequest, parse_produce
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
@@ -277,7 +274,6 @@ class AgentApi:
         app.router.add_post("/v1/log-dirs/move", self._guarded(self.move))
         app.router.add_post("/v1/produce", self._guarded(self.produce))
         app.router.add_get("/v1/fetch", self._guarded(self.fetch))
-        app.router.add_post("/v1/replica/fetch", self._guarded(self.replica_fetch))
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -356,11 +352,6 @@ class AgentApi:
         max_wait_ms = _query_int(request, "maxWaitMs", default=0, low=0, high=60_000)
         reply = await self.agent.client_fetch.fetch(topic, partition, offset, max_bytes, max_wait_ms)
         return _json(reply)
-
-    async def replica_fetch(self, request: web.Request) -> web.Response:
-        fetch = await self._parse(request, ReplicaFetchRequest, limit=self.config.socket_request_max_bytes)
-        header, payload = await self.agent.replica_fetch.serve(fetch)
-        return web.Response(body=encode_reply(header, payload), content_type="application/octet-stream")
 
     async def move(self, request: web.Request) -> web.Response:
         move = await self._parse(request, MoveReplicaRequest, limit=SMALL_BODY_BYTES)

@@ -1,4 +1,5 @@
-"""The leader side of follower fetches (`POST /v1/replica/fetch`) with incremental fetch sessions.
+"""The leader side of follower fetches (Kafka's Fetch with a replica id, decoded by the Kafka
+listener's `replica_wire`) with incremental fetch sessions.
 
 Guarantees:
 * Follower fetches use incremental fetch sessions (`jbod_core.fetch_session`, KIP-227): a session's
@@ -6,7 +7,7 @@ Guarantees:
   ones marked since (every event that can change a follower's answer marks the partition in each
   session holding it: `HostedPartition.fetch_sessions`, `wake_data_waiters`) and those whose
   follower is behind. Sessionless and full requests answer every listed partition; an unknown
-  session or a wrong epoch answers the header errorCode 70 / 71 and nothing else.
+  session or a wrong epoch answers the top-level error 70 / 71 and nothing else.
 * A partition is answered by its leader only: 56 in an offline dir, 3 unknown, 6 not led here or
   not a replica of it, 74 for a follower's older leader epoch; a follower whose last fetched epoch
   disagrees with the leader's history gets `divergingEpoch` (`divergence.leader_check`) and no
@@ -16,8 +17,11 @@ Guarantees:
   partition counts as fetched at every request of its session for the ISR lag rule
   (`replication.SessionClock`). A follower that reached the high watermark while out of the ISR
   asks the ISR upkeep to look at once (`on_isr_expandable`).
-* A request long-polls up to `maxWaitMs` of the injected clock until a partition has news (data,
-  an error, a divergence); the reply stays within `maxBytes` and `partitionMaxBytes`.
+* A request long-polls up to `max_wait_ms` of the injected clock until a partition has news (data,
+  an error, a divergence); the reply stays within `max_bytes` and each partition's `max_bytes`
+  (a session partition the request does not list keeps the follower's latest one).
+* The answer is a typed `ReplicaFetchAnswer` (`jbod_core.replica_fetch`); the records are the
+  stored batches as they are.
 * Replication throttle (issue 24, `replication_quota`): a partition the leader-side quota throttles
   for this follower (named in `leader.replication.throttled.replicas`, the follower out of the
   ISR) is answered without data while the quota is exceeded; the bytes it is sent are recorded.
@@ -29,11 +33,12 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Final
 
 from jbod_agent import divergence
 from jbod_agent.partition_log import OffsetOutOfRangeError
@@ -41,12 +46,13 @@ from jbod_agent.ports import Clock, monotonic_ms
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.replication_quota import ReplicationQuota
 from jbod_core import fetch_session, replication
-from jbod_core.broker_messages import ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.image import PartitionKey
+from jbod_core.replica_fetch import ReplicaFetch, ReplicaFetchAnswer, ReplicaPartitionAnswer
 from jbod_core.replication import FollowerProgress
 
 log = logging.getLogger("jbod_agent.replicas")
+DEFAULT_PARTITION_MAX_BYTES: Final = 1024 * 1024  # Kafka's replica.fetch.max.bytes
 
 
 @dataclass(eq=False, slots=True)
@@ -64,8 +70,7 @@ class _FetchState:
 class _Answer:
     """What the reply would say of one partition now."""
 
-    entry: dict[str, Any]
-    data: bytes
+    answer: ReplicaPartitionAnswer
     news: bool  # data, an error or a divergence: ends the long-poll
 
 
@@ -91,13 +96,14 @@ class ReplicaFetchServer:
         # the partitions they listed: the metrics of `http_api`.
         self.requests = dict.fromkeys(("sessionless", "full", "incremental", "rejected"), 0)
         self.request_partitions = dict.fromkeys(("sessionless", "full", "incremental"), 0)
+        self._partition_max_bytes: dict[int, int] = {}  # by follower: the latest it asked for
 
-    async def serve(self, request: ReplicaFetchRequest) -> tuple[dict[str, Any], list[bytes]]:
-        """Answer a follower: a JSON header (an entry per partition answered) plus the raw frames.
+    async def serve(self, request: ReplicaFetch) -> ReplicaFetchAnswer:
+        """Answer a follower: an answer per partition answered, records as stored.
 
         Sessionless and full requests answer every listed partition; an incremental one looks at
         `LeaderSession.to_check` only and answers what changed (`jbod_core.fetch_session`). An
-        unknown session or a wrong epoch answers the header errorCode 70 / 71 and nothing else.
+        unknown session or a wrong epoch answers the top-level error 70 / 71 and nothing else.
         """
         now = monotonic_ms(self.clock)
         replica = request.replica_id
@@ -107,6 +113,8 @@ class ReplicaFetchServer:
         )
         self.requests[kind] += 1
         self.request_partitions[kind] += len(request.partitions)
+        if request.partitions:
+            self._partition_max_bytes[replica] = request.partitions[0].max_bytes
         session: fetch_session.LeaderSession[PartitionKey] | None
         if request.session_epoch == fetch_session.FINAL_EPOCH:
             if request.session_id:
@@ -122,7 +130,7 @@ class ReplicaFetchServer:
             found = cache.lookup(request.session_id, request.session_epoch, replica, now)
             if isinstance(found, fetch_session.SessionError):
                 self.requests["rejected"] += 1
-                return {"errorCode": int(found), "sessionId": 0, "partitions": []}, []
+                return ReplicaFetchAnswer(int(found), 0)
             session = found
         if session is not None:
             return await self._serve_session(session, request, full=request.session_epoch <= 0, now=now)
@@ -138,23 +146,14 @@ class ReplicaFetchServer:
     async def _serve_session(
         self,
         session: fetch_session.LeaderSession[PartitionKey],
-        request: ReplicaFetchRequest,
+        request: ReplicaFetch,
         *,
         full: bool,
         now: float,
         cached: bool = True,
-    ) -> tuple[dict[str, Any], list[bytes]]:
+    ) -> ReplicaFetchAnswer:
         replica = request.replica_id
-        listed, gone = session.update(
-            (
-                (
-                    (p.topic_id, p.partition),
-                    fetch_session.FetchPosition(p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch),
-                )
-                for p in request.partitions
-            ),
-            ((f.topic_id, f.partition) for f in request.forgotten),
-        )
+        listed, gone = session.update(((p.key, p.position) for p in request.partitions), request.forgotten)
         for key in gone:
             self._leave_session(session, key)
         keys = listed if full else session.to_check(listed)
@@ -169,7 +168,7 @@ class ReplicaFetchServer:
             for key in fresh:
                 answer = self._answer(request, states[key], budget)
                 answers[key] = answer
-                budget -= len(answer.data)
+                budget -= len(answer.answer.records)
                 news = news or answer.news
             remaining = deadline - self.clock.monotonic()
             if news or remaining <= 0 or not session.partitions:
@@ -242,30 +241,33 @@ class ReplicaFetchServer:
         )
         return _FetchState(key, position, hosted, code, diverging)
 
-    def _answer(self, request: ReplicaFetchRequest, state: _FetchState, budget: int) -> _Answer:
+    def _answer(self, request: ReplicaFetch, state: _FetchState, budget: int) -> _Answer:
         p, hosted, code = state.position, state.hosted, state.code
         key = state.key
-        entry: dict[str, Any] = {"topicId": str(key[0]), "partition": key[1], "errorCode": int(code)}
-        entry["size"] = 0
         if hosted is None:
-            return _Answer(entry, b"", code is not ErrorCode.NONE)
+            return _Answer(ReplicaPartitionAnswer(key, code), code is not ErrorCode.NONE)
         log_ = hosted.log
-        entry["highWatermark"] = log_.high_watermark
-        entry["logStartOffset"] = log_.log_start_offset
-        entry["endOffset"] = log_.end_offset
+        answer = functools.partial(
+            ReplicaPartitionAnswer,
+            key,
+            high_watermark=log_.high_watermark,
+            log_start_offset=log_.log_start_offset,
+        )
         diverging = state.diverging
         if diverging is not None:
-            entry["divergingEpoch"] = {"epoch": diverging.epoch, "endOffset": diverging.end_offset}
-            return _Answer(entry, b"", True)
+            return _Answer(answer(diverging=diverging), True)
         if p.fetch_offset < log_.log_start_offset or p.fetch_offset > log_.end_offset:
-            entry["errorCode"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
-            return _Answer(entry, b"", True)
+            return _Answer(answer(ErrorCode.OFFSET_OUT_OF_RANGE), True)
         if p.fetch_offset == log_.end_offset or budget <= 0:
-            return _Answer(entry, b"", False)
-        return self._answer_data(request, state, entry, budget)
+            return _Answer(answer(), False)
+        return self._answer_data(request, state, answer, budget)
 
     def _answer_data(
-        self, request: ReplicaFetchRequest, state: _FetchState, entry: dict[str, Any], budget: int
+        self,
+        request: ReplicaFetch,
+        state: _FetchState,
+        answer: Callable[..., ReplicaPartitionAnswer],
+        budget: int,
     ) -> _Answer:
         """The answer of a partition the follower is behind in: its next batches (none while the
         leader-side throttle holds it back)."""
@@ -275,17 +277,14 @@ class ReplicaFetchServer:
         throttled = quota is not None and quota.throttled(state.key, request.replica_id)
         if throttled and quota is not None and quota.exceeded():
             quota.skipped += 1
-            return _Answer(entry, b"", False)  # Kafka's leader: left out while the quota is exceeded
-        data, error = self._read_for_follower(
-            hosted, state.position.fetch_offset, min(request.partition_max_bytes, budget)
-        )
+            return _Answer(answer(), False)  # Kafka's leader: left out while the quota is exceeded
+        limit = self._partition_max_bytes.get(request.replica_id, DEFAULT_PARTITION_MAX_BYTES)
+        data, error = self._read_for_follower(hosted, state.position.fetch_offset, min(limit, budget))
         if error is not ErrorCode.NONE:
-            entry["errorCode"] = int(error)
-            return _Answer(entry, b"", True)
+            return _Answer(answer(error), True)
         if throttled and quota is not None:
             quota.record(len(data))
-        entry["size"] = len(data)
-        return _Answer(entry, data, bool(data))
+        return _Answer(answer(records=data), bool(data))
 
     def _read_for_follower(
         self, hosted: HostedPartition, offset: int, max_bytes: int
@@ -306,16 +305,15 @@ class ReplicaFetchServer:
         answers: dict[PartitionKey, _Answer],
         *,
         full: bool,
-    ) -> tuple[dict[str, Any], list[bytes]]:
-        parts: list[dict[str, Any]] = []
-        payload: list[bytes] = []
-        for key, answer in answers.items():
+    ) -> ReplicaFetchAnswer:
+        parts: list[ReplicaPartitionAnswer] = []
+        for key, pending in answers.items():
             state = states[key]
             part = session.partitions.get(key)
             if part is None:
                 continue
-            entry = answer.entry
-            code = entry["errorCode"]
+            answer = pending.answer
+            code = answer.error
             hosted = state.hosted
             if (
                 code == ErrorCode.NONE
@@ -324,25 +322,21 @@ class ReplicaFetchServer:
                 and state.position.fetch_offset < hosted.log.end_offset
             ):
                 session.keep_checking(key)  # behind (or past the byte budget): look again next time
-            high_watermark = entry.get("highWatermark", -1)
-            log_start_offset = entry.get("logStartOffset", -1)
             if not part.answer_needed(
                 full=full,
-                has_data=bool(answer.data),
+                has_data=bool(answer.records),
                 error_code=code,
                 diverging=state.diverging is not None,
-                high_watermark=high_watermark,
-                log_start_offset=log_start_offset,
+                high_watermark=answer.high_watermark,
+                log_start_offset=answer.log_start_offset,
             ):
                 continue
-            parts.append(entry)
-            if answer.data:
-                payload.append(answer.data)
-            part.sent(high_watermark=high_watermark, log_start_offset=log_start_offset)
+            parts.append(answer)
+            part.sent(high_watermark=answer.high_watermark, log_start_offset=answer.log_start_offset)
             if fetch_session.leaves_session(code):
                 session.drop(key)
                 self._leave_session(session, key)
-        return {"errorCode": 0, "sessionId": session.session_id, "partitions": parts}, payload
+        return ReplicaFetchAnswer(int(ErrorCode.NONE), session.session_id, tuple(parts))
 
     async def _wait_for_session(
         self, session: fetch_session.LeaderSession[PartitionKey], timeout: float

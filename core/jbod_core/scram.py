@@ -5,8 +5,8 @@ Guarantees:
 * Alter answers one result per user named, in the order users first appear (deletions first):
   a user named twice in one request (by name, whatever the mechanisms) is 92 DUPLICATE_RESOURCE
   and nothing of that user is written; otherwise, deletions: empty name 93, unknown mechanism 33,
-  no such credential 91; upsertions: empty name 93, unknown mechanism 33, the reserved user
-  `admin` 93, iterations outside 4096..16384 93, an empty salt or a salted password that is not
+  no such credential 91; upsertions: empty name 93, unknown mechanism 33, a reserved user
+  (`admin`, `jbod-broker`) 93, iterations outside 4096..16384 93, an empty salt or a salted password that is not
   one digest long 93. Users refused do not stop the others (Kafka's per-user results).
 * An upsertion is stored as RFC 5802 keys: storedKey = H(HMAC(saltedPassword, "Client Key")),
   serverKey = HMAC(saltedPassword, "Server Key"), H being the mechanism's hash (SHA-256 for
@@ -43,8 +43,11 @@ SCRAM_SHA_512: Final = 2
 HASHES: Final[Mapping[int, str]] = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MIN_ITERATIONS: Final = 4096
 MAX_ITERATIONS: Final = 16384
-# The user whose password is the admin token: it has no SCRAM credential, and gets none.
-RESERVED_USER: Final = "admin"
+# The users whose passwords are tokens: they have no SCRAM credential, and get none.
+RESERVED_USERS: Final[Mapping[str, str]] = {
+    "admin": "the admin token",
+    "jbod-broker": "the cluster token (the brokers replicate as this user)",
+}
 
 Problem = tuple[ErrorCode, str]
 _DUPLICATE: Final[Problem] = (
@@ -84,8 +87,8 @@ def _upsertion_error(upsertion: ScramCredentialUpsertion) -> Problem | None:
     problem = _name_and_mechanism_error(upsertion.name, upsertion.mechanism)
     if problem is not None:
         return problem
-    if upsertion.name == RESERVED_USER:
-        why = f"The user {RESERVED_USER!r} is reserved: its password is the admin token"
+    if upsertion.name in RESERVED_USERS:
+        why = f"The user {upsertion.name!r} is reserved: its password is {RESERVED_USERS[upsertion.name]}"
     elif upsertion.iterations < MIN_ITERATIONS:
         why = f"Too few iterations: {upsertion.iterations} (at least {MIN_ITERATIONS})"
     elif upsertion.iterations > MAX_ITERATIONS:

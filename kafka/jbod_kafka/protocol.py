@@ -15,6 +15,8 @@ Guarantees:
   `api_versions_fallback` (KIP-511), which lists the APIs it is given.
 * `encode_response(header, body)` is the size-prefixed response frame: the response header
   version follows the request's flexibility, except ApiVersions, always header v0.
+  `encode_request` and `parse_response` are the same codec from a client's side (a broker
+  fetching from another as a follower).
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ class UnsupportedVersionError(RequestError):
 
 class MalformedRequestError(RequestError):
     pass
+
+
+class MalformedResponseError(ValueError):
+    """A response frame that does not decode as the response it answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +284,15 @@ def _read_header(frame: bytes, header_type: Any, api_key: int, version: int) -> 
     return header, int(size)
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A response a handler framed itself (size prefix and response header included), as buffers
+    to write in order: the hot paths that write their records without copying them
+    (`fetch_response`)."""
+
+    pieces: list[bytes | memoryview]
+
+
 def encode_response(header: RequestHeader, body: Any) -> bytes:
     """The size-prefixed frame of `body` answering `header` (the module's guarantee)."""
     buffer = io.BytesIO()
@@ -311,6 +326,23 @@ def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int
     frame = buffer.getbuffer()
     _SIZE.pack_into(frame, 0, len(frame) - 4)
     return bytes(frame)
+
+
+def parse_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame without its size prefix (a client's side):
+    header v1 for a flexible body (except ApiVersions), else v0. Raises `MalformedResponseError`
+    for bytes that do not decode."""
+    body_type: Any = response_type(api_key, version)
+    flexible = bool(body_type.__flexible__) and api_key != API_VERSIONS_KEY
+    header_type: Any = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    try:
+        header, offset = _reader(header_type)(frame, 0)
+        body, _size = _reader(body_type)(frame, offset)
+    except Exception as exc:  # kio raises whatever its readers meet on malformed bytes
+        raise MalformedResponseError(
+            f"an API {api_key} v{version} response that does not decode: {exc}"
+        ) from None
+    return int(header.correlation_id), body
 
 
 def api_versions_fallback(correlation_id: int, apis: Iterable[Api]) -> bytes:

@@ -375,7 +375,8 @@ class LocalBroker:
             ]
             self.kafka = await_kafka_listening(
                 self.process,
-                count=len(kafka_listeners),
+                # Every broker has a Kafka listener: without one in `listeners`, one for replication.
+                count=max(len(kafka_listeners), 1),
                 name=f"jbod-agent {self.node_id}",
                 log_path=self.log_path,
                 deadline=deadline,

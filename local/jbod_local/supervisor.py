@@ -309,6 +309,7 @@ def local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
         metadata_dir=broker.metadata_dir,
         settings={
             "listeners": broker.listeners,
+            "inter.broker.listener.name": broker.kafka_protocol,  # replication's listener
             "admin.token.file": str(layout.admin_token_file),
             "telemetry.dir": str(layout.telemetry_dir),
             **BROKER_SETTINGS,

@@ -748,6 +748,10 @@ def server_properties(
         f"controller.url={names.controller_urls(cluster, namespace, spec.controller.replicas, tls=tls)}",
         "listeners=" + ",".join(listener.format(host="0.0.0.0") for listener in listeners),
         "advertised.listeners=" + ",".join(listener.format(host=host) for listener in listeners),
+        # Replication: the followers fetch from their leaders' client listener, as `jbod-broker`
+        # with the cluster token (docs/decisions.md, "Replication is Kafka's Fetch").
+        "inter.broker.listener.name="
+        + (names.KAFKA_TLS_SECURITY_PROTOCOL if tls else names.KAFKA_SECURITY_PROTOCOL),
         f"cluster.token.file={names.TOKENS_DIR}/{names.SECRET_CLUSTER_TOKEN}",
         f"admin.token.file={names.TOKENS_DIR}/{names.SECRET_ADMIN_TOKEN}",
         f"broker.heartbeat.interval.ms={settings.heartbeat_interval_ms}",

@@ -56,6 +56,8 @@ def test_minimal_config_takes_every_default() -> None:
         controller_url="http://127.0.0.1:9093",
         listener=HttpListener(scheme="http", host="127.0.0.1", port=9092),
         cluster_token_file=Path("/etc/jbod/cluster.token"),
+        # No Kafka listener configured: one for replication, on a port of its own choosing.
+        kafka_listeners=(config.KafkaListener("SASL_PLAINTEXT", "127.0.0.1", 0),),
     )
     # The defaults the contract names, spelled out.
     assert parsed.listener.url == "http://127.0.0.1:9092"
@@ -549,3 +551,53 @@ def test_client_certificates_are_asked_for_per_listener_as_in_kafka() -> None:
 )
 def test_bad_tls_settings(changes: dict[str, str], key: str) -> None:
     expect_error(text({**BASE, **changes}), key)
+
+
+def test_replication_uses_the_first_kafka_listener_unless_kafkas_keys_name_another() -> None:
+    both = "http://127.0.0.1:1,SASL_SSL://127.0.0.1:2,SSL://127.0.0.1:3"
+    tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/ca.pem"}
+    parsed = config.parse_config(text({**BASE, **tls, "listeners": both}))
+    assert str(parsed.inter_broker_listener) == "SASL_SSL://127.0.0.1:2"
+    assert parsed.sasl_mechanism_inter_broker_protocol == "SCRAM-SHA-512"
+    for key in ("inter.broker.listener.name", "security.inter.broker.protocol"):
+        parsed = config.parse_config(text({**BASE, **tls, "listeners": both, key: "ssl"}))
+        assert str(parsed.inter_broker_listener) == "SSL://127.0.0.1:3"
+    parsed = config.parse_config(text({**BASE, "sasl.mechanism.inter.broker.protocol": "PLAIN"}))
+    assert parsed.sasl_mechanism_inter_broker_protocol == "PLAIN"
+
+
+def test_a_broker_with_only_the_http_api_gets_a_kafka_listener_for_replication() -> None:
+    parsed = config.parse_config(
+        text({**BASE, "listeners": "http://0.0.0.0:9192", "advertised.listeners": "http://b-1.svc:9192"})
+    )
+    assert [str(k) for k in parsed.kafka_listeners] == ["SASL_PLAINTEXT://0.0.0.0:0"]
+    assert [str(k) for k in parsed.advertised_kafka_listeners] == ["SASL_PLAINTEXT://b-1.svc:0"]
+    assert parsed.inter_broker_listener.name == "SASL_PLAINTEXT"
+    tls = {"ssl.keystore.location": "/k.pem"}
+    parsed = config.parse_config(text({**BASE, **tls, "listeners": "https://127.0.0.1:1"}))
+    assert [str(k) for k in parsed.kafka_listeners] == ["SASL_SSL://127.0.0.1:0"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "problem"),
+    [
+        ({"inter.broker.listener.name": "SSL"}, "inter.broker.listener.name", "SSL is not one of listeners"),
+        ({"security.inter.broker.protocol": "BROKER"}, "security.inter.broker.protocol", "is not one of"),
+        (
+            {
+                "inter.broker.listener.name": "SASL_PLAINTEXT",
+                "security.inter.broker.protocol": "SASL_PLAINTEXT",
+            },
+            "security.inter.broker.protocol",
+            "only one of it and inter.broker.listener.name",
+        ),
+        (
+            {"sasl.mechanism.inter.broker.protocol": "GSSAPI"},
+            "sasl.mechanism.inter.broker.protocol",
+            "not one of",
+        ),
+    ],
+)
+def test_bad_inter_broker_settings_name_their_key(changes: dict[str, str], key: str, problem: str) -> None:
+    values = {**BASE, "listeners": "http://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2", **changes}
+    assert problem in expect_error(text(values), key)

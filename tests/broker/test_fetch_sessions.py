@@ -4,17 +4,20 @@ sessions, a lost session falls back to a full fetch, and a leader restart recove
 
 from __future__ import annotations
 
+import base64
+import functools
 import math
 import re
+import uuid
 from typing import Any
 
 import httpx
-import orjson
 
-from jbod_agent.fetcher import decode_reply
+from jbod_kafka import protocol
 from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
 from tests.broker.data import fetch, isr, leader, produce, wait_for_isr
 from tests.fs import requires_root
+from tests.kafka_api.raw_client import RawConnection
 
 pytestmark = requires_root
 
@@ -65,16 +68,55 @@ def _placed(cluster: Cluster, name: str, **kwargs: Any) -> dict[str, Any]:
     return cluster.admin.describe_topic(name)
 
 
-def _replica_fetch(cluster: Cluster, node: int, body: dict[str, Any]) -> dict[str, Any]:
-    reply = httpx.post(
-        f"{cluster.brokers[node].url}/v1/replica/fetch",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {cluster.cluster_token}", "Content-Type": "application/json"},
-        timeout=10,
+def _replica_fetch(
+    cluster: Cluster,
+    node: int,
+    *,
+    replica_id: int,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    partitions: tuple[tuple[str, int], ...] = (),
+) -> dict[str, Any]:
+    """A follower's Fetch (v17, a replica id, `partitions` as (topic id, index) from offset 0 at
+    leader epoch 0) to broker `node`'s Kafka listener, logged in as the brokers log in to each
+    other (`jbod-broker`, the cluster token): the top-level error, the session id, and each
+    answered partition's (index, error)."""
+    topics = [
+        {
+            "topic_id": uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "==")),
+            "partitions": [
+                {
+                    "partition": index,
+                    "current_leader_epoch": 0,
+                    "fetch_offset": 0,
+                    "partition_max_bytes": 1 << 20,
+                }
+            ],
+        }
+        for topic_id, index in partitions
+    ]
+    body = protocol.build(
+        protocol.request_type(1, 17),
+        replica_state={"replica_id": replica_id, "replica_epoch": -1},
+        max_wait=0,
+        min_bytes=1,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=topics,
+        forgotten_topics_data=[],
+        rack_id="",
     )
-    assert reply.status_code == 200, reply.text
-    header, _ = decode_reply(reply.content)
-    return header
+    with RawConnection(cluster.brokers[node].kafka["SASL_PLAINTEXT"]) as conn:
+        login = conn.authenticate_scram("jbod-broker", cluster.cluster_token)
+        assert int(login.error_code) == 0, login
+        reply = conn.request(1, 17, body)
+    return {
+        "errorCode": int(reply.error_code),
+        "sessionId": int(reply.session_id),
+        "partitions": [
+            (int(p.partition_index), int(p.error_code)) for t in reply.responses for p in t.partitions
+        ],
+    }
 
 
 def _epochs(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[int]]]:
@@ -170,33 +212,25 @@ def test_a_lost_session_falls_back_to_a_full_fetch_and_a_leader_restart_recovers
 
     # The leader refuses an unknown session (70), another follower's session (70) and a wrong
     # epoch (71); a session's epochs count from 1.
-    stranger = {"replicaId": 99, "maxWaitMs": 0, "partitions": []}
-    assert _replica_fetch(cluster, 1, {**stranger, "sessionId": 12345, "sessionEpoch": 1})["errorCode"] == 70
-    opened = _replica_fetch(cluster, 1, {**stranger, "sessionId": 0, "sessionEpoch": 0})
+    stranger = functools.partial(_replica_fetch, cluster, 1, replica_id=99)
+    assert stranger(session_id=12345, session_epoch=1)["errorCode"] == 70
+    opened = stranger(session_id=0, session_epoch=0)
     assert opened["errorCode"] == 0 and opened["sessionId"] > 0 and opened["partitions"] == []
-    theirs = {**stranger, "sessionId": opened["sessionId"]}
-    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 5})["errorCode"] == 71
-    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 1})["errorCode"] == 0
-    assert _replica_fetch(cluster, 1, {**theirs, "sessionEpoch": 1})["errorCode"] == 71
-    assert _replica_fetch(cluster, 1, {**theirs, "replicaId": 2, "sessionEpoch": 2})["errorCode"] == 70
+    theirs = functools.partial(stranger, session_id=opened["sessionId"])
+    assert theirs(session_epoch=5)["errorCode"] == 71
+    assert theirs(session_epoch=1)["errorCode"] == 0
+    assert theirs(session_epoch=1)["errorCode"] == 71
+    assert theirs(replica_id=2, session_epoch=2)["errorCode"] == 70
     # Without session fields (a follower that predates sessions): a sessionless fetch, every
     # listed partition answered (6 here: broker 99 is no replica), no session kept.
-    sessionless = _replica_fetch(
-        cluster,
-        1,
-        {
-            "replicaId": 99,
-            "maxWaitMs": 0,
-            "partitions": [{"topicId": topic_id, "partition": 3, "fetchOffset": 0, "currentLeaderEpoch": 0}],
-        },
-    )
+    sessionless = stranger(partitions=((topic_id, 3),))
     assert sessionless["sessionId"] == 0
-    assert [(e["partition"], e["errorCode"]) for e in sessionless["partitions"]] == [(3, 6)]
+    assert sessionless["partitions"] == [(3, 6)]
     # A full request in broker 2's name replaces broker 2's own session on the leader, as a
     # restarted leader would have lost it: broker 2's next request is answered 70.
-    base = {"replicaId": 2, "maxWaitMs": 0, "partitions": []}
-    opened = _replica_fetch(cluster, 1, {**base, "sessionId": 0, "sessionEpoch": 0})
-    ours = {**base, "sessionId": opened["sessionId"]}
+    ours = functools.partial(_replica_fetch, cluster, 1, replica_id=2)
+    opened = ours(session_id=0, session_epoch=0)
+    ours = functools.partial(ours, session_id=opened["sessionId"])
     log_2 = cluster.brokers[2].log_path
     wait_for(
         lambda: "Fetch session with broker 1 ended (errorCode 70)" in log_2.read_text(),
@@ -207,7 +241,7 @@ def test_a_lost_session_falls_back_to_a_full_fetch_and_a_leader_restart_recovers
     wait_for(
         lambda: _total(cluster, (1,), "jbod_replica_fetch_session_partitions") == 20, what="a new session"
     )
-    assert _replica_fetch(cluster, 1, {**ours, "sessionEpoch": 1})["errorCode"] == 70  # ours was replaced
+    assert ours(session_epoch=1)["errorCode"] == 70  # ours was replaced
     for index in (0, 7, 19):
         assert produce(cluster, 1, "t", index, [b"after-70"], timeout_ms=5000)["errorCode"] == 0
 

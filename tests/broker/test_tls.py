@@ -1,8 +1,9 @@
 """TLS on every connection (issue 25) with real processes: an https-only controller, brokers with
-only `https://`, `SASL_SSL://` and `SSL://` listeners (broker 2 requires client certificates, so
-the other broker's replica fetches must present one), librdkafka and httpx as clients.
+only `https://`, `SASL_SSL://` and `SSL://` listeners (broker 1 requires client certificates on
+SASL_SSL, the inter-broker listener, so broker 2's replica fetches present one besides SCRAM),
+librdkafka and httpx as clients.
 
-Shows: produce (acks=all, replicated over https) and consume over SASL_SSL; an SSL client
+Shows: produce (acks=all, replicated over SASL_SSL with mTLS) and consume over SASL_SSL; an SSL client
 certificate's CN is the principal; refusals of a wrong CA, a missing client certificate, an
 expired server certificate and a certificate for another host (Kafka listener and https APIs);
 a renewed keystore is served to new connections without a restart; no port speaks plaintext."""
@@ -201,7 +202,10 @@ def test_produce_and_consume_over_sasl_ssl(tls_cluster: TlsCluster) -> None:
         )
     assert producer.flush(60) == 0
     assert errors == []
-    assert len(acked) == 200  # acks=all: both replicas have them (the follower fetched over https)
+    # acks=all: both replicas have them. Broker 2 fetched from broker 1 over its SASL_SSL listener
+    # (the inter-broker one: the first Kafka listener) with its certificate, which broker 1 requires,
+    # and SCRAM as jbod-broker; broker 1 from broker 2 over SASL_SSL without one.
+    assert len(acked) == 200
 
     consumer = Consumer(
         tls_cluster.sasl_config(**{"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})

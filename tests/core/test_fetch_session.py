@@ -8,9 +8,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
-from jbod_core.broker_messages import ReplicaFetchRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import (
     FINAL_EPOCH,
@@ -209,25 +207,6 @@ def test_an_incremental_reply_lists_only_partitions_with_news() -> None:
     assert part.answer_needed(**quiet, high_watermark=10, log_start_offset=3)  # type: ignore[arg-type]
     for change in ({"full": True}, {"has_data": True}, {"error_code": 1}, {"diverging": True}):
         assert part.answer_needed(**{**quiet, **change}, high_watermark=10, log_start_offset=0)  # type: ignore[arg-type]
-
-
-def test_request_model_defaults_to_a_sessionless_fetch_and_checks_the_session_fields() -> None:
-    base = {"replicaId": 2, "partitions": []}
-    request = ReplicaFetchRequest.model_validate(base)
-    assert (request.session_id, request.session_epoch, request.forgotten) == (0, FINAL_EPOCH, [])
-    forgotten = [{"topicId": "AAAAAAAAAAAAAAAAAAAAAQ", "partition": 3}]
-    request = ReplicaFetchRequest.model_validate(
-        {**base, "sessionId": 5, "sessionEpoch": 2, "forgotten": forgotten}
-    )
-    assert request.forgotten[0].partition == 3
-    for bad in (
-        {"sessionEpoch": 3},  # incremental without a session id
-        {"sessionEpoch": 0, "forgotten": forgotten},  # a full fetch forgets nothing
-        {"sessionEpoch": -2},
-        {"sessionId": -1},
-    ):
-        with pytest.raises(ValidationError):
-            ReplicaFetchRequest.model_validate({**base, **bad})
 
 
 # -- both sides together ---------------------------------------------------------------------------

@@ -135,6 +135,7 @@ def test_an_upsertion_replaces_and_a_deletion_removes() -> None:
         (_upsert("carol", mechanism=0), ErrorCode.UNSUPPORTED_SASL_MECHANISM),
         (_upsert("carol", mechanism=3), ErrorCode.UNSUPPORTED_SASL_MECHANISM),
         (_upsert("admin"), ErrorCode.UNACCEPTABLE_CREDENTIAL),
+        (_upsert("jbod-broker"), ErrorCode.UNACCEPTABLE_CREDENTIAL),
         (_upsert("carol", iterations=4095), ErrorCode.UNACCEPTABLE_CREDENTIAL),
         (_upsert("carol", iterations=16385), ErrorCode.UNACCEPTABLE_CREDENTIAL),
         ({**_upsert("carol"), "salt": ""}, ErrorCode.UNACCEPTABLE_CREDENTIAL),

@@ -40,6 +40,18 @@ def _cases(topic: str, group: str) -> list[tuple[str, tuple[int, int, Any], Call
             TOPIC_DENIED,
         ),
         (
+            # A follower's fetch (a replica id): CLUSTER_ACTION, else every partition 29 (Kafka's
+            # KafkaApis.handleFetchRequest), never CLUSTER_AUTHORIZATION_FAILED.
+            "Fetch as a replica",
+            _request(
+                1, 12, replica_id=2, max_wait=0, min_bytes=0, topics=[{"topic": topic, "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}]}],
+                forgotten_topics_data=[],
+            ),
+            lambda r: int(r.responses[0].partitions[0].error_code),
+            TOPIC_DENIED,
+        ),
+        (
             "ListOffsets",
             _request(2, 7, replica_id=-1, isolation_level=0, topics=[
                 {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]),
@@ -196,6 +208,10 @@ def test_every_api_refuses_a_user_without_acls_with_kafkas_code(kafka_cluster: K
         assert int(conn.authenticate(user, "pw").error_code) == 0
         for what, (key, version, body), code_of, expected in _cases(topic, group):
             assert code_of(conn.request(key, version, body)) == expected, what
+    leader = kafka_cluster.cluster.admin.describe_topic(topic)["partitions"][0]["leader"]
+    leader_log = kafka_cluster.cluster.brokers[leader].log_path.read_text()
+    assert "Refused a replica fetch as broker 2 from 127.0.0.1" in leader_log
+    assert f"(User:{user}): CLUSTER_ACTION is not allowed" in leader_log
     # Nothing was changed by the refused requests.
     described = kafka_cluster.cluster.admin.describe_topic(topic)
     assert len(described["partitions"]) == 1 and described["configs"] == {}

@@ -109,6 +109,7 @@ def test_broker_pod_shape() -> None:
         "http://demo-broker-1.demo-brokers.ns.svc:9192\n"
     ) in config
     assert "controller.url=http://demo-controller.ns.svc:9093\n" in config
+    assert "inter.broker.listener.name=SASL_PLAINTEXT\n" in config  # replication: Kafka's Fetch
     assert "min.insync.replicas=2\n" in config
 
 

@@ -56,7 +56,7 @@ from typing import Any, Final, Literal
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import dynamic_configs
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
+from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
@@ -73,6 +73,7 @@ from jbod_core.messages import (
     ScramCredentialUpsertion,
 )
 from jbod_kafka import protocol
+from jbod_kafka.ids import kafka_uuid
 
 TOPIC: Final = 2
 BROKER: Final = 4

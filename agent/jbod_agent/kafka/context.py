@@ -3,15 +3,17 @@ translations between the broker's own ids and Kafka's wire types.
 
 Guarantees: read-only over the agent (`AgentState`'s metadata image, the replica manager's
 hosted partitions), except through the data plane's own entry points (`produce`, `client_fetch`,
-`mover`); time is the agent's injected clock; `kafka_uuid` and `jbod_uuid` are inverse; `endpoint` names the listener a
+`mover`); time is the agent's injected clock; `endpoint` names the listener a
 client connected through, so every address a client is given is one it can reach the same way.
 
 Authorization (issue 25; docs/decisions.md, "ACLs"): `authorized` asks Kafka's StandardAuthorizer
 rules (`jbod_core.acls`) over this broker's image of the ACLs, for the connection's principal (a
 Kafka principal string: `User:<name>` after SASL, `User:ANONYMOUS` on a PLAINTEXT listener, and
 whatever an SSL listener's principal mapping gives) and the client's address. `User:admin` (the
-admin token's user) and `super.users` may do everything; `allow.everyone.if.no.acl.found` is
-Kafka's.
+admin token's user) and `super.users` may do everything; `User:jbod-broker` (the brokers
+replicating from each other, with the cluster token) may CLUSTER_ACTION on the cluster, what Kafka
+asks of a follower's Fetch, and what its ACLs give it besides; `allow.everyone.if.no.acl.found`
+is Kafka's.
 """
 
 from __future__ import annotations
@@ -24,17 +26,21 @@ from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions
 from jbod_agent.kafka.listener import Connection, user_principal
 from jbod_agent.mover import Mover
+from jbod_agent.peer_link import INTER_BROKER_USER
 from jbod_agent.ports import Clock
 from jbod_agent.produce import Produce
+from jbod_agent.replica_fetch import ReplicaFetchServer
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState
 from jbod_core import acls
 from jbod_core.ids import Uuid
 from jbod_core.image import BrokerRegistration
+from jbod_kafka.ids import jbod_uuid
 
 ZERO_UUID: Final = uuid.UUID(int=0)
 ADMIN_USER: Final = "admin"  # the SASL user whose password is the admin token
 ADMIN: Final = user_principal(ADMIN_USER)  # its principal: always a super user
+INTER_BROKER: Final = user_principal(INTER_BROKER_USER)  # its principal: may CLUSTER_ACTION
 
 
 def refusal(conn: Connection, operation: acls.AclOperation, what: str) -> str:
@@ -46,14 +52,6 @@ def client_host(peer: str) -> str:
     """The client's address of a connection's `peer` ("host:port", IPv6 without brackets)."""
     host, _colon, _port = peer.rpartition(":")
     return host.strip("[]") or peer
-
-
-def kafka_uuid(value: Uuid) -> uuid.UUID:
-    return uuid.UUID(bytes=value.to_bytes())
-
-
-def jbod_uuid(value: uuid.UUID) -> Uuid:
-    return Uuid.from_bytes(value.bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +92,7 @@ class BrokerContext:
     produce: Produce
     client_fetch: ClientFetch
     mover: Mover
+    replica_fetch: ReplicaFetchServer
     clock: Clock
     fetch_sessions: ConsumerSessions = field(default_factory=ConsumerSessions)
     authorizer: acls.Authorizer = field(init=False)
@@ -112,6 +111,12 @@ class BrokerContext:
         An unauthenticated connection may do nothing."""
         if conn.principal is None:
             return False
+        if (
+            conn.principal == INTER_BROKER
+            and operation is acls.AclOperation.CLUSTER_ACTION
+            and resource == acls.CLUSTER
+        ):
+            return True
         requester = acls.Requester(conn.principal, client_host(conn.peer))
         return self.authorizer.authorize(self.state.image.acls, requester, operation, resource)
 

@@ -20,17 +20,25 @@ Guarantees:
   and FENCED_LEADER_EPOCH name the current leader and its endpoint (KIP-951).
 * Fetch sessions (KIP-227): a full fetch with epoch 0 opens one, incremental fetches list only
   what changed and are answered only with what changed (`fetch_sessions`).
+* From v12 (the flexible versions) the response is framed around the records by
+  `jbod_kafka.fetch_response` (the same bytes kio would write, without copying the records).
 * ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
   watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
   it (offset -1 when there is none), each with the leader epoch of that offset.
 * OffsetForLeaderEpoch answers from the leader's epoch cache (Kafka's `endOffsetFor`).
 * Kafka's ACLs: Fetch needs READ on the topic, ListOffsets and OffsetForLeaderEpoch DESCRIBE;
   otherwise the partition is TOPIC_AUTHORIZATION_FAILED (29) and nothing of it is read.
+* A Fetch with a replica id is a follower's (issue 31): served by `ReplicaFetchServer` through
+  `replica_wire` when the principal may CLUSTER_ACTION on the cluster (as Kafka authorizes a
+  follower: `User:jbod-broker`, super users, or an ACL); otherwise every partition is answered
+  TOPIC_AUTHORIZATION_FAILED, nothing is read, and the refusal is logged (rate limited).
+  ListOffsets from a replica answers LATEST with the log end offset, as Kafka's does.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +46,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent import divergence
+from jbod_agent import divergence, replica_wire
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
@@ -46,10 +54,15 @@ from jbod_agent.partition_log import OffsetOutOfRangeError
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replica_manager import HostedPartition
 from jbod_core.acls import AclOperation
+from jbod_core.errors import ErrorCode
+from jbod_core.replica_fetch import ReplicaFetchAnswer, ReplicaPartitionAnswer
 from jbod_core.replication import DivergingEpoch
-from jbod_kafka import protocol
+from jbod_kafka import fetch_response, protocol
+from jbod_runtime.http_server import RateLimitedLog
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+log = logging.getLogger("jbod_agent.kafka.fetch")
+_refused_replicas = RateLimitedLog(log, interval_s=10.0)
 
 
 def _leader(
@@ -104,6 +117,24 @@ class PartitionAnswer:
     @property
     def diverges(self) -> bool:
         return self.diverging is not None
+
+    def to_wire(self) -> fetch_response.Partition:
+        """The partition for `fetch_response`'s encoder (v12 on: records uncopied)."""
+        return fetch_response.Partition(
+            self.partition_index,
+            int(self.error_code),
+            high_watermark=self.high_watermark,
+            last_stable_offset=self.high_watermark,
+            log_start_offset=self.log_start_offset,
+            aborted_transactions_null=not self.refused,
+            records=self.records,
+            diverging=None if self.diverging is None else (self.diverging.epoch, self.diverging.end_offset),
+            current_leader=(
+                None
+                if self.current_leader is None
+                else (self.current_leader.leader_id, self.current_leader.leader_epoch)
+            ),
+        )
 
     def to_kafka(self) -> dict[str, Any]:
         """The fields of the response's PartitionData (kio drops those a version lacks)."""
@@ -242,8 +273,33 @@ def _read_all(
     return answers, total, hosted_parts
 
 
+async def _replica_fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    """A follower's Fetch (the module's guarantees)."""
+    version = request.header.api_version
+    fetch, names = replica_wire.replica_fetch_of(request.body, version, topic_id=ctx.topic_id)
+    if not ctx.allows(conn, AclOperation.CLUSTER_ACTION):
+        _refused_replicas.warning(
+            "Refused a replica fetch as broker %d from %s (%s): CLUSTER_ACTION is not allowed",
+            fetch.replica_id,
+            conn.peer,
+            conn.principal,
+        )
+        answer = ReplicaFetchAnswer(
+            int(ErrorCode.NONE),
+            0,
+            tuple(
+                ReplicaPartitionAnswer(p.key, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in fetch.partitions
+            ),
+        )
+    else:
+        answer = await ctx.replica_fetch.serve(fetch)
+    return replica_wire.response_of(answer, version, names, correlation_id=request.header.correlation_id)
+
+
 async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     body = request.body
+    if replica_wire.replica_id_of(body, request.header.api_version) >= 0:
+        return await _replica_fetch(ctx, conn, request)
     listed, forgotten, by_id = _listed(request)
     plan = ctx.fetch_sessions.plan(
         conn,
@@ -297,6 +353,17 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         if answer.current_leader is not None
         for endpoint in answer.current_leader.node_endpoints()
     }
+    if reading.version >= fetch_response.FIRST_VERSION:
+        return protocol.EncodedResponse(
+            fetch_response.encode(
+                reading.version,
+                correlation_id=request.header.correlation_id,
+                error_code=0,
+                session_id=plan.session_id,
+                topics=[(topic, [a.to_wire() for a in sent]) for topic, sent in responses],
+                node_endpoints=[fetch_response.NodeEndpoint(**e) for e in leaders.values()],  # type: ignore[arg-type]
+            )
+        )
     return protocol.build(
         response_type,
         throttle_time=0,

@@ -51,7 +51,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.group_coordinator import GroupCoordinator
-from jbod_agent.kafka.context import BrokerContext, kafka_uuid, refusal
+from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
@@ -61,6 +61,7 @@ from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import GroupError
 from jbod_core.messages import CreateTopicRequest
 from jbod_kafka import protocol
+from jbod_kafka.ids import kafka_uuid
 
 log = logging.getLogger("jbod_agent.groups")
 

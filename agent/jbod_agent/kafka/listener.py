@@ -4,7 +4,9 @@ ordered dispatch; what a request means is the handlers' (`apis.KafkaApis`).
 Guarantees, per connection (as Kafka's `SocketServer` and `KafkaApis`):
 * Requests are read as size-prefixed frames and answered in the order they arrived, one at a
   time (Kafka mutes a connection while its request is processed): a client may pipeline, and
-  at most `max_in_flight` requests are read ahead of the one being answered.
+  at most `max_in_flight` requests are read ahead of the one being answered. A handler answers
+  with a kio body (encoded here) or a response it framed itself (`protocol.EncodedResponse`,
+  written as its buffers, records uncopied).
 * A frame larger than `socket.request.max.bytes`, a negative size, garbage that does not decode,
   an unknown API key or an unsupported version, or a request other than ApiVersions and the
   SASL exchange before a SASL listener's client authenticated: the connection is closed (an
@@ -158,7 +160,10 @@ class KafkaServer:
                 if frame is None:
                     return
                 response = await self._answer(conn, frame)
-                if response:
+                if isinstance(response, protocol.EncodedResponse):
+                    writer.writelines(response.pieces)
+                    await writer.drain()
+                elif response:
                     writer.write(response)
                     await writer.drain()
                 if conn.closing:
@@ -230,7 +235,7 @@ class KafkaServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             return
 
-    async def _answer(self, conn: Connection, frame: bytes) -> bytes | None:
+    async def _answer(self, conn: Connection, frame: bytes) -> bytes | protocol.EncodedResponse | None:
         if conn.raw_sasl_tokens:
             return await self._handlers.raw_token(conn, frame)
         try:
@@ -247,7 +252,9 @@ class KafkaServer:
             )
         try:
             body = await self._handlers.handle(conn, request)
-            return None if body is None else protocol.encode_response(request.header, body)
+            if body is None or isinstance(body, protocol.EncodedResponse):
+                return body
+            return protocol.encode_response(request.header, body)
         except CloseConnectionError:
             raise
         except Exception:

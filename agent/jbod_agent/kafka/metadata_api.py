@@ -28,13 +28,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka.context import ZERO_UUID, BrokerContext, jbod_uuid, kafka_uuid
+from jbod_agent.kafka.context import ZERO_UUID, BrokerContext
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_core import auto_create
 from jbod_core.acls import AclOperation
 from jbod_core.image import TopicImage
 from jbod_kafka import protocol
+from jbod_kafka.ids import jbod_uuid, kafka_uuid
 
 
 def brokers(ctx: BrokerContext, conn: Connection) -> list[dict[str, Any]]:

@@ -70,6 +70,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         produce=agent.produce,
         client_fetch=agent.client_fetch,
         mover=agent.mover,
+        replica_fetch=agent.replica_fetch,
         clock=agent.clock,
     )
     timeout = config.session_timeout_ms / 1000
@@ -98,7 +99,8 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **ReassignApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
     }
-    kafka = KafkaApis(ctx, BrokerAuthenticator(agent.state, admin_password), handlers)
+    authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
+    kafka = KafkaApis(ctx, authenticator, handlers)
     return BrokerApis(kafka, admin, group_apis, coordinator, creator)
 
 

@@ -1,0 +1,160 @@
+"""A broker's own Kafka connection to another broker's inter-broker listener: how a follower
+reaches its leader (issue 31).
+
+Guarantees:
+* `PeerConnection.open` connects (TLS with the broker's truststore and, as client certificate,
+  its keystore when the listener is SSL or SASL_SSL: mTLS where the leader asks for it), then on
+  a SASL listener logs in as the inter-broker user with `sasl.mechanism.inter.broker.protocol`
+  (SaslHandshake v1, SaslAuthenticate v2; SCRAM checks the leader's signature too). Any failure
+  raises `PeerError` with one line saying what failed, and leaves nothing open.
+* `request` sends one request and returns its decoded response; one request is in flight at a
+  time (the fetch loop waits for each answer). A response that does not arrive within the
+  timeout, a closed connection, a response to another correlation id or bytes that do not
+  decode raise `PeerError`; the connection is then closed and must not be used again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_client import sasl_client
+from jbod_kafka import protocol
+
+_SIZE: Final = struct.Struct(">i")
+INTER_BROKER_USER: Final = "jbod-broker"  # the SASL user whose password is the cluster token
+_SASL_HANDSHAKE: Final = (protocol.SASL_HANDSHAKE_KEY, 1)
+_SASL_AUTHENTICATE: Final = (protocol.SASL_AUTHENTICATE_KEY, 2)
+
+
+class PeerError(Exception):
+    """The link to another broker failed; `str()` is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLogin:
+    """How a broker logs in to its peers' inter-broker listener (None mechanism: no SASL)."""
+
+    mechanism: str | None
+    username: str
+    password: str
+
+
+class PeerConnection:
+    """One connection to one broker (the module's guarantees)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._client_id = client_id
+        self._correlation_id = 0
+        self.closed = False
+
+    @classmethod
+    async def open(  # noqa: PLR0913  where, how (TLS, login), and how long
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None,
+        login: PeerLogin,
+        client_id: str,
+        timeout: float,
+    ) -> PeerConnection:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host, port, ssl=tls, server_hostname=host if tls is not None else None, limit=1 << 16
+                ),
+                timeout,
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise PeerError(f"cannot connect to {host}:{port}: {exc or type(exc).__name__}") from None
+        connection = cls(reader, writer, client_id)
+        try:
+            if login.mechanism is not None:
+                await connection._login(login, timeout)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):
+                self._writer.close()
+
+    async def request(self, api_key: int, version: int, body: Any, *, timeout: float) -> Any:
+        """The decoded response to `body` (the module's guarantees)."""
+        if self.closed:
+            raise PeerError("the connection is closed")
+        self._correlation_id += 1
+        correlation_id = self._correlation_id
+        frame = protocol.encode_request(
+            api_key, version, body, correlation_id=correlation_id, client_id=self._client_id
+        )
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+            head = await asyncio.wait_for(self._reader.readexactly(4), timeout)
+            (size,) = _SIZE.unpack(head)
+            if size < 4:
+                raise PeerError(f"a response of {size} bytes")
+            payload = await asyncio.wait_for(self._reader.readexactly(size), timeout)
+            answered, response = protocol.parse_response(api_key, version, payload)
+        except TimeoutError:
+            self.close()
+            raise PeerError(f"no answer to API {api_key} v{version} within {timeout:.0f} s") from None
+        except (OSError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
+            self.close()
+            raise PeerError(f"the connection failed: {exc or type(exc).__name__}") from None
+        except (PeerError, protocol.MalformedResponseError) as exc:
+            self.close()
+            raise PeerError(str(exc)) from None
+        if answered != correlation_id:
+            self.close()
+            raise PeerError(f"an answer to request {answered} where {correlation_id} was expected")
+        return response
+
+    async def _login(self, login: PeerLogin, timeout: float) -> None:
+        mechanism = login.mechanism
+        assert mechanism is not None
+        handshake = await self.request(
+            *_SASL_HANDSHAKE,
+            protocol.build(protocol.request_type(*_SASL_HANDSHAKE), mechanism=mechanism),
+            timeout=timeout,
+        )
+        if handshake.error_code != KafkaError.none:
+            raise PeerError(f"the peer does not take SASL {mechanism} (error {int(handshake.error_code)})")
+        if mechanism == "PLAIN":
+            await self._authenticate(sasl_client.plain_token(login.username, login.password), timeout)
+            return
+        scram = sasl_client.ScramClient(
+            mechanism=mechanism,
+            username=login.username,
+            password=login.password,
+            nonce=sasl_client.new_nonce(),
+        )
+        try:
+            server_first = await self._authenticate(scram.first(), timeout)
+            server_final = await self._authenticate(scram.final(server_first), timeout)
+            scram.verify(server_final)
+        except sasl_client.SaslClientError as exc:
+            raise PeerError(f"SASL {mechanism} login failed: {exc}") from None
+
+    async def _authenticate(self, token: bytes, timeout: float) -> bytes:
+        response = await self.request(
+            *_SASL_AUTHENTICATE,
+            protocol.build(protocol.request_type(*_SASL_AUTHENTICATE), auth_bytes=token),
+            timeout=timeout,
+        )
+        if response.error_code != KafkaError.none:
+            raise PeerError(f"SASL login refused: {response.error_message or int(response.error_code)}")
+        return bytes(response.auth_bytes)
