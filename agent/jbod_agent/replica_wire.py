@@ -96,11 +96,12 @@ def fetch_request(fetch: ReplicaFetch, *, log_start_offsets: Callable[[Partition
 def answer_of(response: Any) -> ReplicaFetchAnswer:
     """The typed answer of a leader's Fetch response (by topic id)."""
     partitions = []
-    ids: dict[uuid.UUID, Uuid] = {}
+    ids: dict[uuid.UUID | None, Uuid] = {}
     for topic in response.responses:
         topic_id = ids.get(topic.topic_id)
         if topic_id is None:
-            topic_id = ids[topic.topic_id] = jbod_uuid(topic.topic_id)
+            raw = topic.topic_id
+            topic_id = ids[raw] = _UNKNOWN_TOPIC if raw is None else jbod_uuid(raw)
         for part in topic.partitions:
             diverging = part.diverging_epoch
             partitions.append(
@@ -143,8 +144,8 @@ def replica_fetch_of(
     names = ReplicaRequestNames(by_id=version >= _TOPIC_IDS_FROM)
 
     def key(topic: Any, partition: int) -> PartitionKey:
-        if names.by_id:
-            return jbod_uuid(topic.topic_id), partition
+        if names.by_id:  # kio reads the zero id as None: a topic no broker has
+            return (_UNKNOWN_TOPIC if topic.topic_id is None else jbod_uuid(topic.topic_id)), partition
         found = topic_id(topic.topic)
         if found is None:
             return _UNKNOWN_TOPIC, partition

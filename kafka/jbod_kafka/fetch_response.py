@@ -9,7 +9,7 @@ Guarantees:
   differ from their defaults, as kio and Kafka write them.
 * Records are not copied: the result is a list of buffers (`writelines` / `sendmsg` them in
   order), each partition's records one of them, as the log read them.
-* Topics are named by id from v13, by name in v12.
+* Topics are named by id from v13 (None: the zero id, as kio reads it), by name in v12.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _INT32: Final = struct.Struct(">i")
 _EPOCH_END: Final = struct.Struct(">iqB")  # epoch, end offset, no tags
 _LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags
 _NODE: Final = struct.Struct(">i")
+_ZERO_ID: Final = bytes(16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     correlation_id: int,
     error_code: int,
     session_id: int,
-    topics: Sequence[tuple[uuid.UUID | str, Sequence[Partition]]],
+    topics: Sequence[tuple[uuid.UUID | str | None, Sequence[Partition]]],
     node_endpoints: Sequence[NodeEndpoint] = (),
     throttle_ms: int = 0,
 ) -> list[bytes | memoryview]:
@@ -108,12 +109,10 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     pieces: list[bytes | memoryview] = [b""]  # the header, once the size is known
     head = bytearray(_uvarint(len(topics) + 1))
     for topic, partitions in topics:
-        if version >= _TOPIC_IDS_FROM:
-            assert isinstance(topic, uuid.UUID)
-            head += topic.bytes
+        if version >= _TOPIC_IDS_FROM:  # kio reads the zero id as None, and writes None as it
+            head += topic.bytes if isinstance(topic, uuid.UUID) else _ZERO_ID
         else:
-            assert isinstance(topic, str)
-            head += _compact_string(topic)
+            head += _compact_string(topic if isinstance(topic, str) else "")
         head += _uvarint(len(partitions) + 1)
         for part in partitions:
             head += _PARTITION.pack(

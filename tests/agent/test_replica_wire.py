@@ -93,3 +93,18 @@ def test_a_session_error_comes_back_without_partitions() -> None:
     for version in (11, replica_wire.FETCH_VERSION):  # kio's encoder before v12, ours after
         frame = _frame(replica_wire.response_of(answer, version, names, correlation_id=9), version)
         assert replica_wire.answer_of(protocol.parse_response(1, version, frame[4:])[1]) == answer
+
+
+def test_the_zero_topic_id_is_a_topic_no_broker_has() -> None:
+    """kio reads a zero topic id as None (a fuzzed request found it): it names no topic, so it
+    is answered, not a failure."""
+    zero = Uuid.from_bytes(bytes(16))
+    read, names = _over_the_wire_as_the_leader(
+        ReplicaFetch(3, 41, 0, 1, 1 << 20, 0, -1, (WantedPartition((zero, 4), FetchPosition(0, -1, 0), 1),))
+    )
+    assert read.partitions[0].key == (zero, 4)
+    answer = ReplicaFetchAnswer(0, 0, (ReplicaPartitionAnswer((zero, 4), ErrorCode.UNKNOWN_TOPIC_ID),))
+    frame = _frame(replica_wire.response_of(answer, replica_wire.FETCH_VERSION, names, correlation_id=1), 17)
+    assert (
+        replica_wire.answer_of(protocol.parse_response(1, replica_wire.FETCH_VERSION, frame[4:])[1]) == answer
+    )
