@@ -124,6 +124,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "MESSAGE_TOO_LARGE": 10,
         "INVALID_TOPIC_EXCEPTION": 17,
         "NOT_ENOUGH_REPLICAS": 19,
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
         "CLUSTER_AUTHORIZATION_FAILED": 31,
         "UNSUPPORTED_SASL_MECHANISM": 33,
         "TOPIC_ALREADY_EXISTS": 36,
