@@ -25,7 +25,7 @@ Guarantees:
   segments.
 * `append_replicated` and the append methods validate everything before writing anything: a gap,
   an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged. A
-  produced batch comes as a `record_batch.ProducedBatch`, the proof that Kafka's checks of it
+  produced batch comes as a `record_batch.CheckedBatch`, the proof that Kafka's checks of it
   passed (`check_produced`, its only maker): the log relies on it and does not check it again.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
   failed write the segment is cut back to what was acknowledged before the next append. An
@@ -238,9 +238,9 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append_as_leader(self, batch: record_batch.ProducedBatch, *, leader_epoch: int) -> int:
+    def append_as_leader(self, batch: record_batch.CheckedBatch, *, leader_epoch: int) -> int:
         """Append one produced batch, given the end offset as base offset and `leader_epoch`;
-        returns its base offset. A `ProducedBatch` passed Kafka's checks already
+        returns its base offset. A `CheckedBatch` passed Kafka's checks already
         (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
         before the producer state's verdict, Kafka's order): they are not run again here."""
         self._check_leader_epoch(leader_epoch)

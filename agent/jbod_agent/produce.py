@@ -10,7 +10,7 @@ Guarantees:
   `min.insync.replicas`.
 * Each batch is checked as Kafka checks it once, here, first (`record_batch.check_produced`,
   raising `CorruptBatchError` before anything is decided or written); the log takes only the
-  `record_batch.ProducedBatch` that check returns and does not check it again. An idempotent
+  `record_batch.CheckedBatch` that check returns and does not check it again. An idempotent
   producer's batch is then decided against the partition's producer state
   (`jbod_core.producer_state`): a duplicate of one of its last five batches is answered with the
   original offset and not written again; a sequence gap or a fenced epoch is refused with Kafka's

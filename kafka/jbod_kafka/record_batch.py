@@ -26,7 +26,7 @@ Guarantees:
   at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
   transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
   Each refusal names its `BatchFault` (how Kafka answers it: CORRUPT_MESSAGE with or without its
-  reason, or INVALID_RECORD), found in Kafka's order of checks. What passed is a `ProducedBatch`,
+  reason, or INVALID_RECORD), found in Kafka's order of checks. What passed is a `CheckedBatch`,
   which only `check_produced` makes: a leader's log takes nothing else as a produced batch, so
   every produced batch is checked once, before anything decides on it or writes it.
   A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
@@ -294,7 +294,7 @@ def scan_valid_prefix(data: bytes | bytearray | memoryview) -> tuple[list[BatchH
 
 
 @dataclass(frozen=True, slots=True)
-class ProducedBatch:
+class CheckedBatch:
     """One batch a producer sent that passed Kafka's checks: its bytes as sent, and its header.
     Made only by `check_produced`."""
 
@@ -302,7 +302,7 @@ class ProducedBatch:
     header: BatchHeader
 
 
-def check_produced(batch: bytes | bytearray | memoryview) -> ProducedBatch:
+def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
     """Kafka's checks of one produced batch (the module's guarantee); `CorruptBatchError` says
     which failed and its `fault`. `batch` must be exactly one batch."""
     if len(batch) >= LOG_OVERHEAD:  # Kafka reads the length before the magic
@@ -334,7 +334,7 @@ def check_produced(batch: bytes | bytearray | memoryview) -> ProducedBatch:
         raise _invalid(f"Unknown compression codec {header.compression}")
     if header.compression == Compression.NONE:
         _check_uncompressed_records(batch, header)
-    return ProducedBatch(bytes(batch), header)
+    return CheckedBatch(bytes(batch), header)
 
 
 def _invalid(message: str, position: int = 0) -> CorruptBatchError:
