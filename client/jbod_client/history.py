@@ -1,6 +1,6 @@
 """The history checker of produce/consume runs: every acknowledged record consumed once, in order.
 
-One checker for the demo, the KIP-112 system tests and the benchmarks.
+One checker for the demo, the KIP-112 system tests and the end-to-end tier (`tests/e2e`).
 
 Guarantees:
 * Values carry a unique id (`make_value` / `record_id`), so a consumed record is matched to the
