@@ -280,10 +280,8 @@ class GroupCoordinator:
         code = await self._produce.await_high_watermark(
             shard.hosted, required=required, timeout_ms=self.settings.commit_timeout_ms
         )
-        if code in (
-            ErrorCode.NONE,
-            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ):  # covered (the ISR's size aside)
+        # The high watermark covers `required`, whatever the size of the ISR by then.
+        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             return GroupError.NONE
         error = _write_error(code)
         log.warning(
