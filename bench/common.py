@@ -724,13 +724,28 @@ class Responsiveness:
 # -- data plane -------------------------------------------------------------------------------
 #
 # Helpers of the data-plane benchmarks (produce_throughput, failover, replica_move): where a
-# replica sits, and a light producer that times every record.
+# replica sits, the brokers' Kafka listeners, and a light producer that times every record.
 
 
 def admin_token_setting(cluster: AgentCluster) -> dict[str, str]:
-    """The broker setting that makes agents accept the controller's admin token, which
-    `jbod_client.producer.Producer` sends to the controller and the brokers alike."""
+    """The broker setting that makes agents accept the controller's admin token: the `admin`
+    principal's password on their Kafka listeners (and a token of their HTTP API)."""
     return {"admin.token.file": str(cluster.controller.data_dir / "admin.token")}
+
+
+def kafka_config(cluster: AgentCluster, **extra: Any) -> dict[str, Any]:
+    """librdkafka's configuration of the `admin` principal (SASL/SCRAM-SHA-512, the admin token)
+    for every broker's SASL_PLAINTEXT listener (`LocalBroker`'s default listeners), with `extra`
+    on top. The brokers need `admin_token_setting`."""
+    from jbod_client.kafka_config import KafkaSecurity
+
+    return {
+        "bootstrap.servers": ",".join(
+            b.kafka["SASL_PLAINTEXT"] for b in cluster.brokers.values() if "SASL_PLAINTEXT" in b.kafka
+        ),
+        **KafkaSecurity.admin(cluster.controller.admin_token).librdkafka_config(),
+        **extra,
+    }
 
 
 def create_topic(
@@ -775,22 +790,29 @@ def dir_index(cluster: AgentCluster, node_id: int, directory: str) -> int:
 @dataclass(slots=True)
 class TimedRecord:
     """One record of a `PacedProducer`: when it was sent and acknowledged (time.monotonic(); NaN
-    while pending or when it failed), its offset, and the leader the producer sent it to."""
+    while pending or when it failed), its offset, and its error (librdkafka's) if it failed."""
 
     sent_at: float
     acked_at: float = float("nan")
     offset: int = -1
-    leader: int = -1
-    error: int | None = None
+    error: str | None = None
+
+
+#: The paced producer's librdkafka settings beyond the cluster's: Kafka's producer defaults
+#: (idempotent, acks=all), each record sent at once.
+PACED_PRODUCER: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 0,
+    "message.timeout.ms": 60_000,
+}
 
 
 class PacedProducer:
-    """A `jbod_client.producer.Producer` (acks=-1, product defaults otherwise) in its own thread
-    and event loop, sending one `record_bytes` record to one partition every `interval` seconds
-    (open loop: a stall is not made up with a burst) and timing every record (`records`).
-
-    The leader a record went to is the producer's metadata cache when the ack arrives: with one
-    partition and one request in flight, that is the leader the acknowledged request was sent to."""
+    """A confluent-kafka (librdkafka) producer (`PACED_PRODUCER`) in its own thread, sending one
+    `record_bytes` record to one partition every `interval` seconds (open loop: a stall is not
+    made up with a burst) and timing every record (`records`): sent when handed to librdkafka,
+    acknowledged when its delivery report is served (the thread serves them while it waits)."""
 
     def __init__(
         self,
@@ -801,14 +823,12 @@ class PacedProducer:
         interval: float,
         record_bytes: int = 1024,
     ) -> None:
-        self.url = cluster.controller.url
-        self.token = cluster.controller.admin_token
+        self.config = kafka_config(cluster, **PACED_PRODUCER)
         self.topic = topic
         self.partition = partition
         self.interval = interval
         self.value = os.urandom(record_bytes)
         self.records: list[TimedRecord] = []
-        self.retries: list[tuple[float, int]] = []  # (time.monotonic(), errorCode)
         self.error: BaseException | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -832,52 +852,39 @@ class PacedProducer:
         self.stop()
 
     def _run(self) -> None:
-        import asyncio
+        from confluent_kafka import Producer
+
+        def done(record: TimedRecord, err: Any, msg: Any) -> None:
+            if err is not None:
+                record.error = str(err)
+                return
+            record.acked_at = time.monotonic()
+            record.offset = msg.offset()
 
         try:
-            asyncio.run(self._main())
+            producer = Producer(self.config)
+            producer.list_topics(self.topic, timeout=30)  # metadata (and a connection) before the clock
+            self._ready.set()
+            next_at = time.monotonic()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now < next_at:
+                    producer.poll(next_at - now)  # serves delivery reports; returns early on one
+                    continue
+                next_at = max(next_at + self.interval, now)
+                record = TimedRecord(sent_at=time.monotonic())
+                self.records.append(record)
+                producer.produce(
+                    self.topic,
+                    self.value,
+                    partition=self.partition,
+                    on_delivery=functools.partial(done, record),
+                )
+                producer.poll(0)
+            producer.flush(PACED_PRODUCER["message.timeout.ms"] / 1000 + 10)
         except BaseException as exc:  # reported by `start` / the benchmark
             self.error = exc
             self._ready.set()
-
-    async def _main(self) -> None:
-        import asyncio
-
-        from jbod_client.producer import ProduceError, Producer
-
-        loop = asyncio.get_running_loop()
-        producer = Producer(self.url, token=self.token, acks=-1)
-        producer.on_retry.append(lambda _t, _p, code: self.retries.append((time.monotonic(), code)))
-
-        def done(record: TimedRecord, future: asyncio.Future[Any]) -> None:
-            if future.cancelled():
-                record.error = -2
-                return
-            error = future.exception()
-            if error is not None:
-                record.error = error.code if isinstance(error, ProduceError) else -1
-                return
-            record.acked_at = loop.time()
-            record.offset = future.result().offset
-            leaders = producer.metadata.cached_partitions(self.topic) or {}
-            record.leader = leaders.get(self.partition, -1)
-
-        try:
-            await producer.metadata.partitions(self.topic)
-            self._ready.set()
-            next_at = loop.time()
-            while not self._stop.is_set():
-                now = loop.time()
-                if now < next_at:
-                    await asyncio.sleep(next_at - now)
-                    continue
-                next_at = max(next_at + self.interval, now)
-                record = TimedRecord(sent_at=loop.time())
-                future = await producer.send(self.topic, self.value, partition=self.partition)
-                self.records.append(record)
-                future.add_done_callback(functools.partial(done, record))
-        finally:
-            await producer.close()
 
     def settled(self, start: float, end: float, *, timeout: float = 120.0) -> list[TimedRecord]:
         """The records sent in [start, end), once each is acknowledged or failed (waits for them:

@@ -6,17 +6,18 @@ dirs that are plain directories on the machine's disk, with the agent's default 
 configuration with RF 3 and `min.insync.replicas` 2, created by the controller (leaders spread
 round robin), deleted after the configuration is measured.
 
-Load: `jbod_client.producer.Producer` (product defaults: linger 2 ms, one request in flight per
-partition per producer; batch size per configuration) in one or more producer processes (each
-is `python -m bench.produce_throughput --worker`, its own interpreter and event loop), keyless
-1 KiB records (random bytes; the sticky partitioner spreads them), acks=-1. Every record's send
-(the `send` call) and acknowledgement (its future resolved) are timed on `time.monotonic()`,
-which all processes share, so the parent cuts the same window out of every worker's records.
+Load: confluent-kafka (librdkafka) producers on the brokers' Kafka listeners (Kafka's producer
+defaults: idempotent, acks=all, up to 5 requests in flight per broker; `linger.ms` 2 and
+`batch.size` per configuration) in one or more producer processes (each is `python -m
+bench.produce_throughput --worker`, its own interpreter), keyless 1 KiB records (random bytes;
+librdkafka's sticky partitioner spreads them). Every record's send (handed to librdkafka) and
+acknowledgement (its delivery report served) are timed on `time.monotonic()`, which all
+processes share, so the parent cuts the same window out of every worker's records.
 
-Configurations `PARTITIONSxPRODUCERSxBATCH_KIB` (default 6x1x256, 12x1x256, 6x2x256, 12x2x256 —
-the producer's default 256 KiB batches — and 12x2x1024), each with:
-* FULL load: every producer sends as fast as `send` lets it (bounded by the producer's buffer)
-  for a warm-up, then a measured window. Throughput = records acknowledged inside the window /
+Configurations `PARTITIONSxPRODUCERSxBATCH_KIB` (default 6x1x256, 12x1x256, 6x2x256, 12x2x256
+and 12x2x1024), each with:
+* FULL load: every producer sends as fast as librdkafka takes records (bounded by its queue,
+  `queue.buffering.max.kbytes`) for a warm-up, then a measured window. Throughput = records acknowledged inside the window /
   its length (MB = 10^6 bytes of record values; keys are null).
 * HALF load: the same producers, rate-limited (open loop, 1 ms pacing) to half the measured
   aggregate records/s, again warm-up then window; latency = ack time - send time of every record
@@ -33,15 +34,15 @@ from __future__ import annotations
 
 import argparse
 import array
-import asyncio
-import contextlib
 import functools
 import json
 import math
 import os
+import queue
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from bench.common import (
     base_parser,
     bench_main,
     create_topic,
+    kafka_config,
     log,
     machine_load,
     percentile,
@@ -76,100 +78,94 @@ NAN = float("nan")
 # -- the producer process ---------------------------------------------------------------------
 #
 # Protocol on its stdin/stdout (one line each): it prints READY once the topic's metadata is
-# loaded and a connection to every leader is open; GO <rate> starts sending (rate records/s, 0 =
+# loaded; GO <rate> starts sending (rate records/s, 0 =
 # as fast as possible) and may be sent again to change the rate; STOP stops sending, flushes,
 # writes the results to --out and prints DONE. The results: `<out>.json` (counts, errors) and
 # `<out>.times`, the send and ack time of every record as doubles (NaN ack = failed).
 
 
-async def _worker(args: argparse.Namespace) -> None:
-    from jbod_client.producer import ProduceError, Producer
+def _commands() -> queue.Queue[str]:
+    """The parent's commands, one line each, read from stdin by a thread (EOF: STOP)."""
+    commands: queue.Queue[str] = queue.Queue()
 
-    loop = asyncio.get_running_loop()
-    token = Path(args.token_file).read_text().strip()
+    def read() -> None:
+        for line in sys.stdin:
+            commands.put(line.strip())
+        commands.put("STOP")
+
+    threading.Thread(target=read, name="commands", daemon=True).start()
+    return commands
+
+
+def _worker(args: argparse.Namespace) -> None:
+    from confluent_kafka import Producer
+
+    from jbod_client.kafka_config import KafkaSecurity
+    from jbod_client.rdkafka import ProducerStatistics
+
+    statistics = ProducerStatistics()
     producer = Producer(
-        args.controller,
-        token=token,
-        acks=-1,
-        batch_bytes=args.batch_bytes,
-        linger_ms=args.linger_ms,
-        buffer_bytes=args.buffer_bytes,
+        {
+            "bootstrap.servers": args.bootstrap,
+            **KafkaSecurity.admin(Path(args.token_file).read_text().strip()).librdkafka_config(),
+            "acks": "all",
+            "enable.idempotence": True,
+            "batch.size": args.batch_bytes,
+            "linger.ms": args.linger_ms,
+            "queue.buffering.max.kbytes": args.buffer_bytes // 1024,
+            "statistics.interval.ms": 1000,
+            "stats_cb": statistics,
+        }
     )
     value = os.urandom(args.record_bytes)
     sent: array.array[float] = array.array("d")
     acked: array.array[float] = array.array("d")
-    errors: Counter[int] = Counter()
-    retry_codes: Counter[int] = Counter()
-    producer.on_retry.append(lambda _t, _p, code: retry_codes.update([code]))
+    errors: Counter[str] = Counter()
 
-    def done(index: int, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            errors[-2] += 1
-            return
-        error = future.exception()
-        if error is None:
-            acked[index] = loop.time()
+    def done(index: int, err: Any, _msg: Any) -> None:
+        if err is None:
+            acked[index] = time.monotonic()
         else:
-            errors[error.code if isinstance(error, ProduceError) else -1] += 1
+            errors[err.name()] += 1
 
-    leaders = await producer.metadata.partitions(args.topic)
-    for leader in set(leaders.values()):
-        if leader >= 0:
-            client = await producer.metadata.broker(leader)
-            with contextlib.suppress(Exception):
-                await client.log_dirs()  # opens the pooled connection before the clock starts
+    producer.list_topics(args.topic, timeout=60)  # metadata (and a connection) before the clock
     partition = args.partition if args.partition >= 0 else None
+    extra = {} if partition is None else {"partition": partition}
     print("READY", flush=True)
 
-    commands: asyncio.Queue[str] = asyncio.Queue()
-
-    def read_commands() -> None:
-        for line in sys.stdin:
-            loop.call_soon_threadsafe(commands.put_nowait, line.strip())
-        loop.call_soon_threadsafe(commands.put_nowait, "STOP")
-
-    loop.run_in_executor(None, read_commands)
-    command = await commands.get()
+    commands = _commands()
+    command = commands.get()
     while command.startswith("GO"):
         rate = float(command.split()[1]) if len(command.split()) > 1 else 0.0
-        started = loop.time()
+        started = time.monotonic()
         count = 0
         while commands.empty():
-            if rate > 0:
-                due = int((loop.time() - started) * rate) + 1 - count
-                if due <= 0:
-                    await asyncio.sleep(0.001)
-                    continue
-            else:
-                due = 64
+            due = int((time.monotonic() - started) * rate) + 1 - count if rate > 0 else 64
+            if due <= 0:
+                producer.poll(0.001)  # serves delivery reports while the pace waits
+                continue
             for _ in range(due):
-                now = loop.time()
-                future = await producer.send(args.topic, value, partition=partition)
+                now = time.monotonic()
+                try:
+                    producer.produce(
+                        args.topic, value, on_delivery=functools.partial(done, len(sent)), **extra
+                    )
+                except BufferError:  # librdkafka's queue is full: let acknowledgements drain it
+                    producer.poll(0.001)
+                    break
                 sent.append(now)
                 acked.append(NAN)
-                future.add_done_callback(functools.partial(done, len(sent) - 1))
                 count += 1
-            if rate > 0:
-                await asyncio.sleep(0.001)
-            else:
-                await asyncio.sleep(0)
-        command = await commands.get()
-    with contextlib.suppress(Exception):
-        await producer.close()
-    await asyncio.sleep(0)  # let the last done-callbacks run
+            producer.poll(0)
+        command = commands.get()
+    producer.flush(120)
+    producer.poll(0)
     out = Path(args.out)
     with open(out.with_suffix(".times"), "wb") as handle:
         sent.tofile(handle)
         acked.tofile(handle)
     out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "records": len(sent),
-                "errors": {str(k): v for k, v in errors.items()},
-                "retries": producer.retries,
-                "retry_codes": {str(k): v for k, v in retry_codes.items()},
-            }
-        )
+        json.dumps({"records": len(sent), "errors": dict(errors), "retries": statistics.retries})
     )
     print("DONE", flush=True)
 
@@ -177,8 +173,8 @@ async def _worker(args: argparse.Namespace) -> None:
 def worker_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="a producer process of the data-plane benchmarks")
     parser.add_argument("--worker", action="store_true")
-    parser.add_argument("--controller", required=True)
-    parser.add_argument("--token-file", required=True)
+    parser.add_argument("--bootstrap", required=True, help="the brokers' Kafka listeners, host:port,...")
+    parser.add_argument("--token-file", required=True, help="the admin token: the `admin` password")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", type=int, default=-1, help="-1: keyless records, sticky partitioner")
     parser.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
@@ -187,7 +183,7 @@ def worker_main(argv: list[str]) -> int:
     parser.add_argument("--buffer-bytes", type=int, default=16 * 1024 * 1024)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    asyncio.run(_worker(args))
+    _worker(args)
     return 0
 
 
@@ -195,9 +191,8 @@ def worker_main(argv: list[str]) -> int:
 class ProducerResult:
     sent: array.array[float]
     acked: array.array[float]
-    errors: dict[str, int]
-    retries: int
-    retry_codes: dict[str, int]
+    errors: dict[str, int]  # librdkafka's error name -> records that failed with it
+    retries: int  # produce requests librdkafka retried
 
 
 @dataclass
@@ -212,16 +207,15 @@ class ProducerProcess:
     process: subprocess.Popen[str] | None = None
 
     def start(self) -> ProducerProcess:
-        controller = self.cluster.controller
         command = [
             sys.executable,
             "-m",
             "bench.produce_throughput",
             "--worker",
-            "--controller",
-            controller.url,
+            "--bootstrap",
+            kafka_config(self.cluster)["bootstrap.servers"],
             "--token-file",
-            str(controller.data_dir / "admin.token"),
+            str(self.cluster.controller.data_dir / "admin.token"),
             "--topic",
             self.topic,
             "--partition",
@@ -269,9 +263,7 @@ class ProducerProcess:
         raw = self.out.with_suffix(".times").read_bytes()
         times.frombytes(raw)
         half = len(times) // 2
-        return ProducerResult(
-            times[:half], times[half:], meta["errors"], meta["retries"], meta["retry_codes"]
-        )
+        return ProducerResult(times[:half], times[half:], meta["errors"], meta["retries"])
 
     @property
     def pid(self) -> int:

@@ -11,9 +11,9 @@ same disk, where a real JBOD would read one and write another). One topic, 1 par
 1. Fill: producer processes (`bench.produce_throughput --worker`, 1 MiB batches) write to the
    partition as fast as they can until the leader's replica holds `--size` (default 1 GiB;
    quick: 128 MiB); then the followers are waited for (full ISR).
-2. Light load for the rest of the benchmark: `jbod_client.producer.Producer` (acks=-1, product
-   defaults) sends a 1 KiB record every 20 ms to the partition, from a thread of this process;
-   every record's send → ack latency is kept.
+2. Light load for the rest of the benchmark: a confluent-kafka producer (`bench.common.PacedProducer`:
+   Kafka's defaults, idempotent, acks=all) sends a 1 KiB record every 20 ms to the partition, from
+   a thread of this process; every record's send → ack latency is kept.
 3. BASELINE: the load alone for `--baseline` seconds (default 20, quick 5).
 4. Moves of the leader's replica, each timed from just before `POST /v1/log-dirs/move` (through
    `jbod_client.broker.BrokerClient.move`) to the first `GET /v1/log-dirs` (polled every 50 ms)

@@ -10,10 +10,9 @@ figures are for the smaller sizes and are not comparable with the goals.
 
 The `agent_*` benchmarks run real `jbod-agent` processes; `agent_detection` needs root (it fails
 loop-mounted ext4 volumes), `agent_idle` uses loop volumes when it can. The data-plane
-benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and producers;
-`failover` needs root (loop volumes), `replica_move` writes 4 x 1 GiB to the temp dir's disk.
-`kafka_vs_http` runs the same 3 agents with Kafka listeners and compares librdkafka (confluent-kafka)
-against the HTTP clients, produce and fetch, at three batch sizes. `kafka_peer` runs Apache Kafka
+benchmarks (`produce_throughput`, `failover`, `replica_move`) run 3 agents and librdkafka
+(confluent-kafka) producers on their Kafka listeners; `failover` needs root (loop volumes),
+`replica_move` writes 4 x 1 GiB to the temp dir's disk. `kafka_peer` runs Apache Kafka
 4.3 (1 controller + 3 brokers, Java) and our cluster in turn, driven by Kafka's perf tools, and
 an idle cluster of 10,000 replicas of each. `reassign_throttle` runs 4 agents and Kafka's
 `kafka-reassign-partitions.sh` (Java): produce latency with and without a throttled reassignment.
@@ -45,7 +44,6 @@ BENCHMARKS = (
     "produce_throughput",
     "failover",
     "replica_move",
-    "kafka_vs_http",
     "kafka_peer",
     "reassign_throttle",
     "tls_throughput",

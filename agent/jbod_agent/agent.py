@@ -102,7 +102,7 @@ class Agent:
         self.monitor = DirMonitor(self.state, self.clock, prober)
         self.manager = ReplicaManager(self.state, failures=self.monitor, clock=self.clock)
         self.produce = Produce(self.manager, clock=self.clock)
-        self.client_fetch = ClientFetch(self.manager, clock=self.clock)
+        self.client_fetch = ClientFetch(clock=self.clock)
         self.isr_upkeep = IsrUpkeep(self.manager, link=self.link, clock=self.clock)
         self.leader_quota = ReplicationQuota(
             self.state,

@@ -53,7 +53,7 @@ from typing import Final, Generic, TypeVar
 
 from jbod_agent.partition_log import OffsetOutOfRangeError
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.produce import Produce
+from jbod_agent.produce import Produce, ProduceError
 from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_core import group_records, groups
 from jbod_core.errors import ErrorCode
@@ -67,9 +67,6 @@ log = logging.getLogger("jbod_agent.groups")
 LOAD_CHUNK_BYTES: Final = 1024 * 1024
 MIN_TIMER_STEP_S: Final = 0.01
 WAIT_MARGIN_S: Final = 30.0
-_AFTER_APPEND_MARK: Final = (
-    "after the records were appended"  # produce's NOT_ENOUGH_REPLICAS after the append
-)
 
 A = TypeVar("A")
 
@@ -260,26 +257,22 @@ class GroupCoordinator:
         """Write `records` to the shard's partition (acks=-1): (appended, the error to answer)."""
         now = wall_ms(self._clock)
         batch = record_batch.encode_batch(0, -1, now, [group_records.encode(r) for r in records])
-        reply = await self._produce.append_batch(
+        result = await self._produce.append_batch(
             OFFSETS_TOPIC, shard.index, batch, acks=-1, timeout_ms=self.settings.commit_timeout_ms
         )
-        code = int(reply["errorCode"])
-        if code == ErrorCode.NONE:
+        if result.error == ErrorCode.NONE:
             return True, GroupError.NONE
-        message = str(reply.get("errorMessage") or "")
-        appended = code == ErrorCode.REQUEST_TIMED_OUT or (
-            code == ErrorCode.NOT_ENOUGH_REPLICAS and _AFTER_APPEND_MARK in message
-        )
+        appended = result.appended_unacknowledged
         log.warning(
             "Writing %d records to %s-%d failed (errorCode %d, %s): %s",
             len(records),
             OFFSETS_TOPIC,
             shard.index,
-            code,
+            int(result.error),
             "appended, not yet replicated" if appended else "not appended",
-            message,
+            result.message,
         )
-        return appended, _write_error(code)
+        return appended, _write_error(result.error)
 
     async def _replicated(self, shard: _Shard, group_id: str, required: int) -> GroupError:
         """NONE once the high watermark of the shard's partition covers `required` (at once when
@@ -287,7 +280,8 @@ class GroupCoordinator:
         code = await self._produce.await_high_watermark(
             shard.hosted, required=required, timeout_ms=self.settings.commit_timeout_ms
         )
-        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS):  # covered (the ISR's size aside)
+        # The high watermark covers `required`, whatever the size of the ISR by then.
+        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             return GroupError.NONE
         error = _write_error(code)
         log.warning(
@@ -540,7 +534,7 @@ class GroupCoordinator:
         return (GroupError.COORDINATOR_LOAD_IN_PROGRESS if loading else GroupError.NONE), found
 
 
-def _write_error(code: int) -> GroupError:
+def _write_error(code: ProduceError) -> GroupError:
     """The answer to a group request whose records the ISR was not seen to hold: NOT_COORDINATOR
     when leadership or the dir went, else COORDINATOR_NOT_AVAILABLE (Kafka's mapping)."""
     lost = code in (

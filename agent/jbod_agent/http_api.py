@@ -1,4 +1,7 @@
-"""The broker's own HTTP API (protocol §4.4, §4.5): produce, fetch, log dirs, moves, probes, metrics.
+"""The broker's own HTTP API (protocol §4.4, §4.5): what is not a Kafka client's business — log
+dirs and moves (the operator, jbodctl), metadata reads, probes, metrics, and the followers'
+replica fetch. Records are produced and consumed on the Kafka listeners only (`kafka/`): this
+API serves no produce or fetch route.
 
 Guarantees: `/healthz`, `/readyz` and `/metrics` need no token; everything else accepts the
 cluster or the admin token (401 + 31 otherwise); `/readyz` is 200 only while the broker is
@@ -8,11 +11,9 @@ registered and unfenced. Metrics are computed from the agent's state when scrape
 * The `jbod_replica_fetch_*` metrics count the fetch sessions this broker holds as a leader and
   the follower fetches it served by kind (followers fetch over the Kafka listener, issue 31).
 * Limits (docs/operations.md, "Limits"): a body is never buffered past its endpoint's limit — a
-  produce body over `produce_body_limit` (from `message.max.bytes` and `socket.request.max.bytes`)
-  gets HTTP 413 with errorCode 10 (MESSAGE_TOO_LARGE), refused from its Content-Length before it
-  is read; other bodies over their limit get 413 with errorCode 42. A produce whose records' key
-  and value bytes exceed `message.max.bytes` gets errorCode 10 and appends nothing. Connections
-  obey `connections.max.idle.ms` and `request.read.timeout.ms` (`jbod_runtime.http_server`).
+  body over it gets HTTP 413 with errorCode 42, refused from its Content-Length before it is
+  read. Connections obey `connections.max.idle.ms` and `request.read.timeout.ms`
+  (`jbod_runtime.http_server`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
 from jbod_agent.placement import DirHealth
 from jbod_core import views as core_views
-from jbod_core.broker_messages import MoveReplicaRequest, parse_produce
+from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
-from jbod_core.messages import INT32_MAX, INT64_MAX, validation_message
+from jbod_core.messages import validation_message
 from jbod_runtime import http_server
 
 log = logging.getLogger("jbod_agent.http")
@@ -67,32 +68,11 @@ def _bad(message: str) -> web.Response:
 SMALL_BODY_BYTES = 64 * 1024
 
 
-def produce_body_limit(config: BrokerConfig) -> int:
-    """The largest produce body read: room for a batch of `message.max.bytes` base64-encoded (4/3)
-    with its JSON framing (4x covers records down to ~10 bytes each), within the request limit."""
-    return min(config.socket_request_max_bytes, 4 * config.message_max_bytes + SMALL_BODY_BYTES)
-
-
 def limits(config: BrokerConfig) -> http_server.ConnectionLimits:
     return http_server.ConnectionLimits(
         idle_timeout_s=config.connections_max_idle_ms / 1000,
         read_timeout_s=config.request_read_timeout_ms / 1000,
     )
-
-
-def _query_int(request: web.Request, name: str, *, default: int | None, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        if default is None:
-            raise BadRequestError(f"{name}: required query parameter is missing")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequestError(f"{name}: {raw!r} is not an integer") from None
-    if not low <= value <= high:
-        raise BadRequestError(f"{name}: {value} is out of range [{low}, {high}]")
-    return value
 
 
 class _AgentCollector(Collector):
@@ -248,10 +228,7 @@ class AgentApi:
             except BadRequestError as exc:
                 return _bad(str(exc))
             except http_server.BodyTooLargeError as exc:
-                code = ErrorCode.INVALID_REQUEST
-                if request.path == "/v1/produce":
-                    code = ErrorCode.MESSAGE_TOO_LARGE
-                return _json({"errorCode": int(code), "errorMessage": str(exc)}, 413)
+                return _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": str(exc)}, 413)
             except http_server.BodyTimeoutError as exc:
                 response = _json({"errorCode": int(ErrorCode.INVALID_REQUEST), "errorMessage": str(exc)}, 408)
                 response.force_close()
@@ -272,8 +249,6 @@ class AgentApi:
         app.router.add_get("/v1/brokers", self._guarded(self.list_brokers))
         app.router.add_get("/v1/brokers/{id}", self._guarded(self.describe_broker))
         app.router.add_post("/v1/log-dirs/move", self._guarded(self.move))
-        app.router.add_post("/v1/produce", self._guarded(self.produce))
-        app.router.add_get("/v1/fetch", self._guarded(self.fetch))
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -321,37 +296,6 @@ class AgentApi:
 
     async def log_dirs(self, request: web.Request) -> web.Response:
         return _json(views.log_dirs_view(self.agent.state, self.agent.mover))
-
-    async def produce(self, request: web.Request) -> web.Response:
-        body = await self._body(request, produce_body_limit(self.config))
-        try:
-            produce = parse_produce(body)
-        except ValidationError as exc:
-            raise BadRequestError(validation_message(exc)) from exc
-        except ValueError as exc:
-            raise BadRequestError(str(exc)) from exc
-        batch_bytes = sum(len(value) + (len(key) if key is not None else 0) for key, value in produce.records)
-        if batch_bytes > self.config.message_max_bytes:
-            return _json(
-                {
-                    "errorCode": int(ErrorCode.MESSAGE_TOO_LARGE),
-                    "errorMessage": f"The records' {batch_bytes} key and value bytes exceed "
-                    f"message.max.bytes ({self.config.message_max_bytes})",
-                    "baseOffset": -1,
-                }
-            )
-        return _json(await self.agent.produce.append_records(produce))
-
-    async def fetch(self, request: web.Request) -> web.Response:
-        topic = request.query.get("topic")
-        if not topic:
-            raise BadRequestError("topic: required query parameter is missing")
-        partition = _query_int(request, "partition", default=None, low=0, high=INT32_MAX)
-        offset = _query_int(request, "offset", default=None, low=0, high=INT64_MAX)
-        max_bytes = _query_int(request, "maxBytes", default=1024 * 1024, low=1, high=INT32_MAX)
-        max_wait_ms = _query_int(request, "maxWaitMs", default=0, low=0, high=60_000)
-        reply = await self.agent.client_fetch.fetch(topic, partition, offset, max_bytes, max_wait_ms)
-        return _json(reply)
 
     async def move(self, request: web.Request) -> web.Response:
         move = await self._parse(request, MoveReplicaRequest, limit=SMALL_BODY_BYTES)

@@ -24,13 +24,13 @@ Guarantees:
   segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
   segments.
 * `append_replicated` and the append methods validate everything before writing anything: a gap,
-  an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged.
+  an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged. A
+  produced batch comes as a `record_batch.CheckedBatch`, the proof that Kafka's checks of it
+  passed (`check_produced`, its only maker): the log relies on it and does not check it again.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
   failed write the segment is cut back to what was acknowledged before the next append. An
   OSError from writing an index entry is raised after its batch was appended (the index file is
   rewritten from memory before its next write, and checked on open anyway).
-* `append_as_leader` stamps the batch with the caller's `timestamp_ms` (the broker passes its
-  clock's); only a caller that gives none (tools, tests) gets the wall clock.
 * Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
   it opens its own fds by path (fsync works per file on Linux) and only updates counters.
 """
@@ -40,7 +40,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -239,36 +238,14 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append_as_leader(
-        self,
-        records: Sequence[tuple[bytes | None, bytes]],
-        *,
-        leader_epoch: int,
-        timestamp_ms: int | None = None,
-    ) -> int:
-        """Append `records` as one batch at the end offset; returns its base offset.
-
-        `timestamp_ms` defaults to the wall clock (the broker passes its clock's). An epoch above the latest is first recorded in
-        the epoch cache at the end offset; an epoch below it is a ValueError.
-        """
-        self._check_leader_epoch(leader_epoch)
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
-        base_offset = self._end
-        frame = record_batch.encode_frame(base_offset, leader_epoch, timestamp_ms, records)
-        header = record_batch.read_header(frame)
-        if leader_epoch > self.latest_epoch:
-            self.assign_epoch_start(leader_epoch)
-        self._append(frame, (header,))
-        return base_offset
-
-    def append_as_leader_frame(self, frame: bytes | memoryview, *, leader_epoch: int) -> int:
-        """Append one produced batch (checked as Kafka checks it, `record_batch.check_produced`,
-        then given the end offset as base offset and `leader_epoch`); returns its base offset."""
-        record_batch.check_produced(frame)
+    def append_as_leader(self, batch: record_batch.CheckedBatch, *, leader_epoch: int) -> int:
+        """Append one produced batch, given the end offset as base offset and `leader_epoch`;
+        returns its base offset. A `CheckedBatch` passed Kafka's checks already
+        (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
+        before the producer state's verdict, Kafka's order): they are not run again here."""
         self._check_leader_epoch(leader_epoch)
         base_offset = self._end
-        rewritten = record_batch.with_base_offset(frame, base_offset, leader_epoch=leader_epoch)
+        rewritten = record_batch.with_base_offset(batch.data, base_offset, leader_epoch=leader_epoch)
         header = record_batch.read_header(rewritten)
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)

@@ -1,24 +1,30 @@
 """Produce on a partition leader: admission, the idempotent producers' verdict, the append, the ack.
 
-Both listeners produce here: the HTTP API with records the leader builds into one batch
-(`append_records`), the Kafka listener with the client's own batch (`append_batch`). The reply is
-the HTTP produce's shape (`errorCode`, `baseOffset`, `errorMessage` on an error).
+The Kafka listener (`kafka.produce_api`) and the group coordinator produce here, each with a
+batch of its own encoding (`append_batch`); the answer is a `ProduceResult`, which each caller
+turns into its own wire or group error at its edge.
 
 Guarantees:
 * Only the leader appends (`ReplicaManager.lookup`: 3 / 6 / 56 otherwise). acks=-1 is refused
-  with 19 before anything is appended when the ISR is smaller than `min.insync.replicas`.
-* A client batch is checked as Kafka checks it (`record_batch.check_produced`, raising
-  `CorruptBatchError` before anything is written). An idempotent producer's batch is first decided
-  against the partition's producer state (`jbod_core.producer_state`): a duplicate of one of its
-  last five batches is answered with the original offset and not written again; a sequence gap
-  or a fenced epoch is refused with Kafka's code. The verdict and the append happen with no await
-  in between, so two batches of one producer cannot both pass as next.
+  with NOT_ENOUGH_REPLICAS (19) before anything is appended when the ISR is smaller than
+  `min.insync.replicas`.
+* Each batch is checked as Kafka checks it once, here, first (`record_batch.check_produced`,
+  raising `CorruptBatchError` before anything is decided or written); the log takes only the
+  `record_batch.CheckedBatch` that check returns and does not check it again. An idempotent
+  producer's batch is then decided against the partition's producer state
+  (`jbod_core.producer_state`): a duplicate of one of its last five batches is answered with the
+  original offset and not written again; a sequence gap or a fenced epoch is refused with Kafka's
+  code. The verdict and the append happen with no await in between, so two batches of one
+  producer cannot both pass as next.
 * acks=0 is answered at once, acks=1 once written, acks=-1 once the high watermark covers the
-  records (`HostedPartition.advance_high_watermark` answers it), else 7 after `timeoutMs` of the
-  injected clock; 19 when the ISR shrank below `min.insync.replicas` meanwhile, 6 / 56 when
-  leadership or the dir was lost first. `await_high_watermark` is that wait on its own, for
-  callers that answer from records already appended (the group coordinator).
-* Batch timestamps (records the leader builds) and producer activity are the clock's wall time.
+  records (`HostedPartition.advance_high_watermark` answers it), else REQUEST_TIMED_OUT (7) after
+  `timeout_ms` of the injected clock; NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) when the ISR shrank
+  below `min.insync.replicas` meanwhile, 6 / 56 when leadership or the dir was lost first.
+  `ProduceResult.appended_unacknowledged` tells the two outcomes whose records are in the
+  leader's log without the ISR's acknowledgement (7, 20) from the refusals that wrote nothing.
+  `await_high_watermark` is that wait on its own, for callers that answer from records already
+  appended (the group coordinator).
+* Producer activity is stamped with the clock's wall time.
 * An I/O error while appending takes the dir offline (`ReplicaManager.storage_error`) and answers
   KAFKA_STORAGE_ERROR.
 """
@@ -27,20 +33,43 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 from jbod_agent import producers
 from jbod_agent.partition_log import PartitionLog
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_core import producer_state, replication
-from jbod_core.broker_messages import ProduceCall
 from jbod_core.errors import ErrorCode
 from jbod_kafka import record_batch
 
+#: Every code a produce answers: the contract's, and the producer state's refusals (45, 47, 87).
+ProduceError: TypeAlias = ErrorCode | producer_state.ProduceErrorCode
 
-def _produce_error(code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"errorCode": int(code), "errorMessage": message, "baseOffset": -1}
+#: The outcomes whose records are in the leader's log although the ISR was not seen to hold them.
+_APPENDED_UNACKNOWLEDGED: Final = frozenset(
+    {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """What a produce to one partition came to: `error` NONE with the records' `base_offset`
+    (-1 for acks=0, which is answered before there is one), else the error and `message`, why."""
+
+    error: ProduceError
+    base_offset: int = -1
+    message: str | None = None
+
+    @property
+    def appended_unacknowledged(self) -> bool:
+        """The records are in the leader's log, but acks=-1 was not satisfied (7 or 20)."""
+        return self.error in _APPENDED_UNACKNOWLEDGED
+
+
+def _failed(error: ProduceError, message: str) -> ProduceResult:
+    return ProduceResult(error, message=message)
 
 
 class Produce:
@@ -50,34 +79,21 @@ class Produce:
         self.manager = manager
         self.clock = clock
 
-    async def append_records(self, request: ProduceCall) -> dict[str, Any]:
-        """The HTTP API's produce: `request.records` appended as one batch the leader builds."""
-        hosted, code, message = self._admit(request.topic, request.partition, request.acks)
-        if hosted is None:
-            return _produce_error(code, message)
-        if not request.records:
-            return {"errorCode": 0, "baseOffset": hosted.log.end_offset}
-        records, epoch, now_ms = request.records, hosted.leader_epoch, wall_ms(self.clock)
-        return await self._append_and_ack(
-            hosted,
-            lambda log_: log_.append_as_leader(records, leader_epoch=epoch, timestamp_ms=now_ms),
-            acks=request.acks,
-            timeout_ms=request.timeout_ms,
-        )
-
     async def append_batch(
         self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int
-    ) -> dict[str, Any]:
-        """The Kafka listener's produce: one client batch appended as it came, stamped with its
-        offset and the leader epoch (the module docstring says what is checked first)."""
-        header = record_batch.check_produced(batch)
+    ) -> ProduceResult:
+        """One batch appended as it came, stamped with its offset and the leader epoch (the
+        module docstring says what is checked first). `CorruptBatchError` for a batch Kafka would
+        refuse, before anything is written; `ValueError` for one the log refuses."""
+        produced = record_batch.check_produced(batch)
+        header = produced.header
         hosted, code, message = self._admit(topic, partition, acks)
         if hosted is None:
-            return _produce_error(code, message)
+            return _failed(code, message)
         if header.producer_id >= 0:
             verdict = self._producer_verdict(hosted, header)
-            if isinstance(verdict, producer_state.Refused):  # Kafka's codes 45, 47, 87: not ErrorCode's
-                return {"errorCode": int(verdict.error), "errorMessage": verdict.message, "baseOffset": -1}
+            if isinstance(verdict, producer_state.Refused):
+                return _failed(verdict.error, verdict.message)
             if isinstance(verdict, producer_state.Duplicate):
                 return await self._acknowledge(
                     hosted,
@@ -89,7 +105,7 @@ class Produce:
         epoch = hosted.leader_epoch
 
         def append(log_: PartitionLog) -> int:
-            base = log_.append_as_leader_frame(batch, leader_epoch=epoch)
+            base = log_.append_as_leader(produced, leader_epoch=epoch)
             if header.producer_id >= 0 and hosted.producers is not None:
                 hosted.producers = producer_state.record(
                     hosted.producers, header, first_offset=base, now_ms=wall_ms(self.clock)
@@ -128,14 +144,14 @@ class Produce:
         *,
         acks: int,
         timeout_ms: int,
-    ) -> dict[str, Any]:
+    ) -> ProduceResult:
         """`append` to the leader's log, then answer as `acks` asks (0: at once, 1: once
         written, -1: once the ISR has it)."""
         try:
             base = append(hosted.log)
         except OSError as exc:
             self.manager.storage_error(hosted, exc, "appending")
-            return _produce_error(
+            return _failed(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{hosted.name}: the log dir failed while appending"
             )
         required = hosted.log.end_offset
@@ -146,22 +162,23 @@ class Produce:
 
     async def _acknowledge(
         self, hosted: HostedPartition, *, base: int, required: int, acks: int, timeout_ms: int
-    ) -> dict[str, Any]:
-        """The reply to records at [`base`, `required`) once `acks` is satisfied."""
+    ) -> ProduceResult:
+        """The answer to records at [`base`, `required`) once `acks` is satisfied."""
         if acks == 0:
-            return {"errorCode": 0, "baseOffset": -1}
+            return ProduceResult(ErrorCode.NONE)
         if acks == 1 or hosted.log.high_watermark >= required:  # acks=1, or the leader is the whole ISR
-            return {"errorCode": 0, "baseOffset": base}
+            return ProduceResult(ErrorCode.NONE, base)
         return await self._await_isr(hosted, base=base, required=required, timeout_ms=timeout_ms)
 
     async def await_high_watermark(
         self, hosted: HostedPartition, *, required: int, timeout_ms: int
     ) -> ErrorCode:
         """NONE once the leader's high watermark covers `required` (at once if it does already);
-        NOT_ENOUGH_REPLICAS if it came to cover it while the ISR was below `min.insync.replicas`;
-        REQUEST_TIMED_OUT after `timeout_ms`; NOT_LEADER_OR_FOLLOWER or KAFKA_STORAGE_ERROR when
-        leadership or the dir was lost first. For the group coordinator's answers that write
-        nothing, which rest on what its partition's log already holds."""
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if it came to cover it while the ISR was below
+        `min.insync.replicas`; REQUEST_TIMED_OUT after `timeout_ms`; NOT_LEADER_OR_FOLLOWER or
+        KAFKA_STORAGE_ERROR when leadership or the dir was lost first. For the group
+        coordinator's answers that write nothing, which rest on what its partition's log
+        already holds."""
         if hosted.log.high_watermark >= required:
             return ErrorCode.NONE
         if hosted.role is not Role.LEADER or self.manager.partitions.get(hosted.key) is not hosted:
@@ -176,22 +193,15 @@ class Produce:
 
     async def _await_isr(
         self, hosted: HostedPartition, *, base: int, required: int, timeout_ms: int
-    ) -> dict[str, Any]:
-        """The reply to an acks=-1 produce once the high watermark reaches `required` (or not)."""
+    ) -> ProduceResult:
+        """The answer to an acks=-1 produce once the high watermark reaches `required` (or not)."""
         outcome = await self.await_high_watermark(hosted, required=required, timeout_ms=timeout_ms)
+        if outcome is ErrorCode.NONE:
+            return ProduceResult(ErrorCode.NONE, base)
         if outcome is ErrorCode.REQUEST_TIMED_OUT:
-            return _produce_error(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"{hosted.name}: not replicated to the ISR within {timeout_ms} ms",
+            return _failed(outcome, f"{hosted.name}: not replicated to the ISR within {timeout_ms} ms")
+        if outcome is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            return _failed(
+                outcome, f"{hosted.name}: the ISR shrank below min.insync.replicas={hosted.min_isr}"
             )
-        if outcome is ErrorCode.NOT_ENOUGH_REPLICAS:
-            return _produce_error(
-                outcome,
-                f"{hosted.name}: the ISR shrank below min.insync.replicas={hosted.min_isr} "
-                "after the records were appended",
-            )
-        if outcome is not ErrorCode.NONE:
-            return _produce_error(
-                outcome, f"{hosted.name}: leadership or the log dir was lost before replication"
-            )
-        return {"errorCode": 0, "baseOffset": base}
+        return _failed(outcome, f"{hosted.name}: leadership or the log dir was lost before replication")

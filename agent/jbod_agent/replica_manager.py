@@ -1,8 +1,8 @@
 """The partitions this broker hosts and their roles: the one owner of the hosted-partition set.
 
-The data plane is split by job, each part given this manager and working on its
-`HostedPartition`s: `produce` (appends and acknowledgements), `client_fetch` (consumers below the
-high watermark), `replica_fetch` (the leader side of the followers' fetch sessions), `isr_upkeep`
+The data plane is split by job, each part working on this manager's `HostedPartition`s:
+`produce` (appends and acknowledgements), `client_fetch` (consumers' fetches waiting for data),
+`replica_fetch` (the leader side of the followers' fetch sessions), `isr_upkeep`
 (AlterPartition), `log_upkeep` (flush, retention, producer snapshots); `fetcher` is the follower
 side. This module decides which partitions are hosted and in which role.
 
@@ -154,8 +154,12 @@ class HostedPartition:
         self.wake_data_waiters()
         if self.ack_waiters:
             # As Kafka: a batch the HW covers while the ISR is below min.insync.replicas is not
-            # acknowledged (NOT_ENOUGH_REPLICAS_AFTER_APPEND in Kafka; 19 in this contract).
-            outcome = ErrorCode.NONE if len(self.isr) >= self.min_isr else ErrorCode.NOT_ENOUGH_REPLICAS
+            # acknowledged.
+            outcome = (
+                ErrorCode.NONE
+                if len(self.isr) >= self.min_isr
+                else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            )
             still: list[AckWaiter] = []
             for waiter in self.ack_waiters:
                 if waiter.required <= after:

@@ -1,24 +1,19 @@
-"""An async HTTP client of one broker's data-plane API (protocol §4.4 and its extensions).
+"""An async HTTP client of one broker's own API (protocol §4.4): its log dirs and replica moves.
+
+Records are produced and consumed with Kafka clients on the brokers' Kafka listeners
+(`jbod_client.rdkafka`); this client is for what the operator and jbodctl ask a broker besides.
 
 Guarantees:
 * One pooled `httpx.AsyncClient` per broker: connections are reused across requests, and many
-  requests (one per partition) may be in flight at once.
-* Request bodies are built by the pure functions `encode_record` / `produce_body` (base64 via
-  `base64.b64encode`, JSON via orjson, sent as `content=` bytes), so what goes on the wire is
-  testable without a broker.
+  requests may be in flight at once.
 * Transport failures (refused, reset, timeout) and 5xx answers without a contract body raise
   `BrokerUnreachableError` with one line naming the broker's URL; 4xx answers raise
   `controller.ApiError` carrying the reply's `errorCode` (-1 when the body has none). Protocol
   outcomes (HTTP 200 with a non-zero `errorCode`) are returned, not raised.
-* `fetch` returns records with `key` / `value` decoded to bytes; a reply whose records are not
-  valid base64 raises `ClientError` (never returns garbage).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +23,6 @@ import orjson
 from jbod_client.controller import ApiError, ClientError, https_verify
 from jbod_core.errors import ErrorCode
 
-#: Extra seconds the HTTP client waits beyond the time the broker may legitimately hold a request.
-HTTP_GRACE_SECONDS = 5.0
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -38,9 +31,7 @@ class BrokerUnreachableError(ClientError):
 
 
 def error_name(code: int) -> str:
-    """The contract's name of an error code (`NOT_LEADER_OR_FOLLOWER`), or a neutral label."""
-    if code == -1:
-        return "NETWORK_OR_TIMEOUT"
+    """The contract's name of an error code (`LOG_DIR_NOT_FOUND`), or a neutral label."""
     try:
         return ErrorCode(code).name
     except ValueError:
@@ -48,42 +39,9 @@ def error_name(code: int) -> str:
 
 
 def describe_error(code: int, message: str | None = None) -> str:
-    """One line for users: `NOT_ENOUGH_REPLICAS (errorCode 19): <message>`."""
+    """One line for users: `KAFKA_STORAGE_ERROR (errorCode 56): <message>`."""
     text = f"{error_name(code)} (errorCode {code})"
     return f"{text}: {message}" if message else text
-
-
-def encode_record(key: bytes | None, value: bytes) -> dict[str, str | None]:
-    """A record as the produce API wants it: key and value in standard base64 (key may be null)."""
-    return {
-        "key": None if key is None else base64.b64encode(key).decode("ascii"),
-        "value": base64.b64encode(value).decode("ascii"),
-    }
-
-
-def produce_body(
-    topic: str,
-    partition: int,
-    records: Sequence[Mapping[str, str | None]],
-    *,
-    acks: int,
-    timeout_ms: int | None = None,
-) -> bytes:
-    """The JSON body of `POST /v1/produce` for already encoded records (`encode_record`)."""
-    body: dict[str, Any] = {"topic": topic, "partition": partition, "acks": acks, "records": records}
-    if timeout_ms is not None:
-        body["timeoutMs"] = timeout_ms
-    return orjson.dumps(body)
-
-
-def decode_base64(text: str | None, *, what: str) -> bytes | None:
-    """Strict standard-base64 decoding (`None` stays `None`); `ClientError` names `what` on failure."""
-    if text is None:
-        return None
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise ClientError(f"{what} is not valid base64: {str(text)[:40]!r}") from exc
 
 
 class BrokerClient:
@@ -91,7 +49,6 @@ class BrokerClient:
 
     def __init__(self, url: str, *, token: str, timeout: float = 30.0, ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
-        self.timeout = timeout
         self._http = httpx.AsyncClient(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}"},
@@ -112,23 +69,10 @@ class BrokerClient:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        content: bytes | None = None,
-        params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
+    async def _call(self, method: str, path: str, *, content: bytes | None = None) -> Any:
         try:
             response = await self._http.request(
-                method,
-                path,
-                content=content,
-                params=params,
-                headers=_JSON_HEADERS if content is not None else None,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                method, path, content=content, headers=_JSON_HEADERS if content is not None else None
             )
         except httpx.TimeoutException as exc:
             raise BrokerUnreachableError(
@@ -156,60 +100,7 @@ class BrokerClient:
             raise ClientError(f"broker at {self.url} answered {method} {path} with a body that is not JSON")
         return data
 
-    # -- data plane ---------------------------------------------------------------------------
-
-    async def produce(
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[tuple[bytes | None, bytes]],
-        *,
-        acks: int = -1,
-        timeout_ms: int | None = None,
-    ) -> dict[str, Any]:
-        """Append `records` (key, value) to one partition; the reply `{errorCode, baseOffset}`."""
-        body = produce_body(
-            topic, partition, [encode_record(k, v) for k, v in records], acks=acks, timeout_ms=timeout_ms
-        )
-        wait = (
-            self.timeout if timeout_ms is None else max(self.timeout, timeout_ms / 1000 + HTTP_GRACE_SECONDS)
-        )
-        return await self.produce_raw(body, timeout=wait)
-
-    async def produce_raw(self, body: bytes, *, timeout: float | None = None) -> dict[str, Any]:
-        """`POST /v1/produce` with a body from `produce_body` (the producer's fast path)."""
-        reply: dict[str, Any] = await self._call("POST", "/v1/produce", content=body, timeout=timeout)
-        return reply
-
-    async def fetch(
-        self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20, max_wait_ms: int = 0
-    ) -> dict[str, Any]:
-        """Records from `offset` on (below the high watermark), keys and values decoded to bytes."""
-        params = {
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "maxBytes": max_bytes,
-            "maxWaitMs": max_wait_ms,
-        }
-        reply: dict[str, Any] = await self._call(
-            "GET", "/v1/fetch", params=params, timeout=self.timeout + max_wait_ms / 1000
-        )
-        raw = reply.get("records") or []
-        decoded = []
-        for record in raw:
-            offset_of = int(record["offset"])
-            what = f"record {topic}-{partition}@{offset_of} from {self.url}"
-            value = decode_base64(record.get("value") or "", what=f"value of {what}")
-            decoded.append(
-                {
-                    "offset": offset_of,
-                    "key": decode_base64(record.get("key"), what=f"key of {what}"),
-                    "value": value if value is not None else b"",
-                }
-            )
-        reply["records"] = decoded
-        return reply
+    # -- the broker's own API -----------------------------------------------------------------
 
     async def log_dirs(self) -> list[dict[str, Any]]:
         """The broker's log dirs with the replicas each hosts (future replicas of moves included)."""

@@ -1,21 +1,18 @@
 """The history checker of produce/consume runs: every acknowledged record consumed once, in order.
 
-One checker for the demo, the KIP-112 system tests and the benchmarks.
+One checker for the demo, the KIP-112 system tests and the end-to-end tier (`tests/e2e`).
 
 Guarantees:
 * Values carry a unique id (`make_value` / `record_id`), so a consumed record is matched to the
   send that produced it whatever offset it landed at.
-* `History` records sends, acknowledgements (with their offsets), failures and retries. A retry
-  of a partition (`on_partition_retry`) marks every record of it not yet acknowledged or failed
-  as retried: a producer that is not idempotent (the HTTP one, `jbod_client.producer`) may
-  legitimately land a retried batch twice. A run with an idempotent producer reports no retries,
-  so every duplicate is a problem.
+* `History` records sends, acknowledgements (with their offsets) and failures. The producers it
+  checks are idempotent (Kafka's, acks=all): a batch they retry is never written twice, so every
+  copy of a record beyond the first is a problem.
 * `History.check` reads the consumed records (the same offset read twice counts once) and reports:
   - `missing`: acknowledged ids never consumed (data loss);
   - `moved`: acknowledged ids not found at the offset they were acknowledged at (history was
     rewritten under a committed record);
-  - `duplicated`: ids consumed more than once that were never retried; the extra copies of
-    retried ids are only counted (`retried_duplicates`); `duplicates` counts every extra copy;
+  - `duplicated`: ids consumed more than once; `duplicates` counts every extra copy;
   - `reordered`: acknowledged records of one partition whose first copy comes after the first
     copy of an acknowledged record sent later to that partition (records that were never
     acknowledged carry no order promise: a request abandoned in transit may land late);
@@ -68,8 +65,7 @@ class Report:
     missing: list[RecordId] = field(default_factory=list)
     moved: list[tuple[RecordId, int]] = field(default_factory=list)  # (id, acknowledged offset)
     duplicated: list[RecordId] = field(default_factory=list)
-    retried_duplicates: int = 0
-    duplicates: int = 0  # extra copies read back, retried or not
+    duplicates: int = 0  # extra copies read back
     reordered: list[tuple[str, int, int, RecordId]] = field(
         default_factory=list
     )  # topic, partition, offset, id
@@ -96,9 +92,7 @@ class Report:
                 f"holds {rid} after a record sent later)"
             )
         if self.duplicated:
-            found.append(
-                f"{len(self.duplicated)} records duplicated although never retried (first: {self.duplicated[0]})"
-            )
+            found.append(f"{len(self.duplicated)} records duplicated (first: {self.duplicated[0]})")
         if self.unknown:
             topic, partition, offset = self.unknown[0]
             found.append(
@@ -110,7 +104,7 @@ class Report:
         return (
             f"acknowledged={self.acknowledged} consumed={self.consumed} unique={self.unique} "
             f"missing={len(self.missing)} moved={len(self.moved)} duplicated={len(self.duplicated)} "
-            f"retried_duplicates={self.retried_duplicates} duplicates={self.duplicates} "
+            f"duplicates={self.duplicates} "
             f"reordered={len(self.reordered)} "
             f"unknown={len(self.unknown)}"
         )
@@ -118,39 +112,23 @@ class Report:
 
 @dataclass
 class History:
-    """What the producers did: sends, acknowledgements, failures and retries."""
+    """What the producers did: sends, acknowledgements and failures."""
 
     sent: dict[RecordId, tuple[str, int, int]] = field(default_factory=dict)  # id -> topic, partition, index
     acked: dict[RecordId, int] = field(default_factory=dict)  # id -> acknowledged offset
     failed: dict[RecordId, int] = field(default_factory=dict)  # id -> error code
-    retried: set[RecordId] = field(default_factory=set)
-    pending: dict[tuple[str, int], dict[RecordId, None]] = field(default_factory=dict)
     _sent_to: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     def on_send(self, rid: RecordId, topic: str, partition: int) -> None:
         where = (topic, partition)
         self.sent[rid] = (topic, partition, self._sent_to[where])
         self._sent_to[where] += 1
-        self.pending.setdefault(where, {})[rid] = None
 
     def on_ack(self, rid: RecordId, offset: int) -> None:
         self.acked[rid] = offset
-        self._settle(rid)
 
     def on_failure(self, rid: RecordId, code: int) -> None:
         self.failed[rid] = code
-        self._settle(rid)
-
-    def _settle(self, rid: RecordId) -> None:
-        topic, partition, _ = self.sent[rid]
-        self.pending.get((topic, partition), {}).pop(rid, None)
-
-    def on_partition_retry(self, topic: str, partition: int) -> None:
-        """The producer retried a request of this partition: whatever is unsettled may repeat."""
-        self.retried.update(self.pending.get((topic, partition), {}))
-
-    def on_retry(self, rids: Iterable[RecordId]) -> None:
-        self.retried.update(rids)
 
     def check(self, consumed: Iterable[tuple[str, int, int, bytes | None]]) -> Report:
         """`consumed`: (topic, partition, offset, value) as read back, in any order."""
@@ -167,10 +145,7 @@ class History:
         for rid, count in copies.items():
             if count > 1:
                 report.duplicates += count - 1
-                if rid in self.retried:
-                    report.retried_duplicates += count - 1
-                else:
-                    report.duplicated.append(rid)
+                report.duplicated.append(rid)
         return report
 
     def _read_back(

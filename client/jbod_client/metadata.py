@@ -1,15 +1,16 @@
-"""What the data-plane clients know about the cluster, refreshed from the controller (protocol §3.5).
+"""What jbodctl knows about the cluster's topics and brokers, from the controller or brokers'
+replicated images (protocol §3.5), and one `BrokerClient` per broker for their HTTP API.
 
 Guarantees:
-* `partitions(topic)` and `broker(id)` answer from a cache; `refresh=True` (or a miss) asks the
-  controller. Concurrent refreshes of the same thing share one request, so a leader move seen by
-  hundreds of partitions at once costs one `GET /v1/topics/{name}`, not hundreds.
+* `describe_topic(topic)` always asks; `brokers()` and `broker(id)` answer from a cache, and
+  `refresh=True` (or a miss) asks again. Concurrent requests for the same thing share one
+  request.
 * One `BrokerClient` per broker id, reused by every caller. A broker whose advertised URL changed
   (it restarted on another port) gets a new client; the old one is closed by `aclose()`, never
   under a request still using it.
-* Errors are one line: `UnknownTopicError` (controller answered 404 / errorCode 3),
-  `UnknownBrokerError` (not registered, or no listener), `ControllerUnreachableError`
-  (transport), `ApiError` (any other error status).
+* Errors are one line: `UnknownTopicError` (404 / errorCode 3), `UnknownBrokerError` (not
+  registered, or no listener), `ControllerUnreachableError` (transport), `ApiError` (any other
+  error status).
 """
 
 from __future__ import annotations
@@ -78,17 +79,11 @@ def kafka_address(broker: Mapping[str, Any], listener: str) -> str | None:
     return None
 
 
-def leaders_of(topic: dict[str, Any]) -> dict[int, int]:
-    """partition index -> leader broker id (-1 = none) of a `GET /v1/topics/{name}` reply."""
-    return {int(p["partitionIndex"]): int(p["leader"]) for p in topic["partitions"]}
-
-
 class ClusterMetadata:
     """Client metadata from the first source that answers.
 
     `bootstrap` lists broker URLs: every broker serves the topic and broker reads from its own
-    replicated image, so clients bootstrapped from brokers keep working while no controller
-    answers. The controllers (`controller_url`, if given: one URL or a comma-separated list) are
+    replicated image, so a jbodctl given brokers keeps working while no controller answers. The controllers (`controller_url`, if given: one URL or a comma-separated list) are
     asked after the brokers. A source that cannot be reached, or that is not ready (HTTP 503: a
     controller still recovering answers errorCode 41), is skipped for the next one; the source
     that answered is asked first next time.
@@ -118,7 +113,6 @@ class ClusterMetadata:
             trust_env=False,
             verify=https_verify(ca_file),
         )
-        self._leaders: dict[str, dict[int, int]] = {}
         self._broker_urls: dict[int, str | None] | None = None
         self._brokers: list[dict[str, Any]] = []
         self._clients: dict[int, BrokerClient] = {}
@@ -182,7 +176,7 @@ class ClusterMetadata:
     # -- topics -------------------------------------------------------------------------------
 
     async def describe_topic(self, topic: str) -> dict[str, Any]:
-        """The controller's current view of a topic (always asks; refreshes the leader cache)."""
+        """The current view of a topic (always asks). `UnknownTopicError` for an unknown topic."""
         return await self._shared(f"topic:{topic}", lambda: self._describe(topic))
 
     async def _describe(self, topic: str) -> dict[str, Any]:
@@ -190,23 +184,9 @@ class ClusterMetadata:
             data: dict[str, Any] = await self._get(f"/v1/topics/{quote(topic, safe='')}")
         except ApiError as exc:
             if exc.status == 404 or exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                self._leaders.pop(topic, None)
                 raise UnknownTopicError(topic) from exc
             raise
-        self._leaders[topic] = leaders_of(data)
         return data
-
-    def cached_partitions(self, topic: str) -> dict[int, int] | None:
-        """The cached partition -> leader map, without asking anyone (None if never loaded)."""
-        return self._leaders.get(topic)
-
-    async def partitions(self, topic: str, *, refresh: bool = False) -> dict[int, int]:
-        """partition -> leader id (-1 = no leader). Raises `UnknownTopicError` for an unknown topic."""
-        cached = self._leaders.get(topic)
-        if cached is not None and not refresh:
-            return cached
-        await self.describe_topic(topic)
-        return self._leaders[topic]
 
     # -- brokers ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10  # extension: produce over message.max.bytes (docs/operations.md, "Limits")
     INVALID_TOPIC_EXCEPTION = 17
     NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     TOPIC_AUTHORIZATION_FAILED = 29  # a follower's fetch without CLUSTER_ACTION (issue 31)
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_SASL_MECHANISM = 33  # extension: SCRAM credentials (docs/api.md)

@@ -26,7 +26,9 @@ Guarantees:
   at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
   transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
   Each refusal names its `BatchFault` (how Kafka answers it: CORRUPT_MESSAGE with or without its
-  reason, or INVALID_RECORD), found in Kafka's order of checks.
+  reason, or INVALID_RECORD), found in Kafka's order of checks. What passed is a `CheckedBatch`,
+  which only `check_produced` makes: a leader's log takes nothing else as a produced batch, so
+  every produced batch is checked once, before anything decides on it or writes it.
   A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
   the compressed bytes; consumers decompress).
 * `with_base_offset` stamps the base offset and leader epoch into a copy, the CRC untouched.
@@ -291,7 +293,16 @@ def scan_valid_prefix(data: bytes | bytearray | memoryview) -> tuple[list[BatchH
     return headers, valid_size
 
 
-def check_produced(batch: bytes | bytearray | memoryview) -> BatchHeader:
+@dataclass(frozen=True, slots=True)
+class CheckedBatch:
+    """One batch a producer sent that passed Kafka's checks: its bytes as sent, and its header.
+    Made only by `check_produced`."""
+
+    data: bytes
+    header: BatchHeader
+
+
+def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
     """Kafka's checks of one produced batch (the module's guarantee); `CorruptBatchError` says
     which failed and its `fault`. `batch` must be exactly one batch."""
     if len(batch) >= LOG_OVERHEAD:  # Kafka reads the length before the magic
@@ -323,7 +334,7 @@ def check_produced(batch: bytes | bytearray | memoryview) -> BatchHeader:
         raise _invalid(f"Unknown compression codec {header.compression}")
     if header.compression == Compression.NONE:
         _check_uncompressed_records(batch, header)
-    return header
+    return CheckedBatch(bytes(batch), header)
 
 
 def _invalid(message: str, position: int = 0) -> CorruptBatchError:
@@ -372,18 +383,6 @@ def encode_batch(
 ) -> bytes:
     """One batch holding `records` ((key or None, value) pairs, at least one), every record
     timestamped `timestamp_ms`, with no producer id (not idempotent)."""
-    return bytes(encode_frame(base_offset, leader_epoch, timestamp_ms, records, compression=compression))
-
-
-def encode_frame(
-    base_offset: int,
-    leader_epoch: int,
-    timestamp_ms: int,
-    records: Sequence[tuple[bytes | None, bytes | None]],
-    *,
-    compression: Compression = Compression.NONE,
-) -> bytearray:
-    """`encode_batch` into a fresh bytearray (the leader's append path)."""
     if not records:
         raise ValueError("A batch needs at least one record")
     if base_offset < 0:
@@ -405,7 +404,7 @@ def encode_frame(
         raise ValueError(f"A batch of {len(frame)} bytes does not fit a batch length")
     _I64.pack_into(frame, 0, base_offset)
     _I32.pack_into(frame, _EPOCH_AT, leader_epoch)
-    return frame
+    return bytes(frame)
 
 
 def decode_records(batch: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> list[Record]:

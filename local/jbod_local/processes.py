@@ -1,9 +1,15 @@
-"""Local processes: start a `jbod-controller` on this machine (the embedded default, no Kubernetes).
+"""Local processes: start a `jbod-controller` and `jbod-agent` brokers on this machine (the
+embedded default, no Kubernetes).
 
 Guarantees:
 * `LocalController.start()` returns once `/readyz` is 200, on the port the process printed (port
   0 asks for any free loopback port, so runs never collide); it raises `ClientError` with the
   process's last stderr lines if it exits or does not become ready in time.
+* `LocalBroker.start()` returns once the agent printed its HTTP API's URL and the address of
+  each of its Kafka listeners (`kafka`: listener name → "host:port"). Unless its settings name
+  other `listeners`, a broker serves its HTTP API and one SASL_PLAINTEXT Kafka listener, both on
+  a free loopback port (`DEFAULT_LISTENERS`): every broker started here takes Kafka clients, as
+  `admin` too when given `admin_token_file`.
 * `stop()` asks politely (SIGTERM) and kills after a grace period; `kill()` is a crash (SIGKILL).
 * `spawn_detached` starts a process in its own session that outlives the caller (`jbodctl local up`);
   `process_alive(pid, marker)` knows such a process by pid *and* command line (a recycled pid is
@@ -30,6 +36,8 @@ import httpx
 from jbod_client.controller import ClientError
 from jbod_runtime import tls
 
+#: A broker's listeners unless its settings say otherwise: its HTTP API and a Kafka listener.
+DEFAULT_LISTENERS = "http://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
 LISTENING_LINE = re.compile(r"Listening on (https?://[0-9.]+:(\d+))")
 KAFKA_LISTENING_LINE = re.compile(r"Listening on ([A-Z_]+)://([^\s:]+):(\d+)")
 
@@ -302,6 +310,7 @@ class LocalBroker:
     cluster_token_file: Path
     cluster_id: str
     metadata_dir: Path | None = None
+    admin_token_file: Path | None = None  # `admin.token.file`: the `admin` principal's password
     settings: dict[str, str] = field(default_factory=dict)
     url: str = ""
     process: subprocess.Popen[str] | None = None
@@ -323,8 +332,9 @@ class LocalBroker:
             "log.dirs": ",".join(str(p) for p in self.log_dirs),
             "metadata.log.dir": str(metadata_dir),
             "controller.url": self.controller_url,
-            "listeners": "http://127.0.0.1:0",
+            "listeners": DEFAULT_LISTENERS,
             "cluster.token.file": str(self.cluster_token_file),
+            **({} if self.admin_token_file is None else {"admin.token.file": str(self.admin_token_file)}),
             "broker.heartbeat.interval.ms": "500",
             "broker.session.timeout.ms": "9000",
             "log.dir.probe.interval.ms": "250",
@@ -370,7 +380,7 @@ class LocalBroker:
             )
             kafka_listeners = [
                 entry
-                for entry in self.settings.get("listeners", "").split(",")
+                for entry in self.settings.get("listeners", DEFAULT_LISTENERS).split(",")
                 if "://" in entry and not entry.startswith("http")
             ]
             self.kafka = await_kafka_listening(

@@ -1,4 +1,5 @@
-"""Helpers for the agent tests: server.properties text, formatted dirs, the `jbod-storage` binary."""
+"""Helpers for the agent tests: server.properties text, formatted dirs, the `jbod-storage` binary,
+records appended to a partition log as a leader appends a producer's batch."""
 
 from __future__ import annotations
 
@@ -6,13 +7,19 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jbod_core import meta_properties
 from jbod_core.ids import Uuid, random_uuid
 from jbod_core.meta_properties import MetaProperties
+from jbod_kafka import record_batch
 from jbod_runtime import durable_files
+
+if TYPE_CHECKING:
+    from jbod_agent.partition_log import PartitionLog
 
 STORAGE = shutil.which("jbod-storage", path=str(Path(sys.executable).parent)) or "jbod-storage"
 CLUSTER = "agent-test-cluster"
@@ -92,3 +99,18 @@ def assert_one_line_error(
     for needle in needles:
         assert needle in line, f"{needle!r} not in {line!r}"
     return line
+
+
+def append_records(
+    log: PartitionLog,
+    records: Sequence[tuple[bytes | None, bytes]],
+    *,
+    leader_epoch: int,
+    timestamp_ms: int | None = None,
+) -> int:
+    """`records` appended to `log` as its leader appends a producer's batch of them (one batch,
+    checked as Kafka checks it, every record stamped `timestamp_ms`, default the wall clock);
+    returns the batch's base offset."""
+    stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+    produced = record_batch.check_produced(record_batch.encode_batch(0, -1, stamp, records))
+    return log.append_as_leader(produced, leader_epoch=leader_epoch)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jbod_agent import divergence
 from jbod_agent.partition_log import PartitionLog
+from tests.agent.support import append_records
 
 
 def _log(path: Path) -> PartitionLog:
@@ -46,10 +47,10 @@ def test_follower_drops_an_unacknowledged_suffix_of_an_old_epoch(tmp_path: Path)
     old_leader = _log(tmp_path / "a")
     new_leader = _log(tmp_path / "b")
     for log in (old_leader, new_leader):
-        log.append_as_leader([(None, b"committed")], leader_epoch=0)
-    old_leader.append_as_leader([(None, b"lost-1"), (None, b"lost-2")], leader_epoch=0)
+        append_records(log, [(None, b"committed")], leader_epoch=0)
+    append_records(old_leader, [(None, b"lost-1"), (None, b"lost-2")], leader_epoch=0)
     new_leader.assign_epoch_start(1)
-    new_leader.append_as_leader([(None, b"new-1")], leader_epoch=1)
+    append_records(new_leader, [(None, b"new-1")], leader_epoch=1)
     assert _converge(new_leader, old_leader) == 1
     assert _values(old_leader) == [b"committed", b"new-1"]
 
@@ -58,9 +59,9 @@ def test_an_epoch_led_without_writes_does_not_make_the_follower_diverge_forever(
     leader = _log(tmp_path / "a")
     follower = _log(tmp_path / "b")
     for log in (leader, follower):
-        log.append_as_leader([(None, b"x")], leader_epoch=0)
+        append_records(log, [(None, b"x")], leader_epoch=0)
     follower.assign_epoch_start(1)  # led briefly at epoch 1, wrote nothing
     leader.assign_epoch_start(2)
-    leader.append_as_leader([(None, b"y")], leader_epoch=2)
+    append_records(leader, [(None, b"y")], leader_epoch=2)
     assert _converge(leader, follower) == 1
     assert follower.latest_epoch == 2 and _values(follower) == [b"x", b"y"]

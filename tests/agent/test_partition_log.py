@@ -40,6 +40,7 @@ from jbod_agent.epoch_cache import EPOCH_CHECKPOINT
 from jbod_agent.partition_log import MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import CorruptBatchError
+from tests.agent.support import append_records
 from tests.fs import loop_ext4, requires_root, tmpfs
 
 METADATA = b"version=0\ntopic_id=AAAAAAAAAAAAAAAAAAAAAQ\n"
@@ -97,7 +98,7 @@ def snapshot(log: PartitionLog) -> tuple[object, ...]:
 def filled_log(path: Path, *, batches: int = 30, segment_bytes: int = 400, **options: int) -> PartitionLog:
     log = PartitionLog.open(path, segment_bytes=segment_bytes, **options)
     for number in range(batches):
-        log.append_as_leader(batch(1 + number % 4, tag=number), leader_epoch=0, timestamp_ms=1000 + number)
+        append_records(log, batch(1 + number % 4, tag=number), leader_epoch=0, timestamp_ms=1000 + number)
     return log
 
 
@@ -133,7 +134,7 @@ def test_an_empty_replica_creates_no_file_and_holds_no_fd(tmp_path: Path) -> Non
     assert log.apply_retention(10**12) == 0
     assert files(dirs[0]) == ["partition.metadata"]
 
-    assert log.append_as_leader([(None, b"x")], leader_epoch=0, timestamp_ms=1) == 0
+    assert append_records(log, [(None, b"x")], leader_epoch=0, timestamp_ms=1) == 0
 
     assert files(dirs[0]) == [
         "00000000000000000000.index",
@@ -155,7 +156,7 @@ def test_append_and_read_across_many_segment_rolls(tmp_path: Path) -> None:
     expected: list[Record] = []
     for number in range(120):
         records = batch(1 + number % 5, size=number % 40, tag=number)
-        base = log.append_as_leader(records, leader_epoch=0, timestamp_ms=number)
+        base = append_records(log, records, leader_epoch=0, timestamp_ms=number)
         assert base == len(expected)
         expected.extend((base + i, key, value) for i, (key, value) in enumerate(records))
 
@@ -173,9 +174,9 @@ def test_append_and_read_across_many_segment_rolls(tmp_path: Path) -> None:
 def test_a_frame_bigger_than_a_segment_gets_its_own_segment(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path, segment_bytes=200)
-    log.append_as_leader(batch(1), leader_epoch=0)
-    log.append_as_leader(batch(3, size=300), leader_epoch=0)
-    log.append_as_leader(batch(1), leader_epoch=0)
+    append_records(log, batch(1), leader_epoch=0)
+    append_records(log, batch(3, size=300), leader_epoch=0)
+    append_records(log, batch(1), leader_epoch=0)
 
     sizes = [p.stat().st_size for p in segment_logs(path)]
 
@@ -188,7 +189,7 @@ def test_a_frame_bigger_than_a_segment_gets_its_own_segment(tmp_path: Path) -> N
 def test_read_limits(tmp_path: Path) -> None:
     log = PartitionLog.open(replica_dir(tmp_path), segment_bytes=250)
     for number in range(10):
-        log.append_as_leader(batch(3, size=20, tag=number), leader_epoch=0)  # offsets 3n .. 3n+2
+        append_records(log, batch(3, size=20, tag=number), leader_epoch=0)  # offsets 3n .. 3n+2
     frame_size = len(log.read(0, 1))
 
     assert [h.base_offset for h in frames(log.read(4, 1))] == [3]  # inside a frame: that frame
@@ -214,7 +215,7 @@ def test_reads_from_the_middle_of_a_big_segment_use_the_index(tmp_path: Path) ->
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path, index_interval_bytes=500)
     for number in range(400):
-        log.append_as_leader(batch(1 + number % 3, size=number % 50, tag=number), leader_epoch=0)
+        append_records(log, batch(1 + number % 3, size=number % 50, tag=number), leader_epoch=0)
     data = log.read(0, 1 << 30)
     headers = frames(data)
 
@@ -238,20 +239,19 @@ def test_reads_from_the_middle_of_a_big_segment_use_the_index(tmp_path: Path) ->
     log.close()
 
 
-def test_append_as_leader_frame_assigns_offset_and_epoch(tmp_path: Path) -> None:
+def test_append_as_leader_assigns_offset_and_epoch_and_keeps_the_producers_bytes(tmp_path: Path) -> None:
     log = PartitionLog.open(replica_dir(tmp_path))
-    log.append_as_leader(batch(2), leader_epoch=1)
+    append_records(log, batch(2), leader_epoch=1)
     client_frame = record_batch.encode_batch(0, -1, 77, [(b"a", b"b")])
 
-    assert log.append_as_leader_frame(client_frame, leader_epoch=3) == 2
+    assert log.append_as_leader(record_batch.check_produced(client_frame), leader_epoch=3) == 2
 
-    [header] = frames(log.read(2, 100))
+    [header] = frames(stored := log.read(2, 100))
     assert (header.base_offset, header.leader_epoch, header.max_timestamp_ms) == (2, 3, 77)
+    assert stored[16:] == client_frame[16:]  # all but the base offset and leader epoch stamped
     assert log.epoch_entries() == [(1, 0), (3, 2)]
-    with pytest.raises(CorruptBatchError):
-        log.append_as_leader_frame(client_frame[:-1], leader_epoch=3)
-    with pytest.raises(ValueError, match="exactly one batch"):
-        log.append_as_leader_frame(client_frame + client_frame, leader_epoch=3)
+    with pytest.raises(ValueError, match="epoch"):  # an epoch below the latest
+        log.append_as_leader(record_batch.check_produced(client_frame), leader_epoch=2)
     assert log.end_offset == 3
     log.close()
 
@@ -262,7 +262,7 @@ def test_append_as_leader_frame_assigns_offset_and_epoch(tmp_path: Path) -> None
 def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = filled_log(path)
-    log.append_as_leader(batch(2), leader_epoch=4)
+    append_records(log, batch(2), leader_epoch=4)
     end = log.end_offset
     before = snapshot(log)
     indexes = {p.name: p.read_bytes() for p in path.glob("*.index")}
@@ -274,7 +274,7 @@ def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     assert snapshot(reopened) == before
     assert {p.name: p.read_bytes() for p in path.glob("*.index")} == indexes
     assert (path / "partition.metadata").read_bytes() == METADATA
-    reopened.append_as_leader(batch(1), leader_epoch=4)
+    append_records(reopened, batch(1), leader_epoch=4)
     assert reopened.end_offset == end + 1
     reopened.close()
 
@@ -326,7 +326,7 @@ def test_a_torn_tail_is_cut_and_everything_before_kept(
     assert any(
         f"dropped {dropped} bytes" in message and last_segment.name in message for message in caplog.messages
     )
-    reopened.append_as_leader(batch(1, tag=99), leader_epoch=0)
+    append_records(reopened, batch(1, tag=99), leader_epoch=0)
     after = snapshot(reopened)
     reopened.close()
     again = PartitionLog.open(path, segment_bytes=400)
@@ -338,7 +338,7 @@ def test_a_torn_tail_in_a_big_last_segment_is_found_past_the_scan_chunks(tmp_pat
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
     for number in range(40):
-        log.append_as_leader(batch(1, size=100_000, tag=number), leader_epoch=0)
+        append_records(log, batch(1, size=100_000, tag=number), leader_epoch=0)
     end = log.end_offset
     log.close()
     segment = segment_logs(path)[0]
@@ -389,7 +389,7 @@ def test_a_gap_between_segments_is_refused(tmp_path: Path) -> None:
 def test_a_frame_with_the_wrong_offset_is_refused(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
-    log.append_as_leader(batch(1), leader_epoch=0)
+    append_records(log, batch(1), leader_epoch=0)
     log.close()
     with (path / "00000000000000000000.log").open("ab") as handle:
         handle.write(record_batch.encode_batch(5, 0, 0, batch(1)))  # valid crc, offset 5 instead of 1
@@ -454,10 +454,10 @@ def test_leftover_temp_and_orphan_index_files_are_removed(tmp_path: Path) -> Non
 def test_epoch_cache_answers_as_kafka(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
-    log.append_as_leader(batch(2), leader_epoch=0)  # 0, 1
-    log.append_as_leader(batch(3), leader_epoch=0)  # 2..4
-    log.append_as_leader(batch(1), leader_epoch=2)  # 5
-    log.append_as_leader(batch(4), leader_epoch=5)  # 6..9
+    append_records(log, batch(2), leader_epoch=0)  # 0, 1
+    append_records(log, batch(3), leader_epoch=0)  # 2..4
+    append_records(log, batch(1), leader_epoch=2)  # 5
+    append_records(log, batch(4), leader_epoch=5)  # 6..9
 
     assert log.epoch_entries() == [(0, 0), (2, 5), (5, 6)]
     assert log.latest_epoch == 5
@@ -471,7 +471,7 @@ def test_epoch_cache_answers_as_kafka(tmp_path: Path) -> None:
     assert log.epoch_end_offset(6) == (-1, -1)  # above every epoch
     assert log.epoch_end_offset(-1) == (-1, -1)
     with pytest.raises(ValueError, match="below the latest epoch"):
-        log.append_as_leader(batch(1), leader_epoch=4)
+        append_records(log, batch(1), leader_epoch=4)
     with pytest.raises(ValueError, match="below the latest epoch"):
         log.assign_epoch_start(3)
     assert log.end_offset == 10
@@ -485,8 +485,8 @@ def test_epoch_cache_answers_as_kafka(tmp_path: Path) -> None:
 def test_epoch_below_the_first_gives_the_first_start_offset(tmp_path: Path) -> None:
     log = PartitionLog.open(replica_dir(tmp_path))
     log.truncate_fully_and_start_at(100)
-    log.append_as_leader(batch(2), leader_epoch=3)
-    log.append_as_leader(batch(2), leader_epoch=7)
+    append_records(log, batch(2), leader_epoch=3)
+    append_records(log, batch(2), leader_epoch=7)
 
     assert log.epoch_end_offset(1) == (1, 100)  # Kafka: the requested epoch, the first start
     assert log.epoch_end_offset(3) == (3, 102)
@@ -497,14 +497,14 @@ def test_epoch_below_the_first_gives_the_first_start_offset(tmp_path: Path) -> N
 def test_assign_epoch_start_records_a_new_leader_epoch(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
-    log.append_as_leader(batch(2), leader_epoch=1)
+    append_records(log, batch(2), leader_epoch=1)
 
     log.assign_epoch_start(4)
     log.assign_epoch_start(4)  # the latest epoch: no change
 
     assert log.epoch_entries() == [(1, 0), (4, 2)]
     assert log.epoch_end_offset(1) == (1, 2)
-    log.append_as_leader(batch(1), leader_epoch=4)
+    append_records(log, batch(1), leader_epoch=4)
     assert log.epoch_entries() == [(1, 0), (4, 2)]
     log.assign_epoch_start(6)
     log.close()
@@ -518,7 +518,7 @@ def test_assign_epoch_start_records_a_new_leader_epoch(tmp_path: Path) -> None:
 def test_a_damaged_checkpoint_is_rebuilt_not_trusted(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path)
-    log.append_as_leader(batch(2), leader_epoch=1)
+    append_records(log, batch(2), leader_epoch=1)
     log.close()
     for text in ("0\n2\n1 0\n", "1\n0\n", "0\n1\n1 x\n", "0\n2\n3 0\n2 1\n", "\xff"):
         (path / EPOCH_CHECKPOINT).write_bytes(text.encode("latin-1"))
@@ -532,7 +532,7 @@ def test_truncate_to_inside_a_frame_cuts_at_the_frame_start(tmp_path: Path) -> N
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path, segment_bytes=1000)
     for number in range(6):
-        log.append_as_leader(batch(3, tag=number), leader_epoch=number)  # frames at 0, 3, ..., 15
+        append_records(log, batch(3, tag=number), leader_epoch=number)  # frames at 0, 3, ..., 15
     log.high_watermark = 18
     records = all_records(log)
 
@@ -543,7 +543,7 @@ def test_truncate_to_inside_a_frame_cuts_at_the_frame_start(tmp_path: Path) -> N
     assert all_records(log) == records[:9]
     assert log.epoch_entries() == [(0, 0), (1, 3), (2, 6)]
     assert (path / EPOCH_CHECKPOINT).read_text() == "0\n3\n0 0\n1 3\n2 6\n"
-    log.append_as_leader(batch(1), leader_epoch=9)
+    append_records(log, batch(1), leader_epoch=9)
     assert log.epoch_entries() == [(0, 0), (1, 3), (2, 6), (9, 9)]
     after = snapshot(log)
     log.close()
@@ -566,7 +566,7 @@ def test_truncate_to_a_segment_boundary_deletes_later_segments(tmp_path: Path) -
     assert sorted(int(p.name[:20]) for p in path.glob("*.index")) == bases[:3]
     assert log.size_bytes == sum(p.stat().st_size for p in segment_logs(path))
     assert all_records(log) == records[:boundary]
-    log.append_as_leader(batch(2, tag=7), leader_epoch=0)
+    append_records(log, batch(2, tag=7), leader_epoch=0)
     assert all_records(log)[boundary:] == [
         (boundary + i, key, value) for i, (key, value) in enumerate(batch(2, tag=7))
     ]
@@ -582,7 +582,7 @@ def test_truncate_to_the_log_start_keeps_the_start(tmp_path: Path) -> None:
     log = PartitionLog.open(path, segment_bytes=300)
     log.truncate_fully_and_start_at(40)
     for number in range(10):
-        log.append_as_leader(batch(2, tag=number), leader_epoch=1)
+        append_records(log, batch(2, tag=number), leader_epoch=1)
 
     log.truncate_to(40)
 
@@ -592,7 +592,7 @@ def test_truncate_to_the_log_start_keeps_the_start(tmp_path: Path) -> None:
     log.close()
     reopened = PartitionLog.open(path)
     assert (reopened.log_start_offset, reopened.end_offset) == (40, 40)
-    reopened.append_as_leader(batch(1), leader_epoch=2)
+    append_records(reopened, batch(1), leader_epoch=2)
     assert all_records(reopened)[0][0] == 40
     reopened.close()
 
@@ -610,7 +610,7 @@ def test_truncate_to_outside_the_log_is_refused(tmp_path: Path) -> None:
 def test_truncate_fully_and_start_at_survives_reopen(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = filled_log(path)
-    log.append_as_leader(batch(1), leader_epoch=3)
+    append_records(log, batch(1), leader_epoch=3)
 
     log.truncate_fully_and_start_at(1234)
 
@@ -622,7 +622,7 @@ def test_truncate_fully_and_start_at_survives_reopen(tmp_path: Path) -> None:
     log.close()
     reopened = PartitionLog.open(path)
     assert (reopened.log_start_offset, reopened.end_offset, reopened.epoch_entries()) == (1234, 1234, [])
-    assert reopened.append_as_leader(batch(2), leader_epoch=5) == 1234
+    assert append_records(reopened, batch(2), leader_epoch=5) == 1234
     assert reopened.epoch_entries() == [(5, 1234)]
     reopened.close()
 
@@ -712,7 +712,7 @@ def test_append_replicated_refuses_damage_without_writing(tmp_path: Path) -> Non
 def test_retention_by_size_stops_at_the_high_watermark_and_the_active_segment(tmp_path: Path) -> None:
     path = replica_dir(tmp_path)
     log = filled_log(path, batches=40, retention_bytes=0)
-    log.append_as_leader(batch(1), leader_epoch=2)
+    append_records(log, batch(1), leader_epoch=2)
     bases = [int(p.name[:20]) for p in segment_logs(path)]
     records = all_records(log)
 
@@ -756,7 +756,7 @@ def test_retention_by_time_uses_the_newest_timestamp_of_each_segment(tmp_path: P
     path = replica_dir(tmp_path)
     log = PartitionLog.open(path, segment_bytes=200, retention_ms=1000)
     for number in range(12):
-        log.append_as_leader(batch(2), leader_epoch=0, timestamp_ms=10_000 + 1000 * number)
+        append_records(log, batch(2), leader_epoch=0, timestamp_ms=10_000 + 1000 * number)
     log.close()
     # Reopened, the older segments come from their index files: timestamps are read on demand.
     log = PartitionLog.open(path, segment_bytes=200, retention_ms=1000)
@@ -772,8 +772,8 @@ def test_retention_by_time_uses_the_newest_timestamp_of_each_segment(tmp_path: P
     log.close()
 
     reopened = PartitionLog.open(path, segment_bytes=200, retention_ms=1000)
-    reopened.append_as_leader(batch(80), leader_epoch=0, timestamp_ms=10**9)
-    reopened.append_as_leader(batch(1), leader_epoch=0, timestamp_ms=10**9)
+    append_records(reopened, batch(80), leader_epoch=0, timestamp_ms=10**9)
+    append_records(reopened, batch(1), leader_epoch=0, timestamp_ms=10**9)
     reopened.high_watermark = reopened.end_offset
     assert reopened.apply_retention(now_ms=10**9) == 1
     assert reopened.apply_retention(now_ms=10**9) == 0  # the remaining old one holds the newest batch
@@ -801,7 +801,7 @@ def test_flush_from_a_thread_while_appending(tmp_path: Path) -> None:
     expected = 0
     try:
         for number in range(300):
-            log.append_as_leader(batch(2, tag=number), leader_epoch=number // 100)
+            append_records(log, batch(2, tag=number), leader_epoch=number // 100)
             expected += 2
             if number % 97 == 0:
                 log.truncate_to(log.end_offset - 1)  # inside the last frame: cuts all of it
@@ -836,7 +836,7 @@ def test_a_closed_log_refuses_to_work(tmp_path: Path) -> None:
 
     for call in (
         lambda: log.read(0, 10),
-        lambda: log.append_as_leader(batch(1), leader_epoch=0),
+        lambda: append_records(log, batch(1), leader_epoch=0),
         log.flush,
         lambda: log.truncate_to(0),
     ):
@@ -869,14 +869,14 @@ def test_a_full_disk_fails_the_append_and_keeps_the_log_consistent(tmp_path: Pat
         records = [(None, bytes([n % 256]) * 5000) for n in range(4)]
         with pytest.raises(OSError) as caught:
             for _number in range(100):
-                log.append_as_leader(records, leader_epoch=0)
+                append_records(log, records, leader_epoch=0)
         assert caught.value.errno == errno.ENOSPC
         end = log.end_offset
         assert log.size_bytes == sum(p.stat().st_size for p in segment_logs(path))  # a partial write is cut
         assert len(all_records(log)) == end
 
         log.truncate_to(log.end_offset - 8)
-        log.append_as_leader(records[:1], leader_epoch=0)
+        append_records(log, records[:1], leader_epoch=0)
         assert log.end_offset == end - 8 + 1
         after = snapshot(log)
         log.close()
@@ -890,13 +890,13 @@ def test_io_errors_propagate_untouched(tmp_path: Path) -> None:
     with loop_ext4(tmp_path / "disk") as disk:
         path = replica_dir(disk.path)
         log = PartitionLog.open(path)
-        log.append_as_leader(batch(3), leader_epoch=0)
+        append_records(log, batch(3), leader_epoch=0)
         log.flush()
         disk.shutdown()
 
         with pytest.raises(OSError) as caught:
             for _number in range(3):
-                log.append_as_leader(batch(3), leader_epoch=0)
+                append_records(log, batch(3), leader_epoch=0)
                 log.flush()
         assert caught.value.errno == errno.EIO
         with pytest.raises(OSError):
@@ -937,7 +937,7 @@ class LogMachine(RuleBasedStateMachine):
     )
     def append_as_leader(self, records: list[tuple[bytes | None, bytes]], new_epoch: bool) -> None:
         self.epoch += new_epoch
-        base = self.log.append_as_leader(records, leader_epoch=self.epoch, timestamp_ms=1)
+        base = append_records(self.log, records, leader_epoch=self.epoch, timestamp_ms=1)
         assert base == self.end
         self.frame_bases.append(base)
         self.records.extend((base + i, key, value) for i, (key, value) in enumerate(records))
@@ -1014,12 +1014,12 @@ def test_relocate_follows_a_renamed_directory_without_reopening(tmp_path: Path) 
     first = tmp_path / "t-0.future"
     first.mkdir()
     log = PartitionLog.open(first, segment_bytes=4096)
-    log.append_as_leader([(None, b"a" * 1000)] * 3, leader_epoch=0)
+    append_records(log, [(None, b"a" * 1000)] * 3, leader_epoch=0)
     moved = tmp_path / "t-0"
     first.rename(moved)
     log.relocate(moved)
     for _ in range(5):  # rolls new segments in the new place
-        log.append_as_leader([(None, b"b" * 1000)] * 3, leader_epoch=1)
+        append_records(log, [(None, b"b" * 1000)] * 3, leader_epoch=1)
     log.flush()
     assert log.read(0, 100_000)
     end = log.end_offset
@@ -1035,7 +1035,7 @@ def test_a_damaged_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path) 
     path.mkdir()
     log = PartitionLog.open(path, segment_bytes=4096)
     for epoch in (0, 0, 2, 2, 5):
-        log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=epoch)
+        append_records(log, [(None, b"v" * 900)] * 2, leader_epoch=epoch)
     expected = log.epoch_entries()
     log.flush()
     log.close()
@@ -1056,7 +1056,7 @@ def test_a_new_epoch_costs_no_fsync_until_flush(tmp_path: Path, monkeypatch: pyt
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     log.assign_epoch_start(3)
-    log.append_as_leader([(None, b"x")], leader_epoch=4)
+    append_records(log, [(None, b"x")], leader_epoch=4)
     assert synced == []
     log.flush()
     assert synced  # the checkpoint, the segment and the dir
@@ -1071,11 +1071,11 @@ def test_a_checkpoint_older_than_the_batches_is_rebuilt_from_them(tmp_path: Path
     path = tmp_path / "t-0"
     path.mkdir()
     log = PartitionLog.open(path, segment_bytes=4096)
-    log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=0)
+    append_records(log, [(None, b"v" * 900)] * 2, leader_epoch=0)
     log.flush()
     stale = (path / "leader-epoch-checkpoint").read_bytes()
     for epoch in (3, 3, 7):
-        log.append_as_leader([(None, b"v" * 900)] * 2, leader_epoch=epoch)
+        append_records(log, [(None, b"v" * 900)] * 2, leader_epoch=epoch)
     expected = log.epoch_entries()
     log.flush()
     log.close()

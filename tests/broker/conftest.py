@@ -1,7 +1,9 @@
 """A real local cluster for agent integration tests: one `jbod-controller` (or, with
 `start_cluster(..., quorum=True)`, three sharing one metadata log in a 3-member etcd, contract
 §3.8) and `jbod-agent` processes whose log dirs are loop-mounted ext4 volumes (so they can really
-fail)."""
+fail). Every broker serves a SASL_PLAINTEXT Kafka listener beside its HTTP API and accepts the
+admin token there: `Cluster.kafka_config()` is librdkafka's configuration of the `admin`
+principal for the brokers running now."""
 
 from __future__ import annotations
 
@@ -17,11 +19,14 @@ import httpx
 import pytest
 
 from jbod_client.controller import ClientError, ControllerClient, read_token
+from jbod_client.kafka_config import KafkaSecurity
 from jbod_local.etcd import EtcdCluster
 from jbod_local.processes import LocalBroker, LocalController
 from tests.fs import LoopMount, loop_ext4
 
 UNASSIGNED = "AAAAAAAAAAAAAAAAAAAAAA"
+#: The Kafka listener every test broker serves (`jbod_local.processes.DEFAULT_LISTENERS`).
+KAFKA_LISTENER = "SASL_PLAINTEXT"
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str = "condition") -> Any:
@@ -61,6 +66,24 @@ class Cluster:
     @property
     def cluster_token(self) -> str:
         return read_token(self.controller.cluster_token_file)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners of the brokers running now, as `bootstrap.servers` takes them."""
+        return ",".join(
+            b.kafka[KAFKA_LISTENER]
+            for b in self.brokers.values()
+            if KAFKA_LISTENER in b.kafka and b.process is not None and b.process.poll() is None
+        )
+
+    def kafka_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka's configuration of the `admin` principal (the admin token as password, over
+        SASL/SCRAM-SHA-512) for the brokers running now, with `extra` on top (librdkafka's names)."""
+        return {
+            "bootstrap.servers": self.kafka_bootstrap,
+            **KafkaSecurity.admin(read_token(self.controller.admin_token_file)).librdkafka_config(),
+            **extra,
+        }
 
     def described(self, index: int) -> dict[str, Any] | None:
         """`GET /v1/cluster` of controller `index` alone (no failover); None if it does not answer."""
@@ -131,6 +154,7 @@ class Cluster:
             controller_url=self.controller_urls,
             cluster_token_file=self.controller.cluster_token_file,
             cluster_id=self.controller.cluster_id,
+            admin_token_file=self.controller.admin_token_file,
             settings={**{k.replace("_", "."): v for k, v in settings.items()}, **(properties or {})},
         )
         self.brokers[node_id] = broker

@@ -1,6 +1,7 @@
 """Clients bootstrap from brokers (issue 15, first part): every broker serves the topic and broker
-reads from its own replicated image, so producers and consumers keep working while the
-controller does not answer at all (SIGSTOP). Real processes, plain directories (no root)."""
+reads from its own replicated image (HTTP for jbodctl's admin side, Metadata on its Kafka
+listener), so Kafka producers and consumers (confluent-kafka) keep working while the controller
+does not answer at all (SIGSTOP). Real processes, plain directories (no root)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_client.consumer import Consumer
 from jbod_client.controller import ControllerUnreachableError, read_token
 from jbod_client.metadata import ClusterMetadata
-from jbod_client.producer import Producer
 from jbod_kafka import protocol
 from tests.broker.conftest import Cluster, start_cluster, wait_for
 from tests.kafka_api.conftest import start_kafka_cluster
@@ -105,37 +105,76 @@ def controller_stopped(cluster: Cluster) -> Iterator[int]:
             os.kill(pid, signal.SIGCONT)
 
 
-async def produce_and_consume(urls: list[str], controller: str, token: str, count: int) -> list[Any]:
-    async with Producer(
-        controller, token=token, bootstrap=urls, acks=-1, delivery_timeout_ms=30_000
-    ) as producer:
-        futures = [await producer.send("t", f"r{i}".encode()) for i in range(count)]
-        acked = await asyncio.gather(*futures)
-    consumed: list[bytes] = []
-    async with Consumer(controller, token=token, topic="t", bootstrap=urls) as consumer:
-        for _ in range(200):
-            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
-            if len(consumed) >= count:
-                break
-    return [acked, consumed]
+#: A producer that needs no producer id (an idempotent one takes it from the controller, by way of
+#: a broker's block of them: these brokers have none yet), acks=all.
+PRODUCER = {"acks": "all", "enable.idempotence": False, "message.timeout.ms": 30_000, "linger.ms": 5}
+PARTITIONS = 6
+
+
+class Traffic:
+    """A confluent-kafka producer and consumer of topic `t` (every partition assigned from its
+    beginning, no group: nothing asks a group coordinator), on the brokers' Kafka listeners."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.producer = Producer(cluster.kafka_config(**PRODUCER))
+        self.consumer = Consumer(
+            cluster.kafka_config(
+                **{"group.id": "bootstrap", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+            )
+        )
+        self.consumer.assign([TopicPartition("t", p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self.acked: list[tuple[int, int]] = []  # (partition, offset) of every acknowledged record
+        self.errors: list[str] = []
+        self.consumed: list[bytes] = []
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked.append((msg.partition(), msg.offset()))
+
+    def send(self, values: list[bytes]) -> None:
+        """Produce `values` (keyless) and wait until every one is acknowledged."""
+        for value in values:
+            self.producer.produce("t", value, on_delivery=self._delivered)
+        assert self.producer.flush(60) == 0, "records still unacknowledged after 60 s"
+        assert not self.errors, self.errors[:3]
+
+    def poll(self, timeout: float) -> None:
+        for message in self.consumer.consume(1000, timeout):
+            assert message.error() is None, message.error()
+            self.consumed.append(message.value())
+
+    def drain(self, count: int, *, timeout: float = 60.0) -> None:
+        """Consume until `count` records were read in all (or `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while len(self.consumed) < count and time.monotonic() < deadline:
+            self.poll(0.5)
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def test_produce_and_consume_through_brokers_while_the_controller_is_stopped(three: Cluster) -> None:
     token = three.cluster_token
-    urls = [b.url for b in three.brokers.values()]
-    with controller_stopped(three) as pid:
-        acked, consumed = asyncio.run(produce_and_consume(urls, three.controller.url, token, 300))
-        # Every record acknowledged (acks=-1) at an offset of its own.
-        assert len({(m.partition, m.offset) for m in acked if m.offset >= 0}) == 300
-        assert sorted(consumed) == sorted(f"r{i}".encode() for i in range(300))
-        assert stopped(pid)  # all of it while the controller answered nothing
+    traffic = Traffic(three)
+    try:
+        with controller_stopped(three) as pid:
+            traffic.send([f"r{i}".encode() for i in range(300)])
+            traffic.drain(300)
+            # Every record acknowledged (acks=all) at an offset of its own.
+            assert len(set(traffic.acked)) == 300
+            assert sorted(traffic.consumed) == sorted(f"r{i}".encode() for i in range(300))
+            assert stopped(pid)  # all of it while the controller answered nothing
 
-        async def controller_only() -> None:
-            async with ClusterMetadata(three.controller.url, token=token, timeout=1.0) as metadata:
-                await metadata.partitions("t")
+            async def controller_only() -> None:
+                async with ClusterMetadata(three.controller.url, token=token, timeout=1.0) as metadata:
+                    await metadata.describe_topic("t")
 
-        with pytest.raises(ControllerUnreachableError, match="did not answer"):
-            asyncio.run(controller_only())  # without bootstrap brokers: the controller is the source
+            with pytest.raises(ControllerUnreachableError, match="did not answer"):
+                asyncio.run(controller_only())  # without bootstrap brokers: the controller is the source
+    finally:
+        traffic.close()
 
 
 def test_metadata_falls_through_to_the_next_source_and_names_them_all_when_none_answers(
@@ -143,20 +182,20 @@ def test_metadata_falls_through_to_the_next_source_and_names_them_all_when_none_
 ) -> None:
     token = three.cluster_token
 
-    async def run() -> tuple[dict[int, int], str]:
+    async def run() -> tuple[list[int], str]:
         async with ClusterMetadata(
             three.controller.url, token=token, bootstrap=[unused_url, three.brokers[2].url]
         ) as metadata:
-            leaders = await metadata.partitions("t")
+            indices = [p["partitionIndex"] for p in (await metadata.describe_topic("t"))["partitions"]]
         async with ClusterMetadata(None, token=token, bootstrap=[unused_url, unused_url + "/"]) as dead:
             try:
-                await dead.partitions("t")
+                await dead.describe_topic("t")
             except ControllerUnreachableError as exc:
-                return leaders, str(exc)
+                return indices, str(exc)
         raise AssertionError("no source answered, yet no error")
 
-    leaders, message = asyncio.run(run())
-    assert sorted(leaders) == list(range(6))
+    indices, message = asyncio.run(run())
+    assert sorted(indices) == list(range(6))
     assert message.startswith("no metadata source answered GET /v1/topics/t: cannot reach the broker at ")
     assert message.count("cannot reach the broker at") == 2
 
@@ -326,42 +365,28 @@ def test_jbodctl_refuses_a_bootstrap_that_is_not_a_url(tmp_path: Path) -> None:
     assert len(lines) == 1 and "--bootstrap" in lines[0] and "not an http:// URL" in lines[0], result.stderr
 
 
-async def sixty_seconds_of_traffic(
-    urls: list[str], controller: str, token: str, seconds: float
-) -> dict[str, Any]:
-    """Produce (acks=-1) and consume through the brokers for `seconds`, then drain."""
-    sent: list[bytes] = []
-    consumed: list[bytes] = []
-    async with (
-        Producer(controller, token=token, bootstrap=urls, acks=-1, delivery_timeout_ms=30_000) as producer,
-        Consumer(controller, token=token, topic="t", bootstrap=urls) as consumer,
-    ):
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        batch = 0
-        while loop.time() - start < seconds:
-            values = [f"s{batch}-{j}".encode() for j in range(20)]
-            await asyncio.gather(*[await producer.send("t", v) for v in values])
-            sent.extend(values)
-            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
-            batch += 1
-        elapsed = loop.time() - start
-        for _ in range(100):
-            if len(consumed) >= len(sent):
-                break
-            consumed.extend(r.value for r in await consumer.poll(timeout=0.5))
-    return {"sent": sent, "consumed": consumed, "elapsed": elapsed}
-
-
 def sixty_seconds_stopped(cluster: Cluster) -> None:
-    token = cluster.cluster_token
-    urls = [b.url for b in cluster.brokers.values()]
-    with controller_stopped(cluster):
-        result = asyncio.run(sixty_seconds_of_traffic(urls, cluster.controller_urls, token, 60.0))
-        for controller in cluster.controllers:  # the whole minute and the drain without a controller
-            assert controller.process is not None and stopped(controller.process.pid)
-    assert len(result["sent"]) >= 200, len(result["sent"])  # traffic flowed the whole time
-    assert sorted(result["consumed"]) == sorted(result["sent"])  # every acknowledged record, once
+    """Produce (acks=all) 20 records at a time and consume through the brokers for 60 s with every
+    controller stopped, then drain."""
+    traffic = Traffic(cluster)
+    sent: list[bytes] = []
+    try:
+        with controller_stopped(cluster):
+            start = time.monotonic()
+            batch = 0
+            while time.monotonic() - start < 60.0:
+                values = [f"s{batch}-{j}".encode() for j in range(20)]
+                traffic.send(values)
+                sent.extend(values)
+                traffic.poll(0.5)
+                batch += 1
+            traffic.drain(len(sent))
+            for controller in cluster.controllers:  # the whole minute and the drain without a controller
+                assert controller.process is not None and stopped(controller.process.pid)
+    finally:
+        traffic.close()
+    assert len(sent) >= 200, len(sent)  # traffic flowed the whole time
+    assert sorted(traffic.consumed) == sorted(sent)  # every acknowledged record, once
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The HTTP limits (issue 12, item 3): idle and read timeouts of the broker and the controller,
-request and record sizes of the broker.
+request sizes of the broker's HTTP API and the record size its Kafka listener takes; and the
+brokers' HTTP API serves no data plane (issue 31): records go through the Kafka listeners only.
 
 Real `jbod-controller` and `jbod-agent` processes on plain directories, raw sockets. Limits are
 configured small through `server.properties`; assertions are on behaviour (a connection closed,
@@ -8,7 +9,6 @@ a request refused before its body was sent, nothing appended), never on duration
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import socket
 import subprocess
@@ -22,9 +22,9 @@ import orjson
 import pytest
 
 from jbod_agent.config import ConfigError, parse_config
-from jbod_client.controller import read_token
 from jbod_local.processes import LocalBroker, LocalController, console_script
-from tests.broker.conftest import start_cluster, wait_for
+from tests.broker.conftest import Cluster, start_cluster, wait_for
+from tests.broker.data import fetch, produce
 
 MESSAGE_MAX_BYTES = 10_000
 LIMITS = {
@@ -32,31 +32,22 @@ LIMITS = {
     "request.read.timeout.ms": "1000",
     "message.max.bytes": str(MESSAGE_MAX_BYTES),
 }
+#: `POST /v1/log-dirs/move` reads at most this much (`jbod_agent.http_api.SMALL_BODY_BYTES`).
+MOVE_BODY_LIMIT = 64 * 1024
 
 
 @dataclass
 class Broker:
-    controller: LocalController
+    cluster: Cluster
     broker: LocalBroker
 
     @property
     def token(self) -> str:
-        return read_token(self.controller.cluster_token_file)
+        return self.cluster.cluster_token
 
     def connect(self) -> socket.socket:
         host, port = self.broker.url.removeprefix("http://").split(":")
         return socket.create_connection((host, int(port)), timeout=30)
-
-    def fetch(self, topic: str) -> dict[str, object]:
-        reply = httpx.get(
-            f"{self.broker.url}/v1/fetch",
-            params={"topic": topic, "partition": 0, "offset": 0},
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=30,
-        )
-        assert reply.status_code == 200, reply.text
-        data: dict[str, object] = reply.json()
-        return data
 
 
 @pytest.fixture
@@ -66,10 +57,11 @@ def limited(tmp_path: Path) -> Iterator[Broker]:
         broker = cluster.add_broker(1, dirs=1, loop=False, properties=LIMITS)
         wait_for(lambda: cluster.all_unfenced(1), timeout=60, what="the broker unfenced")
         assert cluster.admin.create_topic("t", partitions=1, replication_factor=1)["errorCode"] == 0
-        limited = Broker(controller=cluster.controller, broker=broker)
         # The broker leads the partition only once it has read the topic from the metadata log.
-        wait_for(lambda: limited.fetch("t")["errorCode"] == 0, timeout=60, what="the broker serving t-0")
-        yield limited
+        wait_for(
+            lambda: fetch(cluster, 1, "t", 0, 0)["errorCode"] == 0, timeout=60, what="the broker serving t-0"
+        )
+        yield Broker(cluster=cluster, broker=broker)
 
 
 def _closed_by_server(sock: socket.socket, trickle: bytes = b"") -> bool:
@@ -113,17 +105,17 @@ def test_a_request_whose_headers_trickle_in_is_closed(limited: Broker) -> None:
 def test_a_body_that_trickles_in_is_refused(limited: Broker) -> None:
     with limited.connect() as sock:
         sock.sendall(
-            b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+            b"POST /v1/log-dirs/move HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
             + f"Authorization: Bearer {limited.token}\r\n\r\n".encode()
         )
         assert _closed_by_server(sock, trickle=b"{")
 
 
-def test_an_oversized_produce_is_refused_before_its_body_is_read(limited: Broker) -> None:
+def test_an_oversized_body_is_refused_before_it_is_read(limited: Broker) -> None:
     # 100 MB announced; only the headers are sent, so the answer proves nothing was waited for.
     with limited.connect() as sock:
         sock.sendall(
-            b"POST /v1/produce HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/log-dirs/move HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             + f"Authorization: Bearer {limited.token}\r\nContent-Length: 100000000\r\n\r\n".encode()
         )
         reply = b""
@@ -133,28 +125,42 @@ def test_an_oversized_produce_is_refused_before_its_body_is_read(limited: Broker
             reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413"), head
-    assert orjson.loads(body)["errorCode"] == 10
+    assert orjson.loads(body)["errorCode"] == 42
+    # One byte over the endpoint's limit is refused the same way; the limit itself is read.
+    auth = {"Authorization": f"Bearer {limited.token}", "Content-Type": "application/json"}
+    over = httpx.post(
+        f"{limited.broker.url}/v1/log-dirs/move", content=b" " * (MOVE_BODY_LIMIT + 1), headers=auth
+    )
+    assert (over.status_code, over.json()["errorCode"]) == (413, 42), over.text
+    at = httpx.post(f"{limited.broker.url}/v1/log-dirs/move", content=b" " * MOVE_BODY_LIMIT, headers=auth)
+    assert (at.status_code, at.json()["errorCode"]) == (400, 42), at.text  # read, then refused as no JSON
 
 
 def test_a_record_batch_over_message_max_bytes_appends_nothing(limited: Broker) -> None:
-    value = base64.b64encode(b"x" * (MESSAGE_MAX_BYTES + 1)).decode()
-    reply = httpx.post(
-        f"{limited.broker.url}/v1/produce",
-        json={"topic": "t", "partition": 0, "acks": 1, "records": [{"key": None, "value": value}]},
-        headers={"Authorization": f"Bearer {limited.token}"},
-        timeout=30,
-    )
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["errorCode"] == 10
-    assert limited.fetch("t")["highWatermark"] == 0
-    small = base64.b64encode(b"x" * 100).decode()
-    ok = httpx.post(
-        f"{limited.broker.url}/v1/produce",
-        json={"topic": "t", "partition": 0, "acks": 1, "records": [{"key": None, "value": small}]},
-        headers={"Authorization": f"Bearer {limited.token}"},
-        timeout=30,
-    )
-    assert ok.json()["errorCode"] == 0
+    """The Kafka listener refuses a batch larger than `message.max.bytes` with MESSAGE_TOO_LARGE."""
+    refused = produce(limited.cluster, 1, "t", 0, [b"x" * (MESSAGE_MAX_BYTES + 1)], acks=1)
+    assert refused["errorCode"] == 10, refused
+    assert fetch(limited.cluster, 1, "t", 0, 0)["highWatermark"] == 0
+    assert produce(limited.cluster, 1, "t", 0, [b"x" * 100], acks=1) == {"errorCode": 0, "baseOffset": 0}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/v1/produce"), ("GET", "/v1/fetch"), ("POST", "/v1/replica/fetch")]
+)
+def test_the_http_api_serves_no_produce_or_fetch(limited: Broker, method: str, path: str) -> None:
+    """Records are produced and consumed, and replicated, on the Kafka listeners only (issue 31):
+    the routes of the brokers' former HTTP data plane are not there, whatever the token."""
+    for token in (limited.token, limited.cluster.kafka_config()["sasl.password"]):
+        reply = httpx.request(
+            method,
+            f"{limited.broker.url}{path}",
+            params={"topic": "t", "partition": 0, "offset": 0} if method == "GET" else None,
+            json=None if method == "GET" else {"topic": "t", "partition": 0, "acks": 1, "records": []},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert reply.status_code == 404, (method, path, reply.status_code, reply.text)
+    assert fetch(limited.cluster, 1, "t", 0, 0)["highWatermark"] == 0
 
 
 @pytest.mark.parametrize(

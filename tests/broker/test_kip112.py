@@ -1,9 +1,10 @@
 """KIP-112 system tests: a JBOD broker survives the loss of one log dir, with real clients.
 
-Every test runs three real brokers with two loop-mounted ext4 dirs each, a real `Producer`
-(acks=-1, RF 3, min.insync.replicas=2, a long delivery timeout so failures are retried, not
-dropped) and a real `Consumer`, and checks the produced and consumed records with `History`:
-no acknowledged record lost or moved, none reordered, no duplicate of a never-retried record.
+Every test runs three real brokers with two loop-mounted ext4 dirs each, a real Kafka producer
+(confluent-kafka: idempotent, acks=all, RF 3, min.insync.replicas=2, a long delivery timeout so
+failures are retried, not dropped) and a real Kafka consumer, and checks the produced and
+consumed records with `History`: no acknowledged record lost or moved, none reordered, none
+duplicated.
 
 1. A dir that fails while its broker is down is discovered at bootstrap: the broker starts
    without it, leadership of its replicas stays elsewhere, production goes on.
@@ -32,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jbod_client.controller import ClientError, read_token
+from jbod_client.controller import ClientError
 from jbod_client.history import History
 from jbod_local.processes import LocalController
 from tests.broker.conftest import Cluster, start_cluster, wait_for
@@ -67,19 +68,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def client_token(cluster: Cluster) -> str:
-    """What the data-plane clients present. Their `ClusterMetadata` reads `GET /v1/topics/{name}`
-    and `GET /v1/brokers`, which need the admin token (protocol §2: the cluster token gets 401
-    there); brokers accept the admin token only when given `admin.token.file` (see start_three)."""
-    return read_token(cluster.controller.admin_token_file)
-
-
 def start_three(cluster: Cluster, **settings: str) -> None:
-    merged: dict[str, str] = {
-        **BROKER_SETTINGS,
-        "admin_token_file": str(cluster.controller.admin_token_file),
-        **settings,
-    }
+    merged: dict[str, str] = {**BROKER_SETTINGS, **settings}
     for node in (1, 2, 3):
         # Only settings (str) are passed: mypy cannot tell them from `dirs` / `start`.
         cluster.add_broker(node, **merged)  # type: ignore[arg-type]
@@ -109,8 +99,7 @@ def create_topic(
 def workload(cluster: Cluster, topic: str, run: str, history: History, **kwargs: Any) -> Workload:
     partitions = len(cluster.admin.describe_topic(topic)["partitions"])
     return Workload(
-        controller_url=cluster.controller_urls,
-        token=client_token(cluster),
+        cluster=cluster,
         topic=topic,
         partitions=partitions,
         run=run,
@@ -214,7 +203,7 @@ def still_serves_its_healthy_dir(cluster: Cluster, survivor: int, healthy_index:
     )
     work.wait_progress(800, timeout=30, what=f"with broker {survivor} alone")
     work.stop()
-    report = check(cluster, client_token(cluster), work)
+    report = check(cluster, work)
     assert report.ok, report.summary()
     assert work.failed == 0, work.describe()
     assert alive(cluster, survivor)
@@ -271,7 +260,7 @@ def test_dir_failure_discovered_at_bootstrap(cluster: Cluster) -> None:
     )
     work.wait_progress(500, what=f"after broker {victim} restarted")
     work.stop()
-    report = check(cluster, client_token(cluster), work)
+    report = check(cluster, work)
     assert report.ok, report.summary()
     assert work.failed == 0, work.describe()
     after = cluster.admin.describe_topic("boot")
@@ -301,7 +290,7 @@ def test_leader_dir_failure_at_runtime(cluster: Cluster) -> None:
     wait_for_failed_dir_to_be_left(cluster, "lead", victim, failed, hosted)
     work.wait_progress(800, what="after the leader's dir failed")
     work.stop()
-    report = check(cluster, client_token(cluster), work)
+    report = check(cluster, work)
     assert report.ok, report.summary()
     assert work.failed == 0, work.describe()
     assert alive(cluster, victim) and not cluster.admin.broker(victim)["fenced"]
@@ -336,7 +325,7 @@ def test_follower_dir_failure_at_runtime(cluster: Cluster) -> None:
         if i not in hosted:
             assert victim in after["partitions"][i]["isr"], after["partitions"][i]
     work.stop()
-    report = check(cluster, client_token(cluster), work)
+    report = check(cluster, work)
     assert report.ok, report.summary()
     assert work.failed == 0, work.describe()
 
@@ -651,7 +640,7 @@ def randomized_faults(
         for when, before, after, gap in watch.changes:
             during = [f"{w} (+{when - a:.2f} s)" for a, b, w in windows if a <= when <= b + 0.5]
             print(f"  {before} -> {after} after {gap:.2f} s without one, during: {during or 'no fault'}")
-    report = check(cluster, client_token(cluster), work)
+    report = check(cluster, work)
     summary = f"seed {seed}: {report.summary()}; {work.describe()}; faults: {faults}"
     assert report.ok, summary
     assert len(faults) >= 4, summary

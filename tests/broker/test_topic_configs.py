@@ -10,7 +10,6 @@ Real `jbod-controller` and `jbod-agent` processes on plain directories (no root 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from jbod_client.controller import read_token
 from jbod_core import frames
 from jbod_core.ids import Uuid
 from tests.broker.conftest import UNASSIGNED, start_cluster, wait_for
+from tests.broker.data import produce
 
 BAD_CONFIGS = {
     "min.insync.replicas": "many",
@@ -96,18 +96,8 @@ def test_a_bad_config_in_an_old_log_leaves_the_dir_online(
         what="placement of ok4",
     )
     headers = {"Authorization": f"Bearer {read_token(controller.cluster_token_file)}"}
-    reply = httpx.post(
-        f"{broker.url}/v1/produce",
-        json={
-            "topic": "ok4",
-            "partition": 0,
-            "acks": -1,
-            "records": [{"key": None, "value": base64.b64encode(b"kept").decode()}],
-        },
-        headers=headers,
-        timeout=30,
-    ).json()
-    assert reply["errorCode"] == 0, reply
+    reply = produce(cluster, 1, "ok4", 0, [b"kept"], acks=-1)
+    assert reply == {"errorCode": 0, "baseOffset": 0}, reply
     dirs = httpx.get(f"{broker.url}/v1/log-dirs", headers=headers, timeout=10).json()
     assert [d["state"] for d in dirs] == ["online", "online"], dirs
     registration = admin.brokers()[0]

@@ -1,33 +1,32 @@
 """A real producer / consumer workload for system tests, checked with `jbod_client.history`.
 
-* `Workload` runs one `jbod_client.producer.Producer` in a background thread with its own event
-  loop, sending `make_value(run, seq, size)` records round-robin over a topic's partitions at a
-  bounded rate, while the test thread injects faults. Every send, acknowledgement and retry goes
-  into a `History`: a retry of a partition marks every record of that partition not acknowledged
-  at that moment as retried (the producer is not idempotent, so those may legitimately land twice).
+* `Workload` runs one confluent-kafka (librdkafka) producer in a background thread, idempotent
+  with acks=all, sending `make_value(run, seq, size)` records round-robin over a topic's
+  partitions at a bounded rate, while the test thread injects faults. Every send and
+  acknowledgement (with its offset, from the delivery report) goes into a `History`. The producer
+  is idempotent, so a batch it retries is never written twice: the History check counts every
+  duplicate as a problem, retried or not (no record is marked retried).
 * Every acknowledgement's time is kept (`ack_times`), so a test can tell how long production
   stalled around a fault (`longest_ack_gap`).
-* `consume_all` reads a topic back with a real `jbod_client.consumer.Consumer` up to each
-  partition's high watermark (taken from its leader once production has stopped), so the
-  History check sees every record the cluster kept, acknowledged or not.
-Records that finally fail (`ProduceError`) are simply never acknowledged.
+* `consume_all` reads a topic back with a confluent-kafka consumer (every partition assigned from
+  its beginning) up to each partition's high watermark (asked of its leader with ListOffsets once
+  production has stopped), so the History check sees every record the cluster kept,
+  acknowledged or not.
+Records that finally fail (their delivery report's error) are simply never acknowledged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from jbod_client.consumer import Consumer
 from jbod_client.history import History, Report, make_value, record_id
-from jbod_client.producer import ProduceError, Producer, RecordMetadata
 from tests.broker.conftest import Cluster, wait_for
 
 RecordId = tuple[str, int]
@@ -37,8 +36,7 @@ RecordId = tuple[str, int]
 class Workload:
     """Produce to `topic` from a background thread until `stop()`; see the module docstring."""
 
-    controller_url: str
-    token: str
+    cluster: Cluster
     topic: str
     partitions: int
     run: str
@@ -47,13 +45,11 @@ class Workload:
     value_size: int = 200
     delivery_timeout_ms: int = 60_000
     request_timeout_ms: int = 5_000
-    buffer_bytes: int = 1 << 20
     failed: int = 0
     acked_by_partition: Counter[int] = field(default_factory=Counter)
     ack_times: list[float] = field(default_factory=list)  # time.monotonic() of every acknowledgement
-    retry_codes: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
-    _pending: dict[int, dict[RecordId, None]] = field(default_factory=dict)
+    _fatal: list[Any] = field(default_factory=list)  # librdkafka's fatal errors
     _stopping: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _crash: BaseException | None = None
@@ -115,10 +111,8 @@ class Workload:
 
     def describe(self) -> str:
         errors = "; ".join(f"{n}x {e}" for e, n in self.errors.most_common(3))
-        return (
-            f"{self.topic}: sent={len(self.history.sent)} acked={self.acked} failed={self.failed} "
-            f"retried={len(self.history.retried)} retry codes={dict(self.retry_codes)}"
-            + (f" errors: {errors}" if errors else "")
+        return f"{self.topic}: sent={len(self.history.sent)} acked={self.acked} failed={self.failed}" + (
+            f" errors: {errors}" if errors else ""
         )
 
     def _check_alive(self) -> bool:
@@ -130,46 +124,47 @@ class Workload:
 
     def _main(self) -> None:
         try:
-            asyncio.run(self._produce())
+            self._produce()
         except BaseException as exc:  # surfaced to the test thread by stop() / wait_acked()
             self._crash = exc
 
-    def _on_retry(self, topic: str, partition: int, code: int) -> None:
-        self.retry_codes[code] += 1
-        self.history.on_retry(list(self._pending.get(partition, {})))
-
-    def _done(self, rid: RecordId, partition: int) -> Callable[[asyncio.Future[RecordMetadata]], None]:
-        def callback(future: asyncio.Future[RecordMetadata]) -> None:
-            self._pending.get(partition, {}).pop(rid, None)
-            if future.cancelled():
-                self.failed += 1
-                return
-            error = future.exception()
-            if error is None:
-                self.history.on_ack(rid, future.result().offset)
+    def _on_delivery(self, rid: RecordId, partition: int) -> Any:
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                self.history.on_ack(rid, msg.offset())
                 self.acked_by_partition[partition] += 1
                 self.ack_times.append(time.monotonic())
             else:
+                self.history.on_failure(rid, err.code())
                 self.failed += 1
-                self.errors[str(error)[:160]] += 1
+                self.errors[str(err)[:160]] += 1
 
-        return callback
+        return report
 
-    async def _produce(self) -> None:
+    def _on_error(self, err: Any) -> None:
+        """librdkafka's client-level errors (a broker down, ...) are counted; a fatal one ends the
+        run (`_produce` raises it)."""
+        if err.fatal():
+            self._fatal.append(err)
+        self.errors[str(err)[:160]] += 1
+
+    def _produce(self) -> None:
         producer = Producer(
-            self.controller_url,
-            token=self.token,
-            acks=-1,
-            delivery_timeout_ms=self.delivery_timeout_ms,
-            request_timeout_ms=self.request_timeout_ms,
-            buffer_bytes=self.buffer_bytes,
+            self.cluster.kafka_config(
+                **{
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "message.timeout.ms": self.delivery_timeout_ms,
+                    "request.timeout.ms": self.request_timeout_ms,
+                    "error_cb": self._on_error,
+                }
+            )
         )
-        producer.on_retry.append(self._on_retry)
-        loop = asyncio.get_running_loop()
         tick = 0.02
         per_tick = max(1, round(self.rate * tick))
         sequence = 0
-        next_tick = loop.time()
+        next_tick = time.monotonic()
         try:
             while not self._stopping.is_set():
                 for _ in range(per_tick):
@@ -179,94 +174,96 @@ class Workload:
                     assert rid is not None
                     sequence += 1
                     self.history.on_send(rid, self.topic, partition)
-                    self._pending.setdefault(partition, {})[rid] = None
-                    try:
-                        future = await producer.send(self.topic, value, partition=partition)
-                    except ProduceError as exc:
-                        self._pending[partition].pop(rid, None)
-                        self.failed += 1
-                        self.errors[str(exc)[:160]] += 1
-                        continue
-                    future.add_done_callback(self._done(rid, partition))
-                next_tick = max(next_tick + tick, loop.time() - 1.0)  # no catch-up burst after a stall
-                # fixed wait: the producer's pace (`rate` records a second, in ticks), not a wait for an event
-                await asyncio.sleep(max(0.0, next_tick - loop.time()))
+                    while True:
+                        try:
+                            producer.produce(
+                                self.topic,
+                                value,
+                                partition=partition,
+                                on_delivery=self._on_delivery(rid, partition),
+                            )
+                            break
+                        except BufferError:  # librdkafka's queue is full: let reports drain it
+                            producer.poll(0.05)
+                if self._fatal:
+                    raise KafkaException(self._fatal[0])
+                next_tick = max(next_tick + tick, time.monotonic() - 1.0)  # no catch-up burst after a stall
+                # The producer's pace (`rate` records a second, in ticks): delivery reports are
+                # served until the next tick (`poll` returns early once it served one).
+                while (ahead := next_tick - time.monotonic()) > 0:
+                    producer.poll(ahead)
         finally:
-            await producer.close()
-            await asyncio.sleep(0)  # let the last done-callbacks run
+            remaining = producer.flush(self.delivery_timeout_ms / 1000 + 10)
+            if remaining:
+                self.errors[f"{remaining} records neither acknowledged nor failed at the end"] += 1
+        if self._fatal:
+            raise KafkaException(self._fatal[0])
 
 
 # -- reading back ---------------------------------------------------------------------------
 
 
 def high_watermarks(cluster: Cluster, topic: str, *, timeout: float = 30.0) -> dict[int, int]:
-    """Each partition's high watermark, asked of its current leader (retried across leader moves)."""
+    """Each partition's high watermark, asked of its current leader (ListOffsets, retried across
+    leader moves)."""
     out: dict[int, int] = {}
+    partitions = len(cluster.admin.describe_topic(topic)["partitions"])
+    consumer = Consumer(cluster.kafka_config(**{"group.id": f"hw-{topic}", "enable.auto.commit": False}))
 
     def read_all() -> bool:
-        description = cluster.admin.describe_topic(topic)
-        for p in description["partitions"]:
-            index, leader = p["partitionIndex"], p["leader"]
+        for index in range(partitions):
             if index in out:
                 continue
-            if leader < 0 or leader not in cluster.brokers:
-                return False
             try:
-                reply = httpx.get(
-                    f"{cluster.brokers[leader].url}/v1/fetch",
-                    params={"topic": topic, "partition": index, "offset": 0, "maxBytes": 1, "maxWaitMs": 0},
-                    headers={"Authorization": f"Bearer {cluster.cluster_token}"},
-                    timeout=5,
-                )
-            except httpx.HTTPError:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, index), timeout=5)
+            except KafkaException:
                 return False
-            if reply.status_code != 200 or reply.json().get("errorCode", 0) not in (0, 1):
-                return False
-            out[index] = int(reply.json()["highWatermark"])
+            out[index] = int(high)
         return True
 
-    wait_for(read_all, timeout=timeout, what=f"high watermarks of {topic}")
+    try:
+        wait_for(read_all, timeout=timeout, what=f"high watermarks of {topic}")
+    finally:
+        consumer.close()
     return out
 
 
-async def _consume(
-    controller_url: str, token: str, topic: str, until: dict[int, int], timeout: float
-) -> list[tuple[str, int, int, bytes]]:
-    consumed: list[tuple[str, int, int, bytes]] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with Consumer(
-        controller_url, token=token, topic=topic, start="earliest", max_wait_ms=200
-    ) as consumer:
-        while True:
-            positions = consumer.positions()
-            if all(positions.get(p, 0) >= end for p, end in until.items()):
-                return consumed
-            if loop.time() > deadline:
-                raise AssertionError(
-                    f"consumed {len(consumed)} records of {topic} but stuck at {positions} < {until}; "
-                    f"failing: {consumer.failing()}"
-                )
-            for record in await consumer.poll(0.5):
-                consumed.append((record.topic, record.partition, record.offset, record.value))
-
-
-def consume_all(
-    cluster: Cluster, token: str, topic: str, *, timeout: float = 60.0
-) -> list[tuple[str, int, int, bytes]]:
-    """Every record of `topic` up to the high watermarks read now, via a real Consumer."""
+def consume_all(cluster: Cluster, topic: str, *, timeout: float = 60.0) -> list[tuple[str, int, int, bytes]]:
+    """Every record of `topic` up to the high watermarks read now, with a confluent-kafka consumer."""
     until = high_watermarks(cluster, topic)
-    return asyncio.run(_consume(cluster.controller_urls, token, topic, until, timeout))
+    consumed: list[tuple[str, int, int, bytes]] = []
+    positions = dict.fromkeys(until, 0)
+    consumer = Consumer(
+        cluster.kafka_config(
+            **{"group.id": f"check-{topic}", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+        )
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in until])
+    deadline = time.monotonic() + timeout
+    try:
+        while not all(positions[p] >= end for p, end in until.items()):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"consumed {len(consumed)} records of {topic} but stuck at {positions} < {until}"
+                )
+            for message in consumer.consume(1000, 0.5):
+                assert message.error() is None, message.error()
+                partition, offset = message.partition(), message.offset()
+                consumed.append((topic, partition, offset, message.value()))
+                positions[partition] = max(positions[partition], offset + 1)
+    finally:
+        consumer.close()
+    return consumed
 
 
-def check(cluster: Cluster, token: str, *workloads: Workload, timeout: float = 60.0) -> Report:
+def check(cluster: Cluster, *workloads: Workload, timeout: float = 60.0) -> Report:
     """Read back every workload's topic and check the shared History; prints the summary."""
     history = workloads[0].history
     assert all(w.history is history for w in workloads)
     consumed: list[tuple[str, int, int, bytes]] = []
     started = time.monotonic()
     for topic in dict.fromkeys(w.topic for w in workloads):
-        consumed.extend(consume_all(cluster, token, topic, timeout=timeout))
+        consumed.extend(consume_all(cluster, topic, timeout=timeout))
     report = history.check(consumed)
     for w in workloads:
         print(w.describe())

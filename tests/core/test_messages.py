@@ -124,6 +124,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "MESSAGE_TOO_LARGE": 10,
         "INVALID_TOPIC_EXCEPTION": 17,
         "NOT_ENOUGH_REPLICAS": 19,
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
         "TOPIC_AUTHORIZATION_FAILED": 29,  # extension: a follower's fetch without CLUSTER_ACTION
         "CLUSTER_AUTHORIZATION_FAILED": 31,
         "UNSUPPORTED_SASL_MECHANISM": 33,

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from jbod_client.controller import read_token
+from jbod_local.processes import DEFAULT_LISTENERS
 from tests.broker.conftest import Cluster, start_cluster, wait_for
 
-KAFKA_LISTENERS = "http://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+#: Every test broker's listeners (the HTTP API and SASL_PLAINTEXT), for tests that set them again.
+KAFKA_LISTENERS = DEFAULT_LISTENERS
 
 
 @dataclass
@@ -24,18 +26,11 @@ class KafkaCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(b.kafka["SASL_PLAINTEXT"] for b in self.cluster.brokers.values() if b.kafka)
+        return self.cluster.kafka_bootstrap
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
-        """librdkafka's configuration of the `admin` principal over SASL/PLAIN."""
-        return {
-            "bootstrap.servers": self.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-512",
-            "sasl.username": "admin",
-            "sasl.password": self.admin_password,
-            **extra,
-        }
+        """librdkafka's configuration of the `admin` principal (`Cluster.kafka_config`)."""
+        return self.cluster.kafka_config(**extra)
 
 
 def start_kafka_cluster(
@@ -55,11 +50,7 @@ def start_kafka_cluster(
             node_id,
             dirs=2,
             loop=loop,
-            properties={
-                "listeners": KAFKA_LISTENERS,
-                "admin.token.file": str(cluster.controller.admin_token_file),
-                **{k.replace("_", "."): v for k, v in settings.items()},
-            },
+            properties={k.replace("_", "."): v for k, v in settings.items()},
         )
     wait_for(
         lambda: (c := cluster.admin.cluster())["brokers"] == brokers and c["fencedBrokers"] == 0,

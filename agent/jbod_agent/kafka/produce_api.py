@@ -13,7 +13,8 @@ Guarantees:
   `__admin_client` (as Kafka's `internalTopicsAllowed`).
 * The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER
   (from v10 with the current leader and its endpoint, KIP-951), NOT_ENOUGH_REPLICAS (before the
-  append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR; a damaged
+  append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, the
+  idempotent producers' 45 / 47 / 87: each `produce.ProduceResult`'s error as it is; a damaged
   batch is CORRUPT_MESSAGE, a whole one that breaks a rule INVALID_RECORD. As in Kafka 4.3.1,
   only a batch whose bounds cannot be read is answered with an error message.
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
@@ -36,7 +37,6 @@ from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_kafka import protocol, record_batch
 
-_AFTER_APPEND_MARK = "after the records were appended"
 ADMIN_CLIENT_ID: Final = "__admin_client"  # Kafka's: the one client allowed to write internal topics
 #: Produce errors carry the current leader (KIP-951) from Produce v10.
 _LEADER_HINTS_FROM: Final = 10
@@ -86,17 +86,6 @@ class _Partition:
     records: bytes | None
 
 
-def _reply_to_kafka(index: int, reply: dict[str, Any]) -> _PartitionResult | None:
-    """The partition's error for the produce path's error reply (None when it is none)."""
-    code = int(reply["errorCode"])
-    if code == 0:
-        return None
-    message = reply.get("errorMessage")
-    if code == ErrorCode.NOT_ENOUGH_REPLICAS and message and _AFTER_APPEND_MARK in message:
-        return _failed(index, KafkaError.not_enough_replicas_after_append, message)
-    return _failed(index, KafkaError(code), message)
-
-
 def _refused(
     ctx: BrokerContext, part: _Partition, batch: bytes, *, internal_allowed: bool
 ) -> _PartitionResult | None:
@@ -127,7 +116,7 @@ async def _produce_partition(
         return refused
     assert part.topic is not None  # an unknown topic id is refused above
     try:
-        reply = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
+        result = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
     except record_batch.CorruptBatchError as exc:
         if exc.fault is record_batch.BatchFault.INVALID:
             return _failed(index, KafkaError.invalid_record, str(exc))
@@ -135,14 +124,13 @@ async def _produce_partition(
         return _failed(index, KafkaError.corrupt_message, str(exc), shown=unreadable)
     except ValueError as exc:  # a batch the log refuses (epoch, offsets)
         return _failed(index, KafkaError.invalid_record, str(exc))
-    failed = _reply_to_kafka(index, reply)
-    if failed is not None:
-        return failed
+    if result.error != ErrorCode.NONE:
+        return _failed(index, KafkaError(int(result.error)), result.message)
     hosted, _code, _message = ctx.manager.lookup(part.topic, index)
     return _PartitionResult(
         index,
         KafkaError.none,
-        base_offset=reply["baseOffset"],
+        base_offset=result.base_offset,
         log_start_offset=hosted.log.log_start_offset if hosted is not None else -1,
     )
 
