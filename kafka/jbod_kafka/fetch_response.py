@@ -10,6 +10,9 @@ Guarantees:
 * Records are not copied: the result is a list of buffers (`writelines` / `sendmsg` them in
   order), each partition's records one of them, as the log read them.
 * Topics are named by id from v13 (None: the zero id, as kio reads it), by name in v12.
+* `decode` is `encode`'s inverse (records as views into the frame, not copies), and reads any
+  flexible Fetch response Kafka writes; bytes that are not one raise
+  `MalformedFetchResponseError` and nothing else.
 """
 
 from __future__ import annotations
@@ -139,3 +142,136 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     size = sum(len(p) for p in pieces) + _HEADER.size - 4
     pieces[0] = _HEADER.pack(size, correlation_id, 0, throttle_ms, error_code, session_id)
     return pieces
+
+
+# -- decoding (a follower reading its leader's answer) ------------------------------------------
+
+
+class MalformedFetchResponseError(ValueError):
+    """Bytes that are not a Fetch response of the version asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded Fetch response: records are views into the frame, not copies."""
+
+    correlation_id: int
+    error_code: int
+    session_id: int
+    topics: list[tuple[uuid.UUID | str | None, list[Partition]]]
+
+
+class _Reader:
+    def __init__(self, frame: memoryview) -> None:
+        self.frame = frame
+        self.at = 0
+
+    def take(self, size: int) -> memoryview:
+        if size < 0 or self.at + size > len(self.frame):
+            raise MalformedFetchResponseError(f"a field runs past the end of the frame at byte {self.at}")
+        view = self.frame[self.at : self.at + size]
+        self.at += size
+        return view
+
+    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
+        return layout.unpack(self.take(layout.size))
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            (byte,) = self.take(1)
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise MalformedFetchResponseError("an unsigned varint longer than 5 bytes")
+
+    def compact_string(self) -> str | None:
+        size = self.uvarint()
+        return None if size == 0 else bytes(self.take(size - 1)).decode()
+
+
+_ERROR_SESSION: Final = struct.Struct(">hi")
+_CORRELATION: Final = struct.Struct(">i")
+_ABORTED: Final = struct.Struct(">qq")
+
+
+def decode(version: int, frame: bytes | memoryview) -> Decoded:
+    """The response in `frame` (without its size prefix), as `encode` writes it and Kafka does;
+    `MalformedFetchResponseError` for anything else, never another exception. Aborted
+    transactions are read past (a follower fetches read_uncommitted and gets none)."""
+    if version < FIRST_VERSION:
+        raise ValueError(f"Fetch v{version} is not flexible: decode it with kio")
+    try:
+        return _decode(version, _Reader(memoryview(frame)))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise MalformedFetchResponseError(
+            f"a Fetch v{version} response that does not decode: {exc}"
+        ) from None
+
+
+def _decode(version: int, reader: _Reader) -> Decoded:
+    (correlation_id,) = reader.unpack(_CORRELATION)
+    _skip_tags(reader)
+    (_throttle,) = reader.unpack(_INT32)
+    error_code, session_id = reader.unpack(_ERROR_SESSION)
+    topics: list[tuple[uuid.UUID | str | None, list[Partition]]] = []
+    for _ in range(_count(reader)):
+        topic: uuid.UUID | str | None
+        if version >= _TOPIC_IDS_FROM:
+            raw = bytes(reader.take(16))
+            topic = None if raw == _ZERO_ID else uuid.UUID(bytes=raw)
+        else:
+            topic = reader.compact_string()
+        partitions = [_partition(reader) for _ in range(_count(reader))]
+        _skip_tags(reader)
+        topics.append((topic, partitions))
+    _skip_tags(reader)
+    return Decoded(correlation_id, error_code, session_id, topics)
+
+
+def _count(reader: _Reader) -> int:
+    size = reader.uvarint()
+    if size == 0:
+        raise MalformedFetchResponseError("a null array where Kafka's schema has none")
+    return size - 1
+
+
+def _partition(reader: _Reader) -> Partition:
+    index, error_code, high_watermark, last_stable, log_start = reader.unpack(_PARTITION)
+    aborted = reader.uvarint()
+    for _ in range(max(aborted - 1, 0)):
+        reader.unpack(_ABORTED)  # producer id, first offset: none are written here
+        _skip_tags(reader)
+    (preferred,) = reader.unpack(_INT32)
+    size = reader.uvarint()
+    records = reader.take(size - 1) if size > 0 else memoryview(b"")
+    diverging = leader = None
+    for _ in range(reader.uvarint()):
+        tag, length = reader.uvarint(), reader.uvarint()
+        body = reader.take(length)
+        if tag == 0:
+            epoch, end, _tags = _EPOCH_END.unpack_from(body)
+            diverging = (epoch, end)
+        elif tag == 1:
+            leader_id, leader_epoch, _tags = _LEADER.unpack_from(body)
+            leader = (leader_id, leader_epoch)
+    return Partition(
+        index,
+        error_code,
+        high_watermark,
+        last_stable,
+        log_start,
+        aborted_transactions_null=aborted == 0,
+        records=records,
+        diverging=diverging,
+        current_leader=leader,
+        preferred_read_replica=preferred,
+    )
+
+
+def _skip_tags(reader: _Reader) -> None:
+    for _ in range(reader.uvarint()):
+        reader.uvarint()
+        reader.take(reader.uvarint())

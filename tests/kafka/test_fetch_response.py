@@ -5,6 +5,7 @@ node endpoints, topics by name and by id)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -138,3 +139,74 @@ def test_records_are_passed_through_not_copied() -> None:
         topics=[(uuid.uuid4(), [fetch_response.Partition(0, records=records)])],
     )
     assert any(piece is records for piece in pieces)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    version=st.sampled_from(list(VERSIONS)),
+    topics=st.lists(
+        st.tuples(st.none() | st.uuids(), st.text(max_size=12), st.lists(partitions, max_size=4)), max_size=4
+    ),
+    error_code=st.sampled_from([0, 70, 71]),
+    session_id=st.integers(0, 2**31 - 1),
+)
+def test_decode_reads_back_what_encode_wrote(
+    version: int,
+    topics: list[tuple[uuid.UUID | None, str, list[fetch_response.Partition]]],
+    error_code: int,
+    session_id: int,
+) -> None:
+    named: list[tuple[uuid.UUID | str | None, list[fetch_response.Partition]]] = [
+        (topic_id if version >= 13 else name, parts) for topic_id, name, parts in topics
+    ]
+    frame = b"".join(
+        fetch_response.encode(
+            version, correlation_id=9, error_code=error_code, session_id=session_id, topics=named
+        )
+    )
+    decoded = fetch_response.decode(version, frame[4:])
+    assert (decoded.correlation_id, decoded.error_code, decoded.session_id) == (9, error_code, session_id)
+    expected = [
+        (
+            topic,
+            [
+                dataclasses.replace(
+                    p, diverging=_tagged(p.diverging), current_leader=_tagged(p.current_leader)
+                )
+                for p in parts
+            ],
+        )
+        for topic, parts in named
+    ]
+    assert decoded.topics == expected
+
+
+def _tagged(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    """What a reader sees of a tagged field: nothing when it held its default."""
+    return None if value in (None, (-1, -1)) else value
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(list(VERSIONS)), garbage=st.binary(max_size=200), cut=st.integers(0, 400))
+def test_garbage_and_cut_frames_raise_only_the_malformed_error(
+    version: int, garbage: bytes, cut: int
+) -> None:
+    whole = b"".join(
+        fetch_response.encode(
+            version,
+            correlation_id=1,
+            error_code=0,
+            session_id=0,
+            topics=[
+                (
+                    uuid.uuid4() if version >= 13 else "t",
+                    [fetch_response.Partition(0, records=b"r" * 50, diverging=(1, 2))],
+                )
+            ],
+        )
+    )[4:]
+    for frame in (garbage, whole[: cut % len(whole)]):
+        try:
+            fetch_response.decode(version, frame)
+        except fetch_response.MalformedFetchResponseError:
+            continue
