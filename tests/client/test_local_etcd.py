@@ -84,6 +84,9 @@ def test_a_put_on_one_member_is_read_on_another(cluster: EtcdCluster) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_killed_member_leaves_quorum_and_rejoins_with_the_data(cluster: EtcdCluster) -> None:
+    # The key written before the kill is written here: under xdist another worker may hold the
+    # test that also writes it, so this test must not depend on that one having run first.
+    put(cluster.client_urls[0], "/jbod/test/a", "one")
     victim = cluster.leader()
     assert victim is not None
     others = [i for i in range(3) if i != victim]
