@@ -34,6 +34,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 
@@ -48,6 +49,7 @@ from jbod_core.errors import ErrorCode
 from jbod_core.image import PartitionKey
 from jbod_core.messages import MAX_PARTITIONS_PER_REQUEST
 from jbod_core.replica_fetch import ReplicaFetch, ReplicaFetchAnswer, ReplicaPartitionAnswer, WantedPartition
+from jbod_kafka import fetch_response
 from jbod_runtime.tls import ClientTls
 
 log = logging.getLogger("jbod_agent.fetcher")
@@ -241,14 +243,15 @@ class Fetchers:
                             connection.close()
                         connection, connected_to = None, endpoint
                         connection = await self._connect(endpoint)
-                    response = await connection.request(
-                        replica_wire.FETCH_KEY,
-                        replica_wire.FETCH_VERSION,
-                        replica_wire.fetch_request(fetch, log_start_offsets=self._log_start_offset),
+                    frame = await connection.exchange(
+                        functools.partial(self._fetch_frame, fetch, client_id=connection.client_id),
+                        what="a Fetch",
                         timeout=config.replica_fetch_wait_max_ms / 1000 + ANSWER_GRACE_S,
                     )
-                    answer = replica_wire.answer_of(response)
-                except PeerError as exc:
+                    answer = replica_wire.answer_of(frame)
+                except (PeerError, fetch_response.MalformedFetchResponseError) as exc:
+                    if connection is not None:
+                        connection.close()  # a connection that failed once is not used again
                     state.session.on_failure()
                     now = self.clock.monotonic()
                     if now - last_warning > 10:
@@ -269,6 +272,14 @@ class Fetchers:
         finally:
             if connection is not None:
                 connection.close()
+
+    def _fetch_frame(self, fetch: ReplicaFetch, correlation_id: int, *, client_id: str) -> bytes:
+        return replica_wire.fetch_frame(
+            fetch,
+            correlation_id=correlation_id,
+            client_id=client_id,
+            log_start_offsets=self._log_start_offset,
+        )
 
     def _log_start_offset(self, key: PartitionKey) -> int:
         hosted = self.manager.partitions.get(key)

@@ -7,8 +7,9 @@ Guarantees:
   a SASL listener logs in as the inter-broker user with `sasl.mechanism.inter.broker.protocol`
   (SaslHandshake v1, SaslAuthenticate v2; SCRAM checks the leader's signature too). Any failure
   raises `PeerError` with one line saying what failed, and leaves nothing open.
-* `request` sends one request and returns its decoded response; one request is in flight at a
-  time (the fetch loop waits for each answer). A response that does not arrive within the
+* `request` sends one request and returns its decoded response (`exchange`: the raw frames, for a
+  caller with its own codec); one request is in flight at a time (the fetch loop waits for each
+  answer). A response that does not arrive within the
   timeout, a closed connection, a response to another correlation id or bytes that do not
   decode raise `PeerError`; the connection is then closed and must not be used again.
 """
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import ssl
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -52,7 +54,7 @@ class PeerConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
         self._reader = reader
         self._writer = writer
-        self._client_id = client_id
+        self.client_id = client_id
         self._correlation_id = 0
         self.closed = False
 
@@ -93,35 +95,50 @@ class PeerConnection:
 
     async def request(self, api_key: int, version: int, body: Any, *, timeout: float) -> Any:
         """The decoded response to `body` (the module's guarantees)."""
+        payload = await self.exchange(
+            lambda correlation_id: protocol.encode_request(
+                api_key, version, body, correlation_id=correlation_id, client_id=self.client_id
+            ),
+            what=f"API {api_key} v{version}",
+            timeout=timeout,
+        )
+        try:
+            _answered, response = protocol.parse_response(api_key, version, payload)
+        except protocol.MalformedResponseError as exc:
+            self.close()
+            raise PeerError(str(exc)) from None
+        return response
+
+    async def exchange(self, frame_of: Callable[[int], bytes], *, what: str, timeout: float) -> bytes:
+        """The response frame (without its size prefix, from its correlation id on) to the request
+        frame `frame_of(correlation_id)` writes: the raw path of a caller that encodes and decodes
+        its own API (a follower's Fetch). The module's guarantees, but for decoding."""
         if self.closed:
             raise PeerError("the connection is closed")
         self._correlation_id += 1
         correlation_id = self._correlation_id
-        frame = protocol.encode_request(
-            api_key, version, body, correlation_id=correlation_id, client_id=self._client_id
-        )
         try:
-            self._writer.write(frame)
-            await self._writer.drain()
-            head = await asyncio.wait_for(self._reader.readexactly(4), timeout)
-            (size,) = _SIZE.unpack(head)
-            if size < 4:
-                raise PeerError(f"a response of {size} bytes")
-            payload = await asyncio.wait_for(self._reader.readexactly(size), timeout)
-            answered, response = protocol.parse_response(api_key, version, payload)
+            self._writer.write(frame_of(correlation_id))
+            async with asyncio.timeout(timeout):
+                await self._writer.drain()
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                if size < 4:
+                    raise PeerError(f"a response of {size} bytes")
+                payload = await self._reader.readexactly(size)
         except TimeoutError:
             self.close()
-            raise PeerError(f"no answer to API {api_key} v{version} within {timeout:.0f} s") from None
+            raise PeerError(f"no answer to {what} within {timeout:.0f} s") from None
         except (OSError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             self.close()
             raise PeerError(f"the connection failed: {exc or type(exc).__name__}") from None
-        except (PeerError, protocol.MalformedResponseError) as exc:
+        except PeerError:
             self.close()
-            raise PeerError(str(exc)) from None
+            raise
+        (answered,) = _SIZE.unpack_from(payload)
         if answered != correlation_id:
             self.close()
             raise PeerError(f"an answer to request {answered} where {correlation_id} was expected")
-        return response
+        return payload
 
     async def _login(self, login: PeerLogin, timeout: float) -> None:
         mechanism = login.mechanism

@@ -2,7 +2,7 @@
 translated to and from the typed values of `jbod_core.replica_fetch`, on both sides.
 
 Guarantees:
-* The follower sends what Kafka 4.3's replica fetcher sends (`fetch_request`): Fetch at the
+* The follower sends what Kafka 4.3's replica fetcher sends (`fetch_frame`): Fetch at the
   newest version both sides answer (`FETCH_VERSION`), `replica_state` = (node id, broker epoch),
   topics by id, per partition the fetch offset, last fetched epoch, current leader epoch, the
   follower's log start offset and `replica.fetch.max.bytes`; the session id / epoch and the
@@ -15,7 +15,7 @@ Guarantees:
   watermark (also the last stable offset: there are no transactions), log start offset,
   `diverging_epoch` when the follower's history diverges (KIP-320), and the stored batches as
   they are, uncopied from v12 (`jbod_kafka.fetch_response`); `answer_of` is its inverse on the
-  follower (`diverging_epoch` -1 = none).
+  follower (`diverging_epoch` -1 = none), the records views into the response frame.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 from jbod_core.replica_fetch import ReplicaFetch, ReplicaFetchAnswer, ReplicaPartitionAnswer, WantedPartition
 from jbod_core.replication import DivergingEpoch
-from jbod_kafka import fetch_response, protocol
+from jbod_kafka import fetch_request, fetch_response, protocol
 from jbod_kafka.ids import jbod_uuid, kafka_uuid
 
 FETCH_KEY: Final = 1
@@ -60,67 +60,72 @@ def _grouped(keys: Iterable[PartitionKey]) -> dict[Uuid, list[int]]:
 # -- follower side -----------------------------------------------------------------------------
 
 
-def fetch_request(fetch: ReplicaFetch, *, log_start_offsets: Callable[[PartitionKey], int]) -> Any:
-    """The Kafka Fetch (at `FETCH_VERSION`) of a follower's `fetch`."""
-    topics: dict[Uuid, list[dict[str, Any]]] = {}
+def fetch_frame(
+    fetch: ReplicaFetch,
+    *,
+    correlation_id: int,
+    client_id: str,
+    log_start_offsets: Callable[[PartitionKey], int],
+) -> bytes:
+    """The size-prefixed Kafka Fetch (at `FETCH_VERSION`) of a follower's `fetch`, written by
+    `jbod_kafka.fetch_request` (what kio would write, without its generic encoder)."""
+    topics: dict[Uuid, list[fetch_request.FetchPartition]] = {}
     for wanted in fetch.partitions:
         position = wanted.position
         topics.setdefault(wanted.key[0], []).append(
-            {
-                "partition": wanted.key[1],
-                "current_leader_epoch": position.current_leader_epoch,
-                "fetch_offset": position.fetch_offset,
-                "last_fetched_epoch": position.last_fetched_epoch,
-                "log_start_offset": log_start_offsets(wanted.key),
-                "partition_max_bytes": wanted.max_bytes,
-            }
+            fetch_request.FetchPartition(
+                wanted.key[1],
+                position.fetch_offset,
+                wanted.max_bytes,
+                current_leader_epoch=position.current_leader_epoch,
+                last_fetched_epoch=position.last_fetched_epoch,
+                log_start_offset=log_start_offsets(wanted.key),
+            )
         )
-    return protocol.build(
-        protocol.request_type(FETCH_KEY, FETCH_VERSION),
-        cluster_id=None,
-        replica_state={"replica_id": fetch.replica_id, "replica_epoch": fetch.broker_epoch},
-        max_wait=fetch.max_wait_ms,
+    return fetch_request.encode(
+        FETCH_VERSION,
+        correlation_id=correlation_id,
+        client_id=client_id,
+        replica_id=fetch.replica_id,
+        replica_epoch=fetch.broker_epoch,
+        max_wait_ms=fetch.max_wait_ms,
         min_bytes=fetch.min_bytes,
         max_bytes=fetch.max_bytes,
-        isolation_level=0,
         session_id=fetch.session_id,
         session_epoch=fetch.session_epoch,
-        topics=[{"topic_id": kafka_uuid(t), "partitions": parts} for t, parts in topics.items()],
-        forgotten_topics_data=[
-            {"topic_id": kafka_uuid(t), "partitions": parts} for t, parts in _grouped(fetch.forgotten).items()
-        ],
-        rack_id="",
+        topics=[(kafka_uuid(t), parts) for t, parts in topics.items()],
+        forgotten=[(kafka_uuid(t), parts) for t, parts in _grouped(fetch.forgotten).items()],
     )
 
 
-def answer_of(response: Any) -> ReplicaFetchAnswer:
-    """The typed answer of a leader's Fetch response (by topic id)."""
+def answer_of(frame: bytes) -> ReplicaFetchAnswer:
+    """The typed answer in a leader's Fetch response frame (at `FETCH_VERSION`, without its size
+    prefix), its records views into `frame`; `fetch_response.MalformedFetchResponseError` for
+    bytes that are not one."""
+    response = fetch_response.decode(FETCH_VERSION, frame)
     partitions = []
-    ids: dict[uuid.UUID | None, Uuid] = {}
-    for topic in response.responses:
-        topic_id = ids.get(topic.topic_id)
+    ids: dict[uuid.UUID | str | None, Uuid] = {}
+    for raw, parts in response.topics:
+        topic_id = ids.get(raw)
         if topic_id is None:
-            raw = topic.topic_id
-            topic_id = ids[raw] = _UNKNOWN_TOPIC if raw is None else jbod_uuid(raw)
-        for part in topic.partitions:
-            diverging = part.diverging_epoch
+            topic_id = ids[raw] = jbod_uuid(raw) if isinstance(raw, uuid.UUID) else _UNKNOWN_TOPIC
+        for part in parts:
+            diverging = part.diverging
             partitions.append(
                 ReplicaPartitionAnswer(
-                    (topic_id, int(part.partition_index)),
-                    ErrorCode(int(part.error_code))
-                    if int(part.error_code) in _KNOWN
+                    (topic_id, part.index),
+                    ErrorCode(part.error_code)
+                    if part.error_code in _KNOWN
                     else ErrorCode.UNKNOWN_SERVER_ERROR,
-                    high_watermark=int(part.high_watermark),
-                    log_start_offset=int(part.log_start_offset),
+                    high_watermark=part.high_watermark,
+                    log_start_offset=part.log_start_offset,
                     diverging=(
-                        DivergingEpoch(int(diverging.epoch), int(diverging.end_offset))
-                        if int(diverging.epoch) >= 0
-                        else None
+                        DivergingEpoch(*diverging) if diverging is not None and diverging[0] >= 0 else None
                     ),
-                    records=bytes(part.records or b""),
+                    records=part.records,
                 )
             )
-    return ReplicaFetchAnswer(int(response.error_code), int(response.session_id), tuple(partitions))
+    return ReplicaFetchAnswer(response.error_code, response.session_id, tuple(partitions))
 
 
 _KNOWN: Final = frozenset(int(code) for code in ErrorCode)

@@ -55,7 +55,7 @@ class ReplicaPartitionAnswer:
     high_watermark: int = -1
     log_start_offset: int = -1
     diverging: DivergingEpoch | None = None
-    records: bytes = b""
+    records: bytes | memoryview = b""
 
 
 @dataclass(frozen=True, slots=True)

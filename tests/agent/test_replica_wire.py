@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from jbod_agent import replica_wire
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import FetchPosition
 from jbod_core.ids import Uuid
 from jbod_core.replica_fetch import ReplicaFetch, ReplicaFetchAnswer, ReplicaPartitionAnswer, WantedPartition
 from jbod_core.replication import DivergingEpoch
-from jbod_kafka import protocol
+from jbod_kafka import fetch_response, protocol
 
 A = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAQ")
 B = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAg")
@@ -29,12 +31,15 @@ def _frame(response: Any, version: int) -> bytes:
 def _over_the_wire_as_the_leader(
     fetch: ReplicaFetch,
 ) -> tuple[ReplicaFetch, replica_wire.ReplicaRequestNames]:
-    body = replica_wire.fetch_request(fetch, log_start_offsets=lambda key: key[1] * 10)
-    frame = protocol.encode_request(
-        replica_wire.FETCH_KEY, replica_wire.FETCH_VERSION, body, correlation_id=7, client_id="follower"
+    frame = replica_wire.fetch_frame(
+        fetch, correlation_id=7, client_id="follower", log_start_offsets=lambda key: key[1] * 10
     )
     request = protocol.parse_request(frame[4:])
     assert (request.header.api_key, request.header.api_version) == (1, replica_wire.FETCH_VERSION)
+    assert (request.header.correlation_id, request.header.client_id) == (7, "follower")
+    assert [p.log_start_offset for t in request.body.topics for p in t.partitions] == [
+        p.key[1] * 10 for p in fetch.partitions
+    ]
     assert replica_wire.replica_id_of(request.body, request.header.api_version) == fetch.replica_id
     return replica_wire.replica_fetch_of(
         request.body, request.header.api_version, topic_id=lambda _name: None
@@ -80,19 +85,35 @@ def test_a_leaders_answer_reaches_the_follower_as_it_was_sent() -> None:
     _read, names = _over_the_wire_as_the_leader(
         ReplicaFetch(3, 41, 0, 1, 1 << 20, 0, -1, (WantedPartition((A, 0), FetchPosition(0, -1, 0), 1),))
     )
-    for version in (13, replica_wire.FETCH_VERSION):  # uncopied records from v12 on (the hot path)
+    frame = _frame(replica_wire.response_of(answer, replica_wire.FETCH_VERSION, names, correlation_id=7), 18)
+    assert replica_wire.answer_of(frame[4:]) == answer
+    # What the follower reads is what Kafka's own codec (kio) reads in the same bytes.
+    correlation_id, response = protocol.parse_response(1, replica_wire.FETCH_VERSION, frame[4:])
+    assert correlation_id == 7
+    assert [
+        (int(p.partition_index), int(p.error_code), int(p.high_watermark), int(p.diverging_epoch.epoch))
+        for t in response.responses
+        for p in t.partitions
+    ] == [
+        (p.key[1], int(p.error), p.high_watermark, -1 if p.diverging is None else p.diverging.epoch)
+        for p in answer.partitions
+    ]
+    for version in (12, 13):  # older leaders' answers, as a Kafka follower might read them
         frame = _frame(replica_wire.response_of(answer, version, names, correlation_id=7), version)
-        correlation_id, response = protocol.parse_response(1, version, frame[4:])
-        assert correlation_id == 7
-        assert replica_wire.answer_of(response) == answer
+        _, older = protocol.parse_response(1, version, frame[4:])
+        assert [bytes(p.records or b"") for t in older.responses for p in t.partitions] == [
+            bytes(p.records) for p in answer.partitions
+        ]
 
 
 def test_a_session_error_comes_back_without_partitions() -> None:
     answer = ReplicaFetchAnswer(71, 0)
     names = replica_wire.ReplicaRequestNames(by_id=True)
-    for version in (11, replica_wire.FETCH_VERSION):  # kio's encoder before v12, ours after
-        frame = _frame(replica_wire.response_of(answer, version, names, correlation_id=9), version)
-        assert replica_wire.answer_of(protocol.parse_response(1, version, frame[4:])[1]) == answer
+    frame = _frame(replica_wire.response_of(answer, replica_wire.FETCH_VERSION, names, correlation_id=9), 18)
+    assert replica_wire.answer_of(frame[4:]) == answer
+    frame = _frame(replica_wire.response_of(answer, 11, names, correlation_id=9), 11)  # kio's encoder
+    _, response = protocol.parse_response(1, 11, frame[4:])
+    assert (int(response.error_code), int(response.session_id), response.responses) == (71, 0, ())
 
 
 def test_the_zero_topic_id_is_a_topic_no_broker_has() -> None:
@@ -105,6 +126,10 @@ def test_the_zero_topic_id_is_a_topic_no_broker_has() -> None:
     assert read.partitions[0].key == (zero, 4)
     answer = ReplicaFetchAnswer(0, 0, (ReplicaPartitionAnswer((zero, 4), ErrorCode.UNKNOWN_TOPIC_ID),))
     frame = _frame(replica_wire.response_of(answer, replica_wire.FETCH_VERSION, names, correlation_id=1), 17)
-    assert (
-        replica_wire.answer_of(protocol.parse_response(1, replica_wire.FETCH_VERSION, frame[4:])[1]) == answer
-    )
+    assert replica_wire.answer_of(frame[4:]) == answer
+
+
+def test_bytes_that_are_no_fetch_response_are_refused_as_such() -> None:
+    for garbage in (b"", b"\x00\x00\x00\x07", b"\x00\x00\x00\x07\x00" + b"\xff" * 40):
+        with pytest.raises(fetch_response.MalformedFetchResponseError):
+            replica_wire.answer_of(garbage)
