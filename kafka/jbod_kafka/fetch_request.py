@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_kafka import flexible
+
 FIRST_VERSION: Final = 15
 FETCH_KEY: Final = 1
 
@@ -41,15 +43,6 @@ class FetchPartition:
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     log_start_offset: int = -1
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode(  # noqa: PLR0913  the request's fields, as Kafka names them
@@ -74,10 +67,10 @@ def encode(  # noqa: PLR0913  the request's fields, as Kafka names them
     client = client_id.encode()
     body = bytearray(b"\x00")  # the header's tagged fields
     body += _BODY.pack(max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)
-    body += _uvarint(len(topics) + 1)
+    body += flexible.uvarint(len(topics) + 1)
     for topic_id, partitions in topics:
         body += topic_id.bytes
-        body += _uvarint(len(partitions) + 1)
+        body += flexible.uvarint(len(partitions) + 1)
         for part in partitions:
             body += _PARTITION.pack(
                 part.index,
@@ -89,18 +82,20 @@ def encode(  # noqa: PLR0913  the request's fields, as Kafka names them
                 0,
             )
         body += b"\x00"  # the topic's tagged fields
-    body += _uvarint(len(forgotten) + 1)
+    body += flexible.uvarint(len(forgotten) + 1)
     for topic_id, indexes in forgotten:
         body += topic_id.bytes
-        body += _uvarint(len(indexes) + 1)
+        body += flexible.uvarint(len(indexes) + 1)
         for index in indexes:
             body += _INT32.pack(index)
         body += b"\x00"
     rack = rack_id.encode()
-    body += _uvarint(len(rack) + 1) + rack
+    body += flexible.uvarint(len(rack) + 1) + rack
     if (replica_id, replica_epoch) != (-1, -1):
         body += (
-            b"\x01\x01" + _uvarint(_REPLICA_STATE.size) + _REPLICA_STATE.pack(replica_id, replica_epoch, 0)
+            b"\x01\x01"
+            + flexible.uvarint(_REPLICA_STATE.size)
+            + _REPLICA_STATE.pack(replica_id, replica_epoch, 0)
         )
     else:
         body += b"\x00"

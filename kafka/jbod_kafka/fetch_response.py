@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_kafka import flexible
+
 FIRST_VERSION: Final = 12
 _TOPIC_IDS_FROM: Final = 13
 _NODE_ENDPOINTS_FROM: Final = 16
@@ -32,7 +34,6 @@ _PARTITION: Final = struct.Struct(">ihqqq")  # index, error, high watermark, las
 _INT32: Final = struct.Struct(">i")
 _EPOCH_END: Final = struct.Struct(">iqB")  # epoch, end offset, no tags
 _LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags
-_NODE: Final = struct.Struct(">i")
 _ZERO_ID: Final = bytes(16)
 
 
@@ -52,48 +53,16 @@ class Partition:
     preferred_read_replica: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class NodeEndpoint:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _compact_string(text: str | None) -> bytes:
-    if text is None:
-        return b"\x00"
-    data = text.encode()
-    return _uvarint(len(data) + 1) + data
+NodeEndpoint = flexible.NodeEndpoint
 
 
 def _partition_tags(part: Partition) -> bytes:
     tags = []
     if part.diverging is not None and part.diverging != (-1, -1):
-        tags.append(b"\x00" + _uvarint(_EPOCH_END.size) + _EPOCH_END.pack(*part.diverging, 0))
+        tags.append(b"\x00" + flexible.uvarint(_EPOCH_END.size) + _EPOCH_END.pack(*part.diverging, 0))
     if part.current_leader is not None and part.current_leader != (-1, -1):
-        tags.append(b"\x01" + _uvarint(_LEADER.size) + _LEADER.pack(*part.current_leader, 0))
-    return _uvarint(len(tags)) + b"".join(tags)
-
-
-def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytes:
-    body = bytearray(_uvarint(len(endpoints) + 1))
-    for node in endpoints:
-        body += _NODE.pack(node.node_id)
-        body += _compact_string(node.host)
-        body += _INT32.pack(node.port)
-        body += _compact_string(node.rack)
-        body += b"\x00"
-    return b"\x00" + _uvarint(len(body)) + bytes(body)
+        tags.append(b"\x01" + flexible.uvarint(_LEADER.size) + _LEADER.pack(*part.current_leader, 0))
+    return flexible.uvarint(len(tags)) + b"".join(tags)
 
 
 def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
@@ -110,13 +79,13 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     if version < FIRST_VERSION:
         raise ValueError(f"Fetch v{version} is not flexible: encode it with kio")
     pieces: list[bytes | memoryview] = [b""]  # the header, once the size is known
-    head = bytearray(_uvarint(len(topics) + 1))
+    head = bytearray(flexible.uvarint(len(topics) + 1))
     for topic, partitions in topics:
         if version >= _TOPIC_IDS_FROM:  # kio reads the zero id as None, and writes None as it
             head += topic.bytes if isinstance(topic, uuid.UUID) else _ZERO_ID
         else:
-            head += _compact_string(topic if isinstance(topic, str) else "")
-        head += _uvarint(len(partitions) + 1)
+            head += flexible.compact_string(topic if isinstance(topic, str) else "")
+        head += flexible.uvarint(len(partitions) + 1)
         for part in partitions:
             head += _PARTITION.pack(
                 part.index,
@@ -127,7 +96,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
             )
             head += b"\x00" if part.aborted_transactions_null else b"\x01"
             head += _INT32.pack(part.preferred_read_replica)
-            head += _uvarint(len(part.records) + 1)
+            head += flexible.uvarint(len(part.records) + 1)
             if part.records:
                 pieces.append(bytes(head))
                 pieces.append(part.records)
@@ -135,7 +104,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
             head += _partition_tags(part)
         head += b"\x00"  # the topic's tagged fields
     if version >= _NODE_ENDPOINTS_FROM and node_endpoints:
-        head += b"\x01" + _node_endpoints(node_endpoints)
+        head += b"\x01" + flexible.node_endpoints_tag(0, node_endpoints)
     else:
         head += b"\x00"
     pieces.append(bytes(head))

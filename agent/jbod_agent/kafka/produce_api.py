@@ -17,6 +17,8 @@ Guarantees:
   idempotent producers' 45 / 47 / 87: each `produce.ProduceResult`'s error as it is; a damaged
   batch is CORRUPT_MESSAGE, a whole one that breaks a rule INVALID_RECORD. As in Kafka 4.3.1,
   only a batch whose bounds cannot be read is answered with an error message.
+* From v9 (the flexible versions) the response is written by `jbod_kafka.produce_response`
+  (byte for byte what kio writes), before by kio.
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
   its partitions, nothing appended (`BrokerContext.allows`).
 """
@@ -35,7 +37,7 @@ from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
-from jbod_kafka import protocol, record_batch
+from jbod_kafka import flexible, produce_response, protocol, record_batch
 
 ADMIN_CLIENT_ID: Final = "__admin_client"  # Kafka's: the one client allowed to write internal topics
 #: Produce errors carry the current leader (KIP-951) from Produce v10.
@@ -55,6 +57,17 @@ class _PartitionResult:
     reason: str | None = None
     reason_shown: bool = False
     current_leader: CurrentLeader | None = None
+
+    def to_wire(self) -> produce_response.Partition:
+        leader = self.current_leader
+        return produce_response.Partition(
+            self.index,
+            int(self.error_code),
+            base_offset=self.base_offset,
+            log_start_offset=self.log_start_offset,
+            error_message=self.reason if self.reason_shown else None,
+            current_leader=None if leader is None else (leader.leader_id, leader.leader_epoch),
+        )
 
     def to_kafka(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -209,20 +222,40 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
             [_with_leader(ctx, conn, name, result) for result in answered]
             for (_key, name, _parts), answered in zip(topics, results, strict=True)
         ]
-    leaders = {
-        endpoint["node_id"]: endpoint
+    leaders: dict[int, CurrentLeader] = {
+        result.current_leader.leader_id: result.current_leader
         for answered in results
         for result in answered
-        if result.current_leader is not None
-        for endpoint in result.current_leader.node_endpoints()
+        if result.current_leader is not None and result.current_leader.endpoint is not None
     }
+    version = request.header.api_version
+    if version >= produce_response.FIRST_VERSION:  # written around kio: the hot path
+        return protocol.EncodedResponse(
+            [
+                produce_response.encode(
+                    version,
+                    correlation_id=request.header.correlation_id,
+                    topics=[
+                        (key, [r.to_wire() for r in answered])
+                        for (key, _name, _parts), answered in zip(topics, results, strict=True)
+                    ],
+                    node_endpoints=[
+                        flexible.NodeEndpoint(
+                            leader.leader_id, leader.endpoint.host, leader.endpoint.port, leader.rack
+                        )
+                        for leader in leaders.values()
+                        if leader.endpoint is not None
+                    ],
+                )
+            ]
+        )
     responses = [
         {("topic_id" if by_id else "name"): key, "partition_responses": [r.to_kafka() for r in answered]}
         for (key, _name, _parts), answered in zip(topics, results, strict=True)
     ]
     return protocol.build(
-        protocol.response_type(request.header.api_key, request.header.api_version),
+        protocol.response_type(request.header.api_key, version),
         responses=responses,
         throttle_time=0,
-        node_endpoints=list(leaders.values()),
+        node_endpoints=[e for leader in leaders.values() for e in leader.node_endpoints()],
     )

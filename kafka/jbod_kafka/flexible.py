@@ -1,0 +1,57 @@
+"""The primitives of Kafka's flexible message versions (KIP-482), for the hand-written codecs of the
+hot paths (`fetch_request`, `fetch_response`, `produce_response`): unsigned varints, compact
+strings, and the `NodeEndpoint` list that Fetch and Produce responses carry as a tagged field
+(KIP-951).
+
+Guarantees: each function writes exactly what Kafka's generated serializers (and kio) write for
+the same value; the codecs that use them are compared with kio byte for byte in their tests.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+_INT32: Final = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    """A broker's address on the listener the request came in on (KIP-951's leader hints)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def uvarint(value: int) -> bytes:
+    """An unsigned varint (a compact length, a tag, a tag's size)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def compact_string(text: str | None) -> bytes:
+    """A compact (nullable) string: its UTF-8 length + 1 as a uvarint, 0 for null."""
+    if text is None:
+        return b"\x00"
+    data = text.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def node_endpoints_tag(tag: int, endpoints: Sequence[NodeEndpoint]) -> bytes:
+    """The tagged field `tag` holding `endpoints` (tag, size, then the compact array)."""
+    body = bytearray(uvarint(len(endpoints) + 1))
+    for node in endpoints:
+        body += _INT32.pack(node.node_id)
+        body += compact_string(node.host)
+        body += _INT32.pack(node.port)
+        body += compact_string(node.rack)
+        body += b"\x00"
+    return uvarint(tag) + uvarint(len(body)) + bytes(body)
