@@ -32,7 +32,7 @@ _ZERO_ID: Final = bytes(16)
 
 
 @dataclass(frozen=True, slots=True)
-class Partition:
+class PartitionProduceResponse:
     """One partition of a Produce response, in the wire's terms."""
 
     index: int
@@ -45,7 +45,7 @@ class Partition:
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch)
 
 
-def _partition(part: Partition, *, leader_hint: bool) -> bytes:
+def _partition(part: PartitionProduceResponse, *, leader_hint: bool) -> bytes:
     out = bytearray(
         _PARTITION.pack(
             part.index, part.error_code, part.base_offset, part.log_append_time_ms, part.log_start_offset
@@ -66,7 +66,7 @@ def encode(
     version: int,
     *,
     correlation_id: int,
-    topics: Sequence[tuple[uuid.UUID | str | None, Sequence[Partition]]],
+    topics: Sequence[tuple[uuid.UUID | str | None, Sequence[PartitionProduceResponse]]],
     node_endpoints: Sequence[flexible.NodeEndpoint] = (),
     throttle_ms: int = 0,
 ) -> bytes:

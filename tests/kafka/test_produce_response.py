@@ -19,7 +19,7 @@ VERSIONS = range(produce_response.FIRST_VERSION, protocol.APIS[0].max_version + 
 TEXT = st.none() | st.text(max_size=20)
 
 partitions = st.builds(
-    produce_response.Partition,
+    produce_response.PartitionProduceResponse,
     index=st.integers(0, 2**31 - 1),
     error_code=st.sampled_from([0, 2, 6, 10, 19, 20, 29, 45, 87]),
     base_offset=st.integers(-1, 2**40),
@@ -41,7 +41,9 @@ endpoints = st.lists(
 )
 
 
-def _kio(version: int, topics: list[tuple[Any, list[produce_response.Partition]]], **fields: Any) -> bytes:
+def _kio(
+    version: int, topics: list[tuple[Any, list[produce_response.PartitionProduceResponse]]], **fields: Any
+) -> bytes:
     key = "topic_id" if version >= 13 else "name"
     body = protocol.build(
         protocol.response_type(0, version),
@@ -96,7 +98,7 @@ def _kio(version: int, topics: list[tuple[Any, list[produce_response.Partition]]
 )
 def test_the_encoder_writes_what_kio_writes(
     version: int,
-    topics: list[tuple[uuid.UUID, str, list[produce_response.Partition]]],
+    topics: list[tuple[uuid.UUID, str, list[produce_response.PartitionProduceResponse]]],
     nodes: list[flexible.NodeEndpoint],
     throttle_ms: int,
 ) -> None:

@@ -58,9 +58,9 @@ class _PartitionResult:
     reason_shown: bool = False
     current_leader: CurrentLeader | None = None
 
-    def to_wire(self) -> produce_response.Partition:
+    def to_wire(self) -> produce_response.PartitionProduceResponse:
         leader = self.current_leader
-        return produce_response.Partition(
+        return produce_response.PartitionProduceResponse(
             self.index,
             int(self.error_code),
             base_offset=self.base_offset,
