@@ -28,8 +28,10 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_client import sasl_client
 from jbod_kafka import protocol
+from jbod_runtime import kafka_frames
 
 _SIZE: Final = struct.Struct(">i")
+MAX_RESPONSE_BYTES: Final = 256 << 20  # far above replica.fetch.response.max.bytes: garbage, not data
 INTER_BROKER_USER: Final = "jbod-broker"  # the SASL user whose password is the cluster token
 _SASL_HANDSHAKE: Final = (protocol.SASL_HANDSHAKE_KEY, 1)
 _SASL_AUTHENTICATE: Final = (protocol.SASL_AUTHENTICATE_KEY, 2)
@@ -51,9 +53,8 @@ class PeerLogin:
 class PeerConnection:
     """One connection to one broker (the module's guarantees)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, stream: kafka_frames.FrameConnection, client_id: str) -> None:
+        self._stream = stream
         self.client_id = client_id
         self._correlation_id = 0
         self.closed = False
@@ -69,16 +70,19 @@ class PeerConnection:
         client_id: str,
         timeout: float,
     ) -> PeerConnection:
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    host, port, ssl=tls, server_hostname=host if tls is not None else None, limit=1 << 16
-                ),
-                timeout,
-            )
+            async with asyncio.timeout(timeout):
+                _transport, stream = await loop.create_connection(
+                    lambda: kafka_frames.FrameConnection(max_frame_bytes=MAX_RESPONSE_BYTES, max_queued=2),
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise PeerError(f"cannot connect to {host}:{port}: {exc or type(exc).__name__}") from None
-        connection = cls(reader, writer, client_id)
+        connection = cls(stream, client_id)
         try:
             if login.mechanism is not None:
                 await connection._login(login, timeout)
@@ -91,7 +95,7 @@ class PeerConnection:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(Exception):
-                self._writer.close()
+                self._stream.close()
 
     async def request(self, api_key: int, version: int, body: Any, *, timeout: float) -> Any:
         """The decoded response to `body` (the module's guarantees)."""
@@ -109,31 +113,33 @@ class PeerConnection:
             raise PeerError(str(exc)) from None
         return response
 
-    async def exchange(self, frame_of: Callable[[int], bytes], *, what: str, timeout: float) -> bytes:
-        """The response frame (without its size prefix, from its correlation id on) to the request
-        frame `frame_of(correlation_id)` writes: the raw path of a caller that encodes and decodes
-        its own API (a follower's Fetch). The module's guarantees, but for decoding."""
+    async def exchange(self, frame_of: Callable[[int], bytes], *, what: str, timeout: float) -> memoryview:
+        """The response frame (without its size prefix, from its correlation id on; read-only) to
+        the request frame `frame_of(correlation_id)` writes: the raw path of a caller that encodes
+        and decodes its own API (a follower's Fetch). The module's guarantees, but for decoding."""
         if self.closed:
             raise PeerError("the connection is closed")
         self._correlation_id += 1
         correlation_id = self._correlation_id
+        stream = self._stream
         try:
-            self._writer.write(frame_of(correlation_id))
-            async with asyncio.timeout(timeout):
-                await self._writer.drain()
-                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-                if size < 4:
-                    raise PeerError(f"a response of {size} bytes")
-                payload = await self._reader.readexactly(size)
-        except TimeoutError:
-            self.close()
-            raise PeerError(f"no answer to {what} within {timeout:.0f} s") from None
-        except (OSError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
+            stream.write(frame_of(correlation_id))
+            await stream.drain()
+            payload = await stream.next_frame(idle_timeout=timeout, read_timeout=timeout)
+        except (OSError, ssl.SSLError, kafka_frames.FrameSizeError) as exc:
             self.close()
             raise PeerError(f"the connection failed: {exc or type(exc).__name__}") from None
-        except PeerError:
+        except kafka_frames.FrameTimeoutError:
             self.close()
-            raise
+            raise PeerError(f"no answer to {what} within {timeout:.0f} s") from None
+        if payload is None:
+            self.close()
+            if stream.closed:
+                raise PeerError("the connection failed: closed by the other broker")
+            raise PeerError(f"no answer to {what} within {timeout:.0f} s")
+        if len(payload) < 4:
+            self.close()
+            raise PeerError(f"a response of {len(payload)} bytes")
         (answered,) = _SIZE.unpack_from(payload)
         if answered != correlation_id:
             self.close()

@@ -98,7 +98,7 @@ def fetch_frame(
     )
 
 
-def answer_of(frame: bytes) -> ReplicaFetchAnswer:
+def answer_of(frame: bytes | memoryview) -> ReplicaFetchAnswer:
     """The typed answer in a leader's Fetch response frame (at `FETCH_VERSION`, without its size
     prefix), its records views into `frame`; `fetch_response.MalformedFetchResponseError` for
     bytes that are not one."""

@@ -182,8 +182,8 @@ def _writer(entity: type) -> Any:
     return entity_writer(entity)
 
 
-def parse_request(frame: bytes) -> Request:
-    """Decode one request frame (the module's guarantee)."""
+def parse_request(frame: bytes | memoryview) -> Request:
+    """Decode one request frame (the module's guarantee): bytes, or a read-only memoryview."""
     if len(frame) < 8:
         raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
     api_key, version = _KEY_VERSION.unpack_from(frame)
@@ -274,7 +274,7 @@ def _is_nullable(entity: type, name: str) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
-def _read_header(frame: bytes, header_type: Any, api_key: int, version: int) -> tuple[Any, int]:
+def _read_header(frame: bytes | memoryview, header_type: Any, api_key: int, version: int) -> tuple[Any, int]:
     try:
         header, size = _reader(header_type)(frame, 0)
     except Exception as exc:
@@ -328,7 +328,7 @@ def encode_request(api_key: int, version: int, body: Any, *, correlation_id: int
     return bytes(frame)
 
 
-def parse_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+def parse_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """(correlation id, body) of a response frame without its size prefix (a client's side):
     header v1 for a flexible body (except ApiVersions), else v0. Raises `MalformedResponseError`
     for bytes that do not decode."""

@@ -28,17 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from jbod_agent.config import KafkaListener
 from jbod_kafka import protocol
+from jbod_runtime import kafka_frames
 from jbod_runtime import tls as tls_files
 from jbod_runtime.http_server import RateLimitedLog
 
 log = logging.getLogger("jbod_agent.kafka")
-_SIZE: Final = struct.Struct(">i")
 ANONYMOUS: Final = "User:ANONYMOUS"  # Kafka's principal of an unauthenticated (PLAINTEXT) connection
 
 
@@ -121,17 +120,20 @@ class KafkaServer:
 
     async def start(self) -> int:
         """Listen; the bound port (the configured one, or the one chosen for port 0)."""
-        self._server = await asyncio.start_server(
-            self._serve,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._connection_made,
             host=self.listener.host,
             port=self.listener.port,
             reuse_address=True,
-            limit=1 << 16,
             ssl=self._tls.context if self._tls is not None else None,
             ssl_handshake_timeout=self._limits.read_timeout_s if self._tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
+
+    def _connection_made(self) -> kafka_frames.FrameConnection:
+        return _ServedConnection(self)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -145,31 +147,38 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        peername = writer.get_extra_info("peername")
+    async def _serve(self, stream: kafka_frames.FrameConnection) -> None:
+        peername = stream.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
-        conn = Connection(self.listener, peer, principal=self._first_principal(writer))
-        frames: asyncio.Queue[bytes | None] = asyncio.Queue(self._limits.max_in_flight)
-        read_ahead = asyncio.create_task(self._read_frames(reader, conn, frames))
+        conn = Connection(self.listener, peer, principal=self._first_principal(stream))
+        limits = self._limits
         try:
             while True:
-                frame = await frames.get()
+                frame = await stream.next_frame(
+                    idle_timeout=limits.idle_timeout_s, read_timeout=limits.read_timeout_s
+                )
                 if frame is None:
-                    return
+                    return  # the peer closed, or the connection was idle too long
                 response = await self._answer(conn, frame)
                 if isinstance(response, protocol.EncodedResponse):
-                    writer.writelines(response.pieces)
-                    await writer.drain()
+                    stream.writelines(response.pieces)
+                    await stream.drain()
                 elif response:
-                    writer.write(response)
-                    await writer.drain()
+                    stream.write(response)
+                    await stream.drain()
                 if conn.closing:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.CancelledError):
             return  # the peer went away, or the listener is closing
+        except kafka_frames.FrameSizeError as exc:
+            self._refusals.warning(
+                "Closed Kafka connection from %s: a request of %d bytes (socket.request.max.bytes %d)",
+                peer,
+                exc.size,
+                limits.max_request_bytes,
+            )
+        except kafka_frames.FrameTimeoutError as exc:
+            self._refusals.warning("Closed Kafka connection from %s: %s", peer, exc)
         except CloseConnectionError as exc:
             self._refusals.warning("Closed Kafka connection from %s: %s", peer, exc)
         except _HandlerFailedError:
@@ -177,69 +186,20 @@ class KafkaServer:
         except Exception:
             log.exception("Closed Kafka connection from %s: the request failed", peer)
         finally:
-            read_ahead.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await read_ahead
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-            self._connections.discard(task)
+            stream.close()
 
-    def _first_principal(self, writer: asyncio.StreamWriter) -> str | None:
+    def _first_principal(self, stream: kafka_frames.FrameConnection) -> str | None:
         """None until SASL authenticates; on SSL the client certificate's mapped subject."""
         if self.listener.authenticates:
             return None
-        subject = tls_files.peer_subject(writer.get_extra_info("ssl_object"))
+        subject = tls_files.peer_subject(stream.get_extra_info("ssl_object"))
         if subject is None:
             return ANONYMOUS
         return user_principal(tls_files.map_principal(self._principal_rules, subject))
 
-    async def _read_frames(
-        self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]
-    ) -> None:
-        """Read frames ahead of the answers (at most `max_in_flight` queued); None ends the stream."""
-        await self._read_until_done(reader, conn, frames)
-        await frames.put(None)  # the end of the stream, after every frame read
-
-    async def _read_until_done(
-        self, reader: asyncio.StreamReader, conn: Connection, frames: asyncio.Queue[bytes | None]
-    ) -> None:
-        limits = self._limits
-        try:
-            while True:
-                try:  # asyncio.timeout, not wait_for: no task per read on the hot path
-                    async with asyncio.timeout(limits.idle_timeout_s):
-                        head = await reader.readexactly(4)
-                except TimeoutError:
-                    log.debug("Closed idle Kafka connection from %s", conn.peer)
-                    return
-                (size,) = _SIZE.unpack(head)
-                if size < 0 or size > limits.max_request_bytes:
-                    self._refusals.warning(
-                        "Closed Kafka connection from %s: a request of %d bytes (socket.request.max.bytes %d)",
-                        conn.peer,
-                        size,
-                        limits.max_request_bytes,
-                    )
-                    return
-                try:
-                    async with asyncio.timeout(limits.read_timeout_s):
-                        frame = await reader.readexactly(size)
-                except TimeoutError:
-                    self._refusals.warning(
-                        "Closed Kafka connection from %s: a request of %d bytes did not arrive within %.0f s",
-                        conn.peer,
-                        size,
-                        limits.read_timeout_s,
-                    )
-                    return
-                await frames.put(frame)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-
-    async def _answer(self, conn: Connection, frame: bytes) -> bytes | protocol.EncodedResponse | None:
+    async def _answer(self, conn: Connection, frame: memoryview) -> bytes | protocol.EncodedResponse | None:
         if conn.raw_sasl_tokens:
-            return await self._handlers.raw_token(conn, frame)
+            return await self._handlers.raw_token(conn, bytes(frame))
         try:
             request = protocol.parse_request(frame)
         except protocol.UnsupportedVersionError as exc:
@@ -268,3 +228,20 @@ class KafkaServer:
                 request.header.api_version,
             )
             raise _HandlerFailedError from None
+
+
+class _ServedConnection(kafka_frames.FrameConnection):
+    """A connection of a `KafkaServer`: served by its own task from the moment it is made."""
+
+    def __init__(self, server: KafkaServer) -> None:
+        super().__init__(
+            max_frame_bytes=server._limits.max_request_bytes, max_queued=server._limits.max_in_flight
+        )
+        self._server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        connections = self._server._connections
+        task = asyncio.get_running_loop().create_task(self._server._serve(self))
+        connections.add(task)  # held until it ends; `KafkaServer.close` cancels what is left
+        task.add_done_callback(connections.discard)
