@@ -48,7 +48,7 @@ from jbod_agent.replica_fetch import ReplicaFetchServer
 from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState, LogDirState
-from jbod_agent.storage import LoadedStorage
+from jbod_agent.storage.storage import LoadedStorage
 from jbod_client.controller import ControllerLink
 from jbod_core import broker_configs, topic_configs
 from jbod_core.ids import Uuid, random_uuid

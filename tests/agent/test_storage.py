@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import storage
-from jbod_agent.storage import DirKind, StorageError
+from jbod_agent.storage import storage
+from jbod_agent.storage.storage import DirKind, StorageError
 from jbod_core import meta_properties
 from jbod_core.ids import LOST_DIR, Uuid
 from jbod_core.meta_properties import MetaProperties

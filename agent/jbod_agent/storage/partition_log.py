@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from jbod_agent import epoch_cache, log_segments
-from jbod_agent.log_segments import MAX_SEGMENT_BYTES, Segment
+from jbod_agent.storage import epoch_cache, log_segments
+from jbod_agent.storage.log_segments import MAX_SEGMENT_BYTES, Segment
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
 
