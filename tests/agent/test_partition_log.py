@@ -37,7 +37,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jbod_agent.storage.epoch_cache import EPOCH_CHECKPOINT
-from jbod_agent.storage.partition_log import MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
+from jbod_agent.storage.local_log import MAX_READ_FDS, OffsetOutOfRangeError
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import CorruptBatchError
 from tests.agent.support import append_records

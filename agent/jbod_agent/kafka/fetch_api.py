@@ -52,7 +52,7 @@ from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replica_manager import HostedPartition
-from jbod_agent.storage.partition_log import OffsetOutOfRangeError
+from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.replica_fetch import ReplicaFetchAnswer, ReplicaPartitionAnswer

@@ -1,107 +1,42 @@
-"""The on-disk log of one replica: appends, reads, truncation, retention and flush bookkeeping.
+"""The log of one replica as replication sees it: appends, reads, truncation, retention and flush
+(Kafka's `UnifiedLog`).
 
-`PartitionLog` orchestrates the replica dir `<logdir>/<topic>-<partition>/` (its
-`partition.metadata` is left alone): the segment files and their sparse offset indexes
-(`log_segments`: their format and recovery) and the leader-epoch cache with its checkpoint
-(`epoch_cache`: its rules and its repair). Offsets are contiguous across segments; a replica dir
-without segments is an empty log starting at 0.
+`PartitionLog` composes the replica's local log (`local_log`: the segments of the replica dir
+`<logdir>/<topic>-<partition>/`, their roll and recovery, appends and reads of stored batches,
+truncation, the log start offset, flush) with its leader-epoch cache and checkpoint
+(`epoch_cache`: its rules and its repair), and adds the high watermark and retention. The
+replica dir's `partition.metadata` is left alone. The idempotent producers' state of a leader is
+rebuilt from this log and its snapshot by `producers`.
 
-Durability stance: appends go to the page cache (one `os.write` per segment touched); `flush`
-fsyncs (the broker calls it periodically and on segment roll). Acknowledged data survives a
-process kill -9 because it is in the page cache, and survives the loss of one disk because
-acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what was not flushed;
-recovery then cuts the torn tail. The epoch checkpoint is replaced without an fsync when it
-changes; `flush` fsyncs it and the dir with the data.
+The epoch checkpoint is replaced without an fsync when it changes; `flush` fsyncs it and the dir
+with the data (the local log's flush bookkeeping, `LocalLog.mark_changed`).
 
 Guarantees:
-* `open` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is cut,
-  damage anywhere else raises `CorruptBatchError` naming the file) and raises `CorruptBatchError`
-  for a gap between segments: data in the middle of a log is never dropped silently. It then
+* `open` recovers the local log (`LocalLog.recover`: damage is never dropped silently), then
   loads the epoch cache (`epoch_cache.LeaderEpochCache.load`, rebuilt from the batches when the
   checkpoint is damaged or stale) and trims it to [log start, end offset]: the cache names only
   epochs of offsets the log holds, after recovery and after every truncation and retention.
-* A replica dir without segments opens without creating a file or keeping a fd. At most the active
-  segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
-  segments.
 * `append_replicated` and the append methods validate everything before writing anything: a gap,
   an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged. A
   produced batch comes as a `record_batch.CheckedBatch`, the proof that Kafka's checks of it
   passed (`check_produced`, its only maker): the log relies on it and does not check it again.
-* OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
-  failed write the segment is cut back to what was acknowledged before the next append. An
-  OSError from writing an index entry is raised after its batch was appended (the index file is
-  rewritten from memory before its next write, and checked on open anyway).
-* Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
-  it opens its own fds by path (fsync works per file on Linux) and only updates counters.
+* The high watermark stays within [log start, end offset]; retention never deletes data at or
+  above it (nor the active segment: `local_log`).
+* OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
+  local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
+  worker thread while the event loop appends (`local_log`).
 """
 
 from __future__ import annotations
 
-import bisect
-import os
-import re
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-from jbod_agent.storage import epoch_cache, log_segments
-from jbod_agent.storage.log_segments import MAX_SEGMENT_BYTES, Segment
+from jbod_agent.storage import epoch_cache
+from jbod_agent.storage.local_log import LocalLog
+from jbod_agent.storage.log_segments import Segment
 from jbod_kafka import record_batch
-from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
-
-MAX_READ_FDS: Final = 8  # read fds cached per log
-
-_TEMP_NAME: Final = re.compile(
-    r"(?:\d{20}\.(?:log|index)|" + re.escape(epoch_cache.EPOCH_CHECKPOINT) + r")\.tmp"
-)
-
-
-class OffsetOutOfRangeError(ValueError):
-    """An offset outside [log_start_offset, end_offset]."""
-
-
-def _fsync_path(path: Path) -> None:
-    """fsync `path` (a file or a dir) through a fd of our own; a file deleted meanwhile has
-    nothing left to make durable."""
-    try:
-        fd = os.open(path, log_segments.OPEN_READ)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _scan_replica_dir(path: Path) -> list[int]:
-    """The base offsets of the segments in `path`, ascending; deletes the leftovers of interrupted
-    atomic writes and full truncations, and the indexes of deleted segments."""
-    bases: list[int] = []
-    index_bases: set[int] = set()
-    for name in os.listdir(path):
-        if match := log_segments.LOG_NAME.fullmatch(name):
-            bases.append(int(match[1]))
-        elif match := log_segments.INDEX_NAME.fullmatch(name):
-            index_bases.add(int(match[1]))
-        elif _TEMP_NAME.fullmatch(name):
-            os.unlink(path / name)  # an interrupted atomic write or full truncation
-    bases.sort()
-    for base in sorted(index_bases.difference(bases)):
-        os.unlink(log_segments.index_path(path, base))  # its segment was deleted
-    return bases
-
-
-@dataclass(frozen=True, slots=True)
-class _LogSettings:
-    """The topic settings a log applies: `segment.bytes`, `index.interval.bytes`, `retention.bytes`
-    and `retention.ms` (-1: unlimited)."""
-
-    segment_bytes: int
-    index_interval_bytes: int
-    retention_bytes: int
-    retention_ms: int
+from jbod_kafka.record_batch import BatchHeader
 
 
 class PartitionLog:
@@ -109,35 +44,17 @@ class PartitionLog:
 
     def __init__(
         self,
-        path: Path,
-        segments: list[Segment],
+        local: LocalLog,
         epochs: epoch_cache.LeaderEpochCache,
         *,
-        settings: _LogSettings,
+        retention_bytes: int,
+        retention_ms: int,
     ) -> None:
-        self._path = path
-        self._segments = segments
-        self._bases = [segment.base_offset for segment in segments]
+        self._local = local
         self._epochs = epochs
-        self._segment_bytes = settings.segment_bytes
-        self._index_interval = settings.index_interval_bytes
-        self.retention_bytes = settings.retention_bytes
-        self.retention_ms = settings.retention_ms
-        self._log_start = segments[0].base_offset if segments else 0
-        self._end = segments[-1].next_offset if segments else 0
-        self._size = sum(segment.size for segment in segments)
-        self._high_watermark = self._log_start
-        self._write_fd: int | None = None  # the active segment's log, O_APPEND
-        self._index_fd: int | None = None  # the active segment's index, O_APPEND
-        self._read_fds: OrderedDict[int, int] = OrderedDict()  # base offset -> fd, least recent first
-        self._tail_dirty = False  # a failed write may have left bytes after the active segment's size
-        self._closed = False
-        # Flush bookkeeping: `_change_seq` counts changes to files; `_pending` holds files that are
-        # no longer the active segment (and the dir, after entries changed) with the change that
-        # made them pending; a flush that read `_change_seq` == n makes all changes <= n durable.
-        self._change_seq = 0
-        self._flushed_seq = 0
-        self._pending: list[tuple[int, Path]] = []
+        self.retention_bytes = retention_bytes
+        self.retention_ms = retention_ms
+        self._high_watermark = local.log_start_offset
         self._checkpoint_dirty = False  # an epoch of an empty log, not written yet
 
     # -- opening -----------------------------------------------------------------------------
@@ -153,34 +70,15 @@ class PartitionLog:
         retention_ms: int = -1,
     ) -> PartitionLog:
         """Recover the log in the replica dir `path` (see the module docstring)."""
-        if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
-            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
-        if index_interval_bytes < 0:
-            raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
-        path = Path(path)
-        bases = _scan_replica_dir(path)
-        segments: list[Segment] = []
-        last_batch_epoch = -1
-        for number, base in enumerate(bases):
-            segment, segment_epoch = log_segments.load_segment(
-                path, base, last=number == len(bases) - 1, interval=index_interval_bytes
-            )
-            last_batch_epoch = max(last_batch_epoch, segment_epoch)
-            if segments and segment.base_offset != segments[-1].next_offset:
-                previous = segments[-1]
-                raise CorruptBatchError(
-                    f"Offsets are not contiguous: {previous.log_path} ends at offset {previous.next_offset}, "
-                    f"{segment.log_path} starts at {segment.base_offset}",
-                    position=0,
-                )
-            segments.append(segment)
-        epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
-            path, last_batch_epoch=last_batch_epoch, batch_epochs=lambda: log_segments.batch_epochs(segments)
+        local, last_batch_epoch = LocalLog.recover(
+            path, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
         )
-        settings = _LogSettings(segment_bytes, index_interval_bytes, retention_bytes, retention_ms)
-        partition_log = cls(path, segments, epochs, settings=settings)
-        trimmed = epochs.truncate_from_start(partition_log._log_start)
-        trimmed |= epochs.truncate_from_end(partition_log._end)
+        epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
+            local.path, last_batch_epoch=last_batch_epoch, batch_epochs=local.batch_epochs
+        )
+        partition_log = cls(local, epochs, retention_bytes=retention_bytes, retention_ms=retention_ms)
+        trimmed = epochs.truncate_from_start(local.log_start_offset)
+        trimmed |= epochs.truncate_from_end(local.end_offset)
         if trimmed or rebuilt:
             partition_log._write_checkpoint()
         return partition_log
@@ -189,16 +87,16 @@ class PartitionLog:
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self._local.path
 
     @property
     def log_start_offset(self) -> int:
-        return self._log_start
+        return self._local.log_start_offset
 
     @property
     def end_offset(self) -> int:
         """The log end offset (LEO): the offset the next record gets."""
-        return self._end
+        return self._local.end_offset
 
     @property
     def high_watermark(self) -> int:
@@ -206,7 +104,7 @@ class PartitionLog:
 
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
-        self._high_watermark = min(max(offset, self._log_start), self._end)
+        self._high_watermark = min(max(offset, self._local.log_start_offset), self._local.end_offset)
 
     @property
     def latest_epoch(self) -> int:
@@ -214,7 +112,7 @@ class PartitionLog:
 
     @property
     def size_bytes(self) -> int:
-        return self._size
+        return self._local.size_bytes
 
     def epoch_entries(self) -> list[tuple[int, int]]:
         """(epoch, start offset) of every epoch in the cache, oldest first."""
@@ -225,16 +123,11 @@ class PartitionLog:
         start offset of the next cached epoch, or `end_offset` for the latest); (`epoch`, the first
         cached start offset) when `epoch` is below every cached epoch; (-1, -1) when the cache is
         empty, `epoch` is negative or above every cached epoch."""
-        return self._epochs.end_offset_for(epoch, self._end)
+        return self._epochs.end_offset_for(epoch, self._local.end_offset)
 
     def segment_paths(self) -> list[Path]:
         """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
-        paths: list[Path] = []
-        for segment in self._segments:
-            paths.append(segment.log_path)
-            if segment.index_path.exists():
-                paths.append(segment.index_path)
-        return paths
+        return self._local.segment_paths()
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -244,7 +137,7 @@ class PartitionLog:
         (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
         before the producer state's verdict, Kafka's order): they are not run again here."""
         self._check_leader_epoch(leader_epoch)
-        base_offset = self._end
+        base_offset = self._local.end_offset
         rewritten = record_batch.with_base_offset(batch.data, base_offset, leader_epoch=leader_epoch)
         header = record_batch.read_header(rewritten)
         if leader_epoch > self.latest_epoch:
@@ -260,9 +153,9 @@ class PartitionLog:
         is damaged, the frames do not start at the end offset or are not contiguous, or an epoch
         goes backwards.
         """
-        self._check_open()
+        self._local.check_open()
         headers = list(record_batch.iter_headers(data))
-        expected = self._end
+        expected = self._local.end_offset
         latest = self.latest_epoch
         new_epochs: list[tuple[int, int]] = []
         for header in headers:
@@ -280,277 +173,70 @@ class PartitionLog:
                 new_epochs.append((header.leader_epoch, header.base_offset))
             expected = header.next_offset
         if not headers:
-            return self._end
+            return self._local.end_offset
         if new_epochs:
             for epoch, start in new_epochs:
                 self._epochs.assign(epoch, start)
             self._write_checkpoint()
         self._append(data, headers)
-        return self._end
+        return self._local.end_offset
 
     def assign_epoch_start(self, leader_epoch: int) -> None:
         """Record that `leader_epoch` starts at the end offset (a new leader does this before its
         first append, as Kafka's `maybeAssignEpochStartOffset`); a no-op for the latest epoch."""
         self._check_leader_epoch(leader_epoch)
         if leader_epoch > self.latest_epoch:
-            self._epochs.assign(leader_epoch, self._end)
-            if self._end == self._log_start:
+            local = self._local
+            self._epochs.assign(leader_epoch, local.end_offset)
+            if local.end_offset == local.log_start_offset:
                 # Nothing in the log to disagree about: persisted with the first append or at
                 # close (a broker taking over thousands of empty partitions writes no files).
                 self._checkpoint_dirty = True
-                self._change_seq += 1
+                local.mark_changed()
             else:
                 self._write_checkpoint()
 
     def _check_leader_epoch(self, leader_epoch: int) -> None:
-        self._check_open()
+        self._local.check_open()
         if leader_epoch < 0:
             raise ValueError(f"Leader epoch must be >= 0, got {leader_epoch}")
         if leader_epoch < self.latest_epoch:
             raise ValueError(f"Leader epoch {leader_epoch} is below the latest epoch {self.latest_epoch}")
 
     def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Write validated, contiguous frames (positions relative to `data`), rolling segments so
-        that no frame is split; one write per segment touched."""
+        """Write validated, contiguous frames to the local log, after the epoch checkpoint that an
+        empty log's first epoch still owes."""
         if self._checkpoint_dirty:
             self._write_checkpoint()
-        if self._tail_dirty:
-            active = self._segments[-1]
-            os.truncate(active.log_path, active.size)
-            self._tail_dirty = False
-        view = memoryview(data)
-        interval = self._index_interval
-        first = 0
-        while first < len(headers):
-            segment = self._segments[-1] if self._segments else None
-            header = headers[first]
-            if segment is None or (segment.size > 0 and self._must_roll(segment, segment.size, header)):
-                segment = self._roll(header.base_offset)
-            base = segment.base_offset
-            size = segment.size
-            since = segment.bytes_since_index
-            max_ts = segment.max_timestamp_ms
-            entries: list[tuple[int, int]] = []
-            stop = first
-            while stop < len(headers):
-                header = headers[stop]
-                if size > 0 and self._must_roll(segment, size, header):
-                    break
-                if size == 0 or since >= interval:
-                    entries.append((header.base_offset - base, size))
-                    since = 0
-                since += header.size
-                size += header.size
-                if max_ts is not None and header.max_timestamp_ms > max_ts:
-                    max_ts = header.max_timestamp_ms
-                stop += 1
-            last = headers[stop - 1]
-            self._write_run(segment, view[headers[first].position : last.position + last.size])
-            self._size += size - segment.size
-            segment.size = size
-            segment.next_offset = last.next_offset
-            segment.bytes_since_index = since
-            segment.max_timestamp_ms = max_ts
-            self._end = last.next_offset
-            self._change_seq += 1
-            if entries:
-                self._add_index_entries(segment, entries)
-            first = stop
-
-    def _must_roll(self, segment: Segment, size: int, header: BatchHeader) -> bool:
-        return (
-            size + header.size > self._segment_bytes
-            or header.base_offset - segment.base_offset > log_segments.MAX_RELATIVE_OFFSET
-        )
-
-    def _write_run(self, segment: Segment, run: memoryview) -> None:
-        if self._write_fd is None:
-            self._open_write_fds(segment)
-        fd = self._write_fd
-        assert fd is not None
-        try:
-            log_segments.write_all(fd, run)
-        except OSError:
-            self._tail_dirty = True
-            try:
-                os.ftruncate(fd, segment.size)
-                self._tail_dirty = False
-            except OSError:
-                pass  # retried before the next append; the first error is the one to report
-            raise
-
-    def _add_index_entries(self, segment: Segment, entries: Sequence[tuple[int, int]]) -> None:
-        segment.add_index_entries(entries)
-        if not segment.index_file_ok:
-            return  # rewritten whole when the write fds are next opened
-        if self._index_fd is None:
-            self._open_write_fds(segment)
-            return  # opening wrote the whole index, these entries included
-        try:
-            log_segments.write_all(self._index_fd, log_segments.encode_index_entries(entries))
-        except OSError:
-            segment.index_file_ok = False
-            raise
-
-    def _open_write_fds(self, segment: Segment) -> None:
-        """Open the active segment's files for appending, making its index file match memory."""
-        self._close_write_fds()
-        self._write_fd = os.open(segment.log_path, log_segments.OPEN_APPEND, 0o644)
-        self._index_fd = os.open(segment.index_path, log_segments.OPEN_APPEND, 0o644)
-        log_segments.sync_index_file(segment, self._index_fd)
-
-    def _close_write_fds(self) -> None:
-        fds = (self._write_fd, self._index_fd)
-        self._write_fd = self._index_fd = None
-        for fd in fds:
-            if fd is not None:
-                os.close(fd)
-
-    def _roll(self, base_offset: int) -> Segment:
-        """Start a new active segment at `base_offset` (the end offset)."""
-        self._change_seq += 1
-        if self._segments:
-            previous = self._segments[-1]
-            self._pending.append((self._change_seq, previous.log_path))
-            self._pending.append((self._change_seq, previous.index_path))
-        self._pending.append((self._change_seq, self._path))  # a new dir entry
-        self._prune_pending()
-        self._close_write_fds()
-        segment = Segment(self._path, base_offset)
-        self._segments.append(segment)
-        self._bases.append(base_offset)
-        return segment
+        self._local.append(data, headers)
 
     # -- reading -------------------------------------------------------------------------------
 
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True
     ) -> bytes:
-        """Raw whole frames from the one containing `offset`, at most `max_bytes` of them but at
-        least one when one is available (with `min_one`; without it nothing when the first frame
-        is larger than `max_bytes`), and only frames whose base offset is below `max_offset` (when
-        given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it raises
-        OffsetOutOfRangeError."""
-        self._check_open()
-        if not self._log_start <= offset <= self._end:
-            raise OffsetOutOfRangeError(
-                f"Offset {offset} is outside [{self._log_start}, {self._end}] of {self._path}"
-            )
-        limit = self._end if max_offset is None else min(max_offset, self._end)
-        if offset >= limit:
-            return b""
-        number = bisect.bisect_right(self._bases, offset) - 1
-        segment = self._segments[number]
-        start = self._locate(segment, offset)
-        if start.base_offset >= limit:
-            return b""
-        parts: list[bytes] = []
-        total = 0
-        position = start.position
-        while True:
-            part, stopped = segment.read_frames(
-                self._reader(segment), position, max_bytes - total, limit, must_return=min_one and not parts
-            )
-            if part:
-                parts.append(part)
-                total += len(part)
-            number += 1
-            if stopped or total >= max_bytes or number == len(self._segments):
-                break
-            segment = self._segments[number]
-            if segment.base_offset >= limit:
-                break
-            position = 0
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _locate(self, segment: Segment, offset: int) -> BatchHeader:
-        """The header of the frame of `segment` holding `offset` (found through the index)."""
-        return log_segments.locate(segment, self._reader(segment), offset)
-
-    def _reader(self, segment: Segment) -> int:
-        fds = self._read_fds
-        fd = fds.get(segment.base_offset)
-        if fd is not None:
-            fds.move_to_end(segment.base_offset)
-            return fd
-        fd = os.open(segment.log_path, log_segments.OPEN_READ)
-        fds[segment.base_offset] = fd
-        if len(fds) > MAX_READ_FDS:
-            _base, oldest = fds.popitem(last=False)
-            os.close(oldest)
-        return fd
-
-    def _forget_reader(self, base_offset: int) -> None:
-        fd = self._read_fds.pop(base_offset, None)
-        if fd is not None:
-            os.close(fd)
+        """Raw whole frames from the one containing `offset` (`LocalLog.read`: at most `max_bytes`
+        but at least one with `min_one`, below `max_offset`); outside [log_start_offset,
+        end_offset] it raises OffsetOutOfRangeError."""
+        return self._local.read(offset, max_bytes, max_offset=max_offset, min_one=min_one)
 
     # -- truncation and retention --------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every offset >= `offset` (or >= the base offset of the frame holding it)."""
-        self._check_open()
-        if not self._log_start <= offset <= self._end:
-            raise OffsetOutOfRangeError(
-                f"Cannot truncate to {offset}: outside [{self._log_start}, {self._end}] of {self._path}"
-            )
-        if offset < self._end:
-            number = bisect.bisect_right(self._bases, offset) - 1
-            segment = self._segments[number]
-            cut = self._locate(segment, offset)
-            keep = number if cut.position > 0 or number == 0 else number - 1
-            self._change_seq += 1
-            if keep < len(self._segments) - 1 or self._tail_dirty:
-                self._close_write_fds()
-                self._tail_dirty = False  # the cut below removes whatever a failed write left
-            for doomed in reversed(self._segments[keep + 1 :]):
-                self._delete_segment_files(doomed)
-                self._size -= doomed.size
-            del self._segments[keep + 1 :]
-            del self._bases[keep + 1 :]
-            if keep == number:
-                self._cut_segment(segment, cut.position, cut.base_offset)
-            self._end = self._segments[-1].next_offset
-            self._pending.append((self._change_seq, self._path))
-            self._prune_pending()
-        self._high_watermark = min(self._high_watermark, self._end)
-        if self._epochs.truncate_from_end(self._end):
+        """Remove every offset >= `offset` (or >= the base offset of the frame holding it); the
+        high watermark and the epoch cache follow."""
+        self._local.truncate_to(offset)
+        end = self._local.end_offset
+        self._high_watermark = min(self._high_watermark, end)
+        if self._epochs.truncate_from_end(end):
             self._write_checkpoint()
-
-    def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
-        os.truncate(segment.log_path, position)
-        self._size -= segment.size - position
-        kept = segment.cut(position, next_offset)
-        if self._index_fd is not None:
-            os.ftruncate(self._index_fd, log_segments.INDEX_ENTRY.size * kept)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and the epoch cache; the log is empty and starts at `offset`, also
         after reopening (an empty segment file with that base offset records it)."""
-        self._check_open()
-        if offset < 0:
-            raise ValueError(f"Log start offset must be >= 0, got {offset}")
-        self._close_fds()
-        self._tail_dirty = False
-        self._change_seq += 1
-        segment = Segment(self._path, offset)
-        tmp = segment.log_path.with_name(segment.log_path.name + ".tmp")
-        if offset > 0:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
-        # Newest first: a crash in between leaves a shorter but contiguous log.
-        for doomed in reversed(self._segments):
-            self._delete_segment_files(doomed)
-        if offset > 0:
-            os.replace(tmp, segment.log_path)
-            self._segments = [segment]
-            self._bases = [offset]
-        else:
-            self._segments = []  # no file needed: a replica dir without segments starts at 0
-            self._bases = []
-        _fsync_path(self._path)
-        self._log_start = self._end = self._high_watermark = offset
-        self._size = 0
-        if self._epochs or epoch_cache.checkpoint_path(self._path).exists():
+        self._local.truncate_fully_and_start_at(offset)
+        self._high_watermark = offset
+        if self._epochs or epoch_cache.checkpoint_path(self._local.path).exists():
             self._epochs.clear()
             self._write_checkpoint()
 
@@ -558,134 +244,52 @@ class PartitionLog:
         """Delete the oldest segments while the log is over `retention_bytes` (when >= 0) or their
         newest batch is older than `retention_ms` (when >= 0); never the active segment nor one
         holding offsets at or above the high watermark. Returns how many were deleted."""
-        self._check_open()
-        deleted = 0
-        while len(self._segments) > 1:
-            segment = self._segments[0]
+        local = self._local
+
+        def expired(segment: Segment) -> bool:
             if segment.next_offset > self._high_watermark:
-                break
-            over_size = 0 <= self.retention_bytes < self._size
-            if not over_size and not (
-                self.retention_ms >= 0 and self._max_timestamp(segment) < now_ms - self.retention_ms
-            ):
-                break
-            self._change_seq += 1
-            self._delete_segment_files(segment)
-            self._size -= segment.size
-            del self._segments[0]
-            del self._bases[0]
-            deleted += 1
-        if deleted:
-            self._log_start = self._segments[0].base_offset
-            self._pending.append((self._change_seq, self._path))
-            self._prune_pending()
-            if self._epochs.truncate_from_start(self._log_start):
-                self._write_checkpoint()
+                return False
+            over_size = 0 <= self.retention_bytes < local.size_bytes
+            return over_size or (
+                self.retention_ms >= 0 and local.max_timestamp(segment) < now_ms - self.retention_ms
+            )
+
+        deleted = local.delete_old_segments(expired)
+        if deleted and self._epochs.truncate_from_start(local.log_start_offset):
+            self._write_checkpoint()
         return deleted
 
     @property
     def segment_bytes(self) -> int:
         """The size at which the active segment rolls (a topic config change applies at once)."""
-        return self._segment_bytes
+        return self._local.segment_bytes
 
     @segment_bytes.setter
     def segment_bytes(self, value: int) -> None:
-        if not 1 <= value <= MAX_SEGMENT_BYTES:
-            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {value}")
-        self._segment_bytes = value
+        self._local.segment_bytes = value
 
     # -- batch headers (producer state) --------------------------------------------------------
 
     def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
         """The headers of every batch from the one holding `start_offset` to the end, in order
         (positions within their segment); nothing when `start_offset` is at or past the end."""
-        self._check_open()
-        start = max(start_offset, self._log_start)
-        if start >= self._end:
-            return
-        number = bisect.bisect_right(self._bases, start) - 1
-        first = self._locate(self._segments[number], start)
-        for index, segment in enumerate(self._segments[number:]):
-            position = first.position if index == 0 else 0
-            yield from log_segments.walk_headers(
-                self._reader(segment), position, segment.size, log_segments.RECOVERY_CHUNK
-            )
+        return self._local.batch_headers(start_offset)
 
     def batch_before(self, offset: int) -> BatchHeader | None:
         """The header of the batch holding `offset - 1` (None at or before the log start)."""
-        self._check_open()
-        if offset <= self._log_start or offset > self._end:
-            return None
-        number = bisect.bisect_right(self._bases, offset - 1) - 1
-        return self._locate(self._segments[number], offset - 1)
+        return self._local.batch_before(offset)
 
     # -- timestamps (ListOffsets) --------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record below `max_offset` whose timestamp is at
-        least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp. Segments whose newest
-        timestamp is older are skipped; only the batch that holds the answer is decoded."""
-        self._check_open()
-        for segment in self._segments:
-            if segment.base_offset >= max_offset:
-                return None
-            if self._max_timestamp(segment) < timestamp_ms:
-                continue
-            for header in log_segments.walk_headers(
-                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
-            ):
-                if header.base_offset >= max_offset:
-                    return None
-                if header.max_timestamp_ms < timestamp_ms:
-                    continue
-                for record in self._records_of(segment, header):
-                    if record.offset < max_offset and record.timestamp_ms >= timestamp_ms:
-                        return record.offset, record.timestamp_ms
-        return None
+        least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp."""
+        return self._local.offset_for_timestamp(timestamp_ms, max_offset=max_offset)
 
     def offset_of_max_timestamp(self, *, max_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record below `max_offset` carrying the largest
         timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
-        self._check_open()
-        best: tuple[Segment, BatchHeader] | None = None
-        for segment in self._segments:
-            if segment.base_offset >= max_offset:
-                break
-            if best is not None and self._max_timestamp(segment) <= best[1].max_timestamp_ms:
-                continue
-            for header in log_segments.walk_headers(
-                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
-            ):
-                if header.base_offset >= max_offset:
-                    break
-                if best is None or header.max_timestamp_ms > best[1].max_timestamp_ms:
-                    best = (segment, header)
-        if best is None:
-            return None
-        records = [r for r in self._records_of(*best) if r.offset < max_offset]
-        newest = max(records, key=lambda r: (r.timestamp_ms, -r.offset), default=None)
-        return None if newest is None else (newest.offset, newest.timestamp_ms)
-
-    def _records_of(self, segment: Segment, header: BatchHeader) -> list[record_batch.Record]:
-        data = os.pread(self._reader(segment), header.size, header.position)
-        return record_batch.decode_records(data, verify_crc=False)
-
-    def _max_timestamp(self, segment: Segment) -> int:
-        if segment.max_timestamp_ms is None:
-            newest = log_segments.NO_TIMESTAMP
-            for header in log_segments.walk_headers(
-                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
-            ):
-                newest = max(newest, header.max_timestamp_ms)
-            segment.max_timestamp_ms = newest
-        return segment.max_timestamp_ms
-
-    def _delete_segment_files(self, segment: Segment) -> None:
-        self._forget_reader(segment.base_offset)
-        if self._segments and segment is self._segments[-1]:
-            self._close_write_fds()
-        segment.log_path.unlink(missing_ok=True)
-        segment.index_path.unlink(missing_ok=True)
+        return self._local.offset_of_max_timestamp(max_offset=max_offset)
 
     # -- epoch checkpoint ----------------------------------------------------------------------
 
@@ -693,71 +297,30 @@ class PartitionLog:
         """Replace the checkpoint atomically, without fsync; the next `flush` makes it durable
         (`epoch_cache` says why, and how `LeaderEpochCache.load` repairs what a crash left)."""
         self._checkpoint_dirty = False
-        checkpoint = self._epochs.write(self._path)
-        self._change_seq += 1
-        self._pending.append((self._change_seq, checkpoint))
-        self._pending.append((self._change_seq, self._path))
+        checkpoint = self._epochs.write(self._local.path)
+        self._local.mark_changed(checkpoint, self._local.path)
 
     # -- durability and lifecycle --------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync what was appended since the last flush: the active segment and its index, the
-        segments rolled since, and the dir when entries changed. Safe to call from a worker thread
-        while the event loop appends (see the module docstring)."""
-        self._check_open()
-        segments = self._segments
-        active = segments[-1] if segments else None  # read before the counter: see `_roll`
-        seq = self._change_seq
-        if seq == self._flushed_seq:
-            return
-        paths = [path for change, path in list(self._pending) if change <= seq]
-        if active is not None:
-            paths[:0] = (active.log_path, active.index_path)
-        for path in dict.fromkeys(sorted(paths, key=lambda p: p == self._path)):
-            _fsync_path(path)
-        self._flushed_seq = seq
-
-    def _prune_pending(self) -> None:
-        flushed = self._flushed_seq
-        if self._pending and self._pending[0][0] <= flushed:
-            self._pending = [entry for entry in self._pending if entry[0] > flushed]
+        """fsync what changed since the last flush: the segments, the epoch checkpoint, and the
+        dir when entries changed (`LocalLog.flush`; safe from a worker thread)."""
+        self._local.flush()
 
     def relocate(self, path: Path) -> None:
-        """The replica directory was renamed to `path` on the same filesystem: follow it.
-
-        Open fds stay valid across a rename, so nothing is reopened or rescanned (an
-        intra-broker move switches to its copy this way, in microseconds).
-        """
-        self._check_open()
-        old = self._path
-        self._path = path
-        for segment in self._segments:
-            segment.relocate(path)
-        self._pending = [
-            (change, path if entry == old else path / entry.name if entry.parent == old else entry)
-            for change, entry in self._pending
-        ]
+        """The replica directory was renamed to `path` on the same filesystem: follow it, without
+        reopening or rescanning anything (`LocalLog.relocate`)."""
+        self._local.relocate(path)
 
     def close(self) -> None:
         """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
-        if self._closed:
+        if self._local.closed:
             return
         try:
             if self._checkpoint_dirty:
                 self._write_checkpoint()
         finally:
-            self._closed = True
-            self._close_fds()
-
-    def _close_fds(self) -> None:
-        self._close_write_fds()
-        while self._read_fds:
-            _base, fd = self._read_fds.popitem()
-            os.close(fd)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError(f"The log of {self._path} is closed")
+            self._local.close()
 
     def __enter__(self) -> PartitionLog:
         return self
@@ -766,4 +329,5 @@ class PartitionLog:
         self.close()
 
     def __repr__(self) -> str:
-        return f"PartitionLog({str(self._path)!r}, start={self._log_start}, end={self._end})"
+        local = self._local
+        return f"PartitionLog({str(local.path)!r}, start={local.log_start_offset}, end={local.end_offset})"

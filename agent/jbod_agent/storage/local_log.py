@@ -1,0 +1,621 @@
+"""The local log of one replica: its segments as one offset range, their roll, appends and reads of
+stored batches, truncation, the log start offset and the recovery of the segment list (Kafka's
+`LocalLog`).
+
+`LocalLog` keeps the segment files of the replica dir `<logdir>/<topic>-<partition>/` and their
+sparse offset indexes (`log_segments`: one segment's format and recovery). Offsets are contiguous
+across segments; a replica dir without segments is an empty log starting at 0. What the offsets
+mean to replication (leader epochs, the high watermark, retention) is `partition_log`'s, which
+composes this log with the epoch cache.
+
+Durability stance: appends go to the page cache (one `os.write` per segment touched); `flush`
+fsyncs (the broker calls it periodically and on segment roll). Acknowledged data survives a
+process kill -9 because it is in the page cache, and survives the loss of one disk because
+acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what was not flushed;
+recovery then cuts the torn tail.
+
+Guarantees:
+* `recover` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is
+  cut, damage anywhere else raises `CorruptBatchError` naming the file) and raises
+  `CorruptBatchError` for a gap between segments: data in the middle of a log is never dropped
+  silently. It deletes the leftovers of interrupted atomic writes (of segments and of the epoch
+  checkpoint) and the indexes of deleted segments.
+* A replica dir without segments opens without creating a file or keeping a fd. At most the active
+  segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
+  segments.
+* `append` writes frames its caller validated, rolling to a new segment so that no frame is split
+  and no segment passes `segment_bytes` or a relative offset the index cannot hold. Reads and
+  truncations outside [log start, end offset] raise `OffsetOutOfRangeError`; `delete_old_segments`
+  never deletes the active segment.
+* OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
+  failed write the segment is cut back to what was acknowledged before the next append. An
+  OSError from writing an index entry is raised after its batch was appended (the index file is
+  rewritten from memory before its next write, and checked on open anyway).
+* `flush` makes every change counted before it started durable: the active segment and its index,
+  the segments rolled since, the files the caller changed beside them (`mark_changed`: the epoch
+  checkpoint), and the dir last when entries changed.
+* Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
+  it opens its own fds by path (fsync works per file on Linux) and only updates counters.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from jbod_agent.storage import epoch_cache, log_segments
+from jbod_agent.storage.log_segments import MAX_SEGMENT_BYTES, Segment
+from jbod_kafka import record_batch
+from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
+
+MAX_READ_FDS: Final = 8  # read fds cached per log
+
+_TEMP_NAME: Final = re.compile(
+    r"(?:\d{20}\.(?:log|index)|" + re.escape(epoch_cache.EPOCH_CHECKPOINT) + r")\.tmp"
+)
+
+
+class OffsetOutOfRangeError(ValueError):
+    """An offset outside [log_start_offset, end_offset]."""
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync `path` (a file or a dir) through a fd of our own; a file deleted meanwhile has
+    nothing left to make durable."""
+    try:
+        fd = os.open(path, log_segments.OPEN_READ)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _scan_replica_dir(path: Path) -> list[int]:
+    """The base offsets of the segments in `path`, ascending; deletes the leftovers of interrupted
+    atomic writes and full truncations, and the indexes of deleted segments."""
+    bases: list[int] = []
+    index_bases: set[int] = set()
+    for name in os.listdir(path):
+        if match := log_segments.LOG_NAME.fullmatch(name):
+            bases.append(int(match[1]))
+        elif match := log_segments.INDEX_NAME.fullmatch(name):
+            index_bases.add(int(match[1]))
+        elif _TEMP_NAME.fullmatch(name):
+            os.unlink(path / name)  # an interrupted atomic write or full truncation
+    bases.sort()
+    for base in sorted(index_bases.difference(bases)):
+        os.unlink(log_segments.index_path(path, base))  # its segment was deleted
+    return bases
+
+
+class LocalLog:
+    """The segments of one replica dir (see the module docstring); build it with `LocalLog.recover`."""
+
+    def __init__(
+        self, path: Path, segments: list[Segment], *, segment_bytes: int, index_interval_bytes: int
+    ) -> None:
+        self._path = path
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._segment_bytes = segment_bytes
+        self._index_interval = index_interval_bytes
+        self._log_start = segments[0].base_offset if segments else 0
+        self._end = segments[-1].next_offset if segments else 0
+        self._size = sum(segment.size for segment in segments)
+        self._write_fd: int | None = None  # the active segment's log, O_APPEND
+        self._index_fd: int | None = None  # the active segment's index, O_APPEND
+        self._read_fds: OrderedDict[int, int] = OrderedDict()  # base offset -> fd, least recent first
+        self._tail_dirty = False  # a failed write may have left bytes after the active segment's size
+        self._closed = False
+        # Flush bookkeeping: `_change_seq` counts changes to files; `_pending` holds files that are
+        # no longer the active segment (and the dir, after entries changed) with the change that
+        # made them pending; a flush that read `_change_seq` == n makes all changes <= n durable.
+        self._change_seq = 0
+        self._flushed_seq = 0
+        self._pending: list[tuple[int, Path]] = []
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    @classmethod
+    def recover(cls, path: Path, *, segment_bytes: int, index_interval_bytes: int) -> tuple[LocalLog, int]:
+        """Recover the segments in the replica dir `path` (see the module docstring); returns the
+        log and the largest leader epoch of a batch in it (-1: none), for the epoch cache."""
+        if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
+        if index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
+        path = Path(path)
+        bases = _scan_replica_dir(path)
+        segments: list[Segment] = []
+        last_batch_epoch = -1
+        for number, base in enumerate(bases):
+            segment, segment_epoch = log_segments.load_segment(
+                path, base, last=number == len(bases) - 1, interval=index_interval_bytes
+            )
+            last_batch_epoch = max(last_batch_epoch, segment_epoch)
+            if segments and segment.base_offset != segments[-1].next_offset:
+                previous = segments[-1]
+                raise CorruptBatchError(
+                    f"Offsets are not contiguous: {previous.log_path} ends at offset {previous.next_offset}, "
+                    f"{segment.log_path} starts at {segment.base_offset}",
+                    position=0,
+                )
+            segments.append(segment)
+        local_log = cls(
+            path, segments, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
+        )
+        return local_log, last_batch_epoch
+
+    def batch_epochs(self) -> Iterator[tuple[int, int]]:
+        """(leader epoch, base offset) of every batch, in order: what the epoch cache is rebuilt from."""
+        return log_segments.batch_epochs(self._segments)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset (LEO): the offset the next record gets."""
+        return self._end
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segment_bytes(self) -> int:
+        """The size at which the active segment rolls (a topic config change applies at once)."""
+        return self._segment_bytes
+
+    @segment_bytes.setter
+    def segment_bytes(self, value: int) -> None:
+        if not 1 <= value <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {value}")
+        self._segment_bytes = value
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_paths(self) -> list[Path]:
+        """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
+        paths: list[Path] = []
+        for segment in self._segments:
+            paths.append(segment.log_path)
+            if segment.index_path.exists():
+                paths.append(segment.index_path)
+        return paths
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Write validated frames, contiguous from the end offset (positions relative to `data`),
+        rolling segments so that no frame is split; one write per segment touched."""
+        if self._tail_dirty:
+            active = self._segments[-1]
+            os.truncate(active.log_path, active.size)
+            self._tail_dirty = False
+        view = memoryview(data)
+        interval = self._index_interval
+        first = 0
+        while first < len(headers):
+            segment = self._segments[-1] if self._segments else None
+            header = headers[first]
+            if segment is None or (segment.size > 0 and self._must_roll(segment, segment.size, header)):
+                segment = self._roll(header.base_offset)
+            base = segment.base_offset
+            size = segment.size
+            since = segment.bytes_since_index
+            max_ts = segment.max_timestamp_ms
+            entries: list[tuple[int, int]] = []
+            stop = first
+            while stop < len(headers):
+                header = headers[stop]
+                if size > 0 and self._must_roll(segment, size, header):
+                    break
+                if size == 0 or since >= interval:
+                    entries.append((header.base_offset - base, size))
+                    since = 0
+                since += header.size
+                size += header.size
+                if max_ts is not None and header.max_timestamp_ms > max_ts:
+                    max_ts = header.max_timestamp_ms
+                stop += 1
+            last = headers[stop - 1]
+            self._write_run(segment, view[headers[first].position : last.position + last.size])
+            self._size += size - segment.size
+            segment.size = size
+            segment.next_offset = last.next_offset
+            segment.bytes_since_index = since
+            segment.max_timestamp_ms = max_ts
+            self._end = last.next_offset
+            self._change_seq += 1
+            if entries:
+                self._add_index_entries(segment, entries)
+            first = stop
+
+    def _must_roll(self, segment: Segment, size: int, header: BatchHeader) -> bool:
+        return (
+            size + header.size > self._segment_bytes
+            or header.base_offset - segment.base_offset > log_segments.MAX_RELATIVE_OFFSET
+        )
+
+    def _write_run(self, segment: Segment, run: memoryview) -> None:
+        if self._write_fd is None:
+            self._open_write_fds(segment)
+        fd = self._write_fd
+        assert fd is not None
+        try:
+            log_segments.write_all(fd, run)
+        except OSError:
+            self._tail_dirty = True
+            try:
+                os.ftruncate(fd, segment.size)
+                self._tail_dirty = False
+            except OSError:
+                pass  # retried before the next append; the first error is the one to report
+            raise
+
+    def _add_index_entries(self, segment: Segment, entries: Sequence[tuple[int, int]]) -> None:
+        segment.add_index_entries(entries)
+        if not segment.index_file_ok:
+            return  # rewritten whole when the write fds are next opened
+        if self._index_fd is None:
+            self._open_write_fds(segment)
+            return  # opening wrote the whole index, these entries included
+        try:
+            log_segments.write_all(self._index_fd, log_segments.encode_index_entries(entries))
+        except OSError:
+            segment.index_file_ok = False
+            raise
+
+    def _open_write_fds(self, segment: Segment) -> None:
+        """Open the active segment's files for appending, making its index file match memory."""
+        self._close_write_fds()
+        self._write_fd = os.open(segment.log_path, log_segments.OPEN_APPEND, 0o644)
+        self._index_fd = os.open(segment.index_path, log_segments.OPEN_APPEND, 0o644)
+        log_segments.sync_index_file(segment, self._index_fd)
+
+    def _close_write_fds(self) -> None:
+        fds = (self._write_fd, self._index_fd)
+        self._write_fd = self._index_fd = None
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+
+    def _roll(self, base_offset: int) -> Segment:
+        """Start a new active segment at `base_offset` (the end offset)."""
+        self._change_seq += 1
+        if self._segments:
+            previous = self._segments[-1]
+            self._pending.append((self._change_seq, previous.log_path))
+            self._pending.append((self._change_seq, previous.index_path))
+        self._pending.append((self._change_seq, self._path))  # a new dir entry
+        self._prune_pending()
+        self._close_write_fds()
+        segment = Segment(self._path, base_offset)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        return segment
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True
+    ) -> bytes:
+        """Raw whole frames from the one containing `offset`, at most `max_bytes` of them but at
+        least one when one is available (with `min_one`; without it nothing when the first frame
+        is larger than `max_bytes`), and only frames whose base offset is below `max_offset` (when
+        given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it raises
+        OffsetOutOfRangeError."""
+        self.check_open()
+        if not self._log_start <= offset <= self._end:
+            raise OffsetOutOfRangeError(
+                f"Offset {offset} is outside [{self._log_start}, {self._end}] of {self._path}"
+            )
+        limit = self._end if max_offset is None else min(max_offset, self._end)
+        if offset >= limit:
+            return b""
+        number = bisect.bisect_right(self._bases, offset) - 1
+        segment = self._segments[number]
+        start = self._locate(segment, offset)
+        if start.base_offset >= limit:
+            return b""
+        parts: list[bytes] = []
+        total = 0
+        position = start.position
+        while True:
+            part, stopped = segment.read_frames(
+                self._reader(segment), position, max_bytes - total, limit, must_return=min_one and not parts
+            )
+            if part:
+                parts.append(part)
+                total += len(part)
+            number += 1
+            if stopped or total >= max_bytes or number == len(self._segments):
+                break
+            segment = self._segments[number]
+            if segment.base_offset >= limit:
+                break
+            position = 0
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _locate(self, segment: Segment, offset: int) -> BatchHeader:
+        """The header of the frame of `segment` holding `offset` (found through the index)."""
+        return log_segments.locate(segment, self._reader(segment), offset)
+
+    def _reader(self, segment: Segment) -> int:
+        fds = self._read_fds
+        fd = fds.get(segment.base_offset)
+        if fd is not None:
+            fds.move_to_end(segment.base_offset)
+            return fd
+        fd = os.open(segment.log_path, log_segments.OPEN_READ)
+        fds[segment.base_offset] = fd
+        if len(fds) > MAX_READ_FDS:
+            _base, oldest = fds.popitem(last=False)
+            os.close(oldest)
+        return fd
+
+    def _forget_reader(self, base_offset: int) -> None:
+        fd = self._read_fds.pop(base_offset, None)
+        if fd is not None:
+            os.close(fd)
+
+    # -- truncation and deletion ---------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= `offset` (or >= the base offset of the frame holding it)."""
+        self.check_open()
+        if not self._log_start <= offset <= self._end:
+            raise OffsetOutOfRangeError(
+                f"Cannot truncate to {offset}: outside [{self._log_start}, {self._end}] of {self._path}"
+            )
+        if offset < self._end:
+            number = bisect.bisect_right(self._bases, offset) - 1
+            segment = self._segments[number]
+            cut = self._locate(segment, offset)
+            keep = number if cut.position > 0 or number == 0 else number - 1
+            self._change_seq += 1
+            if keep < len(self._segments) - 1 or self._tail_dirty:
+                self._close_write_fds()
+                self._tail_dirty = False  # the cut below removes whatever a failed write left
+            for doomed in reversed(self._segments[keep + 1 :]):
+                self._delete_segment_files(doomed)
+                self._size -= doomed.size
+            del self._segments[keep + 1 :]
+            del self._bases[keep + 1 :]
+            if keep == number:
+                self._cut_segment(segment, cut.position, cut.base_offset)
+            self._end = self._segments[-1].next_offset
+            self._pending.append((self._change_seq, self._path))
+            self._prune_pending()
+
+    def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
+        os.truncate(segment.log_path, position)
+        self._size -= segment.size - position
+        kept = segment.cut(position, next_offset)
+        if self._index_fd is not None:
+            os.ftruncate(self._index_fd, log_segments.INDEX_ENTRY.size * kept)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment; the log is empty and starts at `offset`, also after reopening (an
+        empty segment file with that base offset records it)."""
+        self.check_open()
+        if offset < 0:
+            raise ValueError(f"Log start offset must be >= 0, got {offset}")
+        self._close_fds()
+        self._tail_dirty = False
+        self._change_seq += 1
+        segment = Segment(self._path, offset)
+        tmp = segment.log_path.with_name(segment.log_path.name + ".tmp")
+        if offset > 0:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+        # Newest first: a crash in between leaves a shorter but contiguous log.
+        for doomed in reversed(self._segments):
+            self._delete_segment_files(doomed)
+        if offset > 0:
+            os.replace(tmp, segment.log_path)
+            self._segments = [segment]
+            self._bases = [offset]
+        else:
+            self._segments = []  # no file needed: a replica dir without segments starts at 0
+            self._bases = []
+        _fsync_path(self._path)
+        self._log_start = self._end = offset
+        self._size = 0
+
+    def delete_old_segments(self, should_delete: Callable[[Segment], bool]) -> int:
+        """Delete the oldest segments, one at a time, while `should_delete` says so of the oldest;
+        never the active segment. The log start moves to the oldest segment left. Returns how many
+        were deleted."""
+        self.check_open()
+        deleted = 0
+        while len(self._segments) > 1:
+            segment = self._segments[0]
+            if not should_delete(segment):
+                break
+            self._change_seq += 1
+            self._delete_segment_files(segment)
+            self._size -= segment.size
+            del self._segments[0]
+            del self._bases[0]
+            deleted += 1
+        if deleted:
+            self._log_start = self._segments[0].base_offset
+            self._pending.append((self._change_seq, self._path))
+            self._prune_pending()
+        return deleted
+
+    # -- batch headers (producer state) --------------------------------------------------------
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """The headers of every batch from the one holding `start_offset` to the end, in order
+        (positions within their segment); nothing when `start_offset` is at or past the end."""
+        self.check_open()
+        start = max(start_offset, self._log_start)
+        if start >= self._end:
+            return
+        number = bisect.bisect_right(self._bases, start) - 1
+        first = self._locate(self._segments[number], start)
+        for index, segment in enumerate(self._segments[number:]):
+            position = first.position if index == 0 else 0
+            yield from log_segments.walk_headers(
+                self._reader(segment), position, segment.size, log_segments.RECOVERY_CHUNK
+            )
+
+    def batch_before(self, offset: int) -> BatchHeader | None:
+        """The header of the batch holding `offset - 1` (None at or before the log start)."""
+        self.check_open()
+        if offset <= self._log_start or offset > self._end:
+            return None
+        number = bisect.bisect_right(self._bases, offset - 1) - 1
+        return self._locate(self._segments[number], offset - 1)
+
+    # -- timestamps (ListOffsets, retention) ---------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` whose timestamp is at
+        least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp. Segments whose newest
+        timestamp is older are skipped; only the batch that holds the answer is decoded."""
+        self.check_open()
+        for segment in self._segments:
+            if segment.base_offset >= max_offset:
+                return None
+            if self.max_timestamp(segment) < timestamp_ms:
+                continue
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
+                if header.base_offset >= max_offset:
+                    return None
+                if header.max_timestamp_ms < timestamp_ms:
+                    continue
+                for record in self._records_of(segment, header):
+                    if record.offset < max_offset and record.timestamp_ms >= timestamp_ms:
+                        return record.offset, record.timestamp_ms
+        return None
+
+    def offset_of_max_timestamp(self, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` carrying the largest
+        timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
+        self.check_open()
+        best: tuple[Segment, BatchHeader] | None = None
+        for segment in self._segments:
+            if segment.base_offset >= max_offset:
+                break
+            if best is not None and self.max_timestamp(segment) <= best[1].max_timestamp_ms:
+                continue
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
+                if header.base_offset >= max_offset:
+                    break
+                if best is None or header.max_timestamp_ms > best[1].max_timestamp_ms:
+                    best = (segment, header)
+        if best is None:
+            return None
+        records = [r for r in self._records_of(*best) if r.offset < max_offset]
+        newest = max(records, key=lambda r: (r.timestamp_ms, -r.offset), default=None)
+        return None if newest is None else (newest.offset, newest.timestamp_ms)
+
+    def _records_of(self, segment: Segment, header: BatchHeader) -> list[record_batch.Record]:
+        data = os.pread(self._reader(segment), header.size, header.position)
+        return record_batch.decode_records(data, verify_crc=False)
+
+    def max_timestamp(self, segment: Segment) -> int:
+        """The newest batch timestamp of `segment` (read from its batches once, then kept)."""
+        if segment.max_timestamp_ms is None:
+            newest = log_segments.NO_TIMESTAMP
+            for header in log_segments.walk_headers(
+                self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
+            ):
+                newest = max(newest, header.max_timestamp_ms)
+            segment.max_timestamp_ms = newest
+        return segment.max_timestamp_ms
+
+    def _delete_segment_files(self, segment: Segment) -> None:
+        self._forget_reader(segment.base_offset)
+        if self._segments and segment is self._segments[-1]:
+            self._close_write_fds()
+        segment.log_path.unlink(missing_ok=True)
+        segment.index_path.unlink(missing_ok=True)
+
+    # -- durability and lifecycle --------------------------------------------------------------
+
+    def mark_changed(self, *paths: Path) -> None:
+        """Count a change the caller made beside the segments (the epoch checkpoint); the next
+        `flush` fsyncs `paths` (none: the change is only counted) with the segments."""
+        self._change_seq += 1
+        for path in paths:
+            self._pending.append((self._change_seq, path))
+
+    def flush(self) -> None:
+        """fsync what was appended since the last flush: the active segment and its index, the
+        segments rolled since, and the dir when entries changed. Safe to call from a worker thread
+        while the event loop appends (see the module docstring)."""
+        self.check_open()
+        segments = self._segments
+        active = segments[-1] if segments else None  # read before the counter: see `_roll`
+        seq = self._change_seq
+        if seq == self._flushed_seq:
+            return
+        paths = [path for change, path in list(self._pending) if change <= seq]
+        if active is not None:
+            paths[:0] = (active.log_path, active.index_path)
+        for path in dict.fromkeys(sorted(paths, key=lambda p: p == self._path)):
+            _fsync_path(path)
+        self._flushed_seq = seq
+
+    def _prune_pending(self) -> None:
+        flushed = self._flushed_seq
+        if self._pending and self._pending[0][0] <= flushed:
+            self._pending = [entry for entry in self._pending if entry[0] > flushed]
+
+    def relocate(self, path: Path) -> None:
+        """The replica directory was renamed to `path` on the same filesystem: follow it.
+
+        Open fds stay valid across a rename, so nothing is reopened or rescanned (an
+        intra-broker move switches to its copy this way, in microseconds).
+        """
+        self.check_open()
+        old = self._path
+        self._path = path
+        for segment in self._segments:
+            segment.relocate(path)
+        self._pending = [
+            (change, path if entry == old else path / entry.name if entry.parent == old else entry)
+            for change, entry in self._pending
+        ]
+
+    def close(self) -> None:
+        """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        self._close_write_fds()
+        while self._read_fds:
+            _base, fd = self._read_fds.popitem()
+            os.close(fd)
+
+    def check_open(self) -> None:
+        """Raise ValueError once the log is closed."""
+        if self._closed:
+            raise ValueError(f"The log of {self._path} is closed")
