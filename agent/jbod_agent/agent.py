@@ -34,7 +34,7 @@ from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.config import BrokerConfig
 from jbod_agent.controller_port import LinkedController
 from jbod_agent.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
-from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
+from jbod_agent.disks.dir_health import DirMonitor, Prober, probe_log_dir
 from jbod_agent.fetcher import Fetchers
 from jbod_agent.isr_upkeep import IsrUpkeep
 from jbod_agent.lifecycle import LifecycleCalls

@@ -24,7 +24,8 @@ import logging
 import os
 from pathlib import Path
 
-from jbod_agent import dynamic_configs, mover, placement, probe
+from jbod_agent import dynamic_configs, mover, placement
+from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth, DirView
 from jbod_agent.ports import DirFailures, PlacementSink
 from jbod_agent.replica_manager import ReplicaManager

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from jbod_agent import probe
+from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
 from jbod_agent.state import AgentState
 from jbod_agent.storage import replicas

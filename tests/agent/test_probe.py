@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import probe
-from jbod_agent.probe import ProbeOutcome, ProbeResult
+from jbod_agent.disks import probe
+from jbod_agent.disks.probe import ProbeOutcome, ProbeResult
 from jbod_core.ids import Uuid
 from tests.agent.support import format_dir
 from tests.fs import fill, loop_ext4, requires_root, tmpfs
