@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jbod_agent import divergence
+from jbod_agent.replication import divergence
 from jbod_agent.storage.partition_log import PartitionLog
 from tests.agent.support import append_records
 

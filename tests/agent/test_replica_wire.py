@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jbod_agent import replica_wire
+from jbod_agent.replication import replica_wire
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import FetchPosition
 from jbod_core.ids import Uuid
