@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
-from jbod_agent.group_coordinator import CoordinatorSettings, GroupCoordinator
+from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, GroupCoordinator
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
