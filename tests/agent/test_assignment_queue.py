@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jbod_agent.assignment_queue import MAX_BATCH, AssignmentQueue, Placement
+from jbod_agent.lifecycle.assignment_queue import MAX_BATCH, AssignmentQueue, Placement
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jbod_agent.decide import (
+from jbod_agent.lifecycle.decide import (
     EXIT_CONTROLLER_SAID_SHUTDOWN,
     EXIT_DIR_FAILURE_UNREPORTED,
     EXIT_REGISTRATION_REFUSED,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jbod_agent import reconciler
+from jbod_agent.lifecycle import reconciler
 from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
 
