@@ -1,4 +1,4 @@
-"""The agent's pure decision: every KIP-112 rule of `jbod_agent.decide`, one snapshot at a time."""
+"""The agent's pure decision: every KIP-112 rule of `jbod_agent.lifecycle.decide`, one snapshot at a time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a broker applies of the dynamic broker configs (`jbod_agent.dynamic_configs`) and which
-replicas its replication quotas throttle (`jbod_agent.replication_quota`): pure reads of a
+replicas its replication quotas throttle (`jbod_agent.replication.replication_quota`): pure reads of a
 config and an image built from records, on a fake clock."""
 
 from __future__ import annotations

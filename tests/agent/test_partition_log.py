@@ -1,5 +1,5 @@
-"""The on-disk log of one replica (`jbod_agent.partition_log` over `log_segments` and
-`epoch_cache`), on real files in tmp dirs.
+"""The on-disk log of one replica (`jbod_agent.storage.partition_log` over `local_log`,
+`log_segments` and `epoch_cache`), on real files in tmp dirs.
 
 Covers: an empty replica dir creates no file and holds no fd until the first append; append and
 read round trips across many segment rolls; `read` limits (max_bytes, max_offset, at least one

@@ -1,4 +1,4 @@
-"""Disk health probes against real filesystems (`jbod_agent.probe`, protocol §4.3).
+"""Disk health probes against real filesystems (`jbod_agent.disks.probe`, protocol §4.3).
 
 Covers: OK with sizes on a plain dir, a healthy ext4 and a tmpfs; FULL (not FAILED) on a filled
 tmpfs — also when an earlier probe left its file behind — and OK again once space is freed;

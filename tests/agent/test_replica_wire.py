@@ -1,4 +1,4 @@
-"""Replication's Kafka wire (`jbod_agent.replica_wire`) through real bytes: a follower's fetch
+"""Replication's Kafka wire (`jbod_agent.replication.replica_wire`) through real bytes: a follower's fetch
 encoded as Kafka's Fetch, parsed by the broker's request codec and read back as the leader reads
 it; the leader's answer encoded as Kafka's response, parsed by the client codec and read back as
 the follower reads it. Both must come back unchanged."""

@@ -1,4 +1,4 @@
-"""Log dir identity at startup and the pure format plan (protocol §4.1, `jbod_agent.storage`).
+"""Log dir identity at startup and the pure format plan (protocol §4.1, `jbod_agent.storage.storage`).
 
 Covers `storage.load` on real dirs: ids and device ids recorded; duplicate ids refused naming both
 dirs (data/data and data/metadata); a missing `directory.id` generated, written atomically and

@@ -2,7 +2,7 @@
 leads their partitions (Kafka's `kafka.coordinator`); today the consumer groups.
 
 Guarantees:
-* A coordinator follows leadership: it serves the groups of the `__consumer_offsets` partitions
+* A coordinator follows leadership: it serves the groups of the __consumer_offsets partitions
   this broker leads, loaded from their logs, and drops them when it stops leading.
 * Persistence first: what a decision writes is appended through the leader's produce path
   (`partitions.produce`, acks=-1) before the decision takes effect or is answered.
@@ -11,5 +11,5 @@ Guarantees:
   wire side.
 
 Modules:
-* `group_coordinator` — the consumer groups of the `__consumer_offsets` partitions led here.
+* `group_coordinator` — the consumer groups of the __consumer_offsets partitions led here.
 """
