@@ -19,7 +19,8 @@ Subpackages, top down:
 * `storage` — the formats of the log dirs' files and each replica's log.
 
 Modules at the root:
-* `cli` and `storage_cli` — the console scripts `jbod-agent` and `jbod-storage`.
+* `entry`, `cli` and `storage_cli` — the console scripts `jbod-agent` (lean imports, then `cli`) and
+  `jbod-storage`.
 * `config` — `server.properties` with Kafka's key names, parsed into a frozen `BrokerConfig`.
 * `dynamic_configs` — what the broker applies of the dynamic broker configs over its static ones.
 * `state` — the agent's one state: its dirs and their health, replicas, image, registration.
