@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from aiohttp import web
 
-from jbod_agent.http_api import AgentApi
+from jbod_agent.lifecycle.http_api import AgentApi
 from jbod_controller.http_api import ControllerApi
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import SessionError

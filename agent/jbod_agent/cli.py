@@ -18,11 +18,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from jbod_agent import log_format, storage
-from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig, ConfigError, load_config, parse_overrides
-from jbod_agent.http_api import AgentApi
 from jbod_agent.kafka import server as kafka_server
+from jbod_agent.lifecycle.agent import Agent
+from jbod_agent.lifecycle.http_api import AgentApi
+from jbod_agent.storage import log_format, storage
 from jbod_client.controller import ClientError, read_token
 from jbod_runtime import console, tls
 from jbod_runtime.event_loop import run_event_loop

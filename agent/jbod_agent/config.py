@@ -128,7 +128,7 @@ class BrokerConfig:
     # with this SASL mechanism as the inter-broker user (`inter_broker_listener`).
     inter_broker_listener_name: str = "SASL_PLAINTEXT"
     sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
-    telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (agent/jbod_agent/telemetry.py)
+    telemetry_dir: Path | None = None  # disk samples for jbod-pipeline (jbod_agent/lifecycle/telemetry.py)
     telemetry_interval_ms: int = 60_000
     # Limits of the broker's HTTP server (docs/operations.md, "Limits").
     message_max_bytes: int = 1_048_588

@@ -14,8 +14,8 @@ import random
 import sys
 from pathlib import Path
 
-from jbod_agent import log_format, storage
 from jbod_agent.config import CLUSTER_ID_PATTERN, ConfigError, load_config
+from jbod_agent.storage import log_format, storage
 from jbod_runtime import console
 
 PROG = "jbod-storage"

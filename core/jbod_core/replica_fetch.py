@@ -2,9 +2,10 @@
 
 Followers replicate with Kafka's Fetch (a `replica_id`, topic ids, fetch sessions); these are its
 requests and answers once decoded from the wire, or before they are encoded onto it: the leader
-(`jbod_agent.replica_fetch`) serves a `ReplicaFetch` and returns a `ReplicaFetchAnswer`, the
-follower (`jbod_agent.fetcher`) applies the answer; each listener's edge
-(`jbod_agent.replica_wire`) translates them to and from Kafka's messages.
+(`jbod_agent.replication.replica_fetch`) serves a `ReplicaFetch` and returns a
+`ReplicaFetchAnswer`, the follower (`jbod_agent.replication.fetcher`) applies the answer; each
+listener's edge (`jbod_agent.replication.replica_wire`) translates them to and from Kafka's
+messages.
 
 Guarantees: plain frozen values, no I/O; error codes are `ErrorCode`s (or the session codes of
 `jbod_core.fetch_session`), never text; a partition is named by `PartitionKey` (topic id,

@@ -191,7 +191,7 @@ METADATA_RECORD: Final = T.StructType(
 UUID_FIELDS: Final = ("incarnationId", "topicId", "id")
 UUID_LIST_FIELDS: Final = ("logDirs", "offlineLogDirs", "directories")
 
-# -- agent telemetry (one sample per dir per interval; agent/jbod_agent/telemetry.py) ----------
+# -- agent telemetry (one sample per dir per interval; agent/jbod_agent/lifecycle/telemetry.py) ----------
 
 TELEMETRY_REPLICA: Final = T.StructType(
     [

@@ -27,12 +27,12 @@ from typing import Any
 
 import orjson
 
-from jbod_agent.agent import Agent
 from jbod_agent.config import parse_config
+from jbod_agent.disks.probe import ProbeOutcome, ProbeResult
+from jbod_agent.lifecycle.agent import Agent
 from jbod_agent.ports import ControllerCallError
-from jbod_agent.probe import ProbeOutcome, ProbeResult
 from jbod_agent.state import LogDirState
-from jbod_agent.storage import LoadedDir, LoadedStorage
+from jbod_agent.storage.storage import LoadedDir, LoadedStorage
 from jbod_core import assignments, brokers, isr, records
 from jbod_core.ids import Uuid
 from jbod_core.image import ClusterImage, PartitionKey

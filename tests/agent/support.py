@@ -19,7 +19,7 @@ from jbod_kafka import record_batch
 from jbod_runtime import durable_files
 
 if TYPE_CHECKING:
-    from jbod_agent.partition_log import PartitionLog
+    from jbod_agent.storage.partition_log import PartitionLog
 
 STORAGE = shutil.which("jbod-storage", path=str(Path(sys.executable).parent)) or "jbod-storage"
 CLUSTER = "agent-test-cluster"

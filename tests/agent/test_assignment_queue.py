@@ -1,4 +1,4 @@
-"""The placement queue (`jbod_agent.assignment_queue`) with fake time (plain floats).
+"""The placement queue (`jbod_agent.lifecycle.assignment_queue`) with fake time (plain floats).
 
 Covers: the newest placement of a partition wins; batches hold at most 2,250 partitions; a backlog
 above 2,250 goes at once, anything smaller after `batch_delay` (also when a queue emptied by
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jbod_agent.assignment_queue import MAX_BATCH, AssignmentQueue, Placement
+from jbod_agent.lifecycle.assignment_queue import MAX_BATCH, AssignmentQueue, Placement
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 

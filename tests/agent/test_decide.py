@@ -1,4 +1,4 @@
-"""The agent's pure decision: every KIP-112 rule of `jbod_agent.decide`, one snapshot at a time."""
+"""The agent's pure decision: every KIP-112 rule of `jbod_agent.lifecycle.decide`, one snapshot at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jbod_agent.decide import (
+from jbod_agent.lifecycle.decide import (
     EXIT_CONTROLLER_SAID_SHUTDOWN,
     EXIT_DIR_FAILURE_UNREPORTED,
     EXIT_REGISTRATION_REFUSED,

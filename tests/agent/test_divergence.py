@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jbod_agent import divergence
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent.replication import divergence
+from jbod_agent.storage.partition_log import PartitionLog
 from tests.agent.support import append_records
 
 

@@ -1,5 +1,5 @@
 """What a broker applies of the dynamic broker configs (`jbod_agent.dynamic_configs`) and which
-replicas its replication quotas throttle (`jbod_agent.replication_quota`): pure reads of a
+replicas its replication quotas throttle (`jbod_agent.replication.replication_quota`): pure reads of a
 config and an image built from records, on a fake clock."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from jbod_agent import config, dynamic_configs
 from jbod_agent.config import ConfigError
-from jbod_agent.replication_quota import ReplicationQuota
+from jbod_agent.replication.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState, LogDirState
 from jbod_core import broker_configs, records, topic_configs
 from jbod_core.ids import Uuid

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jbod_agent import reconciler, replicas
+from jbod_agent.lifecycle import reconciler
+from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
 
 TOPIC_ID = Uuid.parse("MsJ1vOxlQ2qNGq1sfVZmAw")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import legacy_batch, log_format
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent.storage import legacy_batch, log_format
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_kafka import record_batch
 from tests.agent.support import NODE, format_dir
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import metadata_cache
+from jbod_agent.lifecycle import metadata_cache
 from jbod_core import records
 from jbod_core.ids import Uuid
 from jbod_core.image import ClusterImage

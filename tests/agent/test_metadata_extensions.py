@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import metadata_cache
+from jbod_agent.lifecycle import metadata_cache
 from jbod_core import records
 from jbod_core.image import ClusterImage, ScramCredential
 from tests.agent.runtime_support import FakeClock, InProcessController, make_harness

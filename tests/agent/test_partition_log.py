@@ -1,5 +1,5 @@
-"""The on-disk log of one replica (`jbod_agent.partition_log` over `log_segments` and
-`epoch_cache`), on real files in tmp dirs.
+"""The on-disk log of one replica (`jbod_agent.storage.partition_log` over `local_log`,
+`log_segments` and `epoch_cache`), on real files in tmp dirs.
 
 Covers: an empty replica dir creates no file and holds no fd until the first append; append and
 read round trips across many segment rolls; `read` limits (max_bytes, max_offset, at least one
@@ -36,8 +36,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jbod_agent.epoch_cache import EPOCH_CHECKPOINT
-from jbod_agent.partition_log import MAX_READ_FDS, OffsetOutOfRangeError, PartitionLog
+from jbod_agent.storage.epoch_cache import EPOCH_CHECKPOINT
+from jbod_agent.storage.local_log import MAX_READ_FDS, OffsetOutOfRangeError
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import CorruptBatchError
 from tests.agent.support import append_records

@@ -1,4 +1,4 @@
-"""Disk health probes against real filesystems (`jbod_agent.probe`, protocol §4.3).
+"""Disk health probes against real filesystems (`jbod_agent.disks.probe`, protocol §4.3).
 
 Covers: OK with sizes on a plain dir, a healthy ext4 and a tmpfs; FULL (not FAILED) on a filled
 tmpfs — also when an earlier probe left its file behind — and OK again once space is freed;
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import probe
-from jbod_agent.probe import ProbeOutcome, ProbeResult
+from jbod_agent.disks import probe
+from jbod_agent.disks.probe import ProbeOutcome, ProbeResult
 from jbod_core.ids import Uuid
 from tests.agent.support import format_dir
 from tests.fs import fill, loop_ext4, requires_root, tmpfs

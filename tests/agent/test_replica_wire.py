@@ -1,4 +1,4 @@
-"""Replication's Kafka wire (`jbod_agent.replica_wire`) through real bytes: a follower's fetch
+"""Replication's Kafka wire (`jbod_agent.replication.replica_wire`) through real bytes: a follower's fetch
 encoded as Kafka's Fetch, parsed by the broker's request codec and read back as the leader reads
 it; the leader's answer encoded as Kafka's response, parsed by the client codec and read back as
 the follower reads it. Both must come back unchanged."""
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jbod_agent import replica_wire
+from jbod_agent.replication import replica_wire
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import FetchPosition
 from jbod_core.ids import Uuid

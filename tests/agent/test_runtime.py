@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent.decide import (
+from jbod_agent.lifecycle.decide import (
     EXIT_CONTROLLER_SAID_SHUTDOWN,
     EXIT_DIR_FAILURE_UNREPORTED,
     EXIT_REGISTRATION_REFUSED,

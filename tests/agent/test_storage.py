@@ -1,4 +1,4 @@
-"""Log dir identity at startup and the pure format plan (protocol §4.1, `jbod_agent.storage`).
+"""Log dir identity at startup and the pure format plan (protocol §4.1, `jbod_agent.storage.storage`).
 
 Covers `storage.load` on real dirs: ids and device ids recorded; duplicate ids refused naming both
 dirs (data/data and data/metadata); a missing `directory.id` generated, written atomically and
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jbod_agent import storage
-from jbod_agent.storage import DirKind, StorageError
+from jbod_agent.storage import storage
+from jbod_agent.storage.storage import DirKind, StorageError
 from jbod_core import meta_properties
 from jbod_core.ids import LOST_DIR, Uuid
 from jbod_core.meta_properties import MetaProperties

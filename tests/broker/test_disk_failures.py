@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from jbod_agent.probe import PROBE_FILE
+from jbod_agent.disks.probe import PROBE_FILE
 from jbod_local.processes import console_script
 from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
 from tests.fs import loop_ext4, requires_root, tmpfs

@@ -32,7 +32,7 @@ LIMITS = {
     "request.read.timeout.ms": "1000",
     "message.max.bytes": str(MESSAGE_MAX_BYTES),
 }
-#: `POST /v1/log-dirs/move` reads at most this much (`jbod_agent.http_api.SMALL_BODY_BYTES`).
+#: `POST /v1/log-dirs/move` reads at most this much (`jbod_agent.lifecycle.http_api.SMALL_BODY_BYTES`).
 MOVE_BODY_LIMIT = 64 * 1024
 
 

@@ -758,7 +758,7 @@ def code_metrics() -> set[str]:
     )
     names: set[str] = set()
     for source in METRIC_SOURCES:
-        for path in sorted((ROOT / source).glob("*.py")):
+        for path in sorted((ROOT / source).rglob("*.py")):
             for kind, name in pattern.findall(path.read_text()):
                 if kind.startswith("Counter"):
                     base = name.removesuffix("_total")

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 from pyspark.sql import SparkSession
 
-from jbod_agent import probe, replicas, telemetry
 from jbod_agent.config import parse_config
+from jbod_agent.disks import probe
+from jbod_agent.lifecycle import telemetry
 from jbod_agent.placement import DirHealth
 from jbod_agent.state import LocalReplica, LogDirState
+from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
 from jbod_pipeline import inputs
 

@@ -27,7 +27,7 @@ from typing import Final
 from jbod_agent.kafka.apis import AuthenticationFailedError
 from jbod_agent.kafka.context import ADMIN_USER
 from jbod_agent.kafka.listener import user_principal
-from jbod_agent.peer_link import INTER_BROKER_USER
+from jbod_agent.replication.peer_link import INTER_BROKER_USER
 from jbod_agent.state import AgentState
 from jbod_core import scram
 from jbod_core.image import ScramCredential

@@ -22,15 +22,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Final
 
-from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions
 from jbod_agent.kafka.listener import Connection, user_principal
-from jbod_agent.mover import Mover
-from jbod_agent.peer_link import INTER_BROKER_USER
+from jbod_agent.partitions.client_fetch import ClientFetch
+from jbod_agent.partitions.produce import Produce
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.ports import Clock
-from jbod_agent.produce import Produce
-from jbod_agent.replica_fetch import ReplicaFetchServer
-from jbod_agent.replica_manager import ReplicaManager
+from jbod_agent.replication.mover import Mover
+from jbod_agent.replication.peer_link import INTER_BROKER_USER
+from jbod_agent.replication.replica_fetch import ReplicaFetchServer
 from jbod_agent.state import AgentState
 from jbod_core import acls
 from jbod_core.ids import Uuid

@@ -46,13 +46,13 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent import divergence, replica_wire
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
-from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.partitions.replica_manager import HostedPartition
 from jbod_agent.ports import monotonic_ms
-from jbod_agent.replica_manager import HostedPartition
+from jbod_agent.replication import divergence, replica_wire
+from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.replica_fetch import ReplicaFetchAnswer, ReplicaPartitionAnswer

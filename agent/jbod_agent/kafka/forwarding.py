@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from jbod_agent.controller_port import answer
+from jbod_agent.lifecycle.controller_port import answer
 from jbod_agent.ports import ControllerCallError
 from jbod_agent.state import AgentState
 from jbod_client.controller import ApiError, ClientError, ControllerLink

@@ -50,7 +50,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.group_coordinator import GroupCoordinator
+from jbod_agent.coordinators.group_coordinator import GroupCoordinator
 from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection

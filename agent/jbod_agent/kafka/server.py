@@ -16,9 +16,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
-from jbod_agent.group_coordinator import CoordinatorSettings, GroupCoordinator
+from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, GroupCoordinator
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
@@ -30,6 +29,7 @@ from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.metadata_api import MetadataApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
+from jbod_agent.lifecycle.agent import Agent
 from jbod_client.controller import ControllerLink
 from jbod_core import groups
 from jbod_runtime.tls import ServerTls

@@ -1,7 +1,7 @@
 """The broker agent's decisions (KIP-112 / KIP-858 on the broker side), as one pure function.
 
 `decide(snapshot) -> Plan` looks at what the agent observed and says what to do now and when to
-look again. No I/O, no clock reads, no state: the loop (`jbod_agent.agent`) observes, calls
+look again. No I/O, no clock reads, no state: the loop (`jbod_agent.lifecycle.agent`) observes, calls
 `decide`, and carries the plan out. Guarantees, in the order they are checked:
 
 1. Shut down, and nothing else, when

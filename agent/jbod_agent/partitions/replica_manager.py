@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from jbod_agent.partition_log import PartitionLog
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, monotonic_ms
 from jbod_agent.state import AgentState
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import fetch_session, producer_state, replication, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid

@@ -24,11 +24,14 @@ import logging
 import os
 from pathlib import Path
 
-from jbod_agent import dynamic_configs, mover, placement, probe, replicas
+from jbod_agent import dynamic_configs, placement
+from jbod_agent.disks import probe
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.placement import DirHealth, DirView
 from jbod_agent.ports import DirFailures, PlacementSink
-from jbod_agent.replica_manager import ReplicaManager
+from jbod_agent.replication import mover
 from jbod_agent.state import AgentState, LocalReplica
+from jbod_agent.storage import replicas
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable
 
-from jbod_agent import probe
+from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock
 from jbod_agent.state import AgentState, FailedDir, LogDirState

@@ -20,8 +20,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, ControllerCallError, PartitionAlterations, monotonic_ms
-from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_core import replication
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey

@@ -18,7 +18,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core.replication import DivergingEpoch, diverging_epoch, truncation_offset
 
 

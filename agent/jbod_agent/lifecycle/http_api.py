@@ -30,9 +30,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 
-from jbod_agent import probe, views
-from jbod_agent.agent import Agent
 from jbod_agent.config import BrokerConfig
+from jbod_agent.disks import probe
+from jbod_agent.lifecycle import views
+from jbod_agent.lifecycle.agent import Agent
 from jbod_agent.placement import DirHealth
 from jbod_core import views as core_views
 from jbod_core.broker_messages import MoveReplicaRequest

@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from jbod_agent import producers
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
+from jbod_agent.storage import producers
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import producer_state, replication
 from jbod_core.errors import ErrorCode
 from jbod_kafka import record_batch

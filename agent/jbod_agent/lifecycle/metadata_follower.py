@@ -24,9 +24,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from jbod_agent import metadata_cache
+from jbod_agent.lifecycle import metadata_cache
+from jbod_agent.lifecycle.reconciler import Reconciler
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
-from jbod_agent.reconciler import Reconciler
 from jbod_agent.state import AgentState
 from jbod_core import records
 from jbod_core.errors import ErrorCode

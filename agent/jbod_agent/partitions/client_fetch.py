@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from jbod_agent.partitions.replica_manager import HostedPartition
 from jbod_agent.ports import Clock
-from jbod_agent.replica_manager import HostedPartition
 
 
 class ClientFetch:

@@ -28,27 +28,27 @@ import random
 from collections.abc import Coroutine
 from typing import Any
 
-from jbod_agent import telemetry
-from jbod_agent.assignment_queue import AssignmentQueue, PlacementOutbox
-from jbod_agent.client_fetch import ClientFetch
 from jbod_agent.config import BrokerConfig
-from jbod_agent.controller_port import LinkedController
-from jbod_agent.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
-from jbod_agent.dir_health import DirMonitor, Prober, probe_log_dir
-from jbod_agent.fetcher import Fetchers
-from jbod_agent.isr_upkeep import IsrUpkeep
-from jbod_agent.lifecycle import LifecycleCalls
-from jbod_agent.log_upkeep import LogUpkeep
-from jbod_agent.metadata_follower import MetadataFollower
-from jbod_agent.mover import Mover
+from jbod_agent.disks.dir_health import DirMonitor, Prober, probe_log_dir
+from jbod_agent.lifecycle import telemetry
+from jbod_agent.lifecycle.assignment_queue import AssignmentQueue, PlacementOutbox
+from jbod_agent.lifecycle.controller_port import LinkedController
+from jbod_agent.lifecycle.decide import ActionKind, FailedDirView, Plan, Snapshot, decide
+from jbod_agent.lifecycle.lifecycle import LifecycleCalls
+from jbod_agent.lifecycle.metadata_follower import MetadataFollower
+from jbod_agent.lifecycle.reconciler import Reconciler
+from jbod_agent.partitions.client_fetch import ClientFetch
+from jbod_agent.partitions.log_upkeep import LogUpkeep
+from jbod_agent.partitions.produce import Produce
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.ports import Clock, ControllerCalls, SystemClock
-from jbod_agent.produce import Produce
-from jbod_agent.reconciler import Reconciler
-from jbod_agent.replica_fetch import ReplicaFetchServer
-from jbod_agent.replica_manager import ReplicaManager
-from jbod_agent.replication_quota import ReplicationQuota
+from jbod_agent.replication.fetcher import Fetchers
+from jbod_agent.replication.isr_upkeep import IsrUpkeep
+from jbod_agent.replication.mover import Mover
+from jbod_agent.replication.replica_fetch import ReplicaFetchServer
+from jbod_agent.replication.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState, LogDirState
-from jbod_agent.storage import LoadedStorage
+from jbod_agent.storage.storage import LoadedStorage
 from jbod_client.controller import ControllerLink
 from jbod_core import broker_configs, topic_configs
 from jbod_core.ids import Uuid, random_uuid

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from jbod_agent import dynamic_configs, mover, replicas
+from jbod_agent import dynamic_configs
 from jbod_agent.placement import DirHealth
+from jbod_agent.replication import mover
 from jbod_agent.state import AgentState, LocalReplica
+from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 

@@ -38,11 +38,11 @@ import functools
 import logging
 from collections.abc import Callable
 
-from jbod_agent import divergence, replica_wire
-from jbod_agent.peer_link import INTER_BROKER_USER, PeerConnection, PeerError, PeerLogin
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock
-from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
-from jbod_agent.replication_quota import ReplicationQuota
+from jbod_agent.replication import divergence, replica_wire
+from jbod_agent.replication.peer_link import INTER_BROKER_USER, PeerConnection, PeerError, PeerLogin
+from jbod_agent.replication.replication_quota import ReplicationQuota
 from jbod_agent.state import AgentState
 from jbod_core import fetch_session
 from jbod_core.errors import ErrorCode

@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from jbod_agent import divergence
-from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, monotonic_ms
-from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
-from jbod_agent.replication_quota import ReplicationQuota
+from jbod_agent.replication import divergence
+from jbod_agent.replication.replication_quota import ReplicationQuota
+from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core import fetch_session, replication
 from jbod_core.errors import ErrorCode
 from jbod_core.image import PartitionKey

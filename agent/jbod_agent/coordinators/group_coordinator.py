@@ -51,10 +51,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
-from jbod_agent.partition_log import OffsetOutOfRangeError
+from jbod_agent.partitions.produce import Produce, ProduceError
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.produce import Produce, ProduceError
-from jbod_agent.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core import group_records, groups
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC

@@ -1,6 +1,6 @@
 """The segment files of one replica's log: their format, their sparse offset index, their recovery.
 
-Files in the replica dir (`partition_log` owns the dir; this module one segment at a time):
+Files in the replica dir (`local_log` keeps them as one log; this module one segment at a time):
 * `{base_offset:020d}.log`: concatenated Kafka RecordBatch v2 batches (`jbod_kafka.record_batch`),
   offsets contiguous within the segment (a segment in jbod's legacy frames is refused:
   `log_format`);
@@ -21,7 +21,7 @@ Guarantees:
 * `Segment.size` and `Segment.next_offset` count only batches known whole and valid: what a
   failed write may have left after `size` is not part of the segment.
 * Positions and relative offsets fit the index's u32: a segment is at most `MAX_SEGMENT_BYTES`
-  and rolls before a relative offset would pass `MAX_RELATIVE_OFFSET` (`PartitionLog` rolls).
+  and rolls before a relative offset would pass `MAX_RELATIVE_OFFSET` (`LocalLog` rolls).
 * Reads never go past the segment's acknowledged end; OSErrors propagate untouched.
 """
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from jbod_agent import producers
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.replica_manager import HostedPartition, ReplicaManager
+from jbod_agent.storage import producers
 from jbod_core import producer_state
 
 log = logging.getLogger("jbod_agent.replicas")

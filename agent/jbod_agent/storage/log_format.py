@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from jbod_agent import legacy_batch, replicas
+from jbod_agent.storage import legacy_batch, replicas
 from jbod_kafka import record_batch
 from jbod_runtime import durable_files
 

@@ -1,36 +1,39 @@
-"""The on-disk log of one replica: appends, reads, truncation, retention and flush bookkeeping.
+"""The local log of one replica: its segments as one offset range, their roll, appends and reads of
+stored batches, truncation, the log start offset and the recovery of the segment list (Kafka's
+`LocalLog`).
 
-`PartitionLog` orchestrates the replica dir `<logdir>/<topic>-<partition>/` (its
-`partition.metadata` is left alone): the segment files and their sparse offset indexes
-(`log_segments`: their format and recovery) and the leader-epoch cache with its checkpoint
-(`epoch_cache`: its rules and its repair). Offsets are contiguous across segments; a replica dir
-without segments is an empty log starting at 0.
+`LocalLog` keeps the segment files of the replica dir `<logdir>/<topic>-<partition>/` and their
+sparse offset indexes (`log_segments`: one segment's format and recovery). Offsets are contiguous
+across segments; a replica dir without segments is an empty log starting at 0. What the offsets
+mean to replication (leader epochs, the high watermark, retention) is `partition_log`'s, which
+composes this log with the epoch cache.
 
 Durability stance: appends go to the page cache (one `os.write` per segment touched); `flush`
 fsyncs (the broker calls it periodically and on segment roll). Acknowledged data survives a
 process kill -9 because it is in the page cache, and survives the loss of one disk because
 acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what was not flushed;
-recovery then cuts the torn tail. The epoch checkpoint is replaced without an fsync when it
-changes; `flush` fsyncs it and the dir with the data.
+recovery then cuts the torn tail.
 
 Guarantees:
-* `open` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is cut,
-  damage anywhere else raises `CorruptBatchError` naming the file) and raises `CorruptBatchError`
-  for a gap between segments: data in the middle of a log is never dropped silently. It then
-  loads the epoch cache (`epoch_cache.LeaderEpochCache.load`, rebuilt from the batches when the
-  checkpoint is damaged or stale) and trims it to [log start, end offset]: the cache names only
-  epochs of offsets the log holds, after recovery and after every truncation and retention.
+* `recover` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is
+  cut, damage anywhere else raises `CorruptBatchError` naming the file) and raises
+  `CorruptBatchError` for a gap between segments: data in the middle of a log is never dropped
+  silently. It deletes the leftovers of interrupted atomic writes (of segments and of the epoch
+  checkpoint) and the indexes of deleted segments.
 * A replica dir without segments opens without creating a file or keeping a fd. At most the active
   segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
   segments.
-* `append_replicated` and the append methods validate everything before writing anything: a gap,
-  an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged. A
-  produced batch comes as a `record_batch.CheckedBatch`, the proof that Kafka's checks of it
-  passed (`check_produced`, its only maker): the log relies on it and does not check it again.
+* `append` writes frames its caller validated, rolling to a new segment so that no frame is split
+  and no segment passes `segment_bytes` or a relative offset the index cannot hold. Reads and
+  truncations outside [log start, end offset] raise `OffsetOutOfRangeError`; `delete_old_segments`
+  never deletes the active segment.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
   failed write the segment is cut back to what was acknowledged before the next append. An
   OSError from writing an index entry is raised after its batch was appended (the index file is
   rewritten from memory before its next write, and checked on open anyway).
+* `flush` makes every change counted before it started durable: the active segment and its index,
+  the segments rolled since, the files the caller changed beside them (`mark_changed`: the epoch
+  checkpoint), and the dir last when entries changed.
 * Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
   it opens its own fds by path (fsync works per file on Linux) and only updates counters.
 """
@@ -41,13 +44,12 @@ import bisect
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from jbod_agent import epoch_cache, log_segments
-from jbod_agent.log_segments import MAX_SEGMENT_BYTES, Segment
+from jbod_agent.storage import epoch_cache, log_segments
+from jbod_agent.storage.log_segments import MAX_SEGMENT_BYTES, Segment
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
 
@@ -93,40 +95,20 @@ def _scan_replica_dir(path: Path) -> list[int]:
     return bases
 
 
-@dataclass(frozen=True, slots=True)
-class _LogSettings:
-    """The topic settings a log applies: `segment.bytes`, `index.interval.bytes`, `retention.bytes`
-    and `retention.ms` (-1: unlimited)."""
-
-    segment_bytes: int
-    index_interval_bytes: int
-    retention_bytes: int
-    retention_ms: int
-
-
-class PartitionLog:
-    """The log of one replica (see the module docstring); build it with `PartitionLog.open`."""
+class LocalLog:
+    """The segments of one replica dir (see the module docstring); build it with `LocalLog.recover`."""
 
     def __init__(
-        self,
-        path: Path,
-        segments: list[Segment],
-        epochs: epoch_cache.LeaderEpochCache,
-        *,
-        settings: _LogSettings,
+        self, path: Path, segments: list[Segment], *, segment_bytes: int, index_interval_bytes: int
     ) -> None:
         self._path = path
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
-        self._epochs = epochs
-        self._segment_bytes = settings.segment_bytes
-        self._index_interval = settings.index_interval_bytes
-        self.retention_bytes = settings.retention_bytes
-        self.retention_ms = settings.retention_ms
+        self._segment_bytes = segment_bytes
+        self._index_interval = index_interval_bytes
         self._log_start = segments[0].base_offset if segments else 0
         self._end = segments[-1].next_offset if segments else 0
         self._size = sum(segment.size for segment in segments)
-        self._high_watermark = self._log_start
         self._write_fd: int | None = None  # the active segment's log, O_APPEND
         self._index_fd: int | None = None  # the active segment's index, O_APPEND
         self._read_fds: OrderedDict[int, int] = OrderedDict()  # base offset -> fd, least recent first
@@ -138,21 +120,13 @@ class PartitionLog:
         self._change_seq = 0
         self._flushed_seq = 0
         self._pending: list[tuple[int, Path]] = []
-        self._checkpoint_dirty = False  # an epoch of an empty log, not written yet
 
-    # -- opening -----------------------------------------------------------------------------
+    # -- recovery ------------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls,
-        path: Path,
-        *,
-        segment_bytes: int = 64 * 1024 * 1024,
-        index_interval_bytes: int = 4096,
-        retention_bytes: int = -1,
-        retention_ms: int = -1,
-    ) -> PartitionLog:
-        """Recover the log in the replica dir `path` (see the module docstring)."""
+    def recover(cls, path: Path, *, segment_bytes: int, index_interval_bytes: int) -> tuple[LocalLog, int]:
+        """Recover the segments in the replica dir `path` (see the module docstring); returns the
+        log and the largest leader epoch of a batch in it (-1: none), for the epoch cache."""
         if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
             raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
         if index_interval_bytes < 0:
@@ -174,16 +148,14 @@ class PartitionLog:
                     position=0,
                 )
             segments.append(segment)
-        epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
-            path, last_batch_epoch=last_batch_epoch, batch_epochs=lambda: log_segments.batch_epochs(segments)
+        local_log = cls(
+            path, segments, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
         )
-        settings = _LogSettings(segment_bytes, index_interval_bytes, retention_bytes, retention_ms)
-        partition_log = cls(path, segments, epochs, settings=settings)
-        trimmed = epochs.truncate_from_start(partition_log._log_start)
-        trimmed |= epochs.truncate_from_end(partition_log._end)
-        if trimmed or rebuilt:
-            partition_log._write_checkpoint()
-        return partition_log
+        return local_log, last_batch_epoch
+
+    def batch_epochs(self) -> Iterator[tuple[int, int]]:
+        """(leader epoch, base offset) of every batch, in order: what the epoch cache is rebuilt from."""
+        return log_segments.batch_epochs(self._segments)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -201,31 +173,23 @@ class PartitionLog:
         return self._end
 
     @property
-    def high_watermark(self) -> int:
-        return self._high_watermark
-
-    @high_watermark.setter
-    def high_watermark(self, offset: int) -> None:
-        self._high_watermark = min(max(offset, self._log_start), self._end)
-
-    @property
-    def latest_epoch(self) -> int:
-        return self._epochs.latest_epoch
-
-    @property
     def size_bytes(self) -> int:
         return self._size
 
-    def epoch_entries(self) -> list[tuple[int, int]]:
-        """(epoch, start offset) of every epoch in the cache, oldest first."""
-        return self._epochs.entries()
+    @property
+    def segment_bytes(self) -> int:
+        """The size at which the active segment rolls (a topic config change applies at once)."""
+        return self._segment_bytes
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch, as Kafka answers it: (the largest cached epoch <= `epoch`, the
-        start offset of the next cached epoch, or `end_offset` for the latest); (`epoch`, the first
-        cached start offset) when `epoch` is below every cached epoch; (-1, -1) when the cache is
-        empty, `epoch` is negative or above every cached epoch."""
-        return self._epochs.end_offset_for(epoch, self._end)
+    @segment_bytes.setter
+    def segment_bytes(self, value: int) -> None:
+        if not 1 <= value <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {value}")
+        self._segment_bytes = value
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def segment_paths(self) -> list[Path]:
         """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
@@ -238,82 +202,9 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append_as_leader(self, batch: record_batch.CheckedBatch, *, leader_epoch: int) -> int:
-        """Append one produced batch, given the end offset as base offset and `leader_epoch`;
-        returns its base offset. A `CheckedBatch` passed Kafka's checks already
-        (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
-        before the producer state's verdict, Kafka's order): they are not run again here."""
-        self._check_leader_epoch(leader_epoch)
-        base_offset = self._end
-        rewritten = record_batch.with_base_offset(batch.data, base_offset, leader_epoch=leader_epoch)
-        header = record_batch.read_header(rewritten)
-        if leader_epoch > self.latest_epoch:
-            self.assign_epoch_start(leader_epoch)
-        self._append(rewritten, (header,))
-        return base_offset
-
-    def append_replicated(self, data: bytes | memoryview) -> int:
-        """Append frames fetched from the leader (contiguous, starting at the end offset); returns
-        the new end offset. Epochs above the latest are recorded at their frame's base offset.
-
-        Raises ValueError (`CorruptBatchError` for damage) without writing anything when a frame
-        is damaged, the frames do not start at the end offset or are not contiguous, or an epoch
-        goes backwards.
-        """
-        self._check_open()
-        headers = list(record_batch.iter_headers(data))
-        expected = self._end
-        latest = self.latest_epoch
-        new_epochs: list[tuple[int, int]] = []
-        for header in headers:
-            if header.base_offset != expected:
-                raise ValueError(
-                    f"Frame at byte {header.position} has base offset {header.base_offset}, expected {expected}"
-                )
-            if header.leader_epoch < latest:
-                raise ValueError(
-                    f"Frame at offset {header.base_offset} has leader epoch {header.leader_epoch}, "
-                    f"below the latest epoch {latest}"
-                )
-            if header.leader_epoch > latest:
-                latest = header.leader_epoch
-                new_epochs.append((header.leader_epoch, header.base_offset))
-            expected = header.next_offset
-        if not headers:
-            return self._end
-        if new_epochs:
-            for epoch, start in new_epochs:
-                self._epochs.assign(epoch, start)
-            self._write_checkpoint()
-        self._append(data, headers)
-        return self._end
-
-    def assign_epoch_start(self, leader_epoch: int) -> None:
-        """Record that `leader_epoch` starts at the end offset (a new leader does this before its
-        first append, as Kafka's `maybeAssignEpochStartOffset`); a no-op for the latest epoch."""
-        self._check_leader_epoch(leader_epoch)
-        if leader_epoch > self.latest_epoch:
-            self._epochs.assign(leader_epoch, self._end)
-            if self._end == self._log_start:
-                # Nothing in the log to disagree about: persisted with the first append or at
-                # close (a broker taking over thousands of empty partitions writes no files).
-                self._checkpoint_dirty = True
-                self._change_seq += 1
-            else:
-                self._write_checkpoint()
-
-    def _check_leader_epoch(self, leader_epoch: int) -> None:
-        self._check_open()
-        if leader_epoch < 0:
-            raise ValueError(f"Leader epoch must be >= 0, got {leader_epoch}")
-        if leader_epoch < self.latest_epoch:
-            raise ValueError(f"Leader epoch {leader_epoch} is below the latest epoch {self.latest_epoch}")
-
-    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Write validated, contiguous frames (positions relative to `data`), rolling segments so
-        that no frame is split; one write per segment touched."""
-        if self._checkpoint_dirty:
-            self._write_checkpoint()
+    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Write validated frames, contiguous from the end offset (positions relative to `data`),
+        rolling segments so that no frame is split; one write per segment touched."""
         if self._tail_dirty:
             active = self._segments[-1]
             os.truncate(active.log_path, active.size)
@@ -431,7 +322,7 @@ class PartitionLog:
         is larger than `max_bytes`), and only frames whose base offset is below `max_offset` (when
         given). `offset` == end offset gives b""; outside [log_start_offset, end_offset] it raises
         OffsetOutOfRangeError."""
-        self._check_open()
+        self.check_open()
         if not self._log_start <= offset <= self._end:
             raise OffsetOutOfRangeError(
                 f"Offset {offset} is outside [{self._log_start}, {self._end}] of {self._path}"
@@ -485,11 +376,11 @@ class PartitionLog:
         if fd is not None:
             os.close(fd)
 
-    # -- truncation and retention --------------------------------------------------------------
+    # -- truncation and deletion ---------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= `offset` (or >= the base offset of the frame holding it)."""
-        self._check_open()
+        self.check_open()
         if not self._log_start <= offset <= self._end:
             raise OffsetOutOfRangeError(
                 f"Cannot truncate to {offset}: outside [{self._log_start}, {self._end}] of {self._path}"
@@ -513,9 +404,6 @@ class PartitionLog:
             self._end = self._segments[-1].next_offset
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
-        self._high_watermark = min(self._high_watermark, self._end)
-        if self._epochs.truncate_from_end(self._end):
-            self._write_checkpoint()
 
     def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
         os.truncate(segment.log_path, position)
@@ -525,9 +413,9 @@ class PartitionLog:
             os.ftruncate(self._index_fd, log_segments.INDEX_ENTRY.size * kept)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop every segment and the epoch cache; the log is empty and starts at `offset`, also
-        after reopening (an empty segment file with that base offset records it)."""
-        self._check_open()
+        """Drop every segment; the log is empty and starts at `offset`, also after reopening (an
+        empty segment file with that base offset records it)."""
+        self.check_open()
         if offset < 0:
             raise ValueError(f"Log start offset must be >= 0, got {offset}")
         self._close_fds()
@@ -548,26 +436,18 @@ class PartitionLog:
             self._segments = []  # no file needed: a replica dir without segments starts at 0
             self._bases = []
         _fsync_path(self._path)
-        self._log_start = self._end = self._high_watermark = offset
+        self._log_start = self._end = offset
         self._size = 0
-        if self._epochs or epoch_cache.checkpoint_path(self._path).exists():
-            self._epochs.clear()
-            self._write_checkpoint()
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Delete the oldest segments while the log is over `retention_bytes` (when >= 0) or their
-        newest batch is older than `retention_ms` (when >= 0); never the active segment nor one
-        holding offsets at or above the high watermark. Returns how many were deleted."""
-        self._check_open()
+    def delete_old_segments(self, should_delete: Callable[[Segment], bool]) -> int:
+        """Delete the oldest segments, one at a time, while `should_delete` says so of the oldest;
+        never the active segment. The log start moves to the oldest segment left. Returns how many
+        were deleted."""
+        self.check_open()
         deleted = 0
         while len(self._segments) > 1:
             segment = self._segments[0]
-            if segment.next_offset > self._high_watermark:
-                break
-            over_size = 0 <= self.retention_bytes < self._size
-            if not over_size and not (
-                self.retention_ms >= 0 and self._max_timestamp(segment) < now_ms - self.retention_ms
-            ):
+            if not should_delete(segment):
                 break
             self._change_seq += 1
             self._delete_segment_files(segment)
@@ -579,27 +459,14 @@ class PartitionLog:
             self._log_start = self._segments[0].base_offset
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
-            if self._epochs.truncate_from_start(self._log_start):
-                self._write_checkpoint()
         return deleted
-
-    @property
-    def segment_bytes(self) -> int:
-        """The size at which the active segment rolls (a topic config change applies at once)."""
-        return self._segment_bytes
-
-    @segment_bytes.setter
-    def segment_bytes(self, value: int) -> None:
-        if not 1 <= value <= MAX_SEGMENT_BYTES:
-            raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {value}")
-        self._segment_bytes = value
 
     # -- batch headers (producer state) --------------------------------------------------------
 
     def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
         """The headers of every batch from the one holding `start_offset` to the end, in order
         (positions within their segment); nothing when `start_offset` is at or past the end."""
-        self._check_open()
+        self.check_open()
         start = max(start_offset, self._log_start)
         if start >= self._end:
             return
@@ -613,23 +480,23 @@ class PartitionLog:
 
     def batch_before(self, offset: int) -> BatchHeader | None:
         """The header of the batch holding `offset - 1` (None at or before the log start)."""
-        self._check_open()
+        self.check_open()
         if offset <= self._log_start or offset > self._end:
             return None
         number = bisect.bisect_right(self._bases, offset - 1) - 1
         return self._locate(self._segments[number], offset - 1)
 
-    # -- timestamps (ListOffsets) --------------------------------------------------------------
+    # -- timestamps (ListOffsets, retention) ---------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record below `max_offset` whose timestamp is at
         least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp. Segments whose newest
         timestamp is older are skipped; only the batch that holds the answer is decoded."""
-        self._check_open()
+        self.check_open()
         for segment in self._segments:
             if segment.base_offset >= max_offset:
                 return None
-            if self._max_timestamp(segment) < timestamp_ms:
+            if self.max_timestamp(segment) < timestamp_ms:
                 continue
             for header in log_segments.walk_headers(
                 self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
@@ -646,12 +513,12 @@ class PartitionLog:
     def offset_of_max_timestamp(self, *, max_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record below `max_offset` carrying the largest
         timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
-        self._check_open()
+        self.check_open()
         best: tuple[Segment, BatchHeader] | None = None
         for segment in self._segments:
             if segment.base_offset >= max_offset:
                 break
-            if best is not None and self._max_timestamp(segment) <= best[1].max_timestamp_ms:
+            if best is not None and self.max_timestamp(segment) <= best[1].max_timestamp_ms:
                 continue
             for header in log_segments.walk_headers(
                 self._reader(segment), 0, segment.size, log_segments.RECOVERY_CHUNK
@@ -670,7 +537,8 @@ class PartitionLog:
         data = os.pread(self._reader(segment), header.size, header.position)
         return record_batch.decode_records(data, verify_crc=False)
 
-    def _max_timestamp(self, segment: Segment) -> int:
+    def max_timestamp(self, segment: Segment) -> int:
+        """The newest batch timestamp of `segment` (read from its batches once, then kept)."""
         if segment.max_timestamp_ms is None:
             newest = log_segments.NO_TIMESTAMP
             for header in log_segments.walk_headers(
@@ -687,24 +555,20 @@ class PartitionLog:
         segment.log_path.unlink(missing_ok=True)
         segment.index_path.unlink(missing_ok=True)
 
-    # -- epoch checkpoint ----------------------------------------------------------------------
-
-    def _write_checkpoint(self) -> None:
-        """Replace the checkpoint atomically, without fsync; the next `flush` makes it durable
-        (`epoch_cache` says why, and how `LeaderEpochCache.load` repairs what a crash left)."""
-        self._checkpoint_dirty = False
-        checkpoint = self._epochs.write(self._path)
-        self._change_seq += 1
-        self._pending.append((self._change_seq, checkpoint))
-        self._pending.append((self._change_seq, self._path))
-
     # -- durability and lifecycle --------------------------------------------------------------
+
+    def mark_changed(self, *paths: Path) -> None:
+        """Count a change the caller made beside the segments (the epoch checkpoint); the next
+        `flush` fsyncs `paths` (none: the change is only counted) with the segments."""
+        self._change_seq += 1
+        for path in paths:
+            self._pending.append((self._change_seq, path))
 
     def flush(self) -> None:
         """fsync what was appended since the last flush: the active segment and its index, the
         segments rolled since, and the dir when entries changed. Safe to call from a worker thread
         while the event loop appends (see the module docstring)."""
-        self._check_open()
+        self.check_open()
         segments = self._segments
         active = segments[-1] if segments else None  # read before the counter: see `_roll`
         seq = self._change_seq
@@ -728,7 +592,7 @@ class PartitionLog:
         Open fds stay valid across a rename, so nothing is reopened or rescanned (an
         intra-broker move switches to its copy this way, in microseconds).
         """
-        self._check_open()
+        self.check_open()
         old = self._path
         self._path = path
         for segment in self._segments:
@@ -742,12 +606,8 @@ class PartitionLog:
         """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
         if self._closed:
             return
-        try:
-            if self._checkpoint_dirty:
-                self._write_checkpoint()
-        finally:
-            self._closed = True
-            self._close_fds()
+        self._closed = True
+        self._close_fds()
 
     def _close_fds(self) -> None:
         self._close_write_fds()
@@ -755,15 +615,7 @@ class PartitionLog:
             _base, fd = self._read_fds.popitem()
             os.close(fd)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise ValueError once the log is closed."""
         if self._closed:
             raise ValueError(f"The log of {self._path} is closed")
-
-    def __enter__(self) -> PartitionLog:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"PartitionLog({str(self._path)!r}, start={self._log_start}, end={self._end})"

@@ -40,12 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jbod_agent import dynamic_configs, replicas
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent import dynamic_configs
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, PlacementSink
-from jbod_agent.replica_manager import ReplicaManager
 from jbod_agent.state import AgentState, LocalReplica, LogDirState
+from jbod_agent.storage import replicas
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import broker_configs
 from jbod_core.broker_messages import MoveReplicaRequest
 from jbod_core.errors import ErrorCode

@@ -28,9 +28,10 @@ from typing import Any
 
 import orjson
 
-from jbod_agent import probe, replicas
+from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
 from jbod_agent.state import AgentState
+from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent.telemetry")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jbod_agent import dynamic_configs
-from jbod_agent.assignment_queue import AssignmentQueue, Placement
+from jbod_agent.lifecycle.assignment_queue import AssignmentQueue, Placement
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.state import AgentState
 from jbod_core.errors import ErrorCode

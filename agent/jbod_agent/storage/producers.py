@@ -23,7 +23,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from jbod_agent.partition_log import PartitionLog
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import producer_state
 from jbod_core.producer_state import ProducerState
 from jbod_runtime import durable_files

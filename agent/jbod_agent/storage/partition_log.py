@@ -1,0 +1,333 @@
+"""The log of one replica as replication sees it: appends, reads, truncation, retention and flush
+(Kafka's `UnifiedLog`).
+
+`PartitionLog` composes the replica's local log (`local_log`: the segments of the replica dir
+`<logdir>/<topic>-<partition>/`, their roll and recovery, appends and reads of stored batches,
+truncation, the log start offset, flush) with its leader-epoch cache and checkpoint
+(`epoch_cache`: its rules and its repair), and adds the high watermark and retention. The
+replica dir's `partition.metadata` is left alone. The idempotent producers' state of a leader is
+rebuilt from this log and its snapshot by `producers`.
+
+The epoch checkpoint is replaced without an fsync when it changes; `flush` fsyncs it and the dir
+with the data (the local log's flush bookkeeping, `LocalLog.mark_changed`).
+
+Guarantees:
+* `open` recovers the local log (`LocalLog.recover`: damage is never dropped silently), then
+  loads the epoch cache (`epoch_cache.LeaderEpochCache.load`, rebuilt from the batches when the
+  checkpoint is damaged or stale) and trims it to [log start, end offset]: the cache names only
+  epochs of offsets the log holds, after recovery and after every truncation and retention.
+* `append_replicated` and the append methods validate everything before writing anything: a gap,
+  an overlap, a lower epoch or a damaged frame raises `ValueError` with the log unchanged. A
+  produced batch comes as a `record_batch.CheckedBatch`, the proof that Kafka's checks of it
+  passed (`check_produced`, its only maker): the log relies on it and does not check it again.
+* The high watermark stays within [log start, end offset]; retention never deletes data at or
+  above it (nor the active segment: `local_log`).
+* OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
+  local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
+  worker thread while the event loop appends (`local_log`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from jbod_agent.storage import epoch_cache
+from jbod_agent.storage.local_log import LocalLog
+from jbod_agent.storage.log_segments import Segment
+from jbod_kafka import record_batch
+from jbod_kafka.record_batch import BatchHeader
+
+
+class PartitionLog:
+    """The log of one replica (see the module docstring); build it with `PartitionLog.open`."""
+
+    def __init__(
+        self,
+        local: LocalLog,
+        epochs: epoch_cache.LeaderEpochCache,
+        *,
+        retention_bytes: int,
+        retention_ms: int,
+    ) -> None:
+        self._local = local
+        self._epochs = epochs
+        self.retention_bytes = retention_bytes
+        self.retention_ms = retention_ms
+        self._high_watermark = local.log_start_offset
+        self._checkpoint_dirty = False  # an epoch of an empty log, not written yet
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        segment_bytes: int = 64 * 1024 * 1024,
+        index_interval_bytes: int = 4096,
+        retention_bytes: int = -1,
+        retention_ms: int = -1,
+    ) -> PartitionLog:
+        """Recover the log in the replica dir `path` (see the module docstring)."""
+        local, last_batch_epoch = LocalLog.recover(
+            path, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
+        )
+        epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
+            local.path, last_batch_epoch=last_batch_epoch, batch_epochs=local.batch_epochs
+        )
+        partition_log = cls(local, epochs, retention_bytes=retention_bytes, retention_ms=retention_ms)
+        trimmed = epochs.truncate_from_start(local.log_start_offset)
+        trimmed |= epochs.truncate_from_end(local.end_offset)
+        if trimmed or rebuilt:
+            partition_log._write_checkpoint()
+        return partition_log
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._local.path
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._local.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset (LEO): the offset the next record gets."""
+        return self._local.end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self._local.log_start_offset), self._local.end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return self._local.size_bytes
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of every epoch in the cache, oldest first."""
+        return self._epochs.entries()
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch, as Kafka answers it: (the largest cached epoch <= `epoch`, the
+        start offset of the next cached epoch, or `end_offset` for the latest); (`epoch`, the first
+        cached start offset) when `epoch` is below every cached epoch; (-1, -1) when the cache is
+        empty, `epoch` is negative or above every cached epoch."""
+        return self._epochs.end_offset_for(epoch, self._local.end_offset)
+
+    def segment_paths(self) -> list[Path]:
+        """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
+        return self._local.segment_paths()
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append_as_leader(self, batch: record_batch.CheckedBatch, *, leader_epoch: int) -> int:
+        """Append one produced batch, given the end offset as base offset and `leader_epoch`;
+        returns its base offset. A `CheckedBatch` passed Kafka's checks already
+        (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
+        before the producer state's verdict, Kafka's order): they are not run again here."""
+        self._check_leader_epoch(leader_epoch)
+        base_offset = self._local.end_offset
+        rewritten = record_batch.with_base_offset(batch.data, base_offset, leader_epoch=leader_epoch)
+        header = record_batch.read_header(rewritten)
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch_start(leader_epoch)
+        self._append(rewritten, (header,))
+        return base_offset
+
+    def append_replicated(self, data: bytes | memoryview) -> int:
+        """Append frames fetched from the leader (contiguous, starting at the end offset); returns
+        the new end offset. Epochs above the latest are recorded at their frame's base offset.
+
+        Raises ValueError (`CorruptBatchError` for damage) without writing anything when a frame
+        is damaged, the frames do not start at the end offset or are not contiguous, or an epoch
+        goes backwards.
+        """
+        self._local.check_open()
+        headers = list(record_batch.iter_headers(data))
+        expected = self._local.end_offset
+        latest = self.latest_epoch
+        new_epochs: list[tuple[int, int]] = []
+        for header in headers:
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"Frame at byte {header.position} has base offset {header.base_offset}, expected {expected}"
+                )
+            if header.leader_epoch < latest:
+                raise ValueError(
+                    f"Frame at offset {header.base_offset} has leader epoch {header.leader_epoch}, "
+                    f"below the latest epoch {latest}"
+                )
+            if header.leader_epoch > latest:
+                latest = header.leader_epoch
+                new_epochs.append((header.leader_epoch, header.base_offset))
+            expected = header.next_offset
+        if not headers:
+            return self._local.end_offset
+        if new_epochs:
+            for epoch, start in new_epochs:
+                self._epochs.assign(epoch, start)
+            self._write_checkpoint()
+        self._append(data, headers)
+        return self._local.end_offset
+
+    def assign_epoch_start(self, leader_epoch: int) -> None:
+        """Record that `leader_epoch` starts at the end offset (a new leader does this before its
+        first append, as Kafka's `maybeAssignEpochStartOffset`); a no-op for the latest epoch."""
+        self._check_leader_epoch(leader_epoch)
+        if leader_epoch > self.latest_epoch:
+            local = self._local
+            self._epochs.assign(leader_epoch, local.end_offset)
+            if local.end_offset == local.log_start_offset:
+                # Nothing in the log to disagree about: persisted with the first append or at
+                # close (a broker taking over thousands of empty partitions writes no files).
+                self._checkpoint_dirty = True
+                local.mark_changed()
+            else:
+                self._write_checkpoint()
+
+    def _check_leader_epoch(self, leader_epoch: int) -> None:
+        self._local.check_open()
+        if leader_epoch < 0:
+            raise ValueError(f"Leader epoch must be >= 0, got {leader_epoch}")
+        if leader_epoch < self.latest_epoch:
+            raise ValueError(f"Leader epoch {leader_epoch} is below the latest epoch {self.latest_epoch}")
+
+    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Write validated, contiguous frames to the local log, after the epoch checkpoint that an
+        empty log's first epoch still owes."""
+        if self._checkpoint_dirty:
+            self._write_checkpoint()
+        self._local.append(data, headers)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True
+    ) -> bytes:
+        """Raw whole frames from the one containing `offset` (`LocalLog.read`: at most `max_bytes`
+        but at least one with `min_one`, below `max_offset`); outside [log_start_offset,
+        end_offset] it raises OffsetOutOfRangeError."""
+        return self._local.read(offset, max_bytes, max_offset=max_offset, min_one=min_one)
+
+    # -- truncation and retention --------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= `offset` (or >= the base offset of the frame holding it); the
+        high watermark and the epoch cache follow."""
+        self._local.truncate_to(offset)
+        end = self._local.end_offset
+        self._high_watermark = min(self._high_watermark, end)
+        if self._epochs.truncate_from_end(end):
+            self._write_checkpoint()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and the epoch cache; the log is empty and starts at `offset`, also
+        after reopening (an empty segment file with that base offset records it)."""
+        self._local.truncate_fully_and_start_at(offset)
+        self._high_watermark = offset
+        if self._epochs or epoch_cache.checkpoint_path(self._local.path).exists():
+            self._epochs.clear()
+            self._write_checkpoint()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments while the log is over `retention_bytes` (when >= 0) or their
+        newest batch is older than `retention_ms` (when >= 0); never the active segment nor one
+        holding offsets at or above the high watermark. Returns how many were deleted."""
+        local = self._local
+
+        def expired(segment: Segment) -> bool:
+            if segment.next_offset > self._high_watermark:
+                return False
+            over_size = 0 <= self.retention_bytes < local.size_bytes
+            return over_size or (
+                self.retention_ms >= 0 and local.max_timestamp(segment) < now_ms - self.retention_ms
+            )
+
+        deleted = local.delete_old_segments(expired)
+        if deleted and self._epochs.truncate_from_start(local.log_start_offset):
+            self._write_checkpoint()
+        return deleted
+
+    @property
+    def segment_bytes(self) -> int:
+        """The size at which the active segment rolls (a topic config change applies at once)."""
+        return self._local.segment_bytes
+
+    @segment_bytes.setter
+    def segment_bytes(self, value: int) -> None:
+        self._local.segment_bytes = value
+
+    # -- batch headers (producer state) --------------------------------------------------------
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """The headers of every batch from the one holding `start_offset` to the end, in order
+        (positions within their segment); nothing when `start_offset` is at or past the end."""
+        return self._local.batch_headers(start_offset)
+
+    def batch_before(self, offset: int) -> BatchHeader | None:
+        """The header of the batch holding `offset - 1` (None at or before the log start)."""
+        return self._local.batch_before(offset)
+
+    # -- timestamps (ListOffsets) --------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` whose timestamp is at
+        least `timestamp_ms`, or None: Kafka's ListOffsets by timestamp."""
+        return self._local.offset_for_timestamp(timestamp_ms, max_offset=max_offset)
+
+    def offset_of_max_timestamp(self, *, max_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `max_offset` carrying the largest
+        timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None for an empty log."""
+        return self._local.offset_of_max_timestamp(max_offset=max_offset)
+
+    # -- epoch checkpoint ----------------------------------------------------------------------
+
+    def _write_checkpoint(self) -> None:
+        """Replace the checkpoint atomically, without fsync; the next `flush` makes it durable
+        (`epoch_cache` says why, and how `LeaderEpochCache.load` repairs what a crash left)."""
+        self._checkpoint_dirty = False
+        checkpoint = self._epochs.write(self._local.path)
+        self._local.mark_changed(checkpoint, self._local.path)
+
+    # -- durability and lifecycle --------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync what changed since the last flush: the segments, the epoch checkpoint, and the
+        dir when entries changed (`LocalLog.flush`; safe from a worker thread)."""
+        self._local.flush()
+
+    def relocate(self, path: Path) -> None:
+        """The replica directory was renamed to `path` on the same filesystem: follow it, without
+        reopening or rescanning anything (`LocalLog.relocate`)."""
+        self._local.relocate(path)
+
+    def close(self) -> None:
+        """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
+        if self._local.closed:
+            return
+        try:
+            if self._checkpoint_dirty:
+                self._write_checkpoint()
+        finally:
+            self._local.close()
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        local = self._local
+        return f"PartitionLog({str(local.path)!r}, start={local.log_start_offset}, end={local.end_offset})"
