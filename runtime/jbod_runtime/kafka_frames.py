@@ -4,9 +4,10 @@ its leader.
 
 Guarantees:
 * `FrameConnection` is an `asyncio.BufferedProtocol`: the kernel writes received bytes into a
-  64 KiB scratch buffer from which small frames are cut (one copy each), and a frame larger than
-  the scratch is received straight into a buffer of its own size (no copy of its bytes at all in
-  user space). Frames come out as read-only memoryviews, in order; kio and the hand codecs read
+  64 KiB scratch buffer from which small frames are cut (one copy each), and a frame that does
+  not fit in what is left of the scratch is received into a buffer of its own size (what had
+  arrived of it copied once, the rest in place; after such a frame the next size prefix is read
+  alone, so a run of large frames is received without any copy in user space). Frames come out as read-only memoryviews, in order; kio and the hand codecs read
   them as they are.
 * At most `max_queued` complete frames wait unread: beyond that the connection stops reading
   (TCP's flow control holds the peer back) until `next_frame` takes one.
@@ -61,6 +62,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._end = 0  # the end of what the scratch holds
         self._body: bytearray | None = None  # a large frame received in place
         self._body_filled = 0
+        self._expect_large = False  # the last frame went to its own buffer
         self._frames: collections.deque[memoryview] = collections.deque()
         self._error: BaseException | None = None
         self._closed = False  # the connection was lost (or EOF)
@@ -81,6 +83,11 @@ class FrameConnection(asyncio.BufferedProtocol):
             return memoryview(self._body)[self._body_filled :]
         if self._start == self._end:
             self._start = self._end = 0
+            if self._expect_large:
+                # After a large frame, read the next size prefix alone: if this frame is large
+                # too, its body then goes straight to its own buffer instead of through the
+                # scratch (one more read, but no copy of up to 64 KiB of it).
+                return self._view[:4]
         elif len(self._scratch) - self._end < _MIN_ROOM:
             kept = self._end - self._start
             self._scratch[:kept] = self._view[self._start : self._end]
@@ -94,6 +101,7 @@ class FrameConnection(asyncio.BufferedProtocol):
                 self._queue(memoryview(self._body).toreadonly())
                 self._body = None
                 self._frame_started = None
+                self._expect_large = True
             return
         self._end += nbytes
         self._parse()
@@ -136,8 +144,9 @@ class FrameConnection(asyncio.BufferedProtocol):
             if available - 4 >= size:
                 self._queue(memoryview(view[start + 4 : start + 4 + size].tobytes()))
                 start += 4 + size
+                self._expect_large = False
                 continue
-            if 4 + size > len(self._scratch):  # received in place from here on
+            if 4 + size > len(self._scratch) - start:  # received in place from here on
                 body = bytearray(size)
                 body[: available - 4] = view[start + 4 : end]
                 self._body, self._body_filled = body, available - 4

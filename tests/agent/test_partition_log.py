@@ -226,7 +226,9 @@ def test_reads_from_the_middle_of_a_big_segment_use_the_index(tmp_path: Path) ->
         expected = next(h for h in headers if h.base_offset <= offset < h.next_offset)
         assert log.read(offset, 1) == data[expected.position : expected.position + expected.size]
 
-    # The index file holds an entry for the first frame and then one per 500 bytes or more.
+    # The index file holds an entry for the first frame and then one per 500 bytes or more (once
+    # the entries held in memory are written: they reach the file in batches).
+    log.write_index()
     wanted: list[tuple[int, int]] = []
     since = 0
     for header in headers:
@@ -266,9 +268,11 @@ def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     append_records(log, batch(2), leader_epoch=4)
     end = log.end_offset
     before = snapshot(log)
-    indexes = {p.name: p.read_bytes() for p in path.glob("*.index")}
+    log.write_index()
     log.flush()
+    indexes = {p.name: p.read_bytes() for p in path.glob("*.index")}
     log.close()
+    assert {p.name: p.read_bytes() for p in path.glob("*.index")} == indexes  # close wrote nothing new
 
     reopened = PartitionLog.open(path, segment_bytes=400)
 
@@ -278,6 +282,28 @@ def test_reopen_gives_the_same_state(tmp_path: Path) -> None:
     append_records(reopened, batch(1), leader_epoch=4)
     assert reopened.end_offset == end + 1
     reopened.close()
+
+
+def test_an_index_behind_its_segment_after_a_kill_is_rebuilt(tmp_path: Path) -> None:
+    """The active segment's index entries reach the file in batches; a broker killed in between
+    leaves the file behind the segment, and opening the log rebuilds it from the segment."""
+    path = replica_dir(tmp_path)
+    log = PartitionLog.open(path, index_interval_bytes=100)
+    for number in range(30):
+        append_records(log, batch(1, size=40, tag=number), leader_epoch=0)
+    index = path / "00000000000000000000.index"
+    behind = index.read_bytes()
+    log.write_index()
+    complete = index.read_bytes()
+    assert len(behind) < len(complete)  # what a kill -9 before the next batch would leave
+    data = log.read(0, 1 << 30)
+    index.write_bytes(behind)  # the file as the killed broker left it
+
+    reopened = PartitionLog.open(path, index_interval_bytes=100)
+    assert index.read_bytes() == complete
+    assert reopened.read(0, 1 << 30) == data
+    reopened.close()
+    log.close()
 
 
 def _damage_cut(path: Path, frame_size: int) -> None:

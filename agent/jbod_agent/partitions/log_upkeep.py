@@ -45,6 +45,7 @@ class LogUpkeep:
                 hosted.dirty = False
                 self._save_producers(hosted)
                 try:
+                    hosted.log.write_index()  # on the loop, which appends: the flush only fsyncs
                     await asyncio.to_thread(hosted.log.flush)
                 except OSError as exc:
                     if manager.partitions.get(hosted.key) is hosted:
@@ -58,6 +59,7 @@ class LogUpkeep:
             if not hosted.dirty:
                 continue
             try:
+                hosted.log.write_index()
                 hosted.log.flush()
             except (OSError, ValueError) as exc:
                 log.warning("Could not flush %s at shutdown: %s", hosted.name, exc)

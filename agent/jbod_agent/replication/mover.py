@@ -314,6 +314,7 @@ class Mover:
                     )
                 if self._confirmed(move):
                     # The big fsync happens here, off the loop; the switch then syncs only the tail.
+                    future.write_index()
                     await asyncio.to_thread(future.flush)
                     if move.active and self._confirmed(move) and move.truncated_to is None:
                         self._promote(move)
@@ -365,6 +366,7 @@ class Mover:
         for epoch, start in source.epoch_entries():
             if epoch > future.latest_epoch and start >= future.end_offset:
                 future.assign_epoch_start(epoch)
+        future.write_index()
         future.flush()
         old_path = broker.local[move.key].path
         name = old_path.name

@@ -28,10 +28,13 @@ Guarantees:
   truncations outside [log start, end offset] raise `OffsetOutOfRangeError`; `delete_old_segments`
   never deletes the active segment.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline). After a
-  failed write the segment is cut back to what was acknowledged before the next append. An
-  OSError from writing an index entry is raised after its batch was appended (the index file is
-  rewritten from memory before its next write, and checked on open anyway).
-* `flush` makes every change counted before it started durable: the active segment and its index,
+  failed write the segment is cut back to what was acknowledged before the next append. The
+  active segment's index entries reach its file in batches (`write_index`: every
+  `INDEX_WRITE_BATCH` entries, at roll, before a flush, at close); an OSError from writing them
+  is raised after the append that triggered it succeeded, and the file is rewritten from memory
+  before its next write. Recovery rebuilds an active segment's index that is behind its log.
+* `flush` makes every change counted before it started durable (call `write_index` on the event
+  loop first for the index entries in memory): the active segment and its index,
   the segments rolled since, the files the caller changed beside them (`mark_changed`: the epoch
   checkpoint), and the dir last when entries changed.
 * Not thread-safe, except that `flush` may run in a worker thread while the event loop appends:
@@ -41,6 +44,7 @@ Guarantees:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import re
 from collections import OrderedDict
@@ -54,6 +58,7 @@ from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
 
 MAX_READ_FDS: Final = 8  # read fds cached per log
+INDEX_WRITE_BATCH: Final = 64  # index entries written to the active segment's file at once
 
 _TEMP_NAME: Final = re.compile(
     r"(?:\d{20}\.(?:log|index)|" + re.escape(epoch_cache.EPOCH_CHECKPOINT) + r")\.tmp"
@@ -111,6 +116,7 @@ class LocalLog:
         self._size = sum(segment.size for segment in segments)
         self._write_fd: int | None = None  # the active segment's log, O_APPEND
         self._index_fd: int | None = None  # the active segment's index, O_APPEND
+        self._unwritten_index: list[tuple[int, int]] = []  # its entries not yet in the file
         self._read_fds: OrderedDict[int, int] = OrderedDict()  # base offset -> fd, least recent first
         self._tail_dirty = False  # a failed write may have left bytes after the active segment's size
         self._closed = False
@@ -277,10 +283,22 @@ class LocalLog:
         if self._index_fd is None:
             self._open_write_fds(segment)
             return  # opening wrote the whole index, these entries included
+        self._unwritten_index.extend(entries)
+        if len(self._unwritten_index) >= INDEX_WRITE_BATCH:
+            self.write_index()
+
+    def write_index(self) -> None:
+        """Write the active segment's index entries that are only in memory (the index file is
+        written in batches, at roll, before a flush and at close, not once per append: it is
+        derived data, rebuilt from the segment when recovery finds it behind). An OSError is
+        raised after the entries are dropped from the queue and the file marked for a rewrite."""
+        entries, self._unwritten_index = self._unwritten_index, []
+        if not entries or self._index_fd is None or not self._segments:
+            return
         try:
             log_segments.write_all(self._index_fd, log_segments.encode_index_entries(entries))
         except OSError:
-            segment.index_file_ok = False
+            self._segments[-1].index_file_ok = False
             raise
 
     def _open_write_fds(self, segment: Segment) -> None:
@@ -289,8 +307,11 @@ class LocalLog:
         self._write_fd = os.open(segment.log_path, log_segments.OPEN_APPEND, 0o644)
         self._index_fd = os.open(segment.index_path, log_segments.OPEN_APPEND, 0o644)
         log_segments.sync_index_file(segment, self._index_fd)
+        self._unwritten_index = []  # the file now holds every entry in memory
 
     def _close_write_fds(self) -> None:
+        with contextlib.suppress(OSError):  # a short index is rebuilt on open; the data decides
+            self.write_index()
         fds = (self._write_fd, self._index_fd)
         self._write_fd = self._index_fd = None
         for fd in fds:
@@ -386,6 +407,7 @@ class LocalLog:
                 f"Cannot truncate to {offset}: outside [{self._log_start}, {self._end}] of {self._path}"
             )
         if offset < self._end:
+            self.write_index()  # the file as memory has it, before both are cut
             number = bisect.bisect_right(self._bases, offset) - 1
             segment = self._segments[number]
             cut = self._locate(segment, offset)

@@ -302,6 +302,11 @@ class PartitionLog:
 
     # -- durability and lifecycle --------------------------------------------------------------
 
+    def write_index(self) -> None:
+        """Write the index entries held in memory only (`LocalLog.write_index`); on the event
+        loop, before a `flush` in a worker thread."""
+        self._local.write_index()
+
     def flush(self) -> None:
         """fsync what changed since the last flush: the segments, the epoch checkpoint, and the
         dir when entries changed (`LocalLog.flush`; safe from a worker thread)."""
