@@ -56,6 +56,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self.max_frame_bytes = max_frame_bytes
         self.max_queued = max_queued
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._scratch = bytearray(SCRATCH_BYTES)
         self._view = memoryview(self._scratch)
         self._start = 0  # the first unparsed byte of the scratch
@@ -77,6 +78,7 @@ class FrameConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not subclasses of asyncio.Transport, but have its methods.
         self.transport = typing.cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()  # once: each lookup costs a getpid() on 3.11
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
@@ -180,7 +182,7 @@ class FrameConnection(asyncio.BufferedProtocol):
     async def next_frame(self, *, idle_timeout: float, read_timeout: float) -> memoryview | None:
         """The next whole frame, without its size prefix; None at the end of the stream or after
         `idle_timeout` seconds without one begun (the module's guarantees)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         idle_deadline = loop.time() + idle_timeout
         while True:
             if self._frames:
@@ -231,7 +233,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             raise ConnectionResetError("the connection was lost")
         if not self._writing_paused:
             return
-        waiter = self._drain_waiter = asyncio.get_running_loop().create_future()
+        waiter = self._drain_waiter = (self._loop or asyncio.get_running_loop()).create_future()
         try:
             await waiter
         finally:
