@@ -164,10 +164,12 @@ def _payload(api_key: int, version: int, entity: EntityType) -> Any:
     raise LookupError(f"no {entity.name} type for API {api_key} v{version}")  # pragma: no cover
 
 
+@cache  # keyed by two ints: hashing `EntityType` (an Enum) per request costs more than the lookup
 def request_type(api_key: int, version: int) -> Any:
     return _payload(api_key, version, EntityType.request)
 
 
+@cache
 def response_type(api_key: int, version: int) -> Any:
     return _payload(api_key, version, EntityType.response)
 
