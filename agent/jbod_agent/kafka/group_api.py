@@ -1,7 +1,7 @@
 """Kafka's consumer-group APIs on a broker (the classic protocol): FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
 DeleteGroups and OffsetDelete, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
-What they decide is `jbod_core.groups`' (through `jbod_agent.group_coordinator`); this module is
+What they decide is `jbod_core.groups`' (through `jbod_agent.coordinators.group_coordinator`); this module is
 the wire: versions, topic names and ids, the shape of each answer.
 
 Guarantees:
