@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jbod_controller import memory
 from jbod_controller.etcd_gateway import EtcdError, EtcdGateway
 from jbod_controller.etcd_log import EtcdRecordLog, Keys
 from jbod_controller.quorum import ControllerInfo, Quorum, QuorumConfig
@@ -82,6 +81,7 @@ from jbod_core.messages import (
     UnregisterBrokerReply,
 )
 from jbod_core.sessions import Session, StallClock
+from jbod_runtime import gc_policy
 
 log = logging.getLogger("jbod_controller")
 
@@ -193,7 +193,7 @@ class ControllerService:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        memory.configure()
+        gc_policy.configure()
         loop = asyncio.get_running_loop()
         try:
             recovery = await loop.run_in_executor(None, self.record_log.recover)
@@ -210,7 +210,7 @@ class ControllerService:
                 f"image ends at {self.image.end_offset} but the log at {self.record_log.end_offset}"
             )
         del recovery
-        memory.full_collection()
+        gc_policy.full_collection()
         self.recovered_records = recovered
         self.recovery_seconds = time.perf_counter() - started
         if truncated:
@@ -604,8 +604,8 @@ class ControllerService:
 
     async def _collect_garbage_forever(self) -> None:
         while True:
-            await asyncio.sleep(memory.FULL_COLLECTION_INTERVAL_S)
-            log.info("Ran a full garbage collection in %.2f s", memory.full_collection())
+            await asyncio.sleep(gc_policy.FULL_COLLECTION_INTERVAL_S)
+            log.info("Ran a full garbage collection in %.2f s", gc_policy.full_collection())
 
     # -- snapshots ----------------------------------------------------------------------------
 

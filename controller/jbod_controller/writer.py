@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from jbod_controller import memory
 from jbod_controller.record_log import NotActiveError, RecordLog
 from jbod_core import frames, records
 from jbod_core.image import ClusterImage
+from jbod_runtime import gc_policy
 
 log = logging.getLogger("jbod_controller.writer")
 
@@ -246,8 +246,8 @@ class Writer:
 
     async def _announce_commit(self, written: int) -> None:
         """After a durable batch: wake the metadata readers and run the after-commit hooks."""
-        if written >= memory.FREEZE_AFTER_RECORDS:
-            memory.freeze()
+        if written >= gc_policy.FREEZE_AFTER_RECORDS:
+            gc_policy.freeze()
         await self.commits.notify()
         for hook in self.after_commit:
             hook()

@@ -52,6 +52,7 @@ from jbod_agent.storage.storage import LoadedStorage
 from jbod_client.controller import ControllerLink
 from jbod_core import broker_configs, topic_configs
 from jbod_core.ids import Uuid, random_uuid
+from jbod_runtime import gc_policy
 
 log = logging.getLogger("jbod_agent")
 
@@ -180,6 +181,7 @@ class Agent:
         self._spawn(self.isr_upkeep.run_forever(), "isr")
         self._spawn(self.log_upkeep.flush_forever(), "flush")
         self._spawn(self.log_upkeep.retention_forever(), "retention")
+        self._spawn(self._collect_garbage_forever(), "gc")
         await state.stopping.wait()
         for call in (self._lifecycle_call, self._placement_call):
             if call is not None:
@@ -196,6 +198,21 @@ class Agent:
         await self.link.aclose()
         self.monitor.shutdown()
         return self.exit_code
+
+    async def _collect_garbage_forever(self) -> None:
+        """The broker's heap is mostly long-lived (hosted partitions, logs, the metadata image):
+        freeze it every `FREEZE_INTERVAL_S` so routine collections scan only what is new, and
+        reclaim frozen cyclic garbage with a full collection once an hour (`gc_policy`)."""
+        gc_policy.configure()
+        since_full = 0.0
+        while True:
+            await self.clock.sleep(gc_policy.FREEZE_INTERVAL_S)
+            since_full += gc_policy.FREEZE_INTERVAL_S
+            if since_full >= gc_policy.FULL_COLLECTION_INTERVAL_S:
+                since_full = 0.0
+                log.info("Ran a full garbage collection in %.2f s", gc_policy.full_collection())
+            else:
+                gc_policy.freeze()
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """A task of the agent's lifetime; one that dies of an error is logged, not lost silently."""
