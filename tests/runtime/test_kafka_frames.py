@@ -145,7 +145,6 @@ async def test_a_slow_reader_holds_the_sender_back() -> None:
         payload = b"y" * (1 << 20)
         frames_sent = 40  # 40 MiB: far more than loopback's socket buffers hold
         sender = asyncio.create_task(_send(peer, frame(payload) * frames_sent, pieces=50, seed=6))
-        await asyncio.sleep(0)
         done, _ = await asyncio.wait({sender}, timeout=1.0)
         assert not done  # held back: nothing reads
         for _ in range(frames_sent):
