@@ -27,14 +27,13 @@ from jbod_kafka import flexible
 
 FIRST_VERSION: Final = 12
 _TOPIC_IDS_FROM: Final = 13
-_NODE_ENDPOINTS_FROM: Final = 16
+LEADER_HINTS_FROM: Final = 16  # current_leader and node_endpoints (KIP-951)
 
 _HEADER: Final = struct.Struct(">iiBihi")  # size, correlation id, no tags, throttle, error, session
 _PARTITION: Final = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
 _INT32: Final = struct.Struct(">i")
 _EPOCH_END: Final = struct.Struct(">iqB")  # epoch, end offset, no tags
-_LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags
-_ZERO_ID: Final = bytes(16)
+_LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags (decoded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +59,9 @@ def _partition_tags(part: Partition) -> bytes:
     tags = []
     if part.diverging is not None and part.diverging != (-1, -1):
         tags.append(b"\x00" + flexible.uvarint(_EPOCH_END.size) + _EPOCH_END.pack(*part.diverging, 0))
-    if part.current_leader is not None and part.current_leader != (-1, -1):
-        tags.append(b"\x01" + flexible.uvarint(_LEADER.size) + _LEADER.pack(*part.current_leader, 0))
+    hint = flexible.leader_hint_tag(1, part.current_leader)
+    if hint:
+        tags.append(hint)
     return flexible.uvarint(len(tags)) + b"".join(tags)
 
 
@@ -81,10 +81,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     pieces: list[bytes | memoryview] = [b""]  # the header, once the size is known
     head = bytearray(flexible.uvarint(len(topics) + 1))
     for topic, partitions in topics:
-        if version >= _TOPIC_IDS_FROM:  # kio reads the zero id as None, and writes None as it
-            head += topic.bytes if isinstance(topic, uuid.UUID) else _ZERO_ID
-        else:
-            head += flexible.compact_string(topic if isinstance(topic, str) else "")
+        head += flexible.topic_field(topic, by_id=version >= _TOPIC_IDS_FROM)
         head += flexible.uvarint(len(partitions) + 1)
         for part in partitions:
             head += _PARTITION.pack(
@@ -103,7 +100,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
                 head = bytearray()
             head += _partition_tags(part)
         head += b"\x00"  # the topic's tagged fields
-    if version >= _NODE_ENDPOINTS_FROM and node_endpoints:
+    if version >= LEADER_HINTS_FROM and node_endpoints:
         head += b"\x01" + flexible.node_endpoints_tag(0, node_endpoints)
     else:
         head += b"\x00"
@@ -190,7 +187,7 @@ def _decode(version: int, reader: _Reader) -> Decoded:
         topic: uuid.UUID | str | None
         if version >= _TOPIC_IDS_FROM:
             raw = bytes(reader.take(16))
-            topic = None if raw == _ZERO_ID else uuid.UUID(bytes=raw)
+            topic = None if raw == flexible.ZERO_TOPIC_ID else uuid.UUID(bytes=raw)
         else:
             topic = reader.compact_string()
         partitions = [_partition(reader) for _ in range(_count(reader))]

@@ -23,12 +23,10 @@ from jbod_kafka import flexible
 
 FIRST_VERSION: Final = 9
 _TOPIC_IDS_FROM: Final = 13
-_LEADER_HINTS_FROM: Final = 10  # current_leader and node_endpoints (KIP-951)
+LEADER_HINTS_FROM: Final = 10  # current_leader and node_endpoints (KIP-951)
 _HEADER: Final = struct.Struct(">iiB")  # size, correlation id, no tags
 _PARTITION: Final = struct.Struct(">ihqqq")  # index, error, base offset, log append time, log start
 _INT32: Final = struct.Struct(">i")
-_LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags
-_ZERO_ID: Final = bytes(16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +53,8 @@ def _partition(part: PartitionProduceResponse, *, leader_hint: bool) -> bytes:
     for batch_index, message in part.record_errors:
         out += _INT32.pack(batch_index) + flexible.compact_string(message) + b"\x00"
     out += flexible.compact_string(part.error_message)
-    if leader_hint and part.current_leader is not None and part.current_leader != (-1, -1):
-        out += b"\x01\x00" + flexible.uvarint(_LEADER.size) + _LEADER.pack(*part.current_leader, 0)
-    else:
-        out += b"\x00"
+    hint = flexible.leader_hint_tag(0, part.current_leader) if leader_hint else b""
+    out += b"\x01" + hint if hint else b"\x00"
     return bytes(out)
 
 
@@ -75,16 +71,13 @@ def encode(
         raise ValueError(f"Produce v{version} is not flexible: encode it with kio")
     body = bytearray(flexible.uvarint(len(topics) + 1))
     for topic, partitions in topics:
-        if version >= _TOPIC_IDS_FROM:  # kio reads the zero id as None, and writes None as it
-            body += topic.bytes if isinstance(topic, uuid.UUID) else _ZERO_ID
-        else:
-            body += flexible.compact_string(topic if isinstance(topic, str) else "")
+        body += flexible.topic_field(topic, by_id=version >= _TOPIC_IDS_FROM)
         body += flexible.uvarint(len(partitions) + 1)
         for part in partitions:
-            body += _partition(part, leader_hint=version >= _LEADER_HINTS_FROM)
+            body += _partition(part, leader_hint=version >= LEADER_HINTS_FROM)
         body += b"\x00"  # the topic's tagged fields
     body += _INT32.pack(throttle_ms)
-    if version >= _LEADER_HINTS_FROM and node_endpoints:
+    if version >= LEADER_HINTS_FROM and node_endpoints:
         body += b"\x01" + flexible.node_endpoints_tag(0, node_endpoints)
     else:
         body += b"\x00"
