@@ -19,6 +19,7 @@ is Kafka's.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -35,6 +36,7 @@ from jbod_agent.state import AgentState
 from jbod_core import acls
 from jbod_core.ids import Uuid
 from jbod_core.image import BrokerRegistration
+from jbod_kafka import flexible
 from jbod_kafka.ids import jbod_uuid
 
 ZERO_UUID: Final = uuid.UUID(int=0)
@@ -71,18 +73,22 @@ class CurrentLeader:
     endpoint: Endpoint | None
     rack: str | None = None
 
-    def node_endpoints(self) -> list[dict[str, object]]:
-        """The response's `node_endpoints` for this hint: the leader's, when it has one."""
-        if self.endpoint is None:
-            return []
-        return [
-            {
-                "node_id": self.leader_id,
-                "host": self.endpoint.host,
-                "port": self.endpoint.port,
-                "rack": self.rack,
-            }
-        ]
+    @property
+    def hint(self) -> tuple[int, int]:
+        """(leader id, leader epoch): the response's tagged `current_leader`."""
+        return self.leader_id, self.leader_epoch
+
+
+def hinted_endpoints(leaders: Iterable[CurrentLeader | None]) -> list[flexible.NodeEndpoint]:
+    """A response's `node_endpoints`: the endpoint of each leader it hints, once per broker
+    (leaders without an endpoint on the client's listener are left out)."""
+    endpoints: dict[int, flexible.NodeEndpoint] = {}
+    for leader in leaders:
+        if leader is not None and leader.endpoint is not None:
+            endpoints[leader.leader_id] = flexible.NodeEndpoint(
+                leader.leader_id, leader.endpoint.host, leader.endpoint.port, leader.rack
+            )
+    return list(endpoints.values())
 
 
 @dataclass(slots=True)

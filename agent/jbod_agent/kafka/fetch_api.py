@@ -46,7 +46,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka.context import BrokerContext, CurrentLeader
+from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.partitions.replica_manager import HostedPartition
@@ -82,7 +82,6 @@ def _leader(
 
 #: The Fetch errors that carry the current leader (KIP-951), from Fetch v16.
 _LEADER_HINTED: Final = frozenset({KafkaError.not_leader_or_follower, KafkaError.fenced_leader_epoch})
-_LEADER_HINTS_FROM: Final = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +128,12 @@ class PartitionAnswer:
             aborted_transactions_null=not self.refused,
             records=self.records,
             diverging=None if self.diverging is None else (self.diverging.epoch, self.diverging.end_offset),
-            current_leader=(
-                None
-                if self.current_leader is None
-                else (self.current_leader.leader_id, self.current_leader.leader_epoch)
-            ),
+            current_leader=None if self.current_leader is None else self.current_leader.hint,
         )
 
     def to_kafka(self) -> dict[str, Any]:
-        """The fields of the response's PartitionData (kio drops those a version lacks)."""
+        """The fields of the response's PartitionData for the versions before `fetch_response`'s
+        (kio drops those a version lacks; no leader hints before v16)."""
         fields: dict[str, Any] = {
             "partition_index": self.partition_index,
             "error_code": self.error_code,
@@ -151,11 +147,6 @@ class PartitionAnswer:
             fields["diverging_epoch"] = {
                 "epoch": self.diverging.epoch,
                 "end_offset": self.diverging.end_offset,
-            }
-        if self.current_leader is not None:
-            fields["current_leader"] = {
-                "leader_id": self.current_leader.leader_id,
-                "leader_epoch": self.current_leader.leader_epoch,
             }
         return fields
 
@@ -185,7 +176,7 @@ def _not_read(
     if topic is None or code == KafkaError.unknown_topic_or_partition:
         return PartitionAnswer.refusal(partition, code)
     hint = None
-    if code in _LEADER_HINTED and reading.version >= _LEADER_HINTS_FROM:
+    if code in _LEADER_HINTED and reading.version >= fetch_response.LEADER_HINTS_FROM:
         hint = ctx.current_leader(topic, partition, reading.listener_name)
     return PartitionAnswer(partition, code, current_leader=hint)
 
@@ -346,13 +337,6 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
             responses.append((item.key[0], []))
         responses[-1][1].append(answer)
     key = "topic_id" if by_id else "topic"
-    leaders = {
-        endpoint["node_id"]: endpoint
-        for _topic, sent in responses
-        for answer in sent
-        if answer.current_leader is not None
-        for endpoint in answer.current_leader.node_endpoints()
-    }
     if reading.version >= fetch_response.FIRST_VERSION:
         return protocol.EncodedResponse(
             fetch_response.encode(
@@ -361,7 +345,7 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
                 error_code=0,
                 session_id=plan.session_id,
                 topics=[(topic, [a.to_wire() for a in sent]) for topic, sent in responses],
-                node_endpoints=[fetch_response.NodeEndpoint(**e) for e in leaders.values()],  # type: ignore[arg-type]
+                node_endpoints=hinted_endpoints(a.current_leader for _topic, sent in responses for a in sent),
             )
         )
     return protocol.build(
@@ -370,7 +354,6 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         error_code=KafkaError.none,
         session_id=plan.session_id,
         responses=[{key: topic, "partitions": [a.to_kafka() for a in sent]} for topic, sent in responses],
-        node_endpoints=list(leaders.values()),
     )
 
 

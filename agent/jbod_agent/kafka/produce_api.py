@@ -32,16 +32,14 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka.context import BrokerContext, CurrentLeader
+from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
-from jbod_kafka import flexible, produce_response, protocol, record_batch
+from jbod_kafka import produce_response, protocol, record_batch
 
 ADMIN_CLIENT_ID: Final = "__admin_client"  # Kafka's: the one client allowed to write internal topics
-#: Produce errors carry the current leader (KIP-951) from Produce v10.
-_LEADER_HINTS_FROM: Final = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +64,12 @@ class _PartitionResult:
             base_offset=self.base_offset,
             log_start_offset=self.log_start_offset,
             error_message=self.reason if self.reason_shown else None,
-            current_leader=None if leader is None else (leader.leader_id, leader.leader_epoch),
+            current_leader=None if leader is None else leader.hint,
         )
 
     def to_kafka(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {
+        """The fields kio writes for the versions before `produce_response`'s (no leader hints)."""
+        return {
             "index": self.index,
             "error_code": self.error_code,
             "base_offset": self.base_offset,
@@ -78,12 +77,6 @@ class _PartitionResult:
             "record_errors": [],
             "error_message": self.reason if self.reason_shown else None,
         }
-        if self.current_leader is not None:
-            fields["current_leader"] = {
-                "leader_id": self.current_leader.leader_id,
-                "leader_epoch": self.current_leader.leader_epoch,
-            }
-        return fields
 
 
 def _failed(
@@ -217,18 +210,12 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
                 f"an acks=0 produce failed: {failed[0].reason or failed[0].error_code}"
             )
         return None
-    if request.header.api_version >= _LEADER_HINTS_FROM:
+    version = request.header.api_version
+    if version >= produce_response.LEADER_HINTS_FROM:
         results = [
             [_with_leader(ctx, conn, name, result) for result in answered]
             for (_key, name, _parts), answered in zip(topics, results, strict=True)
         ]
-    leaders: dict[int, CurrentLeader] = {
-        result.current_leader.leader_id: result.current_leader
-        for answered in results
-        for result in answered
-        if result.current_leader is not None and result.current_leader.endpoint is not None
-    }
-    version = request.header.api_version
     if version >= produce_response.FIRST_VERSION:  # written around kio: the hot path
         return protocol.EncodedResponse(
             [
@@ -239,13 +226,9 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
                         (key, [r.to_wire() for r in answered])
                         for (key, _name, _parts), answered in zip(topics, results, strict=True)
                     ],
-                    node_endpoints=[
-                        flexible.NodeEndpoint(
-                            leader.leader_id, leader.endpoint.host, leader.endpoint.port, leader.rack
-                        )
-                        for leader in leaders.values()
-                        if leader.endpoint is not None
-                    ],
+                    node_endpoints=hinted_endpoints(
+                        r.current_leader for answered in results for r in answered
+                    ),
                 )
             ]
         )
@@ -254,8 +237,5 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
         for (key, _name, _parts), answered in zip(topics, results, strict=True)
     ]
     return protocol.build(
-        protocol.response_type(request.header.api_key, version),
-        responses=responses,
-        throttle_time=0,
-        node_endpoints=[e for leader in leaders.values() for e in leader.node_endpoints()],
+        protocol.response_type(request.header.api_key, version), responses=responses, throttle_time=0
     )
