@@ -271,15 +271,14 @@ class KafkaConnection:
                 f"the Kafka listener at {self.address} does not take {mechanism} "
                 f"({describe_error(code)}; it offers {offered})"
             )
-        user, password = str(security.username), str(security.password)
-        if mechanism == "PLAIN":
-            await self._sasl_round(sasl_client.plain_token(user, password), security)
-            return
-        scram = sasl_client.ScramClient(mechanism=mechanism, username=user, password=password, nonce=nonce)
         try:
-            server_first = await self._sasl_round(scram.first(), security)
-            server_final = await self._sasl_round(scram.final(server_first), security)
-            scram.verify(server_final)
+            await sasl_client.converse(
+                mechanism,
+                str(security.username),
+                str(security.password),
+                nonce=nonce,
+                round_trip=lambda token: self._sasl_round(token, security),
+            )
         except sasl_client.SaslClientError as exc:
             raise KafkaAuthenticationError(f"login to {self.address} failed: {exc}") from exc
 

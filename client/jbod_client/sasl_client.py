@@ -1,5 +1,6 @@
 """The client's side of SASL PLAIN and SCRAM-SHA-256/512, as Kafka's clients speak them: pure
-message builders, bytes in, bytes out (the counterpart of the brokers' `jbod_kafka.sasl`).
+message builders, bytes in, bytes out (the counterpart of the brokers' `jbod_kafka.sasl`), and
+`converse`, the SaslAuthenticate rounds of one login over a caller's transport.
 
 SCRAM (RFC 5802, RFC 7677) in three steps:
 
@@ -25,6 +26,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -135,3 +137,25 @@ class ScramClient:
             given = b""
         if not hmac.compare_digest(given, expected):
             raise SaslClientError("the server's signature is wrong: it does not know the password")
+
+
+async def converse(
+    mechanism: str,
+    username: str,
+    password: str,
+    *,
+    nonce: str,
+    round_trip: Callable[[bytes], Awaitable[bytes]],
+) -> None:
+    """The SaslAuthenticate rounds of one login after a successful SaslHandshake: PLAIN's one
+    token, or SCRAM's client-first and client-final, the server-final verified. `round_trip` sends
+    a token and returns the server's answer (raising the caller's error when the server refuses);
+    a server that fails SCRAM raises `SaslClientError`, a mechanism that is neither PLAIN nor SCRAM
+    `ValueError`."""
+    if mechanism == "PLAIN":
+        await round_trip(plain_token(username, password))
+        return
+    scram = ScramClient(mechanism=mechanism, username=username, password=password, nonce=nonce)
+    server_first = await round_trip(scram.first())
+    server_final = await round_trip(scram.final(server_first))
+    scram.verify(server_final)

@@ -156,19 +156,14 @@ class PeerConnection:
         )
         if handshake.error_code != KafkaError.none:
             raise PeerError(f"the peer does not take SASL {mechanism} (error {int(handshake.error_code)})")
-        if mechanism == "PLAIN":
-            await self._authenticate(sasl_client.plain_token(login.username, login.password), timeout)
-            return
-        scram = sasl_client.ScramClient(
-            mechanism=mechanism,
-            username=login.username,
-            password=login.password,
-            nonce=sasl_client.new_nonce(),
-        )
         try:
-            server_first = await self._authenticate(scram.first(), timeout)
-            server_final = await self._authenticate(scram.final(server_first), timeout)
-            scram.verify(server_final)
+            await sasl_client.converse(
+                mechanism,
+                login.username,
+                login.password,
+                nonce=sasl_client.new_nonce(),
+                round_trip=lambda token: self._authenticate(token, timeout),
+            )
         except sasl_client.SaslClientError as exc:
             raise PeerError(f"SASL {mechanism} login failed: {exc}") from None
 
