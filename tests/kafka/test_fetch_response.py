@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jbod_kafka import fetch_response, protocol
+from tests.kafka.leader_hints import current_leaders, kio_current_leader, kio_node_endpoints, node_endpoints
 
 VERSIONS = range(fetch_response.FIRST_VERSION, protocol.APIS[1].max_version + 1)
 
@@ -26,18 +27,8 @@ partitions = st.builds(
     aborted_transactions_null=st.booleans(),
     records=st.binary(max_size=300),
     diverging=st.none() | st.tuples(st.integers(-1, 2**31 - 1), st.integers(-1, 2**40)),
-    current_leader=st.none() | st.tuples(st.integers(-1, 100), st.integers(-1, 2**31 - 1)),
+    current_leader=current_leaders,
     preferred_read_replica=st.integers(-1, 100),
-)
-endpoints = st.lists(
-    st.builds(
-        fetch_response.NodeEndpoint,
-        node_id=st.integers(0, 100),
-        host=st.text(max_size=20),
-        port=st.integers(0, 65535),
-        rack=st.none() | st.text(max_size=5),
-    ),
-    max_size=3,
 )
 
 
@@ -63,16 +54,7 @@ def _kio(version: int, topics: list[tuple[Any, list[fetch_response.Partition]]],
                             if p.diverging
                             else {}
                         ),
-                        **(
-                            {
-                                "current_leader": {
-                                    "leader_id": p.current_leader[0],
-                                    "leader_epoch": p.current_leader[1],
-                                }
-                            }
-                            if p.current_leader
-                            else {}
-                        ),
+                        **kio_current_leader(p.current_leader),
                     }
                     for p in parts
                 ],
@@ -91,7 +73,7 @@ def _kio(version: int, topics: list[tuple[Any, list[fetch_response.Partition]]],
     topics=st.lists(
         st.tuples(st.uuids(), st.text(max_size=12), st.lists(partitions, max_size=4)), max_size=4
     ),
-    nodes=endpoints,
+    nodes=node_endpoints,
     error_code=st.sampled_from([0, 70, 71]),
     session_id=st.integers(0, 2**31 - 1),
     throttle_ms=st.integers(0, 1000),
@@ -122,9 +104,7 @@ def test_the_encoder_writes_what_kio_writes(
         throttle_time=throttle_ms,
         error_code=error_code,
         session_id=session_id,
-        node_endpoints=[
-            {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack} for n in nodes
-        ],
+        node_endpoints=kio_node_endpoints(nodes),
     )
     assert ours == expected
 

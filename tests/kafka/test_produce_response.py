@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jbod_kafka import flexible, produce_response, protocol
+from tests.kafka.leader_hints import current_leaders, kio_current_leader, kio_node_endpoints, node_endpoints
 
 VERSIONS = range(produce_response.FIRST_VERSION, protocol.APIS[0].max_version + 1)
 TEXT = st.none() | st.text(max_size=20)
@@ -27,17 +28,7 @@ partitions = st.builds(
     log_start_offset=st.integers(-1, 2**40),
     record_errors=st.lists(st.tuples(st.integers(0, 1000), TEXT), max_size=2).map(tuple),
     error_message=TEXT,
-    current_leader=st.none() | st.tuples(st.integers(-1, 100), st.integers(-1, 2**31 - 1)),
-)
-endpoints = st.lists(
-    st.builds(
-        flexible.NodeEndpoint,
-        node_id=st.integers(0, 100),
-        host=st.text(max_size=20),
-        port=st.integers(0, 65535),
-        rack=TEXT,
-    ),
-    max_size=3,
+    current_leader=current_leaders,
 )
 
 
@@ -65,16 +56,7 @@ def _kio(
                             {"batch_index": i, "batch_index_error_message": m} for i, m in p.record_errors
                         ],
                         "error_message": p.error_message,
-                        **(
-                            {
-                                "current_leader": {
-                                    "leader_id": p.current_leader[0],
-                                    "leader_epoch": p.current_leader[1],
-                                }
-                            }
-                            if p.current_leader
-                            else {}
-                        ),
+                        **kio_current_leader(p.current_leader),
                     }
                     for p in parts
                 ],
@@ -93,7 +75,7 @@ def _kio(
     topics=st.lists(
         st.tuples(st.uuids(), st.text(max_size=12), st.lists(partitions, max_size=4)), max_size=4
     ),
-    nodes=endpoints,
+    nodes=node_endpoints,
     throttle_ms=st.integers(0, 1000),
 )
 def test_the_encoder_writes_what_kio_writes(
@@ -110,9 +92,7 @@ def test_the_encoder_writes_what_kio_writes(
         version,
         named,
         throttle_time=throttle_ms,
-        node_endpoints=[
-            {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack} for n in nodes
-        ],
+        node_endpoints=kio_node_endpoints(nodes),
     )
     assert ours == expected
 
