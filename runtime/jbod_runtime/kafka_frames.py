@@ -7,8 +7,8 @@ Guarantees:
   64 KiB scratch buffer from which small frames are cut (one copy each), and a frame that does
   not fit in what is left of the scratch is received into a buffer of its own size (what had
   arrived of it copied once, the rest in place; after such a frame the next size prefix is read
-  alone, so a run of large frames is received without any copy in user space). Frames come out as read-only memoryviews, in order; kio and the hand codecs read
-  them as they are.
+  alone, so a run of large frames is received without any copy in user space). Frames come out
+  as read-only memoryviews, in order; kio and the hand codecs read them as they are.
 * At most `max_queued` complete frames wait unread: beyond that the connection stops reading
   (TCP's flow control holds the peer back) until `next_frame` takes one.
 * A frame whose size prefix is negative or above `max_frame_bytes` ends the stream: the frames
