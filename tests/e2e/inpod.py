@@ -7,8 +7,10 @@ bootstrap Service and the user `client`). Each writes one JSON object per line o
 
 * produce: an idempotent producer (acks=all) until the file /tmp/stop exists, then it flushes:
   {"e": "send", "s": seq, "p": partition}, {"e": "ack", "s": seq, "o": offset},
-  {"e": "fail", "s": seq, "err": "..."}, finally {"e": "done"}. It reports no retries: with
-  idempotence a record is never written twice, so any duplicate read back is a problem;
+  {"e": "fail", "s": seq, "err": "..."}, finally {"e": "done"}; each error librdkafka reports
+  to its error callback (the reason of a fatal one included) as {"e": "error", "err": "...",
+  "fatal": bool}. It reports no retries: with idempotence a record is never written twice, so any
+  duplicate read back is a problem;
 * consume: a member of the consumer group GROUP (cooperative-sticky), committing after each batch
   it emits; once /tmp/stop exists it reads on until the group's committed offsets reach every
   partition's high watermark as it was then: {"e": "assigned", "p": [partitions]} after each
@@ -51,9 +53,21 @@ def client_config() -> dict[str, Any]:
     return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
 
+def report_error(error: KafkaError) -> None:
+    """librdkafka's error callback: why the client failed, which a fatal error's later
+    `produce()` exceptions no longer say."""
+    emit(e="error", err=str(error)[:300], fatal=error.fatal())
+
+
 def produce() -> None:
     producer = Producer(
-        {**client_config(), "enable.idempotence": True, "acks": "all", "delivery.timeout.ms": 120_000}
+        {
+            **client_config(),
+            "enable.idempotence": True,
+            "acks": "all",
+            "delivery.timeout.ms": 120_000,
+            "error_cb": report_error,
+        }
     )
     pending: set[int] = set()
 

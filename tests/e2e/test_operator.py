@@ -344,7 +344,9 @@ class InPodWorkload:
     def _running(self) -> None:
         pod = self.env.pod(self.name)
         phase = (pod or {}).get("status", {}).get("phase")
-        assert phase not in ("Failed", "Succeeded"), f"{self.name} ended ({phase}): {self.tail()}"
+        if phase in ("Failed", "Succeeded"):
+            errors = [e for e in self.events() if e.get("e") == "error"]
+            raise AssertionError(f"{self.name} ended ({phase}): {self.tail()}; client errors: {errors}")
 
     def wait_acked(self, count: int, *, timeout: float, what: str) -> int:
         def enough() -> int | None:
