@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from jbod_runtime import maven_jars
+from jbod_runtime import listen_ports, maven_jars
 
 KAFKA_VERSION = "4.3.1"
 SCALA_BINARY_VERSION = "2.13"
@@ -538,12 +538,9 @@ def _terminate_with_parent() -> Callable[[], None]:
 
 
 def _free_ports(count: int) -> list[int]:
-    """Ports the kernel hands out on 127.0.0.1 now (held together so they differ)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+    """Distinct loopback ports free now, outside the kernel's ephemeral range (where an outgoing
+    connection could take one before the node binds it)."""
+    return listen_ports.free_listen_ports(count)
 
 
 # What the node logs once it serves clients: the server started, and the controller unfenced it.

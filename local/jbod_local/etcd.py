@@ -30,7 +30,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -43,7 +42,7 @@ import httpx
 
 from jbod_client.controller import ClientError
 from jbod_local import etcd_binary
-from jbod_runtime import tls
+from jbod_runtime import listen_ports, tls
 
 HOST = "127.0.0.1"
 QUOTA_BACKEND_BYTES = 2 * 1024**3
@@ -57,17 +56,9 @@ def find_etcd_binary() -> Path:
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports (bound to port 0 together, then released)."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` distinct loopback ports free now, outside the kernel's ephemeral range
+    (`jbod_runtime.listen_ports`)."""
+    return listen_ports.free_listen_ports(count)
 
 
 def _tail(path: Path, lines: int = 5, offset: int = 0) -> str:

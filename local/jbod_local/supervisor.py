@@ -85,7 +85,7 @@ from jbod_local.processes import (
     stop_processes,
 )
 from jbod_local.quorum import ControllerNode
-from jbod_runtime import durable_files
+from jbod_runtime import durable_files, listen_ports
 
 # Short timeouts so that a failure shows within seconds (a demo, not production defaults).
 CONTROLLER_SESSION_TIMEOUT_MS = 3000
@@ -159,12 +159,9 @@ def port_free(port: int) -> bool:
 
 
 def free_port(taken: set[int]) -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in taken:
-            return port
+    """A loopback port to give a server of the cluster, outside `taken` and the kernel's ephemeral
+    range (`jbod_runtime.listen_ports`)."""
+    return listen_ports.free_listen_port(taken=taken)
 
 
 def _write_token(path: Path) -> None:

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import pyspark
 import pytest
 
+from jbod_runtime import listen_ports
 from tests.pipeline.conftest import Computed, Generated, assert_same_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -37,12 +37,6 @@ def _java() -> str | None:
     if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
         return os.path.join(home, "bin", "java")
     return shutil.which("java")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def _scala_version() -> str:
@@ -92,7 +86,7 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
     classpath = f"{SPARK_HOME / 'conf'}:{SPARK_HOME / 'jars'}/*"
     settings = tmp_path / "spark-standalone.conf"
     settings.write_text("spark.master.rest.enabled false\nspark.ui.reverseProxy false\n")
-    port, ui_port, worker_port, worker_ui_port = (_free_port() for _ in range(4))
+    port, ui_port, worker_port, worker_ui_port = listen_ports.free_listen_ports(4)
     logs = tmp_path / "standalone-logs"
     logs.mkdir()
     started: list[subprocess.Popen[bytes]] = []
