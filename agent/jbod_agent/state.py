@@ -15,7 +15,6 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +34,6 @@ class LogDirState:
     since: float = 0.0  # wall-clock time of the last health change
     total_bytes: int = 0
     usable_bytes: int = 0
-    executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 @dataclass

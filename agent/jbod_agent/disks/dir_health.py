@@ -1,10 +1,14 @@
 """Disk health of a running broker: probe loops, and the one place a dir goes full or offline.
 
 Guarantees:
-* Each data dir and the metadata dir is probed every `log.dir.probe.interval.ms` in the dir's own
-  worker thread, bounded by `log.dir.probe.timeout.ms` of this process's running time (a frozen
-  process does not mistake a healthy disk for a hung one). The prober is injected: the real one is
-  `probe.probe_dir`; tests pass fake disks.
+* Every `log.dir.probe.interval.ms`, one probe round probes each data dir not offline and the
+  metadata dir, one after the other in the probe thread (an idle broker pays one thread wake-up
+  and one event-loop wake-up per round, not one per dir); each probe is bounded by
+  `log.dir.probe.timeout.ms` of this process's running time (a frozen process does not mistake a
+  healthy disk for a hung one). A probe past its timeout fails its dir; the thread is left to the
+  hung disk and the next round runs on a fresh one. Results are applied on the event loop when
+  the round ends. The prober is injected: the real one is `probe.probe_dir`; tests pass fake
+  disks.
 * `fail_dir` takes a dir offline for good (until restart): its replicas move to the offline set,
   its failure is recorded for the next heartbeat (`FailedDir`), and every listener (`on_failed`:
   placement queue, mover, replica manager, the loop's wake-up) is told once. `mark_full` and a
@@ -22,6 +26,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
@@ -33,6 +38,7 @@ log = logging.getLogger("jbod_agent")
 
 Prober = Callable[[LogDirState, bytes], probe.ProbeResult]
 ProbeHook = Callable[[Uuid, probe.ProbeResult], None]
+ProbeAnswer = probe.ProbeResult | None  # None: the probe timed out
 
 
 def probe_log_dir(state: LogDirState, payload: bytes) -> probe.ProbeResult:
@@ -49,8 +55,9 @@ class DirMonitor:
         self.prober = prober
         self.on_failed: list[Callable[[Uuid], None]] = []
         self.on_probe: list[ProbeHook] = []
-        self.probes_in_flight = 0  # probes started and not yet answered (or timed out)
+        self.probes_in_flight = 0  # probe rounds started and not yet answered (or timed out)
         self._payload = os.urandom(512)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- health changes ------------------------------------------------------------------------
 
@@ -82,69 +89,106 @@ class DirMonitor:
         for listener in self.on_failed:
             listener(directory)
 
-    # -- probe loops ---------------------------------------------------------------------------
+    # -- probe rounds --------------------------------------------------------------------------
 
-    async def probe_once(self, state: LogDirState) -> probe.ProbeResult | None:
-        """One probe in the dir's thread; None if it took longer than the probe timeout."""
-        if state.executor is None:
-            state.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
+    async def probe_forever(self, on_metadata_dir_failed: Callable[[], None]) -> None:
+        """Every `log.dir.probe.interval.ms`, one round over the dirs not offline and the metadata
+        dir; each result is applied on the event loop as soon as the round ends."""
+        interval = self.state.config.log_dir_probe_interval_ms / 1000
+        metadata = self.state.metadata_dir
+        while not self.state.stopping.is_set():
+            targets = [d for d in self.state.dirs.values() if d.health is not DirHealth.OFFLINE]
+            if self.state.metadata_dir_error is None:
+                targets.append(metadata)
+            if not targets:
+                return
+            for state, result in await self.probe_round(targets):
+                if state is metadata:
+                    self._apply_metadata_probe(result, on_metadata_dir_failed)
+                else:
+                    self._apply_probe(state, result)
+            await self.clock.sleep(interval)
+
+    async def probe_round(self, targets: list[LogDirState]) -> list[tuple[LogDirState, ProbeAnswer]]:
+        """Probe `targets` one after the other in the probe thread: one thread wake-up and one
+        event-loop wake-up per round, however many dirs. Each probe is bounded by the probe
+        timeout of running time; a probe past it answers `None`, the thread is left to the hung
+        disk, and the dirs after it wait for the next round (on a fresh thread)."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
+        progress = _RoundProgress()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(state.executor, self.prober, state, self._payload)
+        future = loop.run_in_executor(self._executor, self._run_round, targets, progress)
+        timeout = self.state.config.log_dir_probe_timeout_ms / 1000
         self.probes_in_flight += 1
         try:
-            result = await bounded_by_running_time(future, self.state.config.log_dir_probe_timeout_ms / 1000)
+            finished = await bounded_by_running_time(future, timeout, restart=lambda: progress.probing)
         finally:
             self.probes_in_flight -= 1
+        if finished:
+            return list(zip(targets, progress.results, strict=True))
+        self._executor.shutdown(wait=False)
+        self._executor = None
+        hung = progress.probing
+        answers: list[tuple[LogDirState, ProbeAnswer]] = list(
+            zip(targets[:hung], progress.results[:hung], strict=True)
+        )
+        return [*answers, (targets[hung], None)]
+
+    def _run_round(self, targets: list[LogDirState], progress: _RoundProgress) -> None:
+        """In the probe thread: the only writer of `progress`."""
+        for index, target in enumerate(targets):
+            progress.probing = index
+            progress.results.append(self.prober(target, self._payload))
+
+    def _apply_probe(self, state: LogDirState, result: ProbeAnswer) -> None:
+        if state.health is DirHealth.OFFLINE:  # failed by real work while the round ran
+            return
         if result is None:
-            state.executor.shutdown(wait=False)
-            state.executor = None
-        return result
+            self.fail_dir(
+                state.directory_id, f"probe timed out after {self.state.config.log_dir_probe_timeout_ms} ms"
+            )
+            return
+        for hook in self.on_probe:
+            hook(state.directory_id, result)
+        if result.outcome is probe.ProbeOutcome.FAILED:
+            self.fail_dir(state.directory_id, result.error or "probe failed")
+            return
+        state.total_bytes, state.usable_bytes = result.total_bytes, result.usable_bytes
+        if result.outcome is probe.ProbeOutcome.FULL:
+            self.mark_full(state.directory_id, result.error or "no space left")
+        elif state.health is DirHealth.FULL:
+            state.health, state.error, state.since = DirHealth.ONLINE, None, self.clock.time()
+            log.info("Log dir %s (%s) has free space again", state.path, state.directory_id)
 
-    async def probe_forever(self, state: LogDirState) -> None:
-        config = self.state.config
-        interval = config.log_dir_probe_interval_ms / 1000
-        while state.health is not DirHealth.OFFLINE and not self.state.stopping.is_set():
-            result = await self.probe_once(state)
-            if result is None:
-                self.fail_dir(
-                    state.directory_id, f"probe timed out after {config.log_dir_probe_timeout_ms} ms"
-                )
-                return
-            for hook in self.on_probe:
-                hook(state.directory_id, result)
-            if result.outcome is probe.ProbeOutcome.FAILED:
-                self.fail_dir(state.directory_id, result.error or "probe failed")
-                return
-            state.total_bytes, state.usable_bytes = result.total_bytes, result.usable_bytes
-            if result.outcome is probe.ProbeOutcome.FULL:
-                self.mark_full(state.directory_id, result.error or "no space left")
-            elif state.health is DirHealth.FULL:
-                state.health, state.error, state.since = DirHealth.ONLINE, None, self.clock.time()
-                log.info("Log dir %s (%s) has free space again", state.path, state.directory_id)
-            await self.clock.sleep(interval)
-
-    async def probe_metadata_dir_forever(self, wake: Callable[[], None]) -> None:
-        state = self.state.metadata_dir
-        interval = self.state.config.log_dir_probe_interval_ms / 1000
-        while not self.state.stopping.is_set():
-            result = await self.probe_once(state)
-            if result is None or result.outcome is probe.ProbeOutcome.FAILED:
-                reason = "probe timed out" if result is None else result.error
-                self.state.metadata_dir_error = f"the metadata log dir {state.path} failed: {reason}"
-                wake()
-                return
-            await self.clock.sleep(interval)
+    def _apply_metadata_probe(self, result: ProbeAnswer, on_failed: Callable[[], None]) -> None:
+        if result is not None and result.outcome is not probe.ProbeOutcome.FAILED:
+            return
+        reason = "probe timed out" if result is None else result.error
+        self.state.metadata_dir_error = (
+            f"the metadata log dir {self.state.metadata_dir.path} failed: {reason}"
+        )
+        on_failed()
 
     def shutdown(self) -> None:
-        for state in [*self.state.dirs.values(), self.state.metadata_dir]:
-            if state.executor is not None:
-                state.executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _RoundProgress:
+    """How far the probe thread is in a round: the index of the dir it probes, and the results so
+    far (in the targets' order)."""
+
+    probing: int = 0
+    results: list[probe.ProbeResult] = field(default_factory=list)
 
 
 async def bounded_by_running_time(
-    future: asyncio.Future[probe.ProbeResult], timeout: float
-) -> probe.ProbeResult | None:
-    """The future's result, or None once it has taken `timeout` seconds of this process's time.
+    future: asyncio.Future[None], timeout: float, *, restart: Callable[[], object] = lambda: None
+) -> bool:
+    """True once the future is done; False once it has taken `timeout` seconds of this process's
+    time since `restart()` last changed (the probe thread moved on to the next dir).
 
     Time during which the whole process was frozen (SIGSTOP, a VM pause) is not counted: each
     step counts at most twice its nominal length, so a paused process does not mistake a healthy
@@ -153,12 +197,16 @@ async def bounded_by_running_time(
     step = max(0.005, min(0.1, timeout / 10))
     counted = 0.0
     last = time.monotonic()
+    marker = restart()
     while True:
         done, _ = await asyncio.wait({future}, timeout=step)
         if done:
-            return future.result()
+            future.result()
+            return True
         now = time.monotonic()
+        if restart() != marker:
+            marker, counted = restart(), 0.0
         counted += min(now - last, 2 * step)
         last = now
         if counted >= timeout:
-            return None
+            return False

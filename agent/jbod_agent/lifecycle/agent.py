@@ -164,9 +164,7 @@ class Agent:
             )
             self.monitor.on_probe.append(writer.observe_probe)
             self._spawn(writer.run_forever(), "telemetry")
-        for dir_state in state.dirs.values():
-            self._spawn(self.monitor.probe_forever(dir_state), f"probe-{dir_state.path}")
-        self._spawn(self.monitor.probe_metadata_dir_forever(self.wakeup.set), "probe-metadata")
+        self._spawn(self.monitor.probe_forever(self.wakeup.set), "probes")
         self._spawn(self._control_loop(), "control")
         self._spawn(self.follower.follow_forever(), "metadata")
         self._spawn(self.reconciler.creations_forever(), "creations")
