@@ -15,7 +15,7 @@ from jbod_agent.lifecycle.http_api import AgentApi
 from jbod_controller.http_api import ControllerApi
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import SessionError
-from jbod_core.topic_configs import DEFINITIONS
+from jbod_core.topic_configs import BROKER_SETTINGS, DEFINITIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 API = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
@@ -62,12 +62,21 @@ def test_the_error_table_matches_the_error_codes() -> None:
 
 def test_the_topic_config_table_matches_the_definitions() -> None:
     section = API.split("## Topic configs", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `([a-z.]+)` \| (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", section, re.MULTILINE)
+    rows = re.findall(
+        r"^\| `([a-z0-9.]+)` \| (\w+) \| ([^|]+) \| ([^|]+) \| (yes|stored) \| ([^|]+) \|$",
+        section,
+        re.MULTILINE,
+    )
     assert [r[0] for r in rows] == [d.name for d in DEFINITIONS]
-    for (_name, kind, bounds, default, doc), definition in zip(rows, DEFINITIONS, strict=True):
+    settings = {s.topic_key: s for s in BROKER_SETTINGS}
+    for (name, kind, _rule, default, applied, doc), definition in zip(rows, DEFINITIONS, strict=True):
         assert kind == definition.type
-        assert bounds.startswith(f"{definition.low} to {definition.high}")
-        assert f"broker `{definition.broker_key}` ({definition.default}" in default
+        setting = settings.get(name)
+        if setting is not None:
+            assert default == f"broker `{setting.broker_key}` ({setting.default})"
+        else:
+            assert default == (f"`{definition.default}`" if definition.default else "empty")
+        assert applied == ("yes" if definition.applied else "stored")
         assert doc.strip() == definition.doc.split(". ")[0].rstrip(".")
 
 

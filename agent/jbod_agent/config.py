@@ -416,7 +416,6 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "cordoned.log.dirs": ("cordoned_log_dirs", _cordoned),
     "telemetry.dir": ("telemetry_dir", _path),
     "telemetry.interval.ms": ("telemetry_interval_ms", _int(100, _MAX_MS)),
-    "message.max.bytes": ("message_max_bytes", _int(1, 2**31 - 1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024, 2**31 - 1)),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(100, _MAX_MS)),
     "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
@@ -445,9 +444,12 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol", _inter_broker_mechanism),
 }
 # The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
-# ranges of the one topic-config table, so a default is always a value a topic could set.
+# ranges `topic_configs.BROKER_SETTINGS` gives them.
 _KEYS.update(
-    {d.broker_key: (d.broker_key.replace(".", "_"), _int(d.low, d.high)) for d in topic_configs.DEFINITIONS}
+    {
+        s.broker_key: (s.broker_key.replace(".", "_"), _int(s.low, s.high))
+        for s in topic_configs.BROKER_SETTINGS
+    }
 )
 # Java properties semantics: the rest of a line after `key=` is the value, `#` included.
 INLINE_COMMENT_NOTE: Final = (

@@ -4,10 +4,10 @@
 Guarantees:
 * Checks run in this order and a rejection writes nothing (a topic's change is all or nothing, as
   Kafka's for one resource): unknown topic 3; a key named twice 42 (INVALID_REQUEST); then each op
-  in request order: a key `topic_configs` does not define 40, APPEND or SUBTRACT of a numeric key
-  40 (only the throttled-replicas lists take them), a SET, APPEND or SUBTRACT value
-  `topic_configs.value_error` refuses 40 (as at create: `min.insync.replicas` at most the topic's smallest replication factor). The message
-  names the key.
+  in request order: a key `topic_configs` does not define 40, APPEND or SUBTRACT of a key that is
+  not a list 40, a SET, APPEND or SUBTRACT value `topic_configs.value_error` refuses 40 (as at
+  create: `min.insync.replicas` at most the topic's smallest replication factor). The message is
+  Kafka's (`Unknown topic config name: x`, `Invalid value 0 for configuration segment.ms: ...`).
 * SET writes a `ConfigRecord` with the value, APPEND / SUBTRACT one with the list after adding
   or removing the entries (`list_value`; an emptied list is deleted), DELETE one with a null value (the topic falls back
   to the broker's default), each only when the effective value changes: a repeat writes nothing.
@@ -30,8 +30,8 @@ def _op_error(op: AlterConfigOp, *, replication_factor: int) -> str | None:
     value = op.value or ""
     if op.name not in topic_configs.KNOWN_KEYS:
         return topic_configs.unknown_key(op.name, value).message
-    if op.op in ("APPEND", "SUBTRACT") and op.name not in topic_configs.LIST_BY_NAME:
-        return f"{op.name}: {op.op} is not allowed (it applies to list configs only; this one is a number)"
+    if op.op in ("APPEND", "SUBTRACT") and op.name not in topic_configs.LIST_KEYS:
+        return f"Can't {op.op} to key {op.name} because its type is not LIST."
     if op.op != "DELETE":
         problem = topic_configs.value_error(op.name, value, replication_factor=replication_factor)
         if problem is not None:
@@ -48,7 +48,7 @@ def _request_error(request: AlterTopicConfigsRequest, topic: TopicImage) -> tupl
     for op in request.configs:
         problem = _op_error(op, replication_factor=factor)
         if problem is not None:
-            return ErrorCode.INVALID_CONFIG, f"Invalid topic config {problem}"
+            return ErrorCode.INVALID_CONFIG, problem
     return None
 
 

@@ -1,124 +1,451 @@
-"""Topic configs: the one table of the keys a topic may set (protocol §3.5, errorCode 40).
+"""Topic configs: the one table of Apache Kafka 4.3's topic configs (protocol §3.5, errorCode 40).
 
-`DEFINITIONS` lists every key the broker reads from a `TopicRecord`'s `configs`: its type, its
-range, its default (the broker setting that provides it, and that setting's own default) and what
-it does. `docs/api.md` shows the same table; a test keeps the two in step.
+`DEFINITIONS` lists every topic config Kafka 4.3.1 defines (33 keys, `kafka-configs.sh --describe
+--all` of a topic): its type, its rule, its default, the broker setting Kafka shows as its
+synonym, whether our brokers act on it (`applied`) and what it does. `docs/api.md` shows the same
+table; a test keeps the two in step, and a differential test checks the messages against Kafka's.
 
 Guarantees:
-* `create_error(configs, replication_factor=...)` is the controller's check at topic create: an
-  unknown key, a value that is not a decimal integer (ASCII digits, optional leading `-`, no
-  blanks), a value outside its range, or `min.insync.replicas` above the replication factor is
-  reported as one `ConfigProblem` naming the key and the value (keys in sorted order, the first
-  problem wins). No problem means every key is usable by every broker.
-* `value_error(key, value, replication_factor=...)` is that check for one key; a config change
-  (`jbod_core.config_changes`) applies it to every key it sets.
-* `resolve(configs, defaults)` is the broker's reading: every defined key gets a usable value —
-  the topic's when it parses and is in range, else the broker's default — and every value it
-  could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
-  a warning, never a storage error. Keys the table does not define are ignored.
-* The replication throttle lists (`LIST_DEFINITIONS`: Kafka's `leader.replication.throttled.replicas`
-  and `follower.replication.throttled.replicas`, issue 24) are the only non-numeric keys: `*` or
-  a comma-separated list of `partition:broker` (blanks around entries allowed, an empty value
-  throttles nothing), checked as Kafka's ThrottledReplicaListValidator checks them and read with
-  `throttled_replicas`. `resolve` leaves them out (it gives the numeric keys).
+* Values are read as Kafka's `ConfigDef` reads them: surrounding blanks trimmed; INT and LONG
+  as Java's `parseInt` / `parseLong` (an optional sign, decimal digits, in range), DOUBLE as a
+  decimal or exponent number, BOOLEAN `true` / `false` in any case, LIST comma-separated (blanks
+  around items dropped, an empty value is the empty list).
+* `value_error(key, value, replication_factor=...)` is the one check of a topic create and of a
+  config change: an unknown key, a value of the wrong type or outside its rule is a
+  `ConfigProblem` whose `message` is Kafka's (`Invalid value 0 for configuration segment.ms:
+  Value must be at least 1`, `Unknown topic config name: x`). Tiered storage is not served:
+  `remote.storage.enable=true` is refused with Kafka's message for a broker without it. Our one
+  addition: `min.insync.replicas` above the replication factor is refused (every acks=-1 produce
+  would fail).
+* `create_error(configs, replication_factor=...)` checks every key in sorted order; the first
+  problem wins. No problem means every key is usable by every broker.
+* `resolve(configs, defaults)` is the broker's reading of the keys it reads as numbers
+  (`BROKER_SETTINGS`): the topic's value when usable, else the broker's default, and every value
+  it could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
+  a warning, never a storage error. A topic whose `cleanup.policy` lacks `delete` resolves
+  `retention.ms` and `retention.bytes` to -1: its segments are never deleted by retention.
+  `cleanup_policy(configs)` reads `cleanup.policy` the same way (an unusable value: `delete`).
+* The replication throttle lists (Kafka's `leader.replication.throttled.replicas` and
+  `follower.replication.throttled.replicas`, issue 24): `*` or a comma-separated list of
+  `partition:broker`, checked as Kafka's ThrottledReplicaListValidator checks them and read with
+  `throttled_replicas`.
 * Pure: no I/O, no clock; the values are plain frozen records.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from jbod_core.messages import INT32_MAX, INT64_MAX
 
+ConfigType = Literal["boolean", "string", "int", "long", "double", "list"]
+Parsed = bool | int | float | str | tuple[str, ...]
+
+CLEANUP_POLICY: Final = "cleanup.policy"
+MAX_MESSAGE_BYTES: Final = "max.message.bytes"
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
+REMOTE_STORAGE_ENABLE: Final = "remote.storage.enable"
 RETENTION_BYTES: Final = "retention.bytes"
 RETENTION_MS: Final = "retention.ms"
 SEGMENT_BYTES: Final = "segment.bytes"
+LEADER_THROTTLED_REPLICAS: Final = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS: Final = "follower.replication.throttled.replicas"
+COMPACT: Final = "compact"
+DELETE: Final = "delete"
+
+_INT_LIMITS: Final = {"int": (-(2**31), INT32_MAX), "long": (-(2**63), INT64_MAX)}
+_JAVA_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
+_JAVA_DOUBLE: Final = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?")
+
+
+def _number(value: int | float) -> str:
+    """A bound as Kafka prints it (Java's `toString` of the bound's own type)."""
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AtLeast:
+    low: int | float
+
+    def problem(self, value: Parsed) -> str | None:
+        assert isinstance(value, int | float)
+        return None if value >= self.low else f"Value must be at least {_number(self.low)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Between:
+    low: int | float
+    high: int | float
+
+    def problem(self, value: Parsed) -> str | None:
+        assert isinstance(value, int | float)
+        if value < self.low:
+            return f"Value must be at least {_number(self.low)}"
+        if value > self.high:
+            return f"Value must be no more than {_number(self.high)}"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """A string among `choices` (case-sensitive, as Kafka's ValidString)."""
+
+    choices: tuple[str, ...]
+
+    def problem(self, value: Parsed) -> str | None:
+        return None if value in self.choices else f"String must be one of: {', '.join(self.choices)}"
+
+
+@dataclass(frozen=True, slots=True)
+class EachOneOf:
+    """A list whose every item is among `choices` (Kafka's ValidList: the bad item is named)."""
+
+    choices: tuple[str, ...]
+
+    def problem(self, value: Parsed) -> str | None:
+        return None  # per item: see `_list_item_problem`
+
+
+@dataclass(frozen=True, slots=True)
+class GzipLevel:
+    def problem(self, value: Parsed) -> str | None:
+        assert isinstance(value, int)
+        return None if value == -1 or 1 <= value <= 9 else "Value must be between 1 and 9 or equal to -1"
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottledList:
+    def problem(self, value: Parsed) -> str | None:
+        return None  # checked on the text: see `throttled_replicas_error`
+
+
+@dataclass(frozen=True, slots=True)
+class NoRule:
+    def problem(self, value: Parsed) -> str | None:
+        return None
+
+
+Rule = AtLeast | Between | OneOf | EachOneOf | GzipLevel | ThrottledList | NoRule
+NO_RULE: Final = NoRule()
+_MAX: Final = str(INT64_MAX)
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigDefinition:
-    """One topic config: Kafka's name, type and range; the broker setting that provides its default."""
+    """One topic config: Kafka's name, type, rule and default; the broker setting Kafka shows as
+    its synonym (None: Kafka shows none); whether our brokers act on it."""
 
     name: str
-    type: Literal["int", "long"]
-    low: int
-    high: int
-    broker_key: str  # the broker's server.properties key whose value is the default
-    default: int  # that broker key's own default
+    type: ConfigType
+    default: str
     doc: str
+    rule: Rule = NO_RULE
+    broker_key: str | None = None
+    applied: bool = False
 
+
+def _d(  # noqa: PLR0913  one keyword per column of the table
+    name: str,
+    type_: ConfigType,
+    default: str,
+    rule: Rule,
+    broker_key: str | None,
+    doc: str,
+    *,
+    applied: bool = False,
+) -> ConfigDefinition:
+    return ConfigDefinition(name, type_, default, doc, rule, broker_key, applied)
+
+
+_COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
-    ConfigDefinition(
-        name=MIN_INSYNC_REPLICAS,
-        type="int",
-        low=1,
-        high=INT32_MAX,
-        broker_key="min.insync.replicas",
-        default=1,
-        doc="Produce with acks=-1 is refused (19) while the ISR has fewer members. "
+    _d(
+        CLEANUP_POLICY,
+        "list",
+        DELETE,
+        EachOneOf((COMPACT, DELETE)),
+        "log.cleanup.policy",
+        "`delete`: old segments are deleted by retention time and size; a policy without it keeps "
+        "every segment (compaction itself is not done yet, issue 32).",
+        applied=True,
+    ),
+    _d(
+        "compression.gzip.level",
+        "int",
+        "-1",
+        GzipLevel(),
+        "compression.gzip.level",
+        "The gzip level when the broker compresses with gzip.",
+    ),
+    _d(
+        "compression.lz4.level",
+        "int",
+        "9",
+        Between(1, 17),
+        "compression.lz4.level",
+        "The lz4 level when the broker compresses with lz4.",
+    ),
+    _d(
+        "compression.type",
+        "string",
+        "producer",
+        OneOf(_COMPRESSION_TYPES),
+        "compression.type",
+        "The codec of the stored batches; `producer` keeps the producer's.",
+    ),
+    _d(
+        "compression.zstd.level",
+        "int",
+        "3",
+        Between(-131072, 22),
+        "compression.zstd.level",
+        "The zstd level when the broker compresses with zstd.",
+    ),
+    _d(
+        "delete.retention.ms",
+        "long",
+        "86400000",
+        AtLeast(0),
+        "log.cleaner.delete.retention.ms",
+        "How long tombstones of a compacted topic are kept.",
+    ),
+    _d(
+        "file.delete.delay.ms",
+        "long",
+        "60000",
+        AtLeast(0),
+        "log.segment.delete.delay.ms",
+        "How long a deleted segment's file is kept before it is removed.",
+    ),
+    _d(
+        "flush.messages",
+        "long",
+        _MAX,
+        AtLeast(1),
+        "log.flush.interval.messages",
+        "Records appended between forced fsyncs of the log.",
+    ),
+    _d("flush.ms", "long", _MAX, AtLeast(0), None, "Time between forced fsyncs of the log."),
+    _d(
+        FOLLOWER_THROTTLED_REPLICAS,
+        "list",
+        "",
+        ThrottledList(),
+        None,
+        "Replicas whose follower side is throttled at the broker's follower.replication.throttled.rate "
+        "while out of the ISR: `*` or `partition:broker,...`.",
+        applied=True,
+    ),
+    _d(
+        "index.interval.bytes",
+        "int",
+        "4096",
+        AtLeast(0),
+        "log.index.interval.bytes",
+        "Bytes of log between two entries of the offset index.",
+    ),
+    _d(
+        LEADER_THROTTLED_REPLICAS,
+        "list",
+        "",
+        ThrottledList(),
+        None,
+        "Replicas whose leader side is throttled at the broker's leader.replication.throttled.rate "
+        "while their follower is out of the ISR: `*` or `partition:broker,...`.",
+        applied=True,
+    ),
+    _d(
+        "local.retention.bytes",
+        "long",
+        "-2",
+        AtLeast(-2),
+        "log.local.retention.bytes",
+        "Tiered storage (not served): local retention by size.",
+    ),
+    _d(
+        "local.retention.ms",
+        "long",
+        "-2",
+        AtLeast(-2),
+        "log.local.retention.ms",
+        "Tiered storage (not served): local retention by time.",
+    ),
+    _d(
+        "max.compaction.lag.ms",
+        "long",
+        _MAX,
+        AtLeast(1),
+        "log.cleaner.max.compaction.lag.ms",
+        "The longest a record may stay uncompacted.",
+    ),
+    _d(
+        MAX_MESSAGE_BYTES,
+        "int",
+        "1048588",
+        AtLeast(0),
+        "message.max.bytes",
+        "The largest record batch a produce may append (MESSAGE_TOO_LARGE above it).",
+        applied=True,
+    ),
+    _d(
+        "message.timestamp.after.max.ms",
+        "long",
+        "3600000",
+        AtLeast(0),
+        "log.message.timestamp.after.max.ms",
+        "How far in the future a CreateTime timestamp may be.",
+    ),
+    _d(
+        "message.timestamp.before.max.ms",
+        "long",
+        _MAX,
+        AtLeast(0),
+        "log.message.timestamp.before.max.ms",
+        "How far in the past a CreateTime timestamp may be.",
+    ),
+    _d(
+        "message.timestamp.type",
+        "string",
+        "CreateTime",
+        OneOf(("CreateTime", "LogAppendTime")),
+        "log.message.timestamp.type",
+        "`CreateTime`: the producer's timestamps; `LogAppendTime`: the broker's append time.",
+    ),
+    _d(
+        "min.cleanable.dirty.ratio",
+        "double",
+        "0.5",
+        Between(0, 1),
+        "log.cleaner.min.cleanable.ratio",
+        "The dirty share of a log above which it is compacted.",
+    ),
+    _d(
+        "min.compaction.lag.ms",
+        "long",
+        "0",
+        AtLeast(0),
+        "log.cleaner.min.compaction.lag.ms",
+        "The least time a record stays uncompacted.",
+    ),
+    _d(
+        MIN_INSYNC_REPLICAS,
+        "int",
+        "1",
+        AtLeast(1),
+        MIN_INSYNC_REPLICAS,
+        "Produce with acks=-1 is refused (19) while the ISR has fewer members. "
         "At most the topic's replication factor.",
+        applied=True,
     ),
-    ConfigDefinition(
-        name=RETENTION_BYTES,
-        type="long",
-        low=-1,
-        high=INT64_MAX,
-        broker_key="log.retention.bytes",
-        default=-1,
-        doc="Oldest segments of a partition's log are deleted while it is larger; -1: no size limit.",
+    _d(
+        "preallocate",
+        "boolean",
+        "false",
+        NO_RULE,
+        "log.preallocate",
+        "Whether a new segment's file is allocated whole.",
     ),
-    ConfigDefinition(
-        name=RETENTION_MS,
-        type="long",
-        low=-1,
-        high=INT64_MAX,
-        broker_key="log.retention.ms",
-        default=7 * 24 * 3600 * 1000,
-        doc="Segments whose newest record is older are deleted; -1: no time limit.",
+    _d("remote.log.copy.disable", "boolean", "false", NO_RULE, None, "Tiered storage (not served)."),
+    _d("remote.log.delete.on.disable", "boolean", "false", NO_RULE, None, "Tiered storage (not served)."),
+    _d(
+        REMOTE_STORAGE_ENABLE,
+        "boolean",
+        "false",
+        NO_RULE,
+        None,
+        "Tiered storage: not served, only `false` is accepted.",
     ),
-    ConfigDefinition(
-        name=SEGMENT_BYTES,
-        type="int",
-        low=4096,
-        high=INT32_MAX,
-        broker_key="log.segment.bytes",
-        default=64 * 1024 * 1024,
-        doc="Size at which a partition's active log segment is rolled.",
+    _d(
+        RETENTION_BYTES,
+        "long",
+        "-1",
+        NO_RULE,
+        "log.retention.bytes",
+        "Oldest segments of a partition's log are deleted while it is larger; -1: no size limit.",
+        applied=True,
+    ),
+    _d(
+        RETENTION_MS,
+        "long",
+        "604800000",
+        AtLeast(-1),
+        None,
+        "Segments whose newest record is older are deleted; -1: no time limit.",
+        applied=True,
+    ),
+    _d(
+        SEGMENT_BYTES,
+        "int",
+        "1073741824",
+        AtLeast(1048576),
+        "log.segment.bytes",
+        "Size at which a partition's active log segment is rolled.",
+        applied=True,
+    ),
+    _d(
+        "segment.index.bytes",
+        "int",
+        "10485760",
+        AtLeast(4),
+        "log.index.size.max.bytes",
+        "The largest size of a segment's offset index.",
+    ),
+    _d(
+        "segment.jitter.ms",
+        "long",
+        "0",
+        AtLeast(0),
+        None,
+        "A random share of segment.ms subtracted per segment, so segments do not roll together.",
+    ),
+    _d(
+        "segment.ms",
+        "long",
+        "604800000",
+        AtLeast(1),
+        None,
+        "Time after which a partition's active segment is rolled.",
+    ),
+    _d(
+        "unclean.leader.election.enable",
+        "boolean",
+        "false",
+        NO_RULE,
+        "unclean.leader.election.enable",
+        "Whether a replica outside the ISR may become leader when no ISR member is left.",
     ),
 )
 BY_NAME: Final[Mapping[str, ConfigDefinition]] = {d.name: d for d in DEFINITIONS}
-
-LEADER_THROTTLED_REPLICAS: Final = "leader.replication.throttled.replicas"
-FOLLOWER_THROTTLED_REPLICAS: Final = "follower.replication.throttled.replicas"
+KNOWN_KEYS: Final = frozenset(BY_NAME)
+LIST_KEYS: Final = frozenset(d.name for d in DEFINITIONS if d.type == "list")
+_TIERED_STORAGE_OFF: Final = "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
 
 
 @dataclass(frozen=True, slots=True)
-class ListConfigDefinition:
-    """A topic config whose value is a list (Kafka's type LIST); its default is the empty list."""
+class BrokerSetting:
+    """A topic config whose default the broker reads from its own server.properties key, and the
+    range that key accepts there (ours: segments from 4 KiB, for small disks and tests)."""
 
-    name: str
-    doc: str
+    topic_key: str
+    broker_key: str
+    low: int
+    high: int
+    default: int
 
 
-LIST_DEFINITIONS: Final[tuple[ListConfigDefinition, ...]] = (
-    ListConfigDefinition(
-        name=LEADER_THROTTLED_REPLICAS,
-        doc="Replicas whose leader side is throttled at the broker's leader.replication.throttled.rate "
-        "while their follower is out of the ISR: `*` or `partition:broker,...`.",
-    ),
-    ListConfigDefinition(
-        name=FOLLOWER_THROTTLED_REPLICAS,
-        doc="Replicas whose follower side is throttled at the broker's follower.replication.throttled.rate "
-        "while out of the ISR: `*` or `partition:broker,...`.",
-    ),
+BROKER_SETTINGS: Final[tuple[BrokerSetting, ...]] = (
+    BrokerSetting(MAX_MESSAGE_BYTES, "message.max.bytes", 0, INT32_MAX, 1048588),
+    BrokerSetting(MIN_INSYNC_REPLICAS, "min.insync.replicas", 1, INT32_MAX, 1),
+    BrokerSetting(RETENTION_BYTES, "log.retention.bytes", -1, INT64_MAX, -1),
+    BrokerSetting(RETENTION_MS, "log.retention.ms", -1, INT64_MAX, 7 * 24 * 3600 * 1000),
+    BrokerSetting(SEGMENT_BYTES, "log.segment.bytes", 4096, INT32_MAX, 64 * 1024 * 1024),
 )
-LIST_BY_NAME: Final[Mapping[str, ListConfigDefinition]] = {d.name: d for d in LIST_DEFINITIONS}
-KNOWN_KEYS: Final = frozenset(BY_NAME) | frozenset(LIST_BY_NAME)
+
 
 _REPLICA_ENTRY: Final = re.compile(r"[0-9]+:[0-9]+")
 _THROTTLED_LIST_RULE: Final = (
@@ -148,7 +475,11 @@ def throttled_replicas_error(key: str, value: str) -> ConfigProblem | None:
         return None
     for entry in entries:
         if entry and not _REPLICA_ENTRY.fullmatch(entry):
-            return ConfigProblem(key, value, f"{_shown(value)} {_THROTTLED_LIST_RULE}")
+            return ConfigProblem(
+                key,
+                value,
+                f"Invalid value {_java_list(entries)} for configuration {key}: {key} {_THROTTLED_LIST_RULE}",
+            )
     return None
 
 
@@ -167,26 +498,28 @@ def throttled_replicas(value: str | None) -> ThrottledReplicas:
     return ThrottledReplicas(every_replica=False, replicas=frozenset(pairs))
 
 
-_INTEGER: Final = re.compile(r"-?[0-9]+")
-_MAX_DIGITS: Final = 20  # more digits than any int64; checked before int() sees the text
-
-
 @dataclass(frozen=True, slots=True)
 class ConfigProblem:
-    """A topic config that cannot be used: which key, which value, why."""
+    """A topic config that cannot be used: which key, which value, and Kafka's message."""
 
     key: str
     value: str
-    reason: str
+    message: str
 
     @property
-    def message(self) -> str:
-        return f"{self.key}: {self.reason}"
+    def reason(self) -> str:
+        """The message without Kafka's `Invalid value V for configuration K: ` prefix."""
+        prefix = f"Invalid value {self.value} for configuration {self.key}: "
+        return self.message.removeprefix(prefix)
+
+
+def _invalid(key: str, shown: str, reason: str, value: str) -> ConfigProblem:
+    return ConfigProblem(key, value, f"Invalid value {shown} for configuration {key}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedConfigs:
-    """What a broker uses for one topic: a value for every defined key, and what it had to ignore."""
+    """What a broker uses for one topic: a value for every broker setting, and what it ignored."""
 
     values: Mapping[str, int]
     problems: tuple[ConfigProblem, ...]
@@ -195,21 +528,62 @@ class ResolvedConfigs:
         return self.values[key]
 
 
-def _shown(value: str) -> str:
-    return repr(value if len(value) <= 40 else value[:40] + "...")
+def _java_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(items) + "]"
 
 
-def parse_value(definition: ConfigDefinition, value: str) -> int | ConfigProblem:
-    """The value as an integer in the definition's range, or the problem with it."""
-    if not _INTEGER.fullmatch(value):
-        return ConfigProblem(definition.name, value, f"{_shown(value)} is not an integer")
-    if len(value.lstrip("-")) > _MAX_DIGITS or not definition.low <= int(value) <= definition.high:
-        return ConfigProblem(
-            definition.name,
-            value,
-            f"{_shown(value)} is out of range [{definition.low}, {definition.high}]",
-        )
-    return int(value)
+def _read(kind: ConfigType, text: str) -> Parsed | None:
+    """`text` (trimmed) read as Kafka's `ConfigDef.parseType` reads `kind`, or None when it cannot."""
+    if kind in _INT_LIMITS:
+        low, high = _INT_LIMITS[kind]
+        return int(text) if _JAVA_INTEGER.fullmatch(text) and low <= int(text) <= high else None
+    if kind == "double":
+        number = text.rstrip("fFdD")
+        return float(number) if _JAVA_DOUBLE.fullmatch(text) and math.isfinite(float(number)) else None
+    if kind == "boolean":
+        return text.lower() == "true" if text.lower() in ("true", "false") else None
+    if kind == "list":
+        return tuple(item.strip() for item in text.split(",")) if text else ()
+    return text
+
+
+_TYPE_ERRORS: Final = {
+    "int": "Not a number of type INT",
+    "long": "Not a number of type LONG",
+    "double": "Not a number of type DOUBLE",
+    "boolean": "Expected value to be either true or false",
+}
+
+
+def parse(definition: ConfigDefinition, value: str) -> Parsed | ConfigProblem:
+    """The value read as Kafka reads it for the definition's type and checked against its rule,
+    or the problem with it."""
+    key, rule = definition.name, definition.rule
+    parsed = _read(definition.type, value.strip())
+    if parsed is None:
+        return _invalid(key, value, _TYPE_ERRORS[definition.type], value)
+    if isinstance(rule, ThrottledList):
+        return throttled_replicas_error(key, value) or parsed
+    if isinstance(rule, EachOneOf):
+        assert isinstance(parsed, tuple)
+        wrong = next((item for item in parsed if item not in rule.choices), None)
+        if wrong is not None:
+            return _invalid(key, wrong, f"String must be one of: {', '.join(rule.choices)}", value)
+    reason = rule.problem(parsed)
+    if reason is not None:
+        return _invalid(key, _shown(parsed), reason, value)
+    if key == REMOTE_STORAGE_ENABLE and parsed is True:
+        return ConfigProblem(key, value, _TIERED_STORAGE_OFF)
+    return parsed
+
+
+def _shown(parsed: Parsed) -> str:
+    """A parsed value as Kafka prints it in a message (Java's `toString`)."""
+    if isinstance(parsed, bool):
+        return str(parsed).lower()
+    if isinstance(parsed, tuple):
+        return _java_list(parsed)
+    return str(parsed)
 
 
 def create_error(configs: Mapping[str, str], *, replication_factor: int) -> ConfigProblem | None:
@@ -222,44 +596,72 @@ def create_error(configs: Mapping[str, str], *, replication_factor: int) -> Conf
 
 
 def unknown_key(key: str, value: str) -> ConfigProblem:
-    return ConfigProblem(key, value, f"unknown topic config (known: {', '.join(sorted(KNOWN_KEYS))})")
+    return ConfigProblem(key, value, f"Unknown topic config name: {key}")
 
 
 def value_error(key: str, value: str, *, replication_factor: int) -> ConfigProblem | None:
     """Why a topic of `replication_factor` replicas must not have `key` set to `value`, or None:
     the one check of a topic create and of a config change."""
-    if key in LIST_BY_NAME:
-        return throttled_replicas_error(key, value)
     definition = BY_NAME.get(key)
     if definition is None:
         return unknown_key(key, value)
-    parsed = parse_value(definition, value)
+    parsed = parse(definition, value)
     if isinstance(parsed, ConfigProblem):
         return parsed
-    if key == MIN_INSYNC_REPLICAS and parsed > replication_factor:
-        return ConfigProblem(
+    if key == MIN_INSYNC_REPLICAS and isinstance(parsed, int) and parsed > replication_factor:
+        return _invalid(
             key,
             value,
             f"{parsed} is larger than the replication factor {replication_factor} "
             "(every acks=-1 produce would fail with NOT_ENOUGH_REPLICAS)",
+            value,
         )
     return None
 
 
 def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> ResolvedConfigs:
-    """Every defined key's value for a broker: the topic's if usable, else `defaults[key]`."""
+    """Every broker setting's value for a broker: the topic's if usable, else `defaults[key]`
+    (else the setting's own default)."""
     values: dict[str, int] = {}
     problems: list[ConfigProblem] = []
-    for definition in DEFINITIONS:
-        default = defaults.get(definition.name, definition.default)
-        text = configs.get(definition.name)
+    for setting in BROKER_SETTINGS:
+        key = setting.topic_key
+        default = defaults.get(key, setting.default)
+        text = configs.get(key)
         if text is None:
-            values[definition.name] = default
+            values[key] = default
             continue
-        parsed = parse_value(definition, text)
-        if isinstance(parsed, ConfigProblem):
-            problems.append(parsed)
-            values[definition.name] = default
+        parsed = parse(BY_NAME[key], text)
+        if isinstance(parsed, ConfigProblem) or not isinstance(parsed, int):
+            problems.append(
+                parsed if isinstance(parsed, ConfigProblem) else ConfigProblem(key, text, "not a number")
+            )
+            values[key] = default
         else:
-            values[definition.name] = parsed
+            values[key] = parsed
+    if DELETE not in cleanup_policy(configs):
+        # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
+        values[RETENTION_BYTES] = values[RETENTION_MS] = -1
     return ResolvedConfigs(values=values, problems=tuple(problems))
+
+
+def cleanup_policy(configs: Mapping[str, str], default: str = DELETE) -> frozenset[str]:
+    """The topic's `cleanup.policy` as a set of `compact` / `delete` (the broker's `default`
+    when unset or unusable)."""
+    parsed = parse(BY_NAME[CLEANUP_POLICY], configs.get(CLEANUP_POLICY, default))
+    if isinstance(parsed, ConfigProblem) or not isinstance(parsed, tuple):
+        parsed = parse(BY_NAME[CLEANUP_POLICY], default)
+    return frozenset(parsed) if isinstance(parsed, tuple) else frozenset({DELETE})
+
+
+def shown_value(definition: ConfigDefinition, value: str) -> str:
+    """A stored value as DescribeConfigs shows it (Kafka renders the parsed value: `+5` is `5`,
+    `TRUE` is `true`, a list's repeated items once); an unusable value as stored."""
+    parsed = parse(definition, value)
+    if isinstance(parsed, ConfigProblem):
+        return value
+    if isinstance(parsed, bool):
+        return str(parsed).lower()
+    if isinstance(parsed, tuple):
+        return ",".join(dict.fromkeys(parsed))
+    return str(parsed)

@@ -221,7 +221,7 @@ def create_topic(
     factor = len(assignment[0])
     config_problem = topic_configs.create_error(request.configs, replication_factor=factor)
     if config_problem is not None:
-        return _error(ErrorCode.INVALID_CONFIG, f"Invalid topic config {config_problem.message}")
+        return _error(ErrorCode.INVALID_CONFIG, config_problem.message)
     configs = dict(request.configs)
     if default_min_insync_replicas is not None and topic_configs.MIN_INSYNC_REPLICAS not in configs:
         configs[topic_configs.MIN_INSYNC_REPLICAS] = str(min(default_min_insync_replicas, factor))

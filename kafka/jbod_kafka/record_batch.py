@@ -352,6 +352,19 @@ def _check_uncompressed_records(batch: bytes | bytearray | memoryview, header: B
         raise _invalid("Record offset deltas are not 0, 1, 2, ...", HEADER_SIZE)
 
 
+def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
+    """The offset delta of the first record without a key in `batch` (one checked batch,
+    decompressed when compressed), or None when every record has a key: a compacted topic refuses
+    such a batch (Kafka's INVALID_RECORD)."""
+    try:
+        for index, record in enumerate(DefaultRecordBatch(bytes(batch))):
+            if record.key is None:
+                return index
+    except Exception as exc:  # aiokafka raises CorruptRecordException and friends
+        raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
+    return None
+
+
 def with_base_offset(
     batch: bytes | bytearray | memoryview, base_offset: int, *, leader_epoch: int | None = None
 ) -> bytes:

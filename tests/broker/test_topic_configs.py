@@ -27,7 +27,7 @@ from tests.broker.data import produce
 
 BAD_CONFIGS = {
     "min.insync.replicas": "many",
-    "retention.bytes": "-7",
+    "retention.bytes": "1.5",
     "retention.ms": "banana",
     "segment.bytes": "1",
 }

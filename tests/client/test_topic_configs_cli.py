@@ -18,10 +18,9 @@ BAD = [
     ("retention.ms", "banana"),
     ("retention.ms", "-2"),
     ("retention.bytes", "1.5"),
-    ("retention.bytes", "-2"),
     ("segment.bytes", "banana"),
     ("segment.bytes", "1"),
-    ("cleanup.policy", "compact"),
+    ("cleanup.policy", "compacted"),
 ]
 
 

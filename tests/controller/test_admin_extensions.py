@@ -66,10 +66,10 @@ def test_config_changes_are_config_records_and_show_in_the_topic(api: Api) -> No
         "configs": [
             _set("min.insync.replicas", "2"),
             {"name": "retention.ms", "op": "DELETE"},
-            _set("segment.bytes", "4096"),
+            _set("segment.bytes", "1048576"),
         ]
     }
-    effective = {"min.insync.replicas": "2", "segment.bytes": "4096"}
+    effective = {"min.insync.replicas": "2", "segment.bytes": "1048576"}
     assert _post(api.admin, "/v1/topics/t/configs", body) == {
         "errorCode": 0,
         "topicId": topic_id,
@@ -78,7 +78,7 @@ def test_config_changes_are_config_records_and_show_in_the_topic(api: Api) -> No
     assert _new_records(api, end) == [
         ("ConfigRecord", {"topicId": topic_id, "name": "min.insync.replicas", "value": "2"}),
         ("ConfigRecord", {"topicId": topic_id, "name": "retention.ms", "value": None}),
-        ("ConfigRecord", {"topicId": topic_id, "name": "segment.bytes", "value": "4096"}),
+        ("ConfigRecord", {"topicId": topic_id, "name": "segment.bytes", "value": "1048576"}),
     ]
     assert api.topic("t")["configs"] == effective
     assert_read_api_matches_log(api)
@@ -99,7 +99,7 @@ def test_config_changes_are_config_records_and_show_in_the_topic(api: Api) -> No
     ("name", "ops", "code", "naming"),
     [
         ("nope", [_set("retention.ms", "1")], 3, "nope"),
-        ("t", [_set("cleanup.policy", "compact")], 40, "cleanup.policy"),
+        ("t", [_set("cleanup.policy", "compacted")], 40, "cleanup.policy"),
         ("t", [_set("retention.ms", "1"), _set("segment.bytes", "12")], 40, "segment.bytes"),
         ("t", [_set("min.insync.replicas", "4")], 40, "min.insync.replicas"),
         ("t", [{"name": "retention.ms", "op": "APPEND", "value": "1"}], 40, "retention.ms"),
@@ -369,7 +369,7 @@ def test_configs_credentials_and_the_producer_id_watermark_survive_a_snapshot(ma
     try:
         brokers = bring_up(api, [1, 2, 3])
         api.create_topic("t", numPartitions=2, replicationFactor=3, configs={"retention.ms": "1000"})
-        body = {"configs": [_set("segment.bytes", "8192"), {"name": "retention.ms", "op": "DELETE"}]}
+        body = {"configs": [_set("segment.bytes", "2097152"), {"name": "retention.ms", "op": "DELETE"}]}
         assert _post(api.admin, "/v1/topics/t/configs", body)["errorCode"] == 0
         assert _post(api.admin, "/v1/topics/t/partitions", {"totalCount": 4})["errorCode"] == 0
         upsertions = {"upsertions": [_upsertion("alice", "a"), _upsertion("bob", "b", mechanism=1)]}
@@ -391,7 +391,7 @@ def test_configs_credentials_and_the_producer_id_watermark_survive_a_snapshot(ma
         # Recovery started from that snapshot: nothing before it was replayed from the log.
         assert f"after a snapshot at {end}" in proc.stderr()
         assert api.topic("t") == topic_before
-        assert topic_before["configs"] == {"segment.bytes": "8192"}
+        assert topic_before["configs"] == {"segment.bytes": "2097152"}
         assert len(topic_before["partitions"]) == 4
         assert api.admin.get("/v1/scram-credentials").json() == credentials_before
         assert [r["user"] for r in credentials_before] == ["alice", "bob"]
@@ -456,9 +456,9 @@ async def test_controller_link_round_trips(api: Api) -> None:
     link = ControllerLink(api.proc.url, token=api.proc.admin_token)
     try:
         request = AlterTopicConfigsRequest(
-            configs=[AlterConfigOp(name="segment.bytes", op="SET", value="4096")]
+            configs=[AlterConfigOp(name="segment.bytes", op="SET", value="1048576")]
         )
-        assert (await link.alter_topic_configs("t", request)).configs == {"segment.bytes": "4096"}
+        assert (await link.alter_topic_configs("t", request)).configs == {"segment.bytes": "1048576"}
         refused = await link.create_partitions("t", CreatePartitionsRequest(total_count=1))
         assert refused.error_code == 37
         added = await link.create_partitions(

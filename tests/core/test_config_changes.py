@@ -120,13 +120,19 @@ def test_unknown_topic_is_3() -> None:
 @pytest.mark.parametrize(
     "op",
     [
-        _set("cleanup.policy", "compact"),
-        _delete("cleanup.policy"),
-        {"name": "cleanup.policy", "op": "APPEND", "value": "delete"},
+        _set("message.downconversion.enable", "true"),
+        _delete("message.downconversion.enable"),
+        {"name": "message.downconversion.enable", "op": "APPEND", "value": "true"},
     ],
 )
 def test_a_key_outside_the_table_is_40_naming_it(op: dict[str, Any]) -> None:
-    _refused(_cluster(), ErrorCode.INVALID_CONFIG, _set("retention.ms", "1"), op, naming="cleanup.policy")
+    _refused(
+        _cluster(),
+        ErrorCode.INVALID_CONFIG,
+        _set("retention.ms", "1"),
+        op,
+        naming="message.downconversion.enable",
+    )
 
 
 @pytest.mark.parametrize(
@@ -134,7 +140,7 @@ def test_a_key_outside_the_table_is_40_naming_it(op: dict[str, Any]) -> None:
     [
         ("retention.ms", "banana"),
         ("retention.ms", "-2"),
-        ("segment.bytes", "4095"),
+        ("segment.bytes", "1048575"),
         ("min.insync.replicas", "0"),
         # The topic's smallest replication factor is 2 (partition 1).
         ("min.insync.replicas", "3"),
@@ -182,9 +188,9 @@ def test_replay_refuses_configs_of_unknown_topics_and_deletes_of_unset_keys() ->
 
 def test_a_snapshot_carries_the_effective_configs_in_the_topic_record() -> None:
     cluster = _cluster({"retention.ms": "1"})
-    cluster.apply(_alter(cluster, _set("segment.bytes", "4096"), _delete("retention.ms"))[0])
+    cluster.apply(_alter(cluster, _set("segment.bytes", "1048576"), _delete("retention.ms"))[0])
     snapshot = cluster.image.to_records()
-    assert records.TopicRecord(name="t", topic_id=TOPIC, configs={"segment.bytes": "4096"}) in snapshot
+    assert records.TopicRecord(name="t", topic_id=TOPIC, configs={"segment.bytes": "1048576"}) in snapshot
     assert not any(isinstance(r, records.ConfigRecord) for r in snapshot)
     restored = type(cluster.image)()
     for record in snapshot:

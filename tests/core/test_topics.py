@@ -119,9 +119,9 @@ def test_check_order() -> None:
     [
         {"retention.ms": "banana"},
         {"segment.bytes": "1"},
-        {"retention.bytes": "-2"},
+        {"retention.ms": "-2"},
         {"min.insync.replicas": "0"},
-        {"cleanup.policy": "compact"},
+        {"cleanup.policy": "compacted"},
         {"min.insync.replicas": "3"},  # above the replication factor 2
     ],
 )

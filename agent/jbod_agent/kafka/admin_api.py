@@ -83,7 +83,7 @@ DYNAMIC_BROKER_CONFIG: Final = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
 STATIC_BROKER_CONFIG: Final = 4
 DEFAULT_CONFIG: Final = 5
-_CONFIG_TYPES: Final = {"boolean": 1, "int": 3, "long": 5, "list": 7}
+_CONFIG_TYPES: Final = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     0: "SET",
     1: "DELETE",
@@ -296,7 +296,7 @@ class AdminApis:
             )
         problem = topic_configs.create_error(configs, replication_factor=replication or 1)
         if problem is not None:
-            return KafkaError.invalid_config, str(problem)
+            return KafkaError.invalid_config, problem.message
         return KafkaError.none, None
 
     async def delete_topics(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
@@ -383,11 +383,16 @@ class AdminApis:
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _topic_defaults(self) -> dict[str, int]:
-        return {
-            d.name: getattr(self.ctx.state.config, d.broker_key.replace(".", "_"), d.default)
-            for d in topic_configs.DEFINITIONS
-        }
+    def _topic_defaults(self) -> dict[str, tuple[str, int]]:
+        """The value a topic without its own gets, and its source, for every topic config: the
+        broker's setting (from server.properties, or its default) or Kafka's default."""
+        config = self.ctx.state.config
+        defaults = {d.name: (d.default, DEFAULT_CONFIG) for d in topic_configs.DEFINITIONS}
+        for setting in topic_configs.BROKER_SETTINGS:
+            value = str(getattr(config, setting.broker_key.replace(".", "_")))
+            given = setting.broker_key in config.given_keys
+            defaults[setting.topic_key] = (value, STATIC_BROKER_CONFIG if given else DEFAULT_CONFIG)
+        return defaults
 
     def _broker_entries(self, name: str, keys: set[str] | None) -> _Described:
         """A broker's configs: the topic defaults it applies (static), then the dynamic keys with
@@ -420,11 +425,17 @@ class AdminApis:
         defaults = self._topic_defaults()
         entries = [
             {
-                **_entry(d.broker_key, str(defaults[d.name]), STATIC_BROKER_CONFIG, d.type, d.doc),
+                **_entry(
+                    s.broker_key,
+                    defaults[s.topic_key][0],
+                    STATIC_BROKER_CONFIG,
+                    topic_configs.BY_NAME[s.topic_key].type,
+                    topic_configs.BY_NAME[s.topic_key].doc,
+                ),
                 "read_only": True,
             }
-            for d in topic_configs.DEFINITIONS
-            if keys is None or d.broker_key in keys
+            for s in topic_configs.BROKER_SETTINGS
+            if keys is None or s.broker_key in keys
         ]
         entries += self._static_entries(keys)
         own = image.broker_configs.get(name, {})
@@ -494,33 +505,21 @@ class AdminApis:
         for definition in topic_configs.DEFINITIONS:
             if keys is not None and definition.name not in keys:
                 continue
-            overridden = definition.name in own
+            default, default_source = defaults[definition.name]
+            synonyms = []
+            if definition.name in own:
+                value = topic_configs.shown_value(definition, own[definition.name])
+                source = DYNAMIC_TOPIC_CONFIG
+                synonyms.append({"name": definition.name, "value": value, "source": source})
+            else:
+                value, source = default, default_source
+            if definition.broker_key is not None:
+                synonyms.append({"name": definition.broker_key, "value": default, "source": default_source})
             entries.append(
                 {
-                    **_entry(
-                        definition.name,
-                        own[definition.name] if overridden else str(defaults[definition.name]),
-                        DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
-                        definition.type,
-                        definition.doc,
-                    ),
-                    "is_default": not overridden,
-                }
-            )
-        for listed in topic_configs.LIST_DEFINITIONS:
-            if keys is not None and listed.name not in keys:
-                continue
-            overridden = listed.name in own
-            entries.append(
-                {
-                    **_entry(
-                        listed.name,
-                        own.get(listed.name, ""),
-                        DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
-                        "list",
-                        listed.doc,
-                    ),
-                    "is_default": not overridden,
+                    **_entry(definition.name, value, source, definition.type, definition.doc),
+                    "is_default": source == DEFAULT_CONFIG,
+                    "synonyms": synonyms,
                 }
             )
         return _Described(KafkaError.none, entries)
@@ -535,6 +534,14 @@ class AdminApis:
                 if denied is not None
                 else self._config_entries(int(resource.resource_type), resource.resource_name, keys)
             )
+            # As Kafka: synonyms and documentation only when asked for.
+            synonyms = bool(getattr(request.body, "include_synonyms", False))
+            documentation = bool(getattr(request.body, "include_documentation", False))
+            for entry in described.entries:
+                if not synonyms:
+                    entry["synonyms"] = []
+                if not documentation:
+                    entry["documentation"] = None
             results.append(
                 {
                     "error_code": described.error_code,

@@ -104,6 +104,7 @@ class HostedPartition:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     epoch_start_offset: int = 0
     min_isr: int = 1
+    max_message_bytes: int = 1_048_588
     ack_waiters: list[AckWaiter] = field(default_factory=list)
     data_waiters: set[asyncio.Event] = field(default_factory=set)
     # Follower sessions holding this partition (leaders only; created on first use: most hosted
@@ -191,10 +192,8 @@ class ReplicaManager:
         resolved = topic_configs.resolve(
             topic.configs if topic is not None else {},
             {
-                topic_configs.MIN_INSYNC_REPLICAS: config.min_insync_replicas,
-                topic_configs.RETENTION_BYTES: config.log_retention_bytes,
-                topic_configs.RETENTION_MS: config.log_retention_ms,
-                topic_configs.SEGMENT_BYTES: config.log_segment_bytes,
+                s.topic_key: getattr(config, s.broker_key.replace(".", "_"))
+                for s in topic_configs.BROKER_SETTINGS
             },
         )
         for problem in resolved.problems:
@@ -403,6 +402,7 @@ class ReplicaManager:
 def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedConfigs) -> None:
     """The topic's configs as they are now (a change reaches open logs, not only new ones)."""
     hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
+    hosted.max_message_bytes = settings[topic_configs.MAX_MESSAGE_BYTES]
     hosted.log.retention_bytes = settings[topic_configs.RETENTION_BYTES]
     hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
     hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]
