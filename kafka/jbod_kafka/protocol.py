@@ -84,6 +84,7 @@ APIS: Final[dict[int, Api]] = {
         _api(18, "api_versions", 0, 4),
         _api(19, "create_topics", 2, 7),
         _api(20, "delete_topics", 1, 6),
+        _api(21, "delete_records", 0, 2),
         _api(22, "init_producer_id", 0, 5),  # v6 (KIP-939 two-phase commit): not in Kafka 4.3.1
         _api(23, "offset_for_leader_epoch", 2, 4),
         _api(29, "describe_acls", 1, 3),

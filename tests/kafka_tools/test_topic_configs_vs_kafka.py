@@ -2,7 +2,8 @@
 (issue 32): the same values accepted and refused, with the same error code and message, at
 CreateTopics (validate only) and IncrementalAlterConfigs; DescribeConfigs answering every key
 with the same value, source, default flag and synonyms; and a producer refused alike by a
-compacted topic (a record without a key) and by a topic's `max.message.bytes`.
+compacted topic (a record without a key) and by a topic's `max.message.bytes`; and DeleteRecords
+moving the log start (and refusing what Kafka refuses) as Kafka does.
 
 What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes`
 default (64 MiB where Kafka's is 1 GiB), so the keys whose default a broker reads from its own
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -253,3 +254,57 @@ def test_a_topics_max_message_bytes_refuses_a_larger_batch_as_kafka_does(kafka: 
         )
     assert answers["Kafka"] == ("MSG_SIZE_TOO_LARGE", "NO_ERROR")
     assert answers["ours"] == answers["Kafka"]
+
+
+def _delete_records(side: Side, topic: str, offset: int) -> tuple[str, int]:
+    """DeleteRecords of partition 0 of `topic` before `offset`: the error's name (or NO_ERROR)
+    and the low watermark."""
+    partition = TopicPartition(topic, 0, offset)
+    future = side.admin.delete_records([partition], request_timeout=TIMEOUT)[partition]
+    try:
+        deleted = future.result(TIMEOUT)
+    except KafkaException as exc:
+        return exc.args[0].name(), -1
+    return "NO_ERROR", int(deleted.low_watermark)
+
+
+def _earliest_and_values(side: Side, topic: str) -> tuple[int, list[bytes]]:
+    """ListOffsets earliest of partition 0, and every value a consumer reads from the beginning."""
+    consumer = Consumer({**side.config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    try:
+        earliest, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        while len(values) < end - earliest:
+            message = consumer.poll(TIMEOUT)
+            assert message is not None, f"{side.name}: only {len(values)} records read"
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        return earliest, values
+    finally:
+        consumer.close()
+
+
+def test_delete_records_moves_the_log_start_as_kafka_does(kafka: Side, ours: Side) -> None:
+    seen = {}
+    for side in (kafka, ours):
+        _create(side, "purged", {})
+        _create(side, "purged-compacted", {"cleanup.policy": "compact"})
+        producer = Producer({**side.config, "acks": "all", "linger.ms": 0})
+        for i in range(10):
+            producer.produce("purged", f"v{i}".encode(), key=b"k", partition=0)
+            producer.flush(TIMEOUT)  # one batch per record: the log start lands inside no batch
+        producer.produce("purged-compacted", b"v", key=b"k", partition=0)
+        assert producer.flush(TIMEOUT) == 0
+        seen[side.name] = (
+            _delete_records(side, "purged", 4),
+            _earliest_and_values(side, "purged"),
+            _delete_records(side, "purged", 2),  # below the log start: nothing moves
+            _delete_records(side, "purged", 11),  # past the high watermark
+            _delete_records(side, "purged-compacted", 1),
+            _delete_records(side, "purged", -1),  # up to the high watermark
+            _earliest_and_values(side, "purged"),
+        )
+    assert seen["Kafka"][0] == ("NO_ERROR", 4)
+    assert seen["Kafka"][1] == (4, [f"v{i}".encode() for i in range(4, 10)])
+    assert seen["ours"] == seen["Kafka"]

@@ -18,6 +18,7 @@ Modules:
 * `topic_creator` — the topics a Metadata request creates, forwarded to the controller.
 * `produce_api` — Produce: checked, appended by the leader, acknowledged as acks asks.
 * `fetch_api` — Fetch (consumers' and followers'), ListOffsets, OffsetForLeaderEpoch.
+* `delete_records_api` — DeleteRecords: the leader moves its log start.
 * `fetch_sessions` — consumers' incremental fetch sessions (KIP-227).
 * `admin_api` — topics, partitions, configs, SCRAM users, producer ids.
 * `acl_api` — DescribeAcls from the image; CreateAcls and DeleteAcls forwarded.

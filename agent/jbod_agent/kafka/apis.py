@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka import fetch_api, log_dirs_api, metadata_api, produce_api
+from jbod_agent.kafka import delete_records_api, fetch_api, log_dirs_api, metadata_api, produce_api
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_kafka import protocol
@@ -69,6 +69,7 @@ class KafkaApis:
             0: produce_api.produce,
             1: fetch_api.fetch,
             2: fetch_api.list_offsets,
+            21: delete_records_api.delete_records,
             23: fetch_api.offset_for_leader_epoch,
             34: log_dirs_api.alter_replica_log_dirs,
             35: log_dirs_api.describe_log_dirs,

@@ -369,6 +369,8 @@ class Fetchers:
         if part.records and log_.end_offset == offset:
             log_.append_replicated(part.records)
             hosted.dirty = True
+        if part.log_start_offset > log_.log_start_offset:
+            log_.delete_records_before(part.log_start_offset)  # the leader's DeleteRecords
         if part.high_watermark >= 0:
             log_.high_watermark = min(part.high_watermark, log_.end_offset)
 

@@ -15,6 +15,9 @@ acks=-1 waits for every ISR replica (as in Kafka). A power loss may lose what wa
 recovery then cuts the torn tail.
 
 Guarantees:
+* The log start is the first segment's base offset, or above it after `advance_log_start`
+  (Kafka's DeleteRecords), recorded in `log-start-offset` in the replica dir and read back by
+  `recover`; a full truncation forgets it.
 * `recover` recovers each segment (`log_segments.load_segment`: the torn tail of the last one is
   cut, damage anywhere else raises `CorruptBatchError` naming the file) and raises
   `CorruptBatchError` for a gap between segments: data in the middle of a log is never dropped
@@ -56,12 +59,17 @@ from jbod_agent.storage import epoch_cache, log_segments
 from jbod_agent.storage.log_segments import MAX_SEGMENT_BYTES, Segment
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader, CorruptBatchError
+from jbod_runtime import durable_files
 
 MAX_READ_FDS: Final = 8  # read fds cached per log
 INDEX_WRITE_BATCH: Final = 64  # index entries written to the active segment's file at once
 
 _TEMP_NAME: Final = re.compile(
-    r"(?:\d{20}\.(?:log|index)|" + re.escape(epoch_cache.EPOCH_CHECKPOINT) + r")\.tmp"
+    r"(?:\d{20}\.(?:log|index)|"
+    + re.escape(epoch_cache.EPOCH_CHECKPOINT)
+    + "|"
+    + "log-start-offset"
+    + r")\.tmp"
 )
 
 
@@ -80,6 +88,21 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+LOG_START_FILE: Final = "log-start-offset"
+
+
+def _read_log_start(path: Path) -> int | None:
+    """The log start a DeleteRecords recorded in the replica dir, or None (none, or unreadable:
+    the first segment's base offset stands)."""
+    try:
+        text = (path / LOG_START_FILE).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def _scan_replica_dir(path: Path) -> list[int]:
@@ -157,6 +180,9 @@ class LocalLog:
         local_log = cls(
             path, segments, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
         )
+        persisted = _read_log_start(path)
+        if persisted is not None:
+            local_log._log_start = min(max(persisted, local_log._log_start), local_log._end)
         return local_log, last_batch_epoch
 
     def batch_epochs(self) -> Iterator[tuple[int, int]]:
@@ -457,9 +483,28 @@ class LocalLog:
         else:
             self._segments = []  # no file needed: a replica dir without segments starts at 0
             self._bases = []
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path / LOG_START_FILE)  # the new segment's base offset records it
         _fsync_path(self._path)
         self._log_start = self._end = offset
         self._size = 0
+
+    def advance_log_start(self, offset: int) -> int:
+        """Move the log start up to `offset` (Kafka's DeleteRecords; at most the end offset):
+        offsets below it are no longer read, the segments wholly below it are deleted (never the
+        active one), and `log-start-offset` records it durably before anything is deleted.
+        Returns how many segments were deleted; an offset at or below the log start changes
+        nothing."""
+        self.check_open()
+        if offset <= self._log_start:
+            return 0
+        if offset > self._end:
+            raise OffsetOutOfRangeError(
+                f"Log start {offset} is past the end offset {self._end} of {self._path}"
+            )
+        durable_files.write_atomically(self._path / LOG_START_FILE, f"{offset}\n".encode())
+        self._log_start = offset
+        return self.delete_old_segments(lambda segment: segment.next_offset <= offset)
 
     def delete_old_segments(self, should_delete: Callable[[Segment], bool]) -> int:
         """Delete the oldest segments, one at a time, while `should_delete` says so of the oldest;
@@ -478,7 +523,7 @@ class LocalLog:
             del self._bases[0]
             deleted += 1
         if deleted:
-            self._log_start = self._segments[0].base_offset
+            self._log_start = max(self._log_start, self._segments[0].base_offset)
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
         return deleted

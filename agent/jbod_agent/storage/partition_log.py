@@ -155,6 +155,18 @@ class PartitionLog:
         """
         self._local.check_open()
         headers = list(record_batch.iter_headers(data))
+        start = self._local.log_start_offset
+        if (
+            headers
+            and self._local.end_offset == start
+            and headers[0].base_offset < start < headers[0].next_offset
+        ):
+            # An empty log starting inside the leader's first batch (the leader's log start was
+            # moved there by DeleteRecords): start at the batch, keep the log start (as Kafka).
+            self.truncate_fully_and_start_at(headers[0].base_offset)
+            end = self.append_replicated(data)
+            self.delete_records_before(start)
+            return end
         expected = self._local.end_offset
         latest = self.latest_epoch
         new_epochs: list[tuple[int, int]] = []
@@ -239,6 +251,17 @@ class PartitionLog:
         if self._epochs or epoch_cache.checkpoint_path(self._local.path).exists():
             self._epochs.clear()
             self._write_checkpoint()
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords on this replica: the log start moves up to `offset` (at most the
+        end offset; never down), the high watermark and the epoch cache follow. Returns the log
+        start after it."""
+        local = self._local
+        local.advance_log_start(min(offset, local.end_offset))
+        self._high_watermark = max(self._high_watermark, local.log_start_offset)
+        if self._epochs.truncate_from_start(local.log_start_offset):
+            self._write_checkpoint()
+        return local.log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest segments while the log is over `retention_bytes` (when >= 0) or their
