@@ -7,8 +7,9 @@ Kafka's `bin/*.sh` scripts are not published to Maven Central, but every main cl
 compare with a real Kafka (`KafkaCluster`).
 
 Guarantees:
-* The jars are `org.apache.kafka:kafka-tools` and `org.apache.kafka:kafka_2.13` at `KAFKA_VERSION`
-  with their runtime dependencies, plus the logging Kafka's own distribution ships (slf4j 2 bound to
+* The jars are `org.apache.kafka:kafka-tools`, `org.apache.kafka:kafka_2.13` and
+  `org.apache.kafka:connect-file` (Kafka Connect's file connectors) at `KAFKA_VERSION` with their
+  runtime dependencies, plus the logging Kafka's own distribution ships (slf4j 2 bound to
   log4j 2, so no tool prints an SLF4J warning), resolved by Maven (`jbod_runtime.maven_jars`, the
   plugin pinned) from the Maven repositories the machine's Maven is set up for (Maven Central)
   into a local repository of their own, `<cache>/m2`, and copied to `<cache>/<version>/libs/`. `<cache>` is
@@ -68,6 +69,8 @@ JARS = maven_jars.JarSet(
     (
         maven_jars.Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
         maven_jars.Artifact("org.apache.kafka", f"kafka_{SCALA_BINARY_VERSION}", KAFKA_VERSION),
+        # Kafka Connect's file connectors (the runtime comes with kafka-tools), for Connect tests.
+        maven_jars.Artifact("org.apache.kafka", "connect-file", KAFKA_VERSION),
         maven_jars.Artifact("org.slf4j", "slf4j-api", SLF4J_VERSION),
         maven_jars.Artifact("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
     )
@@ -118,6 +121,13 @@ SCRIPTS: Mapping[str, Script] = {
             "kafka-consumer-perf-test.sh", "org.apache.kafka.tools.ConsumerPerformance", heap=("-Xmx512M",)
         ),
         Script("kafka-storage.sh", "kafka.tools.StorageTool", connects=False),
+        Script(
+            "connect-distributed.sh",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            heap=("-Xms256M", "-Xmx2G"),
+            connects=False,
+            logging="server",
+        ),
         Script(
             "kafka-server-start.sh",
             "kafka.Kafka",

@@ -1114,3 +1114,41 @@ def test_a_checkpoint_older_than_the_batches_is_rebuilt_from_them(tmp_path: Path
     reopened.close()
     # ... and rewritten: the stale checkpoint is replaced by the rebuilt history.
     assert (path / EPOCH_CHECKPOINT).read_text() == checkpoint_text(expected)
+
+
+def test_delete_records_moves_the_log_start_inside_a_batch_durably(tmp_path: Path) -> None:
+    path = replica_dir(tmp_path)
+    log = filled_log(path, batches=30)  # batches of 1 to 4 records, segments of ~400 bytes
+    log.high_watermark = log.end_offset
+    segments = len(segment_logs(path))
+    before = all_records(log)
+    cut = next(r[0] for r in before if r[0] > 40 and r[0] % 4 == 2)
+    assert log.delete_records_before(cut) == cut
+    assert log.log_start_offset == cut
+    assert len(segment_logs(path)) < segments  # the segments wholly below the cut are gone
+    assert all_records(log)[0][0] <= cut  # reads start with the batch holding the cut
+    with pytest.raises(ValueError, match="outside"):
+        log.read(cut - 1, 1 << 20)
+    assert log.delete_records_before(cut - 5) == cut  # never down
+    log.close()
+    reopened = PartitionLog.open(path, segment_bytes=400)
+    assert reopened.log_start_offset == cut
+    assert [r for r in all_records(reopened) if r[0] >= cut] == [r for r in before if r[0] >= cut]
+    # A full truncation forgets it: the new start is the truncation's.
+    reopened.truncate_fully_and_start_at(cut - 10)
+    reopened.close()
+    assert PartitionLog.open(path, segment_bytes=400).log_start_offset == cut - 10
+
+
+def test_a_replica_starting_inside_the_leaders_first_batch_keeps_the_leaders_start(tmp_path: Path) -> None:
+    leader = filled_log(replica_dir(tmp_path, "leader"), batches=10)
+    leader.high_watermark = leader.end_offset
+    headers = list(record_batch.iter_headers(leader.read(0, 1 << 20)))
+    straddled = next(h for h in headers if h.next_offset - h.base_offset >= 3)
+    cut = straddled.base_offset + 1
+    leader.delete_records_before(cut)
+    follower = PartitionLog.open(replica_dir(tmp_path, "follower"), segment_bytes=400)
+    follower.truncate_fully_and_start_at(cut)
+    follower.append_replicated(leader.read(cut, 1 << 20))
+    assert (follower.log_start_offset, follower.end_offset) == (cut, leader.end_offset)
+    assert all_records(follower) == all_records(leader)
