@@ -7,9 +7,10 @@ Kafka's `bin/*.sh` scripts are not published to Maven Central, but every main cl
 compare with a real Kafka (`KafkaCluster`).
 
 Guarantees:
-* The jars are `org.apache.kafka:kafka-tools`, `org.apache.kafka:kafka_2.13` and
-  `org.apache.kafka:connect-file` (Kafka Connect's file connectors) at `KAFKA_VERSION` with their
-  runtime dependencies, plus the logging Kafka's own distribution ships (slf4j 2 bound to
+* The jars are `org.apache.kafka:kafka-tools`, `org.apache.kafka:kafka_2.13`,
+  `org.apache.kafka:connect-file` (Kafka Connect's file connectors) and
+  `org.apache.kafka:kafka-streams-examples` (Kafka Streams and its demos) at `KAFKA_VERSION` with
+  their runtime dependencies, plus the logging Kafka's own distribution ships (slf4j 2 bound to
   log4j 2, so no tool prints an SLF4J warning), resolved by Maven (`jbod_runtime.maven_jars`, the
   plugin pinned) from the Maven repositories the machine's Maven is set up for (Maven Central)
   into a local repository of their own, `<cache>/m2`, and copied to `<cache>/<version>/libs/`. `<cache>` is
@@ -71,6 +72,8 @@ JARS = maven_jars.JarSet(
         maven_jars.Artifact("org.apache.kafka", f"kafka_{SCALA_BINARY_VERSION}", KAFKA_VERSION),
         # Kafka Connect's file connectors (the runtime comes with kafka-tools), for Connect tests.
         maven_jars.Artifact("org.apache.kafka", "connect-file", KAFKA_VERSION),
+        # Kafka Streams and its examples (WordCountDemo), for Streams tests.
+        maven_jars.Artifact("org.apache.kafka", "kafka-streams-examples", KAFKA_VERSION),
         maven_jars.Artifact("org.slf4j", "slf4j-api", SLF4J_VERSION),
         maven_jars.Artifact("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
     )
@@ -244,7 +247,7 @@ class KafkaInstall:
         if spec.logging == "server":
             gc_log = (f"-Xlog:gc*:file={logs}/kafkaServer-gc.log:time,tags:filecount=10,filesize=100M",)
         return [
-            _java(),
+            java(),
             *(heap or spec.heap),
             *JVM_PERFORMANCE_OPTS,
             *gc_log,
@@ -258,7 +261,7 @@ class KafkaInstall:
         ]
 
 
-def _java() -> str:
+def java() -> str:
     """`$JAVA_HOME/bin/java` or `java`, as kafka-run-class.sh chooses."""
     home = os.environ.get("JAVA_HOME")
     return str(Path(home) / "bin" / "java") if home else "java"
@@ -422,7 +425,7 @@ class JavaAdmin:
         install = self.install or default_install()
         with _config_file(self.command_config) as config_path:
             cmd = [
-                _java(),
+                java(),
                 *DEFAULT_HEAP,
                 f"-Dlog4j2.configurationFile={install.log4j_config('tools')}",
                 "-cp",
