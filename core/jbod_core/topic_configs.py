@@ -47,6 +47,8 @@ Parsed = bool | int | float | str | tuple[str, ...]
 
 CLEANUP_POLICY: Final = "cleanup.policy"
 MAX_MESSAGE_BYTES: Final = "max.message.bytes"
+MESSAGE_TIMESTAMP_TYPE: Final = "message.timestamp.type"
+LOG_APPEND_TIME: Final = "LogAppendTime"
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 REMOTE_STORAGE_ENABLE: Final = "remote.storage.enable"
 RETENTION_BYTES: Final = "retention.bytes"
@@ -309,12 +311,13 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "How far in the past a CreateTime timestamp may be.",
     ),
     _d(
-        "message.timestamp.type",
+        MESSAGE_TIMESTAMP_TYPE,
         "string",
         "CreateTime",
-        OneOf(("CreateTime", "LogAppendTime")),
+        OneOf(("CreateTime", LOG_APPEND_TIME)),
         "log.message.timestamp.type",
         "`CreateTime`: the producer's timestamps; `LogAppendTime`: the broker's append time.",
+        applied=True,
     ),
     _d(
         "min.cleanable.dirty.ratio",
@@ -523,6 +526,7 @@ class ResolvedConfigs:
 
     values: Mapping[str, int]
     problems: tuple[ConfigProblem, ...]
+    log_append_time: bool = False  # `message.timestamp.type=LogAppendTime`
 
     def __getitem__(self, key: str) -> int:
         return self.values[key]
@@ -642,7 +646,10 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
     if DELETE not in cleanup_policy(configs):
         # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
         values[RETENTION_BYTES] = values[RETENTION_MS] = -1
-    return ResolvedConfigs(values=values, problems=tuple(problems))
+    timestamp_type = parse(BY_NAME[MESSAGE_TIMESTAMP_TYPE], configs.get(MESSAGE_TIMESTAMP_TYPE, "CreateTime"))
+    return ResolvedConfigs(
+        values=values, problems=tuple(problems), log_append_time=timestamp_type == LOG_APPEND_TIME
+    )
 
 
 def cleanup_policy(configs: Mapping[str, str], default: str = DELETE) -> frozenset[str]:

@@ -365,11 +365,24 @@ def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
     return None
 
 
+_ATTRIBUTES_AT: Final[int] = 21
+_MAX_TIMESTAMP_AT: Final[int] = 35
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+LOG_APPEND_TIME_FLAG: Final[int] = 0x08  # attributes bit 3: the timestamps are the broker's
+
+
 def with_base_offset(
-    batch: bytes | bytearray | memoryview, base_offset: int, *, leader_epoch: int | None = None
+    batch: bytes | bytearray | memoryview,
+    base_offset: int,
+    *,
+    leader_epoch: int | None = None,
+    log_append_time_ms: int | None = None,
 ) -> bytes:
     """`batch` (exactly one) with its base offset and, when given, its leader epoch stamped; the
-    CRC does not cover them and stays as it is."""
+    CRC does not cover them and stays as it is. With `log_append_time_ms` (a topic of
+    `message.timestamp.type=LogAppendTime`) the batch's timestamp type becomes LogAppendTime and
+    its max timestamp that time, as Kafka's broker rewrites it, and the CRC is computed again."""
     header = read_header(batch)
     if header.size != len(batch):
         raise CorruptBatchError(
@@ -383,6 +396,11 @@ def with_base_offset(
     _I64.pack_into(stamped, 0, base_offset)
     if leader_epoch is not None:
         _I32.pack_into(stamped, _EPOCH_AT, leader_epoch)
+    if log_append_time_ms is not None:
+        (attributes,) = _U16.unpack_from(stamped, _ATTRIBUTES_AT)
+        _U16.pack_into(stamped, _ATTRIBUTES_AT, attributes | LOG_APPEND_TIME_FLAG)
+        _I64.pack_into(stamped, _MAX_TIMESTAMP_AT, log_append_time_ms)
+        _U32.pack_into(stamped, _CRC_AT, crc32c.crc32c(memoryview(stamped)[CRC_START:]))
     return bytes(stamped)
 
 

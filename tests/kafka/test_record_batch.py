@@ -112,6 +112,16 @@ def test_with_base_offset_stamps_offset_and_epoch_and_keeps_the_crc() -> None:
         record_batch.with_base_offset(batch, 2**63 - 1)
 
 
+def test_log_append_time_marks_the_batch_sets_its_max_timestamp_and_a_valid_crc() -> None:
+    batch = client_batch([(b"k", b"a"), (b"k", b"b")])
+    stamped = record_batch.with_base_offset(batch, 7, leader_epoch=1, log_append_time_ms=1_700_000_000_123)
+    [header] = record_batch.iter_headers(stamped)  # verifies the new CRC
+    [before] = record_batch.iter_headers(batch)
+    assert header.attributes == before.attributes | record_batch.LOG_APPEND_TIME_FLAG
+    assert header.max_timestamp_ms == 1_700_000_000_123 and header.crc != before.crc
+    assert [r.value for r in record_batch.decode_records(stamped)] == [b"a", b"b"]
+
+
 def _resealed(batch: bytearray) -> bytes:
     """`batch` with its CRC-32C recomputed (so only the field changed is wrong)."""
     struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))

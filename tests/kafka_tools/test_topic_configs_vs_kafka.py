@@ -3,7 +3,8 @@
 CreateTopics (validate only) and IncrementalAlterConfigs; DescribeConfigs answering every key
 with the same value, source, default flag and synonyms; and a producer refused alike by a
 compacted topic (a record without a key) and by a topic's `max.message.bytes`; and DeleteRecords
-moving the log start (and refusing what Kafka refuses) as Kafka does.
+moving the log start (and refusing what Kafka refuses), and a LogAppendTime topic stamping the
+broker's time, as Kafka does.
 
 What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes`
 default (64 MiB where Kafka's is 1 GiB), so the keys whose default a broker reads from its own
@@ -14,13 +15,21 @@ a cluster-wide dynamic default.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -307,4 +316,32 @@ def test_delete_records_moves_the_log_start_as_kafka_does(kafka: Side, ours: Sid
         )
     assert seen["Kafka"][0] == ("NO_ERROR", 4)
     assert seen["Kafka"][1] == (4, [f"v{i}".encode() for i in range(4, 10)])
+    assert seen["ours"] == seen["Kafka"]
+
+
+def test_a_log_append_time_topic_stamps_the_brokers_time_as_kafka_does(kafka: Side, ours: Side) -> None:
+    seen = {}
+    for side in (kafka, ours):
+        _create(side, "appended", {"message.timestamp.type": "LogAppendTime"})
+        producer = Producer({**side.config, "acks": "all"})
+        delivered: list[tuple[int, int]] = []
+        before = int(time.time() * 1000)
+        producer.produce(
+            "appended",
+            b"v",
+            key=b"k",
+            timestamp=1000,
+            on_delivery=lambda _e, m, into=delivered: into.append(m.timestamp()),
+        )
+        assert producer.flush(TIMEOUT) == 0
+        consumer = Consumer({**side.config, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+        consumer.assign([TopicPartition("appended", 0, OFFSET_BEGINNING)])
+        message = consumer.poll(TIMEOUT)
+        consumer.close()
+        assert message is not None and message.error() is None, side.name
+        kind, stamp = message.timestamp()
+        assert before - 5000 <= stamp <= int(time.time() * 1000) + 5000, (side.name, stamp)
+        assert delivered[0][1] == stamp, side.name  # the produce response carries it
+        seen[side.name] = (kind, delivered[0][0])
+    assert seen["Kafka"] == (TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_LOG_APPEND_TIME)
     assert seen["ours"] == seen["Kafka"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,6 +54,7 @@ class _PartitionResult:
     error_code: KafkaError
     base_offset: int = -1
     log_start_offset: int = -1
+    log_append_time_ms: int = -1
     reason: str | None = None
     reason_shown: bool = False
     current_leader: CurrentLeader | None = None
@@ -63,6 +65,7 @@ class _PartitionResult:
             self.index,
             int(self.error_code),
             base_offset=self.base_offset,
+            log_append_time_ms=self.log_append_time_ms,
             log_start_offset=self.log_start_offset,
             error_message=self.reason if self.reason_shown else None,
             current_leader=None if leader is None else leader.hint,
@@ -74,6 +77,11 @@ class _PartitionResult:
             "index": self.index,
             "error_code": self.error_code,
             "base_offset": self.base_offset,
+            "log_append_time": (
+                None
+                if self.log_append_time_ms < 0
+                else datetime.datetime.fromtimestamp(self.log_append_time_ms / 1000, tz=datetime.UTC)
+            ),
             "log_start_offset": self.log_start_offset,
             "record_errors": [],
             "error_message": self.reason if self.reason_shown else None,
@@ -153,6 +161,7 @@ async def _produce_partition(
         KafkaError.none,
         base_offset=result.base_offset,
         log_start_offset=hosted.log.log_start_offset if hosted is not None else -1,
+        log_append_time_ms=result.log_append_time_ms,
     )
 
 

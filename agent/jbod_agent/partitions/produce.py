@@ -32,6 +32,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -61,6 +62,7 @@ class ProduceResult:
     error: ProduceError
     base_offset: int = -1
     message: str | None = None
+    log_append_time_ms: int = -1  # the records' timestamp on a LogAppendTime topic, else -1
 
     @property
     def appended_unacknowledged(self) -> bool:
@@ -103,9 +105,10 @@ class Produce:
                     timeout_ms=timeout_ms,
                 )
         epoch = hosted.leader_epoch
+        append_time = wall_ms(self.clock) if hosted.log_append_time else None
 
         def append(log_: PartitionLog) -> int:
-            base = log_.append_as_leader(produced, leader_epoch=epoch)
+            base = log_.append_as_leader(produced, leader_epoch=epoch, log_append_time_ms=append_time)
             if header.producer_id >= 0 and hosted.producers is not None:
                 hosted.producers = producer_state.record(
                     hosted.producers, header, first_offset=base, now_ms=wall_ms(self.clock)
@@ -113,7 +116,10 @@ class Produce:
                 hosted.producers_changed = True
             return base
 
-        return await self._append_and_ack(hosted, append, acks=acks, timeout_ms=timeout_ms)
+        result = await self._append_and_ack(hosted, append, acks=acks, timeout_ms=timeout_ms)
+        if append_time is not None and result.error == ErrorCode.NONE:
+            return dataclasses.replace(result, log_append_time_ms=append_time)
+        return result
 
     def _producer_verdict(
         self, hosted: HostedPartition, header: record_batch.BatchHeader

@@ -131,14 +131,19 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append_as_leader(self, batch: record_batch.CheckedBatch, *, leader_epoch: int) -> int:
+    def append_as_leader(
+        self, batch: record_batch.CheckedBatch, *, leader_epoch: int, log_append_time_ms: int | None = None
+    ) -> int:
         """Append one produced batch, given the end offset as base offset and `leader_epoch`;
         returns its base offset. A `CheckedBatch` passed Kafka's checks already
         (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
-        before the producer state's verdict, Kafka's order): they are not run again here."""
+        before the producer state's verdict, Kafka's order): they are not run again here. With
+        `log_append_time_ms` the batch's timestamps become that LogAppendTime."""
         self._check_leader_epoch(leader_epoch)
         base_offset = self._local.end_offset
-        rewritten = record_batch.with_base_offset(batch.data, base_offset, leader_epoch=leader_epoch)
+        rewritten = record_batch.with_base_offset(
+            batch.data, base_offset, leader_epoch=leader_epoch, log_append_time_ms=log_append_time_ms
+        )
         header = record_batch.read_header(rewritten)
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)
