@@ -20,7 +20,8 @@ Guarantees:
 * `create_error(configs, replication_factor=...)` checks every key in sorted order; the first
   problem wins. No problem means every key is usable by every broker.
 * `resolve(configs, defaults)` is the broker's reading of the keys it reads as numbers
-  (`BROKER_SETTINGS`): the topic's value when usable, else the broker's default, and every value
+  (`BROKER_SETTINGS`, and `TOPIC_NUMBERS` with Kafka's default): the topic's value when usable,
+  else the broker's default, and every value
   it could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
   a warning, never a storage error. A topic whose `cleanup.policy` lacks `delete` resolves
   `retention.ms` and `retention.bytes` to -1: its segments are never deleted by retention.
@@ -54,6 +55,7 @@ REMOTE_STORAGE_ENABLE: Final = "remote.storage.enable"
 RETENTION_BYTES: Final = "retention.bytes"
 RETENTION_MS: Final = "retention.ms"
 SEGMENT_BYTES: Final = "segment.bytes"
+SEGMENT_MS: Final = "segment.ms"
 LEADER_THROTTLED_REPLICAS: Final = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS: Final = "follower.replication.throttled.replicas"
 COMPACT: Final = "compact"
@@ -407,12 +409,13 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "A random share of segment.ms subtracted per segment, so segments do not roll together.",
     ),
     _d(
-        "segment.ms",
+        SEGMENT_MS,
         "long",
         "604800000",
         AtLeast(1),
         None,
-        "Time after which a partition's active segment is rolled.",
+        "Time after which a partition's active segment is rolled (the age of its first batch's timestamp).",
+        applied=True,
     ),
     _d(
         "unclean.leader.election.enable",
@@ -440,6 +443,8 @@ class BrokerSetting:
     high: int
     default: int
 
+
+TOPIC_NUMBERS: Final = (SEGMENT_MS,)  # read by `resolve` with Kafka's default when unset
 
 BROKER_SETTINGS: Final[tuple[BrokerSetting, ...]] = (
     BrokerSetting(MAX_MESSAGE_BYTES, "message.max.bytes", 0, INT32_MAX, 1048588),
@@ -643,6 +648,13 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
             values[key] = default
         else:
             values[key] = parsed
+    for key in TOPIC_NUMBERS:  # numbers a broker reads from the topic only (no broker key of ours)
+        default = int(BY_NAME[key].default)
+        text = configs.get(key)
+        parsed = parse(BY_NAME[key], text) if text is not None else default
+        if isinstance(parsed, ConfigProblem):
+            problems.append(parsed)
+        values[key] = parsed if isinstance(parsed, int) else default
     if DELETE not in cleanup_policy(configs):
         # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
         values[RETENTION_BYTES] = values[RETENTION_MS] = -1

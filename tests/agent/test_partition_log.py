@@ -1152,3 +1152,24 @@ def test_a_replica_starting_inside_the_leaders_first_batch_keeps_the_leaders_sta
     follower.append_replicated(leader.read(cut, 1 << 20))
     assert (follower.log_start_offset, follower.end_offset) == (cut, leader.end_offset)
     assert all_records(follower) == all_records(leader)
+
+
+def test_segment_ms_rolls_the_active_segment_once_its_first_batch_is_older(tmp_path: Path) -> None:
+    path = replica_dir(tmp_path)
+    log = PartitionLog.open(path, segment_bytes=1 << 20)
+    log.segment_ms = 1000
+
+    def append(stamp: int, now: int) -> None:
+        produced = record_batch.check_produced(record_batch.encode_batch(0, -1, stamp, [(b"k", b"v")]))
+        log.append_as_leader(produced, leader_epoch=0, now_ms=now)
+
+    append(10_000, now=10_000)
+    append(10_400, now=10_900)  # the first batch is 900 ms old: no roll
+    assert len(segment_logs(path)) == 1
+    append(11_500, now=11_001)  # 1001 ms: rolled before this batch
+    assert [int(p.name[:20]) for p in segment_logs(path)] == [0, 2]
+    append(11_600, now=12_400)  # the new segment's first batch is 900 ms old
+    assert len(segment_logs(path)) == 2
+    log.segment_ms = None  # size only
+    append(11_700, now=99_000)
+    assert len(segment_logs(path)) == 2

@@ -166,7 +166,7 @@ def test_the_http_api_serves_no_produce_or_fetch(limited: Broker, method: str, p
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("message.max.bytes", "0"),
+        ("message.max.bytes", "-1"),
         ("message.max.bytes", "big"),
         ("socket.request.max.bytes", "100"),
         ("connections.max.idle.ms", "-1"),

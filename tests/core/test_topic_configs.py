@@ -240,6 +240,7 @@ DEFAULTS = {
     "retention.ms": 20,
     "segment.bytes": 8192,
 }
+RESOLVED_DEFAULTS = {**DEFAULTS, "segment.ms": 604800000}  # a topic-only key: Kafka's default
 BAD_SETTINGS = [
     ("max.message.bytes", "-1"),
     ("min.insync.replicas", "0"),
@@ -247,20 +248,28 @@ BAD_SETTINGS = [
     ("retention.ms", "1.5"),
     ("segment.bytes", "4096"),
     ("retention.bytes", "banana"),
+    ("segment.ms", "0"),
 ]
 
 
 @pytest.mark.parametrize(("key", "value"), BAD_SETTINGS)
 def test_the_broker_falls_back_to_its_default_for_a_bad_value(key: str, value: str) -> None:
     resolved = topic_configs.resolve({key: value, "unknown.key": "x"}, DEFAULTS)
-    assert dict(resolved.values) == DEFAULTS
+    assert dict(resolved.values) == RESOLVED_DEFAULTS
     assert [(p.key, p.value) for p in resolved.problems] == [(key, value)]
     assert resolved.problems[0].reason and resolved.problems[0].reason in resolved.problems[0].message
 
 
 def test_the_broker_uses_good_values_and_defaults_for_missing_keys() -> None:
-    resolved = topic_configs.resolve({"retention.ms": "-1", "segment.bytes": "1048576"}, DEFAULTS)
-    assert dict(resolved.values) == {**DEFAULTS, "retention.ms": -1, "segment.bytes": 1048576}
+    resolved = topic_configs.resolve(
+        {"retention.ms": "-1", "segment.bytes": "1048576", "segment.ms": "60000"}, DEFAULTS
+    )
+    assert dict(resolved.values) == {
+        **RESOLVED_DEFAULTS,
+        "retention.ms": -1,
+        "segment.bytes": 1048576,
+        "segment.ms": 60000,
+    }
     assert resolved.problems == ()
     # Without a broker default the setting's own default is used.
     assert topic_configs.resolve({}, {})["segment.bytes"] == 64 * 1024 * 1024
@@ -278,7 +287,7 @@ def test_a_topic_that_is_not_delete_is_never_cut_by_retention(policy: str, retai
 @given(st.dictionaries(st.sampled_from([*sorted(BY_NAME), "zzz"]), st.text(max_size=12), max_size=5))
 def test_resolve_never_raises_and_agrees_with_the_create_check(configs: dict[str, str]) -> None:
     resolved = topic_configs.resolve(configs, DEFAULTS)
-    assert set(resolved.values) == {s.topic_key for s in BROKER_SETTINGS}
+    assert set(resolved.values) == {s.topic_key for s in BROKER_SETTINGS} | set(topic_configs.TOPIC_NUMBERS)
     bad_settings = {p.key for p in resolved.problems}
     for setting in BROKER_SETTINGS:
         problem = topic_configs.value_error(

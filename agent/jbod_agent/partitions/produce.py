@@ -108,7 +108,9 @@ class Produce:
         append_time = wall_ms(self.clock) if hosted.log_append_time else None
 
         def append(log_: PartitionLog) -> int:
-            base = log_.append_as_leader(produced, leader_epoch=epoch, log_append_time_ms=append_time)
+            base = log_.append_as_leader(
+                produced, leader_epoch=epoch, log_append_time_ms=append_time, now_ms=wall_ms(self.clock)
+            )
             if header.producer_id >= 0 and hosted.producers is not None:
                 hosted.producers = producer_state.record(
                     hosted.producers, header, first_offset=base, now_ms=wall_ms(self.clock)

@@ -408,3 +408,4 @@ def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedCon
     hosted.log.retention_bytes = settings[topic_configs.RETENTION_BYTES]
     hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
     hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]
+    hosted.log.segment_ms = settings[topic_configs.SEGMENT_MS]

@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable
 
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
-from jbod_agent.ports import Clock
+from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.replication import divergence, replica_wire
 from jbod_agent.replication.peer_link import INTER_BROKER_USER, PeerConnection, PeerError, PeerLogin
 from jbod_agent.replication.replication_quota import ReplicationQuota
@@ -367,7 +367,7 @@ class Fetchers:
                 self.on_source_truncated(hosted.key, target)
             return
         if part.records and log_.end_offset == offset:
-            log_.append_replicated(part.records)
+            log_.append_replicated(part.records, now_ms=wall_ms(self.clock))
             hosted.dirty = True
         if part.log_start_offset > log_.log_start_offset:
             log_.delete_records_before(part.log_start_offset)  # the leader's DeleteRecords

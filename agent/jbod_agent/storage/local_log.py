@@ -134,6 +134,9 @@ class LocalLog:
         self._bases = [segment.base_offset for segment in segments]
         self._segment_bytes = segment_bytes
         self._index_interval = index_interval_bytes
+        # segment.ms: an append given the time rolls a non-empty active segment whose first
+        # batch's timestamp is older than this (Kafka's time-based roll); None: size only.
+        self.roll_ms: int | None = None
         self._log_start = segments[0].base_offset if segments else 0
         self._end = segments[-1].next_offset if segments else 0
         self._size = sum(segment.size for segment in segments)
@@ -234,13 +237,24 @@ class LocalLog:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        *,
+        now_ms: int | None = None,
+    ) -> None:
         """Write validated frames, contiguous from the end offset (positions relative to `data`),
-        rolling segments so that no frame is split; one write per segment touched."""
+        rolling segments so that no frame is split; one write per segment touched. With `now_ms`
+        and `roll_ms`, a non-empty active segment whose first batch is older is rolled first."""
         if self._tail_dirty:
             active = self._segments[-1]
             os.truncate(active.log_path, active.size)
             self._tail_dirty = False
+        if now_ms is not None and self.roll_ms is not None and headers and self._segments:
+            active = self._segments[-1]
+            if active.size > 0 and now_ms - self._first_timestamp(active) > self.roll_ms:
+                self._roll(headers[0].base_offset)
         view = memoryview(data)
         interval = self._index_interval
         first = 0
@@ -603,6 +617,15 @@ class LocalLog:
     def _records_of(self, segment: Segment, header: BatchHeader) -> list[record_batch.Record]:
         data = os.pread(self._reader(segment), header.size, header.position)
         return record_batch.decode_records(data, verify_crc=False)
+
+    def _first_timestamp(self, segment: Segment) -> int:
+        """The max timestamp of `segment`'s first batch (read once, then kept); a batch without
+        timestamps counts as new (never rolls by time)."""
+        if segment.first_timestamp_ms is None:
+            first = next(log_segments.walk_headers(self._reader(segment), 0, segment.size), None)
+            stamp = first.max_timestamp_ms if first is not None else log_segments.NO_TIMESTAMP
+            segment.first_timestamp_ms = stamp if stamp >= 0 else 2**62
+        return segment.first_timestamp_ms
 
     def max_timestamp(self, segment: Segment) -> int:
         """The newest batch timestamp of `segment` (read from its batches once, then kept)."""

@@ -69,6 +69,7 @@ class Segment:
     __slots__ = (
         "base_offset",
         "bytes_since_index",
+        "first_timestamp_ms",
         "index_file_ok",
         "index_offsets",
         "index_path",
@@ -84,6 +85,7 @@ class Segment:
         self.next_offset = base_offset
         self.size = 0
         self.max_timestamp_ms: int | None = NO_TIMESTAMP  # None: not known yet (computed on demand)
+        self.first_timestamp_ms: int | None = None  # its first batch's max timestamp, once read
         self.index_offsets: array[int] = array("I")
         self.index_positions: array[int] = array("I")
         self.bytes_since_index = 0

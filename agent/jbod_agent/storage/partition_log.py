@@ -132,13 +132,19 @@ class PartitionLog:
     # -- appending -----------------------------------------------------------------------------
 
     def append_as_leader(
-        self, batch: record_batch.CheckedBatch, *, leader_epoch: int, log_append_time_ms: int | None = None
+        self,
+        batch: record_batch.CheckedBatch,
+        *,
+        leader_epoch: int,
+        log_append_time_ms: int | None = None,
+        now_ms: int | None = None,
     ) -> int:
         """Append one produced batch, given the end offset as base offset and `leader_epoch`;
         returns its base offset. A `CheckedBatch` passed Kafka's checks already
         (`record_batch.check_produced` is its only maker, run once by `Produce.append_batch`
         before the producer state's verdict, Kafka's order): they are not run again here. With
-        `log_append_time_ms` the batch's timestamps become that LogAppendTime."""
+        `log_append_time_ms` the batch's timestamps become that LogAppendTime; `now_ms` lets
+        `segment_ms` roll the active segment first."""
         self._check_leader_epoch(leader_epoch)
         base_offset = self._local.end_offset
         rewritten = record_batch.with_base_offset(
@@ -147,10 +153,10 @@ class PartitionLog:
         header = record_batch.read_header(rewritten)
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)
-        self._append(rewritten, (header,))
+        self._append(rewritten, (header,), now_ms=now_ms)
         return base_offset
 
-    def append_replicated(self, data: bytes | memoryview) -> int:
+    def append_replicated(self, data: bytes | memoryview, *, now_ms: int | None = None) -> int:
         """Append frames fetched from the leader (contiguous, starting at the end offset); returns
         the new end offset. Epochs above the latest are recorded at their frame's base offset.
 
@@ -169,7 +175,7 @@ class PartitionLog:
             # An empty log starting inside the leader's first batch (the leader's log start was
             # moved there by DeleteRecords): start at the batch, keep the log start (as Kafka).
             self.truncate_fully_and_start_at(headers[0].base_offset)
-            end = self.append_replicated(data)
+            end = self.append_replicated(data, now_ms=now_ms)
             self.delete_records_before(start)
             return end
         expected = self._local.end_offset
@@ -195,7 +201,7 @@ class PartitionLog:
             for epoch, start in new_epochs:
                 self._epochs.assign(epoch, start)
             self._write_checkpoint()
-        self._append(data, headers)
+        self._append(data, headers, now_ms=now_ms)
         return self._local.end_offset
 
     def assign_epoch_start(self, leader_epoch: int) -> None:
@@ -220,12 +226,18 @@ class PartitionLog:
         if leader_epoch < self.latest_epoch:
             raise ValueError(f"Leader epoch {leader_epoch} is below the latest epoch {self.latest_epoch}")
 
-    def _append(self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+    def _append(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: Sequence[BatchHeader],
+        *,
+        now_ms: int | None = None,
+    ) -> None:
         """Write validated, contiguous frames to the local log, after the epoch checkpoint that an
         empty log's first epoch still owes."""
         if self._checkpoint_dirty:
             self._write_checkpoint()
-        self._local.append(data, headers)
+        self._local.append(data, headers, now_ms=now_ms)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -295,6 +307,15 @@ class PartitionLog:
     @segment_bytes.setter
     def segment_bytes(self, value: int) -> None:
         self._local.segment_bytes = value
+
+    @property
+    def segment_ms(self) -> int | None:
+        """The topic's `segment.ms`: appends given the time roll an active segment older than it."""
+        return self._local.roll_ms
+
+    @segment_ms.setter
+    def segment_ms(self, value: int | None) -> None:
+        self._local.roll_ms = value
 
     # -- batch headers (producer state) --------------------------------------------------------
 
