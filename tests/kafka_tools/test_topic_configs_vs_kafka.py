@@ -18,6 +18,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,11 @@ def _create_answer(side: Side, key: str, value: str) -> tuple[str, str]:
     future = side.admin.create_topics(
         [NewTopic(name, 1, 1, config={key: value})], validate_only=True, request_timeout=TIMEOUT
     )[name]
+    return _outcome(future)
+
+
+def _outcome(future: Future[Any]) -> tuple[str, str]:
+    """An admin call's error name and message, or ("NO_ERROR", "")."""
     try:
         future.result(TIMEOUT)
     except KafkaException as exc:
@@ -153,13 +159,7 @@ def _alter_answer(side: Side, key: str, value: str, op: AlterConfigOpType) -> tu
         TOPIC,
         incremental_configs=[ConfigEntry(key, value, incremental_operation=op)],
     )
-    future = side.admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource]
-    try:
-        future.result(TIMEOUT)
-    except KafkaException as exc:
-        error = exc.args[0]
-        return error.name(), error.str()
-    return "NO_ERROR", ""
+    return _outcome(side.admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource])
 
 
 def _described(side: Side) -> dict[str, dict[str, Any]]:
