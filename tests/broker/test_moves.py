@@ -9,7 +9,7 @@ import httpx
 
 from jbod_core.errors import ErrorCode
 from tests.broker.conftest import UNASSIGNED, Cluster, wait_for
-from tests.broker.data import fetch_all, produce
+from tests.broker.data import fetch, fetch_all, produce
 from tests.fs import requires_root
 
 pytestmark = requires_root
@@ -90,6 +90,8 @@ def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Clust
     cluster.brokers[1].start()
     wait_for(lambda: cluster.all_unfenced(1), what="the broker after restart")
     assert _where(cluster) == {source: [], other: [False]}
+    # Unfenced is not yet leading: the partition is served once the broker replayed its leadership.
+    wait_for(lambda: fetch(cluster, 1, "t", 0, 0)["errorCode"] == 0, what="the partition served again")
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == values + extra
 
 

@@ -57,6 +57,7 @@ def test_generate_writes_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a whole run in local mode: 200-300 s on 2 busy cores
 def test_a_whole_run_writes_every_table_and_the_report(
     compute: Callable[[str], Computed], tmp_path: Path
 ) -> None:
