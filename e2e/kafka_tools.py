@@ -550,12 +550,6 @@ def _terminate_with_parent() -> Callable[[], None]:
     return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _free_ports(count: int) -> list[int]:
-    """Distinct loopback ports free now, outside the kernel's ephemeral range (where an outgoing
-    connection could take one before the node binds it)."""
-    return listen_ports.free_listen_ports(count)
-
-
 # What the node logs once it serves clients: the server started, and the controller unfenced it.
 READY_LINES = ("Kafka Server started", "The broker has been unfenced")
 
@@ -692,7 +686,7 @@ class KafkaCluster(_ToolsAgainst):
         self.heap = tuple(heap)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.port, self.controller_port = _free_ports(2)
+        self.port, self.controller_port = listen_ports.free_listen_ports(2)
         self.started_in: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -851,7 +845,7 @@ class KafkaNodesCluster(_ToolsAgainst):
         self.heap = tuple(heap)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        *ports, self.controller_port = _free_ports(brokers + 1)
+        *ports, self.controller_port = listen_ports.free_listen_ports(brokers + 1)
         self.ports = dict(zip(self.broker_ids, ports, strict=True))
         self.started_in: float | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}

@@ -111,7 +111,7 @@ class EachOneOf:
     choices: tuple[str, ...]
 
     def problem(self, value: Parsed) -> str | None:
-        return None  # per item: see `_list_item_problem`
+        return None  # per item, naming the item as Kafka does: see `parse`
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +532,7 @@ class ResolvedConfigs:
     values: Mapping[str, int]
     problems: tuple[ConfigProblem, ...]
     log_append_time: bool = False  # `message.timestamp.type=LogAppendTime`
+    compacted: bool = False  # `cleanup.policy` holds `compact`: every record needs a key
 
     def __getitem__(self, key: str) -> int:
         return self.values[key]
@@ -630,12 +631,12 @@ def value_error(key: str, value: str, *, replication_factor: int) -> ConfigProbl
 
 def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> ResolvedConfigs:
     """Every broker setting's value for a broker: the topic's if usable, else `defaults[key]`
-    (else the setting's own default)."""
+    (else the setting's own default); the `TOPIC_NUMBERS` with Kafka's default."""
     values: dict[str, int] = {}
     problems: list[ConfigProblem] = []
-    for setting in BROKER_SETTINGS:
-        key = setting.topic_key
-        default = defaults.get(key, setting.default)
+    numbers = [(s.topic_key, defaults.get(s.topic_key, s.default)) for s in BROKER_SETTINGS]
+    numbers += [(key, int(BY_NAME[key].default)) for key in TOPIC_NUMBERS]
+    for key, default in numbers:
         text = configs.get(key)
         if text is None:
             values[key] = default
@@ -648,19 +649,16 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
             values[key] = default
         else:
             values[key] = parsed
-    for key in TOPIC_NUMBERS:  # numbers a broker reads from the topic only (no broker key of ours)
-        default = int(BY_NAME[key].default)
-        text = configs.get(key)
-        parsed = parse(BY_NAME[key], text) if text is not None else default
-        if isinstance(parsed, ConfigProblem):
-            problems.append(parsed)
-        values[key] = parsed if isinstance(parsed, int) else default
-    if DELETE not in cleanup_policy(configs):
+    policy = cleanup_policy(configs)
+    if DELETE not in policy:
         # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
         values[RETENTION_BYTES] = values[RETENTION_MS] = -1
     timestamp_type = parse(BY_NAME[MESSAGE_TIMESTAMP_TYPE], configs.get(MESSAGE_TIMESTAMP_TYPE, "CreateTime"))
     return ResolvedConfigs(
-        values=values, problems=tuple(problems), log_append_time=timestamp_type == LOG_APPEND_TIME
+        values=values,
+        problems=tuple(problems),
+        log_append_time=timestamp_type == LOG_APPEND_TIME,
+        compacted=COMPACT in policy,
     )
 
 

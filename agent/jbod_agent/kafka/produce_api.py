@@ -5,9 +5,11 @@ Guarantees:
 * acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets no
   response at all, as in Kafka.
 * Each partition's `records` must be exactly one RecordBatch v2 no larger than the topic's
-  `max.message.bytes` (the broker's `message.max.bytes` when unset; MESSAGE_TOO_LARGE), passing `record_batch.check_produced` (else
-  INVALID_RECORD or CORRUPT_MESSAGE, nothing appended); the partitions of one request are
-  appended and replicated concurrently, each answered with its own error code.
+  `max.message.bytes` (the broker's `message.max.bytes` when unset; MESSAGE_TOO_LARGE), with a
+  key on every record when the topic is compacted (else INVALID_RECORD), passing
+  `record_batch.check_produced` (else INVALID_RECORD or CORRUPT_MESSAGE, nothing appended); the
+  partitions of one request are appended and replicated concurrently, each answered with its
+  own error code.
 * `__consumer_offsets` is the group coordinators' (they write it through `Produce` directly): a
   client's produce to it is INVALID_TOPIC_EXCEPTION, unless its client id is Kafka's
   `__admin_client` (as Kafka's `internalTopicsAllowed`).
@@ -35,7 +37,6 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
-from jbod_core import topic_configs
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
@@ -120,13 +121,7 @@ def _refused(
             KafkaError.message_too_large,
             f"the batch of {len(batch)} bytes is larger than the topic's max.message.bytes {limit}",
         )
-    topic = ctx.state.image.topics.get(topic_id) if topic_id is not None else None
-    if (
-        topic is not None
-        and topic_configs.CLEANUP_POLICY in topic.configs
-        and topic_configs.COMPACT in topic_configs.cleanup_policy(topic.configs)
-        and record_batch.first_keyless_record(batch) is not None
-    ):
+    if hosted is not None and hosted.compacted and record_batch.first_keyless_record(batch) is not None:
         return _failed(
             part.index,
             KafkaError.invalid_record,

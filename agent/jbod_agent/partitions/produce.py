@@ -105,15 +105,16 @@ class Produce:
                     timeout_ms=timeout_ms,
                 )
         epoch = hosted.leader_epoch
-        append_time = wall_ms(self.clock) if hosted.log_append_time else None
+        now_ms = wall_ms(self.clock)
+        append_time = now_ms if hosted.log_append_time else None
 
         def append(log_: PartitionLog) -> int:
             base = log_.append_as_leader(
-                produced, leader_epoch=epoch, log_append_time_ms=append_time, now_ms=wall_ms(self.clock)
+                produced, leader_epoch=epoch, log_append_time_ms=append_time, now_ms=now_ms
             )
             if header.producer_id >= 0 and hosted.producers is not None:
                 hosted.producers = producer_state.record(
-                    hosted.producers, header, first_offset=base, now_ms=wall_ms(self.clock)
+                    hosted.producers, header, first_offset=base, now_ms=now_ms
                 )
                 hosted.producers_changed = True
             return base

@@ -106,6 +106,7 @@ class HostedPartition:
     min_isr: int = 1
     max_message_bytes: int = 1_048_588
     log_append_time: bool = False  # the topic's message.timestamp.type is LogAppendTime
+    compacted: bool = False  # the topic's cleanup.policy holds compact
     ack_waiters: list[AckWaiter] = field(default_factory=list)
     data_waiters: set[asyncio.Event] = field(default_factory=set)
     # Follower sessions holding this partition (leaders only; created on first use: most hosted
@@ -405,6 +406,7 @@ def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedCon
     hosted.min_isr = settings[topic_configs.MIN_INSYNC_REPLICAS]
     hosted.max_message_bytes = settings[topic_configs.MAX_MESSAGE_BYTES]
     hosted.log_append_time = settings.log_append_time
+    hosted.compacted = settings.compacted
     hosted.log.retention_bytes = settings[topic_configs.RETENTION_BYTES]
     hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
     hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]

@@ -64,11 +64,12 @@ from jbod_runtime import durable_files
 MAX_READ_FDS: Final = 8  # read fds cached per log
 INDEX_WRITE_BATCH: Final = 64  # index entries written to the active segment's file at once
 
+LOG_START_FILE: Final = "log-start-offset"  # the log start a DeleteRecords moved, in the replica dir
 _TEMP_NAME: Final = re.compile(
     r"(?:\d{20}\.(?:log|index)|"
     + re.escape(epoch_cache.EPOCH_CHECKPOINT)
     + "|"
-    + "log-start-offset"
+    + re.escape(LOG_START_FILE)
     + r")\.tmp"
 )
 
@@ -90,17 +91,12 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-LOG_START_FILE: Final = "log-start-offset"
-
-
 def _read_log_start(path: Path) -> int | None:
     """The log start a DeleteRecords recorded in the replica dir, or None (none, or unreadable:
     the first segment's base offset stands)."""
     try:
         text = (path / LOG_START_FILE).read_text(encoding="ascii").strip()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError):  # FileNotFoundError included
         return None
     return int(text) if text.isdigit() else None
 
