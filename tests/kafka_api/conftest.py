@@ -4,12 +4,14 @@ client configurations for librdkafka (confluent-kafka) as a user writes them."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from jbod_client.controller import read_token
 from jbod_local.processes import DEFAULT_LISTENERS
@@ -63,3 +65,23 @@ def start_kafka_cluster(
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     with contextlib.ExitStack() as stack:
         yield start_kafka_cluster(stack, tmp_path_factory.mktemp("kafka"))
+
+
+def earliest_and_values(
+    config: dict[str, Any], topic: str, *, timeout: float = 30.0
+) -> tuple[int, list[bytes]]:
+    """With librdkafka's `config`: ListOffsets earliest of `topic`'s partition 0, and every value
+    a consumer reads from there up to the end offset (a fresh group, nothing committed)."""
+    consumer = Consumer({**config, "group.id": f"read-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    try:
+        earliest, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        while len(values) < end - earliest:
+            message = consumer.poll(timeout)
+            assert message is not None, f"only {len(values)} of {end - earliest} records read"
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        return earliest, values
+    finally:
+        consumer.close()

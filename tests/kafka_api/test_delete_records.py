@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from e2e.wait import wait_for
 from jbod_core.messages import AlterReassignmentsRequest, ReassignmentTarget
-from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
+from tests.kafka_api.conftest import KafkaCluster, earliest_and_values, start_kafka_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -42,18 +42,7 @@ def _log_starts(kafka: KafkaCluster, brokers: list[int]) -> dict[int, str | None
 
 
 def _read_all(kafka: KafkaCluster) -> tuple[int, list[bytes]]:
-    consumer = Consumer(kafka.client_config(**{"group.id": "check", "enable.auto.commit": False}))
-    try:
-        earliest, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=TIMEOUT)
-        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        while len(values) < end - earliest:
-            message = consumer.poll(TIMEOUT)
-            assert message is not None and message.error() is None, message and message.error()
-            values.append(message.value())
-        return earliest, values
-    finally:
-        consumer.close()
+    return earliest_and_values(kafka.client_config(), TOPIC, timeout=TIMEOUT)
 
 
 def _readable(kafka: KafkaCluster) -> tuple[int, list[bytes]] | None:

@@ -43,7 +43,7 @@ from confluent_kafka.admin import (
 from e2e.kafka_tools import KafkaCluster as RealKafka
 from e2e.kafka_tools import KafkaInstall, ScramUser
 from jbod_core.topic_configs import BROKER_SETTINGS
-from tests.kafka_api.conftest import start_kafka_cluster
+from tests.kafka_api.conftest import earliest_and_values, start_kafka_cluster
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -278,20 +278,7 @@ def _delete_records(side: Side, topic: str, offset: int) -> tuple[str, int]:
 
 
 def _earliest_and_values(side: Side, topic: str) -> tuple[int, list[bytes]]:
-    """ListOffsets earliest of partition 0, and every value a consumer reads from the beginning."""
-    consumer = Consumer({**side.config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
-    try:
-        earliest, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        while len(values) < end - earliest:
-            message = consumer.poll(TIMEOUT)
-            assert message is not None, f"{side.name}: only {len(values)} records read"
-            assert message.error() is None, message.error()
-            values.append(message.value())
-        return earliest, values
-    finally:
-        consumer.close()
+    return earliest_and_values(side.config, topic, timeout=TIMEOUT)
 
 
 def test_delete_records_moves_the_log_start_as_kafka_does(kafka: Side, ours: Side) -> None:
