@@ -113,6 +113,11 @@ class BrokerConfig:
     log_retention_ms: int = 7 * 24 * 3600 * 1000
     log_retention_check_interval_ms: int = 30_000
     log_flush_interval_ms: int = 5_000
+    # The log cleaner (compaction), one per log dir (jbod_agent/partitions/log_cleaning.py).
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
     replica_fetch_max_bytes: int = 1024 * 1024
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
@@ -223,6 +228,16 @@ def _int(low: int, high: int) -> Callable[[str, str], int]:
         return number
 
     return parse
+
+
+def _positive_float(key: str, value: str) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: '{value}' is not a number") from None
+    if not number > 0 or number == float("inf"):
+        raise ConfigError(f"{key}: {value.strip()} is out of range (0, 1.7976931348623157E308]")
+    return number
 
 
 def _path(key: str, value: str) -> Path:
@@ -407,6 +422,10 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(10, _MAX_MS)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(10, _MAX_MS)),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0, _MAX_MS)),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1024 * 1024, 2**62)),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _positive_float),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0, 60_000)),

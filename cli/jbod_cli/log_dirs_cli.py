@@ -112,6 +112,7 @@ def merge_log_dirs(
                 "usableBytes": log_dir.usable_bytes
                 if log_dir.usable_bytes is not None
                 else (view or {}).get("usableBytes"),
+                "cleaner": (view or {}).get("cleaner"),
                 "replicas": _kafka_replicas(log_dir, view)
                 if online or view is None
                 else list(view.get("replicas") or []),

@@ -232,7 +232,7 @@ def log_dirs_table(
 ) -> Table:
     """One broker's log dirs (`jbodctl log-dirs`' JSON: DescribeLogDirs joined with the broker's
     `GET /v1/log-dirs`): a row per dir, future replicas (moves in progress) by name (with `wide`,
-    and their lag in offsets while they have one), and under the table one line per dir with an
+    and their lag in offsets while they have one; and the dir's log cleaner), and under the table one line per dir with an
     error. Unless `wide`, paths are shown relative to the directory holding them all, which the
     title names (relative to `cwd` when that is shorter)."""
     paths = [str(d["path"]) for d in dirs if d.get("path")]
@@ -248,6 +248,8 @@ def log_dirs_table(
     for column in ("usable", "total", "replicas"):
         table.add_column(column, justify="right")
     table.add_column("future replicas")
+    if wide:  # 80 columns hold the rest only
+        table.add_column("cleaner")
     names = DirNames.of((str(d["directoryId"]) for d in dirs if d.get("directoryId")), wide=wide)
     errors: list[str] = []
     for d in dirs:
@@ -274,12 +276,26 @@ def log_dirs_table(
             human_bytes(d.get("totalBytes")),
             str(len(replicas) - len(future)),
             "\n".join(escape(_future_label(r, wide=wide)) for r in future) or "-",
+            *([_cleaner_label(d.get("cleaner"))] if wide else []),
         )
     if errors:
         table.caption = Text(
             "\n".join(errors), style="red", no_wrap=not wide, overflow="fold" if wide else "ellipsis"
         )
     return table
+
+
+def _cleaner_label(cleaner: Mapping[str, Any] | None) -> str:
+    """A dir's log cleaner: its state (what it cleans now), and what it removed so far."""
+    if not cleaner:
+        return "-"
+    state = str(cleaner.get("state"))
+    if state == "failed":
+        return "[red]failed[/]"
+    if cleaner.get("cleaning"):
+        state = f"cleaning {escape(str(cleaner['cleaning']))}"
+    freed = int(cleaner.get("bytesFreed") or 0)
+    return f"{state}, {human_bytes(freed)} freed" if cleaner.get("runs") else state
 
 
 def _future_label(replica: Mapping[str, Any], *, wide: bool) -> str:

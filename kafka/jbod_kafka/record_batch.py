@@ -32,6 +32,8 @@ Guarantees:
   A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
   the compressed bytes; consumers decompress).
 * `with_base_offset` stamps the base offset and leader epoch into a copy, the CRC untouched.
+* `rebuilt_batch` and `empty_batch` make what a cleaned (compacted) log keeps of a batch: its
+  offsets, epoch, producer fields and timestamp type unchanged, fewer (or no) records, a valid CRC.
 * `encode_batch` builds a batch that `iter_headers` and `decode_records` read back to the same
   values. Headers are frozen values; positions are byte positions in the parsed buffer (plus
   `position_base` where a caller parses a window of a larger file).
@@ -366,6 +368,7 @@ def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
 
 
 _ATTRIBUTES_AT: Final[int] = 21
+_LAST_DELTA_AT: Final[int] = 23
 _MAX_TIMESTAMP_AT: Final[int] = 35
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
@@ -435,6 +438,85 @@ def encode_batch(
         raise ValueError(f"A batch of {len(frame)} bytes does not fit a batch length")
     _I64.pack_into(frame, 0, base_offset)
     _I32.pack_into(frame, _EPOCH_AT, leader_epoch)
+    return bytes(frame)
+
+
+def empty_batch(  # noqa: PLR0913  one keyword per header field a cleaned log keeps
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    leader_epoch: int,
+    timestamp_ms: int,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """A batch holding no record that spans offsets [base_offset, base_offset + last_offset_delta]
+    (what a compacted log keeps where records were removed: the last batch of an idempotent
+    producer, as Kafka keeps it, or a run of removed batches), uncompressed, CRC computed.
+    `attributes` keep their timestamp type, transactional and control bits, never a codec."""
+    if base_offset < 0 or last_offset_delta < 0:
+        raise ValueError(f"Bad offset range {base_offset} + {last_offset_delta}")
+    frame = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(
+        frame,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD,
+        leader_epoch,
+        MAGIC,
+        0,
+        attributes & ~_COMPRESSION_MASK,
+        last_offset_delta,
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        0,
+    )
+    _U32.pack_into(frame, _CRC_AT, crc32c.crc32c(memoryview(frame)[CRC_START:]))
+    return bytes(frame)
+
+
+def rebuilt_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+    """The batch `header` describes holding only `records` (some of its records, at least one,
+    in order): the same base offset, last offset delta, leader epoch, attributes, producer id,
+    epoch and base sequence, each record's offset, timestamp, key, value and headers kept,
+    compressed with the batch's codec, CRC computed (what a cleaned log keeps of a batch).
+    A LogAppendTime batch keeps its max timestamp; a CreateTime batch gets its records' newest."""
+    if not records:
+        raise ValueError("A rebuilt batch needs at least one record")
+    builder = DefaultRecordBatchBuilder(
+        magic=MAGIC,
+        compression_type=header.compression,
+        is_transactional=int(header.is_transactional),
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        batch_size=MAX_LENGTH,
+    )
+    append = builder.append
+    for record in records:
+        delta = record.offset - header.base_offset
+        if not 0 <= delta <= header.last_offset_delta:
+            raise ValueError(f"Record offset {record.offset} is outside the batch at {header.base_offset}")
+        append(
+            offset=delta,
+            timestamp=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
+            headers=list(record.headers),
+        )
+    frame: bytearray = builder.build()
+    _I64.pack_into(frame, 0, header.base_offset)
+    _I32.pack_into(frame, _EPOCH_AT, header.leader_epoch)
+    _U16.pack_into(frame, _ATTRIBUTES_AT, header.attributes)
+    _I32.pack_into(frame, _LAST_DELTA_AT, header.last_offset_delta)
+    if header.log_append_time:
+        _I64.pack_into(frame, _MAX_TIMESTAMP_AT, header.max_timestamp_ms)
+    _U32.pack_into(frame, _CRC_AT, crc32c.crc32c(memoryview(frame)[CRC_START:]))
     return bytes(frame)
 
 

@@ -225,6 +225,7 @@ class GroupApis:
             num_partitions=config.offsets_topic_num_partitions,
             replication_factor=replication,
             configs={
+                "cleanup.policy": "compact",  # as Kafka: the latest commit of each key is kept
                 "min.insync.replicas": str(max(1, replication - 1)),
                 "retention.ms": "-1",
                 "retention.bytes": "-1",

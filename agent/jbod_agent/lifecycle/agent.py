@@ -38,6 +38,7 @@ from jbod_agent.lifecycle.lifecycle import LifecycleCalls
 from jbod_agent.lifecycle.metadata_follower import MetadataFollower
 from jbod_agent.lifecycle.reconciler import Reconciler
 from jbod_agent.partitions.client_fetch import ClientFetch
+from jbod_agent.partitions.log_cleaning import LogCleaning
 from jbod_agent.partitions.log_upkeep import LogUpkeep
 from jbod_agent.partitions.produce import Produce
 from jbod_agent.partitions.replica_manager import ReplicaManager
@@ -124,6 +125,7 @@ class Agent:
             quota=self.leader_quota,
         )
         self.log_upkeep = LogUpkeep(self.manager, clock=self.clock)
+        self.log_cleaning = LogCleaning(self.manager, clock=self.clock)
         self.mover = Mover(
             self.state,
             manager=self.manager,
@@ -179,6 +181,8 @@ class Agent:
         self._spawn(self.isr_upkeep.run_forever(), "isr")
         self._spawn(self.log_upkeep.flush_forever(), "flush")
         self._spawn(self.log_upkeep.retention_forever(), "retention")
+        if state.config.log_cleaner_enable:
+            self._spawn(self.log_cleaning.run_forever(), "cleaner")
         self._spawn(self._collect_garbage_forever(), "gc")
         await state.stopping.wait()
         for call in (self._lifecycle_call, self._placement_call):
@@ -235,6 +239,7 @@ class Agent:
             if local.directory_id == directory:
                 self.queue.cancel(key)
         self.mover.dir_failed(directory)
+        self.log_cleaning.dir_failed(directory)
         self.manager.dir_failed(directory)
         self.wakeup.set()
 

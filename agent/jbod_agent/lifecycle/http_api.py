@@ -34,6 +34,7 @@ from jbod_agent.config import BrokerConfig
 from jbod_agent.disks import probe
 from jbod_agent.lifecycle import views
 from jbod_agent.lifecycle.agent import Agent
+from jbod_agent.partitions.log_cleaning import CleanerState
 from jbod_agent.placement import DirHealth
 from jbod_core import views as core_views
 from jbod_core.broker_messages import MoveReplicaRequest
@@ -169,6 +170,50 @@ class _AgentCollector(Collector):
         yield throttled
         yield skips
         yield rates
+        yield from _cleaner_metrics(agent)
+
+
+def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Each dir's log cleaner (Kafka's `kafka.log:type=LogCleaner*` metrics, per dir)."""
+    labels = ["directory_id"]
+    state = GaugeMetricFamily(
+        "jbod_log_cleaner_running", "1 while the dir's cleaner is cleaning a log", labels=labels
+    )
+    failed = GaugeMetricFamily(
+        "jbod_log_cleaner_failed", "1 once the dir's cleaner stopped on an I/O error", labels=labels
+    )
+    read = CounterMetricFamily("jbod_log_cleaner_read_bytes", "Bytes the dir's cleaner read", labels=labels)
+    written = CounterMetricFamily(
+        "jbod_log_cleaner_written_bytes", "Bytes of cleaned segments the dir's cleaner wrote", labels=labels
+    )
+    removed = CounterMetricFamily(
+        "jbod_log_cleaner_removed_records", "Records the dir's cleaner removed", labels=labels
+    )
+    last = GaugeMetricFamily(
+        "jbod_log_cleaner_last_run_timestamp_seconds",
+        "When the dir's cleaner last cleaned a log (wall clock)",
+        labels=labels,
+    )
+    freed = CounterMetricFamily(
+        "jbod_log_cleaner_freed_bytes",
+        "Bytes the dir's cleaner freed (log sizes before less after)",
+        labels=labels,
+    )
+    dirty = GaugeMetricFamily(
+        "jbod_log_cleaner_max_dirty_ratio", "The largest dirty ratio the dir's cleaner cleaned", labels=labels
+    )
+    for directory, cleaner in agent.log_cleaning.cleaners.items():
+        label = [str(directory)]
+        state.add_metric(label, 1 if cleaner.state is CleanerState.CLEANING else 0)
+        failed.add_metric(label, 1 if cleaner.state is CleanerState.FAILED else 0)
+        read.add_metric(label, cleaner.bytes_read)
+        written.add_metric(label, cleaner.bytes_written)
+        removed.add_metric(label, cleaner.records_removed)
+        freed.add_metric(label, cleaner.bytes_freed)
+        if cleaner.last_run_ms is not None:
+            last.add_metric(label, cleaner.last_run_ms / 1000)
+        dirty.add_metric(label, cleaner.max_dirty_ratio)
+    yield from (state, failed, read, written, removed, freed, last, dirty)
 
 
 class AgentApi:
@@ -296,7 +341,9 @@ class AgentApi:
         return _json(core_views.describe_broker(image, reg))
 
     async def log_dirs(self, request: web.Request) -> web.Response:
-        return _json(views.log_dirs_view(self.agent.state, self.agent.mover))
+        return _json(
+            views.log_dirs_view(self.agent.state, self.agent.mover, self.agent.log_cleaning.cleaners)
+        )
 
     async def move(self, request: web.Request) -> web.Response:
         move = await self._parse(request, MoveReplicaRequest, limit=SMALL_BODY_BYTES)

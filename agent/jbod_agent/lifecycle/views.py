@@ -6,9 +6,11 @@ sizes are read from disk only for dirs that are not offline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from jbod_agent import dynamic_configs
+from jbod_agent.partitions.log_cleaning import DirCleaner
 from jbod_agent.placement import DirHealth
 from jbod_agent.replication import mover
 from jbod_agent.state import AgentState, LocalReplica
@@ -17,8 +19,28 @@ from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 
 
-def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]]:
-    """`GET /v1/log-dirs`: every dir (sorted by path) with its replicas, futures included."""
+def cleaner_view(cleaner: DirCleaner | None) -> dict[str, Any] | None:
+    """A dir's log cleaner as `GET /v1/log-dirs` shows it (None: no compacted log there yet)."""
+    if cleaner is None:
+        return None
+    return {
+        "state": cleaner.state.value,
+        "cleaning": cleaner.cleaning,
+        "runs": cleaner.runs,
+        "bytesRead": cleaner.bytes_read,
+        "bytesWritten": cleaner.bytes_written,
+        "recordsRemoved": cleaner.records_removed,
+        "bytesFreed": cleaner.bytes_freed,
+        "lastRunMs": cleaner.last_run_ms,
+        "maxDirtyRatio": round(cleaner.max_dirty_ratio, 4),
+    }
+
+
+def log_dirs_view(
+    broker: AgentState, moves: mover.Mover, cleaners: Mapping[Uuid, DirCleaner]
+) -> list[dict[str, Any]]:
+    """`GET /v1/log-dirs`: every dir (sorted by path) with its replicas, futures included, and its
+    log cleaner."""
     out: list[dict[str, Any]] = []
     by_dir: dict[Uuid, list[tuple[PartitionKey, LocalReplica]]] = {}
     for key, local in [*broker.local.items(), *broker.offline_local.items()]:
@@ -39,6 +61,7 @@ def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]
                 "since": state.since,
                 "totalBytes": state.total_bytes,
                 "usableBytes": state.usable_bytes,
+                "cleaner": cleaner_view(cleaners.get(directory)),
                 "replicas": [
                     {
                         "topic": local.topic,
@@ -74,6 +97,7 @@ def log_dirs_view(broker: AgentState, moves: mover.Mover) -> list[dict[str, Any]
                 "since": None,
                 "totalBytes": 0,
                 "usableBytes": 0,
+                "cleaner": None,
                 "replicas": [],
             }
         )

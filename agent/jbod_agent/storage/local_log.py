@@ -22,7 +22,11 @@ Guarantees:
   cut, damage anywhere else raises `CorruptBatchError` naming the file) and raises
   `CorruptBatchError` for a gap between segments: data in the middle of a log is never dropped
   silently. It deletes the leftovers of interrupted atomic writes (of segments and of the epoch
-  checkpoint) and the indexes of deleted segments.
+  checkpoint), of interrupted cleanings (`.cleaned` files) and the indexes of deleted segments,
+  and completes an interrupted swap of a cleaned segment (`.swap`).
+* A compacted log stays contiguous: a cleaned segment (`swap_cleaned`, written by
+  `log_cleaner`) covers exactly the offsets of the segments it replaces, and the swap is
+  crash-safe (a kill -9 at any moment leaves either the old segments or the cleaned one).
 * A replica dir without segments opens without creating a file or keeping a fd. At most the active
   segment's log and index fds are open for writing; read fds are cached for at most `MAX_READ_FDS`
   segments.
@@ -50,8 +54,10 @@ import bisect
 import contextlib
 import os
 import re
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -65,13 +71,39 @@ MAX_READ_FDS: Final = 8  # read fds cached per log
 INDEX_WRITE_BATCH: Final = 64  # index entries written to the active segment's file at once
 
 LOG_START_FILE: Final = "log-start-offset"  # the log start a DeleteRecords moved, in the replica dir
+CLEANER_CHECKPOINT: Final = "cleaner-offset"  # the first dirty offset of a compacted log
+CLEANED_SUFFIX: Final = ".cleaned"  # a cleaned segment being written: dropped by recovery
+SWAP_SUFFIX: Final = ".swap"  # a cleaned segment committed: recovery completes its swap
 _TEMP_NAME: Final = re.compile(
     r"(?:\d{20}\.(?:log|index)|"
     + re.escape(epoch_cache.EPOCH_CHECKPOINT)
     + "|"
     + re.escape(LOG_START_FILE)
-    + r")\.tmp"
+    + "|"
+    + re.escape(CLEANER_CHECKPOINT)
+    + r")\.tmp|\d{20}\.(?:log|index)\.cleaned"
 )
+_SWAP_NAME: Final = re.compile(r"(\d{20})\.log\.swap")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedSegment:
+    """A cleaned segment written beside the segments it replaces (`<base>.log.cleaned` and its
+    index), fsynced: offsets [base_offset, next_offset), the same as those segments together."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp_ms: int
+    index_offsets: array[int]
+    index_positions: array[int]
+    bytes_since_index: int
+
+    def log_path(self, directory: Path) -> Path:
+        return directory / f"{self.base_offset:020d}.log{CLEANED_SUFFIX}"
+
+    def index_path(self, directory: Path) -> Path:
+        return directory / f"{self.base_offset:020d}.index{CLEANED_SUFFIX}"
 
 
 class OffsetOutOfRangeError(ValueError):
@@ -106,6 +138,9 @@ def _scan_replica_dir(path: Path) -> list[int]:
     atomic writes and full truncations, and the indexes of deleted segments."""
     bases: list[int] = []
     index_bases: set[int] = set()
+    for name in sorted(os.listdir(path)):
+        if match := _SWAP_NAME.fullmatch(name):
+            _complete_swap(path, int(match[1]))
     for name in os.listdir(path):
         if match := log_segments.LOG_NAME.fullmatch(name):
             bases.append(int(match[1]))
@@ -117,6 +152,25 @@ def _scan_replica_dir(path: Path) -> list[int]:
     for base in sorted(index_bases.difference(bases)):
         os.unlink(log_segments.index_path(path, base))  # its segment was deleted
     return bases
+
+
+def _complete_swap(path: Path, base: int) -> None:
+    """Finish a cleaned segment's swap that a crash interrupted: the swap file replaces every
+    segment in its offset range (its name was written only once it was whole and synced)."""
+    swap = path / f"{base:020d}.log{SWAP_SUFFIX}"
+    fd = os.open(swap, log_segments.OPEN_READ)
+    try:
+        end = base
+        for header in log_segments.walk_headers(fd, 0, os.fstat(fd).st_size, log_segments.RECOVERY_CHUNK):
+            end = header.next_offset
+    finally:
+        os.close(fd)
+    for name in os.listdir(path):
+        match = log_segments.LOG_NAME.fullmatch(name)
+        if match and base <= int(match[1]) < end:
+            os.unlink(path / name)
+            log_segments.index_path(path, int(match[1])).unlink(missing_ok=True)
+    os.replace(swap, path / f"{base:020d}.log")
 
 
 class LocalLog:
@@ -221,6 +275,10 @@ class LocalLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._index_interval
 
     def segment_paths(self) -> list[Path]:
         """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
@@ -462,6 +520,21 @@ class LocalLog:
             self._end = self._segments[-1].next_offset
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
+            self._lower_cleaner_checkpoint(self._end)
+
+    def _lower_cleaner_checkpoint(self, end: int | None) -> None:
+        """A truncation below the cleaner's first dirty offset moves it down to the new end
+        (None: a full truncation removes it): what comes back is dirty."""
+        checkpoint = self._path / CLEANER_CHECKPOINT
+        if end is None:
+            checkpoint.unlink(missing_ok=True)
+            return
+        try:
+            fields = checkpoint.read_text(encoding="ascii").split()
+        except (OSError, UnicodeDecodeError):
+            return
+        if not fields or not fields[0].isdigit() or int(fields[0]) > end:
+            durable_files.replace_atomically(checkpoint, " ".join([str(end), *fields[1:2]]).encode() + b"\n")
 
     def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
         os.truncate(segment.log_path, position)
@@ -495,6 +568,7 @@ class LocalLog:
             self._bases = []
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path / LOG_START_FILE)  # the new segment's base offset records it
+        self._lower_cleaner_checkpoint(None)
         _fsync_path(self._path)
         self._log_start = self._end = offset
         self._size = 0
@@ -537,6 +611,66 @@ class LocalLog:
             self._pending.append((self._change_seq, self._path))
             self._prune_pending()
         return deleted
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first (the last is the active one): what a cleaner plans on. The
+        objects stay the log's; a cleaner reads their files through fds of its own."""
+        return tuple(self._segments)
+
+    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> bool:
+        """Replace `members` (consecutive segments, not the active one) by `cleaned`, written
+        beside them: True when done; False, with the cleaned files removed and the log
+        unchanged, when the log changed meanwhile (a member was deleted, truncated or moved).
+
+        Crash-safe: the cleaned segment is renamed to `<base>.log.swap` first (recovery completes
+        a swap it finds), then the members' files are removed and the swap takes the first
+        member's name; a crash before the rename leaves the old segments and a `.cleaned` file
+        that recovery removes."""
+        self.check_open()
+        path = self._path
+        log_file, index_file = cleaned.log_path(path), cleaned.index_path(path)
+        first = self._position_of(members[0]) if members else None
+        if (
+            first is None
+            or first + len(members) >= len(self._segments)
+            or any(self._segments[first + i] is not m for i, m in enumerate(members))
+            or members[0].base_offset != cleaned.base_offset
+            or members[-1].next_offset != cleaned.next_offset
+            or not log_file.exists()
+        ):
+            log_file.unlink(missing_ok=True)
+            index_file.unlink(missing_ok=True)
+            return False
+        swap = path / f"{cleaned.base_offset:020d}.log{SWAP_SUFFIX}"
+        os.replace(log_file, swap)
+        for member in reversed(members):
+            self._forget_reader(member.base_offset)
+            member.log_path.unlink(missing_ok=True)
+            member.index_path.unlink(missing_ok=True)
+        segment = Segment(path, cleaned.base_offset)
+        os.replace(swap, segment.log_path)
+        os.replace(index_file, segment.index_path)
+        segment.size = cleaned.size
+        segment.next_offset = cleaned.next_offset
+        segment.max_timestamp_ms = cleaned.max_timestamp_ms
+        segment.index_offsets = cleaned.index_offsets
+        segment.index_positions = cleaned.index_positions
+        segment.bytes_since_index = cleaned.bytes_since_index
+        self._segments[first : first + len(members)] = [segment]
+        self._bases[first : first + len(members)] = [segment.base_offset]
+        self._size += cleaned.size - sum(member.size for member in members)
+        self._change_seq += 1
+        self._pending.append((self._change_seq, path))  # the renames, made durable by `flush`
+        self._prune_pending()
+        return True
+
+    def _position_of(self, segment: Segment) -> int | None:
+        number = bisect.bisect_left(self._bases, segment.base_offset)
+        if number < len(self._segments) and self._segments[number] is segment:
+            return number
+        return None
 
     # -- batch headers (producer state) --------------------------------------------------------
 

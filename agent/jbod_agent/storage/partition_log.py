@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from jbod_agent.storage import epoch_cache
-from jbod_agent.storage.local_log import LocalLog
+from jbod_agent.storage.local_log import CleanedSegment, LocalLog
 from jbod_agent.storage.log_segments import Segment
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader
@@ -316,6 +316,25 @@ class PartitionLog:
     @segment_ms.setter
     def segment_ms(self, value: int | None) -> None:
         self._local.roll_ms = value
+
+    # -- compaction (storage.log_cleaner writes, the event loop swaps) ---------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._local.closed
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._local.index_interval_bytes
+
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first, the last being the active one (`LocalLog.segments`)."""
+        return self._local.segments()
+
+    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> bool:
+        """Swap a cleaned segment in for `members` (`LocalLog.swap_cleaned`): offsets, epochs and
+        the high watermark are unchanged."""
+        return self._local.swap_cleaned(members, cleaned)
 
     # -- batch headers (producer state) --------------------------------------------------------
 

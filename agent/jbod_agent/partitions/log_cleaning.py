@@ -1,0 +1,215 @@
+"""The log cleaner of each log dir: compaction as a JBOD feature (Kafka's `LogCleaner`, per disk).
+
+Every `log.cleaner.backoff.ms`, each log dir with hosted replicas of compacted topics gets a
+cleaning round in a thread of its own (one worker per dir): its logs are cleaned one after the
+other (`storage.log_cleaner.clean`: the decisions are `jbod_core.compaction`'s), each cleaned
+segment swapped in on the event loop (`PartitionLog.swap_cleaned`), then the log's first dirty
+offset recorded.
+
+Guarantees:
+* One cleaner per dir: a dir's cleaning never waits for another dir's; its I/O goes through its
+  own throttle (`log.cleaner.io.max.bytes.per.second`, per dir) and its key map is bounded by
+  `log.cleaner.dedupe.buffer.size`.
+* An I/O error while cleaning goes through `ReplicaManager.storage_error` (the dir goes offline
+  as KIP-112 has it; a full dir keeps its replicas) and stops that dir's cleaner only
+  (`DirCleaner.state` FAILED), as does the dir going offline for any other reason
+  (`dir_failed`); the other dirs keep cleaning.
+* A cleaned segment is swapped in only if the log is still the hosted one and unchanged where it
+  was cleaned (`LocalLog.swap_cleaned` checks); otherwise the work is dropped and done again on
+  the next round. Only the event loop changes a log.
+* Each dir's state, runs, bytes read and written, records removed, bytes freed, the last run's time and the
+  dirtiest ratio seen are kept in `DirCleaner` for the metrics and `jbodctl log-dirs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager
+from jbod_agent.ports import Clock, wall_ms
+from jbod_agent.storage import log_cleaner
+from jbod_agent.storage.log_cleaner import CleanerStoppedError, CleanJob, CleanResult, Throttle
+from jbod_core import compaction
+from jbod_core.ids import Uuid
+
+log = logging.getLogger("jbod_agent.cleaner")
+
+
+class CleanerState(enum.Enum):
+    IDLE = "idle"
+    CLEANING = "cleaning"
+    FAILED = "failed"  # an I/O error: this dir's cleaner stopped
+    STOPPED = "stopped"  # the broker is stopping
+
+
+@dataclass(eq=False)
+class DirCleaner:
+    """One dir's cleaner: its worker thread, throttle and tallies (written on the event loop)."""
+
+    directory_id: Uuid
+    stop: threading.Event
+    executor: ThreadPoolExecutor
+    throttle: Throttle
+    state: CleanerState = CleanerState.IDLE
+    runs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    bytes_freed: int = 0
+    last_run_ms: int | None = None
+    max_dirty_ratio: float = 0.0
+    cleaning: str | None = None  # the partition being cleaned
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class LogCleaning:
+    """The dirs' cleaners (see the module docstring)."""
+
+    def __init__(self, manager: ReplicaManager, *, clock: Clock) -> None:
+        self.manager = manager
+        self.clock = clock
+        self.cleaners: dict[Uuid, DirCleaner] = {}
+
+    def _cleaner(self, directory_id: Uuid) -> DirCleaner:
+        cleaner = self.cleaners.get(directory_id)
+        if cleaner is None:
+            stop = threading.Event()
+            config = self.manager.state.config
+            cleaner = self.cleaners[directory_id] = DirCleaner(
+                directory_id,
+                stop,
+                ThreadPoolExecutor(1, thread_name_prefix=f"cleaner-{str(directory_id)[:8]}"),
+                Throttle(config.log_cleaner_io_max_bytes_per_second, stop),
+            )
+        return cleaner
+
+    async def run_forever(self) -> None:
+        state = self.manager.state
+        try:
+            while not state.stopping.is_set():
+                await self.clock.sleep(state.config.log_cleaner_backoff_ms / 1000)
+                self.start_round()
+        finally:
+            self.close()
+
+    def start_round(self) -> None:
+        """Start a cleaning round in every dir with compacted logs whose cleaner is idle."""
+        by_dir: dict[Uuid, list[HostedPartition]] = {}
+        for hosted in self.manager.partitions.values():
+            if hosted.compacted:
+                by_dir.setdefault(hosted.directory_id, []).append(hosted)
+        for directory_id, logs in by_dir.items():
+            cleaner = self._cleaner(directory_id)
+            if cleaner.state is CleanerState.IDLE and (cleaner.task is None or cleaner.task.done()):
+                cleaner.task = asyncio.create_task(self._round(cleaner, logs))
+
+    async def _round(self, cleaner: DirCleaner, logs: list[HostedPartition]) -> None:
+        manager = self.manager
+        loop = asyncio.get_running_loop()
+        budget = manager.state.config.log_cleaner_dedupe_buffer_size
+        for hosted in logs:
+            if cleaner.state is not CleanerState.IDLE:
+                return
+            if manager.partitions.get(hosted.key) is not hosted:
+                continue
+            partition_log = hosted.log
+            job = self._job(hosted)
+            if job is None:
+                continue
+            cleaner.state, cleaner.cleaning = CleanerState.CLEANING, hosted.name
+            try:
+                result = await loop.run_in_executor(
+                    cleaner.executor,
+                    lambda job=job: log_cleaner.clean(
+                        job, map_budget_bytes=budget, throttle=cleaner.throttle
+                    ),  # type: ignore[misc]
+                )
+                if (
+                    result is not None
+                    and manager.partitions.get(hosted.key) is hosted
+                    and hosted.log is partition_log
+                ):
+                    self._commit(cleaner, hosted, result)
+            except CleanerStoppedError:
+                if cleaner.state is not CleanerState.FAILED:
+                    cleaner.state = CleanerState.STOPPED
+                return
+            except OSError as exc:
+                cleaner.state = CleanerState.FAILED
+                log.error("The log cleaner of dir %s stopped: %s", cleaner.directory_id, exc)
+                if manager.partitions.get(hosted.key) is hosted:
+                    manager.storage_error(hosted, exc, "cleaning the log")
+                return
+            except ValueError as exc:  # the log was closed meanwhile, or a batch is damaged
+                log.warning("%s: cleaning skipped: %s", hosted.name, exc)
+            finally:
+                cleaner.cleaning = None
+                if cleaner.state is CleanerState.CLEANING:
+                    cleaner.state = CleanerState.IDLE
+
+    def _job(self, hosted: HostedPartition) -> CleanJob | None:
+        partition_log = hosted.log
+        topic = self.manager.state.image.topics.get(hosted.key[0])
+        if topic is None or partition_log.closed:
+            return None
+        first_dirty, tombstones_due_ms = log_cleaner.read_checkpoint(partition_log.path)
+        return CleanJob(
+            path=partition_log.path,
+            segments=partition_log.segments(),
+            log_start=partition_log.log_start_offset,
+            high_watermark=partition_log.high_watermark,
+            first_dirty=first_dirty,
+            tombstones_due_ms=tombstones_due_ms,
+            settings=compaction.settings_of(topic.configs),
+            segment_bytes=partition_log.segment_bytes,
+            index_interval=partition_log.index_interval_bytes,
+            now_ms=wall_ms(self.clock),
+        )
+
+    def _commit(self, cleaner: DirCleaner, hosted: HostedPartition, result: CleanResult) -> None:
+        """Swap the cleaned segments in (on the event loop) and record the first dirty offset."""
+        partition_log = hosted.log
+        swapped = 0
+        size_before = partition_log.size_bytes
+        for members, cleaned in result.groups:
+            swapped += partition_log.swap_cleaned(members, cleaned)
+        if swapped == len(result.groups):
+            log_cleaner.write_checkpoint(partition_log.path, result.dirty_end, result.tombstones_due_ms)
+        cleaner.runs += 1
+        cleaner.bytes_read += result.bytes_read
+        cleaner.bytes_written += result.bytes_written
+        cleaner.records_removed += result.records_removed
+        cleaner.bytes_freed += max(size_before - partition_log.size_bytes, 0)
+        cleaner.last_run_ms = wall_ms(self.clock)
+        cleaner.max_dirty_ratio = max(cleaner.max_dirty_ratio, result.dirty_ratio)
+        hosted.dirty = True  # the renames: made durable by the next flush
+        log.info(
+            "%s: cleaned up to offset %d: %d record(s) removed, %d of %d bytes kept, %d segment(s) swapped",
+            hosted.name,
+            result.dirty_end,
+            result.records_removed,
+            result.bytes_written,
+            result.bytes_read,
+            swapped,
+        )
+
+    def dir_failed(self, directory_id: Uuid) -> None:
+        """The dir went offline: its cleaner stops (a cleaning in progress at its next batch or
+        throttle wait) and stays FAILED; the other dirs' cleaners go on."""
+        cleaner = self.cleaners.get(directory_id)
+        if cleaner is not None:
+            cleaner.state = CleanerState.FAILED
+            cleaner.stop.set()
+
+    def close(self) -> None:
+        """Stop every dir's cleaner (a cleaning in progress stops at its next batch)."""
+        for cleaner in self.cleaners.values():
+            cleaner.stop.set()
+            if cleaner.state is not CleanerState.FAILED:
+                cleaner.state = CleanerState.STOPPED
+            cleaner.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,441 @@
+"""Cleaning one compacted log (Kafka's log cleaner), the part that runs in a worker thread.
+
+`clean` plans on a snapshot of the log's segments (`LocalLog.segments`, taken on the event loop
+with the high watermark and the first dirty offset), maps the dirty section's keys to their latest
+offsets, and writes each group of segments from the log start to the end of the mapped section as
+one cleaned segment beside them (`<base>.log.cleaned` and its index, fsynced). The event loop then
+swaps each in (`LocalLog.swap_cleaned`) and records the new first dirty offset
+(`write_checkpoint`). The decisions are `jbod_core.compaction`'s.
+
+Guarantees:
+* Offsets never change and a cleaned log stays contiguous: a batch keeps its base offset, last
+  offset delta, leader epoch and producer fields, and loses only records; a batch left with no
+  record is dropped, except the last batch of an idempotent producer, kept empty as Kafka keeps
+  it; each run of dropped batches of one leader epoch becomes one empty batch over its offsets
+  (so followers, recovery and readers see no gap between batches; clients see the missing
+  offsets as Kafka serves them: the records are not there).
+* A batch whose records all survive is copied byte for byte; a rebuilt batch keeps its codec.
+  Control batches are kept as they are.
+* Memory: the key map holds at most `map_budget_bytes` (each entry counted as its key's bytes
+  plus `MAP_ENTRY_OVERHEAD`), except that the first dirty segment is always mapped whole; the
+  dirty section mapped ends at the last segment that fitted, and the next cleaning goes on from
+  there.
+* I/O: every byte read and written passes the `Throttle` (the dir's
+  `log.cleaner.io.max.bytes.per.second`); `stop` makes `clean` raise `CleanerStoppedError` at the
+  next batch, leaving only `.cleaned` files (removed by the swap's check or by recovery).
+* OSErrors propagate untouched (the caller takes the dir offline); the log's files are only
+  read here, never changed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from jbod_agent.storage import log_segments
+from jbod_agent.storage.local_log import CLEANER_CHECKPOINT, CleanedSegment
+from jbod_agent.storage.log_segments import Segment
+from jbod_core import compaction
+from jbod_core.compaction import CleanerSettings, SegmentInfo
+from jbod_kafka import record_batch
+from jbod_kafka.record_batch import BatchHeader
+from jbod_runtime import durable_files
+
+MAP_ENTRY_OVERHEAD: Final = 64  # bytes counted per key of the map beside the key itself
+_MAX_RUN: Final = 0x7FFFFFFF  # the offsets one empty batch may span (last offset delta is an i32)
+
+
+class CleanerStoppedError(Exception):
+    """The cleaner was told to stop while cleaning."""
+
+
+class Throttle:
+    """At most `bytes_per_second` on average over the cleaner's reads and writes (None: no limit);
+    waits on `stop` so that a stop is prompt."""
+
+    def __init__(self, bytes_per_second: float | None, stop: threading.Event) -> None:
+        self.bytes_per_second = bytes_per_second
+        self._stop = stop
+        self._started = time.monotonic()
+        self._spent = 0
+
+    def spend(self, count: int) -> None:
+        if self._stop.is_set():
+            raise CleanerStoppedError
+        rate = self.bytes_per_second
+        if rate is None or rate <= 0:
+            return
+        self._spent += count
+        ahead = self._spent / rate - (time.monotonic() - self._started)
+        if ahead > 0.01 and self._stop.wait(ahead):
+            raise CleanerStoppedError
+        if ahead < -1.0:  # idle for a while: no credit for the past
+            self._started, self._spent = time.monotonic(), 0
+
+
+@dataclass(frozen=True, slots=True)
+class CleanJob:
+    """What `clean` works on: a snapshot taken on the event loop."""
+
+    path: Path
+    segments: tuple[Segment, ...]  # oldest first, the last being the active one
+    log_start: int
+    high_watermark: int
+    first_dirty: int
+    tombstones_due_ms: int | None  # when a tombstone kept by the last cleaning may go
+    settings: CleanerSettings
+    segment_bytes: int
+    index_interval: int
+    now_ms: int
+
+
+@dataclass(slots=True)
+class CleanResult:
+    """The cleaned segments to swap in (with the segments each replaces), where the mapped dirty
+    section ended (the next first dirty offset), and what the cleaning did."""
+
+    groups: list[tuple[tuple[Segment, ...], CleanedSegment]] = field(default_factory=list)
+    dirty_end: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    dirty_ratio: float = 0.0
+    tombstones_due_ms: int | None = None  # the earliest time a kept tombstone may go
+
+
+def read_checkpoint(path: Path) -> tuple[int, int | None]:
+    """The first dirty offset and the time a kept tombstone may go, recorded in the replica dir
+    `path` ((0, None): none, or unreadable)."""
+    try:
+        fields = (path / CLEANER_CHECKPOINT).read_text(encoding="ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return 0, None
+    if not fields or not all(field.isdigit() for field in fields):
+        return 0, None
+    return int(fields[0]), int(fields[1]) if len(fields) > 1 else None
+
+
+def write_checkpoint(path: Path, first_dirty: int, tombstones_due_ms: int | None) -> None:
+    """Record the first dirty offset and when a kept tombstone may go (derived data: atomic, not
+    fsynced; losing it costs one more cleaning)."""
+    due = "" if tombstones_due_ms is None else f" {tombstones_due_ms}"
+    durable_files.replace_atomically(path / CLEANER_CHECKPOINT, f"{first_dirty}{due}\n".encode())
+
+
+def _frames(fd: int, segment_size: int, throttle: Throttle) -> Iterator[tuple[BatchHeader, bytes]]:
+    """Each batch of a segment file with its bytes, read in chunks through `throttle`."""
+    position = 0
+    while position < segment_size:
+        chunk = os.pread(fd, min(log_segments.RECOVERY_CHUNK, segment_size - position), position)
+        throttle.spend(len(chunk))
+        used = 0
+        while used + record_batch.HEADER_SIZE <= len(chunk):
+            header = record_batch.read_header(chunk, used, position_base=position)
+            if used + header.size > len(chunk):
+                break
+            yield header, chunk[used : used + header.size]
+            used += header.size
+        if used == 0:  # one batch larger than a chunk
+            header = record_batch.read_header(os.pread(fd, record_batch.HEADER_SIZE, position))
+            data = os.pread(fd, header.size, position)
+            throttle.spend(len(data))
+            yield record_batch.read_header(data, position_base=position), data
+            used = header.size
+        position += used
+
+
+def _info(segment: Segment, size: int) -> SegmentInfo:
+    newest = segment.max_timestamp_ms
+    if newest is None:
+        fd = os.open(segment.log_path, log_segments.OPEN_READ)
+        try:
+            newest = max(
+                (
+                    h.max_timestamp_ms
+                    for h in log_segments.walk_headers(fd, 0, size, log_segments.RECOVERY_CHUNK)
+                ),
+                default=log_segments.NO_TIMESTAMP,
+            )
+        finally:
+            os.close(fd)
+    return SegmentInfo(segment.base_offset, segment.next_offset, size, newest)
+
+
+def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanResult | None:
+    """Clean the log of `job` (see the module docstring); None when it needs no cleaning."""
+    sizes = [segment.size for segment in job.segments]
+    infos = [_info(segment, size) for segment, size in zip(job.segments, sizes, strict=True)]
+    uncleanable = compaction.first_uncleanable_offset(
+        infos, high_watermark=job.high_watermark, now_ms=job.now_ms, settings=job.settings
+    )
+    first_dirty = max(job.first_dirty, job.log_start, infos[0].base_offset if infos else 0)
+    state = compaction.cleanability(infos, first_dirty=first_dirty, uncleanable=uncleanable)
+    if not compaction.needs_cleaning(
+        state, now_ms=job.now_ms, settings=job.settings, tombstones_due_ms=job.tombstones_due_ms
+    ):
+        return None
+    result = CleanResult(dirty_ratio=state.dirty_ratio)
+    latest, result.dirty_end = _map_dirty(
+        job, infos, first_dirty, uncleanable, map_budget_bytes, throttle, result
+    )
+    last_of_producer = _last_batches(job.segments, sizes)
+    cleanable = [info for info in infos if info.next_offset <= result.dirty_end]
+    groups = compaction.group_segments(
+        cleanable, max_bytes=job.segment_bytes, max_relative_offset=log_segments.MAX_RELATIVE_OFFSET
+    )
+    by_base = {segment.base_offset: segment for segment in job.segments}
+    for group in groups:
+        members = tuple(by_base[info.base_offset] for info in group)
+        cleaned = _clean_group(job, members, group, latest, last_of_producer, throttle, result)
+        if cleaned is not None:
+            result.groups.append((members, cleaned))
+    return result
+
+
+def _map_dirty(  # noqa: PLR0913  the job and its plan, then the budget, throttle and tally
+    job: CleanJob,
+    infos: Sequence[SegmentInfo],
+    first_dirty: int,
+    uncleanable: int,
+    budget: int,
+    throttle: Throttle,
+    result: CleanResult,
+) -> tuple[dict[bytes, int], int]:
+    """The latest offset of each key in [first_dirty, end) and `end`: the next offset of the last
+    dirty segment mapped whole within the budget (the first one always)."""
+    latest: dict[bytes, int] = {}
+    used = 0
+    end = first_dirty
+    for segment, info in zip(job.segments, infos, strict=True):
+        if info.next_offset <= first_dirty:
+            continue
+        if info.base_offset >= uncleanable or used > budget:
+            break
+        undo: list[tuple[bytes, int | None]] = []
+        used += _map_segment(segment, info.size, first_dirty, latest, undo, throttle, result)
+        if used > budget and end > first_dirty:  # this segment does not fit: map up to the last one
+            for key, previous in reversed(undo):
+                if previous is None:
+                    latest.pop(key, None)
+                else:
+                    latest[key] = previous
+            break
+        end = info.next_offset
+    return latest, end
+
+
+def _map_segment(  # noqa: PLR0913  the segment, then the map, its undo log, throttle and tally
+    segment: Segment,
+    size: int,
+    first_dirty: int,
+    latest: dict[bytes, int],
+    undo: list[tuple[bytes, int | None]],
+    throttle: Throttle,
+    result: CleanResult,
+) -> int:
+    """Map the keys of one segment's records at or above `first_dirty`, logging each change in
+    `undo`; the bytes the new keys take."""
+    used = 0
+    fd = os.open(segment.log_path, log_segments.OPEN_READ)
+    try:
+        for header, data in _frames(fd, size, throttle):
+            result.bytes_read += header.size
+            if header.is_control or header.record_count == 0 or header.next_offset <= first_dirty:
+                continue
+            for record in record_batch.decode_records(data, verify_crc=False):
+                if record.key is None or record.offset < first_dirty:
+                    continue
+                previous = latest.get(record.key)
+                if previous is None:
+                    used += len(record.key) + MAP_ENTRY_OVERHEAD
+                undo.append((record.key, previous))
+                latest[record.key] = record.offset
+    finally:
+        os.close(fd)
+    return used
+
+
+def _last_batches(segments: Sequence[Segment], sizes: Sequence[int]) -> dict[int, int]:
+    """The base offset of each idempotent producer's last batch in the log."""
+    last: dict[int, int] = {}
+    for segment, size in zip(segments, sizes, strict=True):
+        fd = os.open(segment.log_path, log_segments.OPEN_READ)
+        try:
+            for header in log_segments.walk_headers(fd, 0, size, log_segments.RECOVERY_CHUNK):
+                if header.producer_id >= 0:
+                    last[header.producer_id] = header.base_offset
+        finally:
+            os.close(fd)
+    return last
+
+
+@dataclass(slots=True)
+class _Writer:
+    """The cleaned segment being written: its file, the headers written (for the index), and a
+    run of dropped batches not written yet."""
+
+    fd: int
+    base_offset: int
+    size: int = 0
+    headers: list[BatchHeader] = field(default_factory=list)
+    run_start: int | None = None
+    run_next: int = 0
+    run_epoch: int = -1
+    run_timestamp: int = log_segments.NO_TIMESTAMP
+    max_timestamp: int = log_segments.NO_TIMESTAMP
+
+    def write(self, data: bytes, throttle: Throttle) -> None:
+        self.flush_run(throttle)
+        self._write(data, throttle)
+
+    def _write(self, data: bytes, throttle: Throttle) -> None:
+        header = record_batch.read_header(data, position_base=self.size)
+        log_segments.write_all(self.fd, data)
+        throttle.spend(len(data))
+        self.headers.append(header)
+        self.size += len(data)
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp_ms)
+
+    def drop(self, header: BatchHeader, throttle: Throttle) -> None:
+        """`header`'s batch is dropped: its offsets join the run (a new run per leader epoch)."""
+        if self.run_start is not None and (
+            header.leader_epoch != self.run_epoch or header.next_offset - self.run_start > _MAX_RUN
+        ):
+            self.flush_run(throttle)
+        if self.run_start is None:
+            self.run_start, self.run_epoch = header.base_offset, header.leader_epoch
+            self.run_timestamp = header.max_timestamp_ms
+        self.run_next = header.next_offset
+        self.run_timestamp = max(self.run_timestamp, header.max_timestamp_ms)
+
+    def flush_run(self, throttle: Throttle) -> None:
+        if self.run_start is None:
+            return
+        start, self.run_start = self.run_start, None
+        self._write(
+            record_batch.empty_batch(
+                base_offset=start,
+                last_offset_delta=self.run_next - 1 - start,
+                leader_epoch=self.run_epoch,
+                timestamp_ms=self.run_timestamp,
+            ),
+            throttle,
+        )
+
+
+def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the throttle and tally
+    job: CleanJob,
+    members: tuple[Segment, ...],
+    group: Sequence[SegmentInfo],
+    latest: dict[bytes, int],
+    last_of_producer: dict[int, int],
+    throttle: Throttle,
+    result: CleanResult,
+) -> CleanedSegment | None:
+    """Write `members` cleaned into one `.cleaned` segment; None when nothing changed in a
+    group of one segment (nothing to swap)."""
+    base = group[0].base_offset
+    cleaned_log = job.path / f"{base:020d}.log.cleaned"
+    writer = _Writer(os.open(cleaned_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644), base)
+    changed = False
+    try:
+        for segment, info in zip(members, group, strict=True):
+            fd = os.open(segment.log_path, log_segments.OPEN_READ)
+            try:
+                for header, data in _frames(fd, info.size, throttle):
+                    result.bytes_read += header.size
+                    kept = _kept_bytes(job, header, data, latest, last_of_producer, result)
+                    if kept is None:
+                        writer.drop(header, throttle)
+                        changed |= header.record_count > 0 or header.producer_id >= 0
+                    else:
+                        changed |= kept is not data
+                        writer.write(kept, throttle)
+            finally:
+                os.close(fd)
+        writer.flush_run(throttle)
+        os.fsync(writer.fd)
+    except BaseException:
+        os.close(writer.fd)
+        cleaned_log.unlink(missing_ok=True)
+        raise
+    os.close(writer.fd)
+    if not changed and len(members) == 1:
+        cleaned_log.unlink()
+        return None
+    index = Segment(job.path, base)
+    index.set_index(writer.headers, job.index_interval)
+    durable_files.write_atomically(job.path / f"{base:020d}.index.cleaned", index.index_bytes())
+    result.bytes_written += writer.size
+    return CleanedSegment(
+        base_offset=base,
+        next_offset=group[-1].next_offset,
+        size=writer.size,
+        max_timestamp_ms=writer.max_timestamp,
+        index_offsets=array("I", index.index_offsets),
+        index_positions=array("I", index.index_positions),
+        bytes_since_index=index.bytes_since_index,
+    )
+
+
+def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
+    job: CleanJob,
+    header: BatchHeader,
+    data: bytes,
+    latest: dict[bytes, int],
+    last_of_producer: dict[int, int],
+    result: CleanResult,
+) -> bytes | None:
+    """What the cleaned log keeps of one batch: `data` itself, a rebuilt batch, an empty batch
+    (an idempotent producer's last), or None (dropped; an empty batch of an earlier cleaning
+    joins the run of dropped batches around it)."""
+    if header.is_control:
+        return data
+    producers_last = (
+        header.producer_id >= 0 and last_of_producer.get(header.producer_id) == header.base_offset
+    )
+    if header.record_count == 0:
+        return data if producers_last else None
+    records = record_batch.decode_records(data, verify_crc=False)
+    settings, now_ms = job.settings, job.now_ms
+    kept = [
+        record
+        for record in records
+        if compaction.keeps_record(
+            offset=record.offset,
+            has_key=record.key is not None,
+            is_tombstone=record.value is None,
+            timestamp_ms=header.max_timestamp_ms if header.log_append_time else record.timestamp_ms,
+            latest_offset=latest.get(record.key) if record.key is not None else None,
+            now_ms=now_ms,
+            settings=settings,
+        )
+    ]
+    result.records_removed += len(records) - len(kept)
+    for record in kept:
+        if record.value is None:
+            due = record.timestamp_ms + settings.delete_retention_ms
+            if result.tombstones_due_ms is None or due < result.tombstones_due_ms:
+                result.tombstones_due_ms = due
+    if len(kept) == len(records):
+        return data
+    if kept:
+        return record_batch.rebuilt_batch(header, kept)
+    if not producers_last:
+        return None
+    return record_batch.empty_batch(
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        leader_epoch=header.leader_epoch,
+        timestamp_ms=header.max_timestamp_ms,
+        attributes=header.attributes,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+    )
