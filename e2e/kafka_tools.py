@@ -115,6 +115,7 @@ SCRIPTS: Mapping[str, Script] = {
             "kafka-console-consumer.sh", "org.apache.kafka.tools.consumer.ConsoleConsumer", heap=("-Xmx512M",)
         ),
         Script("kafka-get-offsets.sh", "org.apache.kafka.tools.GetOffsetShell"),
+        Script("kafka-delete-records.sh", "org.apache.kafka.tools.DeleteRecordsCommand"),
         Script("kafka-reassign-partitions.sh", "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"),
         Script("kafka-consumer-groups.sh", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
         Script(

@@ -10,7 +10,8 @@ keeps that list, and later requests carry only what changed. The request's `sess
 * `sessionId` 0, `sessionEpoch` 0 (`INITIAL_EPOCH`): a full fetch that opens a session; the reply
   carries its id. Every other session of the same follower is closed.
 * `sessionId` N, `sessionEpoch` E >= 1: an incremental fetch. `partitions` lists partitions added
-  or whose position (fetch offset, last fetched epoch, current leader epoch) changed,
+  or whose position (fetch offset, last fetched epoch, current leader epoch, the follower's log
+  start offset) changed,
   `forgotten` the partitions no longer followed; the session keeps the others unchanged.
 
 Guarantees (no I/O, no clock, no randomness: callers pass time and a session-id source):
@@ -83,11 +84,13 @@ def leaves_session(error_code: int) -> bool:
 
 
 class FetchPosition(NamedTuple):
-    """Where a follower fetches one partition from (a tuple: cheap to build and compare)."""
+    """Where a follower fetches one partition from (a tuple: cheap to build and compare), and
+    where its own log starts (Kafka's FetchRequest `log_start_offset`; -1 from a consumer)."""
 
     fetch_offset: int
     last_fetched_epoch: int
     current_leader_epoch: int
+    log_start_offset: int = -1
 
 
 # -- follower side -------------------------------------------------------------------------------

@@ -13,6 +13,10 @@ Guarantees (no I/O, no clocks: callers pass `now_ms`):
   session's `SessionClock`, so every later request of that session counts as a caught-up fetch
   (`caught_up_ms`) without touching the partition — valid because the leader re-checks (and so
   detaches) a partition whenever its end offset moves, before the clock advances.
+* `low_watermark` (DeleteRecords, Kafka's `lowWatermarkIfLeader`) is the smallest log start
+  offset among the leader and the members of the maximal ISR, as each follower last reported it
+  in a fetch (`FollowerProgress.log_start_offset`); a member that has not reported one yet
+  makes it `UNKNOWN_OFFSET`.
 * `isr_to_shrink` names ISR followers that have not caught up for longer than
   `replica.lag.time.max.ms`; `isr_to_expand` names eligible replicas outside the ISR that have
   reached the high watermark and the leader's current epoch.
@@ -52,6 +56,7 @@ class FollowerProgress:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     leader_end_at_last_fetch: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET  # the follower's own, as its latest fetch said
     # Set while the follower is caught up and idle in an incremental session: each request of
     # that session is a caught-up fetch of this partition (Kafka's session semantics).
     idle_in: SessionClock | None = None
@@ -63,9 +68,16 @@ class FollowerProgress:
         return max(self.last_caught_up_ms, self.idle_in.last_fetch_ms)
 
     def on_fetch(
-        self, fetch_offset: int, leader_end_offset: int, now_ms: float, *, session: SessionClock | None = None
+        self,
+        fetch_offset: int,
+        leader_end_offset: int,
+        now_ms: float,
+        *,
+        log_start_offset: int = UNKNOWN_OFFSET,
+        session: SessionClock | None = None,
     ) -> None:
-        """A fetch at `fetch_offset`; `session`: the incremental session it came through, if any.
+        """A fetch at `fetch_offset` by a follower whose log starts at `log_start_offset`;
+        `session`: the incremental session it came through, if any.
 
         Call it before advancing `session` to `now_ms`: the session's previous request time is
         the last fetch an idle attached partition took part in.
@@ -77,6 +89,7 @@ class FollowerProgress:
         elif fetch_offset >= self.leader_end_at_last_fetch >= 0:
             self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
         self.end_offset = fetch_offset
+        self.log_start_offset = log_start_offset
         self.last_fetch_ms = now_ms
         self.leader_end_at_last_fetch = leader_end_offset
 
@@ -87,6 +100,22 @@ class FollowerProgress:
             self.last_caught_up_ms = max(self.last_caught_up_ms, self.idle_in.last_fetch_ms)
             self.last_fetch_ms = max(self.last_fetch_ms, self.idle_in.last_fetch_ms)
             self.idle_in = None
+
+
+def low_watermark(
+    leader_id: int,
+    leader_log_start: int,
+    maximal_isr: Iterable[int],
+    followers: Mapping[int, FollowerProgress],
+) -> int:
+    """The smallest log start offset among the leader and the other maximal ISR members."""
+    lowest = leader_log_start
+    for member in maximal_isr:
+        if member == leader_id:
+            continue
+        progress = followers.get(member)
+        lowest = min(lowest, UNKNOWN_OFFSET if progress is None else progress.log_start_offset)
+    return lowest
 
 
 def high_watermark(

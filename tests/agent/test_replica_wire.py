@@ -31,14 +31,12 @@ def _frame(response: Any, version: int) -> bytes:
 def _over_the_wire_as_the_leader(
     fetch: ReplicaFetch,
 ) -> tuple[ReplicaFetch, replica_wire.ReplicaRequestNames]:
-    frame = replica_wire.fetch_frame(
-        fetch, correlation_id=7, client_id="follower", log_start_offsets=lambda key: key[1] * 10
-    )
+    frame = replica_wire.fetch_frame(fetch, correlation_id=7, client_id="follower")
     request = protocol.parse_request(frame[4:])
     assert (request.header.api_key, request.header.api_version) == (1, replica_wire.FETCH_VERSION)
     assert (request.header.correlation_id, request.header.client_id) == (7, "follower")
     assert [p.log_start_offset for t in request.body.topics for p in t.partitions] == [
-        p.key[1] * 10 for p in fetch.partitions
+        p.position.log_start_offset for p in fetch.partitions
     ]
     assert replica_wire.replica_id_of(request.body, request.header.api_version) == fetch.replica_id
     return replica_wire.replica_fetch_of(
@@ -56,9 +54,9 @@ def test_a_followers_fetch_reaches_the_leader_as_it_was_sent() -> None:
         session_id=1234,
         session_epoch=7,
         partitions=(
-            WantedPartition((A, 0), FetchPosition(100, 4, 5), 1 << 20),
-            WantedPartition((A, 2), FetchPosition(0, -1, 5), 1 << 20),
-            WantedPartition((B, 1), FetchPosition(9, 2, 2), 1 << 20),
+            WantedPartition((A, 0), FetchPosition(100, 4, 5, 37), 1 << 20),
+            WantedPartition((A, 2), FetchPosition(0, -1, 5, 0), 1 << 20),
+            WantedPartition((B, 1), FetchPosition(9, 2, 2), 1 << 20),  # a log start not known: -1
         ),
         forgotten=((B, 4), (A, 9)),
     )

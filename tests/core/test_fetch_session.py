@@ -65,6 +65,10 @@ def test_a_full_request_opens_a_session_then_only_changes_are_sent() -> None:
     # An idle round: nothing to send, the session's epoch still moves on.
     plan = builder.incremental({})
     assert plan.empty and plan.epoch == 3
+    # A log start that moved (a DeleteRecords reached the follower) is a change the leader hears of.
+    moved = FetchPosition(9, 0, 0, log_start_offset=4)
+    plan = builder.incremental({"b": moved, "c": _at(1)})
+    assert plan.partitions == (("b", moved),)
 
 
 def test_changes_over_the_limit_wait_for_the_next_request_latest_position_winning() -> None:

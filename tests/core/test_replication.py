@@ -1,4 +1,5 @@
-"""Pure replication decisions: high watermark, ISR shrink/expand, divergence, produce admission."""
+"""Pure replication decisions: high and low watermarks, ISR shrink/expand, divergence, produce
+admission."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from jbod_core.replication import (
     high_watermark,
     isr_to_expand,
     isr_to_shrink,
+    low_watermark,
     produce_admission,
     truncation_offset,
 )
@@ -37,6 +39,23 @@ def test_high_watermark_never_moves_back_and_waits_for_unknown_members() -> None
 
 def test_high_watermark_never_exceeds_the_leader_end() -> None:
     assert high_watermark(0, 1, 5, (1, 2), {2: _at(9)}) == 5
+
+
+def test_low_watermark_is_the_smallest_log_start_of_the_leader_and_the_isr_as_fetched() -> None:
+    follower = FollowerProgress()
+    follower.on_fetch(40, 40, 1.0, log_start_offset=10)
+    followers = {
+        2: follower,
+        3: FollowerProgress(log_start_offset=25),
+        4: FollowerProgress(log_start_offset=0),
+    }
+    assert low_watermark(1, 30, (1, 2, 3), followers) == 10
+    assert low_watermark(1, 5, (1, 2, 3), followers) == 5  # never above the leader's own
+    assert low_watermark(1, 30, (1, 3), followers) == 25  # replica 4 is out of the ISR
+    assert low_watermark(1, 30, (1,), followers) == 30  # the leader alone
+    # A member that has not said where its log starts holds it unknown.
+    assert low_watermark(1, 30, (1, 3, 5), followers) == -1
+    assert low_watermark(1, 30, (1, 2), {2: FollowerProgress()}) == -1
 
 
 @given(

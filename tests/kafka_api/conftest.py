@@ -4,8 +4,10 @@ client configurations for librdkafka (confluent-kafka) as a user writes them."""
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,38 @@ def earliest_and_values(
         return earliest, values
     finally:
         consumer.close()
+
+
+def delete_records_with_the_tool(
+    run: Callable[[list[str]], subprocess.CompletedProcess[str]], topic: str, work_dir: Path
+) -> tuple[int, list[str]]:
+    """`kafka-delete-records.sh --offset-json-file` (through `run`, against one cluster) on
+    `topic`'s partitions 0 (10 records: before 4), 1 (empty: -1, up to the high watermark) and
+    2 (empty: 40, out of range): its exit code and its output's lines, the partitions sorted (the
+    tool prints them in no set order). `tool_deleted_records` is what Kafka 4.3.1 prints."""
+    offsets = work_dir / f"delete-{topic}.json"
+    partitions = [(0, 4), (1, -1), (2, 40)]
+    offsets.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [{"topic": topic, "partition": p, "offset": o} for p, o in partitions],
+            }
+        )
+    )
+    proc = run(["--offset-json-file", str(offsets)])
+    head, *lines = proc.stdout.splitlines() or [""]
+    return proc.returncode, [head, *sorted(lines)]
+
+
+def tool_deleted_records(topic: str) -> tuple[int, list[str]]:
+    """What Kafka 4.3.1's `kafka-delete-records.sh` prints for `delete_records_with_the_tool`: exit 0
+    whatever a partition's error."""
+    return 0, [
+        "Executing records delete operation",
+        "Records delete operation completed:",
+        f"partition: {topic}-0\tlow_watermark: 4",
+        f"partition: {topic}-1\tlow_watermark: 0",
+        f"partition: {topic}-2\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException: The "
+        "requested offset is not within the range of offsets maintained by the server.",
+    ]

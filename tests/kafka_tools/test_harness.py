@@ -1,6 +1,7 @@
 """The Kafka tools harness (issue 22) proven on a real Apache Kafka: Kafka's own scripts, run from the
 jars on Maven Central by `e2e.kafka_tools`, do what a user sees them do against a single-node Kafka
-that the same jars run. Later tests point the same harness at our brokers.
+that the same jars run (`kafka-delete-records.sh`'s output is what tests/kafka_api/test_delete_records.py
+expects of our brokers). Later tests point the same harness at our brokers.
 
 One Kafka for the module (SASL_PLAINTEXT with SCRAM-SHA-512 user `admin`, two log dirs), so every
 tool also proves it logs in through `--command-config`. Each test uses topics of its own.
@@ -17,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from e2e import kafka_tools
 from e2e.kafka_tools import AdminCallError, KafkaCluster, KafkaInstall, Replica, ScramUser
 from e2e.wait import wait_for
+from tests.kafka_api.conftest import delete_records_with_the_tool, tool_deleted_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -98,6 +101,29 @@ def test_console_producer_then_get_offsets_and_console_consumer(kafka: KafkaClus
         ["--topic", "lines", "--from-beginning", "--max-messages", "7", "--timeout-ms", "60000"],
     )
     assert _ok(consumed).splitlines() == records
+
+
+def test_delete_records_from_a_json_offsets_file(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """What `kafka-delete-records.sh` prints, as tests/kafka_api/test_delete_records.py expects
+    of our brokers too."""
+    _ok(kafka.run_tool("kafka-topics.sh", ["--create", "--topic", "purged", "--partitions", "3"]))
+    assert kafka.scram is not None
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": kafka.scram.mechanism,
+            "sasl.username": kafka.scram.name,
+            "sasl.password": kafka.scram.password,
+        }
+    )
+    for i in range(10):
+        producer.produce("purged", f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    ran = delete_records_with_the_tool(
+        lambda args: kafka.run_tool("kafka-delete-records.sh", args), "purged", tmp_path
+    )
+    assert ran == tool_deleted_records("purged")
 
 
 def test_configs_alter_a_topic_config_and_add_a_scram_user(kafka: KafkaCluster) -> None:

@@ -17,11 +17,15 @@ Guarantees:
   takes the dir offline and stops serving its partitions (a full dir keeps them).
 * Roles follow the metadata image: the broker leads a partition when the image names it leader,
   and follows the image's leader otherwise. `lookup` answers NOT_LEADER_OR_FOLLOWER (6) for a
-  partition it does not lead. Losing leadership fails the waiting acks=-1 produces with 6.
+  partition it does not lead. Losing leadership fails the waiting acks=-1 produces and
+  DeleteRecords with 6; a removal fails them with the removal's code.
 * A new leader records its epoch's start in the epoch cache before its first append, gives every
   follower the lag allowance from now (the injected clock), and recomputes the high watermark.
   Consumers only ever see records below the high watermark, which only a leader moves (the
   smallest end offset of the maximal ISR, `jbod_core.replication`, `advance_high_watermark`).
+  A DeleteRecords waiting on a leader is answered once the low watermark (the smallest log start
+  of the maximal ISR, `jbod_core.replication.low_watermark`) reaches its offset; it is looked at
+  whenever a follower's fetch or an ISR change may have moved it (`complete_delayed_requests`).
 * Topic configs are read through `jbod_core.topic_configs.resolve`: a value the broker cannot use
   (an old log may hold one) falls back to the broker's default with one WARNING naming the topic,
   the key and the value; it is never a storage error and never takes a dir offline.
@@ -63,16 +67,19 @@ class Role(Enum):
 
 @dataclass(eq=False, slots=True)
 class AckWaiter:
-    """An acks=-1 produce waiting until the high watermark covers `required`; `outcome` is set
-    once, with `done`."""
+    """A request waiting on the ISR (Kafka's delayed operations): an acks=-1 produce until the
+    high watermark covers `required`, a DeleteRecords until the low watermark reaches it.
+    `outcome` (and `reached`, the watermark that answered it) are set once, with `done`."""
 
     required: int
     done: asyncio.Event = field(default_factory=asyncio.Event)
     outcome: ErrorCode = ErrorCode.NONE
+    reached: int = -1
 
-    def settle(self, outcome: ErrorCode) -> None:
+    def settle(self, outcome: ErrorCode, reached: int = -1) -> None:
         if not self.done.is_set():
             self.outcome = outcome
+            self.reached = reached
             self.done.set()
 
 
@@ -85,7 +92,8 @@ class HostedPartition:
     (AlterPartition answers, the in-flight change); `followers` the manager's (reset on a role
     change) and `replica_fetch`'s (their fetches); `fetch_sessions` `replica_fetch`'s;
     `ack_waiters` and `producers` `produce`'s (waiters released by `advance_high_watermark`, the
-    producers expired and saved by `log_upkeep`); `data_waiters` `client_fetch`'s (released by
+    producers expired and saved by `log_upkeep`); `delete_waiters` the DeleteRecords handler's
+    (released by `complete_delayed_requests`); `data_waiters` `client_fetch`'s (released by
     `wake_data_waiters`); `dirty` is set by the appenders (`produce`, `fetcher`) and cleared by
     `log_upkeep` (and a log swap); `fetch_retry_at` is the fetcher's.
     """
@@ -108,6 +116,7 @@ class HostedPartition:
     log_append_time: bool = False  # the topic's message.timestamp.type is LogAppendTime
     compacted: bool = False  # the topic's cleanup.policy holds compact
     ack_waiters: list[AckWaiter] = field(default_factory=list)
+    delete_waiters: list[AckWaiter] = field(default_factory=list)
     data_waiters: set[asyncio.Event] = field(default_factory=set)
     # Follower sessions holding this partition (leaders only; created on first use: most hosted
     # partitions of a large broker are followers and never need one).
@@ -137,10 +146,33 @@ class HostedPartition:
             for session in self.fetch_sessions:
                 session.mark(self.key)
 
-    def fail_ack_waiters(self, code: ErrorCode) -> None:
-        for waiter in self.ack_waiters:
+    def fail_waiters(self, code: ErrorCode) -> None:
+        """Leadership or the log is lost: every waiting produce and DeleteRecords gets `code`."""
+        for waiter in (*self.ack_waiters, *self.delete_waiters):
             waiter.settle(code)
         self.ack_waiters.clear()
+        self.delete_waiters.clear()
+
+    def low_watermark(self) -> int:
+        """Leaders: the smallest log start offset of the maximal ISR (`jbod_core.replication`)."""
+        return replication.low_watermark(
+            self.leader_id, self.log.log_start_offset, self.maximal_isr(), self.followers
+        )
+
+    def complete_delayed_requests(self) -> None:
+        """A follower's fetch or an ISR change: move the high watermark (answering the acks=-1
+        produces it covers) and answer the DeleteRecords the low watermark now reaches."""
+        self.advance_high_watermark()
+        if not self.delete_waiters or self.role is not Role.LEADER:
+            return
+        low = self.low_watermark()
+        still: list[AckWaiter] = []
+        for waiter in self.delete_waiters:
+            if waiter.required <= low:
+                waiter.settle(ErrorCode.NONE, low)
+            else:
+                still.append(waiter)
+        self.delete_waiters = still
 
     def advance_high_watermark(self) -> None:
         """Leaders: move the high watermark to what the maximal ISR holds (`jbod_core.replication`),
@@ -283,11 +315,11 @@ class ReplicaManager:
             if hosted.role is not Role.LEADER or new_epoch:
                 self._become_leader(hosted, part)
                 return True
-            hosted.advance_high_watermark()
+            hosted.complete_delayed_requests()
             return False
         was_following = (hosted.role, hosted.leader_id, hosted.leader_epoch)
         if hosted.role is Role.LEADER:
-            hosted.fail_ack_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            hosted.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             hosted.wake_data_waiters()
             log.debug(
                 "%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch
@@ -342,7 +374,7 @@ class ReplicaManager:
         hosted = self.partitions.pop(key, None)
         if hosted is None:
             return
-        hosted.fail_ack_waiters(code)
+        hosted.fail_waiters(code)
         hosted.wake_data_waiters()
         self._changed(key)
         with contextlib.suppress(OSError):

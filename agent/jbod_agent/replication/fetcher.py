@@ -5,6 +5,8 @@ Guarantees:
 * A follower fetches from the end of its log and names the epoch of its last record, so the
   leader can report a divergence; the follower then truncates (`divergence.truncate_follower`)
   before it appends anything, and never keeps records the leader's history does not contain.
+  It also names its log start offset, so the leader knows when a DeleteRecords reached it; a
+  log start moved by the leader's answer is sent in the next incremental request.
 * Fetched frames are appended only when they continue the log exactly (base offset = end
   offset) and only while the partition still follows the same leader at the same epoch as when
   the request was sent; anything else is dropped and fetched again.
@@ -174,7 +176,9 @@ class Fetchers:
         ):
             return None
         log_ = hosted.log
-        return fetch_session.FetchPosition(log_.end_offset, log_.latest_epoch, hosted.leader_epoch)
+        return fetch_session.FetchPosition(
+            log_.end_offset, log_.latest_epoch, hosted.leader_epoch, log_.log_start_offset
+        )
 
     def _plan(self, leader: int, state: _LeaderLoop) -> fetch_session.FetchPlan[PartitionKey]:
         now = self.clock.monotonic()
@@ -274,16 +278,7 @@ class Fetchers:
                 connection.close()
 
     def _fetch_frame(self, fetch: ReplicaFetch, correlation_id: int, *, client_id: str) -> bytes:
-        return replica_wire.fetch_frame(
-            fetch,
-            correlation_id=correlation_id,
-            client_id=client_id,
-            log_start_offsets=self._log_start_offset,
-        )
-
-    def _log_start_offset(self, key: PartitionKey) -> int:
-        hosted = self.manager.partitions.get(key)
-        return -1 if hosted is None else hosted.log.log_start_offset
+        return replica_wire.fetch_frame(fetch, correlation_id=correlation_id, client_id=client_id)
 
     def _apply(
         self,
@@ -334,6 +329,7 @@ class Fetchers:
                 or code != ErrorCode.NONE
                 or part.diverging is not None
                 or hosted.log.end_offset != offset
+                or hosted.log.log_start_offset != sent.log_start_offset
             ):
                 state.changed.add(key)
         state.session.dropped(dropped)

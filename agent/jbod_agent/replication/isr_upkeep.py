@@ -6,9 +6,10 @@ Guarantees:
   down, with their replica in an online dir) are added; the decisions are
   `jbod_core.replication`'s. The leader itself is never removed.
 * At most one change per partition is in flight (`HostedPartition.pending_isr`); while it is, the
-  maximal ISR (old plus new) holds the high watermark. An answer is applied only to a partition
-  still hosted as it was and only when it is newer (same leader epoch, higher partition epoch);
-  a failed call or an error code leaves the ISR as the image says.
+  maximal ISR (old plus new) holds the high watermark and the low watermark (DeleteRecords). An
+  answer is applied only to a partition still hosted as it was and only when it is newer (same
+  leader epoch, higher partition epoch); a failed call or an error code leaves the ISR as the
+  image says.
 * The scan runs every `replica.lag.time.max.ms / 2` (Kafka's isr-expiration period) and at once
   when a follower's fetch may allow an expansion (`check_now`), only while registered; requests
   carry at most `MAX_PARTITIONS_PER_REQUEST` partitions.
@@ -149,4 +150,4 @@ class IsrUpkeep:
             if result.leader_epoch == hosted.leader_epoch and result.partition_epoch > hosted.partition_epoch:
                 hosted.isr = tuple(result.isr)
                 hosted.partition_epoch = result.partition_epoch
-            hosted.advance_high_watermark()
+            hosted.complete_delayed_requests()

@@ -13,8 +13,10 @@ Guarantees:
   disagrees with the leader's history gets `divergingEpoch` (`divergence.leader_check`) and no
   data. A partition answered with an error other than OFFSET_OUT_OF_RANGE leaves the session.
 * Progress first: a fetch at offset N proves the follower holds everything below N, so it moves
-  the follower's progress and the high watermark before anything is read; a caught-up idle
-  partition counts as fetched at every request of its session for the ISR lag rule
+  the follower's progress and the high watermark before anything is read; the follower's log
+  start offset (its request's `log_start_offset`, sent again whenever it moves) is recorded with
+  it, and the DeleteRecords waiting for it are answered (`complete_delayed_requests`); a
+  caught-up idle partition counts as fetched at every request of its session for the ISR lag rule
   (`replication.SessionClock`). A follower that reached the high watermark while out of the ISR
   asks the ISR upkeep to look at once (`on_isr_expandable`).
 * A request long-polls up to `max_wait_ms` of the injected clock until a partition has news (data,
@@ -199,8 +201,14 @@ class ReplicaFetchServer:
             offset = state.position.fetch_offset
             if offset <= hosted.log.end_offset and state.diverging is None:
                 progress = hosted.followers.setdefault(replica, FollowerProgress(last_caught_up_ms=now))
-                progress.on_fetch(offset, hosted.log.end_offset, now, session=clock)
-                hosted.advance_high_watermark()
+                progress.on_fetch(
+                    offset,
+                    hosted.log.end_offset,
+                    now,
+                    log_start_offset=state.position.log_start_offset,
+                    session=clock,
+                )
+                hosted.complete_delayed_requests()
                 if replica not in hosted.maximal_isr() and offset >= hosted.log.high_watermark:
                     expand = True
             else:

@@ -10,7 +10,7 @@ Guarantees:
 * The leader reads a replica fetch from every Fetch version it answers (`replica_fetch_of`): the
   replica id is `replica_state.replica_id` from v15, `replica_id` before; topics by id from v13,
   by name before (an unknown name is answered UNKNOWN_TOPIC_OR_PARTITION by the leader, as an
-  unknown id is).
+  unknown id is); the follower's log start offset from v5 (-1 before).
 * `response_of` answers in the request's version and naming: per partition its error, high
   watermark (also the last stable offset: there are no transactions), log start offset,
   `diverging_epoch` when the follower's history diverges (KIP-320), and the stored batches as
@@ -60,13 +60,7 @@ def _grouped(keys: Iterable[PartitionKey]) -> dict[Uuid, list[int]]:
 # -- follower side -----------------------------------------------------------------------------
 
 
-def fetch_frame(
-    fetch: ReplicaFetch,
-    *,
-    correlation_id: int,
-    client_id: str,
-    log_start_offsets: Callable[[PartitionKey], int],
-) -> bytes:
+def fetch_frame(fetch: ReplicaFetch, *, correlation_id: int, client_id: str) -> bytes:
     """The size-prefixed Kafka Fetch (at `FETCH_VERSION`) of a follower's `fetch`, written by
     `jbod_kafka.fetch_request` (what kio would write, without its generic encoder)."""
     topics: dict[Uuid, list[fetch_request.FetchPartition]] = {}
@@ -79,7 +73,7 @@ def fetch_frame(
                 wanted.max_bytes,
                 current_leader_epoch=position.current_leader_epoch,
                 last_fetched_epoch=position.last_fetched_epoch,
-                log_start_offset=log_start_offsets(wanted.key),
+                log_start_offset=position.log_start_offset,
             )
         )
     return fetch_request.encode(
@@ -164,6 +158,7 @@ def replica_fetch_of(
                 int(part.fetch_offset),
                 int(getattr(part, "last_fetched_epoch", -1)),
                 int(getattr(part, "current_leader_epoch", -1)),
+                int(getattr(part, "log_start_offset", -1)),
             ),
             int(part.partition_max_bytes),
         )
