@@ -174,8 +174,9 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         DELETE,
         EachOneOf((COMPACT, DELETE)),
         "log.cleanup.policy",
-        "`delete`: old segments are deleted by retention time and size; a policy without it keeps "
-        "every segment (compaction itself is not done yet, issue 32).",
+        "`delete`: old segments are deleted by retention time and size; `compact`: the log cleaner "
+        'keeps the latest record of each key (docs/decisions.md, "Log compaction"); '
+        "`compact,delete`: both.",
         applied=True,
     ),
     _d(
@@ -216,7 +217,8 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "86400000",
         AtLeast(0),
         "log.cleaner.delete.retention.ms",
-        "How long tombstones of a compacted topic are kept.",
+        "How long tombstones of a compacted topic are kept (from the tombstone's timestamp).",
+        applied=True,
     ),
     _d(
         "file.delete.delay.ms",
@@ -285,7 +287,9 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         _MAX,
         AtLeast(1),
         "log.cleaner.max.compaction.lag.ms",
-        "The longest a record may stay uncompacted.",
+        "The longest a record may stay uncompacted (a log with an older dirty segment is cleaned "
+        "whatever its dirty ratio).",
+        applied=True,
     ),
     _d(
         MAX_MESSAGE_BYTES,
@@ -328,6 +332,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         Between(0, 1),
         "log.cleaner.min.cleanable.ratio",
         "The dirty share of a log above which it is compacted.",
+        applied=True,
     ),
     _d(
         "min.compaction.lag.ms",
@@ -336,6 +341,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(0),
         "log.cleaner.min.compaction.lag.ms",
         "The least time a record stays uncompacted.",
+        applied=True,
     ),
     _d(
         MIN_INSYNC_REPLICAS,
