@@ -152,6 +152,8 @@ def _frames(fd: int, segment_size: int, throttle: Throttle) -> Iterator[tuple[Ba
 
 def _info(segment: Segment, size: int) -> SegmentInfo:
     newest = segment.max_timestamp_ms
+    if newest is None and size == 0:
+        newest = log_segments.NO_TIMESTAMP
     if newest is None:
         fd = os.open(segment.log_path, log_segments.OPEN_READ)
         try:
@@ -185,7 +187,9 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
         job, infos, first_dirty, uncleanable, map_budget_bytes, throttle, result
     )
     last_of_producer = _last_batches(job.segments, sizes)
-    cleanable = [info for info in infos if info.next_offset <= result.dirty_end]
+    cleanable = [
+        info for info in infos[:-1] if info.next_offset <= result.dirty_end and info.base_offset < uncleanable
+    ]
     groups = compaction.group_segments(
         cleanable, max_bytes=job.segment_bytes, max_relative_offset=log_segments.MAX_RELATIVE_OFFSET
     )
@@ -265,6 +269,8 @@ def _last_batches(segments: Sequence[Segment], sizes: Sequence[int]) -> dict[int
     """The base offset of each idempotent producer's last batch in the log."""
     last: dict[int, int] = {}
     for segment, size in zip(segments, sizes, strict=True):
+        if size == 0:
+            continue  # an active segment rolled but not written yet has no file
         fd = os.open(segment.log_path, log_segments.OPEN_READ)
         try:
             for header in log_segments.walk_headers(fd, 0, size, log_segments.RECOVERY_CHUNK):
