@@ -5,7 +5,8 @@ WordCountDemo splits lines into words, repartitions them by word (an internal re
 and counts them in a KTable (a state store with a compacted changelog topic), at_least_once. The
 counts it writes are checked against a count of our own; Streams creates its internal topics
 with the configs it asks for (the changelog compacted) and purges the repartition topic with
-DeleteRecords after its commits.
+DeleteRecords after its commits; the brokers' cleaners compact the changelog (read from the
+beginning it holds fewer records than offsets, and the latest count of each word).
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from e2e import kafka_tools
 from e2e.kafka_tools import KafkaInstall
@@ -40,7 +48,7 @@ PARTITIONS = 3
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[KafkaCluster]:
     with contextlib.ExitStack() as stack:
-        yield start_kafka_cluster(stack, tmp_path / "cluster", brokers=3)
+        yield start_kafka_cluster(stack, tmp_path / "cluster", brokers=3, log_cleaner_backoff_ms="200")
 
 
 def _lines() -> list[str]:
@@ -80,6 +88,32 @@ def _streams_app(kafka_install: KafkaInstall, kafka: KafkaCluster, work: Path) -
     ]
     with open(work / "streams.out", "ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _read_changelog(config: dict[str, object], topic: str) -> tuple[int, int, dict[str, int]]:
+    """The records read from the beginning of every partition of the changelog, the offsets they
+    span (end - start), and the latest count of each word in it."""
+    consumer = Consumer({**config, "group.id": "changelog-reader", "enable.auto.commit": False})
+    try:
+        spans = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(PARTITIONS)
+        }
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        positions = {p: low for p, (low, _high) in spans.items()}
+        records = 0
+        counts: dict[str, int] = {}
+        while any(positions[p] < high for p, (_low, high) in spans.items()):
+            message = consumer.poll(10)
+            assert message is not None and message.error() is None, message and message.error()
+            if message.offset() >= spans[message.partition()][1]:
+                continue
+            records += 1
+            positions[message.partition()] = message.offset() + 1
+            if message.value() is not None:
+                counts[message.key().decode()] = struct.unpack(">q", message.value())[0]
+        return records, sum(high - low for low, high in spans.values()), counts
+    finally:
+        consumer.close()
 
 
 def test_word_count_counts_what_we_count_with_a_compacted_changelog_and_a_purged_repartition_topic(
@@ -143,6 +177,26 @@ def test_word_count_counts_what_we_count_with_a_compacted_changelog_and_a_purged
             wait_for(purged, timeout=60, what="the repartition topic purged by Streams")
         finally:
             watcher.close()
+
+        # The changelog compacted: segments rolled by time, cleaned at any dirty ratio.
+        changelog = ConfigResource(
+            ResourceType.TOPIC,
+            changelogs[0],
+            incremental_configs=[
+                ConfigEntry("segment.ms", "300", incremental_operation=AlterConfigOpType.SET),
+                ConfigEntry("min.cleanable.dirty.ratio", "0.01", incremental_operation=AlterConfigOpType.SET),
+            ],
+        )
+        admin.incremental_alter_configs([changelog])[changelog].result(30)
+
+        def compacted() -> bool:
+            producer.produce(INPUT, b"tick")  # a changelog append: rolls its old segment
+            assert producer.flush(30) == 0
+            records, offsets, counts = _read_changelog(config, changelogs[0])
+            counts.pop("tick", None)
+            return records < offsets and counts == dict(expected)
+
+        wait_for(compacted, timeout=90, interval=1.0, what="the changelog compacted by the brokers")
     finally:
         app.terminate()
         app.wait(60)
