@@ -227,6 +227,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(0),
         "log.segment.delete.delay.ms",
         "How long a deleted segment's file is kept before it is removed.",
+        applied=True,
     ),
     _d(
         "flush.messages",
@@ -235,8 +236,9 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(1),
         "log.flush.interval.messages",
         "Records appended between forced fsyncs of the log.",
+        applied=True,
     ),
-    _d("flush.ms", "long", _MAX, AtLeast(0), None, "Time between forced fsyncs of the log."),
+    _d("flush.ms", "long", _MAX, AtLeast(0), None, "Time between forced fsyncs of the log.", applied=True),
     _d(
         FOLLOWER_THROTTLED_REPLICAS,
         "list",
@@ -254,6 +256,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(0),
         "log.index.interval.bytes",
         "Bytes of log between two entries of the offset index.",
+        applied=True,
     ),
     _d(
         LEADER_THROTTLED_REPLICAS,
@@ -360,6 +363,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         NO_RULE,
         "log.preallocate",
         "Whether a new segment's file is allocated whole.",
+        applied=True,
     ),
     _d("remote.log.copy.disable", "boolean", "false", NO_RULE, None, "Tiered storage (not served)."),
     _d("remote.log.delete.on.disable", "boolean", "false", NO_RULE, None, "Tiered storage (not served)."),
@@ -405,6 +409,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(4),
         "log.index.size.max.bytes",
         "The largest size of a segment's offset index.",
+        applied=True,
     ),
     _d(
         "segment.jitter.ms",
@@ -413,6 +418,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         AtLeast(0),
         None,
         "A random share of segment.ms subtracted per segment, so segments do not roll together.",
+        applied=True,
     ),
     _d(
         SEGMENT_MS,
@@ -450,7 +456,23 @@ class BrokerSetting:
     default: int
 
 
-TOPIC_NUMBERS: Final = (SEGMENT_MS,)  # read by `resolve` with Kafka's default when unset
+INDEX_INTERVAL_BYTES: Final = "index.interval.bytes"
+SEGMENT_INDEX_BYTES: Final = "segment.index.bytes"
+SEGMENT_JITTER_MS: Final = "segment.jitter.ms"
+FILE_DELETE_DELAY_MS: Final = "file.delete.delay.ms"
+FLUSH_MESSAGES: Final = "flush.messages"
+FLUSH_MS: Final = "flush.ms"
+PREALLOCATE: Final = "preallocate"
+# Read by `resolve` with Kafka's default when unset.
+TOPIC_NUMBERS: Final = (
+    SEGMENT_MS,
+    INDEX_INTERVAL_BYTES,
+    SEGMENT_INDEX_BYTES,
+    SEGMENT_JITTER_MS,
+    FILE_DELETE_DELAY_MS,
+    FLUSH_MESSAGES,
+    FLUSH_MS,
+)
 
 BROKER_SETTINGS: Final[tuple[BrokerSetting, ...]] = (
     BrokerSetting(MAX_MESSAGE_BYTES, "message.max.bytes", 0, INT32_MAX, 1048588),
@@ -539,6 +561,7 @@ class ResolvedConfigs:
     problems: tuple[ConfigProblem, ...]
     log_append_time: bool = False  # `message.timestamp.type=LogAppendTime`
     compacted: bool = False  # `cleanup.policy` holds `compact`: every record needs a key
+    preallocate: bool = False  # `preallocate`: a new segment's blocks are allocated whole
 
     def __getitem__(self, key: str) -> int:
         return self.values[key]
@@ -665,6 +688,7 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
         problems=tuple(problems),
         log_append_time=timestamp_type == LOG_APPEND_TIME,
         compacted=COMPACT in policy,
+        preallocate=parse(BY_NAME[PREALLOCATE], configs.get(PREALLOCATE, "false")) is True,
     )
 
 

@@ -240,7 +240,16 @@ DEFAULTS = {
     "retention.ms": 20,
     "segment.bytes": 8192,
 }
-RESOLVED_DEFAULTS = {**DEFAULTS, "segment.ms": 604800000}  # a topic-only key: Kafka's default
+RESOLVED_DEFAULTS = {  # the topic-only keys: Kafka's defaults
+    **DEFAULTS,
+    "segment.ms": 604800000,
+    "index.interval.bytes": 4096,
+    "segment.index.bytes": 10485760,
+    "segment.jitter.ms": 0,
+    "file.delete.delay.ms": 60000,
+    "flush.messages": 2**63 - 1,
+    "flush.ms": 2**63 - 1,
+}
 BAD_SETTINGS = [
     ("max.message.bytes", "-1"),
     ("min.insync.replicas", "0"),

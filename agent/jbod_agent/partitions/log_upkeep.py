@@ -1,12 +1,12 @@
 """The hosted logs' background upkeep: periodic flush, retention, idempotent-producer snapshots.
 
 Guarantees:
-* Every `log.flush.interval.ms` of the injected clock, each log appended to since (`dirty`) is
-  fsynced in a worker thread, off the event loop (`PartitionLog.flush` allows that); a leader's
+* Every `log.flush.interval.ms` of the injected clock (or sooner for a log whose topic sets a
+  shorter `flush.ms`), each log appended to since (`dirty`) is fsynced in a worker thread, off the event loop (`PartitionLog.flush` allows that); a leader's
   changed producer state is first expired (`producer.id.expiration.ms`, the clock's wall time)
   and saved as a snapshot (`producers.save`: derived data, so a failure is logged, not fatal).
 * Every `log.retention.check.interval.ms`, retention runs on each hosted log against the clock's
-  wall time (`PartitionLog.apply_retention`: never the active segment nor data at or above the
+  wall time, and deleted segments' files whose `file.delete.delay.ms` passed are removed (`PartitionLog.apply_retention`: never the active segment nor data at or above the
   high watermark); a moved log start wakes the fetches waiting on the partition.
 * An I/O error takes the dir offline (`ReplicaManager.storage_error`) — unless the partition was
   removed or replaced meanwhile; a log closed meanwhile is skipped.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Final
 
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
@@ -24,6 +25,8 @@ from jbod_agent.storage import producers
 from jbod_core import producer_state
 
 log = logging.getLogger("jbod_agent.replicas")
+
+MIN_FLUSH_TICK_MS: Final = 10
 
 
 class LogUpkeep:
@@ -34,16 +37,27 @@ class LogUpkeep:
         self.clock = clock
 
     async def flush_forever(self) -> None:
-        """fsync dirty logs periodically, off the event loop."""
+        """fsync dirty logs periodically, off the event loop: every `log.flush.interval.ms`, or a
+        log's `flush.ms` when that is shorter (the loop then wakes that often, at least
+        `MIN_FLUSH_TICK_MS` apart)."""
         manager = self.manager
         state = manager.state
-        period = state.config.log_flush_interval_ms / 1000
+        interval_ms = state.config.log_flush_interval_ms
+        tick_ms = interval_ms
         while not state.stopping.is_set():
-            await self.clock.sleep(period)
-            dirty = [h for h in manager.partitions.values() if h.dirty]
+            await self.clock.sleep(tick_ms / 1000)
+            now_ms = wall_ms(self.clock)
+            hosted_logs = list(manager.partitions.values())
+            tick_ms = max(MIN_FLUSH_TICK_MS, min([interval_ms, *(h.log.flush_ms for h in hosted_logs)]))
+            dirty = [
+                h
+                for h in hosted_logs
+                if h.dirty and now_ms - h.log.last_flush_ms >= min(interval_ms, h.log.flush_ms) - tick_ms // 2
+            ]
             for hosted in dirty:
                 hosted.dirty = False
                 self._save_producers(hosted)
+                hosted.log.flush_starting(now_ms)
                 try:
                     hosted.log.write_index()  # on the loop, which appends: the flush only fsyncs
                     await asyncio.to_thread(hosted.log.flush)
@@ -92,6 +106,7 @@ class LogUpkeep:
                     continue
                 try:
                     deleted = hosted.log.apply_retention(now_ms)
+                    hosted.log.purge_deleted()
                 except OSError as exc:
                     manager.storage_error(hosted, exc, "applying retention")
                     continue

@@ -27,6 +27,10 @@ Guarantees:
 * Producer activity is stamped with the clock's wall time.
 * An I/O error while appending takes the dir offline (`ReplicaManager.storage_error`) and answers
   KAFKA_STORAGE_ERROR.
+* A topic's `flush.messages`: once that many records were appended since the log's last flush,
+  the log is fsynced (off the event loop) before the answer (`ReplicaManager.forced_flush`; its
+  followers flush the same way before their next fetch, so acks=-1 then means on disk on every
+  in-sync replica, as on Kafka).
 """
 
 from __future__ import annotations
@@ -167,6 +171,8 @@ class Produce:
         hosted.dirty = True
         hosted.wake_data_waiters()
         hosted.advance_high_watermark()
+        if hosted.log.flush_due and not await self.manager.forced_flush(hosted, now_ms=wall_ms(self.clock)):
+            return _failed(ErrorCode.KAFKA_STORAGE_ERROR, f"{hosted.name}: the log dir failed while flushing")
         return await self._acknowledge(hosted, base=base, required=required, acks=acks, timeout_ms=timeout_ms)
 
     async def _acknowledge(

@@ -392,6 +392,22 @@ class ReplicaManager:
         for key in list(self.partitions):
             self.remove(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
+    async def forced_flush(self, hosted: HostedPartition, *, now_ms: int) -> bool:
+        """fsync the log now, off the event loop (`flush.messages` reached: Kafka flushes before
+        it acknowledges); False after an I/O error, which went through `storage_error`."""
+        partition_log = hosted.log
+        partition_log.flush_starting(now_ms)
+        try:
+            partition_log.write_index()
+            await asyncio.to_thread(partition_log.flush)
+        except OSError as exc:
+            if self.partitions.get(hosted.key) is hosted:
+                self.storage_error(hosted, exc, "flushing")
+            return False
+        except ValueError:
+            return True  # closed meanwhile (removed or swapped): nothing of it left to flush here
+        return True
+
     def storage_error(self, hosted: HostedPartition, exc: OSError, doing: str) -> None:
         """An I/O error on this partition's log: classified by `DirFailures`; an offline dir stops serving it."""
         self.failures.io_error(hosted.directory_id, exc, f"{doing} for {hosted.name}")
@@ -443,3 +459,12 @@ def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedCon
     hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
     hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]
     hosted.log.segment_ms = settings[topic_configs.SEGMENT_MS]
+    hosted.log.apply_storage_configs(
+        index_interval_bytes=settings[topic_configs.INDEX_INTERVAL_BYTES],
+        segment_index_bytes=settings[topic_configs.SEGMENT_INDEX_BYTES],
+        segment_jitter_ms=settings[topic_configs.SEGMENT_JITTER_MS],
+        file_delete_delay_ms=settings[topic_configs.FILE_DELETE_DELAY_MS],
+        flush_messages=settings[topic_configs.FLUSH_MESSAGES],
+        flush_ms=settings[topic_configs.FLUSH_MS],
+        preallocate=settings.preallocate,
+    )

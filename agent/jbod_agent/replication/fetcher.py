@@ -273,9 +273,18 @@ class Fetchers:
                     )
                     continue
                 self._apply(leader, state, plan, answer)
+                await self._forced_flushes(state)
         finally:
             if connection is not None:
                 connection.close()
+
+    async def _forced_flushes(self, state: _LeaderLoop) -> None:
+        """fsync the logs that reached their `flush.messages` with this answer, before the next
+        fetch reports their new end offsets (as a Kafka follower flushes on append)."""
+        for key in list(state.changed):
+            hosted = self.manager.partitions.get(key)
+            if hosted is not None and hosted.log.flush_due:
+                await self.manager.forced_flush(hosted, now_ms=wall_ms(self.clock))
 
     def _fetch_frame(self, fetch: ReplicaFetch, correlation_id: int, *, client_id: str) -> bytes:
         return replica_wire.fetch_frame(fetch, correlation_id=correlation_id, client_id=client_id)

@@ -24,6 +24,13 @@ Guarantees:
   silently. It deletes the leftovers of interrupted atomic writes (of segments and of the epoch
   checkpoint), of interrupted cleanings (`.cleaned` files) and the indexes of deleted segments,
   and completes an interrupted swap of a cleaned segment (`.swap`).
+* Topic configs of the segments: `segment.ms` less a random share of `segment.jitter.ms` drawn
+  per segment (`roll_jitter_max_ms`), `segment.index.bytes` (`max_index_entries`: a segment whose
+  index is full rolls), `index.interval.bytes` (from the next entry), `preallocate` (a new
+  segment's blocks reserved without changing its size, so recovery reads it as before) and
+  `file.delete.delay.ms` (`delete_delay_ms`: a segment deleted by retention or DeleteRecords is
+  renamed `.deleted` and removed by `purge_deleted` or `close` once the delay passed; recovery
+  removes leftovers).
 * A compacted log stays contiguous: a cleaned segment (`swap_cleaned`, written by
   `log_cleaner`) covers exactly the offsets of the segments it replaces, and the swap is
   crash-safe (a kill -9 at any moment leaves either the old segments or the cleaned one).
@@ -53,7 +60,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import random
 import re
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -72,6 +81,7 @@ INDEX_WRITE_BATCH: Final = 64  # index entries written to the active segment's f
 
 LOG_START_FILE: Final = "log-start-offset"  # the log start a DeleteRecords moved, in the replica dir
 CLEANER_CHECKPOINT: Final = "cleaner-offset"  # the first dirty offset of a compacted log
+DELETED_SUFFIX: Final = ".deleted"  # a deleted segment's file kept for file.delete.delay.ms
 CLEANED_SUFFIX: Final = ".cleaned"  # a cleaned segment being written: dropped by recovery
 SWAP_SUFFIX: Final = ".swap"  # a cleaned segment committed: recovery completes its swap
 _TEMP_NAME: Final = re.compile(
@@ -81,7 +91,7 @@ _TEMP_NAME: Final = re.compile(
     + re.escape(LOG_START_FILE)
     + "|"
     + re.escape(CLEANER_CHECKPOINT)
-    + r")\.tmp|\d{20}\.(?:log|index)\.cleaned"
+    + r")\.tmp|\d{20}\.(?:log|index)\.(?:cleaned|deleted)"
 )
 _SWAP_NAME: Final = re.compile(r"(\d{20})\.log\.swap")
 
@@ -187,6 +197,18 @@ class LocalLog:
         # segment.ms: an append given the time rolls a non-empty active segment whose first
         # batch's timestamp is older than this (Kafka's time-based roll); None: size only.
         self.roll_ms: int | None = None
+        # segment.jitter.ms: each segment rolls by time up to this much earlier (a random share,
+        # drawn when it is created), so segments of many logs do not roll together.
+        self.roll_jitter_max_ms = 0
+        self._roll_jitter_ms = 0
+        # segment.index.bytes: a segment whose index holds this many entries rolls (None: never).
+        self.max_index_entries: int | None = None
+        # preallocate: a new segment's blocks are reserved whole (the file's size is unchanged).
+        self.preallocate = False
+        # file.delete.delay.ms: a deleted segment's files are renamed `.deleted` and removed
+        # this much later (`purge_deleted`); 0 removes them at once.
+        self.delete_delay_ms = 0
+        self._deleted: list[tuple[float, Path]] = []  # (due, monotonic seconds; file)
         self._log_start = segments[0].base_offset if segments else 0
         self._end = segments[-1].next_offset if segments else 0
         self._size = sum(segment.size for segment in segments)
@@ -280,6 +302,13 @@ class LocalLog:
     def index_interval_bytes(self) -> int:
         return self._index_interval
 
+    @index_interval_bytes.setter
+    def index_interval_bytes(self, value: int) -> None:
+        """`index.interval.bytes`: applies to the entries written from now on."""
+        if value < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0, got {value}")
+        self._index_interval = value
+
     def segment_paths(self) -> list[Path]:
         """The segment files (each `.log`, then its `.index` when it exists), oldest first."""
         paths: list[Path] = []
@@ -307,7 +336,10 @@ class LocalLog:
             self._tail_dirty = False
         if now_ms is not None and self.roll_ms is not None and headers and self._segments:
             active = self._segments[-1]
-            if active.size > 0 and now_ms - self._first_timestamp(active) > self.roll_ms:
+            if (
+                active.size > 0
+                and now_ms - self._first_timestamp(active) > self.roll_ms - self._roll_jitter_ms
+            ):
                 self._roll(headers[0].base_offset)
         view = memoryview(data)
         interval = self._index_interval
@@ -315,7 +347,13 @@ class LocalLog:
         while first < len(headers):
             segment = self._segments[-1] if self._segments else None
             header = headers[first]
-            if segment is None or (segment.size > 0 and self._must_roll(segment, segment.size, header)):
+            if segment is None or (
+                segment.size > 0
+                and (
+                    self._must_roll(segment, segment.size, header)
+                    or (segment.bytes_since_index >= interval and self._index_full(segment, 0))
+                )
+            ):
                 segment = self._roll(header.base_offset)
             base = segment.base_offset
             size = segment.size
@@ -325,7 +363,10 @@ class LocalLog:
             stop = first
             while stop < len(headers):
                 header = headers[stop]
-                if size > 0 and self._must_roll(segment, size, header):
+                if size > 0 and (
+                    self._must_roll(segment, size, header)
+                    or (since >= interval and self._index_full(segment, len(entries)))
+                ):
                     break
                 if size == 0 or since >= interval:
                     entries.append((header.base_offset - base, size))
@@ -347,6 +388,11 @@ class LocalLog:
             if entries:
                 self._add_index_entries(segment, entries)
             first = stop
+
+    def _index_full(self, segment: Segment, pending: int) -> bool:
+        """The segment's index holds `max_index_entries` (with `pending` not yet added)."""
+        limit = self.max_index_entries
+        return limit is not None and len(segment.index_offsets) + pending >= limit
 
     def _must_roll(self, segment: Segment, size: int, header: BatchHeader) -> bool:
         return (
@@ -399,6 +445,8 @@ class LocalLog:
         """Open the active segment's files for appending, making its index file match memory."""
         self._close_write_fds()
         self._write_fd = os.open(segment.log_path, log_segments.OPEN_APPEND, 0o644)
+        if self.preallocate and segment.size == 0:
+            log_segments.reserve_blocks(self._write_fd, self._segment_bytes)
         self._index_fd = os.open(segment.index_path, log_segments.OPEN_APPEND, 0o644)
         log_segments.sync_index_file(segment, self._index_fd)
         self._unwritten_index = []  # the file now holds every entry in memory
@@ -425,6 +473,8 @@ class LocalLog:
         segment = Segment(self._path, base_offset)
         self._segments.append(segment)
         self._bases.append(base_offset)
+        jitter = min(self.roll_jitter_max_ms, self.roll_ms or 0)
+        self._roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
         return segment
 
     # -- reading -------------------------------------------------------------------------------
@@ -601,7 +651,10 @@ class LocalLog:
             if not should_delete(segment):
                 break
             self._change_seq += 1
-            self._delete_segment_files(segment)
+            if self.delete_delay_ms > 0:
+                self._delete_later(segment)
+            else:
+                self._delete_segment_files(segment)
             self._size -= segment.size
             del self._segments[0]
             del self._bases[0]
@@ -768,6 +821,30 @@ class LocalLog:
             segment.max_timestamp_ms = newest
         return segment.max_timestamp_ms
 
+    def _delete_later(self, segment: Segment) -> None:
+        """Rename a deleted segment's files `.deleted`, removed by `purge_deleted` once
+        `delete_delay_ms` passed (recovery removes any it finds)."""
+        self._forget_reader(segment.base_offset)
+        due = time.monotonic() + self.delete_delay_ms / 1000
+        for path in (segment.log_path, segment.index_path):
+            doomed = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, doomed)
+            except FileNotFoundError:
+                continue
+            self._deleted.append((due, doomed))
+
+    def purge_deleted(self) -> int:
+        """Remove the `.deleted` files whose delay passed; how many were removed."""
+        now = time.monotonic()
+        due = [path for when, path in self._deleted if when <= now]
+        if not due:
+            return 0
+        self._deleted = [(when, path) for when, path in self._deleted if when > now]
+        for path in due:
+            path.unlink(missing_ok=True)
+        return len(due)
+
     def _delete_segment_files(self, segment: Segment) -> None:
         self._forget_reader(segment.base_offset)
         if self._segments and segment is self._segments[-1]:
@@ -823,11 +900,16 @@ class LocalLog:
         ]
 
     def close(self) -> None:
-        """Close every fd (without fsync: call `flush` first for durability). Idempotent."""
+        """Close every fd (without fsync: call `flush` first for durability), and remove the
+        `.deleted` files still waiting. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._close_fds()
+        for _due, path in self._deleted:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        self._deleted = []
 
     def _close_fds(self) -> None:
         self._close_write_fds()

@@ -28,6 +28,7 @@ Guarantees:
 from __future__ import annotations
 
 import bisect
+import ctypes
 import logging
 import operator
 import os
@@ -301,6 +302,23 @@ def check_contiguous(path: Path, headers: Sequence[BatchHeader], expected: int) 
                 position=header.position,
             )
         expected = header.next_offset
+
+
+_FALLOC_FL_KEEP_SIZE: Final = 0x01
+_libc: ctypes.CDLL | None = None
+
+
+def reserve_blocks(fd: int, length: int) -> bool:
+    """Reserve `length` bytes of disk blocks for the file at `fd` without changing its size
+    (Linux `fallocate(FALLOC_FL_KEEP_SIZE)`: what `preallocate` asks, with a file whose size is
+    still its data); False where the filesystem cannot (nothing changed then)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    result: int = _libc.fallocate(
+        ctypes.c_int(fd), ctypes.c_int(_FALLOC_FL_KEEP_SIZE), ctypes.c_int64(0), ctypes.c_int64(length)
+    )
+    return result == 0
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from jbod_agent.storage import epoch_cache
+from jbod_agent.storage import epoch_cache, log_segments
 from jbod_agent.storage.local_log import CleanedSegment, LocalLog
 from jbod_agent.storage.log_segments import Segment
 from jbod_kafka import record_batch
@@ -56,6 +56,10 @@ class PartitionLog:
         self.retention_ms = retention_ms
         self._high_watermark = local.log_start_offset
         self._checkpoint_dirty = False  # an epoch of an empty log, not written yet
+        self.flush_messages = 2**63 - 1  # `flush.messages`, Kafka's default: never forced
+        self.flush_ms = 2**63 - 1  # `flush.ms`: the flush loop's bound per log
+        self.last_flush_ms = 0  # when the last flush began (the agent's wall clock)
+        self._unflushed_messages = 0
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -238,6 +242,7 @@ class PartitionLog:
         if self._checkpoint_dirty:
             self._write_checkpoint()
         self._local.append(data, headers, now_ms=now_ms)
+        self._unflushed_messages += sum(h.record_count for h in headers)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -316,6 +321,46 @@ class PartitionLog:
     @segment_ms.setter
     def segment_ms(self, value: int | None) -> None:
         self._local.roll_ms = value
+
+    # -- the topic's storage configs and forced flushes ------------------------------------------
+
+    def apply_storage_configs(  # noqa: PLR0913  one keyword per topic config
+        self,
+        *,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        segment_jitter_ms: int,
+        file_delete_delay_ms: int,
+        flush_messages: int,
+        flush_ms: int,
+        preallocate: bool,
+    ) -> None:
+        """The topic's `index.interval.bytes`, `segment.index.bytes`, `segment.jitter.ms`,
+        `file.delete.delay.ms`, `flush.messages`, `flush.ms` and `preallocate` (a change applies to
+        an open log at once)."""
+        local = self._local
+        local.index_interval_bytes = index_interval_bytes
+        local.max_index_entries = max(1, segment_index_bytes // log_segments.INDEX_ENTRY.size)
+        local.roll_jitter_max_ms = segment_jitter_ms
+        local.delete_delay_ms = file_delete_delay_ms
+        local.preallocate = preallocate
+        self.flush_messages = flush_messages
+        self.flush_ms = flush_ms
+
+    @property
+    def flush_due(self) -> bool:
+        """`flush.messages` records were appended since the last flush began: the appender
+        flushes before it acknowledges (Kafka's forced flush)."""
+        return self._unflushed_messages >= self.flush_messages
+
+    def flush_starting(self, now_ms: int) -> None:
+        """A flush of everything appended so far is about to run (called on the event loop)."""
+        self._unflushed_messages = 0
+        self.last_flush_ms = now_ms
+
+    def purge_deleted(self) -> int:
+        """Remove deleted segments' files once `file.delete.delay.ms` passed (`LocalLog`)."""
+        return self._local.purge_deleted()
 
     # -- compaction (storage.log_cleaner writes, the event loop swaps) ---------------------------
 
