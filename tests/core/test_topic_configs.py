@@ -240,7 +240,16 @@ DEFAULTS = {
     "retention.ms": 20,
     "segment.bytes": 8192,
 }
-RESOLVED_DEFAULTS = {**DEFAULTS, "segment.ms": 604800000}  # a topic-only key: Kafka's default
+# The topic-only keys: Kafka's defaults.
+RESOLVED_DEFAULTS = {
+    **DEFAULTS,
+    "segment.ms": 604800000,
+    "compression.gzip.level": -1,
+    "compression.lz4.level": 9,
+    "compression.zstd.level": 3,
+    "message.timestamp.before.max.ms": 2**63 - 1,
+    "message.timestamp.after.max.ms": 3600000,
+}
 BAD_SETTINGS = [
     ("max.message.bytes", "-1"),
     ("min.insync.replicas", "0"),
