@@ -386,19 +386,19 @@ def record_timestamps(batch: CheckedBatch) -> tuple[int, ...]:
 
 
 def _gzip(data: bytes, level: int | None) -> bytes:
-    return codecs.gzip_encode(data, compresslevel=level)
+    return bytes(codecs.gzip_encode(data, compresslevel=level))
 
 
 def _snappy(data: bytes, _level: int | None) -> bytes:
-    return codecs.snappy_encode(data)  # Kafka's xerial framing; snappy has no level
+    return bytes(codecs.snappy_encode(data))  # Kafka's xerial framing; snappy has no level
 
 
 def _lz4(data: bytes, level: int | None) -> bytes:
-    return codecs.lz4_encode(data, level=9 if level is None else level)
+    return bytes(codecs.lz4_encode(data, level=9 if level is None else level))
 
 
 def _zstd(data: bytes, level: int | None) -> bytes:
-    return codecs.zstd_encode(data, level=level)
+    return bytes(codecs.zstd_encode(data, level=level))
 
 
 _ENCODERS: Final = {

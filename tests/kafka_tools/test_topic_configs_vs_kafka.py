@@ -4,7 +4,11 @@ CreateTopics (validate only) and IncrementalAlterConfigs; DescribeConfigs answer
 with the same value, source, default flag and synonyms; and a producer refused alike by a
 compacted topic (a record without a key) and by a topic's `max.message.bytes`; and DeleteRecords
 moving the log start (and refusing what Kafka refuses), and a LogAppendTime topic stamping the
-broker's time, as Kafka does.
+broker's time, as Kafka does. The produce-side configs: a topic of each `compression.type` stores
+the batches of an lz4 and an uncompressed producer with Kafka's codec (read by a raw Fetch) and a
+consumer reads the same records; records outside a topic's CreateTime window are refused with
+Kafka's answer (raw Produce: code, message, record errors); and the legacy AlterConfigs
+(librdkafka's `alter_configs`) replaces a topic's and a broker's configs as Kafka does.
 
 What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes`
 default (64 MiB where Kafka's is 1 GiB), so the keys whose default a broker reads from its own
