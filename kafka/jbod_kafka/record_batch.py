@@ -436,7 +436,11 @@ def recompressed(batch: CheckedBatch, compression: int, *, level: int | None = N
     append = builder.append
     for delta, record in enumerate(records):
         append(
-            offset=delta, timestamp=record.timestamp, key=record.key, value=record.value, headers=record.headers
+            offset=delta,
+            timestamp=record.timestamp,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
         )
     frame: bytearray = builder.build()
     if compression != Compression.NONE:
@@ -463,6 +467,8 @@ def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
     except Exception as exc:  # aiokafka raises CorruptRecordException and friends
         raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
     return None
+
+
 LOG_APPEND_TIME_FLAG: Final[int] = 0x08  # attributes bit 3: the timestamps are the broker's
 
 

@@ -97,7 +97,9 @@ def _validated(
     bounds = hosted.timestamp_bounds
     if bounds is not None and not (
         produced.timestamps is None
-        and log_validator.header_suffices(bounds, max_timestamp_ms=produced.header.max_timestamp_ms, now_ms=now_ms)
+        and log_validator.header_suffices(
+            bounds, max_timestamp_ms=produced.header.max_timestamp_ms, now_ms=now_ms
+        )
     ):
         errors = log_validator.timestamp_errors(
             record_batch.record_timestamps(produced),
@@ -107,7 +109,9 @@ def _validated(
         )
         if errors:
             return ProduceResult(
-                ErrorCode.INVALID_TIMESTAMP, message=log_validator.INVALID_TIMESTAMP_MESSAGE, record_errors=errors
+                ErrorCode.INVALID_TIMESTAMP,
+                message=log_validator.INVALID_TIMESTAMP_MESSAGE,
+                record_errors=errors,
             )
     if recompressed and produced.header.size > hosted.max_message_bytes:
         return _failed(
