@@ -586,7 +586,8 @@ def _broker_value(side: Side, key: str) -> tuple[str, int]:
 def test_legacy_alter_configs_replaces_a_resources_configs_as_kafka_does(kafka: Side, ours: Side) -> None:
     """AlterConfigs (librdkafka's alter_configs): the keys given become the topic's whole configs,
     the others go back to their defaults; validate_only changes nothing; a bad value and an
-    unknown topic get Kafka's code and message; a broker resource is replaced alike."""
+    unknown topic get Kafka's code and message; a broker resource is replaced alike (read back on
+    ours only: Kafka 4.3.1 does not describe the throttle rates)."""
     seen = {}
     for side in (kafka, ours):
         _create(side, "legacy", {"retention.ms": "100000", "segment.ms": "60000"})
@@ -606,12 +607,14 @@ def test_legacy_alter_configs_replaces_a_resources_configs_as_kafka_does(kafka: 
             _legacy_alter(side, topic(set_config={})),
             _set_keys(side, "legacy"),
             _legacy_alter(side, broker(set_config={RATE: "1000000"})),
-            _broker_value(side, RATE),
             _legacy_alter(side, broker(set_config={})),
-            _broker_value(side, RATE),
         ]
     assert seen["Kafka"][3] == {"cleanup.policy": ("compact", 1), "max.message.bytes": ("5000", 1)}
     assert seen["Kafka"][9] == {}
-    assert seen["Kafka"][11][1] == ConfigSource.DYNAMIC_BROKER_CONFIG.value
-    assert seen["Kafka"][13][1] == ConfigSource.DEFAULT_CONFIG.value
     assert seen["ours"] == seen["Kafka"]
+    # Kafka 4.3.1 does not describe the throttle rates (dynamic-only keys): ours shows the replacement.
+    broker = ConfigResource(ResourceType.BROKER, "1", set_config={RATE: "1000000"})
+    assert _legacy_alter(ours, broker) == ("NO_ERROR", "")
+    assert _broker_value(ours, RATE) == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert _legacy_alter(ours, ConfigResource(ResourceType.BROKER, "1", set_config={})) == ("NO_ERROR", "")
+    assert _broker_value(ours, RATE) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)
