@@ -16,6 +16,7 @@ Guarantees:
   paths by the broker that receives the request for itself (the Kafka listener).
 * SET / APPEND / SUBTRACT / DELETE write a `BrokerConfigRecord` only when the value changes;
   `validate_only` writes nothing. The reply carries the resource's configs after the change.
+  With `replace` (Kafka's legacy AlterConfigs) every key set before and not named is deleted.
 * Pure: no I/O, no clock.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from jbod_core import records
-from jbod_core.config_changes import list_value
+from jbod_core.config_changes import list_value, replaced
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage
 from jbod_core.messages import (
@@ -193,7 +194,7 @@ def alter_broker_configs(
             return [], AlterBrokerConfigsReply(error_code=code, error_message=message)
     configs = dict(image.broker_configs.get(broker, {}))
     produced: list[records.Record] = []
-    for op in request.configs:
+    for op in replaced(request.configs, configs) if request.replace else request.configs:
         value = _new_value(op, configs.get(op.name))
         if configs.get(op.name) == value:
             continue

@@ -13,6 +13,8 @@ Guarantees:
   to the broker's default), each only when the effective value changes: a repeat writes nothing.
 * `validate_only` decides alike and writes nothing; the reply carries the topic's effective
   configs as they are after the change (as they would be, with `validate_only`).
+* `replace` (Kafka's legacy AlterConfigs) makes the ops the topic's whole configs: after them,
+  every key set before and not named is deleted (`replaced`), checked and written as above.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def list_value(op: AlterConfigOp, current: str | None) -> str | None:
     return ",".join(entries) or None
 
 
+def replaced(ops: list[AlterConfigOp], current: Mapping[str, str]) -> list[AlterConfigOp]:
+    """`ops` then a DELETE of every key of `current` they do not name: a resource's whole configs
+    (Kafka's legacy AlterConfigs)."""
+    named = {op.name for op in ops}
+    return [*ops, *(AlterConfigOp(name=key, op="DELETE") for key in sorted(current) if key not in named)]
+
+
 def _new_value(op: AlterConfigOp, current: str | None) -> str | None:
     if op.op == "DELETE":
         return None
@@ -102,6 +111,7 @@ def alter_topic_configs(
     if refused is not None:
         code, message = refused
         return [], AlterTopicConfigsReply(error_code=code, error_message=message)
-    produced, configs = _changes(topic, request.configs)
+    ops = replaced(request.configs, topic.configs) if request.replace else request.configs
+    produced, configs = _changes(topic, ops)
     reply = AlterTopicConfigsReply(topic_id=topic_id, configs=dict(configs))
     return ([] if request.validate_only else produced), reply

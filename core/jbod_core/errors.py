@@ -19,6 +19,7 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     TOPIC_AUTHORIZATION_FAILED = 29  # a follower's fetch without CLUSTER_ACTION (issue 31)
     CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32  # extension: a record outside its topic's CreateTime window (docs/api.md)
     UNSUPPORTED_SASL_MECHANISM = 33  # extension: SCRAM credentials (docs/api.md)
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37

@@ -230,8 +230,12 @@ class AlterConfigOp(Message):
 
 
 class AlterTopicConfigsRequest(Message):
+    """IncrementalAlterConfigs of one topic; with `replace`, Kafka's legacy AlterConfigs: the ops
+    (SET or DELETE) are the topic's whole configs, every key they do not name is deleted."""
+
     configs: list[AlterConfigOp]
     validate_only: bool = False
+    replace: bool = False
 
 
 class AlterBrokerConfigsRequest(Message):
@@ -240,6 +244,7 @@ class AlterBrokerConfigsRequest(Message):
 
     configs: list[AlterConfigOp]
     validate_only: bool = False
+    replace: bool = False  # Kafka's legacy AlterConfigs: keys not named go back to their defaults
 
 
 class CreatePartitionsRequest(Message):

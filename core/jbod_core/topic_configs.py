@@ -23,7 +23,8 @@ Guarantees:
   (`BROKER_SETTINGS`, and `TOPIC_NUMBERS` with Kafka's default): the topic's value when usable,
   else the broker's default, and every value
   it could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
-  a warning, never a storage error. A topic whose `cleanup.policy` lacks `delete` resolves
+  a warning, never a storage error. `compression.type` resolves to its name (`producer` when
+  unset or unusable). A topic whose `cleanup.policy` lacks `delete` resolves
   `retention.ms` and `retention.bytes` to -1: its segments are never deleted by retention.
   `cleanup_policy(configs)` reads `cleanup.policy` the same way (an unusable value: `delete`).
 * The replication throttle lists (Kafka's `leader.replication.throttled.replicas` and
@@ -47,6 +48,13 @@ ConfigType = Literal["boolean", "string", "int", "long", "double", "list"]
 Parsed = bool | int | float | str | tuple[str, ...]
 
 CLEANUP_POLICY: Final = "cleanup.policy"
+COMPRESSION_TYPE: Final = "compression.type"
+PRODUCER: Final = "producer"  # compression.type: the producer's codec is kept
+COMPRESSION_GZIP_LEVEL: Final = "compression.gzip.level"
+COMPRESSION_LZ4_LEVEL: Final = "compression.lz4.level"
+COMPRESSION_ZSTD_LEVEL: Final = "compression.zstd.level"
+TIMESTAMP_BEFORE_MAX_MS: Final = "message.timestamp.before.max.ms"
+TIMESTAMP_AFTER_MAX_MS: Final = "message.timestamp.after.max.ms"
 MAX_MESSAGE_BYTES: Final = "max.message.bytes"
 MESSAGE_TIMESTAMP_TYPE: Final = "message.timestamp.type"
 LOG_APPEND_TIME: Final = "LogAppendTime"
@@ -165,7 +173,7 @@ def _d(  # noqa: PLR0913  one keyword per column of the table
     return ConfigDefinition(name, type_, default, doc, rule, broker_key, applied)
 
 
-_COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", PRODUCER)
 
 DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
     _d(
@@ -180,36 +188,41 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         applied=True,
     ),
     _d(
-        "compression.gzip.level",
+        COMPRESSION_GZIP_LEVEL,
         "int",
         "-1",
         GzipLevel(),
-        "compression.gzip.level",
-        "The gzip level when the broker compresses with gzip.",
+        COMPRESSION_GZIP_LEVEL,
+        "The gzip level when the broker compresses with gzip (-1: zlib's default, 6).",
+        applied=True,
     ),
     _d(
-        "compression.lz4.level",
+        COMPRESSION_LZ4_LEVEL,
         "int",
         "9",
         Between(1, 17),
-        "compression.lz4.level",
-        "The lz4 level when the broker compresses with lz4.",
+        COMPRESSION_LZ4_LEVEL,
+        "The lz4 level when the broker compresses with lz4 (above 12: lz4's highest, 12).",
+        applied=True,
     ),
     _d(
-        "compression.type",
+        COMPRESSION_TYPE,
         "string",
-        "producer",
+        PRODUCER,
         OneOf(_COMPRESSION_TYPES),
-        "compression.type",
-        "The codec of the stored batches; `producer` keeps the producer's.",
+        COMPRESSION_TYPE,
+        "The codec of the stored batches: a batch of another codec is compressed again by the "
+        "leader; `producer` keeps the producer's.",
+        applied=True,
     ),
     _d(
-        "compression.zstd.level",
+        COMPRESSION_ZSTD_LEVEL,
         "int",
         "3",
         Between(-131072, 22),
-        "compression.zstd.level",
+        COMPRESSION_ZSTD_LEVEL,
         "The zstd level when the broker compresses with zstd.",
+        applied=True,
     ),
     _d(
         "delete.retention.ms",
@@ -304,20 +317,22 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         applied=True,
     ),
     _d(
-        "message.timestamp.after.max.ms",
+        TIMESTAMP_AFTER_MAX_MS,
         "long",
         "3600000",
         AtLeast(0),
         "log.message.timestamp.after.max.ms",
-        "How far in the future a CreateTime timestamp may be.",
+        "How far in the future a record's CreateTime timestamp may be (INVALID_TIMESTAMP beyond).",
+        applied=True,
     ),
     _d(
-        "message.timestamp.before.max.ms",
+        TIMESTAMP_BEFORE_MAX_MS,
         "long",
         _MAX,
         AtLeast(0),
         "log.message.timestamp.before.max.ms",
-        "How far in the past a CreateTime timestamp may be.",
+        "How far in the past a record's CreateTime timestamp may be (INVALID_TIMESTAMP beyond).",
+        applied=True,
     ),
     _d(
         MESSAGE_TIMESTAMP_TYPE,
@@ -472,6 +487,11 @@ TOPIC_NUMBERS: Final = (
     FILE_DELETE_DELAY_MS,
     FLUSH_MESSAGES,
     FLUSH_MS,
+    COMPRESSION_GZIP_LEVEL,
+    COMPRESSION_LZ4_LEVEL,
+    COMPRESSION_ZSTD_LEVEL,
+    TIMESTAMP_BEFORE_MAX_MS,
+    TIMESTAMP_AFTER_MAX_MS,
 )
 
 BROKER_SETTINGS: Final[tuple[BrokerSetting, ...]] = (
@@ -562,6 +582,7 @@ class ResolvedConfigs:
     log_append_time: bool = False  # `message.timestamp.type=LogAppendTime`
     compacted: bool = False  # `cleanup.policy` holds `compact`: every record needs a key
     preallocate: bool = False  # `preallocate`: a new segment's blocks are allocated whole
+    compression_type: str = PRODUCER  # `compression.type`: a codec's name, `uncompressed` or `producer`
 
     def __getitem__(self, key: str) -> int:
         return self.values[key]
@@ -683,12 +704,14 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
         # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
         values[RETENTION_BYTES] = values[RETENTION_MS] = -1
     timestamp_type = parse(BY_NAME[MESSAGE_TIMESTAMP_TYPE], configs.get(MESSAGE_TIMESTAMP_TYPE, "CreateTime"))
+    compression = parse(BY_NAME[COMPRESSION_TYPE], configs.get(COMPRESSION_TYPE, PRODUCER))
     return ResolvedConfigs(
         values=values,
         problems=tuple(problems),
         log_append_time=timestamp_type == LOG_APPEND_TIME,
         compacted=COMPACT in policy,
         preallocate=parse(BY_NAME[PREALLOCATE], configs.get(PREALLOCATE, "false")) is True,
+        compression_type=compression if isinstance(compression, str) else PRODUCER,
     )
 
 

@@ -91,6 +91,7 @@ APIS: Final[dict[int, Api]] = {
         _api(30, "create_acls", 1, 3),
         _api(31, "delete_acls", 1, 3),
         _api(32, "describe_configs", 1, 4),
+        _api(33, "alter_configs", 0, 2),
         _api(34, "alter_replica_log_dirs", 1, 2),
         _api(35, "describe_log_dirs", 1, 5),
         _api(36, "sasl_authenticate", 0, 2),

@@ -30,7 +30,13 @@ Guarantees:
   which only `check_produced` makes: a leader's log takes nothing else as a produced batch, so
   every produced batch is checked once, before anything decides on it or writes it.
   A compressed batch is kept as the producer compressed it and not decompressed (its CRC covers
-  the compressed bytes; consumers decompress).
+  the compressed bytes; consumers decompress). An uncompressed batch's record timestamps are
+  kept from that check (`CheckedBatch.timestamps`), so `record_timestamps` reads them for free;
+  a compressed one's are decompressed only when asked for.
+* `recompressed` rebuilds a checked batch's records (aiokafka's builder) and compresses them with
+  another codec at a given level (aiokafka's codecs, which take one), as a leader stores a batch
+  whose codec is not its topic's `compression.type`: everything but the codec, length and CRC
+  is kept.
 * `with_base_offset` stamps the base offset and leader epoch into a copy, the CRC untouched.
 * `rebuilt_batch` and `empty_batch` make what a cleaned (compacted) log keeps of a batch: its
   offsets, epoch, producer fields and timestamp type unchanged, fewer (or no) records, a valid CRC.
@@ -45,9 +51,10 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import crc32c
+from aiokafka import codec as codecs
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
@@ -70,6 +77,10 @@ NO_PRODUCER_ID: Final[int] = -1
 NO_PRODUCER_EPOCH: Final[int] = -1
 NO_SEQUENCE: Final[int] = -1
 
+_ATTRIBUTES_AT: Final[int] = 21
+_MAX_TIMESTAMP_AT: Final[int] = 35
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
 _COMPRESSION_MASK: Final = 0x07
 _TIMESTAMP_TYPE_MASK: Final = 0x08
 _TRANSACTIONAL_MASK: Final = 0x10
@@ -297,11 +308,13 @@ def scan_valid_prefix(data: bytes | bytearray | memoryview) -> tuple[list[BatchH
 
 @dataclass(frozen=True, slots=True)
 class CheckedBatch:
-    """One batch a producer sent that passed Kafka's checks: its bytes as sent, and its header.
-    Made only by `check_produced`."""
+    """One batch a producer sent that passed Kafka's checks: its bytes as sent (or compressed
+    again by `recompressed`), its header, and its records' timestamps when they were read on the
+    way (None: not read, a compressed batch). Made only by `check_produced` and `recompressed`."""
 
     data: bytes
     header: BatchHeader
+    timestamps: tuple[int, ...] | None = None
 
 
 def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
@@ -334,24 +347,115 @@ def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
         raise _invalid("Transactions are not supported")
     if header.compression > Compression.ZSTD:
         raise _invalid(f"Unknown compression codec {header.compression}")
+    timestamps = None
     if header.compression == Compression.NONE:
-        _check_uncompressed_records(batch, header)
-    return CheckedBatch(bytes(batch), header)
+        timestamps = _check_uncompressed_records(batch, header)
+    return CheckedBatch(bytes(batch), header, timestamps)
 
 
 def _invalid(message: str, position: int = 0) -> CorruptBatchError:
     return CorruptBatchError(message, position=position, fault=BatchFault.INVALID)
 
 
-def _check_uncompressed_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+def _check_uncompressed_records(
+    batch: bytes | bytearray | memoryview, header: BatchHeader
+) -> tuple[int, ...]:
     """The records exactly fill the batch, with offset deltas 0..n-1 (parsed by aiokafka, which
-    checks every length against the bytes present)."""
-    try:
-        deltas = [record.offset for record in DefaultRecordBatch(bytes(batch))]
-    except Exception as exc:  # aiokafka raises CorruptRecordException and friends
-        raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
-    if deltas != list(range(header.base_offset, header.base_offset + header.record_count)):
+    checks every length against the bytes present); their timestamps."""
+    records = _records(batch)
+    if [record.offset for record in records] != list(
+        range(header.base_offset, header.base_offset + header.record_count)
+    ):
         raise _invalid("Record offset deltas are not 0, 1, 2, ...", HEADER_SIZE)
+    return tuple(record.timestamp for record in records)
+
+
+def _records(batch: bytes | bytearray | memoryview) -> list[Any]:
+    """Every record of one batch, decompressed, as aiokafka reads them; INVALID when they
+    cannot be read."""
+    try:
+        return list(DefaultRecordBatch(bytes(batch)))
+    except Exception as exc:  # aiokafka raises CorruptRecordException, codec errors
+        raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
+
+
+def record_timestamps(batch: CheckedBatch) -> tuple[int, ...]:
+    """Every record's timestamp, in the batch's order: read by `check_produced` or
+    `recompressed` already, else decompressed and read here."""
+    if batch.timestamps is not None:
+        return batch.timestamps
+    return tuple(record.timestamp for record in _records(batch.data))
+
+
+def _gzip(data: bytes, level: int | None) -> bytes:
+    return bytes(codecs.gzip_encode(data, compresslevel=level))
+
+
+def _snappy(data: bytes, _level: int | None) -> bytes:
+    return bytes(codecs.snappy_encode(data))  # Kafka's xerial framing; snappy has no level
+
+
+def _lz4(data: bytes, level: int | None) -> bytes:
+    return bytes(codecs.lz4_encode(data, level=9 if level is None else level))
+
+
+def _zstd(data: bytes, level: int | None) -> bytes:
+    return bytes(codecs.zstd_encode(data, level=level))
+
+
+_ENCODERS: Final = {
+    Compression.GZIP: _gzip,
+    Compression.SNAPPY: _snappy,
+    Compression.LZ4: _lz4,
+    Compression.ZSTD: _zstd,
+}
+
+
+def recompressed(batch: CheckedBatch, compression: int, *, level: int | None = None) -> CheckedBatch:
+    """`batch` with its records in a batch of codec `compression` (Kafka's recompression of a
+    produced batch whose codec is not its topic's): the same records (offset deltas 0..n-1,
+    timestamps, keys, values, headers), base offset, leader epoch, attributes but the codec,
+    producer id, epoch and base sequence; the records built by aiokafka and compressed with
+    `level` where the codec has one (aiokafka's codecs), always, even when that makes them
+    larger (as Kafka); the CRC computed over the result. INVALID when the records cannot be
+    read or their offset deltas are not 0..n-1 (Kafka's check of a compressed batch's inner
+    offsets)."""
+    header = batch.header
+    records = _records(batch.data)
+    if [record.offset for record in records] != list(
+        range(header.base_offset, header.base_offset + header.record_count)
+    ):
+        raise _invalid("Record offset deltas are not 0, 1, 2, ...", HEADER_SIZE)
+    builder = DefaultRecordBatchBuilder(
+        magic=MAGIC,
+        compression_type=Compression.NONE,
+        is_transactional=int(header.is_transactional),
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        batch_size=MAX_LENGTH,
+    )
+    append = builder.append
+    for delta, record in enumerate(records):
+        append(
+            offset=delta,
+            timestamp=record.timestamp,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+        )
+    frame: bytearray = builder.build()
+    if compression != Compression.NONE:
+        frame[HEADER_SIZE:] = _ENCODERS[Compression(compression)](bytes(frame[HEADER_SIZE:]), level)
+    if len(frame) - LOG_OVERHEAD > MAX_LENGTH:
+        raise _invalid(f"A batch of {len(frame)} bytes does not fit a batch length")
+    _I64.pack_into(frame, 0, header.base_offset)
+    _I32.pack_into(frame, LOG_OVERHEAD - 4, len(frame) - LOG_OVERHEAD)
+    _I32.pack_into(frame, _EPOCH_AT, header.leader_epoch)
+    _U16.pack_into(frame, _ATTRIBUTES_AT, (header.attributes & ~_COMPRESSION_MASK) | compression)
+    _U32.pack_into(frame, _CRC_AT, crc32c.crc32c(memoryview(frame)[CRC_START:]))
+    data = bytes(frame)
+    return CheckedBatch(data, read_header(data), tuple(record.timestamp for record in records))
 
 
 def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
@@ -367,11 +471,7 @@ def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
     return None
 
 
-_ATTRIBUTES_AT: Final[int] = 21
 _LAST_DELTA_AT: Final[int] = 23
-_MAX_TIMESTAMP_AT: Final[int] = 35
-_U16: Final = struct.Struct(">H")
-_U32: Final = struct.Struct(">I")
 LOG_APPEND_TIME_FLAG: Final[int] = 0x08  # attributes bit 3: the timestamps are the broker's
 
 

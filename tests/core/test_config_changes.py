@@ -196,3 +196,26 @@ def test_a_snapshot_carries_the_effective_configs_in_the_topic_record() -> None:
     for record in snapshot:
         restored.replay(record, 7)
     assert restored.canonical() == cluster.image.canonical()
+
+
+def test_replace_makes_the_ops_the_topics_whole_configs() -> None:
+    """Kafka's legacy AlterConfigs: keys not named are deleted, a key kept at its value is not
+    written again, and a refused value changes nothing."""
+    cluster = _cluster({"retention.ms": "1000", "segment.bytes": "8192", "cleanup.policy": "compact"})
+    request = AlterTopicConfigsRequest(
+        configs=[
+            {"name": "cleanup.policy", "op": "SET", "value": "compact"},
+            _set("min.insync.replicas", "2"),
+        ],
+        replace=True,
+    )
+    produced, reply = config_changes.alter_topic_configs(cluster.image, "t", request)
+    assert produced == [
+        _config("min.insync.replicas", "2"),
+        _config("retention.ms", None),
+        _config("segment.bytes", None),
+    ]
+    assert reply.configs == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    refused = AlterTopicConfigsRequest(configs=[_set("segment.ms", "0")], replace=True)
+    produced, reply = config_changes.alter_topic_configs(cluster.image, "t", refused)
+    assert (produced, reply.error_code) == ([], ErrorCode.INVALID_CONFIG)

@@ -127,6 +127,7 @@ def test_error_codes_are_the_contract_table() -> None:
         "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
         "TOPIC_AUTHORIZATION_FAILED": 29,  # extension: a follower's fetch without CLUSTER_ACTION
         "CLUSTER_AUTHORIZATION_FAILED": 31,
+        "INVALID_TIMESTAMP": 32,  # extension: a record outside its topic's CreateTime window
         "UNSUPPORTED_SASL_MECHANISM": 33,
         "TOPIC_ALREADY_EXISTS": 36,
         "INVALID_PARTITIONS": 37,

@@ -249,6 +249,11 @@ RESOLVED_DEFAULTS = {  # the topic-only keys: Kafka's defaults
     "file.delete.delay.ms": 60000,
     "flush.messages": 2**63 - 1,
     "flush.ms": 2**63 - 1,
+    "compression.gzip.level": -1,
+    "compression.lz4.level": 9,
+    "compression.zstd.level": 3,
+    "message.timestamp.before.max.ms": 2**63 - 1,
+    "message.timestamp.after.max.ms": 3600000,
 }
 BAD_SETTINGS = [
     ("max.message.bytes", "-1"),

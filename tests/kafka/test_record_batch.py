@@ -267,3 +267,31 @@ def test_a_damaged_header_past_the_stamped_fields_is_found(
     headers, valid = record_batch.scan_valid_prefix(bytes(batch))
     if bytes(batch) != original and not 12 <= field < 16:
         assert (headers, valid) == ([], 0)
+
+
+@pytest.mark.parametrize("source", list(Compression))
+def test_recompressed_keeps_everything_but_the_codec(source: Compression) -> None:
+    """A produced batch compressed again with each codec (and a level where it has one) holds the
+    same records, headers, producer id, epoch and sequence, with a valid CRC, and passes Kafka's
+    checks again; the timestamps come with it."""
+    headers: list[tuple[str, bytes | None]] = [("h", b"x"), ("none", None)]
+    batch = client_batch(RECORDS, compression=source, producer=(42, 3, 17), headers=headers)
+    produced = record_batch.check_produced(batch)
+    for target, level in [
+        (Compression.NONE, None),
+        (Compression.GZIP, 1),
+        (Compression.SNAPPY, None),
+        (Compression.LZ4, 12),
+        (Compression.ZSTD, -5),
+    ]:
+        again = record_batch.recompressed(produced, target, level=level)
+        header = again.header
+        assert header.compression == target
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, 17)
+        assert (header.record_count, header.max_timestamp_ms) == (
+            len(RECORDS),
+            produced.header.max_timestamp_ms,
+        )
+        assert record_batch.check_produced(again.data).header == header
+        assert record_batch.decode_records(again.data) == record_batch.decode_records(batch)
+        assert record_batch.record_timestamps(again) == record_batch.record_timestamps(produced)

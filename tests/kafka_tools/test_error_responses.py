@@ -62,6 +62,7 @@ LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, SASL_HANDSHAKE, API_VERSIONS = 13, 14,
 CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS = 19, 20, 23, 32
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, SASL_AUTHENTICATE, CREATE_PARTITIONS = 34, 35, 36, 37
 DELETE_GROUPS, INCREMENTAL_ALTER_CONFIGS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 42, 44, 45, 46
+ALTER_CONFIGS = 33
 OFFSET_DELETE, DESCRIBE_SCRAM, ALTER_SCRAM, DESCRIBE_CLUSTER = 47, 50, 51, 60
 #: Error codes that mean "ask again" while a group coordinator loads: retried on both sides.
 COORDINATOR_NOT_READY = frozenset(
@@ -506,6 +507,15 @@ def alter_config(name: str, key: str, value: str, *, operation: int = 0) -> Fiel
     )
 
 
+def legacy_alter(resource_type: int, name: str, configs: dict[str, str | None]) -> Fields:
+    """AlterConfigs (the legacy whole-resource form) of one resource, validate only."""
+    entries = [{"name": key, "value": value} for key, value in configs.items()]
+    return fixed(
+        resources=[{"resource_type": resource_type, "resource_name": name, "configs": entries}],
+        validate_only=True,
+    )
+
+
 def group_case(
     name: str,
     api_key: int,
@@ -750,6 +760,19 @@ CASES = [
         deliberate=((".responses.0.error_code", "invalid_request"), (".responses.0.error_message", "<own>")),
     ),
     Case(
+        "legacy alter configs of an unknown topic",
+        ALTER_CONFIGS,
+        2,
+        legacy_alter(2, NO_TOPIC, {"retention.ms": "1000"}),
+    ),
+    Case("legacy alter configs v0", ALTER_CONFIGS, 0, legacy_alter(2, NO_TOPIC, {"retention.ms": "1000"})),
+    Case(
+        "legacy alter configs with an invalid value",
+        ALTER_CONFIGS,
+        2,
+        legacy_alter(2, TOPIC, {"cleanup.policy": "bogus"}),
+    ),
+    Case(
         "create partitions of an unknown topic",
         CREATE_PARTITIONS,
         3,
@@ -975,6 +998,15 @@ CASES = [
     alice("describe a broker's configs", DESCRIBE_CONFIGS, 4, describe_configs(4, "1")),
     alice(
         "alter the topic's configs", INCREMENTAL_ALTER_CONFIGS, 1, alter_config(TOPIC, "retention.ms", "1000")
+    ),
+    alice(
+        "legacy alter the topic's configs", ALTER_CONFIGS, 2, legacy_alter(2, TOPIC, {"retention.ms": "1000"})
+    ),
+    alice(
+        "legacy alter a broker's configs",
+        ALTER_CONFIGS,
+        2,
+        legacy_alter(4, "1", {"leader.replication.throttled.rate": "1000"}),
     ),
     alice(
         "create partitions",

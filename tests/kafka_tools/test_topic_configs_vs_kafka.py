@@ -4,7 +4,11 @@ CreateTopics (validate only) and IncrementalAlterConfigs; DescribeConfigs answer
 with the same value, source, default flag and synonyms; and a producer refused alike by a
 compacted topic (a record without a key) and by a topic's `max.message.bytes`; and DeleteRecords
 moving the log start (and refusing what Kafka refuses), and a LogAppendTime topic stamping the
-broker's time, as Kafka does.
+broker's time, as Kafka does. The produce-side configs: a topic of each `compression.type` stores
+the batches of an lz4 and an uncompressed producer with Kafka's codec (read by a raw Fetch) and a
+consumer reads the same records; records outside a topic's CreateTime window are refused with
+Kafka's answer (raw Produce: code, message, record errors); and the legacy AlterConfigs
+(librdkafka's `alter_configs`) replaces a topic's and a broker's configs as Kafka does.
 
 What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes`
 default (64 MiB where Kafka's is 1 GiB), so the keys whose default a broker reads from its own
@@ -15,6 +19,8 @@ a cluster-wide dynamic default.
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -36,6 +43,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     ResourceType,
 )
@@ -43,7 +51,9 @@ from confluent_kafka.admin import (
 from e2e.kafka_tools import KafkaCluster as RealKafka
 from e2e.kafka_tools import KafkaInstall, ScramUser
 from jbod_core.topic_configs import BROKER_SETTINGS
+from jbod_kafka import protocol, record_batch
 from tests.kafka_api.conftest import earliest_and_values, start_kafka_cluster
+from tests.kafka_api.raw_client import RawConnection
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -332,3 +342,279 @@ def test_a_log_append_time_topic_stamps_the_brokers_time_as_kafka_does(kafka: Si
         seen[side.name] = (kind, delivered[0][0])
     assert seen["Kafka"] == (TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_LOG_APPEND_TIME)
     assert seen["ours"] == seen["Kafka"]
+
+
+# -- produce-side configs (compression.type, the CreateTime window) and legacy AlterConfigs ----
+
+PRODUCE_KEY, FETCH_KEY = 0, 1
+RATE = "leader.replication.throttled.rate"
+HOUR_MS = 3_600_000
+# Topic (suffix) → its configs: every compression.type, with levels where the codec has one.
+CODEC_TOPICS = {
+    "producer": {},
+    "uncompressed": {"compression.type": "uncompressed"},
+    "gzip": {"compression.type": "gzip", "compression.gzip.level": "1"},
+    "snappy": {"compression.type": "snappy"},
+    "lz4": {"compression.type": "lz4", "compression.lz4.level": "17"},
+    "zstd": {"compression.type": "zstd", "compression.zstd.level": "10"},
+}
+
+
+def _raw(side: Side) -> RawConnection:
+    conn = RawConnection(side.config["bootstrap.servers"], timeout=TIMEOUT)
+    answer = conn.authenticate_scram(side.config["sasl.username"], side.config["sasl.password"])
+    assert int(answer.error_code) == 0, answer
+    return conn
+
+
+def _request(conn: RawConnection, api_key: int, version: int, **fields: Any) -> Any:
+    return conn.request(api_key, version, protocol.build(protocol.request_type(api_key, version), **fields))
+
+
+def _stored_batches(side: Side, topic: str) -> list[record_batch.BatchHeader]:
+    """The headers of partition 0's batches as the broker stores them (a Fetch v12 from 0)."""
+    with _raw(side) as conn:
+        answer = _request(
+            conn,
+            FETCH_KEY,
+            12,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+                }
+            ],
+            forgotten_topics_data=[],
+        )
+    [partition] = answer.responses[0].partitions
+    assert int(partition.error_code) == 0, (side.name, partition)
+    return list(record_batch.iter_headers(bytes(partition.records or b"")))
+
+
+def _consumed(side: Side, topic: str, count: int) -> list[tuple[Any, ...]]:
+    """The first `count` records of partition 0 as librdkafka reads them."""
+    consumer = Consumer({**side.config, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    read: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + TIMEOUT
+    while len(read) < count and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            read.append(
+                (message.offset(), message.key(), message.value(), message.headers(), message.timestamp())
+            )
+    consumer.close()
+    return read
+
+
+def test_a_topics_compression_type_is_the_codec_of_its_stored_batches_as_in_kafka(
+    kafka: Side, ours: Side
+) -> None:
+    """An lz4 producer and an uncompressed one write to a topic of each compression.type: the
+    stored batches (read by a Fetch) have Kafka's codecs, producer ids and sequences, and a
+    consumer reads the same records (keys, values, headers, timestamps) as from Kafka."""
+    base = int(time.time() * 1000) - 1000
+    stored, consumed = {}, {}
+    for side in (kafka, ours):
+        for suffix, configs in CODEC_TOPICS.items():
+            _create(side, f"codec-{suffix}", configs)
+        for codec in ("lz4", "none"):
+            producer = Producer(
+                {
+                    **side.config,
+                    "acks": "all",
+                    "compression.type": codec,
+                    "linger.ms": 100,
+                    "enable.idempotence": True,
+                }
+            )
+            for suffix in CODEC_TOPICS:
+                for i in range(5):
+                    producer.produce(
+                        f"codec-{suffix}",
+                        f"{codec}-{i}-".encode() * 40,
+                        key=f"k{i}".encode(),
+                        headers=[("h", f"{i}".encode()), ("empty", None)],
+                        timestamp=base + i,
+                    )
+            assert producer.flush(TIMEOUT) == 0
+        stored[side.name] = {
+            suffix: [
+                (
+                    h.base_offset,
+                    h.compression,
+                    h.record_count,
+                    h.producer_id >= 0,
+                    h.base_sequence,
+                    h.base_timestamp,
+                    h.max_timestamp_ms,
+                )
+                for h in _stored_batches(side, f"codec-{suffix}")
+            ]
+            for suffix in CODEC_TOPICS
+        }
+        consumed[side.name] = {suffix: _consumed(side, f"codec-{suffix}", 10) for suffix in CODEC_TOPICS}
+    codecs = {suffix: [batch[1] for batch in batches] for suffix, batches in stored["Kafka"].items()}
+    assert codecs == {
+        "producer": [3, 0],
+        "uncompressed": [0, 0],
+        "gzip": [1, 1],
+        "snappy": [2, 2],
+        "lz4": [3, 3],
+        "zstd": [4, 4],
+    }
+    assert stored["ours"] == stored["Kafka"]
+    assert consumed["ours"] == consumed["Kafka"]
+    assert all(len(records) == 10 for records in consumed["Kafka"].values())
+
+
+def _batch(timestamps: list[int], *, compression: int = 0) -> bytes:
+    """One produced batch: a record per timestamp (keyed, not idempotent)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for delta, timestamp in enumerate(timestamps):
+        builder.append(offset=delta, timestamp=timestamp, key=b"k", value=b"v" * 100, headers=[])
+    return bytes(builder.build())
+
+
+_WINDOW = re.compile(r"within \[(-?\d+), (-?\d+)\]")
+
+
+def _produce_answer(side: Side, topic: str, batch: bytes) -> tuple[Any, ...]:
+    """Produce v12 of `batch`: the partition's code, base offset, log start offset, error message
+    and record errors, each window `[low, high]` replaced by its width (the brokers' clocks differ)."""
+    with _raw(side) as conn:
+        answer = _request(
+            conn,
+            PRODUCE_KEY,
+            12,
+            acks=-1,
+            timeout=30_000,
+            topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        )
+    [partition] = answer.responses[0].partition_responses
+
+    def width(match: re.Match[str]) -> str:
+        return f"within a window of {int(match.group(2)) - int(match.group(1))} ms"
+
+    return (
+        int(partition.error_code),
+        int(partition.base_offset),
+        int(partition.log_start_offset),
+        partition.error_message,
+        [
+            (int(e.batch_index), _WINDOW.sub(width, e.batch_index_error_message or ""))
+            for e in partition.record_errors
+        ],
+    )
+
+
+def test_records_outside_a_topics_timestamp_window_are_refused_as_kafka_refuses_them(
+    kafka: Side, ours: Side
+) -> None:
+    """Every record is checked, not the batch's max: a batch whose max is fine but one record is
+    too old is refused, each record outside named; a compressed batch alike; a record too far in
+    the future by Kafka's default after.max.ms; a LogAppendTime topic checks nothing."""
+    now = int(time.time() * 1000)
+    cases = [
+        ("ts-window", [now, now - 2 * HOUR_MS, now + 2 * HOUR_MS, now - 3 * HOUR_MS], 0),
+        ("ts-window", [now - 2 * HOUR_MS, now], 3),  # lz4: the max is inside, the first is not
+        ("ts-window", [now - 30 * 60_000, now + 30 * 60_000], 0),  # inside: appended
+        ("ts-default", [1000, now + 2 * HOUR_MS], 4),  # zstd: the default window's future edge
+        ("ts-default", [1000, now], 0),  # the default has no past limit
+        ("ts-append-time", [now - 2 * HOUR_MS, now + 2 * HOUR_MS], 0),  # not checked
+    ]
+    answers = {}
+    for side in (kafka, ours):
+        _create(side, "ts-window", {"message.timestamp.before.max.ms": str(HOUR_MS)})
+        _create(side, "ts-default", {})
+        _create(
+            side,
+            "ts-append-time",
+            {"message.timestamp.type": "LogAppendTime", "message.timestamp.before.max.ms": str(HOUR_MS)},
+        )
+        answers[side.name] = [
+            _produce_answer(side, topic, _batch(stamps, compression=codec)) for topic, stamps, codec in cases
+        ]
+        answers[side.name].append(_consumed(side, "ts-window", 2)[0][:3])  # only the good batch is in
+    refused = answers["Kafka"][0]
+    assert (
+        refused[0] == 32 and refused[3] == "One or more records have been rejected due to invalid timestamp"
+    )
+    assert [index for index, _message in refused[4]] == [1, 2, 3]
+    assert [answer[0] for answer in answers["Kafka"][:-1]] == [32, 32, 0, 32, 0, 0]
+    assert answers["ours"] == answers["Kafka"]
+
+
+def _legacy_alter(side: Side, resource: ConfigResource, *, validate_only: bool = False) -> tuple[str, str]:
+    futures = side.admin.alter_configs([resource], validate_only=validate_only, request_timeout=TIMEOUT)
+    return _outcome(futures[resource])
+
+
+def _set_keys(side: Side, topic: str) -> dict[str, tuple[str, int]]:
+    """The topic's keys set on the topic itself: value and source."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = side.admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
+    return {
+        k: (e.value, e.source)
+        for k, e in entries.items()
+        if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    }
+
+
+def _broker_value(side: Side, key: str) -> tuple[str, int]:
+    """Broker 1's value of `key` and its source."""
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    entry = side.admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)[key]
+    return entry.value, entry.source
+
+
+def test_legacy_alter_configs_replaces_a_resources_configs_as_kafka_does(kafka: Side, ours: Side) -> None:
+    """AlterConfigs (librdkafka's alter_configs): the keys given become the topic's whole configs,
+    the others go back to their defaults; validate_only changes nothing; a bad value and an
+    unknown topic get Kafka's code and message; a broker resource is replaced alike (read back on
+    ours only: Kafka 4.3.1 does not describe the throttle rates)."""
+    seen = {}
+    for side in (kafka, ours):
+        _create(side, "legacy", {"retention.ms": "100000", "segment.ms": "60000"})
+        topic = functools.partial(ConfigResource, ResourceType.TOPIC, "legacy")
+        broker = functools.partial(ConfigResource, ResourceType.BROKER, "1")
+        seen[side.name] = [
+            _legacy_alter(side, topic(set_config={"cleanup.policy": "compact"}), validate_only=True),
+            _set_keys(side, "legacy"),
+            _legacy_alter(side, topic(set_config={"cleanup.policy": "compact", "max.message.bytes": "5000"})),
+            _set_keys(side, "legacy"),
+            _legacy_alter(side, topic(set_config={"segment.ms": "0"})),
+            _legacy_alter(side, topic(set_config={"no.such.key": "1"})),
+            _set_keys(side, "legacy"),
+            _legacy_alter(
+                side, ConfigResource(ResourceType.TOPIC, "no-such-topic", set_config={"segment.ms": "1000"})
+            )[0],
+            _legacy_alter(side, topic(set_config={})),
+            _set_keys(side, "legacy"),
+            _legacy_alter(side, broker(set_config={RATE: "1000000"})),
+            _legacy_alter(side, broker(set_config={})),
+        ]
+    assert seen["Kafka"][3] == {"cleanup.policy": ("compact", 1), "max.message.bytes": ("5000", 1)}
+    assert seen["Kafka"][9] == {}
+    assert seen["ours"] == seen["Kafka"]
+    # Kafka 4.3.1 does not describe the throttle rates (dynamic-only keys): ours shows the replacement.
+    broker = ConfigResource(ResourceType.BROKER, "1", set_config={RATE: "1000000"})
+    assert _legacy_alter(ours, broker) == ("NO_ERROR", "")
+    assert _broker_value(ours, RATE) == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert _legacy_alter(ours, ConfigResource(ResourceType.BROKER, "1", set_config={})) == ("NO_ERROR", "")
+    assert _broker_value(ours, RATE) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)

@@ -5,8 +5,8 @@ Guarantees:
 * Kafka's ACLs (as KafkaApis), else TOPIC_AUTHORIZATION_FAILED (29) for a topic or
   CLUSTER_AUTHORIZATION_FAILED (31) for the cluster, and nothing changes: CreateTopics needs
   CREATE on the cluster or on the topic; DeleteTopics DELETE on the topic; CreatePartitions ALTER
-  on the topic; DescribeConfigs / IncrementalAlterConfigs DESCRIBE_CONFIGS / ALTER_CONFIGS on the
-  topic, or on the cluster for a BROKER resource; DescribeClientQuotas DESCRIBE_CONFIGS on the
+  on the topic; DescribeConfigs / AlterConfigs / IncrementalAlterConfigs DESCRIBE_CONFIGS /
+  ALTER_CONFIGS on the topic, or on the cluster for a BROKER resource; DescribeClientQuotas DESCRIBE_CONFIGS on the
   cluster; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
   IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
 * A forwarded change is answered once the controller committed it and, for topics, once this
@@ -34,7 +34,11 @@ Guarantees:
   broker's `num.partitions` / `default.replication.factor`. DescribeConfigs of a broker lists
   those and `auto.create.topics.enable` read-only (static in Kafka), STATIC_BROKER_CONFIG when
   server.properties sets them, else DEFAULT_CONFIG.
-* IncrementalAlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
+* AlterConfigs (the legacy form) replaces a TOPIC or BROKER resource's configs whole, as Kafka's:
+  the keys given are set (a null value is a key not given), every other key set before goes back
+  to its default, in one change checked and answered as IncrementalAlterConfigs' (validate_only,
+  codes, ACLs).
+* (Incremental)AlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
   `cordoned.log.dirs` naming this broker checks its
   paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
 * DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
@@ -140,6 +144,16 @@ def _unknown_operation(resource: Any) -> dict[str, Any] | None:
     return {"error_code": KafkaError.invalid_request, "error_message": message}
 
 
+def _alter_result(resource: Any) -> dict[str, Any]:
+    """An (Incremental)AlterConfigs resource's answer, no error yet."""
+    return {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": KafkaError.none,
+        "error_message": None,
+    }
+
+
 def _controller_error(reply: Any) -> dict[str, Any]:
     """The error fields of an item the controller refused, its code and message as they are."""
     return {"error_code": KafkaError(reply.error_code), "error_message": reply.error_message}
@@ -190,6 +204,7 @@ class AdminApis:
             20: self.delete_topics,
             22: self.init_producer_id,
             32: self.describe_configs,
+            33: self.alter_configs,
             37: self.create_partitions,
             44: self.incremental_alter_configs,
             48: self.describe_client_quotas,
@@ -574,76 +589,94 @@ class AdminApis:
         body = request.body
         responses = []
         for resource in body.resources:
-            result: dict[str, Any] = {
-                "resource_type": resource.resource_type,
-                "resource_name": resource.resource_name,
-                "error_code": KafkaError.none,
-                "error_message": None,
-            }
-            if int(resource.resource_type) not in (TOPIC, BROKER):
-                responses.append(
-                    {
-                        **result,
-                        "error_code": KafkaError.invalid_request,
-                        "error_message": "only topic and broker configs can be changed",
-                    }
-                )
-                continue
-            denied = self._config_denied(conn, AclOperation.ALTER_CONFIGS, resource)
-            if denied is not None:
-                responses.append({**result, **denied})
-                continue
-            unknown = _unknown_operation(resource)
-            if unknown is not None:
-                responses.append({**result, **unknown})
-                continue
-            if int(resource.resource_type) == BROKER:
-                responses.append(await self._alter_broker_configs(resource, result, body.validate_only))
+            refused = self._alter_refused(conn, resource) or _unknown_operation(resource)
+            if refused is not None:
+                responses.append({**_alter_result(resource), **refused})
                 continue
             try:
                 ops = [  # a null value but for DELETE is a ValueError (pydantic's), refused below
                     AlterConfigOp(name=c.name, op=_OPS[int(c.config_operation)], value=c.value)
                     for c in resource.configs
                 ]
-                reply = await self.forwarder.alter_topic_configs(
-                    resource.resource_name,
-                    AlterTopicConfigsRequest(configs=ops, validate_only=body.validate_only),
+            except ValueError as exc:
+                responses.append(
+                    {**_alter_result(resource), **_refused(exc, invalid=KafkaError.invalid_config)}
                 )
-            except (ControllerCallError, ValueError) as exc:
-                responses.append({**result, **_refused(exc, invalid=KafkaError.invalid_config)})
                 continue
-            if reply.error_code != 0:
-                responses.append({**result, **_controller_error(reply)})
-                continue
-            if not body.validate_only and reply.configs is not None:
-                # Answered once this broker's image shows the change, as topic creation is, so
-                # a DescribeConfigs sent to the same broker next reads what was just set.
-                shown = functools.partial(self._has_configs, resource.resource_name, reply.configs)
-                await until_image_shows(self.ctx.clock, shown, _CONFIG_WAIT_S)
-            responses.append(result)
+            responses.append(await self._alter_resource(resource, ops, body.validate_only, replace=False))
         return kafka_response(request, responses=responses)
 
+    async def alter_configs(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        """Kafka's legacy AlterConfigs: each resource's configs replaced whole (keys not given go
+        back to their defaults; a null value is a key not given), else as IncrementalAlterConfigs."""
+        body = request.body
+        responses = []
+        for resource in body.resources:
+            refused = self._alter_refused(conn, resource)
+            if refused is not None:
+                responses.append({**_alter_result(resource), **refused})
+                continue
+            ops = [
+                AlterConfigOp(name=c.name, op="DELETE" if c.value is None else "SET", value=c.value)
+                for c in resource.configs
+            ]
+            responses.append(await self._alter_resource(resource, ops, body.validate_only, replace=True))
+        return kafka_response(request, responses=responses)
+
+    def _alter_refused(self, conn: Connection, resource: Any) -> dict[str, Any] | None:
+        """The error fields of a resource whose configs cannot be altered here: a type other than
+        TOPIC or BROKER, or ALTER_CONFIGS denied (on the topic, or the cluster for a broker)."""
+        if int(resource.resource_type) not in (TOPIC, BROKER):
+            return {
+                "error_code": KafkaError.invalid_request,
+                "error_message": "only topic and broker configs can be changed",
+            }
+        return self._config_denied(conn, AclOperation.ALTER_CONFIGS, resource)
+
+    async def _alter_resource(
+        self, resource: Any, ops: list[AlterConfigOp], validate_only: bool, *, replace: bool
+    ) -> dict[str, Any]:
+        """`ops` on a TOPIC or BROKER resource, forwarded to the controller; answered once this
+        broker's image shows the change. With `replace`, keys not named are deleted."""
+        result = _alter_result(resource)
+        if int(resource.resource_type) == BROKER:
+            return await self._alter_broker_configs(
+                resource.resource_name, ops, result, validate_only, replace
+            )
+        try:
+            reply = await self.forwarder.alter_topic_configs(
+                resource.resource_name,
+                AlterTopicConfigsRequest(configs=ops, validate_only=validate_only, replace=replace),
+            )
+        except (ControllerCallError, ValueError) as exc:
+            return {**result, **_refused(exc, invalid=KafkaError.invalid_config)}
+        if reply.error_code != 0:
+            return {**result, **_controller_error(reply)}
+        if not validate_only and reply.configs is not None:
+            # Answered once this broker's image shows the change, as topic creation is, so
+            # a DescribeConfigs sent to the same broker next reads what was just set.
+            shown = functools.partial(self._has_configs, resource.resource_name, reply.configs)
+            await until_image_shows(self.ctx.clock, shown, _CONFIG_WAIT_S)
+        return result
+
     async def _alter_broker_configs(
-        self, resource: Any, result: dict[str, Any], validate_only: bool
+        self,
+        broker: str,
+        ops: list[AlterConfigOp],
+        result: dict[str, Any],
+        validate_only: bool,
+        replace: bool,
     ) -> dict[str, Any]:
         """A BROKER resource (the principal may ALTER_CONFIGS the cluster): forwarded to the
         controller once its cordoned paths are this broker's own log dirs (when it names this
         broker); answered once this broker's image shows the change."""
-        broker = resource.resource_name
-        try:
-            ops = [
-                AlterConfigOp(name=c.name, op=_OPS[int(c.config_operation)], value=c.value)
-                for c in resource.configs
-            ]
-        except ValueError as exc:
-            return {**result, **_refused(exc, invalid=KafkaError.invalid_config)}
         if broker == str(self.ctx.state.node_id):
             problem = dynamic_configs.cordoned_paths_error(self.ctx.state.config, ops)
             if problem is not None:
                 return {**result, "error_code": KafkaError.invalid_config, "error_message": problem}
         try:
             reply = await self.forwarder.alter_broker_configs(
-                broker, AlterBrokerConfigsRequest(configs=ops, validate_only=validate_only)
+                broker, AlterBrokerConfigsRequest(configs=ops, validate_only=validate_only, replace=replace)
             )
         except (ControllerCallError, ValueError) as exc:
             return {**result, **_refused(exc, invalid=KafkaError.invalid_config)}

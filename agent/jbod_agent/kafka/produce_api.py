@@ -16,9 +16,11 @@ Guarantees:
 * The codes are Kafka's: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER
   (from v10 with the current leader and its endpoint, KIP-951), NOT_ENOUGH_REPLICAS (before the
   append), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, the
-  idempotent producers' 45 / 47 / 87: each `produce.ProduceResult`'s error as it is; a damaged
+  idempotent producers' 45 / 47 / 87, INVALID_TIMESTAMP (32) for records outside the topic's
+  CreateTime window: each `produce.ProduceResult`'s error as it is; a damaged
   batch is CORRUPT_MESSAGE, a whole one that breaks a rule INVALID_RECORD. As in Kafka 4.3.1,
-  only a batch whose bounds cannot be read is answered with an error message.
+  only a batch whose bounds cannot be read and refused records (with Kafka's message, each
+  record's index and reason, and the log start offset) are answered with an error message.
 * From v9 (the flexible versions) the response is written by `jbod_kafka.produce_response`
   (byte for byte what kio writes), before by kio.
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
@@ -37,6 +39,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
+from jbod_agent.partitions.produce import ProduceResult
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
@@ -59,6 +62,7 @@ class _PartitionResult:
     reason: str | None = None
     reason_shown: bool = False
     current_leader: CurrentLeader | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (batch index, message) of refused records
 
     def to_wire(self) -> produce_response.PartitionProduceResponse:
         leader = self.current_leader
@@ -68,6 +72,7 @@ class _PartitionResult:
             base_offset=self.base_offset,
             log_append_time_ms=self.log_append_time_ms,
             log_start_offset=self.log_start_offset,
+            record_errors=self.record_errors,
             error_message=self.reason if self.reason_shown else None,
             current_leader=None if leader is None else leader.hint,
         )
@@ -84,7 +89,10 @@ class _PartitionResult:
                 else datetime.datetime.fromtimestamp(self.log_append_time_ms / 1000, tz=datetime.UTC)
             ),
             "log_start_offset": self.log_start_offset,
-            "record_errors": [],
+            "record_errors": [
+                {"batch_index": index, "batch_index_error_message": message}
+                for index, message in self.record_errors
+            ],
             "error_message": self.reason if self.reason_shown else None,
         }
 
@@ -148,14 +156,29 @@ async def _produce_partition(
         return _failed(index, KafkaError.corrupt_message, str(exc), shown=unreadable)
     except ValueError as exc:  # a batch the log refuses (epoch, offsets)
         return _failed(index, KafkaError.invalid_record, str(exc))
+    return _answered(ctx, part.topic, index, result)
+
+
+def _answered(ctx: BrokerContext, topic: str, index: int, result: ProduceResult) -> _PartitionResult:
+    """The partition's answer to what the produce path decided."""
+    hosted, _code, _message = ctx.manager.lookup(topic, index)
+    log_start = hosted.log.log_start_offset if hosted is not None else -1
+    if result.record_errors:  # Kafka's answer to refused records: why, each, and the log start
+        return _PartitionResult(
+            index,
+            KafkaError(int(result.error)),
+            log_start_offset=log_start,
+            reason=result.message,
+            reason_shown=True,
+            record_errors=tuple((e.batch_index, e.message) for e in result.record_errors),
+        )
     if result.error != ErrorCode.NONE:
         return _failed(index, KafkaError(int(result.error)), result.message)
-    hosted, _code, _message = ctx.manager.lookup(part.topic, index)
     return _PartitionResult(
         index,
         KafkaError.none,
         base_offset=result.base_offset,
-        log_start_offset=hosted.log.log_start_offset if hosted is not None else -1,
+        log_start_offset=log_start,
         log_append_time_ms=result.log_append_time_ms,
     )
 

@@ -24,6 +24,14 @@ Guarantees:
   leader's log without the ISR's acknowledgement (7, 20) from the refusals that wrote nothing.
   `await_high_watermark` is that wait on its own, for callers that answer from records already
   appended (the group coordinator).
+* Before the producer state's verdict (Kafka's order), the leader applies its topic's
+  `compression.type` and CreateTime window (`_validated`, `jbod_core.log_validator`): a batch
+  whose codec is not the topic's is compressed again (`record_batch.recompressed`: offsets,
+  timestamps, producer id, epoch, sequence and headers kept) and must still fit
+  `max.message.bytes` (MESSAGE_TOO_LARGE); `producer` (the default) and a batch already of the
+  topic's codec are kept as sent, not decoded for it. A record outside the window refuses the
+  batch with INVALID_TIMESTAMP (32), Kafka's message and each refused record
+  (`ProduceResult.record_errors`); nothing is appended.
 * Producer activity is stamped with the clock's wall time.
 * An I/O error while appending takes the dir offline (`ReplicaManager.storage_error`) and answers
   KAFKA_STORAGE_ERROR.
@@ -45,7 +53,7 @@ from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition, Re
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage import producers
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core import producer_state, replication
+from jbod_core import log_validator, producer_state, replication
 from jbod_core.errors import ErrorCode
 from jbod_kafka import record_batch
 
@@ -67,6 +75,7 @@ class ProduceResult:
     base_offset: int = -1
     message: str | None = None
     log_append_time_ms: int = -1  # the records' timestamp on a LogAppendTime topic, else -1
+    record_errors: tuple[log_validator.RecordError, ...] = ()  # the refused records (INVALID_TIMESTAMP)
 
     @property
     def appended_unacknowledged(self) -> bool:
@@ -76,6 +85,45 @@ class ProduceResult:
 
 def _failed(error: ProduceError, message: str) -> ProduceResult:
     return ProduceResult(error, message=message)
+
+
+def _validated(
+    hosted: HostedPartition, produced: record_batch.CheckedBatch, now_ms: int
+) -> record_batch.CheckedBatch | ProduceResult:
+    """Kafka's LogValidator on the leader, in its order: the batch compressed again when its
+    codec is not the topic's `compression.type`, every record's timestamp against the topic's
+    CreateTime window (INVALID_TIMESTAMP), then a recompressed batch's size against
+    `max.message.bytes` (MESSAGE_TOO_LARGE). `CorruptBatchError` for records that cannot be read."""
+    codec = hosted.stored_codec
+    recompressed = codec is not None and codec.recompresses(produced.header.compression)
+    if codec is not None and recompressed:
+        produced = record_batch.recompressed(produced, codec.codec, level=codec.level)
+    bounds = hosted.timestamp_bounds
+    if bounds is not None and not (
+        produced.timestamps is None
+        and log_validator.header_suffices(
+            bounds, max_timestamp_ms=produced.header.max_timestamp_ms, now_ms=now_ms
+        )
+    ):
+        errors = log_validator.timestamp_errors(
+            record_batch.record_timestamps(produced),
+            base_offset=produced.header.base_offset,
+            now_ms=now_ms,
+            bounds=bounds,
+        )
+        if errors:
+            return ProduceResult(
+                ErrorCode.INVALID_TIMESTAMP,
+                message=log_validator.INVALID_TIMESTAMP_MESSAGE,
+                record_errors=errors,
+            )
+    if recompressed and produced.header.size > hosted.max_message_bytes:
+        return _failed(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"The batch compressed again is {produced.header.size} bytes, larger than the topic's "
+            f"max.message.bytes {hosted.max_message_bytes}",
+        )
+    return produced
 
 
 class Produce:
@@ -92,10 +140,15 @@ class Produce:
         module docstring says what is checked first). `CorruptBatchError` for a batch Kafka would
         refuse, before anything is written; `ValueError` for one the log refuses."""
         produced = record_batch.check_produced(batch)
-        header = produced.header
         hosted, code, message = self._admit(topic, partition, acks)
         if hosted is None:
             return _failed(code, message)
+        now_ms = wall_ms(self.clock)
+        validated = _validated(hosted, produced, now_ms)
+        if isinstance(validated, ProduceResult):
+            return validated
+        produced = validated
+        header = produced.header
         if header.producer_id >= 0:
             verdict = self._producer_verdict(hosted, header)
             if isinstance(verdict, producer_state.Refused):
@@ -109,7 +162,6 @@ class Produce:
                     timeout_ms=timeout_ms,
                 )
         epoch = hosted.leader_epoch
-        now_ms = wall_ms(self.clock)
         append_time = now_ms if hosted.log_append_time else None
 
         def append(log_: PartitionLog) -> int:

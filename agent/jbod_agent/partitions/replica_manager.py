@@ -51,7 +51,7 @@ from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, monotonic_ms
 from jbod_agent.state import AgentState
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core import fetch_session, producer_state, replication, topic_configs
+from jbod_core import fetch_session, log_validator, producer_state, replication, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey, PartitionRegistration
@@ -115,6 +115,9 @@ class HostedPartition:
     max_message_bytes: int = 1_048_588
     log_append_time: bool = False  # the topic's message.timestamp.type is LogAppendTime
     compacted: bool = False  # the topic's cleanup.policy holds compact
+    # The topic's compression.type (None: `producer`) and CreateTime window (None: LogAppendTime).
+    stored_codec: log_validator.StoredCodec | None = None
+    timestamp_bounds: log_validator.TimestampBounds | None = log_validator.DEFAULT_TIMESTAMP_BOUNDS
     ack_waiters: list[AckWaiter] = field(default_factory=list)
     delete_waiters: list[AckWaiter] = field(default_factory=list)
     data_waiters: set[asyncio.Event] = field(default_factory=set)
@@ -455,6 +458,8 @@ def _apply_settings(hosted: HostedPartition, settings: topic_configs.ResolvedCon
     hosted.max_message_bytes = settings[topic_configs.MAX_MESSAGE_BYTES]
     hosted.log_append_time = settings.log_append_time
     hosted.compacted = settings.compacted
+    hosted.stored_codec = log_validator.stored_codec(settings)
+    hosted.timestamp_bounds = log_validator.timestamp_bounds(settings)
     hosted.log.retention_bytes = settings[topic_configs.RETENTION_BYTES]
     hosted.log.retention_ms = settings[topic_configs.RETENTION_MS]
     hosted.log.segment_bytes = settings[topic_configs.SEGMENT_BYTES]
