@@ -27,7 +27,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from jbod_client.controller import parse_controller_urls
-from jbod_core import acls, auto_create, topic_configs
+from jbod_core import acls, auto_create, broker_configs, topic_configs
 from jbod_core.meta_properties import parse_properties
 from jbod_runtime import tls
 
@@ -159,8 +159,21 @@ class BrokerConfig:
     ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
         tls.DEFAULT_PRINCIPAL_RULES
     )
-    # The keys server.properties (or --set) gave: DescribeConfigs tells them from Kafka's defaults.
-    given_keys: frozenset[str] = field(default=frozenset(), compare=False)
+    # The log cleaner's settings under Kafka's names (`log.cleaner.*`); the dynamic ones are read
+    # over these through `jbod_agent.dynamic_configs.cleaner_settings`.
+    log_cleaner: broker_configs.CleanerSettings = field(default_factory=broker_configs.CleanerSettings)
+    # What server.properties (or --set) gave, key by key as written (blanks around trimmed):
+    # DescribeConfigs shows them as STATIC_BROKER_CONFIG, and the topic defaults read them.
+    given_values: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def given_keys(self) -> frozenset[str]:
+        return frozenset(self.given_values)
+
+    @property
+    def static_levels(self) -> broker_configs.BrokerLevels:
+        """The broker config levels of server.properties alone (no dynamic value)."""
+        return broker_configs.BrokerLevels(own={}, cluster_default={}, static=self.given_values)
 
     @property
     def auto_create_settings(self) -> auto_create.AutoCreateSettings:
@@ -443,12 +456,30 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "security.inter.broker.protocol": ("security_inter_broker_protocol", _listener_name),
     "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol", _inter_broker_mechanism),
 }
-# The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
-# ranges `topic_configs.BROKER_SETTINGS` gives them.
+
+
+def _broker_key(key: str, value: str) -> Any:
+    """A broker config `jbod_core.broker_configs` checks (the topic defaults and the log
+    cleaner's settings under Kafka's names): its value as Kafka reads it, or Kafka's message."""
+    parsed = broker_configs.parse(key, value.strip())
+    if isinstance(parsed, topic_configs.ConfigProblem):
+        raise ConfigError(parsed.message)
+    return parsed
+
+
+# The topic defaults and the log cleaner's settings: checked by `jbod_core.broker_configs`; the
+# ones the broker reads as numbers also land in a field.
+_FIELDS_OF_BROKER_KEYS: Final = {
+    "message.max.bytes": "message_max_bytes",
+    "min.insync.replicas": "min_insync_replicas",
+    "log.retention.bytes": "log_retention_bytes",
+    "log.segment.bytes": "log_segment_bytes",
+}
 _KEYS.update(
     {
-        s.broker_key: (s.broker_key.replace(".", "_"), _int(s.low, s.high))
-        for s in topic_configs.BROKER_SETTINGS
+        key: (_FIELDS_OF_BROKER_KEYS.get(key, ""), _broker_key)
+        for key in sorted(broker_configs.HONOURED_KEYS)
+        if key not in _KEYS
     }
 )
 # Java properties semantics: the rest of a line after `key=` is the value, `#` included.
@@ -479,7 +510,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
     for key in REQUIRED:
         if key not in values:
             raise ConfigError(f"{key}: required key is missing")
-    given = frozenset(values)
+    given = {key: value.strip() for key, value in values.items()}
     values.setdefault("listeners", DEFAULT_LISTENER)
     fields = {}
     for key, value in values.items():
@@ -493,7 +524,11 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
             raise
     _split_listeners(fields)
     _inter_broker_listener(fields)
-    config = BrokerConfig(**fields, given_keys=given)
+    levels = broker_configs.BrokerLevels(own={}, cluster_default={}, static=given)
+    retention_ms = broker_configs.fallback_value("log.retention.ms", levels)
+    fields["log_retention_ms"] = -1 if retention_ms is None or retention_ms < 0 else retention_ms
+    fields["log_cleaner"] = broker_configs.cleaner_settings(levels)
+    config = BrokerConfig(**fields, given_values=given)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
             f"broker.heartbeat.interval.ms: {config.heartbeat_interval_ms} must be below "

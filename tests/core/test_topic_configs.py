@@ -233,14 +233,15 @@ def test_min_insync_replicas_may_not_exceed_the_replication_factor() -> None:
     assert "replication factor 2" in problem.message
 
 
-DEFAULTS = {
+NUMBER_DEFAULTS = {
     "max.message.bytes": 1000,
     "min.insync.replicas": 2,
     "retention.bytes": 10,
     "retention.ms": 20,
     "segment.bytes": 8192,
 }
-RESOLVED_DEFAULTS = {**DEFAULTS, "segment.ms": 604800000}  # a topic-only key: Kafka's default
+DEFAULTS = {key: str(value) for key, value in NUMBER_DEFAULTS.items()}  # the broker's, as text
+RESOLVED_DEFAULTS = {**NUMBER_DEFAULTS, "segment.ms": 604800000}  # no broker default: the setting's own
 BAD_SETTINGS = [
     ("max.message.bytes", "-1"),
     ("min.insync.replicas", "0"),
