@@ -6,7 +6,13 @@ Guarantees:
   whose message names the key; nothing is half-applied. A rejected value holding `#` gets a note
   that inline comments are not allowed (Java properties: `#` starts a comment only at the
   beginning of a line).
-* Every numeric setting has a documented range (`docs/decisions.md`), checked here.
+* Every numeric setting has a documented range (`docs/decisions.md`), checked here. The broker
+  configs `jbod_core.broker_configs` honours (the topic defaults and the log cleaner's settings
+  under Kafka's names) are checked there, refused with Kafka's message (`Invalid value 2.0 for
+  configuration log.cleaner.min.cleanable.ratio: Value must be no more than 1`);
+  `log_retention_ms` follows Kafka's precedence (`log.retention.ms` over `.minutes` over
+  `.hours`), `log_cleaner` holds the cleaner's settings. `given_values` keeps what was given,
+  key by key, for DescribeConfigs (STATIC_BROKER_CONFIG) and the topic defaults.
 * TLS (issue 25): `https://`, `SSL://` and `SASL_SSL://` listeners need `ssl.keystore.location`
   (PEM only: another `ssl.keystore.type` or `ssl.truststore.type` is an error naming the key);
   `ssl.client.auth` other than none needs `ssl.truststore.location`. As in Kafka (KIP-684),

@@ -47,6 +47,7 @@ def static_values(config: BrokerConfig) -> dict[str, str]:
 def levels(config: BrokerConfig, image: ClusterImage) -> broker_configs.BrokerLevels:
     """This broker's config levels: its own dynamic values, the cluster default's, and what its
     server.properties gives (a -1 rate there is unset)."""
+    given_rates = static_values(config)
     unset = {
         name
         for name in (
@@ -54,7 +55,7 @@ def levels(config: BrokerConfig, image: ClusterImage) -> broker_configs.BrokerLe
             broker_configs.FOLLOWER_THROTTLED_RATE,
             broker_configs.ALTER_LOG_DIRS_RATE,
         )
-        if name not in static_values(config)
+        if name not in given_rates
     }
     static = {k: v for k, v in config.given_values.items() if k in broker_configs.KEYS and k not in unset}
     return broker_configs.BrokerLevels(

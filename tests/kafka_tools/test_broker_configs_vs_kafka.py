@@ -1,7 +1,8 @@
 """Broker configs on our brokers beside Apache Kafka 4.3.1's (issue 32): both started with a static
 `log.retention.hours=1`, described with librdkafka's AdminClient (`include_synonyms`) and with
 Kafka's own `kafka-configs.sh --describe --all`, changed dynamically per broker and for the
-cluster default (`--entity-default`), and refused alike.
+cluster default (`--entity-default`) — new and existing topics follow, a compacted default
+refusing a record without a key — and refused alike.
 
 What differs by design (docs/decisions.md, "Broker configs under Kafka's names"): the keys whose
 default is ours (`jbod_core.broker_configs.OUR_DEFAULTS`) and the keys Kafka's test node sets in
@@ -37,7 +38,7 @@ from e2e.wait import wait_for
 from jbod_core import broker_configs
 from jbod_local.kafka_clients import client_properties
 from tests.kafka_api.conftest import start_kafka_cluster
-from tests.kafka_tools.test_harness import install
+from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -79,7 +80,7 @@ class Side:
             args,
             bootstrap=self.bootstrap,
             command_config=self.properties,
-            install=install,
+            install=tools,
         )
         return proc.returncode, proc.stdout, proc.stderr
 
@@ -94,7 +95,7 @@ def _properties(path: Path, user: str, password: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kafka(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
+def kafka(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:  # noqa: F811
     user = ScramUser()
     base = tmp_path_factory.mktemp("kafka-broker-configs")
     with RealKafka(install, scram=user, properties={"log.retention.hours": "1"}) as real:
@@ -153,6 +154,17 @@ def _alter_broker(side: Side, key: str, value: str | None) -> tuple[str, str]:
     return "NO_ERROR", ""
 
 
+def _keyless_produce(side: Side, topic: str) -> str:
+    """The delivery error's name of one record without a key (acks=all), or NO_ERROR."""
+    producer = Producer({**side.config, "acks": "all", "message.timeout.ms": 20000})
+    errors: list[str] = []
+    producer.produce(
+        topic, b"no key", on_delivery=lambda err, _m: errors.append(err.name() if err else "NO_ERROR")
+    )
+    assert producer.flush(TIMEOUT) == 0
+    return errors[0]
+
+
 def _listed(output: str) -> dict[str, str]:
     """What `kafka-configs.sh --describe --all` prints for each config: `key=value sensitive=...
     synonyms={SOURCE:key=value, ...}`, by key."""
@@ -191,7 +203,7 @@ def test_every_broker_key_kafka_lists_is_listed_by_us_with_kafkas_source(kafka: 
 def test_topic_defaults_follow_static_and_dynamic_broker_configs_as_in_kafka(
     kafka: Side,
     ours: Side,
-    install: KafkaInstall,
+    install: KafkaInstall,  # noqa: F811
 ) -> None:
     keys = ("retention.ms", "segment.ms", "cleanup.policy", "compression.type")
     seen: dict[str, list[dict[str, Any]]] = {}
@@ -227,15 +239,13 @@ def test_topic_defaults_follow_static_and_dynamic_broker_configs_as_in_kafka(
         )
         seen[side.name].append({k: described[k] for k in keys})
         # The new topic is compacted: a record without a key is refused.
-        producer = Producer({**side.config, "acks": "all", "message.timeout.ms": 20000})
-        errors: list[str] = []
-        producer.produce(
-            dynamic,
-            b"no key",
-            on_delivery=lambda err, _m, into=errors: into.append(err.name() if err else "NO_ERROR"),
+        seen[side.name].append({"produce": _keyless_produce(side, dynamic)})
+        # A topic created before, without its own policy, follows the new default too.
+        wait_for(
+            lambda side=side, static=static: _keyless_produce(side, static) == "INVALID_RECORD",
+            timeout=TIMEOUT,
+            what=f"{side.name}: the existing topic compacted by the cluster default",
         )
-        assert producer.flush(TIMEOUT) == 0
-        seen[side.name].append({"produce": errors[0]})
         status, out, err = side.tool(
             [
                 "--alter",
@@ -274,7 +284,7 @@ BAD_VALUES = [
 def test_a_bad_broker_value_is_refused_with_kafkas_code_and_message(
     kafka: Side,
     ours: Side,
-    install: KafkaInstall,
+    install: KafkaInstall,  # noqa: F811
 ) -> None:
     for key, value in BAD_VALUES:
         expected = _alter_broker(kafka, key, value)
@@ -311,7 +321,7 @@ def test_a_bad_broker_value_is_refused_with_kafkas_code_and_message(
 def test_kafka_configs_describe_all_lists_every_key_kafka_lists(
     kafka: Side,
     ours: Side,
-    install: KafkaInstall,
+    install: KafkaInstall,  # noqa: F811
 ) -> None:
     topic = f"described-{uuid.uuid4().hex[:6]}"
     listed = {}
