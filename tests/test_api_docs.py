@@ -13,6 +13,7 @@ from aiohttp import web
 
 from jbod_agent.lifecycle.http_api import AgentApi
 from jbod_controller.http_api import ControllerApi
+from jbod_core import broker_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.fetch_session import SessionError
 from jbod_core.topic_configs import BROKER_SETTINGS, DEFINITIONS
@@ -78,6 +79,21 @@ def test_the_topic_config_table_matches_the_definitions() -> None:
             assert default == (f"`{definition.default}`" if definition.default else "empty")
         assert applied == ("yes" if definition.applied else "stored")
         assert doc.strip() == definition.doc.split(". ")[0].rstrip(".")
+
+
+def test_the_broker_config_table_lists_the_honoured_keys() -> None:
+    section = API.split("## Broker configs", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(
+        r"^\| `([a-z0-9.]+)` \| (\w+) \| ([^|]+) \| (yes|no) \| ([^|]+) \|$", section, re.MULTILINE
+    )
+    assert [r[0] for r in rows] == sorted(broker_configs.HONOURED_KEYS)
+    for name, kind, default, dynamic, _effect in rows:
+        key = broker_configs.KEYS[name]
+        assert kind == key.type, name
+        assert default.strip() == (
+            f"`{key.default}`" if key.default else "empty" if key.default == "" else "none"
+        )
+        assert (dynamic == "yes") == key.dynamic, name
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md", "docs/decisions.md"])

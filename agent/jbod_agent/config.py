@@ -6,7 +6,13 @@ Guarantees:
   whose message names the key; nothing is half-applied. A rejected value holding `#` gets a note
   that inline comments are not allowed (Java properties: `#` starts a comment only at the
   beginning of a line).
-* Every numeric setting has a documented range (`docs/decisions.md`), checked here.
+* Every numeric setting has a documented range (`docs/decisions.md`), checked here. The broker
+  configs `jbod_core.broker_configs` honours (the topic defaults and the log cleaner's settings
+  under Kafka's names) are checked there, refused with Kafka's message (`Invalid value 2.0 for
+  configuration log.cleaner.min.cleanable.ratio: Value must be no more than 1`);
+  `log_retention_ms` follows Kafka's precedence (`log.retention.ms` over `.minutes` over
+  `.hours`), `log_cleaner` holds the cleaner's settings. `given_values` keeps what was given,
+  key by key, for DescribeConfigs (STATIC_BROKER_CONFIG) and the topic defaults.
 * TLS (issue 25): `https://`, `SSL://` and `SASL_SSL://` listeners need `ssl.keystore.location`
   (PEM only: another `ssl.keystore.type` or `ssl.truststore.type` is an error naming the key);
   `ssl.client.auth` other than none needs `ssl.truststore.location`. As in Kafka (KIP-684),
@@ -27,7 +33,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from jbod_client.controller import parse_controller_urls
-from jbod_core import acls, auto_create, topic_configs
+from jbod_core import acls, auto_create, broker_configs, topic_configs
 from jbod_core.meta_properties import parse_properties
 from jbod_runtime import tls
 
@@ -113,11 +119,6 @@ class BrokerConfig:
     log_retention_ms: int = 7 * 24 * 3600 * 1000
     log_retention_check_interval_ms: int = 30_000
     log_flush_interval_ms: int = 5_000
-    # The log cleaner (compaction), one per log dir (jbod_agent/partitions/log_cleaning.py).
-    log_cleaner_enable: bool = True
-    log_cleaner_backoff_ms: int = 15_000
-    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
-    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
     replica_fetch_max_bytes: int = 1024 * 1024
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     replica_fetch_wait_max_ms: int = 500
@@ -164,8 +165,21 @@ class BrokerConfig:
     ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
         tls.DEFAULT_PRINCIPAL_RULES
     )
-    # The keys server.properties (or --set) gave: DescribeConfigs tells them from Kafka's defaults.
-    given_keys: frozenset[str] = field(default=frozenset(), compare=False)
+    # The log cleaner's settings under Kafka's names (`log.cleaner.*`); the dynamic ones are read
+    # over these through `jbod_agent.dynamic_configs.cleaner_settings`.
+    log_cleaner: broker_configs.CleanerSettings = field(default_factory=broker_configs.CleanerSettings)
+    # What server.properties (or --set) gave, key by key as written (blanks around trimmed):
+    # DescribeConfigs shows them as STATIC_BROKER_CONFIG, and the topic defaults read them.
+    given_values: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def given_keys(self) -> frozenset[str]:
+        return frozenset(self.given_values)
+
+    @property
+    def static_levels(self) -> broker_configs.BrokerLevels:
+        """The broker config levels of server.properties alone (no dynamic value)."""
+        return broker_configs.BrokerLevels(own={}, cluster_default={}, static=self.given_values)
 
     @property
     def auto_create_settings(self) -> auto_create.AutoCreateSettings:
@@ -228,16 +242,6 @@ def _int(low: int, high: int) -> Callable[[str, str], int]:
         return number
 
     return parse
-
-
-def _positive_float(key: str, value: str) -> float:
-    try:
-        number = float(value.strip())
-    except ValueError:
-        raise ConfigError(f"{key}: '{value}' is not a number") from None
-    if not number > 0 or number == float("inf"):
-        raise ConfigError(f"{key}: {value.strip()} is out of range (0, 1.7976931348623157E308]")
-    return number
 
 
 def _path(key: str, value: str) -> Path:
@@ -422,10 +426,6 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(10, _MAX_MS)),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int(10, _MAX_MS)),
-    "log.cleaner.enable": ("log_cleaner_enable", _bool),
-    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0, _MAX_MS)),
-    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1024 * 1024, 2**62)),
-    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _positive_float),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1024, 2**31 - 1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0, 60_000)),
@@ -462,12 +462,30 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "security.inter.broker.protocol": ("security_inter_broker_protocol", _listener_name),
     "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol", _inter_broker_mechanism),
 }
-# The broker defaults of topic configs (`min.insync.replicas`, `log.segment.bytes`, ...) have the
-# ranges `topic_configs.BROKER_SETTINGS` gives them.
+
+
+def _broker_key(key: str, value: str) -> Any:
+    """A broker config `jbod_core.broker_configs` checks (the topic defaults and the log
+    cleaner's settings under Kafka's names): its value as Kafka reads it, or Kafka's message."""
+    parsed = broker_configs.parse(key, value.strip())
+    if isinstance(parsed, topic_configs.ConfigProblem):
+        raise ConfigError(parsed.message)
+    return parsed
+
+
+# The topic defaults and the log cleaner's settings: checked by `jbod_core.broker_configs`; the
+# ones the broker reads as numbers also land in a field.
+_FIELDS_OF_BROKER_KEYS: Final = {
+    "message.max.bytes": "message_max_bytes",
+    "min.insync.replicas": "min_insync_replicas",
+    "log.retention.bytes": "log_retention_bytes",
+    "log.segment.bytes": "log_segment_bytes",
+}
 _KEYS.update(
     {
-        s.broker_key: (s.broker_key.replace(".", "_"), _int(s.low, s.high))
-        for s in topic_configs.BROKER_SETTINGS
+        key: (_FIELDS_OF_BROKER_KEYS.get(key, ""), _broker_key)
+        for key in sorted(broker_configs.HONOURED_KEYS)
+        if key not in _KEYS
     }
 )
 # Java properties semantics: the rest of a line after `key=` is the value, `#` included.
@@ -498,7 +516,7 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
     for key in REQUIRED:
         if key not in values:
             raise ConfigError(f"{key}: required key is missing")
-    given = frozenset(values)
+    given = {key: value.strip() for key, value in values.items()}
     values.setdefault("listeners", DEFAULT_LISTENER)
     fields = {}
     for key, value in values.items():
@@ -512,7 +530,11 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
             raise
     _split_listeners(fields)
     _inter_broker_listener(fields)
-    config = BrokerConfig(**fields, given_keys=given)
+    levels = broker_configs.BrokerLevels(own={}, cluster_default={}, static=given)
+    retention_ms = broker_configs.fallback_value("log.retention.ms", levels)
+    fields["log_retention_ms"] = -1 if retention_ms is None or retention_ms < 0 else retention_ms
+    fields["log_cleaner"] = broker_configs.cleaner_settings(levels)
+    config = BrokerConfig(**fields, given_values=given)
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(
             f"broker.heartbeat.interval.ms: {config.heartbeat_interval_ms} must be below "

@@ -1,10 +1,13 @@
-"""What the broker applies of the dynamic broker configs (issue 24): the replication throttles,
-the mover's rate and the cordoned log dirs, from its replica of the metadata log over its
-`server.properties`.
+"""What the broker applies of the dynamic broker configs (issues 24 and 32): the replication
+throttles, the mover's rate, the cordoned log dirs, the topic defaults under Kafka's names and the
+log cleaner's settings, from its replica of the metadata log over its `server.properties`.
 
 Guarantees:
 * Kafka's order: the broker's own dynamic value, then the cluster default's, then the static one
-  (`static_values`), then Kafka's default (unthrottled, nothing cordoned).
+  (`static_values`; `levels` for every key), then the default (unthrottled, nothing cordoned;
+  `jbod_core.broker_configs.KEYS` for the rest).
+* `topic_defaults` is what a topic without its own value of a config gets on this broker (read by
+  `jbod_core.topic_configs.resolve`); `cleaner_settings` the log cleaner's settings now.
 * `cordoned_dirs` resolves `cordoned.log.dirs` to this broker's dir ids: `*` is every dir, a
   path is the dir configured with it (a trailing slash ignored); a path that is not one of this
   broker's log dirs names nothing here (the cluster default may list paths of other brokers).
@@ -39,6 +42,37 @@ def static_values(config: BrokerConfig) -> dict[str, str]:
     if config.cordoned_log_dirs:
         values[broker_configs.CORDONED_LOG_DIRS] = ",".join(config.cordoned_log_dirs)
     return values
+
+
+def levels(config: BrokerConfig, image: ClusterImage) -> broker_configs.BrokerLevels:
+    """This broker's config levels: its own dynamic values, the cluster default's, and what its
+    server.properties gives (a -1 rate there is unset)."""
+    given_rates = static_values(config)
+    unset = {
+        name
+        for name in (
+            broker_configs.LEADER_THROTTLED_RATE,
+            broker_configs.FOLLOWER_THROTTLED_RATE,
+            broker_configs.ALTER_LOG_DIRS_RATE,
+        )
+        if name not in given_rates
+    }
+    static = {k: v for k, v in config.given_values.items() if k in broker_configs.KEYS and k not in unset}
+    return broker_configs.BrokerLevels(
+        own=image.broker_configs.get(str(config.node_id), {}),
+        cluster_default=image.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}),
+        static=static,
+    )
+
+
+def topic_defaults(config: BrokerConfig, image: ClusterImage) -> dict[str, str]:
+    """The default of every topic config on this broker (its broker configs under Kafka's names)."""
+    return broker_configs.topic_defaults(levels(config, image))
+
+
+def cleaner_settings(config: BrokerConfig, image: ClusterImage) -> broker_configs.CleanerSettings:
+    """The log cleaner's settings now: dynamic values over server.properties over Kafka's defaults."""
+    return broker_configs.cleaner_settings(levels(config, image))
 
 
 def effective(config: BrokerConfig, image: ClusterImage) -> Mapping[str, str]:

@@ -2,7 +2,8 @@
 
 `DEFINITIONS` lists every topic config Kafka 4.3.1 defines (33 keys, `kafka-configs.sh --describe
 --all` of a topic): its type, its rule, its default, the broker setting Kafka shows as its
-synonym, whether our brokers act on it (`applied`) and what it does. `docs/api.md` shows the same
+synonym (the first of its fallbacks for `retention.ms`, `segment.ms`, `segment.jitter.ms` and
+`flush.ms`), whether our brokers act on it (`applied`) and what it does. `docs/api.md` shows the same
 table; a test keeps the two in step, and a differential test checks the messages against Kafka's.
 
 Guarantees:
@@ -20,9 +21,10 @@ Guarantees:
 * `create_error(configs, replication_factor=...)` checks every key in sorted order; the first
   problem wins. No problem means every key is usable by every broker.
 * `resolve(configs, defaults)` is the broker's reading of the keys it reads as numbers
-  (`BROKER_SETTINGS`, and `TOPIC_NUMBERS` with Kafka's default): the topic's value when usable,
-  else the broker's default, and every value
-  it could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
+  (`BROKER_SETTINGS` and `TOPIC_NUMBERS`), of `cleanup.policy` and of `message.timestamp.type`:
+  the topic's value when usable, else the broker's default (`defaults`: the text its broker
+  configs give, `jbod_core.broker_configs.topic_defaults`), else the setting's own default; every
+  value it could not use comes back as a `ConfigProblem`. It never raises: a bad config in an old log is
   a warning, never a storage error. `compression.type` resolves to its name (`producer` when
   unset or unusable). A topic whose `cleanup.policy` lacks `delete` resolves
   `retention.ms` and `retention.bytes` to -1: its segments are never deleted by retention.
@@ -251,7 +253,15 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "Records appended between forced fsyncs of the log.",
         applied=True,
     ),
-    _d("flush.ms", "long", _MAX, AtLeast(0), None, "Time between forced fsyncs of the log.", applied=True),
+    _d(
+        "flush.ms",
+        "long",
+        _MAX,
+        AtLeast(0),
+        "log.flush.interval.ms",
+        "Time between forced fsyncs of the log.",
+        applied=True,
+    ),
     _d(
         FOLLOWER_THROTTLED_REPLICAS,
         "list",
@@ -404,7 +414,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "long",
         "604800000",
         AtLeast(-1),
-        None,
+        "log.retention.ms",
         "Segments whose newest record is older are deleted; -1: no time limit.",
         applied=True,
     ),
@@ -431,7 +441,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "long",
         "0",
         AtLeast(0),
-        None,
+        "log.roll.jitter.ms",
         "A random share of segment.ms subtracted per segment, so segments do not roll together.",
         applied=True,
     ),
@@ -440,7 +450,7 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         "long",
         "604800000",
         AtLeast(1),
-        None,
+        "log.roll.ms",
         "Time after which a partition's active segment is rolled (the age of its first batch's timestamp).",
         applied=True,
     ),
@@ -679,14 +689,17 @@ def value_error(key: str, value: str, *, replication_factor: int) -> ConfigProbl
     return None
 
 
-def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> ResolvedConfigs:
-    """Every broker setting's value for a broker: the topic's if usable, else `defaults[key]`
-    (else the setting's own default); the `TOPIC_NUMBERS` with Kafka's default."""
+def resolve(configs: Mapping[str, str], defaults: Mapping[str, str]) -> ResolvedConfigs:
+    """Every number setting's value for a broker: the topic's if usable, else `defaults[key]`
+    (the broker's default, `jbod_core.broker_configs.topic_defaults`), else the setting's own
+    default; `cleanup.policy` and `message.timestamp.type` the same way."""
     values: dict[str, int] = {}
     problems: list[ConfigProblem] = []
-    numbers = [(s.topic_key, defaults.get(s.topic_key, s.default)) for s in BROKER_SETTINGS]
+    numbers = [(s.topic_key, s.default) for s in BROKER_SETTINGS]
     numbers += [(key, int(BY_NAME[key].default)) for key in TOPIC_NUMBERS]
-    for key, default in numbers:
+    for key, own_default in numbers:
+        broker_default = _read("long", defaults.get(key, "").strip())
+        default = broker_default if isinstance(broker_default, int) else own_default
         text = configs.get(key)
         if text is None:
             values[key] = default
@@ -699,25 +712,33 @@ def resolve(configs: Mapping[str, str], defaults: Mapping[str, int]) -> Resolved
             values[key] = default
         else:
             values[key] = parsed
-    policy = cleanup_policy(configs)
+    policy = cleanup_policy(configs, defaults.get(CLEANUP_POLICY, DELETE))
     if DELETE not in policy:
         # A topic that is not `delete` keeps its segments whatever its retention (Kafka's rule).
         values[RETENTION_BYTES] = values[RETENTION_MS] = -1
-    timestamp_type = parse(BY_NAME[MESSAGE_TIMESTAMP_TYPE], configs.get(MESSAGE_TIMESTAMP_TYPE, "CreateTime"))
-    compression = parse(BY_NAME[COMPRESSION_TYPE], configs.get(COMPRESSION_TYPE, PRODUCER))
+    timestamp_default = defaults.get(MESSAGE_TIMESTAMP_TYPE, "CreateTime")
+    timestamp_type = parse(
+        BY_NAME[MESSAGE_TIMESTAMP_TYPE], configs.get(MESSAGE_TIMESTAMP_TYPE, timestamp_default)
+    )
+    if isinstance(timestamp_type, ConfigProblem):
+        timestamp_type = timestamp_default
+    compression = parse(
+        BY_NAME[COMPRESSION_TYPE], configs.get(COMPRESSION_TYPE, defaults.get(COMPRESSION_TYPE, PRODUCER))
+    )
     return ResolvedConfigs(
         values=values,
         problems=tuple(problems),
         log_append_time=timestamp_type == LOG_APPEND_TIME,
         compacted=COMPACT in policy,
-        preallocate=parse(BY_NAME[PREALLOCATE], configs.get(PREALLOCATE, "false")) is True,
+        preallocate=parse(BY_NAME[PREALLOCATE], configs.get(PREALLOCATE, defaults.get(PREALLOCATE, "false")))
+        is True,
         compression_type=compression if isinstance(compression, str) else PRODUCER,
     )
 
 
 def cleanup_policy(configs: Mapping[str, str], default: str = DELETE) -> frozenset[str]:
     """The topic's `cleanup.policy` as a set of `compact` / `delete` (the broker's `default`
-    when unset or unusable)."""
+    when unset or unusable; `delete` when that is unusable too)."""
     parsed = parse(BY_NAME[CLEANUP_POLICY], configs.get(CLEANUP_POLICY, default))
     if isinstance(parsed, ConfigProblem) or not isinstance(parsed, tuple):
         parsed = parse(BY_NAME[CLEANUP_POLICY], default)

@@ -47,7 +47,7 @@ def test_broker_configs_are_records_refusals_write_nothing_and_a_restart_keeps_t
     for path, ops, code in (
         ("/v1/brokers/x/configs", body["configs"], 42),
         ("/v1/brokers/1/configs", [{"name": "num.io.threads", "op": "SET", "value": "8"}], 42),
-        ("/v1/brokers/1/configs", [{"name": RATE, "op": "SET", "value": "fast"}], 40),
+        ("/v1/brokers/1/configs", [{"name": RATE, "op": "SET", "value": "fast"}], 42),
     ):
         assert _post(api.admin, path, {"configs": ops})["errorCode"] == code, (path, ops)
     response = api.broker.post("/v1/brokers/1/configs", json=body)  # the cluster token

@@ -233,15 +233,16 @@ def test_min_insync_replicas_may_not_exceed_the_replication_factor() -> None:
     assert "replication factor 2" in problem.message
 
 
-DEFAULTS = {
+NUMBER_DEFAULTS = {
     "max.message.bytes": 1000,
     "min.insync.replicas": 2,
     "retention.bytes": 10,
     "retention.ms": 20,
     "segment.bytes": 8192,
 }
-RESOLVED_DEFAULTS = {  # the topic-only keys: Kafka's defaults
-    **DEFAULTS,
+DEFAULTS = {key: str(value) for key, value in NUMBER_DEFAULTS.items()}  # the broker's, as text
+RESOLVED_DEFAULTS = {  # no broker default: the setting's own (Kafka's)
+    **NUMBER_DEFAULTS,
     "segment.ms": 604800000,
     "index.interval.bytes": 4096,
     "segment.index.bytes": 10485760,

@@ -618,7 +618,7 @@ def test_configs_set_describe_and_delete_dynamic_broker_configs(cluster: Cluster
 def test_configs_refuses_what_is_not_a_dynamic_broker_config(cluster: Cluster) -> None:
     broker = ["--entity-type", "brokers", "--entity-name", "1"]
     for config, words in (
-        ("log.segment.bytes=5000", "Cannot update these configs dynamically"),
+        ("log.retention.hours=5", "Cannot update these configs dynamically: [log.retention.hours]"),
         ("leader.replication.throttled.rate=-5", "leader.replication.throttled.rate"),
         ("cordoned.log.dirs=/no/such/dir", "is not one of this broker's log dirs"),
     ):

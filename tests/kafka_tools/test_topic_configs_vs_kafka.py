@@ -10,9 +10,9 @@ consumer reads the same records; records outside a topic's CreateTime window are
 Kafka's answer (raw Produce: code, message, record errors); and the legacy AlterConfigs
 (librdkafka's `alter_configs`) replaces a topic's and a broker's configs as Kafka does.
 
-What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes`
-default (64 MiB where Kafka's is 1 GiB), so the keys whose default a broker reads from its own
-settings are compared by source only; and `min.insync.replicas`, which Kafka's formatting sets as
+What differs by design (docs/api.md, "Topic configs"): our brokers' own `log.segment.bytes` and
+`log.flush.interval.ms` defaults (64 MiB where Kafka's is 1 GiB; 5 s where Kafka has none), so
+the topic configs whose default comes from them are compared by source only; and `min.insync.replicas`, which Kafka's formatting sets as
 a cluster-wide dynamic default.
 """
 
@@ -50,7 +50,8 @@ from confluent_kafka.admin import (
 
 from e2e.kafka_tools import KafkaCluster as RealKafka
 from e2e.kafka_tools import KafkaInstall, ScramUser
-from jbod_core.topic_configs import BROKER_SETTINGS
+from jbod_core.broker_configs import FALLBACKS, OUR_DEFAULTS
+from jbod_core.topic_configs import DEFINITIONS
 from jbod_kafka import protocol, record_batch
 from tests.kafka_api.conftest import earliest_and_values, start_kafka_cluster
 from tests.kafka_api.raw_client import RawConnection
@@ -220,7 +221,12 @@ def test_append_to_a_key_that_is_not_a_list_is_refused_as_kafka_refuses_it(kafka
 def test_every_key_is_described_with_kafkas_default_source_and_synonyms(kafka: Side, ours: Side) -> None:
     theirs, mine = _described(kafka), _described(ours)
     assert sorted(mine) == sorted(theirs)
-    own_settings = {s.topic_key for s in BROKER_SETTINGS}
+    own_settings = {  # the topic configs whose default our brokers' own settings give
+        d.name
+        for d in DEFINITIONS
+        if d.broker_key is not None
+        and any(k in OUR_DEFAULTS for k, _ in FALLBACKS.get(d.broker_key, ((d.broker_key, 1),)))
+    }
     for key, entry in theirs.items():
         if key == "min.insync.replicas":
             # Kafka 4.3's `kafka-storage.sh format` writes a cluster-wide dynamic default of it

@@ -24,23 +24,22 @@ Guarantees:
 * Error responses have Kafka 4.3.1's shape (tests/kafka_tools/test_error_responses.py): empty
   `configs` in a CreateTopics error, `""` for "no message" where Kafka's default is empty, a
   message with each refusal where Kafka's has one.
-* DescribeConfigs of a topic lists every topic config the brokers apply, with the topic's own
-  value (DYNAMIC_TOPIC_CONFIG) or the broker default (DEFAULT_CONFIG); of a broker, those
-  defaults as this broker has them (STATIC_BROKER_CONFIG), then the dynamic broker configs
-  (`jbod_core.broker_configs`) from the broker's own value (DYNAMIC_BROKER_CONFIG), the cluster
-  default (DYNAMIC_DEFAULT_BROKER_CONFIG), its server.properties (STATIC_BROKER_CONFIG) or
-  Kafka's default (DEFAULT_CONFIG); of the cluster default (""), the dynamic defaults set.
+* DescribeConfigs answers as Kafka's (`jbod_core.broker_configs`): of a topic, every topic config
+  with the topic's own value (DYNAMIC_TOPIC_CONFIG) or the default this broker's configs give it
+  (their source: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG or
+  DEFAULT_CONFIG) and the broker keys as synonyms; of a broker, every broker config Kafka 4.3.1
+  lists (and the dynamic ones it lists once set), each with its value, source, synonyms,
+  sensitivity and read-only flag (read-only unless this broker takes it dynamically); of the
+  cluster default (""), the dynamic defaults set. Synonyms and documentation only when asked.
 * A CreateTopics topic with -1 partitions or replication factor (and no assignment) gets this
-  broker's `num.partitions` / `default.replication.factor`. DescribeConfigs of a broker lists
-  those and `auto.create.topics.enable` read-only (static in Kafka), STATIC_BROKER_CONFIG when
-  server.properties sets them, else DEFAULT_CONFIG.
+  broker's `num.partitions` / `default.replication.factor`.
 * AlterConfigs (the legacy form) replaces a TOPIC or BROKER resource's configs whole, as Kafka's:
   the keys given are set (a null value is a key not given), every other key set before goes back
   to its default, in one change checked and answered as IncrementalAlterConfigs' (validate_only,
   codes, ACLs).
 * (Incremental)AlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
-  `cordoned.log.dirs` naming this broker checks its
-  paths against this broker's `log.dirs` (INVALID_CONFIG) before it is forwarded.
+  `cordoned.log.dirs` naming this broker checks its paths against this broker's `log.dirs`
+  (INVALID_REQUEST, as Kafka answers a bad broker config value) before it is forwarded.
 * DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
@@ -64,7 +63,7 @@ from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
-from jbod_core import auto_create, broker_configs, topic_configs
+from jbod_core import broker_configs, topic_configs
 from jbod_core.acls import AclOperation, ResourceType
 from jbod_core.messages import (
     AlterBrokerConfigsRequest,
@@ -81,13 +80,18 @@ from jbod_kafka.ids import kafka_uuid
 
 TOPIC: Final = 2
 BROKER: Final = 4
-# DescribeConfigs sources (Kafka's ConfigSource) and types (ConfigType: BOOLEAN 1, INT 3, LONG 5, LIST 7).
-DYNAMIC_TOPIC_CONFIG: Final = 1
-DYNAMIC_BROKER_CONFIG: Final = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
-STATIC_BROKER_CONFIG: Final = 4
-DEFAULT_CONFIG: Final = 5
-_CONFIG_TYPES: Final = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+# DescribeConfigs types (Kafka's ConfigType).
+_CONFIG_TYPES: Final = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
 _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     0: "SET",
     1: "DELETE",
@@ -103,18 +107,18 @@ def kafka_response(request: protocol.Request, **fields: Any) -> Any:
     )
 
 
-def _entry(name: str, value: str, source: int, kind: str, doc: str) -> dict[str, Any]:
-    """One DescribeConfigs entry (the fields every version has; the codec drops the others)."""
+def _entry(described: broker_configs.Described) -> dict[str, Any]:
+    """One DescribeConfigs entry (every version's fields; the codec drops those a version lacks)."""
     return {
-        "name": name,
-        "value": value,
-        "read_only": False,
-        "config_source": source,
-        "is_default": False,
-        "is_sensitive": False,
-        "synonyms": [],
-        "config_type": _CONFIG_TYPES[kind],
-        "documentation": doc,
+        "name": described.name,
+        "value": described.value,
+        "read_only": described.read_only,
+        "config_source": int(described.source),
+        "is_default": described.is_default,
+        "is_sensitive": described.sensitive,
+        "synonyms": [{"name": s.name, "value": s.value, "source": int(s.source)} for s in described.synonyms],
+        "config_type": _CONFIG_TYPES[described.type],
+        "documentation": described.doc,
     }
 
 
@@ -398,22 +402,13 @@ class AdminApis:
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _topic_defaults(self) -> dict[str, tuple[str, int]]:
-        """The value a topic without its own gets, and its source, for every topic config: the
-        broker's setting (from server.properties, or its default) or Kafka's default."""
-        config = self.ctx.state.config
-        defaults = {d.name: (d.default, DEFAULT_CONFIG) for d in topic_configs.DEFINITIONS}
-        for setting in topic_configs.BROKER_SETTINGS:
-            value = str(getattr(config, setting.broker_key.replace(".", "_")))
-            given = setting.broker_key in config.given_keys
-            defaults[setting.topic_key] = (value, STATIC_BROKER_CONFIG if given else DEFAULT_CONFIG)
-        return defaults
+    def _levels(self) -> broker_configs.BrokerLevels:
+        return dynamic_configs.levels(self.ctx.state.config, self.ctx.state.image)
 
     def _broker_entries(self, name: str, keys: set[str] | None) -> _Described:
-        """A broker's configs: the topic defaults it applies (static), then the dynamic keys with
-        their source: the broker's own value, the cluster default, its static value, or Kafka's
-        default. The cluster default ("") lists only the dynamic defaults that are set. Another
-        broker's are its own to describe (INVALID_REQUEST here, as in Kafka)."""
+        """A broker's configs as Kafka's DescribeConfigs lists them (`broker_configs.KEYS`, every
+        one with its value, source and synonyms); the cluster default ("") lists the dynamic
+        defaults set. Another broker's are its own to describe (INVALID_REQUEST here, as in Kafka)."""
         problem = broker_configs.resource_error(name)
         if problem is not None:
             return _Described(KafkaError.invalid_request, [], problem)
@@ -422,87 +417,12 @@ class AdminApis:
                 f"Broker {name}'s configs are described by broker {name}, not by broker {self.ctx.node_id}"
             )
             return _Described(KafkaError.invalid_request, [], message)
-        image = self.ctx.state.image
-        cluster_default = image.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {})
         if name == broker_configs.CLUSTER_DEFAULT:
-            source = DYNAMIC_DEFAULT_BROKER_CONFIG
-            return _Described(
-                KafkaError.none,
-                [
-                    {
-                        **_entry(d.name, cluster_default[d.name], source, d.type, d.doc),
-                        "synonyms": [{"name": d.name, "value": cluster_default[d.name], "source": source}],
-                    }
-                    for d in broker_configs.DEFINITIONS
-                    if d.name in cluster_default and (keys is None or d.name in keys)
-                ],
-            )
-        defaults = self._topic_defaults()
-        entries = [
-            {
-                **_entry(
-                    s.broker_key,
-                    defaults[s.topic_key][0],
-                    STATIC_BROKER_CONFIG,
-                    topic_configs.BY_NAME[s.topic_key].type,
-                    topic_configs.BY_NAME[s.topic_key].doc,
-                ),
-                "read_only": True,
-            }
-            for s in topic_configs.BROKER_SETTINGS
-            if keys is None or s.broker_key in keys
-        ]
-        entries += self._static_entries(keys)
-        own = image.broker_configs.get(name, {})
-        static = dynamic_configs.static_values(self.ctx.state.config)
-        for d in broker_configs.DEFINITIONS:
-            if keys is not None and d.name not in keys:
-                continue
-            # Kafka's order of precedence; the synonyms list every level that sets the key.
-            levels = [
-                (source, values[d.name])
-                for source, values in (
-                    (DYNAMIC_BROKER_CONFIG, own),
-                    (DYNAMIC_DEFAULT_BROKER_CONFIG, cluster_default),
-                    (STATIC_BROKER_CONFIG, static),
-                )
-                if d.name in values
-            ]
-            source, value = levels[0] if levels else (DEFAULT_CONFIG, d.default)
-            entry = _entry(d.name, value, source, d.type, d.doc)
-            entry["is_default"] = not levels
-            entry["synonyms"] = [{"name": d.name, "value": v, "source": s} for s, v in levels]
-            entries.append(entry)
-        return _Described(KafkaError.none, entries)
-
-    def _static_entries(self, keys: set[str] | None) -> list[dict[str, Any]]:
-        """The read-only keys of topic auto-creation, as Kafka shows them: from server.properties
-        (STATIC_BROKER_CONFIG) or Kafka's default (DEFAULT_CONFIG), the synonyms listing both."""
-        config = self.ctx.state.config
-        values = config.auto_create_settings.values()
-        entries = []
-        for setting in auto_create.SETTINGS:
-            if keys is not None and setting.name not in keys:
-                continue
-            given = setting.name in config.given_keys
-            default = {"name": setting.name, "value": setting.default, "source": DEFAULT_CONFIG}
-            static = {"name": setting.name, "value": values[setting.name], "source": STATIC_BROKER_CONFIG}
-            entry = _entry(
-                setting.name,
-                values[setting.name],
-                STATIC_BROKER_CONFIG if given else DEFAULT_CONFIG,
-                setting.type,
-                setting.doc,
-            )
-            entries.append(
-                {
-                    **entry,
-                    "read_only": True,
-                    "is_default": not given,
-                    "synonyms": [static, default] if given else [default],
-                }
-            )
-        return entries
+            default = self.ctx.state.image.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {})
+            described = broker_configs.describe_cluster_default(default)
+        else:
+            described = broker_configs.describe_broker(self._levels())
+        return _Described(KafkaError.none, [_entry(d) for d in described if keys is None or d.name in keys])
 
     def _config_entries(self, resource_type: int, name: str, keys: set[str] | None) -> _Described:
         if resource_type == BROKER:
@@ -514,28 +434,33 @@ class AdminApis:
         topic_id = self.ctx.topic_id(name)
         if topic_id is None:
             return _Described(KafkaError.unknown_topic_or_partition, [])
-        defaults = self._topic_defaults()
+        levels = self._levels()
         own = self.ctx.state.image.topics[topic_id].configs
         entries = []
         for definition in topic_configs.DEFINITIONS:
             if keys is not None and definition.name not in keys:
                 continue
-            default, default_source = defaults[definition.name]
-            synonyms = []
+            default = broker_configs.topic_default(definition, levels)
+            synonyms = list(default.synonyms)
             if definition.name in own:
                 value = topic_configs.shown_value(definition, own[definition.name])
-                source = DYNAMIC_TOPIC_CONFIG
-                synonyms.append({"name": definition.name, "value": value, "source": source})
+                source = broker_configs.ConfigSource.DYNAMIC_TOPIC_CONFIG
+                synonyms.insert(0, broker_configs.Synonym(definition.name, value, source))
             else:
-                value, source = default, default_source
-            if definition.broker_key is not None:
-                synonyms.append({"name": definition.broker_key, "value": default, "source": default_source})
+                value, source = default.value, default.source
             entries.append(
-                {
-                    **_entry(definition.name, value, source, definition.type, definition.doc),
-                    "is_default": source == DEFAULT_CONFIG,
-                    "synonyms": synonyms,
-                }
+                _entry(
+                    broker_configs.Described(
+                        name=definition.name,
+                        value=value,
+                        source=source,
+                        read_only=False,
+                        sensitive=False,
+                        type=definition.type,
+                        doc=definition.doc,
+                        synonyms=tuple(synonyms),
+                    )
+                )
             )
         return _Described(KafkaError.none, entries)
 
@@ -673,7 +598,7 @@ class AdminApis:
         if broker == str(self.ctx.state.node_id):
             problem = dynamic_configs.cordoned_paths_error(self.ctx.state.config, ops)
             if problem is not None:
-                return {**result, "error_code": KafkaError.invalid_config, "error_message": problem}
+                return {**result, "error_code": KafkaError.invalid_request, "error_message": problem}
         try:
             reply = await self.forwarder.alter_broker_configs(
                 broker, AlterBrokerConfigsRequest(configs=ops, validate_only=validate_only, replace=replace)

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from jbod_agent import dynamic_configs
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition
@@ -73,7 +74,8 @@ def _refusal(
         return None, KafkaError.invalid_topic_exception
     image_topic = ctx.state.image.topics.get(hosted.key[0])
     configs = image_topic.configs if image_topic is not None else {}
-    if topic_configs.DELETE not in topic_configs.cleanup_policy(configs):
+    default = dynamic_configs.topic_defaults(ctx.state.config, ctx.state.image)[topic_configs.CLEANUP_POLICY]
+    if topic_configs.DELETE not in topic_configs.cleanup_policy(configs, default):
         return None, KafkaError.policy_violation
     if offset != HIGH_WATERMARK and not 0 <= offset <= hosted.log.high_watermark:
         return None, KafkaError.offset_out_of_range

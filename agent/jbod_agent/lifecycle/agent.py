@@ -181,8 +181,7 @@ class Agent:
         self._spawn(self.isr_upkeep.run_forever(), "isr")
         self._spawn(self.log_upkeep.flush_forever(), "flush")
         self._spawn(self.log_upkeep.retention_forever(), "retention")
-        if state.config.log_cleaner_enable:
-            self._spawn(self.log_cleaning.run_forever(), "cleaner")
+        self._spawn(self.log_cleaning.run_forever(), "cleaner")
         self._spawn(self._collect_garbage_forever(), "gc")
         await state.stopping.wait()
         for call in (self._lifecycle_call, self._placement_call):

@@ -5,7 +5,9 @@ Guarantees:
   the controller's own replay code (`ClusterImage.replay`).
 * Changes are remembered across pages; once caught up, everything that changed is reconciled in
   one go (everything this broker hosts after a snapshot, a rebuild, its own registration, or on the
-  first catch-up).
+  first catch-up). A topic config change, or a change of a topic default of this broker (its
+  own dynamic broker configs or the cluster default's), reconciles the topics' hosted partitions so
+  their settings follow.
 * Each fetch sends the checksum of the last applied record (`lastChecksum`). When the controller
   answers OFFSET_OUT_OF_RANGE (its log ends before what this broker applied, or holds another
   record at that offset: restored from a backup or cut back), the broker logs a WARNING naming
@@ -28,7 +30,7 @@ from jbod_agent.lifecycle import metadata_cache
 from jbod_agent.lifecycle.reconciler import Reconciler
 from jbod_agent.ports import Clock, ControllerCallError, ControllerCalls
 from jbod_agent.state import AgentState
-from jbod_core import records
+from jbod_core import broker_configs, records
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, PartitionKey
 
@@ -180,6 +182,12 @@ class MetadataFollower:
                 self.changed.update(k for k in state.local if k[0] == record.topic_id)
             elif isinstance(record, records.ConfigRecord):
                 self.changed.update(k for k in state.local if k[0] == record.topic_id)  # its settings
+            elif (
+                isinstance(record, records.BrokerConfigRecord)
+                and record.broker in (broker_configs.CLUSTER_DEFAULT, str(state.node_id))
+                and record.name in broker_configs.TOPIC_DEFAULT_KEYS
+            ):
+                self.changed.update(state.local)  # a topic default of this broker: every topic's settings
             elif isinstance(record, records.RegisterBrokerRecord) and record.broker_id == state.node_id:
                 self.full_reconcile = True
             elif (

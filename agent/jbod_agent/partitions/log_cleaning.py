@@ -1,6 +1,7 @@
 """The log cleaner of each log dir: compaction as a JBOD feature (Kafka's `LogCleaner`, per disk).
 
-Every `log.cleaner.backoff.ms`, each log dir with hosted replicas of compacted topics gets a
+Every `log.cleaner.backoff.ms` (the `log.cleaner.*` settings are read each round: dynamic over
+server.properties; `log.cleaner.enable=false` pauses the cleaners), each log dir with hosted replicas of compacted topics gets a
 cleaning round in a thread of its own (one worker per dir): its logs are cleaned one after the
 other (`storage.log_cleaner.clean`: the decisions are `jbod_core.compaction`'s), each cleaned
 segment swapped in on the event loop (`PartitionLog.swap_cleaned`), then the log's first dirty
@@ -30,11 +31,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from jbod_agent import dynamic_configs
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage import log_cleaner
 from jbod_agent.storage.log_cleaner import CleanerStoppedError, CleanJob, CleanResult, Throttle
-from jbod_core import compaction
+from jbod_core import broker_configs, compaction
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent.cleaner")
@@ -79,26 +81,36 @@ class LogCleaning:
         cleaner = self.cleaners.get(directory_id)
         if cleaner is None:
             stop = threading.Event()
-            config = self.manager.state.config
             cleaner = self.cleaners[directory_id] = DirCleaner(
                 directory_id,
                 stop,
                 ThreadPoolExecutor(1, thread_name_prefix=f"cleaner-{str(directory_id)[:8]}"),
-                Throttle(config.log_cleaner_io_max_bytes_per_second, stop),
+                Throttle(self.settings().io_max_bytes_per_second, stop),
             )
         return cleaner
+
+    def settings(self) -> broker_configs.CleanerSettings:
+        """The `log.cleaner.*` settings now (dynamic over server.properties over Kafka's)."""
+        state = self.manager.state
+        return dynamic_configs.cleaner_settings(state.config, state.image)
 
     async def run_forever(self) -> None:
         state = self.manager.state
         try:
             while not state.stopping.is_set():
-                await self.clock.sleep(state.config.log_cleaner_backoff_ms / 1000)
-                self.start_round()
+                settings = self.settings()
+                await self.clock.sleep(settings.backoff_ms / 1000)
+                if settings.enable:
+                    self.start_round()
         finally:
             self.close()
 
     def start_round(self) -> None:
-        """Start a cleaning round in every dir with compacted logs whose cleaner is idle."""
+        """Start a cleaning round in every dir with compacted logs whose cleaner is idle (each
+        dir's throttle takes the current `log.cleaner.io.max.bytes.per.second`)."""
+        rate = self.settings().io_max_bytes_per_second
+        for cleaner in self.cleaners.values():
+            cleaner.throttle.bytes_per_second = rate
         by_dir: dict[Uuid, list[HostedPartition]] = {}
         for hosted in self.manager.partitions.values():
             if hosted.compacted:
@@ -111,7 +123,7 @@ class LogCleaning:
     async def _round(self, cleaner: DirCleaner, logs: list[HostedPartition]) -> None:
         manager = self.manager
         loop = asyncio.get_running_loop()
-        budget = manager.state.config.log_cleaner_dedupe_buffer_size
+        budget = self.settings().dedupe_buffer_size
         for hosted in logs:
             if cleaner.state is not CleanerState.IDLE:
                 return
@@ -165,7 +177,12 @@ class LogCleaning:
             high_watermark=partition_log.high_watermark,
             first_dirty=first_dirty,
             tombstones_due_ms=tombstones_due_ms,
-            settings=compaction.settings_of(topic.configs),
+            settings=compaction.settings_of(
+                {
+                    **dynamic_configs.topic_defaults(self.manager.state.config, self.manager.state.image),
+                    **topic.configs,
+                }
+            ),
             segment_bytes=partition_log.segment_bytes,
             index_interval=partition_log.index_interval_bytes,
             now_ms=wall_ms(self.clock),

@@ -26,7 +26,8 @@ Guarantees:
   A DeleteRecords waiting on a leader is answered once the low watermark (the smallest log start
   of the maximal ISR, `jbod_core.replication.low_watermark`) reaches its offset; it is looked at
   whenever a follower's fetch or an ISR change may have moved it (`complete_delayed_requests`).
-* Topic configs are read through `jbod_core.topic_configs.resolve`: a value the broker cannot use
+* Topic configs are read through `jbod_core.topic_configs.resolve` over this broker's topic
+  defaults (its broker configs under Kafka's names, static and dynamic): a value the broker cannot use
   (an old log may hold one) falls back to the broker's default with one WARNING naming the topic,
   the key and the value; it is never a storage error and never takes a dir offline.
 * Every event that can change a fetch's answer (an append, a high watermark or log start change, a
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from jbod_agent import dynamic_configs
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, monotonic_ms
 from jbod_agent.state import AgentState
@@ -224,14 +226,10 @@ class ReplicaManager:
     def topic_settings(self, topic_id: Uuid) -> topic_configs.ResolvedConfigs:
         """The topic's configs as this broker uses them: a bad value falls back to the broker's
         default with a WARNING (once per topic, key and value), never a storage error."""
-        config = self.state.config
         topic = self.state.image.topics.get(topic_id)
         resolved = topic_configs.resolve(
             topic.configs if topic is not None else {},
-            {
-                s.topic_key: getattr(config, s.broker_key.replace(".", "_"))
-                for s in topic_configs.BROKER_SETTINGS
-            },
+            dynamic_configs.topic_defaults(self.state.config, self.state.image),
         )
         for problem in resolved.problems:
             seen = (topic_id, problem.key, problem.value)
