@@ -302,7 +302,8 @@ def test_a_kill_during_cleaning_loses_nothing(tmp_path: Path) -> None:
         if kill_after is None:
             assert child.wait(timeout=120) == 0
             return
-        time.sleep(kill_after)  # a random moment of the cleaning: the fault, not a wait
+        # fixed wait: a random moment of the cleaning is the fault injected, not a wait for a condition
+        time.sleep(kill_after)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
 

@@ -207,8 +207,22 @@ def test_an_accepted_value_is_described_as_kafka_describes_it(
     described = {}
     for side in (kafka, ours):
         assert _alter_answer(side, key, value, AlterConfigOpType.SET) == ("NO_ERROR", ""), side.name
-        described[side.name] = _described(side)[key]
+        # The broker asked describes its metadata image, which follows the controller's change
+        # (on either side): wait until it shows the topic's own value.
+        described[side.name] = wait_for(
+            lambda side=side: (
+                (entry := _described(side)[key])["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                and entry
+            ),
+            timeout=TIMEOUT,
+            what=f"{key} set on {side.name}",
+        )
         assert _alter_answer(side, key, "", AlterConfigOpType.DELETE) == ("NO_ERROR", ""), side.name
+        wait_for(
+            lambda side=side: _described(side)[key]["source"] != ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+            timeout=TIMEOUT,
+            what=f"{key} deleted on {side.name}",
+        )
     assert described["ours"] == described["Kafka"]
 
 
