@@ -13,13 +13,18 @@ Guarantees:
   to the broker's default), each only when the effective value changes: a repeat writes nothing.
 * `validate_only` decides alike and writes nothing; the reply carries the topic's effective
   configs as they are after the change (as they would be, with `validate_only`).
+* A change that turns unclean leader election on for the topic (`election.unclean_election_enabled`
+  false before, true after, the cluster default included) also elects, after its ConfigRecords, a
+  leader outside the ISR for each of the topic's leaderless partitions that has a replica able to
+  lead (`election.elect_unclean_leaders`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jbod_core import records, topic_configs
+from jbod_core import election, records, topic_configs
+from jbod_core.draft import Draft
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, TopicImage
 from jbod_core.messages import AlterConfigOp, AlterTopicConfigsReply, AlterTopicConfigsRequest
@@ -104,4 +109,13 @@ def alter_topic_configs(
         return [], AlterTopicConfigsReply(error_code=code, error_message=message)
     produced, configs = _changes(topic, request.configs)
     reply = AlterTopicConfigsReply(topic_id=topic_id, configs=dict(configs))
-    return ([] if request.validate_only else produced), reply
+    if request.validate_only:
+        return [], reply
+    unclean_after = topic_configs.unclean_leader_election(configs, image.broker_configs.get("", {}))
+    if unclean_after and not election.unclean_election_enabled(image, topic_id):
+        draft = Draft(image)
+        for record in produced:
+            draft.append(record)
+        election.elect_unclean_leaders(draft, topic_id)
+        produced = draft.records
+    return produced, reply
