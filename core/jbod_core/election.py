@@ -119,7 +119,7 @@ def elect_leader(  # noqa: PLR0913  the acceptor and partition, then one keyword
     for broker_id, directory in zip(part.replicas, directories, strict=True):
         if broker_id != remove and broker_id in isr and acceptor.accepts(broker_id, directory):
             return broker_id
-    if unclean if unclean is not None else acceptor.unclean_allowed(topic_id):
+    if acceptor.unclean_allowed(topic_id) if unclean is None else unclean:
         for broker_id, directory in zip(part.replicas, directories, strict=True):
             if broker_id != remove and acceptor.accepts(broker_id, directory):
                 return broker_id
