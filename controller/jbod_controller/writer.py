@@ -8,6 +8,7 @@ Guarantees:
   written and fsync'd together (group commit). Every reply of a batch is released only after the
   batch is durable, so no reply reports (or depends on) state that a crash could lose.
 * The metadata readers (`wait_for_commit`, the log's `read`) only ever see fsync'd records.
+* Every unclean leader election written (`jbod_core.election.is_unclean`) is logged as a WARNING.
 * A record that cannot be replayed or a log that cannot be written is fatal: the process exits
   rather than run with an image the log does not hold.
 * In a controller quorum (§3.8) nothing is decided while the log cannot say that this controller
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from jbod_controller.record_log import NotActiveError, RecordLog
-from jbod_core import frames, records
+from jbod_core import election, frames, records
 from jbod_core.image import ClusterImage
 from jbod_runtime import gc_policy
 
@@ -241,8 +242,25 @@ class Writer:
         for record in produced:
             offset = self.image.end_offset
             append(encode_entry(offset, record.TYPE, record.to_data()))
+            if type(record) is records.PartitionChangeRecord and record.leader is not None:
+                self._log_unclean(record)
             self.image.replay(record, offset)
         return reply, None, len(produced)
+
+    def _log_unclean(self, record: records.PartitionChangeRecord) -> None:
+        """A WARNING for a leader elected outside the ISR (Kafka's controller logs it too)."""
+        before = self.image.partition((record.topic_id, record.partition_id))
+        if before is not None and election.is_unclean(before, record):
+            topic = self.image.topics[record.topic_id].name
+            log.warning(
+                "Unclean leader election: broker %d leads %s-%d (leader epoch %d), outside the ISR %s; "
+                "records only the old ISR had are lost",
+                record.leader,
+                topic,
+                record.partition_id,
+                before.leader_epoch + 1 if record.leader_epoch is None else record.leader_epoch,
+                list(before.isr),
+            )
 
     async def _announce_commit(self, written: int) -> None:
         """After a durable batch: wake the metadata readers and run the after-commit hooks."""

@@ -15,13 +15,18 @@ Guarantees:
   configs as they are after the change (as they would be, with `validate_only`).
 * `replace` (Kafka's legacy AlterConfigs) makes the ops the topic's whole configs: after them,
   every key set before and not named is deleted (`replaced`), checked and written as above.
+* A change that turns unclean leader election on for the topic (`election.unclean_election_enabled`
+  false before, true after, the cluster default included) also elects, after its ConfigRecords, a
+  leader outside the ISR for each of the topic's leaderless partitions that has a replica able to
+  lead (`election.elect_unclean_leaders`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jbod_core import records, topic_configs
+from jbod_core import election, records, topic_configs
+from jbod_core.draft import Draft
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage, TopicImage
 from jbod_core.messages import AlterConfigOp, AlterTopicConfigsReply, AlterTopicConfigsRequest
@@ -114,4 +119,13 @@ def alter_topic_configs(
     ops = replaced(request.configs, topic.configs) if request.replace else request.configs
     produced, configs = _changes(topic, ops)
     reply = AlterTopicConfigsReply(topic_id=topic_id, configs=dict(configs))
-    return ([] if request.validate_only else produced), reply
+    if request.validate_only:
+        return [], reply
+    unclean_after = topic_configs.unclean_leader_election(configs, image.broker_configs.get("", {}))
+    if unclean_after and not election.unclean_election_enabled(image, topic_id):
+        draft = Draft(image)
+        for record in produced:
+            draft.append(record)
+        election.elect_unclean_leaders(draft, topic_id)
+        produced = draft.records
+    return produced, reply

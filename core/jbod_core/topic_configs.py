@@ -29,6 +29,8 @@ Guarantees:
   unset or unusable). A topic whose `cleanup.policy` lacks `delete` resolves
   `retention.ms` and `retention.bytes` to -1: its segments are never deleted by retention.
   `cleanup_policy(configs)` reads `cleanup.policy` the same way (an unusable value: `delete`).
+* `unclean_leader_election(topic, cluster_default)` is the controller's reading of
+  `unclean.leader.election.enable`: the topic's value, else the cluster default's, else false.
 * The replication throttle lists (Kafka's `leader.replication.throttled.replicas` and
   `follower.replication.throttled.replicas`, issue 24): `*` or a comma-separated list of
   `partition:broker`, checked as Kafka's ThrottledReplicaListValidator checks them and read with
@@ -66,6 +68,7 @@ RETENTION_BYTES: Final = "retention.bytes"
 RETENTION_MS: Final = "retention.ms"
 SEGMENT_BYTES: Final = "segment.bytes"
 SEGMENT_MS: Final = "segment.ms"
+UNCLEAN_LEADER_ELECTION_ENABLE: Final = "unclean.leader.election.enable"
 LEADER_THROTTLED_REPLICAS: Final = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS: Final = "follower.replication.throttled.replicas"
 COMPACT: Final = "compact"
@@ -455,12 +458,15 @@ DEFINITIONS: Final[tuple[ConfigDefinition, ...]] = (
         applied=True,
     ),
     _d(
-        "unclean.leader.election.enable",
+        UNCLEAN_LEADER_ELECTION_ENABLE,
         "boolean",
         "false",
         NO_RULE,
-        "unclean.leader.election.enable",
-        "Whether a replica outside the ISR may become leader when no ISR member is left.",
+        UNCLEAN_LEADER_ELECTION_ENABLE,
+        "Whether the controller may elect a replica outside the ISR when no ISR member can lead "
+        "(records only the old leader had are lost; the ISR becomes the new leader alone) "
+        '(docs/decisions.md, "Unclean leader election").',
+        applied=True,
     ),
 )
 BY_NAME: Final[Mapping[str, ConfigDefinition]] = {d.name: d for d in DEFINITIONS}
@@ -743,6 +749,20 @@ def cleanup_policy(configs: Mapping[str, str], default: str = DELETE) -> frozens
     if isinstance(parsed, ConfigProblem) or not isinstance(parsed, tuple):
         parsed = parse(BY_NAME[CLEANUP_POLICY], default)
     return frozenset(parsed) if isinstance(parsed, tuple) else frozenset({DELETE})
+
+
+def unclean_leader_election(topic: Mapping[str, str], cluster_default: Mapping[str, str]) -> bool:
+    """Whether the controller may elect a leader outside a topic's ISR: the topic's
+    `unclean.leader.election.enable`, else the cluster-wide dynamic broker default's, else
+    Kafka's default (false). A value that is not a boolean is skipped, as if unset."""
+    definition = BY_NAME[UNCLEAN_LEADER_ELECTION_ENABLE]
+    for configs in (topic, cluster_default):
+        text = configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        if text is not None:
+            parsed = parse(definition, text)
+            if isinstance(parsed, bool):
+                return parsed
+    return False
 
 
 def shown_value(definition: ConfigDefinition, value: str) -> str:

@@ -50,6 +50,7 @@ from confluent_kafka.admin import (
 
 from e2e.kafka_tools import KafkaCluster as RealKafka
 from e2e.kafka_tools import KafkaInstall, ScramUser
+from e2e.wait import wait_for
 from jbod_core.broker_configs import FALLBACKS, OUR_DEFAULTS
 from jbod_core.topic_configs import DEFINITIONS
 from jbod_kafka import protocol, record_batch
