@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SOURCES := core kafka runtime controller client local cli agent operator pipeline e2e tests bench
 TYPED := core kafka runtime controller client local cli agent operator pipeline e2e bench
 
-.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools spark-kafka kind-up kind-down python-check
+.PHONY: setup setup-dev demo test lint format bench clean e2e-toolchain e2e-images e2e kafka-tools spark-kafka schema-registry kind-up kind-down python-check
 
 python-check:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
@@ -43,7 +43,7 @@ demo: setup
 # tier alone; the kind tier's toolchain and images build niced in the background during the first
 # pass (e2e/tiers.py). Each step prints its duration.
 PYTEST_WORKERS ?= 3
-test: lint kafka-tools spark-kafka
+test: lint kafka-tools spark-kafka schema-registry
 	$(BIN)/python -m e2e.tiers --workers $(PYTEST_WORKERS)
 
 lint: setup-dev
@@ -83,6 +83,12 @@ kafka-tools: setup-dev
 # Maven Central: resolved once with Maven and cached in ~/.cache/jbod-spark (`jbod-pipeline topic-stats`).
 spark-kafka: setup-dev
 	$(BIN)/jbod-pipeline kafka-jars
+
+# Apicurio Registry (a schema registry storing in a topic: KafkaSQL) as Apicurio publishes it on
+# Maven Central, the Quarkus application's archive: fetched once with Maven and unpacked into
+# ~/.cache/jbod-registry (~16 s cold, 115 MiB; tests/kafka_tools/test_schema_registry.py).
+schema-registry: setup-dev
+	$(BIN)/python -m e2e.schema_registry fetch
 
 e2e: e2e-images
 	JBOD_E2E_REQUIRED=1 $(BIN)/pytest -m e2e tests/e2e
