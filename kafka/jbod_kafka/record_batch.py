@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -426,35 +426,10 @@ def recompressed(batch: CheckedBatch, compression: int, *, level: int | None = N
         range(header.base_offset, header.base_offset + header.record_count)
     ):
         raise _invalid("Record offset deltas are not 0, 1, 2, ...", HEADER_SIZE)
-    builder = DefaultRecordBatchBuilder(
-        magic=MAGIC,
-        compression_type=Compression.NONE,
-        is_transactional=int(header.is_transactional),
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        batch_size=MAX_LENGTH,
+    frame = _records_frame(
+        header, ((delta, r.timestamp, r.key, r.value, r.headers) for delta, r in enumerate(records))
     )
-    append = builder.append
-    for delta, record in enumerate(records):
-        append(
-            offset=delta,
-            timestamp=record.timestamp,
-            key=record.key,
-            value=record.value,
-            headers=record.headers,
-        )
-    frame: bytearray = builder.build()
-    if compression != Compression.NONE:
-        frame[HEADER_SIZE:] = _ENCODERS[Compression(compression)](bytes(frame[HEADER_SIZE:]), level)
-    if len(frame) - LOG_OVERHEAD > MAX_LENGTH:
-        raise _invalid(f"A batch of {len(frame)} bytes does not fit a batch length")
-    _I64.pack_into(frame, 0, header.base_offset)
-    _I32.pack_into(frame, LOG_OVERHEAD - 4, len(frame) - LOG_OVERHEAD)
-    _I32.pack_into(frame, _EPOCH_AT, header.leader_epoch)
-    _U16.pack_into(frame, _ATTRIBUTES_AT, (header.attributes & ~_COMPRESSION_MASK) | compression)
-    _U32.pack_into(frame, _CRC_AT, crc32c.crc32c(memoryview(frame)[CRC_START:]))
-    data = bytes(frame)
+    data = _stamped(frame, header, compression=compression, level=level)
     return CheckedBatch(data, read_header(data), tuple(record.timestamp for record in records))
 
 
@@ -588,9 +563,31 @@ def rebuilt_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
     A LogAppendTime batch keeps its max timestamp; a CreateTime batch gets its records' newest."""
     if not records:
         raise ValueError("A rebuilt batch needs at least one record")
+    for record in records:
+        if not 0 <= record.offset - header.base_offset <= header.last_offset_delta:
+            raise ValueError(f"Record offset {record.offset} is outside the batch at {header.base_offset}")
+    frame = _records_frame(
+        header,
+        ((r.offset - header.base_offset, r.timestamp_ms, r.key, r.value, list(r.headers)) for r in records),
+    )
+    return _stamped(
+        frame,
+        header,
+        compression=header.compression,
+        level=None,
+        last_offset_delta=header.last_offset_delta,
+        max_timestamp_ms=header.max_timestamp_ms if header.log_append_time else None,
+    )
+
+
+def _records_frame(
+    header: BatchHeader, records: Iterable[tuple[int, int, bytes | None, bytes | None, Any]]
+) -> bytearray:
+    """An uncompressed batch of `records` ((offset delta, timestamp, key, value, headers) each)
+    with `header`'s transactional flag, producer id, epoch and base sequence (aiokafka's builder)."""
     builder = DefaultRecordBatchBuilder(
         magic=MAGIC,
-        compression_type=header.compression,
+        compression_type=Compression.NONE,
         is_transactional=int(header.is_transactional),
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
@@ -598,24 +595,36 @@ def rebuilt_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
         batch_size=MAX_LENGTH,
     )
     append = builder.append
-    for record in records:
-        delta = record.offset - header.base_offset
-        if not 0 <= delta <= header.last_offset_delta:
-            raise ValueError(f"Record offset {record.offset} is outside the batch at {header.base_offset}")
-        append(
-            offset=delta,
-            timestamp=record.timestamp_ms,
-            key=record.key,
-            value=record.value,
-            headers=list(record.headers),
-        )
+    for delta, timestamp, key, value, headers in records:
+        append(offset=delta, timestamp=timestamp, key=key, value=value, headers=headers)
     frame: bytearray = builder.build()
+    return frame
+
+
+def _stamped(  # noqa: PLR0913  the frame and its header, then what the caller changes
+    frame: bytearray,
+    header: BatchHeader,
+    *,
+    compression: int,
+    level: int | None,
+    last_offset_delta: int | None = None,
+    max_timestamp_ms: int | None = None,
+) -> bytes:
+    """`frame`'s records compressed with `compression` (at `level`), with `header`'s base
+    offset, leader epoch and attributes (the codec `compression`), the given last offset delta
+    and max timestamp, the length and CRC computed."""
+    if compression != Compression.NONE:
+        frame[HEADER_SIZE:] = _ENCODERS[Compression(compression)](bytes(frame[HEADER_SIZE:]), level)
+    if len(frame) - LOG_OVERHEAD > MAX_LENGTH:
+        raise _invalid(f"A batch of {len(frame)} bytes does not fit a batch length")
     _I64.pack_into(frame, 0, header.base_offset)
+    _I32.pack_into(frame, LOG_OVERHEAD - 4, len(frame) - LOG_OVERHEAD)
     _I32.pack_into(frame, _EPOCH_AT, header.leader_epoch)
-    _U16.pack_into(frame, _ATTRIBUTES_AT, header.attributes)
-    _I32.pack_into(frame, _LAST_DELTA_AT, header.last_offset_delta)
-    if header.log_append_time:
-        _I64.pack_into(frame, _MAX_TIMESTAMP_AT, header.max_timestamp_ms)
+    _U16.pack_into(frame, _ATTRIBUTES_AT, (header.attributes & ~_COMPRESSION_MASK) | compression)
+    if last_offset_delta is not None:
+        _I32.pack_into(frame, _LAST_DELTA_AT, last_offset_delta)
+    if max_timestamp_ms is not None:
+        _I64.pack_into(frame, _MAX_TIMESTAMP_AT, max_timestamp_ms)
     _U32.pack_into(frame, _CRC_AT, crc32c.crc32c(memoryview(frame)[CRC_START:]))
     return bytes(frame)
 
