@@ -22,16 +22,19 @@ MiB), no I/O throttle (both defaults), `offsets.topic.num.partitions=1`.
    segment, so every byte of the fill is in a closed, cleanable segment ("dirty bytes": the sizes
    of a partition's segment files but the active one, on disk before the cleaning). The cleaning
    starts when `min.compaction.lag.ms` is set to 0 on both (IncrementalAlterConfigs), each
-   system in turn (never both at once: the two cleaners would share the 2 cores). Throughput =
+   system in turn (never both at once: the two cleaners would share the 2 cores), after a
+   `sync` (so the fills' writeback is not in a measured window). Throughput =
    dirty MiB / the cleaning's seconds, per partition (= per dir); both dirs clean at the same time.
    * Kafka: the cleaner thread's own report (at INFO in the server's log, logger
      `org.apache.kafka.storage.internals.log.LogCleaner$CleanerThread` in 4.3): "X MB of log processed in T seconds (R MB/sec)", the whole cleaning (key map
      and rewrite, swap included), its MB being 2^20 bytes of segments rewritten; R is taken as
      printed, its start as the line's time - X / R.
-   * ours: the start is the last `GET /v1/log-dirs` answer (polled every `POLL_S`) before the one
-     that shows the dir's cleaner busy with the partition (the earliest it can have started),
+   * ours: `GET /v1/log-dirs` is polled every `POLL_S`; the start is when the last poll that
+     showed the dir's cleaner not busy with the partition was sent, before the unbroken run of
+     polls that show it busy up to the one that shows the run counted (the earliest it can have
+     started; a round that finds nothing to clean shows "busy" for a moment, never in that run),
      the end the agent's INFO line "<partition>: cleaned up to offset N: ..." (written after the
-     swap), both to the millisecond.
+     swap), to the millisecond.
 2. Produce latency while the cleaners run. A paced producer process (`bench.produce_throughput`'s
    worker: librdkafka, acks=all, idempotent, `linger.ms` 0, 1 KiB records) sends
    `PACED_RECORDS_S` records/s (3 MB/s) to a 1-partition delete-policy topic `latency` from
@@ -522,17 +525,29 @@ class CleanerPoller:
         self._thread.join(timeout=130)
 
     def start_of(self, path: str, partition: str, runs_before: int) -> tuple[float, float]:
-        """The earliest time the dir's cleaning of `partition` can have started (the last sample
-        that shows it not started yet was sent then) and the uncertainty (to the answer of the
-        first sample that shows it started or done)."""
-        for index, (_sent, answered, cleaners) in enumerate(self.samples):
-            cleaner = cleaners.get(path, {})
-            if cleaner.get("cleaning") == partition or cleaner.get("runs", 0) > runs_before:
-                if index == 0:
-                    raise BenchError(f"ours: {partition} was cleaning at the first poll")
-                previous_sent = self.samples[index - 1][0]
-                return previous_sent, answered - previous_sent
-        raise BenchError(f"ours: no poll showed the cleaning of {partition}")
+        """The earliest time the dir's cleaning of `partition` that ended first can have started,
+        and the uncertainty. Going back from the first sample that shows the run counted, over
+        the samples that show it cleaning `partition`: the start is when the last sample that
+        showed it not cleaning was sent, the uncertainty the time to the next one's answer. (A
+        round that finds nothing to clean shows "cleaning" for a moment too: such a sample is
+        followed by idle ones, so it never joins the run of samples walked back over.)"""
+        done = next(
+            (
+                i
+                for i, (_sent, _answered, cleaners) in enumerate(self.samples)
+                if cleaners.get(path, {}).get("runs", 0) > runs_before
+            ),
+            None,
+        )
+        if done is None:
+            raise BenchError(f"ours: no poll showed the cleaning of {partition} done")
+        index = done - 1
+        while index >= 0 and self.samples[index][2].get(path, {}).get("cleaning") == partition:
+            index -= 1
+        if index < 0:
+            raise BenchError(f"ours: {partition} was cleaning at the first poll")
+        sent = self.samples[index][0]
+        return sent, self.samples[index + 1][1] - sent
 
 
 @dataclasses.dataclass
@@ -603,6 +618,20 @@ def clean_phase(
                         timeout=CLEAN_TIMEOUT_S,
                         interval=0.2,
                         what="ours: the cleanings",
+                    )
+                    assert poller is not None  # until a poll shows every run counted
+                    wait_until(
+                        lambda: (
+                            poller.samples
+                            and all(
+                                c.get("runs", 0) > runs_before.get(p, 0)
+                                for p, c in poller.samples[-1][2].items()
+                                if p in {str(d) for d in system.log_dirs}
+                            )
+                        ),
+                        timeout=120,
+                        interval=0.1,
+                        what="ours: a poll showing the runs",
                     )
                 else:
                     reports = wait_until(
@@ -1051,6 +1080,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             rate = fill(system, DIRS, sizes_.mb_per_partition)
             roll(system, DIRS)
             log(f"  {system.name}: filled at {rate:.1f} MB/s and rolled ({machine_load()})")
+        os.sync()  # the fills' dirty pages written back now, not in a measured window
         for system in both:
             phases.append(clean_phase(system, ws, DIRS, sizes_.baseline_s, args.profile))
         if not args.skip_load:
