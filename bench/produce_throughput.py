@@ -197,25 +197,32 @@ class ProducerResult:
 
 @dataclass
 class ProducerProcess:
-    """A producer worker (see the protocol above), started by the benchmark and always killed."""
+    """A producer worker (see the protocol above), started by the benchmark and always killed.
+    It produces to `cluster`'s brokers as `admin`, or (without a cluster) to `bootstrap` as the
+    SCRAM user `admin` whose password is in `token_file` (e.g. Apache Kafka's in bench.compaction)."""
 
-    cluster: AgentCluster
+    cluster: AgentCluster | None
     topic: str
     out: Path
     partition: int = -1
     extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[str] | None = None
+    bootstrap: str = ""
+    token_file: Path | None = None
 
     def start(self) -> ProducerProcess:
+        if self.cluster is not None:
+            self.bootstrap = self.bootstrap or kafka_config(self.cluster)["bootstrap.servers"]
+            self.token_file = self.token_file or self.cluster.controller.data_dir / "admin.token"
         command = [
             sys.executable,
             "-m",
             "bench.produce_throughput",
             "--worker",
             "--bootstrap",
-            kafka_config(self.cluster)["bootstrap.servers"],
+            self.bootstrap,
             "--token-file",
-            str(self.cluster.controller.data_dir / "admin.token"),
+            str(self.token_file),
             "--topic",
             self.topic,
             "--partition",
@@ -228,7 +235,8 @@ class ProducerProcess:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1
             )
-        self.cluster.stack.callback(self.kill)
+        if self.cluster is not None:
+            self.cluster.stack.callback(self.kill)
         return self
 
     def _expect(self, word: str, timeout: float = 120) -> None:

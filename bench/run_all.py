@@ -18,6 +18,9 @@ an idle cluster of 10,000 replicas of each. `reassign_throttle` runs 4 agents an
 `kafka-reassign-partitions.sh` (Java): produce latency with and without a throttled reassignment.
 `tls_throughput` runs 3 agents with SASL_SSL and https replication, then with SASL_PLAINTEXT:
 throughput and broker CPU per MB side by side (issue 25).
+`compaction` runs one agent and one Apache Kafka 4.3 node side by side: the log cleaner's MB/s per
+dir, produce latency while it cleans, and `__consumer_offsets` load time before and after
+compaction (issue 32; writes some 1 GB to the temp dir's disk).
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -47,6 +50,7 @@ BENCHMARKS = (
     "kafka_peer",
     "reassign_throttle",
     "tls_throughput",
+    "compaction",
     "pipeline_scale",
 )
 

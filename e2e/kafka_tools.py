@@ -699,6 +699,13 @@ class KafkaCluster(_ToolsAgainst):
     def server_log(self) -> Path:
         return self.work_dir / "logs" / "server.out"
 
+    @property
+    def pid(self) -> int:
+        """The pid of the node's JVM (it changes on `restart`), for CPU and memory readings."""
+        if self._proc is None:
+            raise RuntimeError("Kafka is not running")
+        return self._proc.pid
+
     def start(self) -> KafkaCluster:
         started = time.monotonic()
         config = self.work_dir / "server.properties"
