@@ -31,6 +31,7 @@ from jbod_agent.storage.log_cleaner import (
     CleanResult,
     Throttle,
     clean,
+    members_of,
     read_checkpoint,
     write_checkpoint,
 )
@@ -97,8 +98,8 @@ def clean_once(
     )
     result = clean(job, map_budget_bytes=budget, throttle=Throttle(None, threading.Event()))
     if result is not None:
-        for members, cleaned in result.groups:
-            assert log.swap_cleaned(members, cleaned)
+        for bases, cleaned in result.groups:
+            assert log.swap_cleaned(members_of(job, bases), cleaned)
         write_checkpoint(log.path, result.dirty_end, result.tombstones_due_ms)
     return result
 
@@ -263,9 +264,9 @@ def test_a_swap_is_refused_once_the_log_changed(tmp_path: Path) -> None:
     )
     result = clean(job, map_budget_bytes=1 << 20, throttle=Throttle(None, threading.Event()))
     assert result is not None and result.groups
-    log.truncate_to(result.groups[0][0][-1].base_offset)  # a member cut
-    members, cleaned = result.groups[0]
-    assert not log.swap_cleaned(members, cleaned)
+    log.truncate_to(result.groups[0][0][-1])  # a member cut
+    bases, cleaned = result.groups[0]
+    assert not log.swap_cleaned(members_of(job, bases), cleaned)
     assert not cleaned.log_path(log.path).exists()
     assert read_all(log) == [r for r in model if r[0] < log.end_offset]
     log.close()
@@ -340,7 +341,8 @@ def test_recovery_completes_an_interrupted_swap(tmp_path: Path, members_removed:
     job = CleanJob(log.path, log.segments(), 0, log.end_offset, 0, None, KEEP_TOMBSTONES, 1 << 20, 256, NOW)
     result = clean(job, map_budget_bytes=1 << 20, throttle=Throttle(None, threading.Event()))
     assert result is not None
-    (members, cleaned), *_ = result.groups
+    (bases, cleaned), *_ = result.groups
+    members = members_of(job, bases)
     assert len(members) > 2
     log.close()
     os.replace(cleaned.log_path(tmp_path / "t-0"), tmp_path / "t-0" / f"{cleaned.base_offset:020d}.log.swap")

@@ -1,10 +1,12 @@
 """The log cleaner of each log dir: compaction as a JBOD feature (Kafka's `LogCleaner`, per disk).
 
 Every `log.cleaner.backoff.ms` (the `log.cleaner.*` settings are read each round: dynamic over
-server.properties; `log.cleaner.enable=false` pauses the cleaners), each log dir with hosted replicas of compacted topics gets a
-cleaning round in a thread of its own (one worker per dir): its logs are cleaned one after the
-other (`storage.log_cleaner.clean`: the decisions are `jbod_core.compaction`'s), each cleaned
-segment swapped in on the event loop (`PartitionLog.swap_cleaned`), then the log's first dirty
+server.properties; `log.cleaner.enable=false` pauses the cleaners), each log dir with hosted
+replicas of compacted topics gets a cleaning round: its logs are checked one after the other (in a
+thread: segment headers at most), and each that needs it is cleaned in the dir's own worker
+process (spawned when the dir first has work; a dir's cleaning takes a core of its own and never
+holds the broker's interpreter lock; `storage.log_cleaner.clean`, on `jbod_core.compaction`'s
+decisions), each cleaned segment swapped in on the event loop (`PartitionLog.swap_cleaned`), then the log's first dirty
 offset recorded.
 
 Guarantees:
@@ -27,15 +29,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import threading
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 from jbod_agent import dynamic_configs
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage import log_cleaner
-from jbod_agent.storage.log_cleaner import CleanerStoppedError, CleanJob, CleanResult, Throttle
+from jbod_agent.storage.log_cleaner import CleanerStoppedError, CleanJob, CleanResult
 from jbod_core import broker_configs, compaction
 from jbod_core.ids import Uuid
 
@@ -49,14 +53,17 @@ class CleanerState(enum.Enum):
     STOPPED = "stopped"  # the broker is stopping
 
 
+_SPAWN: Final = multiprocessing.get_context("spawn")  # never fork a process with threads
+
+
 @dataclass(eq=False)
 class DirCleaner:
-    """One dir's cleaner: its worker thread, throttle and tallies (written on the event loop)."""
+    """One dir's cleaner: its worker process (started when it first has work), its stop signal
+    and tallies (written on the event loop)."""
 
     directory_id: Uuid
-    stop: threading.Event
-    executor: ThreadPoolExecutor
-    throttle: Throttle
+    stop: Any = field(default_factory=_SPAWN.Event)  # a multiprocessing Event its worker watches
+    worker: ProcessPoolExecutor | None = field(default=None, repr=False)
     state: CleanerState = CleanerState.IDLE
     runs: int = 0
     bytes_read: int = 0
@@ -67,6 +74,20 @@ class DirCleaner:
     max_dirty_ratio: float = 0.0
     cleaning: str | None = None  # the partition being cleaned
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def process(self) -> ProcessPoolExecutor:
+        """The dir's worker process, started on first use (a spawned interpreter)."""
+        if self.worker is None:
+            self.worker = ProcessPoolExecutor(
+                1, mp_context=_SPAWN, initializer=log_cleaner.start_worker, initargs=(self.stop,)
+            )
+        return self.worker
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        if self.worker is not None:
+            self.worker.shutdown(wait=False, cancel_futures=True)
+            self.worker = None
 
 
 class LogCleaning:
@@ -80,13 +101,7 @@ class LogCleaning:
     def _cleaner(self, directory_id: Uuid) -> DirCleaner:
         cleaner = self.cleaners.get(directory_id)
         if cleaner is None:
-            stop = threading.Event()
-            cleaner = self.cleaners[directory_id] = DirCleaner(
-                directory_id,
-                stop,
-                ThreadPoolExecutor(1, thread_name_prefix=f"cleaner-{str(directory_id)[:8]}"),
-                Throttle(self.settings().io_max_bytes_per_second, stop),
-            )
+            cleaner = self.cleaners[directory_id] = DirCleaner(directory_id)
         return cleaner
 
     def settings(self) -> broker_configs.CleanerSettings:
@@ -106,11 +121,7 @@ class LogCleaning:
             self.close()
 
     def start_round(self) -> None:
-        """Start a cleaning round in every dir with compacted logs whose cleaner is idle (each
-        dir's throttle takes the current `log.cleaner.io.max.bytes.per.second`)."""
-        rate = self.settings().io_max_bytes_per_second
-        for cleaner in self.cleaners.values():
-            cleaner.throttle.bytes_per_second = rate
+        """Start a cleaning round in every dir with compacted logs whose cleaner is idle."""
         by_dir: dict[Uuid, list[HostedPartition]] = {}
         for hosted in self.manager.partitions.values():
             if hosted.compacted:
@@ -121,48 +132,65 @@ class LogCleaning:
                 cleaner.task = asyncio.create_task(self._round(cleaner, logs))
 
     async def _round(self, cleaner: DirCleaner, logs: list[HostedPartition]) -> None:
-        manager = self.manager
-        loop = asyncio.get_running_loop()
-        budget = self.settings().dedupe_buffer_size
+        settings = self.settings()
         for hosted in logs:
             if cleaner.state is not CleanerState.IDLE:
                 return
-            if manager.partitions.get(hosted.key) is not hosted:
+            if self.manager.partitions.get(hosted.key) is not hosted:
                 continue
-            partition_log = hosted.log
             job = self._job(hosted)
             if job is None:
                 continue
             cleaner.state, cleaner.cleaning = CleanerState.CLEANING, hosted.name
             try:
-                result = await loop.run_in_executor(
-                    cleaner.executor,
-                    lambda job=job: log_cleaner.clean(
-                        job, map_budget_bytes=budget, throttle=cleaner.throttle
-                    ),  # type: ignore[misc]
-                )
-                if (
-                    result is not None
-                    and manager.partitions.get(hosted.key) is hosted
-                    and hosted.log is partition_log
-                ):
-                    self._commit(cleaner, hosted, result)
-            except CleanerStoppedError:
-                if cleaner.state is not CleanerState.FAILED:
-                    cleaner.state = CleanerState.STOPPED
-                return
-            except OSError as exc:
-                cleaner.state = CleanerState.FAILED
-                log.error("The log cleaner of dir %s stopped: %s", cleaner.directory_id, exc)
-                if manager.partitions.get(hosted.key) is hosted:
-                    manager.storage_error(hosted, exc, "cleaning the log")
-                return
-            except ValueError as exc:  # the log was closed meanwhile, or a batch is damaged
-                log.warning("%s: cleaning skipped: %s", hosted.name, exc)
+                await self._clean_log(cleaner, hosted, job, settings)
             finally:
                 cleaner.cleaning = None
                 if cleaner.state is CleanerState.CLEANING:
                     cleaner.state = CleanerState.IDLE
+
+    async def _clean_log(
+        self,
+        cleaner: DirCleaner,
+        hosted: HostedPartition,
+        job: CleanJob,
+        settings: broker_configs.CleanerSettings,
+    ) -> None:
+        """Clean one log if it needs it; an error sets the cleaner's state (FAILED, STOPPED) or
+        is logged, as the module docstring says."""
+        manager = self.manager
+        partition_log = hosted.log
+        try:
+            # The check reads segment headers at most: in a thread; the cleaning itself in the
+            # dir's own process.
+            if not await asyncio.to_thread(log_cleaner.needs_cleaning, job):
+                return
+            result = await asyncio.get_running_loop().run_in_executor(
+                cleaner.process(),
+                log_cleaner.clean_in_worker,
+                job,
+                settings.dedupe_buffer_size,
+                settings.io_max_bytes_per_second,
+            )
+            if (
+                result is not None
+                and manager.partitions.get(hosted.key) is hosted
+                and hosted.log is partition_log
+            ):
+                self._commit(cleaner, hosted, job, result)
+        except CleanerStoppedError:
+            if cleaner.state is not CleanerState.FAILED:
+                cleaner.state = CleanerState.STOPPED
+        except BrokenProcessPool as exc:  # the worker died (killed, out of memory): a new one next time
+            log.warning("The log cleaner process of dir %s ended: %s", cleaner.directory_id, exc)
+            cleaner.worker = None
+        except OSError as exc:
+            cleaner.state = CleanerState.FAILED
+            log.error("The log cleaner of dir %s stopped: %s", cleaner.directory_id, exc)
+            if manager.partitions.get(hosted.key) is hosted:
+                manager.storage_error(hosted, exc, "cleaning the log")
+        except ValueError as exc:  # the log was closed meanwhile, or a batch is damaged
+            log.warning("%s: cleaning skipped: %s", hosted.name, exc)
 
     def _job(self, hosted: HostedPartition) -> CleanJob | None:
         partition_log = hosted.log
@@ -188,13 +216,15 @@ class LogCleaning:
             now_ms=wall_ms(self.clock),
         )
 
-    def _commit(self, cleaner: DirCleaner, hosted: HostedPartition, result: CleanResult) -> None:
+    def _commit(
+        self, cleaner: DirCleaner, hosted: HostedPartition, job: CleanJob, result: CleanResult
+    ) -> None:
         """Swap the cleaned segments in (on the event loop) and record the first dirty offset."""
         partition_log = hosted.log
         swapped = 0
         size_before = partition_log.size_bytes
-        for members, cleaned in result.groups:
-            swapped += partition_log.swap_cleaned(members, cleaned)
+        for bases, cleaned in result.groups:
+            swapped += partition_log.swap_cleaned(log_cleaner.members_of(job, bases), cleaned)
         if swapped == len(result.groups):
             log_cleaner.write_checkpoint(partition_log.path, result.dirty_end, result.tombstones_due_ms)
         cleaner.runs += 1
@@ -221,12 +251,11 @@ class LogCleaning:
         cleaner = self.cleaners.get(directory_id)
         if cleaner is not None:
             cleaner.state = CleanerState.FAILED
-            cleaner.stop.set()
+            cleaner.shutdown()
 
     def close(self) -> None:
         """Stop every dir's cleaner (a cleaning in progress stops at its next batch)."""
         for cleaner in self.cleaners.values():
-            cleaner.stop.set()
             if cleaner.state is not CleanerState.FAILED:
                 cleaner.state = CleanerState.STOPPED
-            cleaner.executor.shutdown(wait=False, cancel_futures=True)
+            cleaner.shutdown()

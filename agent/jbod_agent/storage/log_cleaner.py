@@ -23,6 +23,9 @@ Guarantees:
 * I/O: every byte read and written passes the `Throttle` (the dir's
   `log.cleaner.io.max.bytes.per.second`); `stop` makes `clean` raise `CleanerStoppedError` at the
   next batch, leaving only `.cleaned` files (removed by the swap's check or by recovery).
+* `clean` needs nothing of the broker's memory but its `CleanJob` (picklable), so it runs in a
+  process of its own (`clean_in_worker`, after `start_worker`): a dir's cleaning takes a core of
+  its own and never holds the broker's interpreter lock.
 * OSErrors propagate untouched (the caller takes the dir offline); the log's files are only
   read here, never changed.
 """
@@ -100,7 +103,7 @@ class CleanResult:
     """The cleaned segments to swap in (with the segments each replaces), where the mapped dirty
     section ended (the next first dirty offset), and what the cleaning did."""
 
-    groups: list[tuple[tuple[Segment, ...], CleanedSegment]] = field(default_factory=list)
+    groups: list[tuple[tuple[int, ...], CleanedSegment]] = field(default_factory=list)  # member bases
     dirty_end: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
@@ -169,8 +172,16 @@ def _info(segment: Segment, size: int) -> SegmentInfo:
     return SegmentInfo(segment.base_offset, segment.next_offset, size, newest)
 
 
-def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanResult | None:
-    """Clean the log of `job` (see the module docstring); None when it needs no cleaning."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    sizes: list[int]
+    infos: list[SegmentInfo]
+    uncleanable: int
+    first_dirty: int
+    state: compaction.Cleanability
+
+
+def _plan(job: CleanJob) -> _Plan | None:
     sizes = [segment.size for segment in job.segments]
     infos = [_info(segment, size) for segment, size in zip(job.segments, sizes, strict=True)]
     uncleanable = compaction.first_uncleanable_offset(
@@ -182,6 +193,35 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
         state, now_ms=job.now_ms, settings=job.settings, tombstones_due_ms=job.tombstones_due_ms
     ):
         return None
+    return _Plan(sizes, infos, uncleanable, first_dirty, state)
+
+
+def needs_cleaning(job: CleanJob) -> bool:
+    """Whether `clean` would clean the log of `job` (it reads only the segments' headers where
+    their newest timestamp is not known yet): what a cleaner asks before it hands the job over."""
+    return _plan(job) is not None
+
+
+def members_of(job: CleanJob, bases: Sequence[int]) -> tuple[Segment, ...]:
+    """The job's own segments (the log's objects) at `bases`: what a cleaned segment replaces."""
+    by_base = {segment.base_offset: segment for segment in job.segments}
+    return tuple(by_base[base] for base in bases)
+
+
+def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanResult | None:
+    """Clean the log of `job` (see the module docstring); None when it needs no cleaning. May
+    run in another process: the result names the segments each cleaned one replaces by their
+    base offsets (`members_of`)."""
+    plan = _plan(job)
+    if plan is None:
+        return None
+    sizes, infos, uncleanable, first_dirty, state = (
+        plan.sizes,
+        plan.infos,
+        plan.uncleanable,
+        plan.first_dirty,
+        plan.state,
+    )
     result = CleanResult(dirty_ratio=state.dirty_ratio)
     latest, result.dirty_end = _map_dirty(
         job, infos, first_dirty, uncleanable, map_budget_bytes, throttle, result
@@ -198,7 +238,7 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
         members = tuple(by_base[info.base_offset] for info in group)
         cleaned = _clean_group(job, members, group, latest, last_of_producer, throttle, result)
         if cleaned is not None:
-            result.groups.append((members, cleaned))
+            result.groups.append((tuple(m.base_offset for m in members), cleaned))
     return result
 
 
@@ -445,3 +485,23 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
     )
+
+
+# -- a cleaner's worker process --------------------------------------------------------------
+
+_worker_stop: threading.Event | None = None
+
+
+def start_worker(stop: threading.Event) -> None:
+    """A cleaner process's initializer: `stop` (a `multiprocessing` Event the broker sets to stop
+    it) ends a cleaning at its next batch."""
+    global _worker_stop
+    _worker_stop = stop
+
+
+def clean_in_worker(
+    job: CleanJob, map_budget_bytes: int, bytes_per_second: float | None
+) -> CleanResult | None:
+    """`clean` in a cleaner process (`start_worker` ran), throttled to `bytes_per_second`."""
+    assert _worker_stop is not None, "start_worker did not run"
+    return clean(job, map_budget_bytes=map_budget_bytes, throttle=Throttle(bytes_per_second, _worker_stop))
