@@ -51,7 +51,7 @@ import enum
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import crc32c
 from aiokafka import codec as codecs
@@ -555,7 +555,33 @@ def empty_batch(  # noqa: PLR0913  one keyword per header field a cleaned log ke
     return bytes(frame)
 
 
-def rebuilt_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+class StoredRecord(Protocol):
+    """A record as `stored_records` reads it (aiokafka's, not copied): its absolute offset,
+    timestamp, key, value and headers."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Any: ...
+
+
+def stored_records(batch: bytes | memoryview) -> list[StoredRecord]:
+    """The records of a stored batch (exactly one, already verified: no CRC check), decompressed
+    when compressed, as aiokafka reads them (no copy into `Record`s: the cleaner's hot path)."""
+    try:
+        records: list[StoredRecord] = list(DefaultRecordBatch(batch))
+    except Exception as exc:  # aiokafka raises CorruptRecordException, codec errors
+        raise CorruptBatchError(f"Bad records in the batch: {exc}", position=HEADER_SIZE) from None
+    return records
+
+
+def rebuilt_batch(header: BatchHeader, records: Sequence[StoredRecord]) -> bytes:
     """The batch `header` describes holding only `records` (some of its records, at least one,
     in order): the same base offset, last offset delta, leader epoch, attributes, producer id,
     epoch and base sequence, each record's offset, timestamp, key, value and headers kept,
@@ -568,7 +594,7 @@ def rebuilt_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
             raise ValueError(f"Record offset {record.offset} is outside the batch at {header.base_offset}")
     frame = _records_frame(
         header,
-        ((r.offset - header.base_offset, r.timestamp_ms, r.key, r.value, list(r.headers)) for r in records),
+        ((r.offset - header.base_offset, r.timestamp, r.key, r.value, r.headers) for r in records),
     )
     return _stamped(
         frame,

@@ -131,18 +131,22 @@ def write_checkpoint(path: Path, first_dirty: int, tombstones_due_ms: int | None
     durable_files.replace_atomically(path / CLEANER_CHECKPOINT, f"{first_dirty}{due}\n".encode())
 
 
-def _frames(fd: int, segment_size: int, throttle: Throttle) -> Iterator[tuple[BatchHeader, bytes]]:
-    """Each batch of a segment file with its bytes, read in chunks through `throttle`."""
+def _frames(
+    fd: int, segment_size: int, throttle: Throttle
+) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
+    """Each batch of a segment file with its bytes (a view of the chunk read: no copy), read in
+    chunks through `throttle`."""
     position = 0
     while position < segment_size:
         chunk = os.pread(fd, min(log_segments.RECOVERY_CHUNK, segment_size - position), position)
         throttle.spend(len(chunk))
+        view = memoryview(chunk)
         used = 0
         while used + record_batch.HEADER_SIZE <= len(chunk):
             header = record_batch.read_header(chunk, used, position_base=position)
             if used + header.size > len(chunk):
                 break
-            yield header, chunk[used : used + header.size]
+            yield header, view[used : used + header.size]
             used += header.size
         if used == 0:  # one batch larger than a chunk
             header = record_batch.read_header(os.pread(fd, record_batch.HEADER_SIZE, position))
@@ -292,14 +296,15 @@ def _map_segment(  # noqa: PLR0913  the segment, then the map, its undo log, thr
             result.bytes_read += header.size
             if header.is_control or header.record_count == 0 or header.next_offset <= first_dirty:
                 continue
-            for record in record_batch.decode_records(data, verify_crc=False):
-                if record.key is None or record.offset < first_dirty:
+            for record in record_batch.stored_records(data):
+                key = record.key
+                if key is None or record.offset < first_dirty:
                     continue
-                previous = latest.get(record.key)
+                previous = latest.get(key)
                 if previous is None:
-                    used += len(record.key) + MAP_ENTRY_OVERHEAD
-                undo.append((record.key, previous))
-                latest[record.key] = record.offset
+                    used += len(key) + MAP_ENTRY_OVERHEAD
+                undo.append((key, previous))
+                latest[key] = record.offset
     finally:
         os.close(fd)
     return used
@@ -335,18 +340,27 @@ class _Writer:
     run_epoch: int = -1
     run_timestamp: int = log_segments.NO_TIMESTAMP
     max_timestamp: int = log_segments.NO_TIMESTAMP
+    pending: bytearray = field(default_factory=bytearray)  # written a chunk at a time
 
-    def write(self, data: bytes, throttle: Throttle) -> None:
+    def write(self, data: bytes | memoryview, throttle: Throttle) -> None:
         self.flush_run(throttle)
         self._write(data, throttle)
 
-    def _write(self, data: bytes, throttle: Throttle) -> None:
+    def _write(self, data: bytes | memoryview, throttle: Throttle) -> None:
         header = record_batch.read_header(data, position_base=self.size)
-        log_segments.write_all(self.fd, data)
-        throttle.spend(len(data))
+        self.pending += data
+        if len(self.pending) >= log_segments.RECOVERY_CHUNK:
+            self.write_pending(throttle)
         self.headers.append(header)
         self.size += len(data)
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp_ms)
+
+    def write_pending(self, throttle: Throttle) -> None:
+        """Write the batches gathered since the last write (one write a chunk, not one a batch)."""
+        if self.pending:
+            log_segments.write_all(self.fd, memoryview(self.pending))
+            throttle.spend(len(self.pending))
+            self.pending = bytearray()
 
     def drop(self, header: BatchHeader, throttle: Throttle) -> None:
         """`header`'s batch is dropped: its offsets join the run (a new run per leader epoch)."""
@@ -406,6 +420,7 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
             finally:
                 os.close(fd)
         writer.flush_run(throttle)
+        writer.write_pending(throttle)
         os.fsync(writer.fd)
     except BaseException:
         os.close(writer.fd)
@@ -433,11 +448,11 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
 def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
     job: CleanJob,
     header: BatchHeader,
-    data: bytes,
+    data: bytes | memoryview,
     latest: dict[bytes, int],
     last_of_producer: dict[int, int],
     result: CleanResult,
-) -> bytes | None:
+) -> bytes | memoryview | None:
     """What the cleaned log keeps of one batch: `data` itself, a rebuilt batch, an empty batch
     (an idempotent producer's last), or None (dropped; an empty batch of an earlier cleaning
     joins the run of dropped batches around it)."""
@@ -448,8 +463,9 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
     )
     if header.record_count == 0:
         return data if producers_last else None
-    records = record_batch.decode_records(data, verify_crc=False)
+    records = record_batch.stored_records(data)
     settings, now_ms = job.settings, job.now_ms
+    append_time = header.max_timestamp_ms if header.log_append_time else None
     kept = [
         record
         for record in records
@@ -457,7 +473,7 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
             offset=record.offset,
             has_key=record.key is not None,
             is_tombstone=record.value is None,
-            timestamp_ms=header.max_timestamp_ms if header.log_append_time else record.timestamp_ms,
+            timestamp_ms=record.timestamp if append_time is None else append_time,
             latest_offset=latest.get(record.key) if record.key is not None else None,
             now_ms=now_ms,
             settings=settings,
@@ -466,7 +482,7 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
     result.records_removed += len(records) - len(kept)
     for record in kept:
         if record.value is None:
-            due = record.timestamp_ms + settings.delete_retention_ms
+            due = (record.timestamp if append_time is None else append_time) + settings.delete_retention_ms
             if result.tombstones_due_ms is None or due < result.tombstones_due_ms:
                 result.tombstones_due_ms = due
     if len(kept) == len(records):
