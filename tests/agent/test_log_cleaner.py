@@ -99,7 +99,10 @@ def clean_once(
     result = clean(job, map_budget_bytes=budget, throttle=Throttle(None, threading.Event()))
     if result is not None:
         for bases, cleaned in result.groups:
-            assert log.swap_cleaned(members_of(job, bases), cleaned)
+            doomed = log.swap_cleaned(members_of(job, bases), cleaned)
+            assert doomed
+            for path in doomed:  # the replaced segments, renamed `.deleted`
+                path.unlink()
         write_checkpoint(log.path, result.dirty_end, result.tombstones_due_ms)
     return result
 
@@ -266,7 +269,7 @@ def test_a_swap_is_refused_once_the_log_changed(tmp_path: Path) -> None:
     assert result is not None and result.groups
     log.truncate_to(result.groups[0][0][-1])  # a member cut
     bases, cleaned = result.groups[0]
-    assert not log.swap_cleaned(members_of(job, bases), cleaned)
+    assert log.swap_cleaned(members_of(job, bases), cleaned) is None
     assert not cleaned.log_path(log.path).exists()
     assert read_all(log) == [r for r in model if r[0] < log.end_offset]
     log.close()

@@ -4,7 +4,8 @@ Every `log.cleaner.backoff.ms` (the `log.cleaner.*` settings are read each round
 server.properties; `log.cleaner.enable=false` pauses the cleaners), each log dir with hosted
 replicas of compacted topics gets a cleaning round: its logs are checked one after the other (in a
 thread: segment headers at most), and each that needs it is cleaned in the dir's own worker
-process (spawned when the dir first has work; a dir's cleaning takes a core of its own and never
+process (spawned when one of the dir's compacted logs first has a segment besides its active
+one, at a lower priority than the broker; a dir's cleaning takes a core of its own and never
 holds the broker's interpreter lock; `storage.log_cleaner.clean`, on `jbod_core.compaction`'s
 decisions), each cleaned segment swapped in on the event loop (`PartitionLog.swap_cleaned`), then the log's first dirty
 offset recorded.
@@ -27,12 +28,15 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from jbod_agent import dynamic_configs
@@ -83,11 +87,24 @@ class DirCleaner:
             )
         return self.worker
 
+    def warm(self) -> None:
+        """Start the worker process ahead of its first cleaning (a spawned interpreter takes a
+        moment to start): done once a dir's log has a segment besides its active one."""
+        if self.worker is None:
+            self.process().submit(os.getpid)
+
     def shutdown(self) -> None:
         self.stop.set()
         if self.worker is not None:
             self.worker.shutdown(wait=False, cancel_futures=True)
             self.worker = None
+
+
+def _remove(paths: list[Path]) -> None:
+    """Remove replaced segments' files (an error only leaves a `.deleted` file recovery removes)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
 
 
 class LogCleaning:
@@ -97,6 +114,7 @@ class LogCleaning:
         self.manager = manager
         self.clock = clock
         self.cleaners: dict[Uuid, DirCleaner] = {}
+        self._removals: set[asyncio.Task[None]] = set()  # replaced segments' files being removed
 
     def _cleaner(self, directory_id: Uuid) -> DirCleaner:
         cleaner = self.cleaners.get(directory_id)
@@ -163,6 +181,8 @@ class LogCleaning:
         try:
             # The check reads segment headers at most: in a thread; the cleaning itself in the
             # dir's own process.
+            if len(job.segments) > 1:
+                cleaner.warm()
             if not await asyncio.to_thread(log_cleaner.needs_cleaning, job):
                 return
             result = await asyncio.get_running_loop().run_in_executor(
@@ -223,8 +243,15 @@ class LogCleaning:
         partition_log = hosted.log
         swapped = 0
         size_before = partition_log.size_bytes
+        doomed: list[Path] = []
         for bases, cleaned in result.groups:
-            swapped += partition_log.swap_cleaned(log_cleaner.members_of(job, bases), cleaned)
+            removed = partition_log.swap_cleaned(log_cleaner.members_of(job, bases), cleaned)
+            if removed is not None:
+                swapped += 1
+                doomed += removed
+        if doomed:  # unlinking large files takes time: not on the event loop
+            self._removals.add(task := asyncio.create_task(asyncio.to_thread(_remove, doomed)))
+            task.add_done_callback(self._removals.discard)
         if swapped == len(result.groups):
             log_cleaner.write_checkpoint(partition_log.path, result.dirty_end, result.tombstones_due_ms)
         cleaner.runs += 1

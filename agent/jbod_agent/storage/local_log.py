@@ -672,10 +672,12 @@ class LocalLog:
         objects stay the log's; a cleaner reads their files through fds of its own."""
         return tuple(self._segments)
 
-    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> bool:
+    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> list[Path] | None:
         """Replace `members` (consecutive segments, not the active one) by `cleaned`, written
-        beside them: True when done; False, with the cleaned files removed and the log
-        unchanged, when the log changed meanwhile (a member was deleted, truncated or moved).
+        beside them: the members' files, renamed `.deleted`, for the caller to remove (off the
+        event loop: unlinking large files takes time; recovery removes any left); None, with the
+        cleaned files removed and the log unchanged, when the log changed meanwhile (a member was
+        deleted, truncated or moved).
 
         Crash-safe: the cleaned segment is renamed to `<base>.log.swap` first (recovery completes
         a swap it finds), then the members' files are removed and the swap takes the first
@@ -695,13 +697,17 @@ class LocalLog:
         ):
             log_file.unlink(missing_ok=True)
             index_file.unlink(missing_ok=True)
-            return False
+            return None
         swap = path / f"{cleaned.base_offset:020d}.log{SWAP_SUFFIX}"
         os.replace(log_file, swap)
+        doomed: list[Path] = []
         for member in reversed(members):
             self._forget_reader(member.base_offset)
-            member.log_path.unlink(missing_ok=True)
-            member.index_path.unlink(missing_ok=True)
+            for old in (member.log_path, member.index_path):
+                deleted = old.with_name(old.name + DELETED_SUFFIX)
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(old, deleted)
+                    doomed.append(deleted)
         segment = Segment(path, cleaned.base_offset)
         os.replace(swap, segment.log_path)
         os.replace(index_file, segment.index_path)
@@ -717,7 +723,7 @@ class LocalLog:
         self._change_seq += 1
         self._pending.append((self._change_seq, path))  # the renames, made durable by `flush`
         self._prune_pending()
-        return True
+        return doomed
 
     def _position_of(self, segment: Segment) -> int | None:
         number = bisect.bisect_left(self._bases, segment.base_offset)

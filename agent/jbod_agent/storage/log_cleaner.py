@@ -25,7 +25,8 @@ Guarantees:
   next batch, leaving only `.cleaned` files (removed by the swap's check or by recovery).
 * `clean` needs nothing of the broker's memory but its `CleanJob` (picklable), so it runs in a
   process of its own (`clean_in_worker`, after `start_worker`): a dir's cleaning takes a core of
-  its own and never holds the broker's interpreter lock.
+  its own and never holds the broker's interpreter lock; the process runs at a lower priority
+  (`CLEANER_NICENESS`), so produce and fetch are served first when the cores are busy.
 * OSErrors propagate untouched (the caller takes the dir offline); the log's files are only
   read here, never changed.
 """
@@ -50,6 +51,7 @@ from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
 
+CLEANER_NICENESS: Final = 10  # a cleaner process's nice increment (the broker's threads come first)
 MAP_ENTRY_OVERHEAD: Final = 64  # bytes counted per key of the map beside the key itself
 _MAX_RUN: Final = 0x7FFFFFFF  # the offsets one empty batch may span (last offset delta is an i32)
 
@@ -513,6 +515,7 @@ def start_worker(stop: threading.Event) -> None:
     it) ends a cleaning at its next batch."""
     global _worker_stop
     _worker_stop = stop
+    os.nice(CLEANER_NICENESS)  # background work: the broker's own threads come first
 
 
 def clean_in_worker(

@@ -376,9 +376,9 @@ class PartitionLog:
         """The segments, oldest first, the last being the active one (`LocalLog.segments`)."""
         return self._local.segments()
 
-    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> bool:
-        """Swap a cleaned segment in for `members` (`LocalLog.swap_cleaned`): offsets, epochs and
-        the high watermark are unchanged."""
+    def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> list[Path] | None:
+        """Swap a cleaned segment in for `members` (`LocalLog.swap_cleaned`: the old files to
+        remove, or None when refused): offsets, epochs and the high watermark are unchanged."""
         return self._local.swap_cleaned(members, cleaned)
 
     # -- batch headers (producer state) --------------------------------------------------------
