@@ -37,7 +37,7 @@ MIN_CLEANABLE_DIRTY_RATIO: Final = "min.cleanable.dirty.ratio"
 
 
 @dataclass(frozen=True, slots=True)
-class CleanerSettings:
+class CompactionSettings:
     """A compacted topic's cleaner configs as the broker uses them."""
 
     delete_retention_ms: int = 86_400_000
@@ -58,9 +58,9 @@ def _value(configs: Mapping[str, str], key: str) -> int | float:
     return default
 
 
-def settings_of(configs: Mapping[str, str]) -> CleanerSettings:
+def settings_of(configs: Mapping[str, str]) -> CompactionSettings:
     """The cleaner settings of a topic with `configs` (see the module docstring)."""
-    return CleanerSettings(
+    return CompactionSettings(
         delete_retention_ms=int(_value(configs, DELETE_RETENTION_MS)),
         min_compaction_lag_ms=int(_value(configs, MIN_COMPACTION_LAG_MS)),
         max_compaction_lag_ms=int(_value(configs, MAX_COMPACTION_LAG_MS)),
@@ -80,7 +80,7 @@ class SegmentInfo:
 
 
 def first_uncleanable_offset(
-    segments: Sequence[SegmentInfo], *, high_watermark: int, now_ms: int, settings: CleanerSettings
+    segments: Sequence[SegmentInfo], *, high_watermark: int, now_ms: int, settings: CompactionSettings
 ) -> int:
     """Where cleaning must stop: the active segment's base (the last of `segments`), the base of
     the segment holding the high watermark, or the base of the first segment holding a record
@@ -129,7 +129,7 @@ def cleanability(segments: Sequence[SegmentInfo], *, first_dirty: int, uncleanab
 
 
 def needs_cleaning(
-    state: Cleanability, *, now_ms: int, settings: CleanerSettings, tombstones_due_ms: int | None = None
+    state: Cleanability, *, now_ms: int, settings: CompactionSettings, tombstones_due_ms: int | None = None
 ) -> bool:
     """Kafka's choice of a log to clean (see the module docstring); also a log whose kept
     tombstones are due for removal (`tombstones_due_ms`, from its last cleaning: KIP-534)."""
@@ -150,7 +150,7 @@ def keeps_record(  # noqa: PLR0913  the record's fields, then the map's answer a
     timestamp_ms: int,
     latest_offset: int | None,
     now_ms: int,
-    settings: CleanerSettings,
+    settings: CompactionSettings,
 ) -> bool:
     """Whether a cleaned log keeps a record at `offset` whose key's latest offset in the dirty
     section is `latest_offset` (None: the key is not in it)."""

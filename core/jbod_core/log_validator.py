@@ -12,7 +12,7 @@ Guarantees:
   LogAppendTime topic, whose records Kafka does not check.
 * `timestamp_errors` checks every record's timestamp as Kafka does (not the batch's max): a record
   whose timestamp is more than `before_max_ms` before `now_ms` or `after_max_ms` after it is one
-  `RecordError` (its index in the batch and Kafka's message, naming its offset as the producer
+  `RefusedRecord` (its index in the batch and Kafka's message, naming its offset as the producer
   sent it); a record without a timestamp (-1) is not checked. Any error refuses the whole batch
   with INVALID_TIMESTAMP and `INVALID_TIMESTAMP_MESSAGE`. The window in the message is computed
   as Java computes it (64-bit, wrapping), so it reads as Kafka's. `header_suffices` says when a
@@ -92,7 +92,7 @@ def timestamp_bounds(settings: ResolvedConfigs) -> TimestampBounds | None:
 
 
 @dataclass(frozen=True, slots=True)
-class RecordError:
+class RefusedRecord:
     """One refused record of a batch: its index in the batch and why (Kafka's RecordError)."""
 
     batch_index: int
@@ -114,7 +114,7 @@ def header_suffices(bounds: TimestampBounds, *, max_timestamp_ms: int, now_ms: i
 
 def timestamp_errors(
     timestamps: Sequence[int], *, base_offset: int, now_ms: int, bounds: TimestampBounds
-) -> tuple[RecordError, ...]:
+) -> tuple[RefusedRecord, ...]:
     """Every record whose timestamp is outside the window around `now_ms` (the module's
     guarantee); `timestamps` in the batch's order, the first record's offset `base_offset`."""
     before, after = bounds.before_max_ms, bounds.after_max_ms
@@ -130,7 +130,7 @@ def timestamp_errors(
         if difference > before or _java_long(-difference) > after:
             low, high = _java_long(now_ms - before), _java_long(now_ms + after)
             errors.append(
-                RecordError(
+                RefusedRecord(
                     index,
                     f"Timestamp {timestamp} of message with offset {base_offset + index} is out of "
                     f"range. The timestamp should be within [{low}, {high}]",

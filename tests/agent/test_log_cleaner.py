@@ -36,12 +36,12 @@ from jbod_agent.storage.log_cleaner import (
     write_checkpoint,
 )
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core.compaction import CleanerSettings
+from jbod_core.compaction import CompactionSettings
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import Compression
 
 NOW = 1_700_000_000_000
-KEEP_TOMBSTONES = CleanerSettings(delete_retention_ms=2**62, min_cleanable_dirty_ratio=0.0)
+KEEP_TOMBSTONES = CompactionSettings(delete_retention_ms=2**62, min_cleanable_dirty_ratio=0.0)
 Model = list[tuple[int, bytes, bytes | None]]  # (offset, key, value) of every record appended
 
 
@@ -78,7 +78,7 @@ def append_random(log: PartitionLog, rng: random.Random, model: Model, *, batche
 def clean_once(
     log: PartitionLog,
     *,
-    settings: CleanerSettings = KEEP_TOMBSTONES,
+    settings: CompactionSettings = KEEP_TOMBSTONES,
     now_ms: int = NOW,
     budget: int = 1 << 20,
 ) -> CleanResult | None:
@@ -163,13 +163,13 @@ def test_tombstones_are_removed_after_delete_retention(tmp_path: Path) -> None:
         leader_epoch=1,
     )
     log.high_watermark = log.end_offset
-    settings = CleanerSettings(delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.0)
+    settings = CompactionSettings(delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.0)
     clean_once(log, settings=settings, now_ms=NOW + 1_000)
     survivors = {key: value for _, key, value in read_all(log)}
     assert survivors[b"b"] is None  # a young tombstone stays, so consumers see the delete
     clean_once(
         log,
-        settings=CleanerSettings(
+        settings=CompactionSettings(
             delete_retention_ms=60_000, min_cleanable_dirty_ratio=0.0, max_compaction_lag_ms=0
         ),
         now_ms=NOW + 120_000,
@@ -237,7 +237,7 @@ def test_what_is_not_cleaned(tmp_path: Path) -> None:
     assert result.dirty_end <= log.segments()[2].base_offset + 1  # nothing at or above the high watermark
     assert read_all(log) == expected_after(model, result.dirty_end)
     log.high_watermark = log.end_offset
-    strict = CleanerSettings(delete_retention_ms=2**62, min_cleanable_dirty_ratio=0.99)
+    strict = CompactionSettings(delete_retention_ms=2**62, min_cleanable_dirty_ratio=0.99)
     append_random(log, rng, model, batches=2, keys=10)
     assert clean_once(log, settings=strict) is None  # dirty ratio below min.cleanable.dirty.ratio
     log.close()

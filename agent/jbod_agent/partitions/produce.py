@@ -75,7 +75,7 @@ class ProduceResult:
     base_offset: int = -1
     message: str | None = None
     log_append_time_ms: int = -1  # the records' timestamp on a LogAppendTime topic, else -1
-    record_errors: tuple[log_validator.RecordError, ...] = ()  # the refused records (INVALID_TIMESTAMP)
+    record_errors: tuple[log_validator.RefusedRecord, ...] = ()  # the refused records (INVALID_TIMESTAMP)
 
     @property
     def appended_unacknowledged(self) -> bool:

@@ -46,7 +46,7 @@ from jbod_agent.storage import log_segments
 from jbod_agent.storage.local_log import CLEANER_CHECKPOINT, CleanedSegment
 from jbod_agent.storage.log_segments import Segment
 from jbod_core import compaction
-from jbod_core.compaction import CleanerSettings, SegmentInfo
+from jbod_core.compaction import CompactionSettings, SegmentInfo
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
@@ -94,7 +94,7 @@ class CleanJob:
     high_watermark: int
     first_dirty: int
     tombstones_due_ms: int | None  # when a tombstone kept by the last cleaning may go
-    settings: CleanerSettings
+    settings: CompactionSettings
     segment_bytes: int
     index_interval: int
     now_ms: int
