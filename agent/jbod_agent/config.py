@@ -7,9 +7,10 @@ Guarantees:
   that inline comments are not allowed (Java properties: `#` starts a comment only at the
   beginning of a line).
 * Every numeric setting has a documented range (`docs/decisions.md`), checked here. The broker
-  configs `jbod_core.broker_configs` honours (the topic defaults and the log cleaner's settings
-  under Kafka's names) are checked there, refused with Kafka's message (`Invalid value 2.0 for
-  configuration log.cleaner.min.cleanable.ratio: Value must be no more than 1`);
+  configs `jbod_core.broker_configs` honours (the topic defaults, the log cleaner's settings
+  and the offsets expiry under Kafka's names) are checked there, refused with Kafka's message
+  (`Invalid value 2.0 for configuration log.cleaner.min.cleanable.ratio: Value must be no more
+  than 1`);
   `log_retention_ms` follows Kafka's precedence (`log.retention.ms` over `.minutes` over
   `.hours`), `log_cleaner` holds the cleaner's settings. `given_values` keeps what was given,
   key by key, for DescribeConfigs (STATIC_BROKER_CONFIG) and the topic defaults.
@@ -146,6 +147,8 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_commit_timeout_ms: int = 5000
+    offsets_retention_minutes: int = 10_080  # 7 days; checked by `jbod_core.broker_configs`
+    offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -473,13 +476,15 @@ def _broker_key(key: str, value: str) -> Any:
     return parsed
 
 
-# The topic defaults and the log cleaner's settings: checked by `jbod_core.broker_configs`; the
-# ones the broker reads as numbers also land in a field.
+# The topic defaults, the log cleaner's settings and the offsets expiry: checked by
+# `jbod_core.broker_configs`; the ones the broker reads as numbers also land in a field.
 _FIELDS_OF_BROKER_KEYS: Final = {
     "message.max.bytes": "message_max_bytes",
     "min.insync.replicas": "min_insync_replicas",
     "log.retention.bytes": "log_retention_bytes",
     "log.segment.bytes": "log_segment_bytes",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
 }
 _KEYS.update(
     {

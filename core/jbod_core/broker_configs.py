@@ -15,7 +15,9 @@ Guarantees:
   log cleaner's settings (`log.cleaner.*`) are honoured with Kafka's types and rules (a value out
   of range gets Kafka's message, `Invalid value 2.0 for configuration
   log.cleaner.min.cleanable.ratio: Value must be no more than 1`), dynamic where Kafka's are.
-  Ours differs in one rule: `log.segment.bytes` from 4096 (small disks and tests).
+  Ours differs in one rule: `log.segment.bytes` from 4096 (small disks and tests). The group
+  coordinator's offsets expiry (`offsets.retention.minutes`, `offsets.retention.check.interval.ms`,
+  at least 1 each as Kafka's) is honoured from server.properties only, as in Kafka.
 * `BrokerLevels` are the levels a value comes from, in Kafka's order: the broker's own dynamic
   value, the cluster default's (`--entity-default`), server.properties, the default.
   `describe_broker` and `topic_default` answer as Kafka's DescribeConfigs: the value of the first
@@ -173,6 +175,8 @@ _STATIC_RULES: Final[Mapping[str, Rule]] = {
     "log.roll.hours": AtLeast(1),
     "log.roll.jitter.hours": _NOT_NEGATIVE,
     LOG_CLEANER_ENABLE: NO_RULE,
+    "offsets.retention.minutes": AtLeast(1),
+    "offsets.retention.check.interval.ms": AtLeast(1),
 }
 # The dynamic keys Kafka lists only once set: (type, Kafka's default, documentation).
 _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {

@@ -44,7 +44,9 @@ Guarantees:
 * Offsets: a commit writes one `OffsetCommitValue` per partition whose offset, leader epoch or
   metadata changed (an unchanged one is answered without a record: the log already holds it);
   DeleteGroups writes a tombstone for every offset and the group; OffsetDelete a tombstone per
-  committed partition of a topic no member is subscribed to.
+  committed partition of a topic no member is subscribed to; `expire_offsets` (Kafka's
+  `offsets.retention.minutes`) a tombstone per expired offset, and one for an Empty group left
+  with no offset, which it removes.
 * A group that never completed a generation and holds no member, pending member or offset is not
   kept (None), so failed joins leave nothing behind.
 """
@@ -1081,6 +1083,12 @@ def _subscription_topics(metadata: bytes) -> list[str] | None:
     return topics
 
 
+def _subscribed_to(group: Group, subscribed: frozenset[str] | None, topic: str) -> bool:
+    """Kafka's `isSubscribedToTopic`, given `subscribed_topics(group)`: unknown subscriptions
+    count as subscribed for `consumer` groups (and for no other)."""
+    return topic in subscribed if subscribed is not None else group.protocol_type == CONSUMER_PROTOCOL_TYPE
+
+
 def delete_offsets(
     group: Group | None, topics: Sequence[tuple[str, Sequence[int]]], *, now: Now, settings: GroupSettings
 ) -> GroupDecision[OffsetDeleteAnswer]:
@@ -1090,13 +1098,11 @@ def delete_offsets(
     if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return GroupDecision(group, answer=OffsetDeleteAnswer(GroupError.NON_EMPTY_GROUP))
     subscribed = subscribed_topics(group)
-    uses_consumer_protocol = group.protocol_type == CONSUMER_PROTOCOL_TYPE
     work = _Work(group, now, settings)
     offsets = dict(work.offsets)
     answered = []
     for topic, partitions in topics:
-        # Kafka's `isSubscribedToTopic`: unknown subscriptions count as subscribed for `consumer` groups.
-        if topic in subscribed if subscribed is not None else uses_consumer_protocol:
+        if _subscribed_to(group, subscribed, topic):
             answered.append((topic, tuple((p, GroupError.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions)))
             continue
         for partition in partitions:
@@ -1105,6 +1111,46 @@ def delete_offsets(
         answered.append((topic, tuple((p, GroupError.NONE) for p in partitions)))
     work.offsets = offsets
     return work.decision(OffsetDeleteAnswer(GroupError.NONE, tuple(answered)))
+
+
+def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecision[None]:
+    """Kafka's expiry of committed offsets (`offsets.retention.minutes`, KIP-211), checked every
+    `offsets.retention.check.interval.ms`. Only offsets of topics the group does not subscribe
+    to expire, `retention_ms` after their base time:
+    * a standalone group (no protocol type: generation -1 commits): each offset's commit time;
+    * an Empty group with a protocol type: the time it became Empty (its state timestamp; an
+      unknown one, -1, from old records: each offset's commit time); it subscribes to nothing;
+    * a Stable `consumer` group whose members' subscriptions are known: each commit time;
+    * any other group (a rebalance in progress, unknown subscriptions, another protocol type
+      with members) keeps every offset.
+    Each expired offset gets a tombstone. An Empty group left with no offset (all expired, or none
+    committed) is removed with a tombstone of its metadata: Kafka's "Dead". Nothing to do: no
+    records and the group as it was."""
+    subscribed = subscribed_topics(group)
+    if group.protocol_type is None or (
+        group.state is GroupState.STABLE
+        and group.protocol_type == CONSUMER_PROTOCOL_TYPE
+        and subscribed is not None
+    ):
+        state_time = None
+    elif group.state is GroupState.EMPTY:
+        state_time = group.state_timestamp_ms if group.state_timestamp_ms >= 0 else None
+    else:
+        return GroupDecision(group)
+    kept: dict[TopicPartition, CommittedOffset] = {}
+    records: list[CoordinatorRecord] = []
+    for (topic, partition), committed in group.offsets.items():
+        since = committed.commit_timestamp_ms if state_time is None else state_time
+        if _subscribed_to(group, subscribed, topic) or now.wall_ms - since < retention_ms:
+            kept[(topic, partition)] = committed
+        else:
+            records.append(group_records.offset_commit(group.group_id, topic, partition, None))
+    if not kept and group.state is GroupState.EMPTY:
+        records.append(group_records.group_metadata(group.group_id, None))
+        return GroupDecision(None, tuple(records))
+    if not records:
+        return GroupDecision(group)
+    return GroupDecision(replace(group, offsets=kept), tuple(records))
 
 
 # --- Reads -------------------------------------------------------------------------------------

@@ -110,6 +110,8 @@ def test_minimal_config_takes_every_default() -> None:
         ("offsets.topic.num.partitions", "3", "offsets_topic_num_partitions", 3),
         ("offsets.topic.replication.factor", "1", "offsets_topic_replication_factor", 1),
         ("offsets.commit.timeout.ms", "2000", "offsets_commit_timeout_ms", 2000),
+        ("offsets.retention.minutes", "1", "offsets_retention_minutes", 1),
+        ("offsets.retention.check.interval.ms", " 1000 ", "offsets_retention_check_interval_ms", 1000),
         ("offset.metadata.max.bytes", "0", "offset_metadata_max_bytes", 0),
         ("group.initial.rebalance.delay.ms", "0", "group_initial_rebalance_delay_ms", 0),
         ("group.min.session.timeout.ms", "1000", "group_min_session_timeout_ms", 1000),
@@ -180,6 +182,22 @@ def test_integer_bounds(key: str, low: int, high: int) -> None:
 def test_non_integer(key: str, low: int, high: int, value: str) -> None:
     message = expect_error(text({**BASE, key: value}), key)
     assert "not an integer" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("offsets.retention.minutes", "0", "Value must be at least 1"),
+        ("offsets.retention.minutes", "2147483648", "Not a number of type INT"),
+        ("offsets.retention.check.interval.ms", "0", "Value must be at least 1"),
+    ],
+)
+def test_the_offsets_expiry_settings_are_refused_as_kafka_refuses_them(
+    key: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.parse_config(text({**BASE, key: value}))
+    assert str(info.value) == f"Invalid value {value} for configuration {key}: {problem}"
 
 
 def test_log_dir_failure_timeout_zero_is_out_of_range() -> None:

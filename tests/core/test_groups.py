@@ -605,3 +605,81 @@ def test_loading_replays_in_log_order_and_tombstones_remove() -> None:
     assert sorted(found) == ["x", "z"]
     assert found["x"].offsets == {("t", 0): groups.CommittedOffset(2, -1, "", 6)}
     assert found["z"].state is GroupState.EMPTY and found["z"].generation == 3
+
+
+# --- Offsets expiry (offsets.retention.minutes) --------------------------------------------------
+
+RETENTION = 60_000
+
+
+def expire(group: Group, ms: int) -> groups.GroupDecision[None]:
+    return groups.expire_offsets(group, now=at(ms), retention_ms=RETENTION)
+
+
+def test_a_standalone_groups_offsets_expire_each_after_its_commit() -> None:
+    first = _commit(None, -1, "", ("t", 0, 5)).group  # committed at 20 000
+    assert first is not None
+    later = groups.commit(
+        first,
+        groups.CommitRequest(GID, -1, "", None, (groups.OffsetToCommit("t", 1, 7, -1, None),), 9),
+        now=at(50_000),
+        settings=SETTINGS,
+    ).group
+    assert later is not None
+    assert expire(later, 20_000 + RETENTION - 1) == groups.GroupDecision(later)
+    decision = expire(later, 20_000 + RETENTION)
+    assert decision.records == (group_records.offset_commit(GID, "t", 0, None),)
+    assert decision.group is not None and set(decision.group.offsets) == {("t", 1)}
+    # The last one expires: the group is removed ("Dead"), its metadata tombstoned.
+    gone = expire(decision.group, 50_000 + RETENTION)
+    assert gone == groups.GroupDecision(
+        None, (group_records.offset_commit(GID, "t", 1, None), group_records.group_metadata(GID, None))
+    )
+    assert loaded(_commit(None, -1, "", ("t", 0, 5)), decision, gone) == {}
+
+
+def test_an_empty_groups_offsets_expire_together_after_it_became_empty() -> None:
+    committed = _commit(stable_group("a"), 1, "a", ("t", 0, 10), ("other", 0, 3))  # at 20 000
+    assert committed.group is not None
+    # While Stable, the subscribed topic's offset stays, whatever its age; the other topic's
+    # expires after its commit (KIP-211, as Kafka 4.3.1's classic groups).
+    stable = expire(committed.group, 20_000 + RETENTION)
+    assert stable.records == (group_records.offset_commit(GID, "other", 0, None),)
+    assert stable.group is not None and set(stable.group.offsets) == {("t", 0)}
+    assert expire(stable.group, 10**9) == groups.GroupDecision(stable.group)
+    # Empty from 90 000: its offsets expire from then, not from their commits.
+    left = groups.leave(stable.group, GID, [LeavingMember("a", None)], now=at(90_000), settings=SETTINGS)
+    assert left.group is not None and left.group.state is GroupState.EMPTY
+    assert expire(left.group, 90_000 + RETENTION - 1) == groups.GroupDecision(left.group)
+    dead = expire(left.group, 90_000 + RETENTION)
+    assert dead == groups.GroupDecision(
+        None, (group_records.offset_commit(GID, "t", 0, None), group_records.group_metadata(GID, None))
+    )
+    # Loaded from its records, the Empty group keeps its state time.
+    reloaded = loaded(committed, stable, left)[GID]
+    assert reloaded.state_timestamp_ms == WALL + 90_000
+    assert expire(reloaded, 90_000 + RETENTION) == dead
+    assert loaded(committed, stable, left, dead) == {}
+
+
+def test_groups_in_a_rebalance_or_with_unknown_subscriptions_keep_their_offsets() -> None:
+    new_metadata = join_request("a", version=3, protocols=(Protocol("range", b"?"),))
+    for members, state in (("ab", GroupState.PREPARING_REBALANCE), ("a", GroupState.COMPLETING_REBALANCE)):
+        group = _commit(stable_group(*members), 1, "a", ("other", 0, 3)).group
+        rebalancing = join(group, new_metadata, 30_000).group
+        assert rebalancing is not None and rebalancing.state is state
+        assert expire(rebalancing, 10**9) == groups.GroupDecision(rebalancing)
+    committed = _commit(stable_group("a"), 1, "a", ("other", 0, 3)).group
+    assert committed is not None
+    unknown = replace(
+        committed, members={"a": replace(committed.members["a"], protocols=(Protocol("range", b"?"),))}
+    )
+    assert expire(unknown, 10**9) == groups.GroupDecision(unknown)
+    connect = replace(committed, protocol_type="connect")
+    assert expire(connect, 10**9) == groups.GroupDecision(connect)
+
+
+def test_an_empty_group_without_offsets_is_removed_at_the_first_check() -> None:
+    empty = groups.leave(stable_group("a"), GID, [LeavingMember("a", None)], now=at(5000), settings=SETTINGS)
+    assert empty.group is not None
+    assert expire(empty.group, 5000) == groups.GroupDecision(None, (group_records.group_metadata(GID, None),))

@@ -34,6 +34,13 @@ Guarantees:
   `MIN_TIMER_STEP_S` apart. A timer decision takes effect even if its records could not be
   written (as Kafka: a lost "group became Empty" record only brings back members whose sessions
   then expire), with a WARNING.
+* Offsets expiry (Kafka's `offsets.retention.minutes`): every
+  `offsets.retention.check.interval.ms` after a partition's groups were loaded, and again that
+  long after each check, the same task decides `groups.expire_offsets` on each of its groups and
+  writes the tombstones as any decision's records (persistence first, acks=-1), at most
+  `EXPIRY_BATCH_RECORDS` a write; the expired offsets and the Empty groups left with none are
+  gone once written (appended but not acknowledged in time included, as any decision). A write
+  that was not appended changes nothing (the next check tries again), with a WARNING.
 * Waiting requests: a JoinGroup or SyncGroup waits (parked under its member id) until a decision
   delivers its answer; a second request of the same member replaces the first, which is answered
   REBALANCE_IN_PROGRESS (its client went away: Kafka never answers it). A wait is bounded by the
@@ -67,6 +74,7 @@ log = logging.getLogger("jbod_agent.groups")
 LOAD_CHUNK_BYTES: Final = 1024 * 1024
 MIN_TIMER_STEP_S: Final = 0.01
 WAIT_MARGIN_S: Final = 30.0
+EXPIRY_BATCH_RECORDS: Final = 1000
 
 A = TypeVar("A")
 
@@ -82,6 +90,8 @@ class _Parking(enum.Enum):
 class CoordinatorSettings:
     partitions: int = group_records.DEFAULT_PARTITIONS  # offsets.topic.num.partitions
     commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
+    offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     group: groups.GroupSettings = field(default_factory=groups.GroupSettings)
 
 
@@ -110,6 +120,7 @@ class _Shard:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     joins: dict[tuple[str, str], _Waiter[JoinAnswer]] = field(default_factory=dict)
     syncs: dict[tuple[str, str], _Waiter[SyncAnswer]] = field(default_factory=dict)
+    expiry_due_ms: int | None = None  # monotonic: the next offsets expiry check, once loaded
 
     @property
     def index(self) -> int:
@@ -213,6 +224,7 @@ class GroupCoordinator:
             return
         shard.groups = loader.groups(now=self._now())
         shard.loaded = True
+        shard.expiry_due_ms = self._now().monotonic_ms + self.settings.offsets_retention_check_interval_ms
         self._wake.set()
         (log.info if loader.records else log.debug)(
             "Loaded %d consumer groups of %s-%d from %d records in %.2f s (leader epoch %d)%s",
@@ -415,6 +427,12 @@ class GroupCoordinator:
             for shard in list(self._shards.values()):
                 if not shard.loaded:
                     continue
+                if shard.expiry_due_ms is not None:
+                    if shard.expiry_due_ms <= now_ms:
+                        await self._expire_offsets(shard)
+                        interval = self.settings.offsets_retention_check_interval_ms
+                        shard.expiry_due_ms = self._now().monotonic_ms + interval
+                    soonest = shard.expiry_due_ms if soonest is None else min(soonest, shard.expiry_due_ms)
                 for group_id, group in list(shard.groups.items()):
                     deadline = groups.next_deadline(group)
                     if deadline is None:
@@ -446,6 +464,57 @@ class GroupCoordinator:
                 if self._shards.get(shard.index) is not shard:
                     return
             self._apply(shard, group_id, decision, None)
+
+    async def _expire_offsets(self, shard: _Shard) -> None:
+        """Expire the committed offsets of the shard's groups (`groups.expire_offsets`): their
+        tombstones written first, at most `EXPIRY_BATCH_RECORDS` records a write (a group's
+        together), each write under the lock and decided on the groups as they are then. A
+        write that was not appended leaves its groups as they were, for the next check."""
+        pending = list(shard.groups)
+        position = expired = removed = 0
+        while position < len(pending):
+            async with shard.lock:
+                if self._shards.get(shard.index) is not shard:
+                    return
+                now = self._now()
+                decisions: list[tuple[str, GroupDecision[None]]] = []
+                records: list[group_records.CoordinatorRecord] = []
+                while position < len(pending) and len(records) < EXPIRY_BATCH_RECORDS:
+                    group_id = pending[position]
+                    position += 1
+                    group = shard.groups.get(group_id)
+                    if group is None:
+                        continue
+                    decision = groups.expire_offsets(
+                        group, now=now, retention_ms=self.settings.offsets_retention_ms
+                    )
+                    if decision.records:
+                        decisions.append((group_id, decision))
+                        records.extend(decision.records)
+                if not records:
+                    continue
+                appended, _error = await self._append(shard, records)
+                if not appended or self._shards.get(shard.index) is not shard:
+                    log.warning(
+                        "Expiring committed offsets in %s-%d: %d records not written; tried again in %d ms",
+                        OFFSETS_TOPIC,
+                        shard.index,
+                        len(records),
+                        self.settings.offsets_retention_check_interval_ms,
+                    )
+                    return
+                for group_id, decision in decisions:
+                    self._apply(shard, group_id, decision, None)
+                    removed += decision.group is None
+                expired += sum(1 for r in records if isinstance(r.key, group_records.OffsetCommitKey))
+        if expired or removed:
+            log.info(
+                "Expired %d committed offsets in %s-%d; removed %d empty consumer groups",
+                expired,
+                OFFSETS_TOPIC,
+                shard.index,
+                removed,
+            )
 
     # -- the requests ---------------------------------------------------------------------------
 

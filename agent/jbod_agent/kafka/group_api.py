@@ -9,8 +9,8 @@ Guarantees:
   address of the listener the client came through (v4+: each key of the request). The topic is
   created on the first FindCoordinator through the active controller with the admin token
   (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas capped
-  at the active brokers, `min.insync.replicas` one below that (at least 1), retention off: the
-  topic is never compacted, so nothing may expire from it); until its partition has a leader the
+  at the active brokers, `min.insync.replicas` one below that (at least 1), compacted with
+  retention off: only tombstones remove a group's records); until its partition has a leader the
   answer is COORDINATOR_NOT_AVAILABLE, which clients retry. FindCoordinator never waits for the
   controller (as Kafka's): the creation runs in the background, one at a time, and the
   FindCoordinator that started it is answered COORDINATOR_NOT_AVAILABLE at once, so the requests

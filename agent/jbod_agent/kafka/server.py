@@ -41,6 +41,8 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
     return CoordinatorSettings(
         partitions=config.offsets_topic_num_partitions,
         commit_timeout_ms=config.offsets_commit_timeout_ms,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         group=groups.GroupSettings(
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
