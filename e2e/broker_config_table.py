@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kio.serial import entity_reader
-
 from e2e.kafka_tools import KAFKA_VERSION, KafkaCluster, default_install
 from jbod_kafka import protocol
 
@@ -67,24 +65,36 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def describe_broker(bootstrap: str, broker_id: int) -> Any:
-    """DescribeConfigs v4 of broker `broker_id` with synonyms and documentation: the response."""
-    body = protocol.build(
-        protocol.request_type(DESCRIBE_CONFIGS, VERSION),
-        resources=[{"resource_type": BROKER, "resource_name": str(broker_id), "configuration_keys": None}],
+def call(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
+    """One request of a flexible version (`fields` its body) to the node at `bootstrap`, on a
+    connection of its own (PLAINTEXT, no SASL): the response body."""
+    body = protocol.build(protocol.request_type(api_key, version), **fields)
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(protocol.encode_request(api_key, version, body, correlation_id=1, client_id="table"))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        frame = _read_exactly(sock, size)
+    _correlation_id, response = protocol.parse_response(api_key, version, frame)
+    return response
+
+
+def describe(bootstrap: str, resource_type: int, resource_name: str) -> Any:
+    """DescribeConfigs v4 of one resource, every key, with synonyms and documentation: the response."""
+    return call(
+        bootstrap,
+        DESCRIBE_CONFIGS,
+        VERSION,
+        resources=[
+            {"resource_type": resource_type, "resource_name": resource_name, "configuration_keys": None}
+        ],
         include_synonyms=True,
         include_documentation=True,
     )
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(
-            protocol.encode_request(DESCRIBE_CONFIGS, VERSION, body, correlation_id=1, client_id="table")
-        )
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        frame = _read_exactly(sock, size)
-    # Response header v1: the correlation id, then empty tagged fields.
-    response, _end = entity_reader(protocol.response_type(DESCRIBE_CONFIGS, VERSION))(frame, 5)
-    return response
+
+
+def describe_broker(bootstrap: str, broker_id: int) -> Any:
+    """DescribeConfigs v4 of broker `broker_id` with synonyms and documentation: the response."""
+    return describe(bootstrap, BROKER, str(broker_id))
 
 
 def rows(response: Any) -> list[Row]:

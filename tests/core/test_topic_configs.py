@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jbod_core import topic_configs
+from jbod_core.kafka_topic_config_docs import DOCS as KAFKA_DOCS
 from jbod_core.topic_configs import BROKER_SETTINGS, BY_NAME, DEFINITIONS
 
 # Kafka 4.3.1's topic configs (`kafka-configs.sh --describe --all` of a topic), with their defaults.
@@ -202,6 +203,12 @@ def test_the_table_is_kafkas_every_key_with_its_default() -> None:
     for definition in DEFINITIONS:
         assert definition.doc
         assert topic_configs.value_error(definition.name, definition.default, replication_factor=1) is None
+
+
+def test_every_key_has_kafkas_generated_documentation() -> None:
+    """`kafka_topic_config_docs` (generated from a running Kafka) documents exactly the table's keys."""
+    assert sorted(KAFKA_DOCS) == [d.name for d in DEFINITIONS]
+    assert all(KAFKA_DOCS[d.name].strip() for d in DEFINITIONS)
 
 
 @pytest.mark.parametrize(("key", "value", "message"), KAFKA_REFUSALS)

@@ -1,7 +1,8 @@
 """Topic configs on our brokers beside Apache Kafka 4.3.1's, through librdkafka's AdminClient
 (issue 32): the same values accepted and refused, with the same error code and message, at
 CreateTopics (validate only) and IncrementalAlterConfigs; DescribeConfigs answering every key
-with the same value, source, default flag and synonyms; and a producer refused alike by a
+with the same value, source, default flag and synonyms (and, asked for, Kafka's documentation
+strings); and a producer refused alike by a
 compacted topic (a record without a key) and by a topic's `max.message.bytes`; and DeleteRecords
 moving the log start (and refusing what Kafka refuses), and a LogAppendTime topic stamping the
 broker's time, as Kafka does. The produce-side configs: a topic of each `compression.type` stores
@@ -61,6 +62,7 @@ from tests.kafka_tools.test_harness import install  # noqa: F401  the module's f
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 TOPIC = "configured"
+PRODUCE_KEY, FETCH_KEY, DESCRIBE_CONFIGS_KEY = 0, 1, 32
 TIMEOUT = 30.0
 
 # (key, value): refused by Kafka 4.3.1, each for another rule or type.
@@ -253,6 +255,30 @@ def test_every_key_is_described_with_kafkas_default_source_and_synonyms(kafka: S
         assert mine[key] == entry, key
 
 
+def _documentation(side: Side) -> dict[str, tuple[str | None, int]]:
+    """DescribeConfigs v4 of the topic with `include_documentation` (a raw request: librdkafka
+    does not ask for it): each key's documentation and the number of synonyms (none asked)."""
+    with _raw(side) as conn:
+        answer = _request(
+            conn,
+            DESCRIBE_CONFIGS_KEY,
+            4,
+            resources=[{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
+            include_synonyms=False,
+            include_documentation=True,
+        )
+    [result] = answer.results
+    assert int(result.error_code) == 0, (side.name, result)
+    return {entry.name: (entry.documentation, len(entry.synonyms)) for entry in result.configs}
+
+
+def test_every_key_is_described_with_kafkas_documentation_when_asked(kafka: Side, ours: Side) -> None:
+    theirs = _documentation(kafka)
+    assert sorted(theirs) == [d.name for d in DEFINITIONS]
+    assert all(doc and synonyms == 0 for doc, synonyms in theirs.values())
+    assert _documentation(ours) == theirs
+
+
 def _produce_error(side: Side, topic: str, key: bytes | None, value: bytes) -> str:
     """The delivery error's name of one record produced to `topic` (acks=all), or NO_ERROR."""
     config = dict(side.config)
@@ -367,7 +393,6 @@ def test_a_log_append_time_topic_stamps_the_brokers_time_as_kafka_does(kafka: Si
 
 # -- produce-side configs (compression.type, the CreateTime window) and legacy AlterConfigs ----
 
-PRODUCE_KEY, FETCH_KEY = 0, 1
 RATE = "leader.replication.throttled.rate"
 HOUR_MS = 3_600_000
 # Topic (suffix) → its configs: every compression.type, with levels where the codec has one.

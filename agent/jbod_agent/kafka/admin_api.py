@@ -30,7 +30,10 @@ Guarantees:
   DEFAULT_CONFIG) and the broker keys as synonyms; of a broker, every broker config Kafka 4.3.1
   lists (and the dynamic ones it lists once set), each with its value, source, synonyms,
   sensitivity and read-only flag (read-only unless this broker takes it dynamically); of the
-  cluster default (""), the dynamic defaults set. Synonyms and documentation only when asked.
+  cluster default (""), the dynamic defaults set. Synonyms and documentation only when asked;
+  the documentation is Kafka 4.3.1's own string (`jbod_core.kafka_broker_config_table`,
+  `jbod_core.kafka_topic_config_docs`), ours (`topic_configs`) only for a topic config Kafka
+  gives none.
 * A CreateTopics topic with -1 partitions or replication factor (and no assignment) gets this
   broker's `num.partitions` / `default.replication.factor`.
 * AlterConfigs (the legacy form) replaces a TOPIC or BROKER resource's configs whole, as Kafka's:
@@ -65,6 +68,7 @@ from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import Clock, ControllerCallError
 from jbod_core import broker_configs, topic_configs
 from jbod_core.acls import AclOperation, ResourceType
+from jbod_core.kafka_topic_config_docs import DOCS as KAFKA_TOPIC_DOCS
 from jbod_core.messages import (
     AlterBrokerConfigsRequest,
     AlterConfigOp,
@@ -457,7 +461,7 @@ class AdminApis:
                         read_only=False,
                         sensitive=False,
                         type=definition.type,
-                        doc=definition.doc,
+                        doc=KAFKA_TOPIC_DOCS.get(definition.name) or definition.doc,
                         synonyms=tuple(synonyms),
                     )
                 )
