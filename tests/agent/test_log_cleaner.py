@@ -32,8 +32,7 @@ from jbod_agent.storage.log_cleaner import (
     Throttle,
     clean,
     members_of,
-    read_checkpoint,
-    write_checkpoint,
+    plan,
 )
 from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core.compaction import CompactionSettings
@@ -75,6 +74,29 @@ def append_random(log: PartitionLog, rng: random.Random, model: Model, *, batche
     log.high_watermark = log.end_offset
 
 
+def job_of(
+    log: PartitionLog,
+    *,
+    settings: CompactionSettings = KEEP_TOMBSTONES,
+    now_ms: int = NOW,
+    segment_bytes: int | None = None,
+) -> CleanJob:
+    """A snapshot of `log` for the cleaner, as the dir's cleaner takes it (its checkpoint read)."""
+    first_dirty, tombstones_due_ms = log.cleaner_checkpoint()
+    return CleanJob(
+        path=log.path,
+        segments=log.segments(),
+        log_start=log.log_start_offset,
+        high_watermark=log.high_watermark,
+        first_dirty=first_dirty,
+        tombstones_due_ms=tombstones_due_ms,
+        settings=settings,
+        segment_bytes=log.segment_bytes if segment_bytes is None else segment_bytes,
+        index_interval=log.index_interval_bytes,
+        now_ms=now_ms,
+    )
+
+
 def clean_once(
     log: PartitionLog,
     *,
@@ -83,19 +105,7 @@ def clean_once(
     budget: int = 1 << 20,
 ) -> CleanResult | None:
     """One cleaning of `log` as the dir's cleaner does it: plan and write, then swap and record."""
-    first_dirty, tombstones_due_ms = read_checkpoint(log.path)
-    job = CleanJob(
-        path=log.path,
-        segments=log.segments(),
-        log_start=log.log_start_offset,
-        high_watermark=log.high_watermark,
-        first_dirty=first_dirty,
-        tombstones_due_ms=tombstones_due_ms,
-        settings=settings,
-        segment_bytes=log.segment_bytes,
-        index_interval=log.index_interval_bytes,
-        now_ms=now_ms,
-    )
+    job = job_of(log, settings=settings, now_ms=now_ms)
     result = clean(job, map_budget_bytes=budget, throttle=Throttle(None, threading.Event()))
     if result is not None:
         for bases, cleaned in result.groups:
@@ -103,7 +113,7 @@ def clean_once(
             assert doomed
             for path in doomed:  # the replaced segments, renamed `.deleted`
                 path.unlink()
-        write_checkpoint(log.path, result.dirty_end, result.tombstones_due_ms)
+        log.record_cleaning(result.dirty_end, result.tombstones_due_ms)
     return result
 
 
@@ -262,9 +272,7 @@ def test_a_swap_is_refused_once_the_log_changed(tmp_path: Path) -> None:
     model: Model = []
     log = open_log(tmp_path / "t-0")
     append_random(log, rng, model, batches=60, keys=5)
-    job = CleanJob(
-        log.path, log.segments(), 0, log.end_offset, 0, None, KEEP_TOMBSTONES, log.segment_bytes, 256, NOW
-    )
+    job = job_of(log)
     result = clean(job, map_budget_bytes=1 << 20, throttle=Throttle(None, threading.Event()))
     assert result is not None and result.groups
     log.truncate_to(result.groups[0][0][-1])  # a member cut
@@ -341,7 +349,7 @@ def test_recovery_completes_an_interrupted_swap(tmp_path: Path, members_removed:
     model: Model = []
     log = open_log(tmp_path / "t-0")
     append_random(log, rng, model, batches=80, keys=4)
-    job = CleanJob(log.path, log.segments(), 0, log.end_offset, 0, None, KEEP_TOMBSTONES, 1 << 20, 256, NOW)
+    job = job_of(log, segment_bytes=1 << 20)
     result = clean(job, map_budget_bytes=1 << 20, throttle=Throttle(None, threading.Event()))
     assert result is not None
     (bases, cleaned), *_ = result.groups
@@ -357,3 +365,19 @@ def test_recovery_completes_an_interrupted_swap(tmp_path: Path, members_removed:
     ] + [r for r in model if r[0] >= members[-1].next_offset]
     assert recovered.segments()[0].next_offset == members[-1].next_offset
     recovered.close()
+
+
+def test_a_plan_lets_the_log_keep_the_timestamps_it_read(tmp_path: Path) -> None:
+    """A reopened log knows no older segment's newest timestamp; a cleaner's look reads them once
+    and the log keeps them, so the next round reads no header again."""
+    rng = random.Random(19)
+    log = open_log(tmp_path / "t-0")
+    append_random(log, rng, [], batches=40, keys=5)
+    log.close()
+    log = open_log(tmp_path / "t-0")
+    assert any(s.max_timestamp_ms is None for s in log.segments())
+    job = job_of(log)
+    found = plan(job)
+    log.note_max_timestamps(job.segments, found.sizes, [info.max_timestamp_ms for info in found.infos])
+    assert [s.max_timestamp_ms for s in log.segments()] == [NOW] * len(log.segments())
+    log.close()

@@ -183,7 +183,11 @@ class LogCleaning:
             # dir's own process.
             if len(job.segments) > 1:
                 cleaner.warm()
-            if not await asyncio.to_thread(log_cleaner.needs_cleaning, job):
+            found = await asyncio.to_thread(log_cleaner.plan, job)
+            partition_log.note_max_timestamps(
+                job.segments, found.sizes, [info.max_timestamp_ms for info in found.infos]
+            )
+            if not found.needed:
                 return
             result = await asyncio.get_running_loop().run_in_executor(
                 cleaner.process(),
@@ -217,7 +221,7 @@ class LogCleaning:
         topic = self.manager.state.image.topics.get(hosted.key[0])
         if topic is None or partition_log.closed:
             return None
-        first_dirty, tombstones_due_ms = log_cleaner.read_checkpoint(partition_log.path)
+        first_dirty, tombstones_due_ms = partition_log.cleaner_checkpoint()
         return CleanJob(
             path=partition_log.path,
             segments=partition_log.segments(),
@@ -253,7 +257,7 @@ class LogCleaning:
             self._removals.add(task := asyncio.create_task(asyncio.to_thread(_remove, doomed)))
             task.add_done_callback(self._removals.discard)
         if swapped == len(result.groups):
-            log_cleaner.write_checkpoint(partition_log.path, result.dirty_end, result.tombstones_due_ms)
+            partition_log.record_cleaning(result.dirty_end, result.tombstones_due_ms)
         cleaner.runs += 1
         cleaner.bytes_read += result.bytes_read
         cleaner.bytes_written += result.bytes_written

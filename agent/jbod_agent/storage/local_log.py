@@ -164,6 +164,25 @@ def _scan_replica_dir(path: Path) -> list[int]:
     return bases
 
 
+def read_cleaner_checkpoint(path: Path) -> tuple[int, int | None]:
+    """The log cleaner's first dirty offset and the time a tombstone it kept may go, recorded in
+    the replica dir `path` ((0, None): none, or unreadable: the whole log counts as dirty)."""
+    try:
+        fields = (path / CLEANER_CHECKPOINT).read_text(encoding="ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return 0, None
+    if not fields or not all(field.isdigit() for field in fields):
+        return 0, None
+    return int(fields[0]), int(fields[1]) if len(fields) > 1 else None
+
+
+def write_cleaner_checkpoint(path: Path, first_dirty: int, tombstones_due_ms: int | None) -> None:
+    """Record the cleaner's first dirty offset and when a kept tombstone may go (derived data:
+    atomic, not fsynced; losing it costs one more cleaning)."""
+    due = "" if tombstones_due_ms is None else f" {tombstones_due_ms}"
+    durable_files.replace_atomically(path / CLEANER_CHECKPOINT, f"{first_dirty}{due}\n".encode())
+
+
 def _complete_swap(path: Path, base: int) -> None:
     """Finish a cleaned segment's swap that a crash interrupted: the swap file replaces every
     segment in its offset range (its name was written only once it was whole and synced)."""
@@ -579,12 +598,11 @@ class LocalLog:
         if end is None:
             checkpoint.unlink(missing_ok=True)
             return
-        try:
-            fields = checkpoint.read_text(encoding="ascii").split()
-        except (OSError, UnicodeDecodeError):
+        if not checkpoint.exists():
             return
-        if not fields or not fields[0].isdigit() or int(fields[0]) > end:
-            durable_files.replace_atomically(checkpoint, " ".join([str(end), *fields[1:2]]).encode() + b"\n")
+        first_dirty, tombstones_due_ms = read_cleaner_checkpoint(self._path)
+        if first_dirty > end:
+            write_cleaner_checkpoint(self._path, end, tombstones_due_ms)
 
     def _cut_segment(self, segment: Segment, position: int, next_offset: int) -> None:
         os.truncate(segment.log_path, position)
@@ -700,14 +718,7 @@ class LocalLog:
             return None
         swap = path / f"{cleaned.base_offset:020d}.log{SWAP_SUFFIX}"
         os.replace(log_file, swap)
-        doomed: list[Path] = []
-        for member in reversed(members):
-            self._forget_reader(member.base_offset)
-            for old in (member.log_path, member.index_path):
-                deleted = old.with_name(old.name + DELETED_SUFFIX)
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(old, deleted)
-                    doomed.append(deleted)
+        doomed = [path for member in reversed(members) for path in self._rename_deleted(member)]
         segment = Segment(path, cleaned.base_offset)
         os.replace(swap, segment.log_path)
         os.replace(index_file, segment.index_path)
@@ -827,18 +838,23 @@ class LocalLog:
             segment.max_timestamp_ms = newest
         return segment.max_timestamp_ms
 
-    def _delete_later(self, segment: Segment) -> None:
-        """Rename a deleted segment's files `.deleted`, removed by `purge_deleted` once
-        `delete_delay_ms` passed (recovery removes any it finds)."""
+    def _rename_deleted(self, segment: Segment) -> list[Path]:
+        """Rename a segment's files `.deleted` (its read fd forgotten; recovery removes any such
+        file it finds); the new paths of the files that existed."""
         self._forget_reader(segment.base_offset)
-        due = time.monotonic() + self.delete_delay_ms / 1000
+        renamed: list[Path] = []
         for path in (segment.log_path, segment.index_path):
             doomed = path.with_name(path.name + DELETED_SUFFIX)
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.replace(path, doomed)
-            except FileNotFoundError:
-                continue
-            self._deleted.append((due, doomed))
+                renamed.append(doomed)
+        return renamed
+
+    def _delete_later(self, segment: Segment) -> None:
+        """Rename a deleted segment's files `.deleted`, removed by `purge_deleted` once
+        `delete_delay_ms` passed."""
+        due = time.monotonic() + self.delete_delay_ms / 1000
+        self._deleted.extend((due, path) for path in self._rename_deleted(segment))
 
     def purge_deleted(self) -> int:
         """Remove the `.deleted` files whose delay passed; how many were removed."""

@@ -5,7 +5,7 @@ with the high watermark and the first dirty offset), maps the dirty section's ke
 offsets, and writes each group of segments from the log start to the end of the mapped section as
 one cleaned segment beside them (`<base>.log.cleaned` and its index, fsynced). The event loop then
 swaps each in (`LocalLog.swap_cleaned`) and records the new first dirty offset
-(`write_checkpoint`). The decisions are `jbod_core.compaction`'s.
+(`PartitionLog.record_cleaning`). The decisions are `jbod_core.compaction`'s.
 
 Guarantees:
 * Offsets never change and a cleaned log stays contiguous: a batch keeps its base offset, last
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from jbod_agent.storage import log_segments
-from jbod_agent.storage.local_log import CLEANER_CHECKPOINT, CleanedSegment
+from jbod_agent.storage.local_log import CleanedSegment
 from jbod_agent.storage.log_segments import Segment
 from jbod_core import compaction
 from jbod_core.compaction import CompactionSettings, SegmentInfo
@@ -114,25 +114,6 @@ class CleanResult:
     tombstones_due_ms: int | None = None  # the earliest time a kept tombstone may go
 
 
-def read_checkpoint(path: Path) -> tuple[int, int | None]:
-    """The first dirty offset and the time a kept tombstone may go, recorded in the replica dir
-    `path` ((0, None): none, or unreadable)."""
-    try:
-        fields = (path / CLEANER_CHECKPOINT).read_text(encoding="ascii").split()
-    except (OSError, UnicodeDecodeError):
-        return 0, None
-    if not fields or not all(field.isdigit() for field in fields):
-        return 0, None
-    return int(fields[0]), int(fields[1]) if len(fields) > 1 else None
-
-
-def write_checkpoint(path: Path, first_dirty: int, tombstones_due_ms: int | None) -> None:
-    """Record the first dirty offset and when a kept tombstone may go (derived data: atomic, not
-    fsynced; losing it costs one more cleaning)."""
-    due = "" if tombstones_due_ms is None else f" {tombstones_due_ms}"
-    durable_files.replace_atomically(path / CLEANER_CHECKPOINT, f"{first_dirty}{due}\n".encode())
-
-
 def _frames(
     fd: int, segment_size: int, throttle: Throttle
 ) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
@@ -179,15 +160,21 @@ def _info(segment: Segment, size: int) -> SegmentInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class CleanPlan:
+    """What a look at a log's segments found: each segment's size and newest timestamp (read from
+    its headers where the segment did not know it), where cleaning must stop, the clean and dirty
+    bytes, and whether the log needs cleaning now."""
+
     sizes: list[int]
     infos: list[SegmentInfo]
     uncleanable: int
     first_dirty: int
     state: compaction.Cleanability
+    needed: bool
 
 
-def _plan(job: CleanJob) -> _Plan | None:
+def plan(job: CleanJob) -> CleanPlan:
+    """The plan of `job` (`jbod_core.compaction`'s decisions); reads segment headers at most."""
     sizes = [segment.size for segment in job.segments]
     infos = [_info(segment, size) for segment, size in zip(job.segments, sizes, strict=True)]
     uncleanable = compaction.first_uncleanable_offset(
@@ -195,17 +182,10 @@ def _plan(job: CleanJob) -> _Plan | None:
     )
     first_dirty = max(job.first_dirty, job.log_start, infos[0].base_offset if infos else 0)
     state = compaction.cleanability(infos, first_dirty=first_dirty, uncleanable=uncleanable)
-    if not compaction.needs_cleaning(
+    needed = compaction.needs_cleaning(
         state, now_ms=job.now_ms, settings=job.settings, tombstones_due_ms=job.tombstones_due_ms
-    ):
-        return None
-    return _Plan(sizes, infos, uncleanable, first_dirty, state)
-
-
-def needs_cleaning(job: CleanJob) -> bool:
-    """Whether `clean` would clean the log of `job` (it reads only the segments' headers where
-    their newest timestamp is not known yet): what a cleaner asks before it hands the job over."""
-    return _plan(job) is not None
+    )
+    return CleanPlan(sizes, infos, uncleanable, first_dirty, state, needed)
 
 
 def members_of(job: CleanJob, bases: Sequence[int]) -> tuple[Segment, ...]:
@@ -218,33 +198,27 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
     """Clean the log of `job` (see the module docstring); None when it needs no cleaning. May
     run in another process: the result names the segments each cleaned one replaces by their
     base offsets (`members_of`)."""
-    plan = _plan(job)
-    if plan is None:
+    found = plan(job)
+    if not found.needed:
         return None
-    sizes, infos, uncleanable, first_dirty, state = (
-        plan.sizes,
-        plan.infos,
-        plan.uncleanable,
-        plan.first_dirty,
-        plan.state,
-    )
-    result = CleanResult(dirty_ratio=state.dirty_ratio)
+    result = CleanResult(dirty_ratio=found.state.dirty_ratio)
     latest, result.dirty_end = _map_dirty(
-        job, infos, first_dirty, uncleanable, map_budget_bytes, throttle, result
+        job, found.infos, found.first_dirty, found.uncleanable, map_budget_bytes, throttle, result
     )
-    last_of_producer = _last_batches(job.segments, sizes)
+    last_of_producer = _last_batches(job.segments, found.sizes)
     cleanable = [
-        info for info in infos[:-1] if info.next_offset <= result.dirty_end and info.base_offset < uncleanable
+        info
+        for info in found.infos[:-1]
+        if info.next_offset <= result.dirty_end and info.base_offset < found.uncleanable
     ]
     groups = compaction.group_segments(
         cleanable, max_bytes=job.segment_bytes, max_relative_offset=log_segments.MAX_RELATIVE_OFFSET
     )
-    by_base = {segment.base_offset: segment for segment in job.segments}
     for group in groups:
-        members = tuple(by_base[info.base_offset] for info in group)
-        cleaned = _clean_group(job, members, group, latest, last_of_producer, throttle, result)
+        bases = tuple(info.base_offset for info in group)
+        cleaned = _clean_group(job, members_of(job, bases), group, latest, last_of_producer, throttle, result)
         if cleaned is not None:
-            result.groups.append((tuple(m.base_offset for m in members), cleaned))
+            result.groups.append((bases, cleaned))
     return result
 
 

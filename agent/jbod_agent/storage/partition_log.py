@@ -33,7 +33,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from jbod_agent.storage import epoch_cache, log_segments
-from jbod_agent.storage.local_log import CleanedSegment, LocalLog
+from jbod_agent.storage.local_log import (
+    CleanedSegment,
+    LocalLog,
+    read_cleaner_checkpoint,
+    write_cleaner_checkpoint,
+)
 from jbod_agent.storage.log_segments import Segment
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import BatchHeader
@@ -371,6 +376,23 @@ class PartitionLog:
     @property
     def index_interval_bytes(self) -> int:
         return self._local.index_interval_bytes
+
+    def cleaner_checkpoint(self) -> tuple[int, int | None]:
+        """The cleaner's first dirty offset and when a tombstone it kept may go (`local_log`)."""
+        return read_cleaner_checkpoint(self._local.path)
+
+    def record_cleaning(self, first_dirty: int, tombstones_due_ms: int | None) -> None:
+        """Record where the last cleaning stopped and when a tombstone it kept may go."""
+        write_cleaner_checkpoint(self._local.path, first_dirty, tombstones_due_ms)
+
+    def note_max_timestamps(
+        self, segments: Sequence[Segment], sizes: Sequence[int], newest: Sequence[int]
+    ) -> None:
+        """Keep the newest timestamps a cleaner read of `segments` (at `sizes`): a segment whose
+        own is not known yet and that still has that size takes it, so no round reads it again."""
+        for segment, size, timestamp in zip(segments, sizes, newest, strict=True):
+            if segment.max_timestamp_ms is None and segment.size == size:
+                segment.max_timestamp_ms = timestamp
 
     def segments(self) -> tuple[Segment, ...]:
         """The segments, oldest first, the last being the active one (`LocalLog.segments`)."""
