@@ -566,10 +566,11 @@ class CleanPhase:
 def profiling(
     system: System, profile: Path | None, tag: str
 ) -> contextlib.AbstractContextManager[list[Path]]:
-    """py-spy on our broker while the block runs (nothing for Kafka's, or without `profile`)."""
+    """py-spy on our broker and its cleaner processes while the block runs (nothing for Kafka's,
+    or without `profile`)."""
     if profile is None or system.name != "ours":
         return contextlib.nullcontext([])
-    return py_spy.recording([system.pid], profile, tag)
+    return py_spy.recording([system.pid], profile, tag, subprocesses=True)
 
 
 def log_profile(files: Sequence[Path], tag: str) -> None:

@@ -33,8 +33,11 @@ _FRAME_LINE = re.compile(r":\d+\)$")
 
 
 @contextlib.contextmanager
-def recording(pids: Sequence[int], directory: Path, tag: str) -> Iterator[list[Path]]:
-    """py-spy on every pid while the block runs; yields the files it will have written."""
+def recording(
+    pids: Sequence[int], directory: Path, tag: str, *, subprocesses: bool = False
+) -> Iterator[list[Path]]:
+    """py-spy on every pid (and its child processes with `subprocesses`) while the block runs;
+    yields the files it will have written."""
     beside = Path(sys.executable).with_name("py-spy")  # the venv's, whether or not it is on PATH
     binary = str(beside) if beside.exists() else shutil.which("py-spy")
     if binary is None:
@@ -55,6 +58,7 @@ def recording(pids: Sequence[int], directory: Path, tag: str) -> Iterator[list[P
                 "--output",
                 str(path),
                 "--nonblocking",
+                *(["--subprocesses"] if subprocesses else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -16,10 +16,16 @@ Guarantees:
   offsets as Kafka serves them: the records are not there).
 * A batch whose records all survive is copied byte for byte; a rebuilt batch keeps its codec.
   Control batches are kept as they are.
+* Cost: the dirty section's records are decoded once to map their keys; in the rewrite, a
+  batch of the mapped section holding no key's latest offset (most of an often-updated log) is
+  dropped from its header alone, and the others are decoded once more. Each segment's batch
+  headers are read once per cleaning (a segment outside the mapped section by a walk of its
+  headers, for the producers' last batches).
 * Memory: the key map holds at most `map_budget_bytes` (each entry counted as its key's bytes
   plus `MAP_ENTRY_OVERHEAD`), except that the first dirty segment is always mapped whole; the
   dirty section mapped ends at the last segment that fitted, and the next cleaning goes on from
-  there.
+  there. While a segment is mapped, its own keys are held beside the map (at most one entry
+  per record of the segment).
 * I/O: every byte read and written passes the `Throttle` (the dir's
   `log.cleaner.io.max.bytes.per.second`); `stop` makes `clean` raise `CleanerStoppedError` at the
   next batch, leaving only `.cleaned` files (removed by the swap's check or by recovery).
@@ -33,6 +39,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -112,24 +119,57 @@ class CleanResult:
     records_removed: int = 0
     dirty_ratio: float = 0.0
     tombstones_due_ms: int | None = None  # the earliest time a kept tombstone may go
+    map_seconds: float = 0.0  # mapping the dirty section's keys (monotonic, in the cleaning's process)
+    write_seconds: float = 0.0  # writing the cleaned segments, fsyncs included
+    cpu_seconds: float = 0.0  # the CPU time the cleaning's process spent on both
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMap:
+    """The dirty section's map: the latest offset of each key in [first_dirty, end), and those
+    offsets (sorted, and as a set) to tell without decoding a batch whether any of its records is
+    the latest of its key."""
+
+    latest: dict[bytes, int]
+    first_dirty: int
+    end: int
+    offsets: list[int] = field(default_factory=list)
+    offset_set: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, latest: dict[bytes, int], first_dirty: int, end: int) -> KeyMap:
+        offsets = sorted(latest.values())
+        return cls(latest, first_dirty, end, offsets, frozenset(offsets))
+
+    def maps(self, header: BatchHeader) -> bool:
+        """Whether every record of the batch is in the mapped section."""
+        return self.first_dirty <= header.base_offset and header.next_offset <= self.end
+
+    def latest_in(self, header: BatchHeader) -> int:
+        """How many of the batch's offsets are the latest of their key."""
+        return bisect.bisect_left(self.offsets, header.next_offset) - bisect.bisect_left(
+            self.offsets, header.base_offset
+        )
 
 
 def _frames(
     fd: int, segment_size: int, throttle: Throttle
 ) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
-    """Each batch of a segment file with its bytes (a view of the chunk read: no copy), read in
-    chunks through `throttle`."""
+    """Each batch of a segment file with its bytes, read in chunks through `throttle` into one
+    buffer reused for every chunk: a batch's view is valid only until the next one is asked for
+    (callers copy what they keep)."""
+    buffer = memoryview(bytearray(log_segments.RECOVERY_CHUNK))
     position = 0
     while position < segment_size:
-        chunk = os.pread(fd, min(log_segments.RECOVERY_CHUNK, segment_size - position), position)
-        throttle.spend(len(chunk))
-        view = memoryview(chunk)
+        read = os.preadv(fd, [buffer[: min(len(buffer), segment_size - position)]], position)
+        throttle.spend(read)
+        chunk = buffer[:read]
         used = 0
-        while used + record_batch.HEADER_SIZE <= len(chunk):
+        while used + record_batch.HEADER_SIZE <= read:
             header = record_batch.read_header(chunk, used, position_base=position)
-            if used + header.size > len(chunk):
+            if used + header.size > read:
                 break
-            yield header, view[used : used + header.size]
+            yield header, chunk[used : used + header.size]
             used += header.size
         if used == 0:  # one batch larger than a chunk
             header = record_batch.read_header(os.pread(fd, record_batch.HEADER_SIZE, position))
@@ -202,10 +242,14 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
     if not found.needed:
         return None
     result = CleanResult(dirty_ratio=found.state.dirty_ratio)
-    latest, result.dirty_end = _map_dirty(
+    started, cpu_started = time.monotonic(), time.process_time()
+    latest, result.dirty_end, producers_seen = _map_dirty(
         job, found.infos, found.first_dirty, found.uncleanable, map_budget_bytes, throttle, result
     )
-    last_of_producer = _last_batches(job.segments, found.sizes)
+    key_map = KeyMap.of(latest, found.first_dirty, result.dirty_end)
+    mapped = time.monotonic()
+    result.map_seconds = mapped - started
+    last_of_producer = _last_batches(job.segments, found.sizes, producers_seen)
     cleanable = [
         info
         for info in found.infos[:-1]
@@ -216,9 +260,13 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
     )
     for group in groups:
         bases = tuple(info.base_offset for info in group)
-        cleaned = _clean_group(job, members_of(job, bases), group, latest, last_of_producer, throttle, result)
+        cleaned = _clean_group(
+            job, members_of(job, bases), group, key_map, last_of_producer, throttle, result
+        )
         if cleaned is not None:
             result.groups.append((bases, cleaned))
+    result.write_seconds = time.monotonic() - mapped
+    result.cpu_seconds = time.process_time() - cpu_started
     return result
 
 
@@ -230,66 +278,73 @@ def _map_dirty(  # noqa: PLR0913  the job and its plan, then the budget, throttl
     budget: int,
     throttle: Throttle,
     result: CleanResult,
-) -> tuple[dict[bytes, int], int]:
-    """The latest offset of each key in [first_dirty, end) and `end`: the next offset of the last
-    dirty segment mapped whole within the budget (the first one always)."""
+) -> tuple[dict[bytes, int], int, dict[int, dict[int, int]]]:
+    """The latest offset of each key in [first_dirty, end), `end` (the next offset of the last
+    dirty segment mapped whole within the budget, the first one always), and the last batch of
+    each producer in each segment read (by the segment's base offset)."""
     latest: dict[bytes, int] = {}
+    producers_seen: dict[int, dict[int, int]] = {}
     used = 0
     end = first_dirty
     for segment, info in zip(job.segments, infos, strict=True):
         if info.next_offset <= first_dirty:
             continue
-        if info.base_offset >= uncleanable or used > budget:
+        if info.base_offset >= uncleanable:
             break
-        undo: list[tuple[bytes, int | None]] = []
-        used += _map_segment(segment, info.size, first_dirty, latest, undo, throttle, result)
+        producers: dict[int, int] = {}
+        producers_seen[info.base_offset] = producers
+        mapped = _map_segment(segment, info.size, first_dirty, throttle, result, producers)
+        added = mapped.keys() - latest.keys()
+        used += sum(map(len, added)) + MAP_ENTRY_OVERHEAD * len(added)
         if used > budget and end > first_dirty:  # this segment does not fit: map up to the last one
-            for key, previous in reversed(undo):
-                if previous is None:
-                    latest.pop(key, None)
-                else:
-                    latest[key] = previous
             break
+        latest.update(mapped)
         end = info.next_offset
-    return latest, end
+        if used > budget:
+            break
+    return latest, end, producers_seen
 
 
-def _map_segment(  # noqa: PLR0913  the segment, then the map, its undo log, throttle and tally
+def _map_segment(  # noqa: PLR0913  the segment, then the throttle and what it finds
     segment: Segment,
     size: int,
     first_dirty: int,
-    latest: dict[bytes, int],
-    undo: list[tuple[bytes, int | None]],
     throttle: Throttle,
     result: CleanResult,
-) -> int:
-    """Map the keys of one segment's records at or above `first_dirty`, logging each change in
-    `undo`; the bytes the new keys take."""
-    used = 0
+    producers: dict[int, int],
+) -> dict[bytes, int]:
+    """The latest offset of each key of one segment's records at or above `first_dirty`; the
+    base offset of each producer's last batch in the segment into `producers`."""
+    mapped: dict[bytes | None, int] = {}
     fd = os.open(segment.log_path, log_segments.OPEN_READ)
     try:
         for header, data in _frames(fd, size, throttle):
             result.bytes_read += header.size
+            if header.producer_id >= 0:
+                producers[header.producer_id] = header.base_offset
             if header.is_control or header.record_count == 0 or header.next_offset <= first_dirty:
                 continue
-            for record in record_batch.stored_records(data):
-                key = record.key
-                if key is None or record.offset < first_dirty:
-                    continue
-                previous = latest.get(key)
-                if previous is None:
-                    used += len(key) + MAP_ENTRY_OVERHEAD
-                undo.append((key, previous))
-                latest[key] = record.offset
+            records = record_batch.stored_records(data)
+            if header.base_offset >= first_dirty:
+                mapped.update({record.key: record.offset for record in records})
+            else:
+                mapped.update({r.key: r.offset for r in records if r.offset >= first_dirty})
     finally:
         os.close(fd)
-    return used
+    mapped.pop(None, None)  # keyless records are not mapped (the cleaner drops them)
+    return mapped  # type: ignore[return-value]  # None popped
 
 
-def _last_batches(segments: Sequence[Segment], sizes: Sequence[int]) -> dict[int, int]:
-    """The base offset of each idempotent producer's last batch in the log."""
+def _last_batches(
+    segments: Sequence[Segment], sizes: Sequence[int], seen: dict[int, dict[int, int]]
+) -> dict[int, int]:
+    """The base offset of each idempotent producer's last batch in the log (the headers of the
+    segments not `seen` already read)."""
     last: dict[int, int] = {}
     for segment, size in zip(segments, sizes, strict=True):
+        if segment.base_offset in seen:
+            last.update(seen[segment.base_offset])
+            continue
         if size == 0:
             continue  # an active segment rolled but not written yet has no file
         fd = os.open(segment.log_path, log_segments.OPEN_READ)
@@ -369,7 +424,7 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
     job: CleanJob,
     members: tuple[Segment, ...],
     group: Sequence[SegmentInfo],
-    latest: dict[bytes, int],
+    key_map: KeyMap,
     last_of_producer: dict[int, int],
     throttle: Throttle,
     result: CleanResult,
@@ -386,7 +441,7 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
             try:
                 for header, data in _frames(fd, info.size, throttle):
                     result.bytes_read += header.size
-                    kept = _kept_bytes(job, header, data, latest, last_of_producer, result)
+                    kept = _kept_bytes(job, header, data, key_map, last_of_producer, result)
                     if kept is None:
                         writer.drop(header, throttle)
                         changed |= header.record_count > 0 or header.producer_id >= 0
@@ -425,13 +480,18 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
     job: CleanJob,
     header: BatchHeader,
     data: bytes | memoryview,
-    latest: dict[bytes, int],
+    key_map: KeyMap,
     last_of_producer: dict[int, int],
     result: CleanResult,
 ) -> bytes | memoryview | None:
     """What the cleaned log keeps of one batch: `data` itself, a rebuilt batch, an empty batch
     (an idempotent producer's last), or None (dropped; an empty batch of an earlier cleaning
-    joins the run of dropped batches around it)."""
+    joins the run of dropped batches around it).
+
+    A batch in the mapped section none of whose offsets is the latest of a key is dropped
+    without decoding its records: `keeps_record` drops each of them (a keyed record whose key
+    has a later offset, or a keyless one); in a batch of the mapped section only the records at
+    such offsets are asked about."""
     if header.is_control:
         return data
     producers_last = (
@@ -439,30 +499,22 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
     )
     if header.record_count == 0:
         return data if producers_last else None
-    records = record_batch.stored_records(data)
-    settings, now_ms = job.settings, job.now_ms
-    append_time = header.max_timestamp_ms if header.log_append_time else None
-    kept = [
-        record
-        for record in records
-        if compaction.keeps_record(
-            offset=record.offset,
-            has_key=record.key is not None,
-            is_tombstone=record.value is None,
-            timestamp_ms=record.timestamp if append_time is None else append_time,
-            latest_offset=latest.get(record.key) if record.key is not None else None,
-            now_ms=now_ms,
-            settings=settings,
-        )
-    ]
-    result.records_removed += len(records) - len(kept)
-    for record in kept:
-        if record.value is None:
-            due = (record.timestamp if append_time is None else append_time) + settings.delete_retention_ms
-            if result.tombstones_due_ms is None or due < result.tombstones_due_ms:
-                result.tombstones_due_ms = due
-    if len(kept) == len(records):
-        return data
+    mapped = key_map.maps(header)
+    if mapped and key_map.latest_in(header) == 0:
+        kept: list[record_batch.StoredRecord] = []
+        result.records_removed += header.record_count
+    else:
+        records = record_batch.stored_records(data)
+        if mapped:  # a record here is the latest of its key exactly when its offset is one
+            latest_offsets = key_map.offset_set
+            candidates = [record for record in records if record.offset in latest_offsets]
+        else:
+            candidates = records
+        kept = _kept_records(job, header, candidates, key_map.latest)
+        result.records_removed += len(records) - len(kept)
+        _note_tombstones(job, header, kept, result)
+        if len(kept) == len(records):
+            return data
     if kept:
         return record_batch.rebuilt_batch(header, kept)
     if not producers_last:
@@ -477,6 +529,42 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
     )
+
+
+def _note_tombstones(
+    job: CleanJob, header: BatchHeader, kept: Sequence[record_batch.StoredRecord], result: CleanResult
+) -> None:
+    """Lower `result.tombstones_due_ms` to when the earliest kept tombstone may go."""
+    for record in kept:
+        if record.value is None:
+            timestamp = header.max_timestamp_ms if header.log_append_time else record.timestamp
+            due = timestamp + job.settings.delete_retention_ms
+            if result.tombstones_due_ms is None or due < result.tombstones_due_ms:
+                result.tombstones_due_ms = due
+
+
+def _kept_records(
+    job: CleanJob,
+    header: BatchHeader,
+    records: Sequence[record_batch.StoredRecord],
+    latest: dict[bytes, int],
+) -> list[record_batch.StoredRecord]:
+    """The records of `records` the cleaned log keeps (`compaction.keeps_record`)."""
+    settings, now_ms = job.settings, job.now_ms
+    append_time = header.max_timestamp_ms if header.log_append_time else None
+    return [
+        record
+        for record in records
+        if compaction.keeps_record(
+            offset=record.offset,
+            has_key=record.key is not None,
+            is_tombstone=record.value is None,
+            timestamp_ms=record.timestamp if append_time is None else append_time,
+            latest_offset=latest.get(record.key) if record.key is not None else None,
+            now_ms=now_ms,
+            settings=settings,
+        )
+    ]
 
 
 # -- a cleaner's worker process --------------------------------------------------------------
