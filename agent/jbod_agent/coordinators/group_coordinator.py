@@ -6,9 +6,10 @@ A group lives in partition `abs(hash(group)) % partitions` of `__consumer_offset
 
 Guarantees:
 * Follows leadership: when this broker becomes leader of a partition of `__consumer_offsets`
-  (`ReplicaManager.on_partition_change`), it loads the partition's groups by replaying its
-  records from the log start to the end offset (`groups.GroupLoader`; a record that does not
-  decode is skipped with a WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it
+  (`ReplicaManager.on_partition_change`), it loads the partition's groups by reading its
+  records from the log start to the end offset and replaying the last record of each key in log
+  order (`groups.GroupLoader`: the same groups as replaying them all, decoding only one record per
+  key; a record that does not decode is skipped with a WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it
   stops leading it (a new leader epoch elsewhere, a failed dir, a deletion) it drops them at once
   and every waiting JoinGroup and SyncGroup is answered NOT_COORDINATOR. A group of a partition
   it does not lead is NOT_COORDINATOR.
@@ -193,8 +194,8 @@ class GroupCoordinator:
 
     async def _load(self, shard: _Shard) -> None:
         started = self._clock.monotonic()
-        loader = groups.GroupLoader()
-        skipped = 0
+        latest: dict[bytes, tuple[int, bytes | None]] = {}  # the last record of each key read
+        records = 0
         hosted = shard.hosted
         position = hosted.log.log_start_offset
         end = hosted.log.end_offset
@@ -211,27 +212,31 @@ class GroupCoordinator:
                 return
             if not data:
                 break
-            # Decoding is CPU work (some 15 µs a record): in a worker thread, so the event loop
-            # serves everything else meanwhile; only this task touches `loader`.
+            # Reading records is CPU work: in a worker thread, so the event loop serves
+            # everything else meanwhile; only this task touches `latest`.
             try:
-                position, chunk_skipped = await asyncio.to_thread(_replay_chunk, loader, data, position)
+                position, read = await asyncio.to_thread(_scan_chunk, latest, data, position)
             except ValueError as exc:  # batches the log took but cannot frame: nothing to serve
                 log.error("Stopped loading %s-%d at offset %d: %s", OFFSETS_TOPIC, shard.index, position, exc)
                 self._unload(shard, "its log does not decode")
                 return
-            skipped += chunk_skipped
+            records += read
+        if self._shards.get(shard.index) is not shard:
+            return
+        loader = groups.GroupLoader()
+        skipped = await asyncio.to_thread(_replay_latest, loader, latest)
         if self._shards.get(shard.index) is not shard:
             return
         shard.groups = loader.groups(now=self._now())
         shard.loaded = True
         shard.expiry_due_ms = self._now().monotonic_ms + self.settings.offsets_retention_check_interval_ms
         self._wake.set()
-        (log.info if loader.records else log.debug)(
+        (log.info if records else log.debug)(
             "Loaded %d consumer groups of %s-%d from %d records in %.2f s (leader epoch %d)%s",
             len(shard.groups),
             OFFSETS_TOPIC,
             shard.index,
-            loader.records,
+            records,
             self._clock.monotonic() - started,
             shard.leader_epoch,
             f"; skipped {skipped} records that do not decode" if skipped else "",
@@ -644,34 +649,40 @@ def _forget(shard: _Shard, group_id: str, member_id: str | None, waiter: _Waiter
         del shard.syncs[key]
 
 
-def _replay_chunk(loader: groups.GroupLoader, data: bytes, position: int) -> tuple[int, int]:
-    """Replay the whole batches of `data` (read from `position`): the offset after them, and how
-    many records were skipped."""
-    skipped = 0
+def _scan_chunk(latest: dict[bytes, tuple[int, bytes | None]], data: bytes, position: int) -> tuple[int, int]:
+    """Note in `latest` the offset and value of each keyed record of the whole batches of `data`
+    (read from `position`) at or after `position`, a later record of a key replacing an earlier
+    one: the offset after them, and how many records were read. A batch whose records do not
+    decode is skipped with a WARNING."""
+    read = 0
+    view = memoryview(data)
     for header in record_batch.iter_headers(data, verify_crc=False):
-        if not header.is_control:
-            frame = memoryview(data)[header.position : header.position + header.size]
-            skipped += _replay_batch(loader, frame, position)
+        if not header.is_control and header.record_count:
+            try:
+                records = record_batch.stored_records(view[header.position : header.position + header.size])
+            except ValueError as exc:
+                log.warning("Skipped a batch of %s that does not decode: %s", OFFSETS_TOPIC, exc)
+                records = []
+            for record in records:
+                if record.offset >= position and record.key is not None:
+                    latest[record.key] = (record.offset, record.value)
+                    read += 1
         position = header.next_offset
-    return position, skipped
+    return position, read
 
 
-def _replay_batch(loader: groups.GroupLoader, frame: memoryview, position: int) -> int:
-    """Replay the records of one stored batch at or after `position`; the number skipped."""
-    try:
-        records = record_batch.decode_records(frame, verify_crc=False)
-    except ValueError as exc:
-        log.warning("Skipped a batch of %s that does not decode: %s", OFFSETS_TOPIC, exc)
-        return 1
+def _replay_latest(loader: groups.GroupLoader, latest: dict[bytes, tuple[int, bytes | None]]) -> int:
+    """Replay the last record of each key in log order: the same groups as replaying every record
+    (`GroupLoader` keeps the last value of each group and each offset, and two keys of one group
+    or offset, written at different key versions, still replay in their order); the number of
+    records skipped because they do not decode."""
     skipped = 0
-    for record in records:
-        if record.offset < position or record.key is None:
-            continue
+    for key, (offset, value) in sorted(latest.items(), key=lambda item: item[1][0]):
         try:
-            decoded = group_records.decode(record.key, record.value)
+            decoded = group_records.decode(key, value)
         except ValueError as exc:
             skipped += 1
-            log.warning("Skipped record %d of %s: %s", record.offset, OFFSETS_TOPIC, exc)
+            log.warning("Skipped record %d of %s: %s", offset, OFFSETS_TOPIC, exc)
             continue
         if decoded is not None:
             loader.replay(decoded)
