@@ -101,8 +101,12 @@ TopicPartition: TypeAlias = tuple[str, int]
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS: Final = 900_000  # transaction.max.timeout.ms
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: Final = 604_800_000  # transactional.id.expiration.ms
-DEFAULT_ABORT_TIMED_OUT_INTERVAL_MS: Final = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
-DEFAULT_REMOVE_EXPIRED_INTERVAL_MS: Final = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
+DEFAULT_ABORT_TIMED_OUT_INTERVAL_MS: Final = (
+    10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+)
+DEFAULT_REMOVE_EXPIRED_INTERVAL_MS: Final = (
+    3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
+)
 MAX_EPOCH: Final = 2**15 - 1
 
 _S: Final = TransactionState
@@ -343,14 +347,36 @@ def init_producer_id(  # noqa: PLR0911, PLR0913  the module docstring's table: a
         return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
     if state is _S.ONGOING:
         return _fence(metadata, now_ms=now_ms)
-    if is_epoch_exhausted(metadata.producer_epoch) and (not given or producer_epoch == metadata.producer_epoch):
+    return _initialized(
+        metadata,
+        producer_epoch=producer_epoch if given else None,
+        transaction_timeout_ms=transaction_timeout_ms,
+        now_ms=now_ms,
+        fresh_producer_id=fresh_producer_id,
+        version=version,
+    )
+
+
+def _initialized(  # noqa: PLR0913  the request's fields
+    metadata: TxnMetadata,
+    *,
+    producer_epoch: int | None,
+    transaction_timeout_ms: int,
+    now_ms: int,
+    fresh_producer_id: int | None,
+    version: int,
+) -> Decision:
+    """InitProducerId of an Empty or Complete* transactional id: the next epoch, a fresh producer
+    id when the epoch is exhausted, the same epoch for a KIP-360 retry (`producer_epoch` given)."""
+    given = producer_epoch is not None
+    if is_epoch_exhausted(metadata.producer_epoch) and producer_epoch in (None, metadata.producer_epoch):
         if fresh_producer_id is None:
             return NeedProducerId()
         last = metadata.producer_epoch if given else NO_PRODUCER_EPOCH
         return _transition(
             metadata, _empty(metadata, fresh_producer_id, 0, last, transaction_timeout_ms, now_ms=now_ms)
         )
-    if not given or metadata.producer_epoch == NO_PRODUCER_EPOCH or producer_epoch == metadata.producer_epoch:
+    if producer_epoch in (None, metadata.producer_epoch) or metadata.producer_epoch == NO_PRODUCER_EPOCH:
         epoch, last = metadata.producer_epoch + 1, (metadata.producer_epoch if given else NO_PRODUCER_EPOCH)
     elif producer_epoch == metadata.last_producer_epoch:
         epoch, last = metadata.producer_epoch, metadata.last_producer_epoch
@@ -512,7 +538,7 @@ def verify_partitions_in_txn(
 # --- EndTxn and the markers --------------------------------------------------------------------
 
 
-def end_txn(  # noqa: PLR0911, PLR0913  the module docstring's table: a return per row; the request's fields
+def end_txn(  # noqa: PLR0913  the request's fields
     metadata: TxnMetadata | None,
     *,
     transactional_id: str | None = None,
@@ -716,6 +742,8 @@ def list_transactions(  # noqa: PLR0913  the request's filters
             metadata.transactional_id
         ):
             continue
-        listed.append(ListedTransaction(metadata.transactional_id, metadata.producer_id, metadata.state.kafka_name))
+        listed.append(
+            ListedTransaction(metadata.transactional_id, metadata.producer_id, metadata.state.kafka_name)
+        )
     unknown = tuple(sorted(name for name, state in states.items() if state is None))
     return TransactionListing(tuple(listed), unknown)

@@ -308,10 +308,7 @@ class _Reader:
             shift += 7
 
     def length(self) -> int | None:
-        if self.flexible:
-            size = self.uvarint() - 1
-        else:
-            size = self.i32()
+        size = self.uvarint() - 1 if self.flexible else self.i32()
         if size < -1:
             raise ValueError(f"An array length of {size}")
         return None if size == -1 else size

@@ -47,7 +47,9 @@ def _ongoing(partitions: frozenset[tuple[str, int]] = frozenset({("t", 0)})) -> 
     )
 
 
-def _end(metadata: TxnMetadata, *, commit: bool, epoch: int = 0, version: int = 4, pid: int = PID) -> transactions.Decision:
+def _end(
+    metadata: TxnMetadata, *, commit: bool, epoch: int = 0, version: int = 4, pid: int = PID
+) -> transactions.Decision:
     return transactions.end_txn(
         metadata, producer_id=pid, producer_epoch=epoch, commit=commit, now_ms=T0 + 2, version=version
     )
@@ -84,10 +86,18 @@ def test_init_new_and_bump() -> None:
     value = decision.record.value
     assert value is not None
     assert (value.state, value.producer_id, value.producer_epoch, value.partitions) == (S.EMPTY, PID, 0, None)
-    assert (value.previous_producer_id, value.start_timestamp_ms, value.last_update_timestamp_ms) == (PID, -1, T0)
+    assert (value.previous_producer_id, value.start_timestamp_ms, value.last_update_timestamp_ms) == (
+        PID,
+        -1,
+        T0,
+    )
     for metadata in (_fresh(), _completed(commit=True), _completed(commit=False)):
         bumped = _written(_init(metadata, now_ms=T0 + 10))
-        assert (bumped.state, bumped.producer_id, bumped.producer_epoch) == (S.EMPTY, PID, metadata.producer_epoch + 1)
+        assert (bumped.state, bumped.producer_id, bumped.producer_epoch) == (
+            S.EMPTY,
+            PID,
+            metadata.producer_epoch + 1,
+        )
         assert bumped.partitions == frozenset() and bumped.last_producer_epoch == -1
 
 
@@ -147,7 +157,9 @@ def test_init_fences_ongoing() -> None:
 # --- AddPartitionsToTxn, AddOffsetsToTxn -------------------------------------------------------
 
 
-def _add(metadata: TxnMetadata | None, *, epoch: int = 0, pid: int = PID, version: int = 3, tid: str = TID) -> transactions.Decision:
+def _add(
+    metadata: TxnMetadata | None, *, epoch: int = 0, pid: int = PID, version: int = 3, tid: str = TID
+) -> transactions.Decision:
     return transactions.add_partitions_to_txn(
         metadata,
         transactional_id=tid,
@@ -183,9 +195,14 @@ def test_add_partitions_and_offsets() -> None:
     assert more.partitions == {("t", 0), ("t", 1)} and more.txn_start_timestamp_ms == T0 + 1
     assert _add(more) == AnswerNow(ErrorCode.NONE)  # all in already: nothing written
     with_offsets = _written(
-        transactions.add_offsets_to_txn(more, producer_id=PID, producer_epoch=0, group_id="g", now_ms=T0 + 6, version=4)
+        transactions.add_offsets_to_txn(
+            more, producer_id=PID, producer_epoch=0, group_id="g", now_ms=T0 + 6, version=4
+        )
     )
-    offsets = (group_records.OFFSETS_TOPIC, group_records.partition_for("g", group_records.DEFAULT_PARTITIONS))
+    offsets = (
+        group_records.OFFSETS_TOPIC,
+        group_records.partition_for("g", group_records.DEFAULT_PARTITIONS),
+    )
     assert with_offsets.partitions == more.partitions | {offsets}
     restarted = _written(_add(_completed(commit=True)))
     assert restarted.txn_start_timestamp_ms == T0 + 5 and restarted.partitions == {("t", 1)}
@@ -312,11 +329,17 @@ def test_loaded_describe_and_list() -> None:
     other = replace(_fresh(), transactional_id="other", producer_id=7)
     every = [loaded, other]
     listing = transactions.list_transactions(every, now_ms=T0 + 100)
-    assert [(t.transactional_id, t.state) for t in listing.transactions] == [(TID, "PrepareCommit"), ("other", "Empty")]
+    assert [(t.transactional_id, t.state) for t in listing.transactions] == [
+        (TID, "PrepareCommit"),
+        ("other", "Empty"),
+    ]
     by_state = transactions.list_transactions(every, now_ms=T0, state_filters=["Empty", "Bogus"])
     assert [t.transactional_id for t in by_state.transactions] == ["other"]
     assert by_state.unknown_state_filters == ("Bogus",)
-    assert [t.producer_id for t in transactions.list_transactions(every, now_ms=T0, producer_id_filters=[7]).transactions] == [7]
+    assert [
+        t.producer_id
+        for t in transactions.list_transactions(every, now_ms=T0, producer_id_filters=[7]).transactions
+    ] == [7]
     # duration: started more than 50 ms ago (Empty has no start: always older)
     long_running = transactions.list_transactions(every, now_ms=T0 + 51, duration_filter_ms=50)
     assert [t.transactional_id for t in long_running.transactions] == ["other"]
@@ -392,8 +415,16 @@ class Model:
         assert after is not None
         reloaded = transactions.loaded(record)
         assert reloaded is not None
-        for field in ("producer_id", "producer_epoch", "state", "partitions", "txn_timeout_ms",
-                      "txn_start_timestamp_ms", "txn_last_update_timestamp_ms", "pending_state"):
+        for field in (
+            "producer_id",
+            "producer_epoch",
+            "state",
+            "partitions",
+            "txn_timeout_ms",
+            "txn_start_timestamp_ms",
+            "txn_last_update_timestamp_ms",
+            "pending_state",
+        ):
             assert getattr(reloaded, field) == getattr(after, field), field
 
     def finish(self, *, ok: bool) -> None:
@@ -409,7 +440,12 @@ class Model:
         if value is not None:
             self.epochs[value.producer_id] = max(self.epochs.get(value.producer_id, 0), value.producer_epoch)
         client = self.in_flight_client
-        if client is not None and transition.error is ErrorCode.NONE and value is not None and value.state is S.EMPTY:
+        if (
+            client is not None
+            and transition.error is ErrorCode.NONE
+            and value is not None
+            and value.state is S.EMPTY
+        ):
             self.clients[client] = self.issued = (value.producer_id, value.producer_epoch)
 
     def accepted_only_latest(self, client: int, decision: transactions.Decision) -> None:
@@ -417,7 +453,7 @@ class Model:
         if isinstance(decision, Transition) or decision == AnswerNow(ErrorCode.NONE):
             assert self.clients[client] == self.issued, "a fenced epoch was accepted"
 
-    def step(self) -> None:  # noqa: PLR0912  one branch per kind of event
+    def step(self) -> None:
         rng = self.rng
         self.now += rng.choice((1, 10, 1000, 30_000))
         client = rng.randrange(len(self.clients))
@@ -439,22 +475,37 @@ class Model:
             self.decide(decision, client=client)
         elif kind in (1, 2):
             decision = transactions.add_partitions_to_txn(
-                self.metadata, transactional_id=TID, producer_id=pid, producer_epoch=epoch,
-                partitions=rng.sample(PARTITIONS, rng.randint(1, 2)), now_ms=self.now, version=3,
+                self.metadata,
+                transactional_id=TID,
+                producer_id=pid,
+                producer_epoch=epoch,
+                partitions=rng.sample(PARTITIONS, rng.randint(1, 2)),
+                now_ms=self.now,
+                version=3,
             )
             self.accepted_only_latest(client, decision)
             self.decide(decision)
         elif kind == 3:
             decision = transactions.add_offsets_to_txn(
-                self.metadata, transactional_id=TID, producer_id=pid, producer_epoch=epoch, group_id="g",
-                now_ms=self.now, version=4,
+                self.metadata,
+                transactional_id=TID,
+                producer_id=pid,
+                producer_epoch=epoch,
+                group_id="g",
+                now_ms=self.now,
+                version=4,
             )
             self.accepted_only_latest(client, decision)
             self.decide(decision)
         elif kind == 4:
             decision = transactions.end_txn(
-                self.metadata, transactional_id=TID, producer_id=pid, producer_epoch=epoch,
-                commit=rng.random() < 0.6, now_ms=self.now, version=4,
+                self.metadata,
+                transactional_id=TID,
+                producer_id=pid,
+                producer_epoch=epoch,
+                commit=rng.random() < 0.6,
+                now_ms=self.now,
+                version=4,
             )
             self.accepted_only_latest(client, decision)
             self.decide(decision)
@@ -471,7 +522,10 @@ class Model:
         elif kind == 8 and self.in_flight is None and self.last_record is not None and rng.random() < 0.3:
             self.metadata = transactions.loaded(self.last_record)  # a new coordinator takes over
         if self.metadata is not None:
-            assert self.metadata.state not in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) or not self.metadata.partitions
+            assert (
+                self.metadata.state not in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                or not self.metadata.partitions
+            )
 
 
 def test_model_random_request_sequences() -> None:

@@ -66,7 +66,9 @@ def _run_transactions(bootstrap: str, transactional_id: str) -> None:
         group_consumer.close()
 
 
-def _read_partition(bootstrap: str, partition: int, until: TransactionState) -> list[tuple[bytes, bytes | None]]:
+def _read_partition(
+    bootstrap: str, partition: int, until: TransactionState
+) -> list[tuple[bytes, bytes | None]]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False}
     )
@@ -93,7 +95,9 @@ def _partitions(value: txn_records.TransactionLogValue) -> set[tuple[str, int]]:
     return {(e.topic, p) for e in value.partitions or () for p in e.partitions}
 
 
-def _replayed(values: list[txn_records.TransactionLogValue], transactional_id: str) -> list[txn_records.TransactionLogValue]:
+def _replayed(
+    values: list[txn_records.TransactionLogValue], transactional_id: str
+) -> list[txn_records.TransactionLogValue]:
     """The records the pure coordinator decides for the requests the producer sent, each request
     taken at the time Kafka stamped on the record it answers with."""
     offsets = ("__consumer_offsets", group_records.partition_for(GROUP, group_records.DEFAULT_PARTITIONS))
@@ -184,18 +188,28 @@ def test_kafka_transaction_log_records_decode_reencode_and_replay(kafka: KafkaCl
     abort = next(v for v in ours if v.state is TransactionState.PREPARE_ABORT)
     assert _partitions(abort) == {(TOPIC, 1)}
     assert ours[0].partitions is None
-    for value in ours:
-        assert value.state is TransactionState.EMPTY or value.partitions is not None
-        if value.state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
-            assert value.partitions == ()
-        assert (value.producer_id, value.producer_epoch) == (ours[0].producer_id, 0)
-        assert value.transaction_timeout_ms == TXN_TIMEOUT_MS
+    # transaction.version 2 is finalized on Kafka 4.3.1: value version 1, a TV1 client's records
+    assert {(v.version, v.client_transaction_version, v.next_producer_id) for v in ours} == {(1, 0, -1)}
+    assert all(v.previous_producer_id == v.producer_id for v in ours)
+    for written in ours:
+        assert written.state is TransactionState.EMPTY or written.partitions is not None
+        if written.state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+            assert written.partitions == ()
+        assert (written.producer_id, written.producer_epoch) == (ours[0].producer_id, 0)
+        assert written.transaction_timeout_ms == TXN_TIMEOUT_MS
 
     # The pure coordinator decides the same records, but for the partition order within a record.
     def canonical(value: txn_records.TransactionLogValue) -> txn_records.TransactionLogValue:
-        entries = tuple(
-            sorted(txn_records.TopicPartitions(e.topic, tuple(sorted(e.partitions))) for e in value.partitions)
-        ) if value.partitions is not None else None
+        entries = (
+            tuple(
+                sorted(
+                    txn_records.TopicPartitions(e.topic, tuple(sorted(e.partitions)))
+                    for e in value.partitions
+                )
+            )
+            if value.partitions is not None
+            else None
+        )
         return dataclasses.replace(value, partitions=entries)
 
     assert [canonical(v) for v in _replayed(ours, transactional_id)] == [canonical(v) for v in ours]
