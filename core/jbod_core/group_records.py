@@ -3,7 +3,7 @@ which of its partitions holds a group.
 
 A group coordinator keeps each group it coordinates in one partition of `__consumer_offsets`:
 `abs(String.hashCode(group)) % partition count` (Kafka's `GroupCoordinatorService.partitionFor`,
-Java's hash over UTF-16 code units). Every record is a Kafka record whose key and value are
+Java's hash over UTF-16 code units, in `jbod_core.kafka_hash`). Every record is a Kafka record whose key and value are
 these big-endian structures, each opening with its schema version (int16), exactly as Kafka's
 group coordinator writes them (`group-coordinator/src/main/resources/common/message/*.json`), so
 Kafka's own readers (`kafka-console-consumer.sh --formatter
@@ -34,6 +34,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from jbod_core import kafka_hash
+
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 DEFAULT_PARTITIONS: Final = 50  # offsets.topic.num.partitions
 DEFAULT_REPLICATION_FACTOR: Final = 3  # offsets.topic.replication.factor
@@ -48,19 +50,9 @@ _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 
 
-def java_string_hash(text: str) -> int:
-    """Java's `String.hashCode()`: `s[0]*31^(n-1) + ... + s[n-1]` over UTF-16 code units, as int32."""
-    units = text.encode("utf-16-be", "surrogatepass")
-    value = 0
-    for i in range(0, len(units), 2):
-        value = (31 * value + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 def partition_for(group_id: str, partitions: int) -> int:
     """The partition of `__consumer_offsets` holding `group_id` (Kafka's `Utils.abs(hash) % n`)."""
-    value = java_string_hash(group_id)
-    return (0 if value == -(1 << 31) else abs(value)) % partitions
+    return kafka_hash.partition_for(group_id, partitions)
 
 
 # --- Records -----------------------------------------------------------------------------------
