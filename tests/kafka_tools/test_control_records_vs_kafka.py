@@ -106,7 +106,9 @@ def test_kafkas_markers_are_read_and_built_byte_for_byte(kafka: KafkaCluster) ->
         by_producer.setdefault(marker.producer_id, []).append(marker.control_type)
     expected: dict[str, list[ControlRecordType]] = {}
     for txn_id, _, commit in SCRIPT:
-        expected.setdefault(txn_id, []).append(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT)
+        expected.setdefault(txn_id, []).append(
+            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        )
     assert sorted(by_producer.values()) == sorted(expected.values())
     for producer in producers.values():
         producer.flush(10)
