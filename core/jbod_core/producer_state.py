@@ -285,7 +285,8 @@ def _frozen(producers: Mapping[int, ProducerEntry]) -> Mapping[int, ProducerEntr
 
 @dataclass(frozen=True, slots=True)
 class ProducerState:
-    """The idempotent producers of one partition, by producer id (a read-only mapping)."""
+    """The idempotent and transactional producers of one partition, by producer id (a read-only
+    mapping)."""
 
     producers: Mapping[int, ProducerEntry] = field(default_factory=dict)
 
