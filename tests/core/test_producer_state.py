@@ -20,15 +20,17 @@ MAX = 2**31 - 1
 PID = 1000
 
 
-def batch(pid: int, epoch: int, seq: int, count: int = 1, *, offset: int = 0, ts: int = 0) -> BatchHeader:
-    """A produced (or, with `offset`, logged) batch header as jbod_kafka parses it."""
+def batch(
+    pid: int, epoch: int, seq: int, count: int = 1, *, offset: int = 0, ts: int = 0, txn: bool = False
+) -> BatchHeader:
+    """A produced (or, with `offset`, logged) batch header as jbod_kafka parses it (`txn`: transactional)."""
     return BatchHeader(
         position=0,
         size=record_batch.HEADER_SIZE,
         base_offset=offset,
         leader_epoch=0,
         crc=0,
-        attributes=0,
+        attributes=0x10 if txn else 0,
         last_offset_delta=count - 1,
         base_timestamp=ts,
         max_timestamp_ms=ts,
@@ -58,6 +60,8 @@ def test_the_error_codes_are_kafkas() -> None:
     assert {e.name: e.value for e in ps.ProduceErrorCode} == {
         "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
         "INVALID_PRODUCER_EPOCH": 47,
+        "INVALID_TXN_STATE": 48,
+        "TRANSACTION_COORDINATOR_FENCED": 52,
         "INVALID_RECORD": 87,
     }
 
@@ -430,36 +434,48 @@ def test_activity_keeps_a_producer() -> None:
 
 
 entries = st.builds(
-    lambda epoch, seqs, last_active, gap: (epoch, seqs, last_active, gap),
+    lambda epoch, seqs, last_active, gap, coordinator_epoch, txn: (
+        epoch,
+        seqs,
+        last_active,
+        gap,
+        coordinator_epoch,
+        txn,
+    ),
     st.integers(-(2**15), 2**15 - 1),
     st.lists(
         st.tuples(st.integers(0, MAX), st.integers(0, MAX), st.integers(-(2**63), 2**63 - 1)),
-        min_size=1,
+        min_size=0,
         max_size=ps.NUM_BATCHES_TO_RETAIN,
     ),
     st.integers(-(2**63), 2**63 - 1),
     st.integers(1, 2**40),
+    st.integers(-(2**31), 2**31 - 1),
+    st.none() | st.integers(0, 2**63 - 1),
 )
 states = st.dictionaries(st.integers(0, 2**63 - 1), entries, max_size=8)
 
 
-def build(raw: dict[int, tuple[int, list[tuple[int, int, int]], int, int]]) -> ps.ProducerState:
+Raw = dict[int, tuple[int, list[tuple[int, int, int]], int, int, int, int | None]]
+
+
+def build(raw: Raw) -> ps.ProducerState:
     producers = {}
-    for pid, (epoch, seqs, last_active, gap) in raw.items():
+    for pid, (epoch, seqs, last_active, gap, coordinator_epoch, txn) in raw.items():
         offset = 0
         kept = []
         for first_seq, delta, ts in seqs:
             kept.append(ps.BatchMetadata(first_seq, delta, offset, ts))
             offset += delta + gap
-        producers[pid] = ps.ProducerEntry(epoch, tuple(kept), last_active)
+        producers[pid] = ps.ProducerEntry(
+            epoch, tuple(kept), last_active, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn
+        )
     return ps.ProducerState(producers)
 
 
 @settings(max_examples=200, deadline=None)
 @given(raw=states)
-def test_a_snapshot_round_trips_exactly(
-    raw: dict[int, tuple[int, list[tuple[int, int, int]], int, int]],
-) -> None:
+def test_a_snapshot_round_trips_exactly(raw: Raw) -> None:
     state = build(raw)
     data = ps.encode_snapshot(state)
     assert ps.decode_snapshot(data) == state
@@ -468,9 +484,24 @@ def test_a_snapshot_round_trips_exactly(
 
 def test_the_snapshot_layout() -> None:
     state = ps.record(ps.EMPTY, batch(7, 2, 5, 3, ts=9), first_offset=40, now_ms=11)
+    state = ps.record(state, batch(8, 0, 0, 1, ts=9, txn=True), first_offset=43, now_ms=12)
+    body = (
+        struct.pack(">I", 2)
+        + struct.pack(">qhiqqB", 7, 2, -1, 11, -1, 1)
+        + struct.pack(">iiqq", 5, 2, 40, 9)
+        + struct.pack(">qhiqqB", 8, 0, -1, 12, 43, 1)
+        + struct.pack(">iiqq", 0, 0, 43, 9)
+    )
+    assert ps.encode_snapshot(state) == struct.pack(">HI", 2, zlib.crc32(body)) + body
+    assert ps.encode_snapshot(ps.EMPTY) == struct.pack(">HII", 2, zlib.crc32(b"\0\0\0\0"), 0)
+
+
+def test_a_version_1_snapshot_still_decodes() -> None:
     body = struct.pack(">I", 1) + struct.pack(">qhqB", 7, 2, 11, 1) + struct.pack(">iiqq", 5, 2, 40, 9)
-    assert ps.encode_snapshot(state) == struct.pack(">HI", 1, zlib.crc32(body)) + body
-    assert ps.encode_snapshot(ps.EMPTY) == struct.pack(">HII", 1, zlib.crc32(b"\0\0\0\0"), 0)
+    state = ps.decode_snapshot(struct.pack(">HI", 1, zlib.crc32(body)) + body)
+    assert state == ps.record(ps.EMPTY, batch(7, 2, 5, 3, ts=9), first_offset=40, now_ms=11)
+    assert state.producers[7].coordinator_epoch == ps.NO_COORDINATOR_EPOCH
+    assert state.producers[7].current_txn_first_offset is None
 
 
 def _sealed(body: bytes, version: int = 1) -> bytes:
@@ -484,6 +515,12 @@ def _producer(pid: int, batches: list[tuple[int, int, int, int]], epoch: int = 0
     )
 
 
+def _producer_v2(pid: int, batches: list[tuple[int, int, int, int]], *, txn: int = -1) -> bytes:
+    return struct.pack(">qhiqqB", pid, 0, 0, 0, txn, len(batches)) + b"".join(
+        struct.pack(">iiqq", *b) for b in batches
+    )
+
+
 GOOD = _producer(1, [(0, 0, 0, 0)])
 
 
@@ -491,7 +528,7 @@ GOOD = _producer(1, [(0, 0, 0, 0)])
     ("data", "match"),
     [
         (b"", "shorter than its header"),
-        (_sealed(struct.pack(">I", 0), version=2), "version 2"),
+        (_sealed(struct.pack(">I", 0), version=3), "version 3"),
         (_sealed(struct.pack(">I", 1)), "ends inside a producer"),
         (_sealed(struct.pack(">I", 1) + GOOD + b"\0"), "bytes after its last producer"),
         (_sealed(struct.pack(">I", 1) + GOOD[:-1]), "ends inside the batches"),
@@ -499,7 +536,10 @@ GOOD = _producer(1, [(0, 0, 0, 0)])
         (_sealed(struct.pack(">I", 2) + GOOD + GOOD), "ascending"),
         (_sealed(struct.pack(">I", 1) + _producer(-1, [(0, 0, 0, 0)])), "ascending"),
         (_sealed(struct.pack(">I", 1) + _producer(1, [])), "1 to 5 batches"),
-        (_sealed(struct.pack(">I", 1) + _producer(1, [(0, 0, i, 0) for i in range(6)])), "1 to 5 batches"),
+        (_sealed(struct.pack(">I", 1) + _producer(1, [(0, 0, i, 0) for i in range(6)])), "batches, not 6"),
+        (_sealed(struct.pack(">I", 1) + _producer_v2(1, [], txn=-2), version=2), "first offset -2"),
+        (_sealed(struct.pack(">I", 1) + _producer_v2(1, [(0, 0, i, 0) for i in range(6)]), 2), "not 6"),
+        (_sealed(struct.pack(">I", 1) + _producer_v2(1, [])[:-1], version=2), "ends inside a producer"),
         (_sealed(struct.pack(">I", 1) + _producer(1, [(-1, 0, 0, 0)])), "Sequence"),
         (_sealed(struct.pack(">I", 1) + _producer(1, [(0, -1, 0, 0)])), "delta"),
         (_sealed(struct.pack(">I", 1) + _producer(1, [(0, 0, -5, 0)])), "Offset"),
@@ -528,14 +568,16 @@ def test_every_flipped_bit_and_every_cut_is_refused() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(body=st.binary(max_size=200), version=st.sampled_from([1, 1, 1, 0, 2]))
+@given(body=st.binary(max_size=200), version=st.sampled_from([1, 1, 2, 2, 0, 3]))
 def test_arbitrary_bytes_decode_or_raise_value_error(body: bytes, version: int) -> None:
     for data in (body, _sealed(body, version)):
         try:
             state = ps.decode_snapshot(data)
         except ValueError:
             continue
-        assert ps.encode_snapshot(state) == data
+        assert ps.decode_snapshot(ps.encode_snapshot(state)) == state
+        if data[:2] == b"\0\2":
+            assert ps.encode_snapshot(state) == data
 
 
 def test_states_compare_by_value() -> None:
