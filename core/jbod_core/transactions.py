@@ -87,6 +87,7 @@ from Empty) is not served (docs/decisions.md, "Transactions: version 1 first").
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -98,6 +99,28 @@ from jbod_core.errors import ErrorCode
 from jbod_core.txn_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionState
 
 TopicPartition: TypeAlias = tuple[str, int]
+
+
+class TxnError(enum.IntEnum):
+    """Kafka's error codes a transaction coordinator answers on the Kafka listener (Kafka's
+    numbers; not the contract's `jbod_core.errors.ErrorCode`)."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_REQUEST = 42
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 133
+
 
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS: Final = 900_000  # transaction.max.timeout.ms
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: Final = 604_800_000  # transactional.id.expiration.ms
@@ -178,7 +201,7 @@ class TxnMetadata:
 class AnswerNow:
     """Nothing to write: answer `error` now (NONE: success)."""
 
-    error: ErrorCode
+    error: TxnError
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +218,7 @@ class Transition:
     record: txn_records.TxnRecord
     after_append: TxnMetadata | None
     after_failure: TxnMetadata
-    error: ErrorCode = ErrorCode.NONE
+    error: TxnError = TxnError.NONE
 
 
 Decision: TypeAlias = AnswerNow | Transition | NeedProducerId
@@ -232,7 +255,7 @@ def _transition(
     *,
     holding: TxnMetadata | None = None,
     after_failure: TxnMetadata | None = None,
-    error: ErrorCode = ErrorCode.NONE,
+    error: TxnError = TxnError.NONE,
 ) -> Transition:
     source = (holding or current).state
     if source not in VALID_PREVIOUS_STATES[target.state]:
@@ -273,13 +296,13 @@ def _fence(metadata: TxnMetadata, *, now_ms: int) -> Transition:
         target,
         holding=bumped,
         after_failure=replace(bumped, pending_state=None, has_failed_epoch_fence=True),
-        error=ErrorCode.CONCURRENT_TRANSACTIONS,
+        error=TxnError.CONCURRENT_TRANSACTIONS,
     )
 
 
-def _fenced(error: ErrorCode, version: int, since: int) -> AnswerNow:
-    if error is ErrorCode.PRODUCER_FENCED and version < since:
-        return AnswerNow(ErrorCode.INVALID_PRODUCER_EPOCH)
+def _fenced(error: TxnError, version: int, since: int) -> AnswerNow:
+    if error is TxnError.PRODUCER_FENCED and version < since:
+        return AnswerNow(TxnError.INVALID_PRODUCER_EPOCH)
     return AnswerNow(error)
 
 
@@ -301,11 +324,11 @@ def init_producer_id(  # noqa: PLR0911, PLR0913  the module docstring's table: a
     """InitProducerId with a transactional id (`metadata`: the coordinator's, None if unknown);
     `producer_id`/`producer_epoch`: the KIP-360 fields (v3+), -1 when not given."""
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
-        return AnswerNow(ErrorCode.INVALID_REQUEST)
+        return AnswerNow(TxnError.INVALID_REQUEST)
     if not transactional_id:
-        return AnswerNow(ErrorCode.INVALID_REQUEST)
+        return AnswerNow(TxnError.INVALID_REQUEST)
     if not 0 < transaction_timeout_ms <= config.transaction_max_timeout_ms:
-        return AnswerNow(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        return AnswerNow(TxnError.INVALID_TRANSACTION_TIMEOUT)
     given = producer_id != NO_PRODUCER_ID
     if metadata is None:
         if fresh_producer_id is None:
@@ -335,16 +358,16 @@ def init_producer_id(  # noqa: PLR0911, PLR0913  the module docstring's table: a
             version=version,
         )
     if metadata.pending_state is not None:
-        return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     if given and not (
         metadata.producer_epoch == NO_PRODUCER_EPOCH
         or producer_id == metadata.producer_id
         or (producer_id == metadata.previous_producer_id and is_epoch_exhausted(producer_epoch))
     ):
-        return _fenced(ErrorCode.PRODUCER_FENCED, version, INIT_PRODUCER_ID_FENCED_SINCE)
+        return _fenced(TxnError.PRODUCER_FENCED, version, INIT_PRODUCER_ID_FENCED_SINCE)
     state = metadata.state
     if state in _PREPARE:
-        return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     if state is _S.ONGOING:
         return _fence(metadata, now_ms=now_ms)
     return _initialized(
@@ -381,7 +404,7 @@ def _initialized(  # noqa: PLR0913  the request's fields
     elif producer_epoch == metadata.last_producer_epoch:
         epoch, last = metadata.producer_epoch, metadata.last_producer_epoch
     else:
-        return _fenced(ErrorCode.PRODUCER_FENCED, version, INIT_PRODUCER_ID_FENCED_SINCE)
+        return _fenced(TxnError.PRODUCER_FENCED, version, INIT_PRODUCER_ID_FENCED_SINCE)
     return _transition(
         metadata,
         _empty(metadata, metadata.producer_id, epoch, last, transaction_timeout_ms, now_ms=now_ms),
@@ -412,13 +435,13 @@ def _empty(  # noqa: PLR0913  the fields InitProducerId sets
 
 def _check_producer(
     metadata: TxnMetadata | None, *, transactional_id: str, producer_id: int, producer_epoch: int
-) -> ErrorCode | TxnMetadata:
+) -> TxnError | TxnMetadata:
     if not transactional_id:
-        return ErrorCode.INVALID_REQUEST
+        return TxnError.INVALID_REQUEST
     if metadata is None or metadata.producer_id != producer_id:
-        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        return TxnError.INVALID_PRODUCER_ID_MAPPING
     if metadata.producer_epoch != producer_epoch:
-        return ErrorCode.PRODUCER_FENCED
+        return TxnError.PRODUCER_FENCED
     return metadata
 
 
@@ -436,13 +459,13 @@ def _add(  # noqa: PLR0913  the request's fields
     checked = _check_producer(
         metadata, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch
     )
-    if isinstance(checked, ErrorCode):
+    if isinstance(checked, TxnError):
         return _fenced(checked, version, fenced_since)
     if checked.pending_state is not None or checked.state in _PREPARE:
-        return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     added = frozenset(partitions)
     if checked.state is _S.ONGOING and added <= checked.partitions:
-        return AnswerNow(ErrorCode.NONE)
+        return AnswerNow(TxnError.NONE)
     start = now_ms if checked.state in (_S.EMPTY, *_COMPLETE) else checked.txn_start_timestamp_ms
     target = replace(
         checked,
@@ -517,21 +540,18 @@ def verify_partitions_in_txn(
     producer_id: int,
     producer_epoch: int,
     partitions: Collection[TopicPartition],
-) -> Mapping[TopicPartition, ErrorCode]:
+) -> Mapping[TopicPartition, TxnError]:
     """A verify-only transaction of AddPartitionsToTxn v4+ (a partition leader asking, KIP-890
     part 1): the error of each partition, NONE for those in the ongoing transaction."""
     checked = _check_producer(
         metadata, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch
     )
-    if isinstance(checked, ErrorCode):
+    if isinstance(checked, TxnError):
         return MappingProxyType(dict.fromkeys(partitions, checked))
     if checked.state in _PREPARE:
-        return MappingProxyType(dict.fromkeys(partitions, ErrorCode.CONCURRENT_TRANSACTIONS))
+        return MappingProxyType(dict.fromkeys(partitions, TxnError.CONCURRENT_TRANSACTIONS))
     return MappingProxyType(
-        {
-            p: ErrorCode.NONE if p in checked.partitions else ErrorCode.TRANSACTION_ABORTABLE
-            for p in partitions
-        }
+        {p: TxnError.NONE if p in checked.partitions else TxnError.TRANSACTION_ABORTABLE for p in partitions}
     )
 
 
@@ -555,19 +575,19 @@ def end_txn(  # noqa: PLR0913  the request's fields
         producer_id=producer_id,
         producer_epoch=producer_epoch,
     )
-    if isinstance(checked, ErrorCode):
+    if isinstance(checked, TxnError):
         return _fenced(checked, version, END_TXN_FENCED_SINCE)
     if checked.pending_state is not None:
-        return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     state = checked.state
     if state is _S.ONGOING:
         prepared = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
         return _transition(checked, replace(checked, state=prepared, txn_last_update_timestamp_ms=now_ms))
     if (state is _S.COMPLETE_COMMIT and commit) or (state is _S.COMPLETE_ABORT and not commit):
-        return AnswerNow(ErrorCode.NONE)
+        return AnswerNow(TxnError.NONE)
     if (state is _S.PREPARE_COMMIT and commit) or (state is _S.PREPARE_ABORT and not commit):
-        return AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
-    return AnswerNow(ErrorCode.INVALID_TXN_STATE)
+        return AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
+    return AnswerNow(TxnError.INVALID_TXN_STATE)
 
 
 def markers_written(metadata: TxnMetadata, *, now_ms: int) -> Transition:
@@ -646,21 +666,22 @@ def loaded(record: txn_records.TxnRecord) -> TxnMetadata | None:
     )
 
 
-def append_error(error: ErrorCode) -> ErrorCode:
-    """The error a coordinator answers when its append to `__transaction_state` failed with `error`
-    (Kafka's `TransactionStateManager.appendTransactionToLog`)."""
+def append_error(error: int) -> TxnError:
+    """The error a coordinator answers when its append to `__transaction_state` failed with
+    `error` (a produce error's Kafka code; Kafka's `TransactionStateManager.appendTransactionToLog`)."""
     if error in (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.REQUEST_TIMED_OUT,
     ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return TxnError.COORDINATOR_NOT_AVAILABLE
     if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error is ErrorCode.MESSAGE_TOO_LARGE:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    return error
+        return TxnError.NOT_COORDINATOR
+    try:
+        return TxnError(error)
+    except ValueError:  # MESSAGE_TOO_LARGE and every other code a coordinator does not answer
+        return TxnError.UNKNOWN_SERVER_ERROR
 
 
 # --- DescribeTransactions, ListTransactions -----------------------------------------------------
@@ -671,7 +692,7 @@ class TransactionDescription:
     """One transactional id as DescribeTransactions answers it."""
 
     transactional_id: str
-    error: ErrorCode
+    error: TxnError
     state: str = ""  # Kafka's state name
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -682,15 +703,15 @@ class TransactionDescription:
 
 def describe(metadata: TxnMetadata | None, *, transactional_id: str) -> TransactionDescription:
     if not transactional_id:
-        return TransactionDescription(transactional_id, ErrorCode.INVALID_REQUEST)
+        return TransactionDescription(transactional_id, TxnError.INVALID_REQUEST)
     if metadata is None:
-        return TransactionDescription(transactional_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+        return TransactionDescription(transactional_id, TxnError.TRANSACTIONAL_ID_NOT_FOUND)
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(metadata.partitions):
         by_topic.setdefault(topic, []).append(partition)
     return TransactionDescription(
         transactional_id,
-        ErrorCode.NONE,
+        TxnError.NONE,
         state=metadata.state.kafka_name,
         producer_id=metadata.producer_id,
         producer_epoch=metadata.producer_epoch,

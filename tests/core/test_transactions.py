@@ -13,7 +13,7 @@ import pytest
 
 from jbod_core import group_records, transactions, txn_records
 from jbod_core.errors import ErrorCode
-from jbod_core.transactions import AnswerNow, NeedProducerId, Transition, TxnConfig, TxnMetadata
+from jbod_core.transactions import AnswerNow, NeedProducerId, Transition, TxnConfig, TxnError, TxnMetadata
 from jbod_core.txn_records import TransactionState as S
 
 CONFIG = TxnConfig()
@@ -30,7 +30,7 @@ def _init(metadata: TxnMetadata | None, *, now_ms: int = T0, **fields: int) -> t
 
 def _written(decision: transactions.Decision) -> TxnMetadata:
     assert isinstance(decision, Transition), decision
-    assert decision.error is ErrorCode.NONE
+    assert decision.error is TxnError.NONE
     assert decision.after_append is not None
     return decision.after_append
 
@@ -64,17 +64,17 @@ def _completed(*, commit: bool) -> TxnMetadata:
 
 
 def test_init_invalid_requests() -> None:
-    assert _init(None, producer_id=5) == AnswerNow(ErrorCode.INVALID_REQUEST)
-    assert _init(None, producer_epoch=5) == AnswerNow(ErrorCode.INVALID_REQUEST)
+    assert _init(None, producer_id=5) == AnswerNow(TxnError.INVALID_REQUEST)
+    assert _init(None, producer_epoch=5) == AnswerNow(TxnError.INVALID_REQUEST)
     empty_id = transactions.init_producer_id(
         None, transactional_id="", transaction_timeout_ms=1000, now_ms=T0, config=CONFIG
     )
-    assert empty_id == AnswerNow(ErrorCode.INVALID_REQUEST)
+    assert empty_id == AnswerNow(TxnError.INVALID_REQUEST)
     for timeout in (0, -1, CONFIG.transaction_max_timeout_ms + 1):
         decision = transactions.init_producer_id(
             _fresh(), transactional_id=TID, transaction_timeout_ms=timeout, now_ms=T0, config=CONFIG
         )
-        assert decision == AnswerNow(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        assert decision == AnswerNow(TxnError.INVALID_TRANSACTION_TIMEOUT)
 
 
 def test_init_new_and_bump() -> None:
@@ -104,10 +104,10 @@ def test_init_new_and_bump() -> None:
 def test_init_concurrent() -> None:
     in_flight = _init(_fresh())
     assert isinstance(in_flight, Transition)
-    assert _init(in_flight.holding) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+    assert _init(in_flight.holding) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     prepared = _written(_end(_ongoing(), commit=True))
-    assert _init(prepared) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
-    assert _init(replace(prepared, pending_state=None)) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+    assert _init(prepared) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
+    assert _init(replace(prepared, pending_state=None)) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
 
 
 def test_init_kip360() -> None:
@@ -116,10 +116,10 @@ def test_init_kip360() -> None:
     # a retry with the epoch before the bump gets the same epoch again
     retried = _written(_init(metadata, producer_id=PID, producer_epoch=0))
     assert (retried.producer_epoch, retried.last_producer_epoch) == (1, 0)
-    assert _init(metadata, producer_id=PID, producer_epoch=7) == AnswerNow(ErrorCode.PRODUCER_FENCED)
-    assert _init(metadata, producer_id=PID + 1, producer_epoch=1) == AnswerNow(ErrorCode.PRODUCER_FENCED)
+    assert _init(metadata, producer_id=PID, producer_epoch=7) == AnswerNow(TxnError.PRODUCER_FENCED)
+    assert _init(metadata, producer_id=PID + 1, producer_epoch=1) == AnswerNow(TxnError.PRODUCER_FENCED)
     old = _init(metadata, producer_id=PID + 1, producer_epoch=1, version=3)
-    assert old == AnswerNow(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert old == AnswerNow(TxnError.INVALID_PRODUCER_EPOCH)
 
 
 def test_init_epoch_exhausted() -> None:
@@ -133,14 +133,14 @@ def test_init_epoch_exhausted() -> None:
     assert (after.previous_producer_id, after.last_producer_epoch) == (PID, 32766)
     # the old producer id with its exhausted epoch is still recognised (a KIP-360 retry)
     assert isinstance(_init(after, producer_id=PID, producer_epoch=32766), AnswerNow | Transition)
-    assert _init(after, producer_id=PID, producer_epoch=32766) != AnswerNow(ErrorCode.PRODUCER_FENCED)
+    assert _init(after, producer_id=PID, producer_epoch=32766) != AnswerNow(TxnError.PRODUCER_FENCED)
 
 
 def test_init_fences_ongoing() -> None:
     ongoing = _ongoing()
     fence = _init(ongoing, now_ms=T0 + 50)
     assert isinstance(fence, Transition) and fence.record.value is not None
-    assert fence.error is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert fence.error is TxnError.CONCURRENT_TRANSACTIONS
     assert (fence.record.value.state, fence.record.value.producer_epoch) == (S.PREPARE_ABORT, 1)
     assert fence.holding.producer_epoch == 1  # the old producer is fenced while the abort is written
     assert fence.after_append is not None and fence.after_append.pending_state is S.COMPLETE_ABORT
@@ -172,20 +172,20 @@ def _add(
 
 
 def test_add_errors() -> None:
-    assert _add(_fresh(), tid="") == AnswerNow(ErrorCode.INVALID_REQUEST)
-    assert _add(None) == AnswerNow(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-    assert _add(_fresh(), pid=PID + 1) == AnswerNow(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-    assert _add(_fresh(), epoch=3) == AnswerNow(ErrorCode.PRODUCER_FENCED)
-    assert _add(_fresh(), epoch=3, version=1) == AnswerNow(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert _add(_fresh(), tid="") == AnswerNow(TxnError.INVALID_REQUEST)
+    assert _add(None) == AnswerNow(TxnError.INVALID_PRODUCER_ID_MAPPING)
+    assert _add(_fresh(), pid=PID + 1) == AnswerNow(TxnError.INVALID_PRODUCER_ID_MAPPING)
+    assert _add(_fresh(), epoch=3) == AnswerNow(TxnError.PRODUCER_FENCED)
+    assert _add(_fresh(), epoch=3, version=1) == AnswerNow(TxnError.INVALID_PRODUCER_EPOCH)
     in_flight = _add(_fresh())
     assert isinstance(in_flight, Transition)
-    assert _add(in_flight.holding) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+    assert _add(in_flight.holding) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     prepared = _written(_end(_ongoing(), commit=False))
-    assert _add(replace(prepared, pending_state=None)) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
+    assert _add(replace(prepared, pending_state=None)) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
     offsets = transactions.add_offsets_to_txn(
         _fresh(), producer_id=PID, producer_epoch=9, group_id="g", now_ms=T0, version=1
     )
-    assert offsets == AnswerNow(ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert offsets == AnswerNow(TxnError.INVALID_PRODUCER_EPOCH)
 
 
 def test_add_partitions_and_offsets() -> None:
@@ -193,7 +193,7 @@ def test_add_partitions_and_offsets() -> None:
     assert ongoing.txn_start_timestamp_ms == T0 + 1
     more = _written(_add(ongoing))
     assert more.partitions == {("t", 0), ("t", 1)} and more.txn_start_timestamp_ms == T0 + 1
-    assert _add(more) == AnswerNow(ErrorCode.NONE)  # all in already: nothing written
+    assert _add(more) == AnswerNow(TxnError.NONE)  # all in already: nothing written
     with_offsets = _written(
         transactions.add_offsets_to_txn(
             more, producer_id=PID, producer_epoch=0, group_id="g", now_ms=T0 + 6, version=4
@@ -220,16 +220,16 @@ def test_verify_only() -> None:
             )
         )
 
-    assert verify(ongoing) == {("t", 0): ErrorCode.NONE, ("t", 9): ErrorCode.TRANSACTION_ABORTABLE}
-    assert set(verify(None).values()) == {ErrorCode.INVALID_PRODUCER_ID_MAPPING}
-    assert set(verify(ongoing, producer_id=1).values()) == {ErrorCode.INVALID_PRODUCER_ID_MAPPING}
-    assert set(verify(ongoing, producer_epoch=1).values()) == {ErrorCode.PRODUCER_FENCED}
+    assert verify(ongoing) == {("t", 0): TxnError.NONE, ("t", 9): TxnError.TRANSACTION_ABORTABLE}
+    assert set(verify(None).values()) == {TxnError.INVALID_PRODUCER_ID_MAPPING}
+    assert set(verify(ongoing, producer_id=1).values()) == {TxnError.INVALID_PRODUCER_ID_MAPPING}
+    assert set(verify(ongoing, producer_epoch=1).values()) == {TxnError.PRODUCER_FENCED}
     prepared = _written(_end(ongoing, commit=True))
-    assert set(verify(prepared).values()) == {ErrorCode.CONCURRENT_TRANSACTIONS}
+    assert set(verify(prepared).values()) == {TxnError.CONCURRENT_TRANSACTIONS}
     empty = transactions.verify_partitions_in_txn(
         ongoing, transactional_id="", producer_id=PID, producer_epoch=0, partitions=partitions
     )
-    assert set(empty.values()) == {ErrorCode.INVALID_REQUEST}
+    assert set(empty.values()) == {TxnError.INVALID_REQUEST}
 
 
 # --- EndTxn and the markers --------------------------------------------------------------------
@@ -239,29 +239,29 @@ def test_end_txn_errors() -> None:
     ongoing = _ongoing()
     assert transactions.end_txn(
         ongoing, transactional_id="", producer_id=PID, producer_epoch=0, commit=True, now_ms=T0, version=4
-    ) == AnswerNow(ErrorCode.INVALID_REQUEST)
+    ) == AnswerNow(TxnError.INVALID_REQUEST)
     assert transactions.end_txn(
         None, transactional_id=TID, producer_id=PID, producer_epoch=0, commit=True, now_ms=T0, version=4
-    ) == AnswerNow(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-    assert _end(ongoing, commit=True, pid=PID + 1) == AnswerNow(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-    assert _end(ongoing, commit=True, epoch=1) == AnswerNow(ErrorCode.PRODUCER_FENCED)
-    assert _end(ongoing, commit=True, epoch=1, version=1) == AnswerNow(ErrorCode.INVALID_PRODUCER_EPOCH)
+    ) == AnswerNow(TxnError.INVALID_PRODUCER_ID_MAPPING)
+    assert _end(ongoing, commit=True, pid=PID + 1) == AnswerNow(TxnError.INVALID_PRODUCER_ID_MAPPING)
+    assert _end(ongoing, commit=True, epoch=1) == AnswerNow(TxnError.PRODUCER_FENCED)
+    assert _end(ongoing, commit=True, epoch=1, version=1) == AnswerNow(TxnError.INVALID_PRODUCER_EPOCH)
     prepared = _written(_end(ongoing, commit=True))  # its markers are being written
-    assert _end(prepared, commit=False) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
-    assert _end(_fresh(), commit=True) == AnswerNow(ErrorCode.INVALID_TXN_STATE)
+    assert _end(prepared, commit=False) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
+    assert _end(_fresh(), commit=True) == AnswerNow(TxnError.INVALID_TXN_STATE)
 
 
 def test_end_txn_retries() -> None:
-    assert _end(_completed(commit=True), commit=True) == AnswerNow(ErrorCode.NONE)
-    assert _end(_completed(commit=False), commit=False) == AnswerNow(ErrorCode.NONE)
-    assert _end(_completed(commit=True), commit=False) == AnswerNow(ErrorCode.INVALID_TXN_STATE)
-    assert _end(_completed(commit=False), commit=True) == AnswerNow(ErrorCode.INVALID_TXN_STATE)
+    assert _end(_completed(commit=True), commit=True) == AnswerNow(TxnError.NONE)
+    assert _end(_completed(commit=False), commit=False) == AnswerNow(TxnError.NONE)
+    assert _end(_completed(commit=True), commit=False) == AnswerNow(TxnError.INVALID_TXN_STATE)
+    assert _end(_completed(commit=False), commit=True) == AnswerNow(TxnError.INVALID_TXN_STATE)
     # loaded without its completion pending (Kafka's rows for Prepare* with nothing in flight)
     for commit, state in ((True, S.PREPARE_COMMIT), (False, S.PREPARE_ABORT)):
         prepared = replace(_written(_end(_ongoing(), commit=commit)), pending_state=None)
         assert prepared.state is state
-        assert _end(prepared, commit=commit) == AnswerNow(ErrorCode.CONCURRENT_TRANSACTIONS)
-        assert _end(prepared, commit=not commit) == AnswerNow(ErrorCode.INVALID_TXN_STATE)
+        assert _end(prepared, commit=commit) == AnswerNow(TxnError.CONCURRENT_TRANSACTIONS)
+        assert _end(prepared, commit=not commit) == AnswerNow(TxnError.INVALID_TXN_STATE)
 
 
 def test_commit_and_abort() -> None:
@@ -298,7 +298,7 @@ def test_timeout_abort() -> None:
     assert transactions.abort_timed_out(fence.holding, now_ms=T0 + 10**9) is None
     assert transactions.abort_timed_out(_fresh(), now_ms=T0 + 10**9) is None
     assert fence.after_append is not None
-    assert _end(fence.after_append, commit=True) == AnswerNow(ErrorCode.PRODUCER_FENCED)
+    assert _end(fence.after_append, commit=True) == AnswerNow(TxnError.PRODUCER_FENCED)
 
 
 def test_expiration() -> None:
@@ -321,10 +321,10 @@ def test_loaded_describe_and_list() -> None:
     assert loaded is not None and loaded.pending_state is S.COMPLETE_COMMIT  # markers to resend
     assert transactions.loaded(txn_records.TxnRecord(TID, None)) is None
     described = transactions.describe(loaded, transactional_id=TID)
-    assert (described.error, described.state, described.producer_id) == (ErrorCode.NONE, "PrepareCommit", PID)
+    assert (described.error, described.state, described.producer_id) == (TxnError.NONE, "PrepareCommit", PID)
     assert described.topics == (("t", (0,)), ("u", (2,)))
-    assert transactions.describe(None, transactional_id=TID).error is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-    assert transactions.describe(None, transactional_id="").error is ErrorCode.INVALID_REQUEST
+    assert transactions.describe(None, transactional_id=TID).error is TxnError.TRANSACTIONAL_ID_NOT_FOUND
+    assert transactions.describe(None, transactional_id="").error is TxnError.INVALID_REQUEST
 
     other = replace(_fresh(), transactional_id="other", producer_id=7)
     every = [loaded, other]
@@ -349,10 +349,10 @@ def test_loaded_describe_and_list() -> None:
 
 
 def test_append_errors() -> None:
-    assert transactions.append_error(ErrorCode.NOT_ENOUGH_REPLICAS) is ErrorCode.COORDINATOR_NOT_AVAILABLE
-    assert transactions.append_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) is ErrorCode.NOT_COORDINATOR
-    assert transactions.append_error(ErrorCode.KAFKA_STORAGE_ERROR) is ErrorCode.NOT_COORDINATOR
-    assert transactions.append_error(ErrorCode.MESSAGE_TOO_LARGE) is ErrorCode.UNKNOWN_SERVER_ERROR
+    assert transactions.append_error(ErrorCode.NOT_ENOUGH_REPLICAS) is TxnError.COORDINATOR_NOT_AVAILABLE
+    assert transactions.append_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) is TxnError.NOT_COORDINATOR
+    assert transactions.append_error(ErrorCode.KAFKA_STORAGE_ERROR) is TxnError.NOT_COORDINATOR
+    assert transactions.append_error(ErrorCode.MESSAGE_TOO_LARGE) is TxnError.UNKNOWN_SERVER_ERROR
 
 
 # --- The model test ----------------------------------------------------------------------------
@@ -442,7 +442,7 @@ class Model:
         client = self.in_flight_client
         if (
             client is not None
-            and transition.error is ErrorCode.NONE
+            and transition.error is TxnError.NONE
             and value is not None
             and value.state is S.EMPTY
         ):
@@ -450,7 +450,7 @@ class Model:
 
     def accepted_only_latest(self, client: int, decision: transactions.Decision) -> None:
         """A request was accepted (written or NONE) only from the latest epoch answered."""
-        if isinstance(decision, Transition) or decision == AnswerNow(ErrorCode.NONE):
+        if isinstance(decision, Transition) or decision == AnswerNow(TxnError.NONE):
             assert self.clients[client] == self.issued, "a fenced epoch was accepted"
 
     def step(self) -> None:
