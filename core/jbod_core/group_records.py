@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from jbod_core import kafka_hash
+from jbod_core.record_structs import I16, I32, I64, StructReader, StructWriter
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 DEFAULT_PARTITIONS: Final = 50  # offsets.topic.num.partitions
@@ -44,10 +45,6 @@ OFFSET_COMMIT_KEY_VERSION: Final = 1
 GROUP_METADATA_KEY_VERSION: Final = 2
 OFFSET_COMMIT_VALUE_VERSION: Final = 3
 GROUP_METADATA_VALUE_VERSION: Final = 3
-
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
-_I64: Final = struct.Struct(">q")
 
 
 def partition_for(group_id: str, partitions: int) -> int:
@@ -131,41 +128,8 @@ def group_metadata(group: str, value: GroupMetadataValue | None) -> CoordinatorR
 # --- Encoding ----------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def i16(self, value: int) -> None:
-        self.parts.append(_I16.pack(value))
-
-    def i32(self, value: int) -> None:
-        self.parts.append(_I32.pack(value))
-
-    def i64(self, value: int) -> None:
-        self.parts.append(_I64.pack(value))
-
-    def string(self, value: str | None) -> None:
-        if value is None:
-            self.i16(-1)
-            return
-        data = value.encode("utf-8")
-        if len(data) > 0x7FFF:
-            raise ValueError(f"A string of {len(data)} bytes does not fit an int16 length")
-        self.i16(len(data))
-        self.parts.append(data)
-
-    def bytes_(self, value: bytes) -> None:
-        self.i32(len(value))
-        self.parts.append(value)
-
-    def done(self) -> bytes:
-        return b"".join(self.parts)
-
-
 def encode_key(key: Key) -> bytes:
-    out = _Writer()
+    out = StructWriter()
     if isinstance(key, OffsetCommitKey):
         out.i16(OFFSET_COMMIT_KEY_VERSION)
         out.string(key.group)
@@ -180,7 +144,7 @@ def encode_key(key: Key) -> bytes:
 def encode_value(value: Value | None) -> bytes | None:
     if value is None:
         return None
-    out = _Writer()
+    out = StructWriter()
     if isinstance(value, OffsetCommitValue):
         out.i16(OFFSET_COMMIT_VALUE_VERSION)
         out.i64(value.offset)
@@ -215,63 +179,9 @@ def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
 # --- Decoding ----------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "position")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.position = 0
-
-    def _take(self, size: int) -> bytes:
-        end = self.position + size
-        if size < 0 or end > len(self.data):
-            raise ValueError(f"{len(self.data)} bytes end inside a field at byte {self.position}")
-        chunk = self.data[self.position : end]
-        self.position = end
-        return chunk
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def nullable_string(self) -> str | None:
-        size = self.i16()
-        if size == -1:
-            return None
-        if size < 0:
-            raise ValueError(f"A string length of {size} at byte {self.position - 2}")
-        try:
-            return self._take(size).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"A string that is not UTF-8: {exc}") from None
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise ValueError(f"A null string where one is required, at byte {self.position - 2}")
-        return value
-
-    def bytes_(self) -> bytes:
-        size = self.i32()
-        if size < 0:  # Kafka's readers take -1 as an empty array here
-            if size != -1:
-                raise ValueError(f"A bytes length of {size}")
-            return b""
-        return self._take(size)
-
-    def end(self) -> None:
-        if self.position != len(self.data):
-            raise ValueError(f"{len(self.data) - self.position} bytes after the structure")
-
-
 def decode_key(data: bytes) -> Key | None:
     """The key in `data`; None for a key of another protocol (version 3 and up)."""
-    reader = _Reader(data)
+    reader = StructReader(data)
     version = reader.i16()
     key: Key
     if version in (0, 1):
@@ -286,7 +196,7 @@ def decode_key(data: bytes) -> Key | None:
     return key
 
 
-def _offset_value(reader: _Reader) -> OffsetCommitValue:
+def _offset_value(reader: StructReader) -> OffsetCommitValue:
     version = reader.i16()
     if not 0 <= version <= OFFSET_COMMIT_VALUE_VERSION:
         raise ValueError(f"OffsetCommitValue version {version} is not one this coordinator reads (0-3)")
@@ -298,7 +208,7 @@ def _offset_value(reader: _Reader) -> OffsetCommitValue:
     return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
 
 
-def _group_value(reader: _Reader) -> GroupMetadataValue:
+def _group_value(reader: StructReader) -> GroupMetadataValue:
     version = reader.i16()
     if not 0 <= version <= GROUP_METADATA_VALUE_VERSION:
         raise ValueError(f"GroupMetadataValue version {version} is not one this coordinator reads (0-3)")
@@ -341,16 +251,16 @@ def _offset_commit_fast(key: bytes, value: bytes | None) -> CoordinatorRecord | 
     `struct` calls (loading replays millions of them); None for anything else, which `decode`
     then reads field by field (and judges)."""
     try:
-        version, group_size = _I16.unpack_from(key, 0)[0], _I16.unpack_from(key, 2)[0]
+        version, group_size = I16.unpack_from(key, 0)[0], I16.unpack_from(key, 2)[0]
         topic_at = 4 + group_size
-        topic_size = _I16.unpack_from(key, topic_at)[0]
+        topic_size = I16.unpack_from(key, topic_at)[0]
         partition_at = topic_at + 2 + topic_size
         if version != 1 or group_size < 0 or topic_size < 0 or partition_at + 4 != len(key):
             return None
         parsed_key = OffsetCommitKey(
             key[4:topic_at].decode("utf-8"),
             key[topic_at + 2 : partition_at].decode("utf-8"),
-            _I32.unpack_from(key, partition_at)[0],
+            I32.unpack_from(key, partition_at)[0],
         )
         if value is None:
             return CoordinatorRecord(parsed_key, None)
@@ -359,9 +269,7 @@ def _offset_commit_fast(key: bytes, value: bytes | None) -> CoordinatorRecord | 
         if value_version != 3 or metadata_size < 0 or metadata_end + 8 != len(value):
             return None
         metadata = value[16:metadata_end].decode("utf-8")
-        committed = OffsetCommitValue(
-            offset, leader_epoch, metadata, _I64.unpack_from(value, metadata_end)[0]
-        )
+        committed = OffsetCommitValue(offset, leader_epoch, metadata, I64.unpack_from(value, metadata_end)[0])
     except (struct.error, UnicodeDecodeError):
         return None
     return CoordinatorRecord(parsed_key, committed)
@@ -377,7 +285,7 @@ def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
         return None
     if value is None:
         return CoordinatorRecord(decoded, None)
-    reader = _Reader(value)
+    reader = StructReader(value)
     parsed: Value = _offset_value(reader) if isinstance(decoded, OffsetCommitKey) else _group_value(reader)
     reader.end()
     return CoordinatorRecord(decoded, parsed)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from jbod_core import kafka_hash
+from jbod_core.record_structs import I16, I64, StructReader, StructWriter
 
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
 # `transaction.state.log.*` as Kafka 4.3.1 has them (TransactionLogConfig).
@@ -55,10 +56,6 @@ VALUE_VERSION: Final = 1  # what Kafka 4.3.1 writes with transaction.version >= 
 NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
 
-_I8: Final = struct.Struct(">b")
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
-_I64: Final = struct.Struct(">q")
 
 _TAG_PREVIOUS_PRODUCER_ID: Final = 0
 _TAG_NEXT_PRODUCER_ID: Final = 1
@@ -156,71 +153,8 @@ class TxnRecord:
 # --- Encoding ----------------------------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0:
-        raise ValueError(f"An unsigned varint of {value}")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class _Writer:
-    __slots__ = ("flexible", "parts")
-
-    def __init__(self, *, flexible: bool) -> None:
-        self.flexible = flexible
-        self.parts: list[bytes] = []
-
-    def raw(self, data: bytes) -> None:
-        self.parts.append(data)
-
-    def i8(self, value: int) -> None:
-        self.parts.append(_I8.pack(value))
-
-    def i16(self, value: int) -> None:
-        self.parts.append(_I16.pack(value))
-
-    def i32(self, value: int) -> None:
-        self.parts.append(_I32.pack(value))
-
-    def i64(self, value: int) -> None:
-        self.parts.append(_I64.pack(value))
-
-    def length(self, count: int | None) -> None:
-        """An array count (None: null) in the version's form."""
-        if self.flexible:
-            self.parts.append(_uvarint(0 if count is None else count + 1))
-        else:
-            self.i32(-1 if count is None else count)
-
-    def string(self, value: str) -> None:
-        data = value.encode("utf-8")
-        if self.flexible:
-            self.parts.append(_uvarint(len(data) + 1))
-        else:
-            if len(data) > 0x7FFF:
-                raise ValueError(f"A string of {len(data)} bytes does not fit an int16 length")
-            self.i16(len(data))
-        self.parts.append(data)
-
-    def tags(self, tags: list[tuple[int, bytes]]) -> None:
-        if not self.flexible:
-            return
-        self.parts.append(_uvarint(len(tags)))
-        for tag, data in sorted(tags):
-            self.parts.append(_uvarint(tag))
-            self.parts.append(_uvarint(len(data)))
-            self.parts.append(data)
-
-    def done(self) -> bytes:
-        return b"".join(self.parts)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    out = _Writer(flexible=False)
+    out = StructWriter(flexible=False)
     out.i16(KEY_VERSION)
     out.string(transactional_id)
     return out.done()
@@ -229,7 +163,7 @@ def encode_key(transactional_id: str) -> bytes:
 def encode_value(value: TransactionLogValue | None) -> bytes | None:
     if value is None:
         return None
-    out = _Writer(flexible=value.version >= 1)
+    out = StructWriter(flexible=value.version >= 1)
     out.i16(value.version)
     out.i64(value.producer_id)
     out.i16(value.producer_epoch)
@@ -249,13 +183,13 @@ def encode_value(value: TransactionLogValue | None) -> bytes | None:
     out.i64(value.start_timestamp_ms)
     tags = list(value.unknown_tags)
     if value.previous_producer_id != NO_PRODUCER_ID:
-        tags.append((_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(value.previous_producer_id)))
+        tags.append((_TAG_PREVIOUS_PRODUCER_ID, I64.pack(value.previous_producer_id)))
     if value.next_producer_id != NO_PRODUCER_ID:
-        tags.append((_TAG_NEXT_PRODUCER_ID, _I64.pack(value.next_producer_id)))
+        tags.append((_TAG_NEXT_PRODUCER_ID, I64.pack(value.next_producer_id)))
     if value.client_transaction_version != 0:
-        tags.append((_TAG_CLIENT_TRANSACTION_VERSION, _I16.pack(value.client_transaction_version)))
+        tags.append((_TAG_CLIENT_TRANSACTION_VERSION, I16.pack(value.client_transaction_version)))
     if value.next_producer_epoch != NO_PRODUCER_EPOCH:
-        tags.append((_TAG_NEXT_PRODUCER_EPOCH, _I16.pack(value.next_producer_epoch)))
+        tags.append((_TAG_NEXT_PRODUCER_EPOCH, I16.pack(value.next_producer_epoch)))
     out.tags(tags)
     return out.done()
 
@@ -268,79 +202,9 @@ def encode(record: TxnRecord) -> tuple[bytes, bytes | None]:
 # --- Decoding ----------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "flexible", "position")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.position = 0
-        self.flexible = False
-
-    def take(self, size: int) -> bytes:
-        end = self.position + size
-        if size < 0 or end > len(self.data):
-            raise ValueError(f"{len(self.data)} bytes end inside a field at byte {self.position}")
-        chunk = self.data[self.position : end]
-        self.position = end
-        return chunk
-
-    def i8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self.take(8))[0])
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if shift > 28:
-                raise ValueError(f"An unsigned varint longer than 5 bytes at byte {self.position}")
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def length(self) -> int | None:
-        size = self.uvarint() - 1 if self.flexible else self.i32()
-        if size < -1:
-            raise ValueError(f"An array length of {size}")
-        return None if size == -1 else size
-
-    def string(self) -> str:
-        size = self.uvarint() - 1 if self.flexible else self.i16()
-        if size < 0:
-            raise ValueError(f"A null or negative string length ({size}) where a string is required")
-        try:
-            return self.take(size).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"A string that is not UTF-8: {exc}") from None
-
-    def tags(self) -> list[tuple[int, bytes]]:
-        if not self.flexible:
-            return []
-        tags: list[tuple[int, bytes]] = []
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            if tags and tag <= tags[-1][0]:
-                raise ValueError(f"Tagged field {tag} is not after tag {tags[-1][0]}")
-            tags.append((tag, self.take(self.uvarint())))
-        return tags
-
-    def end(self) -> None:
-        if self.position != len(self.data):
-            raise ValueError(f"{len(self.data) - self.position} bytes after the structure")
-
-
 def decode_key(data: bytes) -> str:
     """The transactional id of a key."""
-    reader = _Reader(data)
+    reader = StructReader(data)
     version = reader.i16()
     if version != KEY_VERSION:
         raise ValueError(f"Key version {version} is not one of __transaction_state")
@@ -356,7 +220,7 @@ def _tag_int(data: bytes, codec: struct.Struct, tag: int) -> int:
 
 
 def decode_value(data: bytes) -> TransactionLogValue:
-    reader = _Reader(data)
+    reader = StructReader(data)
     version = reader.i16()
     if version not in (0, 1):
         raise ValueError(f"TransactionLogValue version {version} is not one Kafka 4.3.1 writes (0-1)")
@@ -390,13 +254,13 @@ def decode_value(data: bytes) -> TransactionLogValue:
     unknown: list[tuple[int, bytes]] = []
     for tag, raw in reader.tags():
         if tag == _TAG_PREVIOUS_PRODUCER_ID:
-            previous_id = _tag_int(raw, _I64, tag)
+            previous_id = _tag_int(raw, I64, tag)
         elif tag == _TAG_NEXT_PRODUCER_ID:
-            next_id = _tag_int(raw, _I64, tag)
+            next_id = _tag_int(raw, I64, tag)
         elif tag == _TAG_CLIENT_TRANSACTION_VERSION:
-            client_version = _tag_int(raw, _I16, tag)
+            client_version = _tag_int(raw, I16, tag)
         elif tag == _TAG_NEXT_PRODUCER_EPOCH:
-            next_epoch = _tag_int(raw, _I16, tag)
+            next_epoch = _tag_int(raw, I16, tag)
         else:
             unknown.append((tag, raw))
     reader.end()
