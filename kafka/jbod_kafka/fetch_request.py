@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from jbod_kafka import flexible
+from jbod_core.record_structs import uvarint
 
 FIRST_VERSION: Final = 15
 FETCH_KEY: Final = 1
@@ -67,10 +67,10 @@ def encode(  # noqa: PLR0913  the request's fields, as Kafka names them
     client = client_id.encode()
     body = bytearray(b"\x00")  # the header's tagged fields
     body += _BODY.pack(max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch)
-    body += flexible.uvarint(len(topics) + 1)
+    body += uvarint(len(topics) + 1)
     for topic_id, partitions in topics:
         body += topic_id.bytes
-        body += flexible.uvarint(len(partitions) + 1)
+        body += uvarint(len(partitions) + 1)
         for part in partitions:
             body += _PARTITION.pack(
                 part.index,
@@ -82,21 +82,17 @@ def encode(  # noqa: PLR0913  the request's fields, as Kafka names them
                 0,
             )
         body += b"\x00"  # the topic's tagged fields
-    body += flexible.uvarint(len(forgotten) + 1)
+    body += uvarint(len(forgotten) + 1)
     for topic_id, indexes in forgotten:
         body += topic_id.bytes
-        body += flexible.uvarint(len(indexes) + 1)
+        body += uvarint(len(indexes) + 1)
         for index in indexes:
             body += _INT32.pack(index)
         body += b"\x00"
     rack = rack_id.encode()
-    body += flexible.uvarint(len(rack) + 1) + rack
+    body += uvarint(len(rack) + 1) + rack
     if (replica_id, replica_epoch) != (-1, -1):
-        body += (
-            b"\x01\x01"
-            + flexible.uvarint(_REPLICA_STATE.size)
-            + _REPLICA_STATE.pack(replica_id, replica_epoch, 0)
-        )
+        body += b"\x01\x01" + uvarint(_REPLICA_STATE.size) + _REPLICA_STATE.pack(replica_id, replica_epoch, 0)
     else:
         body += b"\x00"
     size = _HEADER.size - 4 + len(client) + len(body)

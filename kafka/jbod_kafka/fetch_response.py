@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_core.record_structs import uvarint
 from jbod_kafka import flexible
 
 FIRST_VERSION: Final = 12
@@ -58,11 +59,11 @@ NodeEndpoint = flexible.NodeEndpoint
 def _partition_tags(part: Partition) -> bytes:
     tags = []
     if part.diverging is not None and part.diverging != (-1, -1):
-        tags.append(b"\x00" + flexible.uvarint(_EPOCH_END.size) + _EPOCH_END.pack(*part.diverging, 0))
+        tags.append(b"\x00" + uvarint(_EPOCH_END.size) + _EPOCH_END.pack(*part.diverging, 0))
     hint = flexible.leader_hint_tag(1, part.current_leader)
     if hint:
         tags.append(hint)
-    return flexible.uvarint(len(tags)) + b"".join(tags)
+    return uvarint(len(tags)) + b"".join(tags)
 
 
 def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
@@ -79,10 +80,10 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     if version < FIRST_VERSION:
         raise ValueError(f"Fetch v{version} is not flexible: encode it with kio")
     pieces: list[bytes | memoryview] = [b""]  # the header, once the size is known
-    head = bytearray(flexible.uvarint(len(topics) + 1))
+    head = bytearray(uvarint(len(topics) + 1))
     for topic, partitions in topics:
         head += flexible.topic_field(topic, by_id=version >= _TOPIC_IDS_FROM)
-        head += flexible.uvarint(len(partitions) + 1)
+        head += uvarint(len(partitions) + 1)
         for part in partitions:
             head += _PARTITION.pack(
                 part.index,
@@ -93,7 +94,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
             )
             head += b"\x00" if part.aborted_transactions_null else b"\x01"
             head += _INT32.pack(part.preferred_read_replica)
-            head += flexible.uvarint(len(part.records) + 1)
+            head += uvarint(len(part.records) + 1)
             if part.records:
                 pieces.append(bytes(head))
                 pieces.append(part.records)

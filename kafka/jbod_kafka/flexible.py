@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_core.record_structs import uvarint
+
 _INT32: Final = struct.Struct(">i")
 _LEADER: Final = struct.Struct(">iiB")  # leader id, leader epoch, no tags
 #: The null topic id: kio reads it as None and writes None as it.
@@ -29,16 +31,6 @@ class NodeEndpoint:
     host: str
     port: int
     rack: str | None = None
-
-
-def uvarint(value: int) -> bytes:
-    """An unsigned varint (a compact length, a tag, a tag's size)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def compact_string(text: str | None) -> bytes:

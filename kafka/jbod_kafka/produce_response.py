@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from jbod_core.record_structs import uvarint
 from jbod_kafka import flexible
 
 FIRST_VERSION: Final = 9
@@ -49,7 +50,7 @@ def _partition(part: PartitionProduceResponse, *, leader_hint: bool) -> bytes:
             part.index, part.error_code, part.base_offset, part.log_append_time_ms, part.log_start_offset
         )
     )
-    out += flexible.uvarint(len(part.record_errors) + 1)
+    out += uvarint(len(part.record_errors) + 1)
     for batch_index, message in part.record_errors:
         out += _INT32.pack(batch_index) + flexible.compact_string(message) + b"\x00"
     out += flexible.compact_string(part.error_message)
@@ -69,10 +70,10 @@ def encode(
     """The size-prefixed response frame (the module's guarantees)."""
     if version < FIRST_VERSION:
         raise ValueError(f"Produce v{version} is not flexible: encode it with kio")
-    body = bytearray(flexible.uvarint(len(topics) + 1))
+    body = bytearray(uvarint(len(topics) + 1))
     for topic, partitions in topics:
         body += flexible.topic_field(topic, by_id=version >= _TOPIC_IDS_FROM)
-        body += flexible.uvarint(len(partitions) + 1)
+        body += uvarint(len(partitions) + 1)
         for part in partitions:
             body += _partition(part, leader_hint=version >= LEADER_HINTS_FROM)
         body += b"\x00"  # the topic's tagged fields
