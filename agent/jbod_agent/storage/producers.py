@@ -22,14 +22,25 @@ from __future__ import annotations
 import logging
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from jbod_core import producer_state
 from jbod_core.producer_state import ProducerState
+from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
 
-if TYPE_CHECKING:
-    from jbod_agent.storage.partition_log import PartitionLog
+
+class PartitionLog(Protocol):
+    """What a snapshot needs of a replica's log (`partition_log.PartitionLog` is one)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def producer_state(self) -> ProducerState: ...
+    def batch_before(self, offset: int) -> BatchHeader | None: ...
+
 
 log = logging.getLogger("jbod_agent.producers")
 
