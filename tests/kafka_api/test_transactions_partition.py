@@ -29,7 +29,7 @@ from tests.kafka_api.test_librdkafka import new_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-NONE, COORDINATOR_FENCED = 0, 52
+NONE, INVALID_TXN_STATE, COORDINATOR_FENCED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 0, 48, 52, 53
 CONTROLLER_ARGS = ["--broker-session-timeout-ms", "8000"]
 
 
@@ -89,14 +89,14 @@ def batch(
     return bytes(builder.build())
 
 
-def produce(kafka: KafkaCluster, topic: str, records: bytes) -> int:
+def produce(kafka: KafkaCluster, topic: str, records: bytes, transactional_id: str | None = None) -> int:
     """Produce v9 with acks=-1 to the partition's leader: its error code."""
     answer = ask(
         kafka,
         leader_of(kafka, topic),
         0,
         9,
-        transactional_id=None,
+        transactional_id=transactional_id,
         acks=-1,
         timeout=30000,
         topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
@@ -166,15 +166,23 @@ def test_read_committed_sees_committed_records_up_to_the_lso_across_failover_and
         topic = new_topic(kafka, partitions=1)
         wait_for(lambda: full_isr(kafka, topic), timeout=60, what="the ISR full")
         (a, a_epoch), (b, b_epoch), (c, c_epoch) = producer_id(kafka), producer_id(kafka), producer_id(kafka)
+        first = batch([b"a0", b"a1"], pid=a, epoch=a_epoch, sequence=0, txn=True)
+        assert produce(kafka, topic, first) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # no transactional id
+        assert produce(kafka, topic, first, "txn") == NONE
         assert (
-            produce(kafka, topic, batch([b"a0", b"a1"], pid=a, epoch=a_epoch, sequence=0, txn=True)) == NONE
+            produce(kafka, topic, batch([b"b0"], pid=b, epoch=b_epoch, sequence=0, txn=True), "txn") == NONE
         )
-        assert produce(kafka, topic, batch([b"b0"], pid=b, epoch=b_epoch, sequence=0, txn=True)) == NONE
         assert end_txn(kafka, topic, a, a_epoch, commit=True) == NONE
         assert produce(kafka, topic, batch([b"p0"])) == NONE  # not transactional
         assert end_txn(kafka, topic, b, b_epoch, commit=False) == NONE
-        assert produce(kafka, topic, batch([b"c0"], pid=c, epoch=c_epoch, sequence=0, txn=True)) == NONE
-        assert produce(kafka, topic, batch([b"a2"], pid=a, epoch=a_epoch, sequence=2, txn=True)) == NONE
+        assert (
+            produce(kafka, topic, batch([b"c0"], pid=c, epoch=c_epoch, sequence=0, txn=True), "txn") == NONE
+        )
+        # a non-transactional batch of a producer whose transaction is open is refused
+        assert produce(kafka, topic, batch([b"x"], pid=c, epoch=c_epoch, sequence=1)) == INVALID_TXN_STATE
+        assert (
+            produce(kafka, topic, batch([b"a2"], pid=a, epoch=a_epoch, sequence=2, txn=True), "txn") == NONE
+        )
         assert end_txn(kafka, topic, a, a_epoch, commit=True) == NONE
         # a marker of an older coordinator epoch is refused and changes nothing
         assert end_txn(kafka, topic, a, a_epoch, commit=False, coordinator_epoch=-1) == COORDINATOR_FENCED
@@ -184,6 +192,15 @@ def test_read_committed_sees_committed_records_up_to_the_lso_across_failover_and
         committed_before_c = [b"a0", b"a1", b"p0"]
         assert read(kafka, topic, "read_committed") == (6, committed_before_c)
         assert read(kafka, topic, "read_uncommitted") == (9, everything)
+
+        # DescribeProducers: the open transaction of c, the others with none
+        described = ask(
+            kafka, leader_of(kafka, topic), 61, 0, topics=[{"name": topic, "partition_indexes": [0]}]
+        )
+        (partition,) = described.topics[0].partitions
+        assert int(partition.error_code) == NONE
+        ongoing = {int(p.producer_id): int(p.current_txn_start_offset) for p in partition.active_producers}
+        assert ongoing == {a: -1, b: -1, c: 6}
 
         # the leader is killed: a follower leads with the same producer state and aborted index
         old_leader = leader_of(kafka, topic)
