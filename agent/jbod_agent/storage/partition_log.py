@@ -5,8 +5,10 @@
 `<logdir>/<topic>-<partition>/`, their roll and recovery, appends and reads of stored batches,
 truncation, the log start offset, flush) with its leader-epoch cache and checkpoint
 (`epoch_cache`: its rules and its repair), and adds the high watermark and retention. The
-replica dir's `partition.metadata` is left alone. The idempotent producers' state of a leader is
-rebuilt from this log and its snapshot by `producers`.
+replica dir's `partition.metadata` is left alone. It also keeps the transactions of the log, on
+leaders and followers alike: the producers' state (`jbod_core.producer_state`), the aborted
+transactions of each segment (`<base>.txnindex`, Kafka's format, `jbod_core.txn_index`) and the
+last stable offset.
 
 The epoch checkpoint is replaced without an fsync when it changes; `flush` fsyncs it and the dir
 with the data (the local log's flush bookkeeping, `LocalLog.mark_changed`).
@@ -22,6 +24,20 @@ Guarantees:
   passed (`check_produced`, its only maker): the log relies on it and does not check it again.
 * The high watermark stays within [log start, end offset]; retention never deletes data at or
   above it (nor the active segment: `local_log`).
+* `producer_state` is the state `producer_state.from_batches` builds from the whole log (markers
+  decoded with `control_records.read_marker`; empty control batches and other control types
+  skipped): loaded on first use from the snapshot (`producers.read_snapshot`) and a replay of
+  the batches after it, then kept by every append (`append_as_leader`, `append_marker_as_leader`,
+  `append_replicated`: a marker loads it before it is appended); a truncation that removes
+  anything drops it, to be rebuilt at the next use.
+* `aborted_entries()` holds, for each segment, the aborted transactions whose marker is in it, in
+  log order, and the `.txnindex` files hold exactly that once loaded: an abort marker's entry is
+  appended to its segment's file; a load reads the entries of markers before the snapshot from
+  the files (all rebuilt from the log start when one is damaged) and rebuilds the rest; retention,
+  DeleteRecords and a cleaner's swap move the entries with their markers' segments and drop those
+  of deleted segments (files removed at once). `aborted_transactions` is Kafka's collection for a
+  fetch; `last_stable_offset` is `txn_index.last_stable_offset(first unstable offset, high
+  watermark)`.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
   local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
   worker thread while the event loop appends (`local_log`).
@@ -83,6 +99,7 @@ class PartitionLog:
         # The producers' state and the aborted transactions by segment base offset: loaded on
         # first use (`_load_transactions`), then kept by every append, dropped by a truncation.
         self._producers: ProducerState | None = None
+        self._first_unstable: int | None = None  # of `_producers`, kept with it (every fetch asks)
         self._aborted: dict[int, list[AbortedTxn]] = {}
         self.producers_changed = False  # since the last snapshot (`log_upkeep`)
 
@@ -466,7 +483,11 @@ class PartitionLog:
     @producer_state.setter
     def producer_state(self, state: ProducerState) -> None:
         """Replace the state by one derived from it without a batch (`producer_state.expire`)."""
+        self._set_producers(state)
+
+    def _set_producers(self, state: ProducerState) -> None:
         self._producers = state
+        self._first_unstable = producer_state.first_unstable_offset(state)
 
     @property
     def transactions_loaded(self) -> bool:
@@ -474,7 +495,9 @@ class PartitionLog:
 
     @property
     def first_unstable_offset(self) -> int | None:
-        return producer_state.first_unstable_offset(self.producer_state)
+        """The smallest first offset of an ongoing transaction (`producer_state`), or None."""
+        self.producer_state  # noqa: B018  loaded on first use
+        return self._first_unstable
 
     @property
     def last_stable_offset(self) -> int:
@@ -564,7 +587,8 @@ class PartitionLog:
             self.producers_changed = True
             if aborted is not None:
                 self._append_aborted(aborted)
-        self._producers = state
+        if state is not self._producers:
+            self._set_producers(state)
 
     def _segment_base_of(self, offset: int) -> int | None:
         base = None
@@ -625,7 +649,7 @@ class PartitionLog:
             state, aborted = self._step(state, data or b"", header, header.max_timestamp_ms)
             if aborted is not None:
                 kept.append(aborted)
-        self._producers = state
+        self._set_producers(state)
         self._aborted = {}
         for entry in sorted(kept, key=lambda e: e.last_offset):
             base = self._segment_base_of(entry.last_offset)
