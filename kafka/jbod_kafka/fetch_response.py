@@ -48,6 +48,7 @@ class Partition:
     log_start_offset: int = -1
     aborted_transactions_null: bool = True  # read_uncommitted: null; a refusal: empty
     records: bytes | memoryview = b""
+    aborted_transactions: tuple[tuple[int, int], ...] = ()  # read_committed: (producer id, first offset)
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch)
     preferred_read_replica: int = -1
@@ -92,7 +93,12 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
                 part.last_stable_offset,
                 part.log_start_offset,
             )
-            head += b"\x00" if part.aborted_transactions_null else b"\x01"
+            if part.aborted_transactions_null:
+                head += b"\x00"
+            else:
+                head += flexible.uvarint(len(part.aborted_transactions) + 1)
+                for producer_id, first_offset in part.aborted_transactions:
+                    head += _ABORTED.pack(producer_id, first_offset) + b"\x00"
             head += _INT32.pack(part.preferred_read_replica)
             head += uvarint(len(part.records) + 1)
             if part.records:
@@ -208,8 +214,9 @@ def _count(reader: _Reader) -> int:
 def _partition(reader: _Reader) -> Partition:
     index, error_code, high_watermark, last_stable, log_start = reader.unpack(_PARTITION)
     aborted = reader.uvarint()
+    aborted_transactions = []
     for _ in range(max(aborted - 1, 0)):
-        reader.unpack(_ABORTED)  # producer id, first offset: none are written here
+        aborted_transactions.append(reader.unpack(_ABORTED))  # producer id, first offset
         _skip_tags(reader)
     (preferred,) = reader.unpack(_INT32)
     size = reader.uvarint()
@@ -232,6 +239,7 @@ def _partition(reader: _Reader) -> Partition:
         log_start,
         aborted_transactions_null=aborted == 0,
         records=records,
+        aborted_transactions=tuple((int(p), int(f)) for p, f in aborted_transactions),
         diverging=diverging,
         current_leader=leader,
         preferred_read_replica=preferred,

@@ -23,8 +23,8 @@ Guarantees:
   `verify_crc=False`) and raises at the first one that is not; `scan_frames` never raises and
   returns the batches before the first damage, which is what torn-tail recovery keeps.
 * `check_produced` applies Kafka's checks of a produced batch (`LogValidator`): magic 2, CRC,
-  at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
-  transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
+  at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, a producer id
+  when transactional (the transaction itself is the producer state's to decide); an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
   Each refusal names its `BatchFault` (how Kafka answers it: CORRUPT_MESSAGE with or without its
   reason, or INVALID_RECORD), found in Kafka's order of checks. What passed is a `CheckedBatch`,
   which only `check_produced` makes: a leader's log takes nothing else as a produced batch, so
@@ -343,8 +343,8 @@ def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
         )
     if header.is_control:
         raise _invalid("Clients may not produce control batches")
-    if header.is_transactional:
-        raise _invalid("Transactions are not supported")
+    if header.is_transactional and header.producer_id < 0:
+        raise _invalid("A transactional batch needs a producer id")
     if header.compression > Compression.ZSTD:
         raise _invalid(f"Unknown compression codec {header.compression}")
     timestamps = None

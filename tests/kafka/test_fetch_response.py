@@ -29,7 +29,10 @@ partitions = st.builds(
     diverging=st.none() | st.tuples(st.integers(-1, 2**31 - 1), st.integers(-1, 2**40)),
     current_leader=current_leaders,
     preferred_read_replica=st.integers(-1, 100),
-)
+    aborted_transactions=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=3).map(
+        tuple
+    ),
+).map(lambda p: dataclasses.replace(p, aborted_transactions=()) if p.aborted_transactions_null else p)
 
 
 def _kio(version: int, topics: list[tuple[Any, list[fetch_response.Partition]]], **fields: Any) -> bytes:
@@ -46,7 +49,12 @@ def _kio(version: int, topics: list[tuple[Any, list[fetch_response.Partition]]],
                         "high_watermark": p.high_watermark,
                         "last_stable_offset": p.last_stable_offset,
                         "log_start_offset": p.log_start_offset,
-                        "aborted_transactions": None if p.aborted_transactions_null else [],
+                        "aborted_transactions": None
+                        if p.aborted_transactions_null
+                        else [
+                            {"producer_id": pid, "first_offset": first}
+                            for pid, first in p.aborted_transactions
+                        ],
                         "preferred_read_replica": p.preferred_read_replica,
                         "records": bytes(p.records),
                         **(

@@ -3,7 +3,10 @@ from the stored batches as they are.
 
 Guarantees:
 * Fetch returns whole stored batches from the one holding `fetch_offset`, only below the high
-  watermark (read_committed sees the same: there are no transactions); each partition gets at
+  watermark; with `isolation_level` 1 (read_committed) only below the last stable offset, with
+  the aborted transactions of the range returned (`PartitionLog.aborted_transactions`, Kafka's
+  collection over the segments' `.txnindex`; empty when nothing is returned), null under
+  read_uncommitted; `last_stable_offset` is always the LSO. Each partition gets at
   most `partition_max_bytes` and the response at most `max_bytes` (librdkafka's
   `fetch.max.bytes`, whose receive buffer is sized to it), except that the first partition with
   data always gets its first batch (KIP-74); a later partition whose next batch does not fit gets
@@ -23,7 +26,7 @@ Guarantees:
 * From v12 (the flexible versions) the response is framed around the records by
   `jbod_kafka.fetch_response` (the same bytes kio would write, without copying the records).
 * ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
-  watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
+  watermark (the last stable offset under read_committed), -3 the record with the largest timestamp, a timestamp the first record at or after
   it (offset -1 when there is none), each with the leader epoch of that offset.
 * OffsetForLeaderEpoch answers from the leader's epoch cache (Kafka's `endOffsetFor`).
 * Kafka's ACLs: Fetch needs READ on the topic, ListOffsets and OffsetForLeaderEpoch DESCRIBE;
@@ -53,14 +56,16 @@ from jbod_agent.partitions.replica_manager import HostedPartition
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replication import divergence, replica_wire
 from jbod_agent.storage.local_log import OffsetOutOfRangeError
+from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.replica_fetch import ReplicaFetchAnswer, ReplicaPartitionAnswer
 from jbod_core.replication import DivergingEpoch
-from jbod_kafka import fetch_response, protocol
+from jbod_kafka import fetch_response, protocol, record_batch
 from jbod_runtime.http_server import RateLimitedLog
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+READ_COMMITTED: Final = 1  # Kafka's IsolationLevel.READ_COMMITTED
 log = logging.getLogger("jbod_agent.kafka.fetch")
 _refused_replicas = RateLimitedLog(log, interval_s=10.0)
 
@@ -100,6 +105,8 @@ class PartitionAnswer:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] | None = None  # read_committed: (producer id, first offset)
     diverging: DivergingEpoch | None = None
     current_leader: CurrentLeader | None = None
     refused: bool = False
@@ -123,9 +130,10 @@ class PartitionAnswer:
             self.partition_index,
             int(self.error_code),
             high_watermark=self.high_watermark,
-            last_stable_offset=self.high_watermark,
+            last_stable_offset=self.last_stable_offset,
             log_start_offset=self.log_start_offset,
-            aborted_transactions_null=not self.refused,
+            aborted_transactions_null=not self.refused and self.aborted is None,
+            aborted_transactions=self.aborted or (),
             records=self.records,
             diverging=None if self.diverging is None else (self.diverging.epoch, self.diverging.end_offset),
             current_leader=None if self.current_leader is None else self.current_leader.hint,
@@ -138,9 +146,13 @@ class PartitionAnswer:
             "partition_index": self.partition_index,
             "error_code": self.error_code,
             "high_watermark": self.high_watermark,
-            "last_stable_offset": self.high_watermark,
+            "last_stable_offset": self.last_stable_offset,
             "log_start_offset": self.log_start_offset,
-            "aborted_transactions": [] if self.refused else None,
+            "aborted_transactions": []
+            if self.refused
+            else None
+            if self.aborted is None
+            else [{"producer_id": p, "first_offset": f} for p, f in self.aborted],
             "records": self.records,
         }
         if self.diverging is not None:
@@ -166,6 +178,7 @@ class _Reading:
     by_id: bool
     listener_name: str
     version: int
+    read_committed: bool = False  # isolation_level 1
 
 
 def _not_read(
@@ -191,8 +204,13 @@ def _read_partition(
         return _not_read(ctx, topic, partition, code, reading), None
     log_ = hosted.log
     hw = log_.high_watermark
+    lso = log_.last_stable_offset
     read = functools.partial(
-        PartitionAnswer, partition, high_watermark=hw, log_start_offset=log_.log_start_offset
+        PartitionAnswer,
+        partition,
+        high_watermark=hw,
+        log_start_offset=log_.log_start_offset,
+        last_stable_offset=lso,
     )
     if wanted.last_fetched_epoch >= 0:
         diverging = divergence.leader_check(
@@ -206,15 +224,29 @@ def _read_partition(
     # gets its first batch whatever its size (KIP-74), the others nothing that does not fit.
     limit = max(min(wanted.max_bytes, budget), 0)
     try:
+        upper = lso if reading.read_committed else hw
         data = (
-            log_.read(wanted.fetch_offset, limit, max_offset=hw, min_one=first) if limit > 0 or first else b""
+            log_.read(wanted.fetch_offset, limit, max_offset=upper, min_one=first)
+            if limit > 0 or first
+            else b""
         )
+        aborted = _aborted(log_, wanted.fetch_offset, data) if reading.read_committed else None
     except OffsetOutOfRangeError:
         return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
     except OSError as exc:
         ctx.manager.storage_error(hosted, exc, "reading for a consumer")
         return PartitionAnswer(partition, KafkaError.kafka_storage_error), None
-    return read(records=bytes(data)), hosted
+    return read(records=bytes(data), aborted=aborted), hosted
+
+
+def _aborted(log_: PartitionLog, fetch_offset: int, data: bytes | memoryview) -> tuple[tuple[int, int], ...]:
+    """The aborted transactions a read_committed answer of `data` lists (Kafka's collection over
+    the `.txnindex` of the segments read, up to the offset after the last batch returned)."""
+    headers = list(record_batch.iter_headers(data, verify_crc=False)) if data else []
+    if not headers:
+        return ()
+    upper = headers[-1].next_offset
+    return tuple((a.producer_id, a.first_offset) for a in log_.aborted_transactions(fetch_offset, upper))
 
 
 def _listed(request: protocol.Request) -> tuple[list[Wanted], list[SessionKey], bool]:
@@ -319,7 +351,12 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
             allowed[topic] = ctx.allows_topic(conn, AclOperation.READ, topic)
         return allowed[topic]
 
-    reading = _Reading(by_id=by_id, listener_name=conn.listener.name, version=request.header.api_version)
+    reading = _Reading(
+        by_id=by_id,
+        listener_name=conn.listener.name,
+        version=request.header.api_version,
+        read_committed=int(getattr(body, "isolation_level", 0)) == READ_COMMITTED,
+    )
     while True:
         answers, total, hosted_parts = _read_all(
             ctx, plan.wanted, max_bytes, reading=reading, readable=readable
@@ -367,14 +404,16 @@ def _epoch_at(hosted: HostedPartition, offset: int) -> int:
     return epoch
 
 
-def _list_offset(hosted: HostedPartition, timestamp: int) -> tuple[int, int, int]:
-    """(timestamp, offset, leader epoch) answering ListOffsets for `timestamp`."""
+def _list_offset(hosted: HostedPartition, timestamp: int, *, read_committed: bool) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) answering ListOffsets for `timestamp` (latest under
+    read_committed: the last stable offset)."""
     log_ = hosted.log
     hw = log_.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, log_.log_start_offset, _epoch_at(hosted, log_.log_start_offset)
     if timestamp == LATEST:
-        return -1, hw, _epoch_at(hosted, max(hw - 1, 0)) if hw > 0 else log_.latest_epoch
+        latest = log_.last_stable_offset if read_committed else hw
+        return -1, latest, _epoch_at(hosted, max(latest - 1, 0)) if latest > 0 else log_.latest_epoch
     found = (
         log_.offset_of_max_timestamp(max_offset=hw)
         if timestamp == MAX_TIMESTAMP
@@ -389,6 +428,7 @@ def _list_offset(hosted: HostedPartition, timestamp: int) -> tuple[int, int, int
 
 
 async def list_offsets(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+    read_committed = int(getattr(request.body, "isolation_level", 0)) == READ_COMMITTED
     topics = []
     for topic in request.body.topics:
         partitions = []
@@ -412,7 +452,9 @@ async def list_offsets(ctx: BrokerContext, conn: Connection, request: protocol.R
                 answer.update(timestamp=-1, offset=-1, leader_epoch=-1)
             else:
                 try:
-                    found_timestamp, offset, epoch = _list_offset(hosted, int(part.timestamp))
+                    found_timestamp, offset, epoch = _list_offset(
+                        hosted, int(part.timestamp), read_committed=read_committed
+                    )
                 except OSError as exc:
                     ctx.manager.storage_error(hosted, exc, "looking up an offset")
                     answer.update(

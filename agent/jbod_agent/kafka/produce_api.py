@@ -23,6 +23,11 @@ Guarantees:
   record's index and reason, and the log start offset) are answered with an error message.
 * From v9 (the flexible versions) the response is written by `jbod_kafka.produce_response`
   (byte for byte what kio writes), before by kio.
+* A request whose batches are transactional needs a transactional id the principal may WRITE
+  (Kafka's check): otherwise every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and
+  nothing is appended. The transaction itself is the producer state's (INVALID_TXN_STATE 48 for a
+  non-transactional batch of a producer with an ongoing transaction); KIP-890 part 1 verification
+  with the coordinator is not done yet (docs/decisions.md).
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
   its partitions, nothing appended (`BrokerContext.allows`).
 """
@@ -40,7 +45,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_agent.partitions.produce import ProduceResult
-from jbod_core.acls import AclOperation
+from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_kafka import produce_response, protocol, record_batch
@@ -184,6 +189,7 @@ def _answered(ctx: BrokerContext, topic: str, index: int, result: ProduceResult)
 
 
 WRITE: Final = AclOperation.WRITE
+_ATTRIBUTES_AT: Final = 21  # a batch's attributes (int16), after base offset .. magic and CRC
 
 
 async def _denied(index: int) -> _PartitionResult:
@@ -198,6 +204,14 @@ def _with_leader(
         return result
     return dataclasses.replace(
         result, current_leader=ctx.current_leader(topic, result.index, conn.listener.name)
+    )
+
+
+def _is_transactional(records: bytes | None) -> bool:
+    """Whether the first batch of `records` is flagged transactional (Kafka's
+    `ProduceRequest.hasTransactionalRecords`; a batch too short to say is not)."""
+    return (
+        records is not None and len(records) > _ATTRIBUTES_AT + 1 and bool(records[_ATTRIBUTES_AT + 1] & 0x10)
     )
 
 
@@ -216,7 +230,16 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
                 [(p.index, p.records) for p in topic.partition_data],
             )
         )
-    if acks not in (-1, 0, 1):
+    transactional = any(_is_transactional(records) for _k, _n, parts in topics for _i, records in parts)
+    if transactional and not (
+        body.transactional_id is not None
+        and ctx.allows(conn, WRITE, Resource(ResourceType.TRANSACTIONAL_ID, body.transactional_id))
+    ):
+        results = [
+            [_failed(index, KafkaError.transactional_id_authorization_failed) for index, _records in parts]
+            for _k, _n, parts in topics
+        ]
+    elif acks not in (-1, 0, 1):
         results = [
             [_failed(index, KafkaError.invalid_required_acks) for index, _records in parts]
             for _k, _n, parts in topics

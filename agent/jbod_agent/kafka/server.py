@@ -29,6 +29,7 @@ from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.metadata_api import MetadataApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
+from jbod_agent.kafka.txn_markers_api import TxnMarkersApi
 from jbod_agent.lifecycle.agent import Agent
 from jbod_client.controller import ControllerLink
 from jbod_core import groups
@@ -100,6 +101,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **group_apis.handlers(),
         **ReassignApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
+        **TxnMarkersApi(ctx, coordinator).handlers(),
     }
     authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
     kafka = KafkaApis(ctx, authenticator, handlers)

@@ -79,18 +79,19 @@ class LogUpkeep:
                 log.warning("Could not flush %s at shutdown: %s", hosted.name, exc)
 
     def _save_producers(self, hosted: HostedPartition) -> None:
-        """Snapshot a leader's changed producer state before its log is flushed (derived data: a
+        """Snapshot a replica's changed producer state before its log is flushed (derived data: a
         failure to write it only costs a longer rebuild, so it is logged, not fatal)."""
-        if hosted.producers is None or not hosted.producers_changed:
+        log_ = hosted.log
+        if not log_.transactions_loaded or not log_.producers_changed:
             return
-        hosted.producers_changed = False
-        hosted.producers = producer_state.expire(
-            hosted.producers,
+        log_.producers_changed = False
+        log_.producer_state = producer_state.expire(
+            log_.producer_state,
             now_ms=wall_ms(self.clock),
             producer_id_expiration_ms=self.manager.state.config.producer_id_expiration_ms,
         )
         try:
-            producers.save(hosted.log, hosted.producers)
+            producers.save(log_, log_.producer_state)
         except (OSError, ValueError) as exc:
             log.warning("%s: failed saving the producer snapshot: %s", hosted.name, exc)
 

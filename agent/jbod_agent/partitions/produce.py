@@ -51,11 +51,11 @@ from typing import Final, TypeAlias
 
 from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.storage import producers
 from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import log_validator, producer_state, replication
 from jbod_core.errors import ErrorCode
-from jbod_kafka import record_batch
+from jbod_kafka import control_records, record_batch
+from jbod_kafka.control_records import ControlRecordType
 
 #: Every code a produce answers: the contract's, and the producer state's refusals (45, 47, 87).
 ProduceError: TypeAlias = ErrorCode | producer_state.ProduceErrorCode
@@ -165,28 +165,62 @@ class Produce:
         append_time = now_ms if hosted.log_append_time else None
 
         def append(log_: PartitionLog) -> int:
-            base = log_.append_as_leader(
+            return log_.append_as_leader(
                 produced, leader_epoch=epoch, log_append_time_ms=append_time, now_ms=now_ms
             )
-            if header.producer_id >= 0 and hosted.producers is not None:
-                hosted.producers = producer_state.record(
-                    hosted.producers, header, first_offset=base, now_ms=now_ms
-                )
-                hosted.producers_changed = True
-            return base
 
         result = await self._append_and_ack(hosted, append, acks=acks, timeout_ms=timeout_ms)
         if append_time is not None and result.error == ErrorCode.NONE:
             return dataclasses.replace(result, log_append_time_ms=append_time)
         return result
 
+    async def append_marker(  # noqa: PLR0913  one keyword per field of the marker
+        self,
+        topic: str,
+        partition: int,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        transaction_version: int,
+        timeout_ms: int,
+    ) -> ProduceResult:
+        """An end-transaction marker appended as the leader's append (WriteTxnMarkers), checked
+        against the producer state first (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED),
+        answered with acks=-1 (Kafka's coordinator append)."""
+        hosted, code, message = self._admit(topic, partition, -1)
+        if hosted is None:
+            return _failed(code, message)
+        now_ms = wall_ms(self.clock)
+        try:
+            batch = control_records.marker_batch(
+                control_type=ControlRecordType.COMMIT if committed else ControlRecordType.ABORT,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                timestamp_ms=now_ms,
+            )
+        except ValueError as exc:
+            return _failed(producer_state.ProduceErrorCode.INVALID_PRODUCER_EPOCH, str(exc))
+        marker = control_records.read_marker(batch)
+        verdict = producer_state.check(
+            hosted.log.producer_state, marker, transaction_version=transaction_version
+        )
+        if isinstance(verdict, producer_state.Refused):
+            return _failed(verdict.error, verdict.message)
+        epoch = hosted.leader_epoch
+
+        def append(log_: PartitionLog) -> int:
+            return log_.append_marker_as_leader(batch, leader_epoch=epoch, now_ms=now_ms)
+
+        return await self._append_and_ack(hosted, append, acks=-1, timeout_ms=timeout_ms)
+
     def _producer_verdict(
         self, hosted: HostedPartition, header: record_batch.BatchHeader
     ) -> producer_state.Verdict:
         """The producer state's decision on `header` (the state loaded from the log first if needed)."""
-        if hosted.producers is None:
-            hosted.producers = producers.load(hosted.log)
-        return producer_state.check(hosted.producers, header)
+        return producer_state.check(hosted.log.producer_state, header)
 
     def _admit(self, topic: str, partition: int, acks: int) -> tuple[HostedPartition | None, ErrorCode, str]:
         """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""

@@ -53,7 +53,7 @@ from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock, DirFailures, monotonic_ms
 from jbod_agent.state import AgentState
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core import fetch_session, log_validator, producer_state, replication, topic_configs
+from jbod_core import fetch_session, log_validator, replication, topic_configs
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey, PartitionRegistration
@@ -93,8 +93,8 @@ class HostedPartition:
     manager's (from the image); `isr`, `partition_epoch` and `pending_isr` also `isr_upkeep`'s
     (AlterPartition answers, the in-flight change); `followers` the manager's (reset on a role
     change) and `replica_fetch`'s (their fetches); `fetch_sessions` `replica_fetch`'s;
-    `ack_waiters` and `producers` `produce`'s (waiters released by `advance_high_watermark`, the
-    producers expired and saved by `log_upkeep`); `delete_waiters` the DeleteRecords handler's
+    `ack_waiters` `produce`'s (waiters released by `advance_high_watermark`; the producers' state
+    is the log's, expired and saved by `log_upkeep`); `delete_waiters` the DeleteRecords handler's
     (released by `complete_delayed_requests`); `data_waiters` `client_fetch`'s (released by
     `wake_data_waiters`); `dirty` is set by the appenders (`produce`, `fetcher`) and cleared by
     `log_upkeep` (and a log swap); `fetch_retry_at` is the fetcher's.
@@ -128,10 +128,6 @@ class HostedPartition:
     fetch_sessions: set[fetch_session.LeaderSession[PartitionKey]] | None = None
     dirty: bool = False
     fetch_retry_at: float = 0.0  # the fetcher's clock (monotonic seconds)
-    # The idempotent producers' state (leaders only; loaded on first use, `producers.load`), and
-    # whether it changed since its snapshot was last saved.
-    producers: producer_state.ProducerState | None = None
-    producers_changed: bool = False
 
     @property
     def name(self) -> str:
@@ -326,7 +322,6 @@ class ReplicaManager:
                 "%s: no longer the leader (leader %d, epoch %d)", hosted.name, part.leader, part.leader_epoch
             )
         hosted.role = Role.FOLLOWER
-        hosted.producers = None
         hosted.leader_id = part.leader
         hosted.leader_epoch = part.leader_epoch
         hosted.followers.clear()
@@ -336,7 +331,6 @@ class ReplicaManager:
 
     def _become_leader(self, hosted: HostedPartition, part: PartitionRegistration) -> None:
         now = monotonic_ms(self.clock)
-        hosted.producers = None  # rebuilt from the log (and its snapshot) on first use
         hosted.role = Role.LEADER
         hosted.leader_id = self.state.node_id
         hosted.leader_epoch = part.leader_epoch

@@ -85,7 +85,7 @@ DELETED_SUFFIX: Final = ".deleted"  # a deleted segment's file kept for file.del
 CLEANED_SUFFIX: Final = ".cleaned"  # a cleaned segment being written: dropped by recovery
 SWAP_SUFFIX: Final = ".swap"  # a cleaned segment committed: recovery completes its swap
 _TEMP_NAME: Final = re.compile(
-    r"(?:\d{20}\.(?:log|index)|"
+    r"(?:\d{20}\.(?:log|index|txnindex)|"
     + re.escape(epoch_cache.EPOCH_CHECKPOINT)
     + "|"
     + re.escape(LOG_START_FILE)

@@ -5,8 +5,10 @@
 `<logdir>/<topic>-<partition>/`, their roll and recovery, appends and reads of stored batches,
 truncation, the log start offset, flush) with its leader-epoch cache and checkpoint
 (`epoch_cache`: its rules and its repair), and adds the high watermark and retention. The
-replica dir's `partition.metadata` is left alone. The idempotent producers' state of a leader is
-rebuilt from this log and its snapshot by `producers`.
+replica dir's `partition.metadata` is left alone. It also keeps the transactions of the log, on
+leaders and followers alike: the producers' state (`jbod_core.producer_state`), the aborted
+transactions of each segment (`<base>.txnindex`, Kafka's format, `jbod_core.txn_index`) and the
+last stable offset.
 
 The epoch checkpoint is replaced without an fsync when it changes; `flush` fsyncs it and the dir
 with the data (the local log's flush bookkeeping, `LocalLog.mark_changed`).
@@ -22,6 +24,20 @@ Guarantees:
   passed (`check_produced`, its only maker): the log relies on it and does not check it again.
 * The high watermark stays within [log start, end offset]; retention never deletes data at or
   above it (nor the active segment: `local_log`).
+* `producer_state` is the state `producer_state.from_batches` builds from the whole log (markers
+  decoded with `control_records.read_marker`; empty control batches and other control types
+  skipped): loaded on first use from the snapshot (`producers.read_snapshot`) and a replay of
+  the batches after it, then kept by every append (`append_as_leader`, `append_marker_as_leader`,
+  `append_replicated`: a marker loads it before it is appended); a truncation that removes
+  anything drops it, to be rebuilt at the next use.
+* `aborted_entries()` holds, for each segment, the aborted transactions whose marker is in it, in
+  log order, and the `.txnindex` files hold exactly that once loaded: an abort marker's entry is
+  appended to its segment's file; a load reads the entries of markers before the snapshot from
+  the files (all rebuilt from the log start when one is damaged) and rebuilds the rest; retention,
+  DeleteRecords and a cleaner's swap move the entries with their markers' segments and drop those
+  of deleted segments (files removed at once). `aborted_transactions` is Kafka's collection for a
+  fetch; `last_stable_offset` is `txn_index.last_stable_offset(first unstable offset, high
+  watermark)`.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
   local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
   worker thread while the event loop appends (`local_log`).
@@ -29,10 +45,13 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
-from jbod_agent.storage import epoch_cache, log_segments
+from jbod_agent.storage import epoch_cache, log_segments, producers
 from jbod_agent.storage.local_log import (
     CleanedSegment,
     LocalLog,
@@ -40,8 +59,20 @@ from jbod_agent.storage.local_log import (
     write_cleaner_checkpoint,
 )
 from jbod_agent.storage.log_segments import Segment
-from jbod_kafka import record_batch
+from jbod_core import producer_state, txn_index
+from jbod_core.producer_state import ProducerState
+from jbod_core.txn_index import AbortedTxn
+from jbod_kafka import control_records, record_batch
 from jbod_kafka.record_batch import BatchHeader
+from jbod_runtime import durable_files
+
+TXN_INDEX_SUFFIX: Final = ".txnindex"
+_TXN_INDEX_NAME: Final = re.compile(r"(\d{20})\.txnindex")
+
+
+def txn_index_path(directory: Path, base_offset: int) -> Path:
+    """The aborted-transactions index of the segment at `base_offset` (Kafka's `.txnindex`)."""
+    return directory / f"{base_offset:020d}{TXN_INDEX_SUFFIX}"
 
 
 class PartitionLog:
@@ -65,6 +96,12 @@ class PartitionLog:
         self.flush_ms = 2**63 - 1  # `flush.ms`: the flush loop's bound per log
         self.last_flush_ms = 0  # when the last flush began (the agent's wall clock)
         self._unflushed_messages = 0
+        # The producers' state and the aborted transactions by segment base offset: loaded on
+        # first use (`_load_transactions`), then kept by every append, dropped by a truncation.
+        self._producers: ProducerState | None = None
+        self._first_unstable: int | None = None  # of `_producers`, kept with it (every fetch asks)
+        self._aborted: dict[int, list[AbortedTxn]] = {}
+        self.producers_changed = False  # since the last snapshot (`log_upkeep`)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -163,6 +200,23 @@ class PartitionLog:
         if leader_epoch > self.latest_epoch:
             self.assign_epoch_start(leader_epoch)
         self._append(rewritten, (header,), now_ms=now_ms)
+        self._track(rewritten, (header,), now_ms=now_ms)
+        return base_offset
+
+    def append_marker_as_leader(self, marker: bytes, *, leader_epoch: int, now_ms: int) -> int:
+        """Append an end-transaction marker batch (`control_records.marker_batch`, checked by the
+        caller against `producer_state` first) as the leader; returns its offset. Its
+        transaction's entry goes to the `.txnindex` of its segment when it is an abort."""
+        self._check_leader_epoch(leader_epoch)
+        control_records.read_marker(marker)  # ValueError before anything is written
+        self.producer_state  # noqa: B018  loaded before the marker: it completes a transaction
+        base_offset = self._local.end_offset
+        rewritten = record_batch.with_base_offset(marker, base_offset, leader_epoch=leader_epoch)
+        header = record_batch.read_header(rewritten)
+        if leader_epoch > self.latest_epoch:
+            self.assign_epoch_start(leader_epoch)
+        self._append(rewritten, (header,), now_ms=now_ms)
+        self._track(rewritten, (header,), now_ms=now_ms)
         return base_offset
 
     def append_replicated(self, data: bytes | memoryview, *, now_ms: int | None = None) -> int:
@@ -206,11 +260,14 @@ class PartitionLog:
             expected = header.next_offset
         if not headers:
             return self._local.end_offset
+        if any(h.is_control for h in headers):
+            self.producer_state  # noqa: B018  loaded before a marker: it completes a transaction
         if new_epochs:
             for epoch, start in new_epochs:
                 self._epochs.assign(epoch, start)
             self._write_checkpoint()
         self._append(data, headers, now_ms=now_ms)
+        self._track(data, headers, now_ms=None)
         return self._local.end_offset
 
     def assign_epoch_start(self, leader_epoch: int) -> None:
@@ -264,9 +321,12 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= `offset` (or >= the base offset of the frame holding it); the
         high watermark and the epoch cache follow."""
+        before = self._local.end_offset
         self._local.truncate_to(offset)
         end = self._local.end_offset
         self._high_watermark = min(self._high_watermark, end)
+        if end < before:
+            self._forget_transactions()
         if self._epochs.truncate_from_end(end):
             self._write_checkpoint()
 
@@ -275,6 +335,7 @@ class PartitionLog:
         after reopening (an empty segment file with that base offset records it)."""
         self._local.truncate_fully_and_start_at(offset)
         self._high_watermark = offset
+        self._forget_transactions()
         if self._epochs or epoch_cache.checkpoint_path(self._local.path).exists():
             self._epochs.clear()
             self._write_checkpoint()
@@ -288,6 +349,7 @@ class PartitionLog:
         self._high_watermark = max(self._high_watermark, local.log_start_offset)
         if self._epochs.truncate_from_start(local.log_start_offset):
             self._write_checkpoint()
+        self._regroup_aborted()
         return local.log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:
@@ -307,6 +369,8 @@ class PartitionLog:
         deleted = local.delete_old_segments(expired)
         if deleted and self._epochs.truncate_from_start(local.log_start_offset):
             self._write_checkpoint()
+        if deleted:
+            self._regroup_aborted()
         return deleted
 
     @property
@@ -401,7 +465,226 @@ class PartitionLog:
     def swap_cleaned(self, members: Sequence[Segment], cleaned: CleanedSegment) -> list[Path] | None:
         """Swap a cleaned segment in for `members` (`LocalLog.swap_cleaned`: the old files to
         remove, or None when refused): offsets, epochs and the high watermark are unchanged."""
-        return self._local.swap_cleaned(members, cleaned)
+        removed = self._local.swap_cleaned(members, cleaned)
+        if removed is not None:
+            self._regroup_aborted()
+        return removed
+
+    # -- transactions: producer state, aborted-transactions index, last stable offset -----------
+
+    @property
+    def producer_state(self) -> ProducerState:
+        """The producers' state of the whole log (loaded on first use: the module docstring)."""
+        if self._producers is None:
+            self._load_transactions()
+        assert self._producers is not None
+        return self._producers
+
+    @producer_state.setter
+    def producer_state(self, state: ProducerState) -> None:
+        """Replace the state by one derived from it without a batch (`producer_state.expire`)."""
+        self._set_producers(state)
+
+    def _set_producers(self, state: ProducerState) -> None:
+        self._producers = state
+        self._first_unstable = producer_state.first_unstable_offset(state)
+
+    @property
+    def transactions_loaded(self) -> bool:
+        return self._producers is not None
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of an ongoing transaction (`producer_state`), or None."""
+        self.producer_state  # noqa: B018  loaded on first use
+        return self._first_unstable
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first unstable offset capped by the high watermark (`txn_index`)."""
+        return txn_index.last_stable_offset(self.first_unstable_offset, self._high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [`fetch_offset`, `upper_bound`)
+        answers: Kafka's collection over the indexes of the segments from the one holding
+        `fetch_offset`, until a search is complete."""
+        self.producer_state  # noqa: B018  the indexes load with the state
+        found: list[AbortedTxn] = []
+        bases = [s.base_offset for s in self._local.segments()]
+        start = 0
+        for i, base in enumerate(bases):
+            if base <= fetch_offset:
+                start = i
+        for base in bases[start:]:
+            result = txn_index.collect_aborted(
+                self._aborted.get(base, ()), fetch_offset=fetch_offset, upper_bound=upper_bound
+            )
+            found.extend(result.aborted)
+            if result.complete:
+                break
+        return found
+
+    def aborted_entries(self) -> dict[int, tuple[AbortedTxn, ...]]:
+        """Every segment's aborted-transactions index entries, by segment base offset."""
+        self.producer_state  # noqa: B018
+        return {base: tuple(entries) for base, entries in self._aborted.items() if entries}
+
+    def _marker_of(
+        self, data: bytes | bytearray | memoryview, header: BatchHeader
+    ) -> control_records.Marker | None:
+        """The end-transaction marker of a control batch, or None (an empty control batch a
+        cleaning left, or another control type: skipped, as Kafka's producer state skips them)."""
+        if header.record_count == 0:
+            return None
+        try:
+            return control_records.read_marker(data)
+        except ValueError:
+            return None
+
+    def _step(
+        self,
+        state: ProducerState,
+        data: bytes | bytearray | memoryview,
+        header: BatchHeader,
+        now_ms: int,
+    ) -> tuple[ProducerState, AbortedTxn | None]:
+        """`state` after one batch (its frame `data`), and the aborted transaction it completes."""
+        if header.producer_id < 0:
+            return state, None
+        if not header.is_control:
+            return producer_state.record(state, header, first_offset=header.base_offset, now_ms=now_ms), None
+        marker = self._marker_of(data, header)
+        if marker is None:
+            return state, None
+        done = producer_state.completed_txn(state, marker, offset=header.base_offset)
+        state = producer_state.record(state, marker, first_offset=header.base_offset, now_ms=now_ms)
+        if done is None or not done.aborted:
+            return state, None
+        return state, txn_index.aborted_txn(
+            producer_id=done.producer_id,
+            first_offset=done.first_offset,
+            last_offset=done.last_offset,
+            first_unstable_offset=producer_state.first_unstable_offset(state),
+        )
+
+    def _track(
+        self, data: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], *, now_ms: int | None
+    ) -> None:
+        """Record appended frames in the loaded state; an abort's entry goes to its segment's
+        `.txnindex` (appended, fsynced with the segment by the next flush)."""
+        state = self._producers
+        if state is None:
+            return
+        view = memoryview(data)
+        start = headers[0].position if headers else 0
+        for header in headers:
+            if header.producer_id < 0:
+                continue
+            frame = view[header.position - start : header.position - start + header.size]
+            state, aborted = self._step(
+                state, frame, header, header.max_timestamp_ms if now_ms is None else now_ms
+            )
+            self.producers_changed = True
+            if aborted is not None:
+                self._append_aborted(aborted)
+        if state is not self._producers:
+            self._set_producers(state)
+
+    def _segment_base_of(self, offset: int) -> int | None:
+        base = None
+        for segment in self._local.segments():
+            if segment.base_offset > offset:
+                break
+            base = segment.base_offset
+        return base if offset < self._local.end_offset else None
+
+    def _append_aborted(self, entry: AbortedTxn) -> None:
+        base = self._segment_base_of(entry.last_offset)
+        if base is None:
+            return
+        self._aborted.setdefault(base, []).append(entry)
+        path = txn_index_path(self._local.path, base)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            log_segments.write_all(fd, txn_index.encode_entries([entry]))
+        finally:
+            os.close(fd)
+        self._local.mark_changed(path, self._local.path)
+
+    def _forget_transactions(self) -> None:
+        """A truncation: the state and the indexes are rebuilt from the log on next use."""
+        self._producers = None
+        self._aborted = {}
+
+    def _read_txn_indexes(self) -> dict[int, list[AbortedTxn]] | None:
+        """The entries of every `.txnindex` in the replica dir, or None when one is damaged."""
+        found: dict[int, list[AbortedTxn]] = {}
+        for name in os.listdir(self._local.path):
+            match = _TXN_INDEX_NAME.fullmatch(name)
+            if match is None:
+                continue
+            try:
+                entries = txn_index.decode_entries((self._local.path / name).read_bytes())
+            except ValueError:
+                return None
+            found[int(match[1])] = list(entries)
+        return found
+
+    def _load_transactions(self) -> None:
+        """Build the state from the snapshot (or the log start) and replay the batches after it;
+        the index entries of markers before that point are read from the `.txnindex` files
+        (all rebuilt from the log start when one is damaged), the rest rebuilt by the replay."""
+        indexes = self._read_txn_indexes()
+        snapshot = producers.read_snapshot(self) if indexes is not None else None
+        start, state = (
+            snapshot if snapshot is not None else (self._local.log_start_offset, producer_state.EMPTY)
+        )
+        kept = [e for entries in (indexes or {}).values() for e in entries if e.last_offset < start]
+        for header in self._local.batch_headers(start):
+            data: bytes | None = None
+            if header.is_control and header.producer_id >= 0:
+                data = self._local.read(header.base_offset, header.size, max_offset=header.next_offset)[
+                    : header.size
+                ]
+            state, aborted = self._step(state, data or b"", header, header.max_timestamp_ms)
+            if aborted is not None:
+                kept.append(aborted)
+        self._set_producers(state)
+        self._aborted = {}
+        for entry in sorted(kept, key=lambda e: e.last_offset):
+            base = self._segment_base_of(entry.last_offset)
+            if base is not None:
+                self._aborted.setdefault(base, []).append(entry)
+        self._write_txn_indexes(indexes or {})
+
+    def _regroup_aborted(self) -> None:
+        """After segments were deleted or merged: every entry in the index of the segment
+        holding its marker, entries of deleted segments dropped, files following."""
+        if self._producers is None:
+            return
+        entries = sorted((e for es in self._aborted.values() for e in es), key=lambda e: e.last_offset)
+        on_disk = {base: list(es) for base, es in self._aborted.items()}
+        self._aborted = {}
+        for entry in entries:
+            base = self._segment_base_of(entry.last_offset)
+            if base is not None and entry.last_offset >= self._local.log_start_offset:
+                self._aborted.setdefault(base, []).append(entry)
+        self._write_txn_indexes(on_disk)
+
+    def _write_txn_indexes(self, on_disk: dict[int, list[AbortedTxn]]) -> None:
+        """Make the `.txnindex` files hold `_aborted` (files of no entry removed)."""
+        directory = self._local.path
+        for base in set(on_disk) - set(self._aborted):
+            txn_index_path(directory, base).unlink(missing_ok=True)
+        changed = False
+        for base, entries in self._aborted.items():
+            if on_disk.get(base) != entries:
+                path = txn_index_path(directory, base)
+                durable_files.replace_atomically(path, txn_index.encode_entries(entries))
+                self._local.mark_changed(path)
+                changed = True
+        if changed or set(on_disk) - set(self._aborted):
+            self._local.mark_changed(directory)
 
     # -- batch headers (producer state) --------------------------------------------------------
 

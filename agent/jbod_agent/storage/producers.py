@@ -1,19 +1,20 @@
-"""The idempotent producers of a partition led here: Kafka's producer state (`jbod_core.producer_state`)
-rebuilt from the log and its snapshot, kept current by the leader's appends, saved now and then.
+"""The producer state snapshot of a replica (Kafka's `.snapshot`): the idempotent and transactional
+producers' state (`jbod_core.producer_state`) that `PartitionLog` keeps, saved now and then so a
+rebuild replays only the batches after it.
 
 Guarantees:
-* `load(log)` is the producer state of the whole log: the newest snapshot, when it still
-  describes a prefix of this log (the batch just before its offset has the CRC it recorded: a
-  follower that truncated and re-fetched since has other batches there), then every batch after
-  it replayed in order; without a usable snapshot, every batch from the log start. A damaged
-  snapshot is ignored (logged), never trusted.
+* `read_snapshot(log)` is (end offset, state) of the newest snapshot when it still describes a
+  prefix of this log (the batch just before its offset has the CRC it recorded: a follower that
+  truncated and re-fetched since has other batches there), else None; `PartitionLog` replays
+  every batch after it (or from the log start). A damaged snapshot is ignored (logged), never
+  trusted. `load(log)` is the log's state (`PartitionLog.producer_state`).
 * `save(log, state)` writes the snapshot of `state` at the log's end offset, atomically (temp
   file and rename; it is derived data, made durable with the log's next flush). A snapshot at
   an end offset of 0 is not written.
-* The state is changed only by `jbod_core.producer_state.record` on the leader's append path
-  (`produce.Produce.append_batch`), between its check and its append with no await in between,
-  so two produce requests of one producer cannot both pass the same check; and by
-  `producer_state.expire` just before a snapshot is saved (`log_upkeep`).
+* The state is changed only by `PartitionLog`'s appends (leader and follower; the leader's
+  produce path checks a batch and appends it with no await in between, so two produce requests
+  of one producer cannot both pass the same check), and by `producer_state.expire` just before a
+  snapshot is saved (`log_upkeep`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,25 @@ from __future__ import annotations
 import logging
 import struct
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
-from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core import producer_state
 from jbod_core.producer_state import ProducerState
+from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
+
+
+class PartitionLog(Protocol):
+    """What a snapshot needs of a replica's log (`partition_log.PartitionLog` is one)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def producer_state(self) -> ProducerState: ...
+    def batch_before(self, offset: int) -> BatchHeader | None: ...
+
 
 log = logging.getLogger("jbod_agent.producers")
 
@@ -40,7 +54,7 @@ def _path(log_: PartitionLog) -> Path:
     return log_.path / SNAPSHOT_FILE
 
 
-def _read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
+def read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
     """(end offset, state) of the replica's snapshot, if it is whole and still fits the log."""
     try:
         data = _path(log_).read_bytes()
@@ -64,9 +78,7 @@ def _read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
 
 def load(log_: PartitionLog) -> ProducerState:
     """The producer state of `log_` (the module's guarantee)."""
-    snapshot = _read_snapshot(log_)
-    start, state = snapshot if snapshot is not None else (log_.log_start_offset, producer_state.EMPTY)
-    return producer_state.from_batches(log_.batch_headers(start), start=state)
+    return log_.producer_state
 
 
 def save(log_: PartitionLog, state: ProducerState) -> None:

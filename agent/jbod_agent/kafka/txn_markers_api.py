@@ -1,0 +1,148 @@
+"""WriteTxnMarkers (Kafka's API 27, v1-v2 as Kafka 4.3.1) and DescribeProducers (API 61): the transaction coordinator asks each partition leader
+to append a commit or abort marker of a producer's transaction.
+
+Guarantees:
+* The principal must be allowed CLUSTER_ACTION on the cluster (the brokers' own principal is):
+  otherwise every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is appended.
+* Per partition, as Kafka answers: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+  KAFKA_STORAGE_ERROR from the leader lookup; INVALID_PRODUCER_EPOCH (a marker of an older epoch)
+  or TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch) from the producer state, which
+  then changes nothing; else the marker batch (`control_records.marker_batch`) is appended as the
+  leader's append and recorded in the producer state and the `.txnindex` (`PartitionLog`), and
+  the partition is answered once the ISR has it (acks=-1, `Produce.append_marker`; REQUEST_TIMED_OUT
+  / NOT_ENOUGH_REPLICAS_AFTER_APPEND as a produce answers them).
+* A marker is checked with its `transaction_version` (v2), version 1 in v1 (we finalize
+  `transaction.version` 1 only, so our coordinator sends version 1: docs/decisions.md).
+* DescribeProducers answers, per partition this broker leads, every producer of its state
+  (`PartitionLog.producer_state`: id, epoch, last sequence, last timestamp, coordinator epoch,
+  the ongoing transaction's first offset or -1), as Kafka's `activeProducers`; READ on the topic
+  (else TOPIC_AUTHORIZATION_FAILED), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+  KAFKA_STORAGE_ERROR as Kafka answers them.
+* After a marker was appended to a partition of `__consumer_offsets`, the group coordinator is
+  told (`on_transaction_marker(partition, producer_id, producer_epoch, committed)`: its pending
+  transactional offsets become visible or are dropped), when it has that method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.listener import Connection
+from jbod_core.acls import AclOperation
+from jbod_core.group_records import OFFSETS_TOPIC
+from jbod_kafka import protocol
+
+TRANSACTION_VERSION: Final = 1  # v1 markers carry none: checked as version 1
+MARKER_TIMEOUT_MS: Final = 30_000  # Kafka's request.timeout.ms default, its coordinator appends' bound
+
+
+class TxnMarkersApi:
+    """The WriteTxnMarkers handler; `group_coordinator` is told of markers on `__consumer_offsets`."""
+
+    def __init__(self, ctx: BrokerContext, group_coordinator: object) -> None:
+        self.ctx = ctx
+        self.group_coordinator = group_coordinator
+
+    def handlers(self) -> dict[int, Any]:
+        return {27: self.write_txn_markers, 61: self.describe_producers}
+
+    async def describe_producers(
+        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
+    ) -> Any:
+        topics = []
+        for topic in request.body.topics:
+            readable = ctx.allows_topic(conn, AclOperation.READ, topic.name)
+            partitions = [
+                self._producers_of(topic.name, int(index))
+                if readable
+                else {"partition_index": index, "error_code": KafkaError.topic_authorization_failed}
+                for index in topic.partition_indexes
+            ]
+            topics.append({"name": topic.name, "partitions": partitions})
+        return protocol.build(
+            protocol.response_type(request.header.api_key, request.header.api_version),
+            throttle_time=0,
+            topics=topics,
+        )
+
+    def _producers_of(self, topic: str, partition: int) -> dict[str, Any]:
+        hosted, code, message = self.ctx.manager.lookup(topic, partition)
+        if hosted is None:
+            return {"partition_index": partition, "error_code": int(code), "error_message": message or None}
+        try:
+            state = hosted.log.producer_state
+        except OSError as exc:
+            self.ctx.manager.storage_error(hosted, exc, "reading the producer state")
+            return {"partition_index": partition, "error_code": KafkaError.kafka_storage_error}
+        producers = [
+            {
+                "producer_id": producer_id,
+                "producer_epoch": entry.producer_epoch,
+                "last_sequence": entry.last_sequence,
+                "last_timestamp": entry.batches[-1].max_timestamp_ms
+                if entry.batches
+                else entry.last_active_ms,
+                "coordinator_epoch": entry.coordinator_epoch,
+                "current_txn_start_offset": -1
+                if entry.current_txn_first_offset is None
+                else entry.current_txn_first_offset,
+            }
+            for producer_id, entry in sorted(state.producers.items())
+        ]
+        return {"partition_index": partition, "error_code": KafkaError.none, "active_producers": producers}
+
+    async def write_txn_markers(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        body = request.body
+        allowed = ctx.allows(conn, AclOperation.CLUSTER_ACTION)
+        markers = []
+        for marker in body.markers:
+            topics = []
+            for topic in marker.topics:
+                codes = await asyncio.gather(
+                    *(
+                        self._write(topic.name, int(index), marker, allowed=allowed)
+                        for index in topic.partition_indexes
+                    )
+                )
+                topics.append(
+                    {
+                        "name": topic.name,
+                        "partitions": [
+                            {"partition_index": index, "error_code": code}
+                            for index, code in zip(topic.partition_indexes, codes, strict=True)
+                        ],
+                    }
+                )
+            markers.append({"producer_id": marker.producer_id, "topics": topics})
+        return protocol.build(
+            protocol.response_type(request.header.api_key, request.header.api_version), markers=markers
+        )
+
+    async def _write(self, topic: str, partition: int, marker: Any, *, allowed: bool) -> KafkaError:
+        if not allowed:
+            return KafkaError.cluster_authorization_failed
+        result = await self.ctx.produce.append_marker(
+            topic,
+            partition,
+            producer_id=int(marker.producer_id),
+            producer_epoch=int(marker.producer_epoch),
+            coordinator_epoch=int(marker.coordinator_epoch),
+            committed=bool(marker.transaction_result),
+            transaction_version=int(getattr(marker, "transaction_version", TRANSACTION_VERSION)),
+            timeout_ms=MARKER_TIMEOUT_MS,
+        )
+        code = KafkaError(int(result.error))
+        if code is KafkaError.none and topic == OFFSETS_TOPIC:
+            on_marker = getattr(self.group_coordinator, "on_transaction_marker", None)
+            if on_marker is not None:
+                await on_marker(
+                    partition,
+                    int(marker.producer_id),
+                    int(marker.producer_epoch),
+                    bool(marker.transaction_result),
+                )
+        return code

@@ -1,0 +1,98 @@
+"""Transactions in a replica's log: the producer state kept by every append (leader and
+follower), the `.txnindex` of each segment, the last stable offset, and their rebuild on reopen,
+after a truncation, retention and DeleteRecords."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from jbod_agent.storage.partition_log import PartitionLog, txn_index_path
+from jbod_core import txn_index
+from jbod_core.txn_index import AbortedTxn
+from jbod_kafka import control_records, record_batch
+from jbod_kafka.control_records import ControlRecordType
+
+
+def txn_batch(producer_id: int, sequence: int, count: int, *, epoch: int = 0) -> record_batch.CheckedBatch:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=1,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        batch_size=1 << 20,
+    )
+    for i in range(count):
+        builder.append(offset=i, timestamp=1000, key=None, value=b"v%d" % i, headers=[])
+    return record_batch.check_produced(bytes(builder.build()))
+
+
+def marker(producer_id: int, control_type: ControlRecordType, *, epoch: int = 0) -> bytes:
+    return control_records.marker_batch(
+        control_type=control_type,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        coordinator_epoch=0,
+        timestamp_ms=2000,
+    )
+
+
+def test_transactions_in_the_log_survive_reopen_truncation_and_follow_segments(tmp_path: Path) -> None:
+    leader_dir, follower_dir = tmp_path / "t-0", tmp_path / "f" / "t-0"
+    leader_dir.mkdir()
+    follower_dir.mkdir(parents=True)
+    log = PartitionLog.open(leader_dir, segment_bytes=400)
+    follower = PartitionLog.open(follower_dir, segment_bytes=400)
+    log.append_as_leader(txn_batch(1, 0, 3), leader_epoch=0, now_ms=1000)  # 0-2 producer 1
+    log.append_as_leader(txn_batch(2, 0, 2), leader_epoch=0, now_ms=1000)  # 3-4 producer 2
+    log.high_watermark = log.end_offset
+    assert log.first_unstable_offset == 0
+    assert log.last_stable_offset == 0
+    abort_at = log.append_marker_as_leader(marker(1, ControlRecordType.ABORT), leader_epoch=0, now_ms=3000)
+    assert abort_at == 5
+    log.high_watermark = log.end_offset
+    assert log.last_stable_offset == 3  # producer 2's transaction is still open
+    commit_at = log.append_marker_as_leader(marker(2, ControlRecordType.COMMIT), leader_epoch=0, now_ms=3000)
+    log.append_as_leader(txn_batch(1, 3, 2), leader_epoch=0, now_ms=4000)  # 7-8, producer 1 again
+    log.high_watermark = log.end_offset
+    assert commit_at == 6
+    assert log.last_stable_offset == 7
+    expected = AbortedTxn(producer_id=1, first_offset=0, last_offset=5, last_stable_offset=3)
+    assert log.aborted_transactions(0, log.end_offset) == [expected]
+    assert log.aborted_transactions(6, log.end_offset) == []
+    # the entry sits in the .txnindex of the segment holding the marker, in Kafka's format
+    (base,) = log.aborted_entries()
+    assert txn_index.decode_entries(txn_index_path(leader_dir, base).read_bytes()) == (expected,)
+
+    # a follower replicating the same frames keeps the same state and index
+    follower.append_replicated(log.read(0, 1 << 20))
+    follower.high_watermark = follower.end_offset
+    assert follower.aborted_entries() == log.aborted_entries()
+    assert follower.last_stable_offset == 7
+
+    # reopening rebuilds the state (no snapshot) and keeps the index; a damaged index is rebuilt
+    log.close()
+    txn_index_path(leader_dir, base).write_bytes(b"damaged")
+    log = PartitionLog.open(leader_dir, segment_bytes=400)
+    log.high_watermark = log.end_offset
+    assert log.last_stable_offset == 7
+    assert log.aborted_transactions(0, log.end_offset) == [expected]
+    assert txn_index.decode_entries(txn_index_path(leader_dir, base).read_bytes()) == (expected,)
+
+    # truncating below the abort marker: its entry goes, producer 1's transaction is open again
+    follower.truncate_to(5)
+    follower.high_watermark = follower.end_offset
+    assert follower.aborted_entries() == {}
+    assert follower.first_unstable_offset == 0
+    assert not any(p.name.endswith(".txnindex") for p in follower_dir.iterdir())
+
+    # DeleteRecords past the marker's segment drops that segment's index with it
+    log.delete_records_before(log.end_offset)
+    remaining = {s.base_offset for s in log.segments()}
+    assert set(log.aborted_entries()) <= remaining
+    assert all(int(p.name[:20]) in remaining for p in leader_dir.iterdir() if p.name.endswith(".txnindex"))
+    log.close()
+    follower.close()
