@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from e2e.kafka_tools import KafkaInstall
 from e2e.wait import wait_for
@@ -36,14 +36,17 @@ from tests.kafka_tools.test_our_brokers import Cluster
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 LISTENER = "SASL_PLAINTEXT"
-ADD_PARTITIONS, ADD_OFFSETS, END_TXN, DESCRIBE_TXNS = 24, 25, 26, 65
+INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, DESCRIBE_TXNS = 22, 24, 25, 26, 65
 
 
 @pytest.fixture(scope="module")
 def cluster(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # noqa: F811
     base = tmp_path_factory.mktemp("txn")
     with contextlib.ExitStack() as stack:
-        kafka = start_kafka_cluster(stack, base, brokers=3)
+        # Timed-out transactions are looked for every 200 ms (Kafka's default: 10 s).
+        kafka = start_kafka_cluster(
+            stack, base, brokers=3, transaction_abort_timed_out_transaction_cleanup_interval_ms="200"
+        )
         admin_properties = base / "admin.properties"
         admin_properties.write_text(client_properties(kafka.admin_password))
         yield Cluster(kafka, install, admin_properties)
@@ -95,6 +98,88 @@ def _leader_of(cluster: Cluster, transactional_id: str) -> int:
     return leader
 
 
+def _add_partitions(
+    cluster: Cluster, node: int, transactional_id: str, pid: int, epoch: int, topic: str
+) -> list[int]:
+    """AddPartitionsToTxn v3 of partitions 0 and 1 of `topic`: the error of each."""
+    added = _ask(
+        cluster,
+        node,
+        ADD_PARTITIONS,
+        3,
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[{"name": topic, "partitions": [0, 1]}],
+    )
+    return [
+        int(p.partition_error_code)
+        for r in added.results_by_topic_v3_and_below
+        for p in r.results_by_partition
+    ]
+
+
+def test_kafka_acls_on_transactional_ids_decide_who_may_use_them(cluster: Cluster, tmp_path: Path) -> None:
+    """`kafka-acls.sh --transactional-id` grants WRITE on a prefix: the user initializes a
+    transactional producer there and is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal)
+    elsewhere; `kafka-transactions.sh list` shows it only the ids it may DESCRIBE."""
+    kafka = cluster.kafka
+    scram = "SCRAM-SHA-512=[iterations=8192,password=dora-secret]"
+    cluster.ok(
+        cluster.run(
+            "kafka-configs.sh",
+            f"--alter --add-config {scram} --entity-type users --entity-name dora".split(),
+        )
+    )
+    grant = "--add --allow-principal User:dora --operation Write --transactional-id dora-"
+    granted = cluster.ok(cluster.run("kafka-acls.sh", f"{grant} --resource-pattern-type prefixed".split()))
+    assert "ResourcePattern(resourceType=TRANSACTIONAL_ID, name=dora-, patternType=PREFIXED)" in granted
+    dora = {"sasl.username": "dora", "sasl.password": "dora-secret"}
+    allowed = Producer(kafka.client_config(**dora, **{"transactional.id": "dora-1"}))
+    allowed.init_transactions(60)
+    admins = Producer(kafka.client_config(**{"transactional.id": "admins-1"}))
+    admins.init_transactions(60)
+    refused = Producer(kafka.client_config(**dora, **{"transactional.id": "admins-1"}))
+    with pytest.raises(KafkaException) as denied:
+        refused.init_transactions(30)
+    assert denied.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, denied.value
+    doras = tmp_path / "dora.properties"
+    doras.write_text(client_properties("dora-secret", user="dora"))
+    listed = cluster.ok(cluster.run("kafka-transactions.sh", ["list"], config=doras))
+    assert "dora-1" in listed and "admins-1" not in listed, listed
+    assert "admins-1" in cluster.ok(cluster.run("kafka-transactions.sh", ["list"]))
+    for producer in (allowed, admins):
+        producer.flush(0)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster: Cluster) -> None:
+    """InitProducerId (v4) with `transaction.timeout.ms` 1000, partitions added: the coordinator
+    aborts the transaction with the epoch bumped; the producer's EndTxn is then PRODUCER_FENCED."""
+    topic = new_topic(cluster.kafka, partitions=2)
+    transactional_id = f"slow-{uuid.uuid4().hex[:6]}"
+    node = _coordinator(cluster, transactional_id)
+
+    def initialized() -> tuple[int, int] | None:
+        answer = _ask(
+            cluster, node, INIT_PRODUCER_ID, 4, transactional_id=transactional_id, transaction_timeout=1000,
+            producer_id=-1, producer_epoch=-1,
+        )  # fmt: skip
+        return (int(answer.producer_id), int(answer.producer_epoch)) if int(answer.error_code) == 0 else None
+
+    pid, epoch = wait_for(initialized, timeout=30, what="InitProducerId answered")
+    assert epoch == 0
+    assert _add_partitions(cluster, node, transactional_id, pid, epoch, topic) == [0, 0]
+
+    def aborted() -> Any:
+        state = _described(cluster, node, transactional_id)
+        return state if state.transaction_state in ("PrepareAbort", "CompleteAbort") else None
+
+    state = wait_for(aborted, timeout=30, what="the coordinator to abort the timed-out transaction")
+    assert (int(state.producer_id), int(state.producer_epoch)) == (pid, 1)
+    ids = {"transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch}
+    assert int(_ask(cluster, node, END_TXN, 4, **ids, committed=True).error_code) == 90
+
+
 def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordinator(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -135,21 +220,7 @@ def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordina
     # The live producer's transaction, driven with raw requests.
     pid, epoch = int(second["ProducerId"]), 1
     ids = {"transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch}
-    added = _ask(
-        cluster,
-        node,
-        ADD_PARTITIONS,
-        3,
-        v3_and_below_transactional_id=transactional_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[{"name": topic, "partitions": [0, 1]}],
-    )
-    assert [
-        (r.name, int(p.partition_index), int(p.partition_error_code))
-        for r in added.results_by_topic_v3_and_below
-        for p in r.results_by_partition
-    ] == [(topic, 0, 0), (topic, 1, 0)]
+    assert _add_partitions(cluster, node, transactional_id, pid, epoch, topic) == [0, 0]
     # A stale epoch changes nothing (PRODUCER_FENCED), another broker is NOT_COORDINATOR.
     stale = _ask(cluster, node, ADD_OFFSETS, 4, **{**ids, "producer_epoch": 0}, group_id="g")
     assert int(stale.error_code) == 90
