@@ -239,6 +239,21 @@ def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordina
         (topic, 1),
         offsets,
     }
+    # A partition leader's verification (v4, verify only, KIP-890 part 1): in it, or not.
+    verified = _ask(
+        cluster,
+        node,
+        ADD_PARTITIONS,
+        4,
+        transactions=[{**ids, "verify_only": True, "topics": [{"name": topic, "partitions": [0, 2]}]}],
+    )
+    assert int(verified.error_code) == 0
+    assert [
+        (int(p.partition_index), int(p.partition_error_code))
+        for t in verified.results_by_transaction
+        for r in t.topic_results
+        for p in r.results_by_partition
+    ] == [(0, 0), (2, 133)]
     listed = cluster.ok(cluster.run("kafka-transactions.sh", ["list"]))
     [row] = [line.split() for line in listed.splitlines() if transactional_id in line]
     assert row[1:] == [str(node), str(pid), "Ongoing"], listed

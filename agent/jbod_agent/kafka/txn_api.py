@@ -16,8 +16,9 @@ Guarantees:
 * Kafka's ACLs (as KafkaApis): FindCoordinator, DescribeTransactions need DESCRIBE on the
   transactional id; InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn WRITE — else
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and the coordinator is not asked. AddPartitionsToTxn
-  needs WRITE on each topic (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED), v4+
-  CLUSTER_ACTION (a broker's request; else CLUSTER_AUTHORIZATION_FAILED); AddOffsetsToTxn READ on
+  v0-v3 needs WRITE on each topic (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED);
+  v4+ is a broker's request: CLUSTER_ACTION (else CLUSTER_AUTHORIZATION_FAILED) and no check of
+  the transactional id or the topics (as Kafka); AddOffsetsToTxn READ on
   the group (GROUP_AUTHORIZATION_FAILED). DescribeTransactions leaves out the topics the principal
   may not DESCRIBE; ListTransactions lists the ids it may DESCRIBE. InitProducerId without a
   transactional id is the idempotent producer's (`AdminApis.init_producer_id`).
@@ -246,13 +247,14 @@ class TxnApis:
     ) -> list[dict[str, Any]]:
         partitions: list[TopicPartition] = [(t, p) for t, ps in topics for p in ps]
         errors: dict[TopicPartition, int]
-        if not self.ctx.allows(conn, WRITE, _txn_id(transactional_id)):
+        client = version < 4  # v4+ is a broker's, CLUSTER_ACTION checked: no more ACLs (as Kafka)
+        if client and not self.ctx.allows(conn, WRITE, _txn_id(transactional_id)):
             errors = dict.fromkeys(partitions, int(TXN_DENIED))
             return _by_topic(errors)
         refused: dict[TopicPartition, int] = {}
         image = self.ctx.state.image
         for topic, partition in partitions:
-            if not self.ctx.allows_topic(conn, WRITE, topic):
+            if client and not self.ctx.allows_topic(conn, WRITE, topic):
                 refused[(topic, partition)] = int(KafkaError.topic_authorization_failed)
                 continue
             topic_id = image.topic_ids_by_name.get(topic)
