@@ -23,7 +23,8 @@ Guarantees:
   each of its partitions, again every `MARKER_RETRY_S` for the partitions not yet written, until
   each leader wrote it or the partition's topic is gone; then it writes the Complete* record
   (retried the same way). The task stops when the coordinator stops leading the partition (the
-  new leader resumes it on load).
+  new leader resumes it on load), or when a leader answers INVALID_PRODUCER_EPOCH or
+  TRANSACTION_COORDINATOR_FENCED (a newer coordinator exists, as Kafka), with a WARNING.
 * Timers: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` the ongoing
   transactions past their `transaction.timeout.ms` are aborted (an epoch fence, as Kafka); every
   `transaction.remove.expired.transaction.cleanup.interval.ms` the ids idle longer than
@@ -67,6 +68,9 @@ LOAD_CHUNK_BYTES: Final = 1024 * 1024
 APPEND_TIMEOUT_MS: Final = 5000  # Kafka's transaction log append waits request.timeout.ms
 MARKER_RETRY_S: Final = 0.1
 MAX_MARKER_RETRY_S: Final = 2.0
+#: A leader's answers to a marker that mean this coordinator is stale: stop sending (Kafka's
+#: INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED).
+FENCED_BY_LEADER: Final = frozenset({47, 52})
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +334,8 @@ class TxnCoordinator:
         if metadata is None:
             return
         committed = metadata.state is TransactionState.PREPARE_COMMIT
-        await self._send_markers(shard, metadata, committed)
+        if not await self._send_markers(shard, metadata, committed):
+            return
         delay = MARKER_RETRY_S
         while self._current(shard):
             current = shard.txns.get(transactional_id)
@@ -350,7 +355,9 @@ class TxnCoordinator:
             await self._clock.sleep(delay)
             delay = min(delay * 2, MAX_MARKER_RETRY_S)
 
-    async def _send_markers(self, shard: _Shard, metadata: TxnMetadata, committed: bool) -> None:
+    async def _send_markers(self, shard: _Shard, metadata: TxnMetadata, committed: bool) -> bool:
+        """Until every partition's leader wrote the marker (True), or one answered that this
+        coordinator or producer epoch is stale (False: stop, as Kafka)."""
         pending = set(metadata.partitions)
         delay = MARKER_RETRY_S
         while pending and self._current(shard):
@@ -383,9 +390,21 @@ class TxnCoordinator:
                 for written, code in result.items():
                     if code == ErrorCode.NONE:
                         pending.discard(written)
+                    elif code in FENCED_BY_LEADER:
+                        log.warning(
+                            "Stopped writing the markers of %s (producer %d, epoch %d): %s-%d answered "
+                            "errorCode %d (a newer coordinator or epoch)",
+                            metadata.transactional_id,
+                            metadata.producer_id,
+                            metadata.producer_epoch,
+                            *written,
+                            code,
+                        )
+                        return False
             if pending:
                 await self._clock.sleep(delay)
                 delay = min(delay * 2, MAX_MARKER_RETRY_S)
+        return not pending
 
     # -- timers ---------------------------------------------------------------------------------
 
@@ -578,15 +597,17 @@ class TxnCoordinator:
         transactional_id_pattern: re.Pattern[str] | None,
     ) -> tuple[TxnError, transactions.TransactionListing]:
         loading = any(not s.loaded for s in self._shards.values())
+        if loading:  # as Kafka: no list while a partition loads
+            return TxnError.COORDINATOR_LOAD_IN_PROGRESS, transactions.TransactionListing((), ())
         listing = transactions.list_transactions(
-            (m for s in self._shards.values() if s.loaded for m in s.txns.values()),
+            (m for s in self._shards.values() for m in s.txns.values()),
             now_ms=self._now_ms(),
             state_filters=state_filters,
             producer_id_filters=producer_id_filters,
             duration_filter_ms=duration_filter_ms,
             transactional_id_pattern=transactional_id_pattern,
         )
-        return (TxnError.COORDINATOR_LOAD_IN_PROGRESS if loading else TxnError.NONE), listing
+        return TxnError.NONE, listing
 
 
 def _scan_chunk(latest: dict[bytes, tuple[int, bytes | None]], data: bytes, position: int) -> int:
