@@ -344,7 +344,7 @@ class TxnCoordinator:
             error = await self._write(shard, transactions.markers_written(current, now_ms=self._now_ms()))
             if error is TxnError.NONE or error is TxnError.NOT_COORDINATOR:
                 if error is TxnError.NONE:
-                    log.info(
+                    log.debug(
                         "Completed the transaction of %s (producer %d, epoch %d): %s",
                         transactional_id,
                         metadata.producer_id,
