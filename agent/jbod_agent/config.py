@@ -148,7 +148,7 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     offsets_commit_timeout_ms: int = 5000
     offsets_retention_minutes: int = 10_080  # 7 days; checked by `jbod_core.broker_configs`
-    # The transaction coordinator (Kafka's keys and defaults; docs/decisions.md "Transaction coordinator").
+    # The transaction coordinator (Kafka's keys and defaults; docs/operations.md, "Kafka clients").
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
     transaction_state_log_min_isr: int = 2
@@ -452,20 +452,6 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "request.read.timeout.ms": ("request_read_timeout_ms", _int(100, _MAX_MS)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1, _MAX_MS)),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1, 10_000)),
-    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", _int(1, 10_000)),
-    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", _int(1, 32_767)),
-    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int(1, 32_767)),
-    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", _int(1, 2**31 - 1)),
-    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int(1, 2**31 - 1)),
-    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int(1, 2**31 - 1)),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
-        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
-        _int(1, 2**31 - 1),
-    ),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": (
-        "transaction_remove_expired_transaction_cleanup_interval_ms",
-        _int(1, 2**31 - 1),
-    ),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int(1, 32_767)),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int(1, _MAX_MS)),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0, _MAX_MS)),
@@ -499,7 +485,8 @@ def _broker_key(key: str, value: str) -> Any:
     return parsed
 
 
-# The topic defaults, the log cleaner's settings and the offsets expiry: checked by
+# The topic defaults, the log cleaner's settings, the offsets expiry and the transaction
+# coordinator's keys: checked by
 # `jbod_core.broker_configs`; the ones the broker reads as numbers also land in a field.
 _FIELDS_OF_BROKER_KEYS: Final = {
     "message.max.bytes": "message_max_bytes",
@@ -508,6 +495,19 @@ _FIELDS_OF_BROKER_KEYS: Final = {
     "log.segment.bytes": "log_segment_bytes",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    **{
+        key: key.replace(".", "_")
+        for key in (
+            "transaction.state.log.num.partitions",
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+            "transaction.state.log.segment.bytes",
+            "transaction.max.timeout.ms",
+            "transactional.id.expiration.ms",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+        )
+    },
 }
 _KEYS.update(
     {
