@@ -389,14 +389,16 @@ def _by_topic(errors: dict[TopicPartition, int]) -> list[dict[str, Any]]:
 
 
 def _described(transactional_id: str, code: int) -> dict[str, Any]:
+    """An entry of DescribeTransactions with an error: the other fields at the schema's defaults
+    (0, ""), as Kafka answers."""
     return {
         "error_code": code,
         "transactional_id": transactional_id,
         "transaction_state": "",
         "transaction_timeout": 0,
-        "transaction_start_time": _timestamp(-1),
-        "producer_id": -1,
-        "producer_epoch": -1,
+        "transaction_start_time": _timestamp(0),
+        "producer_id": 0,
+        "producer_epoch": 0,
         "topics": [],
     }
 
