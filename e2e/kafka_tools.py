@@ -109,6 +109,7 @@ SCRIPTS: Mapping[str, Script] = {
         Script("kafka-topics.sh", "org.apache.kafka.tools.TopicCommand"),
         Script("kafka-configs.sh", "kafka.admin.ConfigCommand"),
         Script("kafka-acls.sh", "org.apache.kafka.tools.AclCommand"),
+        Script("kafka-transactions.sh", "org.apache.kafka.tools.TransactionsCommand"),
         Script("kafka-log-dirs.sh", "org.apache.kafka.tools.LogDirsCommand"),
         Script("kafka-console-producer.sh", "org.apache.kafka.tools.ConsoleProducer", heap=("-Xmx512M",)),
         Script(

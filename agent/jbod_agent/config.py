@@ -148,6 +148,15 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     offsets_commit_timeout_ms: int = 5000
     offsets_retention_minutes: int = 10_080  # 7 days; checked by `jbod_core.broker_configs`
+    # The transaction coordinator (Kafka's keys and defaults; docs/operations.md, "Kafka clients").
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104_857_600
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     group_initial_rebalance_delay_ms: int = 3000
@@ -476,7 +485,8 @@ def _broker_key(key: str, value: str) -> Any:
     return parsed
 
 
-# The topic defaults, the log cleaner's settings and the offsets expiry: checked by
+# The topic defaults, the log cleaner's settings, the offsets expiry and the transaction
+# coordinator's keys: checked by
 # `jbod_core.broker_configs`; the ones the broker reads as numbers also land in a field.
 _FIELDS_OF_BROKER_KEYS: Final = {
     "message.max.bytes": "message_max_bytes",
@@ -485,6 +495,19 @@ _FIELDS_OF_BROKER_KEYS: Final = {
     "log.segment.bytes": "log_segment_bytes",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    **{
+        key: key.replace(".", "_")
+        for key in (
+            "transaction.state.log.num.partitions",
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+            "transaction.state.log.segment.bytes",
+            "transaction.max.timeout.ms",
+            "transactional.id.expiration.ms",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+        )
+    },
 }
 _KEYS.update(
     {

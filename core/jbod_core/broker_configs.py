@@ -17,7 +17,10 @@ Guarantees:
   log.cleaner.min.cleanable.ratio: Value must be no more than 1`), dynamic where Kafka's are.
   Ours differs in one rule: `log.segment.bytes` from 4096 (small disks and tests). The group
   coordinator's offsets expiry (`offsets.retention.minutes`, `offsets.retention.check.interval.ms`,
-  at least 1 each as Kafka's) is honoured from server.properties only, as in Kafka.
+  at least 1 each as Kafka's) and the transaction coordinator's keys (`transaction.state.log.*`
+  but its load buffer, `transaction.max.timeout.ms`, `transactional.id.expiration.ms`, the two
+  `transaction.*.cleanup.interval.ms`, at least 1 each as Kafka's) are honoured from
+  server.properties only, as in Kafka.
 * `BrokerLevels` are the levels a value comes from, in Kafka's order: the broker's own dynamic
   value, the cluster default's (`--entity-default`), server.properties, the default.
   `describe_broker` and `topic_default` answer as Kafka's DescribeConfigs: the value of the first
@@ -177,6 +180,14 @@ _STATIC_RULES: Final[Mapping[str, Rule]] = {
     LOG_CLEANER_ENABLE: NO_RULE,
     "offsets.retention.minutes": AtLeast(1),
     "offsets.retention.check.interval.ms": AtLeast(1),
+    "transaction.state.log.num.partitions": AtLeast(1),
+    "transaction.state.log.replication.factor": AtLeast(1),
+    "transaction.state.log.min.isr": AtLeast(1),
+    "transaction.state.log.segment.bytes": AtLeast(1),
+    "transaction.max.timeout.ms": AtLeast(1),
+    "transactional.id.expiration.ms": AtLeast(1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": AtLeast(1),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": AtLeast(1),
 }
 # The dynamic keys Kafka lists only once set: (type, Kafka's default, documentation).
 _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
@@ -462,7 +473,8 @@ def cleaner_settings(levels: BrokerLevels) -> CleanerSettings:
 
 
 def _definition(key: BrokerKey) -> topic_configs.ConfigDefinition:
-    kind = key.type if key.type in ("boolean", "string", "int", "long", "double", "list") else "string"
+    kind = "int" if key.type == "short" else key.type
+    kind = kind if kind in ("boolean", "string", "int", "long", "double", "list") else "string"
     return topic_configs.ConfigDefinition(key.name, kind, key.default or "", key.doc, key.rule)
 
 

@@ -187,14 +187,13 @@ def kafka_name(key: int) -> str:
 
 
 def test_the_api_doc_lists_what_our_broker_advertises(our_advertised: Advertised) -> None:
-    """The doc's `ours` column is our broker's ApiVersions, no more and no less; no features."""
+    """The doc's `ours` column is our broker's ApiVersions, no more and no less; the features are
+    `transaction.version` only (supported 0-1, finalized 1: transaction version 1 only)."""
     documented = {key: row.ours for key, row in doc_apis().items() if row.ours is not None}
     assert documented == our_advertised.apis
-    assert (our_advertised.supported, our_advertised.finalized, our_advertised.finalized_epoch) == (
-        {},
-        {},
-        -1,
-    )
+    assert our_advertised.supported == {"transaction.version": (0, 1)}
+    assert our_advertised.finalized == {"transaction.version": (1, 1)}
+    assert our_advertised.finalized_epoch >= 0
 
 
 def test_the_api_doc_lists_what_kafka_advertises(kafka_advertised: Advertised) -> None:
@@ -208,3 +207,11 @@ def test_the_api_doc_lists_what_kafka_advertises(kafka_advertised: Advertised) -
         for name, supported in kafka_advertised.supported.items()
     }
     assert set(kafka_advertised.finalized) <= set(kafka_advertised.supported)
+
+
+def test_the_features_we_list_are_within_kafkas(
+    our_advertised: Advertised, kafka_advertised: Advertised
+) -> None:
+    for name, (low, high) in our_advertised.supported.items():
+        kafka_low, kafka_high = kafka_advertised.supported[name]
+        assert kafka_low <= low <= high <= kafka_high, name

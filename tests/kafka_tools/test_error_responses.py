@@ -1057,6 +1057,42 @@ CASES = [
         5,
         fixed(transactional_id=None, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
     ),
+    alice(
+        "init a transactional producer id",
+        22,
+        5,
+        fixed(transactional_id="tx-alice", transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
+    ),
+    alice(
+        "add partitions to a transaction v3",
+        24,
+        3,
+        fixed(
+            v3_and_below_transactional_id="tx-alice",
+            v3_and_below_producer_id=7,
+            v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}],
+        ),
+    ),
+    alice(
+        "add offsets to a transaction",
+        25,
+        4,
+        fixed(transactional_id="tx-alice", producer_id=7, producer_epoch=0, group_id="g-alice"),
+    ),
+    alice(
+        "end a transaction",
+        26,
+        4,
+        fixed(transactional_id="tx-alice", producer_id=7, producer_epoch=0, committed=True),
+    ),
+    alice("describe a transaction", 65, 0, fixed(transactional_ids=["tx-alice"])),
+    alice(
+        "list transactions",
+        66,
+        2,
+        fixed(state_filters=[], producer_id_filters=[], duration_filter=-1, transactional_id_pattern=None),
+    ),
     # (users=None: Kafka 4.3.1 never answers an unauthorized DescribeUserScramCredentials of all)
     alice("describe users", DESCRIBE_SCRAM, 0, fixed(users=[{"name": "nobody"}])),
     alice(

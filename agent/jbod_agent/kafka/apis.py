@@ -2,7 +2,9 @@
 exchange (SaslHandshake, SaslAuthenticate, and bare tokens after SaslHandshake v0).
 
 Guarantees:
-* ApiVersions lists exactly the APIs of `jbod_kafka.protocol.APIS` that have a handler here.
+* ApiVersions lists exactly the APIs of `jbod_kafka.protocol.APIS` that have a handler here; with
+  the transaction APIs, the feature `transaction.version` supported 0-1 and finalized at 1
+  (transaction version 1 only), else no features (finalized epoch -1).
 * ApiVersions of a version not served is answered v0 with UNSUPPORTED_VERSION and ApiVersions'
   own versions only (KIP-511, as Kafka 4.3.1; `listener` answers it before any handler).
 * SASL: the mechanisms are those `Authenticator.mechanisms` names; a handshake for another is
@@ -20,7 +22,7 @@ Guarantees:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -28,6 +30,13 @@ from jbod_agent.kafka import delete_records_api, fetch_api, log_dirs_api, metada
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_kafka import protocol
+
+#: The features ApiVersions lists once the broker serves transactions: supported ranges and
+#: finalized levels (KIP-584), fixed (no UpdateFeatures).
+SUPPORTED_FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 1)}
+FINALIZED_FEATURES: Final[dict[str, int]] = {"transaction.version": 1}
+FINALIZED_FEATURES_EPOCH: Final = 1
+END_TXN_KEY: Final = 26
 
 ApiHandler = Callable[[BrokerContext, Connection, protocol.Request], Awaitable[Any]]
 
@@ -86,6 +95,10 @@ class KafkaApis:
         """The APIs of `protocol.APIS` with a handler: what ApiVersions lists."""
         return [api for key, api in protocol.APIS.items() if key in self.handlers]
 
+    def answers_transactions(self) -> bool:
+        """Does this broker serve the transaction coordinator (EndTxn)?"""
+        return END_TXN_KEY in self.handlers
+
     def api_versions_fallback(self, correlation_id: int) -> bytes:
         """ApiVersions v0 with UNSUPPORTED_VERSION listing ApiVersions' own versions only, as
         Kafka 4.3.1 answers (the client then asks again at a version listed)."""
@@ -108,9 +121,22 @@ class KafkaApis:
                 for a in self.answered()
             ],
             throttle_time=0,
-            supported_features=[],
-            finalized_features_epoch=-1,
-            finalized_features=[],
+            # Transaction version 1 only (docs/decisions.md, "Transactions: version 1 first");
+            # v3 leaves out a supported range from 0, as Kafka (KIP-1022).
+            supported_features=[
+                {"name": name, "min_version": low, "max_version": high}
+                for name, (low, high) in SUPPORTED_FEATURES.items()
+                if request.header.api_version >= 4 or low > 0
+            ]
+            if self.answers_transactions()
+            else [],
+            finalized_features_epoch=FINALIZED_FEATURES_EPOCH if self.answers_transactions() else -1,
+            finalized_features=[
+                {"name": name, "min_version_level": level, "max_version_level": level}
+                for name, level in FINALIZED_FEATURES.items()
+            ]
+            if self.answers_transactions()
+            else [],
             zk_migration_ready=False,
         )
 

@@ -15,9 +15,9 @@ Guarantees:
   controller (as Kafka's): the creation runs in the background, one at a time, and the
   FindCoordinator that started it is answered COORDINATOR_NOT_AVAILABLE at once, so the requests
   a client pipelined behind it on the connection (librdkafka's Metadata and Fetch) are answered
-  while no controller does. A transaction coordinator is
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not supported), another key type
-  INVALID_REQUEST.
+  while no controller does. A transactional id (key type 1) is answered by
+  `find_transaction_coordinator` (`txn_api.TxnApis`; TRANSACTIONAL_ID_AUTHORIZATION_FAILED when
+  none is set), another key type INVALID_REQUEST.
 * Kafka's ACLs (as KafkaApis): FindCoordinator needs DESCRIBE on the group; JoinGroup, SyncGroup,
   Heartbeat, LeaveGroup and OffsetCommit READ; OffsetFetch and DescribeGroups DESCRIBE;
   DeleteGroups and OffsetDelete DELETE — else GROUP_AUTHORIZATION_FAILED (30) and the coordinator
@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -112,6 +113,8 @@ class GroupApis:
         self.coordinator = coordinator
         self.forwarder = forwarder
         self._creating: asyncio.Task[None] | None = None
+        #: FindCoordinator of a transactional id (`TxnApis.find_coordinator`), when served.
+        self.find_transaction_coordinator: Callable[[Connection, str], dict[str, Any]] | None = None
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -164,6 +167,8 @@ class GroupApis:
 
     async def _coordinator(self, conn: Connection, key: str, key_type: int) -> dict[str, Any]:
         missing: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type == TRANSACTION_KEY and self.find_transaction_coordinator is not None:
+            return self.find_transaction_coordinator(conn, key)
         if key_type == TRANSACTION_KEY:
             return {
                 **missing,

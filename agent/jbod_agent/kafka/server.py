@@ -1,11 +1,12 @@
 """A broker's Kafka listeners, wired to the agent: one `KafkaServer` per listener in `listeners`,
 bound before the broker registers (so it registers the ports it really listens on), and the
-group coordinator behind the group APIs.
+group and transaction coordinators behind the group and transaction APIs.
 
 Guarantees: a listener that cannot bind raises `StartupError`-like `OSError` naming it, after
 closing those already started; `start_listeners` records each bound port in the agent's state.
-The group coordinator follows the replica manager's roles from before the agent runs (its hook
-is added when the APIs are built) and its timers run from `start_listeners` to `close`.
+The group and transaction coordinators follow the replica manager's roles from before the agent
+runs (their hooks are added when the APIs are built) and their timers run from `start_listeners`
+to `close`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from jbod_agent.config import BrokerConfig
 from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, GroupCoordinator
+from jbod_agent.coordinators.txn_coordinator import TxnCoordinator, TxnSettings
+from jbod_agent.coordinators.txn_markers import PeerMarkerSender
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
@@ -30,9 +33,10 @@ from jbod_agent.kafka.metadata_api import MetadataApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_agent.kafka.txn_markers_api import TxnMarkersApi
+from jbod_agent.kafka.txn_api import TxnApis
 from jbod_agent.lifecycle.agent import Agent
 from jbod_client.controller import ControllerLink
-from jbod_core import groups
+from jbod_core import groups, transactions
 from jbod_runtime.tls import ServerTls
 
 log = logging.getLogger("jbod_agent.kafka")
@@ -53,6 +57,18 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
     )
 
 
+def txn_settings(config: BrokerConfig) -> TxnSettings:
+    return TxnSettings(
+        partitions=config.transaction_state_log_num_partitions,
+        config=transactions.TxnConfig(
+            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+        ),
+        abort_timed_out_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        remove_expired_interval_ms=config.transaction_remove_expired_transaction_cleanup_interval_ms,
+    )
+
+
 @dataclass
 class BrokerApis:
     """What `build_apis` makes: the dispatch, and the parts with links and tasks to close."""
@@ -62,6 +78,8 @@ class BrokerApis:
     groups: GroupApis
     coordinator: GroupCoordinator
     creator: TopicCreator
+    txns: TxnApis
+    markers: PeerMarkerSender
 
 
 def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
@@ -94,6 +112,17 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
     group_apis = GroupApis(ctx, coordinator, forwarder)
+    markers = PeerMarkerSender(agent.state, agent.token)
+    txn_coordinator = TxnCoordinator(
+        agent.manager,
+        agent.produce,
+        admin.producer_ids,
+        markers,
+        clock=agent.clock,
+        settings=txn_settings(config),
+    )
+    txn_apis = TxnApis(ctx, txn_coordinator, forwarder, idempotent_init=admin.init_producer_id)
+    group_apis.find_transaction_coordinator = txn_apis.find_coordinator
     creator = TopicCreator(agent.state, forwarder, agent.clock)
     handlers = {
         **MetadataApis(ctx, creator).handlers(),
@@ -102,10 +131,11 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **ReassignApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
         **TxnMarkersApi(ctx, coordinator).handlers(),
+        **txn_apis.handlers(),  # after admin's: InitProducerId with a transactional id
     }
     authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
     kafka = KafkaApis(ctx, authenticator, handlers)
-    return BrokerApis(kafka, admin, group_apis, coordinator, creator)
+    return BrokerApis(kafka, admin, group_apis, coordinator, creator, txn_apis, markers)
 
 
 class KafkaListeners:
@@ -127,6 +157,9 @@ class KafkaListeners:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timers
         self._apis.coordinator.close()
+        self._apis.txns.coordinator.close()
+        self._apis.markers.close()
+        await self._apis.txns.aclose()
         await self._apis.groups.aclose()
         await self._apis.creator.aclose()
         await self._apis.admin.forwarder.aclose()
@@ -161,11 +194,16 @@ async def start_listeners(
             raise OSError(exc.errno, f"listeners: cannot listen on {listener}: {exc.strerror}") from exc
         agent.state.kafka_ports[listener.name] = port
         started.append(server)
-    timers = asyncio.create_task(apis.coordinator.run_forever(), name="group-timers")
+    timers = asyncio.create_task(_run_coordinators(apis), name="coordinator-timers")
     timers.add_done_callback(_log_failure)
     return KafkaListeners(started, apis, timers)
 
 
+async def _run_coordinators(apis: BrokerApis) -> None:
+    """The group and transaction coordinators' timers, until cancelled."""
+    await asyncio.gather(apis.coordinator.run_forever(), apis.txns.coordinator.run_forever())
+
+
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("The group coordinator's %s task failed", task.get_name(), exc_info=task.exception())
+        log.error("The coordinators' %s task failed", task.get_name(), exc_info=task.exception())
