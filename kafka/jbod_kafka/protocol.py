@@ -87,6 +87,7 @@ APIS: Final[dict[int, Api]] = {
         _api(21, "delete_records", 0, 2),
         _api(22, "init_producer_id", 0, 5),  # v6 (KIP-939 two-phase commit): not in Kafka 4.3.1
         _api(23, "offset_for_leader_epoch", 2, 4),
+        _api(28, "txn_offset_commit", 0, 5),
         _api(29, "describe_acls", 1, 3),
         _api(30, "create_acls", 1, 3),
         _api(31, "delete_acls", 1, 3),

@@ -92,6 +92,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
     coordinator = GroupCoordinator(
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
+    ctx.group_coordinator = coordinator
     group_apis = GroupApis(ctx, coordinator, forwarder)
     creator = TopicCreator(agent.state, forwarder, agent.clock)
     handlers = {
