@@ -23,8 +23,8 @@ Guarantees:
   `verify_crc=False`) and raises at the first one that is not; `scan_frames` never raises and
   returns the batches before the first damage, which is what torn-tail recovery keeps.
 * `check_produced` applies Kafka's checks of a produced batch (`LogValidator`): magic 2, CRC,
-  at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, not
-  transactional; an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
+  at least one record, `lastOffsetDelta + 1 == recordsCount`, not a control batch, a producer id
+  when transactional (the transaction itself is the producer state's to decide); an uncompressed batch's records must exactly fill it with offset deltas 0..n-1.
   Each refusal names its `BatchFault` (how Kafka answers it: CORRUPT_MESSAGE with or without its
   reason, or INVALID_RECORD), found in Kafka's order of checks. What passed is a `CheckedBatch`,
   which only `check_produced` makes: a leader's log takes nothing else as a produced batch, so
@@ -343,8 +343,8 @@ def check_produced(batch: bytes | bytearray | memoryview) -> CheckedBatch:
         )
     if header.is_control:
         raise _invalid("Clients may not produce control batches")
-    if header.is_transactional:
-        raise _invalid("Transactions are not supported")
+    if header.is_transactional and header.producer_id < 0:
+        raise _invalid("A transactional batch needs a producer id")
     if header.compression > Compression.ZSTD:
         raise _invalid(f"Unknown compression codec {header.compression}")
     timestamps = None
@@ -495,7 +495,7 @@ def encode_batch(  # noqa: PLR0913  the records and header, then a producer's fi
 ) -> bytes:
     """One batch holding `records` ((key or None, value) pairs, at least one), every record
     timestamped `timestamp_ms`, with no producer id (not idempotent) unless one is given (then
-    base sequence -1, as a coordinator writes: `transactional` sets the transactional attribute)."""
+    base sequence 0, as Kafka's coordinators write; `transactional` sets the attribute)."""
     if not records:
         raise ValueError("A batch needs at least one record")
     if base_offset < 0:
@@ -506,7 +506,7 @@ def encode_batch(  # noqa: PLR0913  the records and header, then a producer's fi
         is_transactional=int(transactional),
         producer_id=producer_id,
         producer_epoch=producer_epoch,
-        base_sequence=NO_SEQUENCE,
+        base_sequence=NO_SEQUENCE if producer_id == NO_PRODUCER_ID else 0,
         batch_size=MAX_LENGTH,
     )
     append = builder.append

@@ -147,7 +147,7 @@ INVALID, DAMAGED, UNREADABLE = BatchFault.INVALID, BatchFault.DAMAGED, BatchFaul
             INVALID,
         ),  # lastOffsetDelta
         (lambda b: _with_field(b, ">h", 21, 0x20), "control batches", INVALID),
-        (lambda b: _with_field(b, ">h", 21, 0x10), "Transactions", INVALID),
+        (lambda b: _with_field(b, ">h", 21, 0x10), "A transactional batch needs a producer id", INVALID),
         (lambda b: _with_field(b, ">h", 21, 5), "Unknown compression codec 5", INVALID),
         (lambda b: _with_field(b, ">b", 16, 1), "Unsupported record batch magic 1", INVALID),
         (lambda b: b[: len(b) - 1], "Partial batch", INVALID),

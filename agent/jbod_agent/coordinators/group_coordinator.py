@@ -30,6 +30,18 @@ Guarantees:
   one partition are made and written one at a time (a lock per partition), in the order they are
   made; a JoinGroup or SyncGroup that waits, and an answer waiting for the high watermark, do not
   hold the lock.
+* Transactional offsets (TxnOffsetCommit, `jbod_core.txn_offsets`): validated on the group as it
+  is, written as one transactional batch of the producer (acks=-1, the producer's epoch checked by
+  the partition: a zombie's is INVALID_PRODUCER_EPOCH and writes nothing), then pending per
+  producer id in the shard — not in the groups' offsets — until `on_transaction_marker` (called by
+  WriteTxnMarkers once a marker is appended to the partition) makes them the committed ones in
+  Kafka's record order or drops them. A write not appended leaves nothing pending; one appended
+  but not acknowledged in time is pending and answered COORDINATOR_NOT_AVAILABLE (the marker
+  decides it). Every decision's offset records and tombstones are noted with their log offsets
+  (`txn_offsets.replay_committed`): the record order a marker compares with; a tombstone drops
+  that partition's pending offsets. Loading holds a transactional record until its producer's
+  marker in the log (`txn_offsets.LogScan`), so a reload has the same committed and pending
+  offsets; a transaction open at the end of the log stays pending.
 * Timers: one task fires every group's due deadlines (`groups.tick`), woken early when a decision
   sets a deadline sooner than the one it sleeps to, on the agent's clock, at least
   `MIN_TIMER_STEP_S` apart. A timer decision takes effect even if its records could not be

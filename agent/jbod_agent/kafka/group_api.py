@@ -1,6 +1,6 @@
 """Kafka's consumer-group APIs on a broker (the classic protocol): FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
-DeleteGroups and OffsetDelete, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
+DeleteGroups, OffsetDelete and TxnOffsetCommit, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
 What they decide is `jbod_core.groups`' (through `jbod_agent.coordinators.group_coordinator`); this module is
 the wire: versions, topic names and ids, the shape of each answer.
 
@@ -30,7 +30,13 @@ Guarantees:
   coordinator about it; the other partitions are decided together.
 * OffsetFetch answers -1 for partitions without a committed offset, and every committed offset of
   the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
-  longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
+  longer exist. A transaction's pending offsets are not shown; with `require_stable` (v7+) a
+  partition that has one answers UNSTABLE_OFFSET_COMMIT (88) without an offset, as Kafka.
+* TxnOffsetCommit (issue 33) checks WRITE on the transactional id (else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) on every partition), then READ on the group (30 on
+  every partition), then READ on each topic (29) and that its partition exists
+  (UNKNOWN_TOPIC_OR_PARTITION), as Kafka's KafkaApis; the other partitions are the coordinator's
+  (`GroupCoordinator.txn_commit`).
 * DescribeGroups of a group the coordinator does not know is Dead (v0-5), and from v6 Dead with
   GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker
   leads (type `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while
