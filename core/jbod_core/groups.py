@@ -1115,7 +1115,9 @@ def delete_offsets(
     return work.decision(OffsetDeleteAnswer(GroupError.NONE, tuple(answered)))
 
 
-def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecision[None]:
+def expire_offsets(
+    group: Group, *, now: Now, retention_ms: int, pending: Collection[TopicPartition] = frozenset()
+) -> GroupDecision[None]:
     """Kafka's expiry of committed offsets (`offsets.retention.minutes`, KIP-211), checked every
     `offsets.retention.check.interval.ms`. Only offsets of topics the group does not subscribe
     to expire, `retention_ms` after their base time:
@@ -1125,9 +1127,10 @@ def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecisio
     * a Stable `consumer` group whose members' subscriptions are known: each commit time;
     * any other group (a rebalance in progress, unknown subscriptions, another protocol type
       with members) keeps every offset.
-    Each expired offset gets a tombstone. An Empty group left with no offset (all expired, or none
-    committed) is removed with a tombstone of its metadata: Kafka's "Dead". Nothing to do: no
-    records and the group as it was."""
+    An offset of a partition in `pending` (a transaction's offset of it is pending) does not expire
+    yet, as Kafka. Each expired offset gets a tombstone. An Empty group left with no offset (all
+    expired, or none committed) and no pending one is removed with a tombstone of its metadata:
+    Kafka's "Dead". Nothing to do: no records and the group as it was."""
     subscribed = subscribed_topics(group)
     if group.protocol_type is None or (
         group.state is GroupState.STABLE
@@ -1143,11 +1146,15 @@ def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecisio
     records: list[CoordinatorRecord] = []
     for (topic, partition), committed in group.offsets.items():
         since = committed.commit_timestamp_ms if state_time is None else state_time
-        if _subscribed_to(group, subscribed, topic) or now.wall_ms - since < retention_ms:
+        if (
+            _subscribed_to(group, subscribed, topic)
+            or now.wall_ms - since < retention_ms
+            or (topic, partition) in pending
+        ):
             kept[(topic, partition)] = committed
         else:
             records.append(group_records.offset_commit(group.group_id, topic, partition, None))
-    if not kept and group.state is GroupState.EMPTY:
+    if not kept and not pending and group.state is GroupState.EMPTY:
         records.append(group_records.group_metadata(group.group_id, None))
         return GroupDecision(None, tuple(records))
     if not records:

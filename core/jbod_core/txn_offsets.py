@@ -221,6 +221,11 @@ def end_transaction(
     return MarkerOutcome(PendingOffsets(by_producer, committed_at), after)
 
 
+def pending_partitions(state: PendingOffsets, group_id: str) -> frozenset[tuple[str, int]]:
+    """The partitions (topic, partition) with a pending offset of `group_id` (they do not expire)."""
+    return frozenset((t, p) for mine in state.by_producer.values() for (g, t, p) in mine if g == group_id)
+
+
 def has_pending(state: PendingOffsets, group_id: str, topic: str, partition: int) -> bool:
     key = (group_id, topic, partition)
     return any(key in pending for pending in state.by_producer.values())

@@ -264,3 +264,18 @@ def _run(seed: int) -> None:
 def test_model_live_reference_and_reload_agree() -> None:
     for seed in range(400):
         _run(seed)
+
+
+def test_an_offset_with_a_pending_transactional_offset_does_not_expire() -> None:
+    """As Kafka's cleanupExpiredOffsets: not that partition's offset, and not the group while a
+    transaction of it is open."""
+    old = CommittedOffset(1, -1, "", 0)
+    group = Group("g", offsets={("t", 0): old, ("t", 1): old})
+    state = txn_offsets.add_pending(PendingOffsets(), 7, [(("g", "t", 0), old)], first_record_offset=5)
+    pending = txn_offsets.pending_partitions(state, "g")
+    assert pending == {("t", 0)}
+    decision = groups.expire_offsets(group, now=NOW, retention_ms=1, pending=pending)
+    assert decision.group is not None and dict(decision.group.offsets) == {("t", 0): old}
+    assert decision.records == (group_records.offset_commit("g", "t", 1, None),)
+    only_pending = groups.expire_offsets(Group("g"), now=NOW, retention_ms=1, pending=pending)
+    assert only_pending.group == Group("g") and only_pending.records == ()

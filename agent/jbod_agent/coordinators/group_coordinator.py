@@ -41,7 +41,9 @@ Guarantees:
   (`txn_offsets.replay_committed`): the record order a marker compares with; a tombstone drops
   that partition's pending offsets. Loading holds a transactional record until its producer's
   marker in the log (`txn_offsets.LogScan`), so a reload has the same committed and pending
-  offsets; a transaction open at the end of the log stays pending.
+  offsets; a transaction open at the end of the log stays pending; a marker told while the
+  partition loads is applied once it is loaded. A partition with a pending offset does not
+  expire (`groups.expire_offsets`), as Kafka.
 * Timers: one task fires every group's due deadlines (`groups.tick`), woken early when a decision
   sets a deadline sooner than the one it sleeps to, on the agent's clock, at least
   `MIN_TIMER_STEP_S` apart. A timer decision takes effect even if its records could not be
@@ -145,6 +147,7 @@ class _Shard:
     syncs: dict[tuple[str, str], _Waiter[SyncAnswer]] = field(default_factory=dict)
     expiry_due_ms: int | None = None  # monotonic: the next offsets expiry check, once loaded
     pending: txn_offsets.PendingOffsets = field(default_factory=txn_offsets.PendingOffsets)
+    early_markers: list[tuple[int, bool]] = field(default_factory=list)  # told while loading
 
     @property
     def index(self) -> int:
@@ -252,6 +255,15 @@ class GroupCoordinator:
             return
         shard.groups = loader.groups(now=self._now())
         shard.pending = txn_offsets.loaded_pending(scan.latest, _decoded_open(scan.open))
+        # Markers told while loading: one the load read finds no pending offsets of its producer
+        # left (no TxnOffsetCommit is served while loading), one after it applies now.
+        for producer_id, committed in shard.early_markers:
+            outcome = txn_offsets.end_transaction(
+                shard.pending, shard.groups, producer_id, committed=committed
+            )
+            shard.pending = outcome.pending
+            shard.groups.update(outcome.groups)
+        shard.early_markers.clear()
         shard.loaded = True
         shard.expiry_due_ms = self._now().monotonic_ms + self.settings.offsets_retention_check_interval_ms
         self._wake.set()
@@ -556,7 +568,10 @@ class GroupCoordinator:
                     if group is None:
                         continue
                     decision = groups.expire_offsets(
-                        group, now=now, retention_ms=self.settings.offsets_retention_ms
+                        group,
+                        now=now,
+                        retention_ms=self.settings.offsets_retention_ms,
+                        pending=txn_offsets.pending_partitions(shard.pending, group_id),
                     )
                     if decision.records:
                         decisions.append((group_id, decision))
@@ -677,7 +692,10 @@ class GroupCoordinator:
         if shard is None:
             return
         async with shard.lock:
-            if self._shards.get(partition_index) is not shard or not shard.loaded:
+            if self._shards.get(partition_index) is not shard:
+                return
+            if not shard.loaded:  # the load may have read past it or not: applied after it
+                shard.early_markers.append((producer_id, committed))
                 return
             outcome = txn_offsets.end_transaction(
                 shard.pending, shard.groups, producer_id, committed=committed
