@@ -46,7 +46,9 @@ Guarantees:
   DeleteGroups writes a tombstone for every offset and the group; OffsetDelete a tombstone per
   committed partition of a topic no member is subscribed to; `expire_offsets` (Kafka's
   `offsets.retention.minutes`) a tombstone per expired offset, and one for an Empty group left
-  with no offset, which it removes.
+  with no offset, which it removes. A transaction's pending offsets (`jbod_core.txn_offsets`)
+  come in as `pending` partitions: DeleteGroups and OffsetDelete tombstone them too, expiry
+  keeps them (and their group), as Kafka.
 * A group that never completed a generation and holds no member, pending member or offset is not
   kept (None), so failed joins leave nothing behind.
 """
@@ -1028,15 +1030,23 @@ def commit(
     return work.decision(tuple(errors))
 
 
-def delete(group: Group | None, *, now: Now, settings: GroupSettings) -> GroupDecision[GroupError]:
-    """DeleteGroups of one group: only an Empty group, its offsets and itself tombstoned."""
+def delete(
+    group: Group | None,
+    *,
+    now: Now,
+    settings: GroupSettings,
+    pending: Collection[TopicPartition] = frozenset(),
+) -> GroupDecision[GroupError]:
+    """DeleteGroups of one group: only an Empty group, its offsets, the partitions in `pending`
+    (a transaction's offset of them is pending: Kafka tombstones those too) and itself
+    tombstoned."""
     if group is None:
         return GroupDecision(None, answer=GroupError.GROUP_ID_NOT_FOUND)
     if group.state is not GroupState.EMPTY:
         return GroupDecision(group, answer=GroupError.NON_EMPTY_GROUP)
     records = [
         group_records.offset_commit(group.group_id, topic, partition, None)
-        for topic, partition in group.offsets
+        for topic, partition in (*group.offsets, *sorted(set(pending) - set(group.offsets)))
     ]
     records.append(group_records.group_metadata(group.group_id, None))
     return GroupDecision(None, tuple(records), GroupError.NONE)
@@ -1092,9 +1102,15 @@ def _subscribed_to(group: Group, subscribed: frozenset[str] | None, topic: str) 
 
 
 def delete_offsets(
-    group: Group | None, topics: Sequence[tuple[str, Sequence[int]]], *, now: Now, settings: GroupSettings
+    group: Group | None,
+    topics: Sequence[tuple[str, Sequence[int]]],
+    *,
+    now: Now,
+    settings: GroupSettings,
+    pending: Collection[TopicPartition] = frozenset(),
 ) -> GroupDecision[OffsetDeleteAnswer]:
-    """OffsetDelete: the committed offsets of topics the group does not subscribe to."""
+    """OffsetDelete: the committed offsets of topics the group does not subscribe to (a tombstone
+    also for a partition in `pending`, with a transaction's offset pending, as Kafka)."""
     if group is None:
         return GroupDecision(None, answer=OffsetDeleteAnswer(GroupError.GROUP_ID_NOT_FOUND))
     if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
@@ -1108,7 +1124,7 @@ def delete_offsets(
             answered.append((topic, tuple((p, GroupError.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions)))
             continue
         for partition in partitions:
-            if offsets.pop((topic, partition), None) is not None:
+            if offsets.pop((topic, partition), None) is not None or (topic, partition) in pending:
                 work.records.append(group_records.offset_commit(group.group_id, topic, partition, None))
         answered.append((topic, tuple((p, GroupError.NONE) for p in partitions)))
     work.offsets = offsets

@@ -279,3 +279,28 @@ def test_an_offset_with_a_pending_transactional_offset_does_not_expire() -> None
     assert decision.records == (group_records.offset_commit("g", "t", 1, None),)
     only_pending = groups.expire_offsets(Group("g"), now=NOW, retention_ms=1, pending=pending)
     assert only_pending.group == Group("g") and only_pending.records == ()
+
+
+def test_deleting_a_group_or_its_offsets_tombstones_pending_partitions_too() -> None:
+    """As Kafka's deleteAllOffsets and deleteOffsets: a partition with only a pending offset gets a
+    tombstone, which drops the pending offset when written (`replay_committed`)."""
+    old = CommittedOffset(1, -1, "", 0)
+    group = Group("g", offsets={("t", 0): old})
+    state = txn_offsets.add_pending(
+        PendingOffsets(), 7, [(("g", "t", 0), old), (("g", "t", 1), old)], first_record_offset=5
+    )
+    pending = txn_offsets.pending_partitions(state, "g")
+    deleted = groups.delete(group, now=NOW, settings=SETTINGS, pending=pending)
+    tombstones = (
+        group_records.offset_commit("g", "t", 0, None),
+        group_records.offset_commit("g", "t", 1, None),
+    )
+    assert deleted.answer is GroupError.NONE and deleted.group is None
+    assert deleted.records == (*tombstones, group_records.group_metadata("g", None))
+    offsets_deleted = groups.delete_offsets(
+        group, [("t", [0, 1, 2])], now=NOW, settings=SETTINGS, pending=pending
+    )
+    assert offsets_deleted.records == tombstones
+    after = txn_offsets.replay_committed(state, zip(tombstones, (8, 9), strict=True))
+    assert after.by_producer == {}
+    assert txn_offsets.end_transaction(after, {}, 7, committed=True).groups == {}

@@ -716,7 +716,11 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> GroupError:
         settings = self.settings.group
         return await self._decide(
-            group_id, lambda group, now: groups.delete(group, now=now, settings=settings), lambda e: e
+            group_id,
+            lambda group, now: groups.delete(
+                group, now=now, settings=settings, pending=self._pending_of(group_id)
+            ),
+            lambda e: e,
         )
 
     async def delete_offsets(
@@ -725,7 +729,9 @@ class GroupCoordinator:
         settings = self.settings.group
         return await self._decide(
             group_id,
-            lambda group, now: groups.delete_offsets(group, topics, now=now, settings=settings),
+            lambda group, now: groups.delete_offsets(
+                group, topics, now=now, settings=settings, pending=self._pending_of(group_id)
+            ),
             groups.OffsetDeleteAnswer,
         )
 
@@ -743,6 +749,11 @@ class GroupCoordinator:
     ) -> tuple[GroupError, Mapping[groups.TopicPartition, groups.CommittedOffset]]:
         error, group = self.group(group_id)
         return error, ({} if group is None else group.offsets)
+
+    def _pending_of(self, group_id: str) -> frozenset[tuple[str, int]]:
+        """The partitions with a pending transactional offset of the group (asked under its lock)."""
+        shard = self._shards.get(self.partition_of(group_id))
+        return frozenset() if shard is None else txn_offsets.pending_partitions(shard.pending, group_id)
 
     def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether a transaction's offset of that partition is pending (Kafka's
