@@ -46,7 +46,9 @@ Guarantees:
   DeleteGroups writes a tombstone for every offset and the group; OffsetDelete a tombstone per
   committed partition of a topic no member is subscribed to; `expire_offsets` (Kafka's
   `offsets.retention.minutes`) a tombstone per expired offset, and one for an Empty group left
-  with no offset, which it removes.
+  with no offset, which it removes. A transaction's pending offsets (`jbod_core.txn_offsets`)
+  come in as `pending` partitions: DeleteGroups and OffsetDelete tombstone them too, expiry
+  keeps them (and their group), as Kafka.
 * A group that never completed a generation and holds no member, pending member or offset is not
   kept (None), so failed joins leave nothing behind.
 """
@@ -83,10 +85,12 @@ class GroupError(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     NON_EMPTY_GROUP = 68
+    INVALID_PRODUCER_EPOCH = 47
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
     UNKNOWN_TOPIC_ID = 100
 
 
@@ -1026,15 +1030,23 @@ def commit(
     return work.decision(tuple(errors))
 
 
-def delete(group: Group | None, *, now: Now, settings: GroupSettings) -> GroupDecision[GroupError]:
-    """DeleteGroups of one group: only an Empty group, its offsets and itself tombstoned."""
+def delete(
+    group: Group | None,
+    *,
+    now: Now,
+    settings: GroupSettings,
+    pending: Collection[TopicPartition] = frozenset(),
+) -> GroupDecision[GroupError]:
+    """DeleteGroups of one group: only an Empty group, its offsets, the partitions in `pending`
+    (a transaction's offset of them is pending: Kafka tombstones those too) and itself
+    tombstoned."""
     if group is None:
         return GroupDecision(None, answer=GroupError.GROUP_ID_NOT_FOUND)
     if group.state is not GroupState.EMPTY:
         return GroupDecision(group, answer=GroupError.NON_EMPTY_GROUP)
     records = [
         group_records.offset_commit(group.group_id, topic, partition, None)
-        for topic, partition in group.offsets
+        for topic, partition in (*group.offsets, *sorted(set(pending) - set(group.offsets)))
     ]
     records.append(group_records.group_metadata(group.group_id, None))
     return GroupDecision(None, tuple(records), GroupError.NONE)
@@ -1090,9 +1102,15 @@ def _subscribed_to(group: Group, subscribed: frozenset[str] | None, topic: str) 
 
 
 def delete_offsets(
-    group: Group | None, topics: Sequence[tuple[str, Sequence[int]]], *, now: Now, settings: GroupSettings
+    group: Group | None,
+    topics: Sequence[tuple[str, Sequence[int]]],
+    *,
+    now: Now,
+    settings: GroupSettings,
+    pending: Collection[TopicPartition] = frozenset(),
 ) -> GroupDecision[OffsetDeleteAnswer]:
-    """OffsetDelete: the committed offsets of topics the group does not subscribe to."""
+    """OffsetDelete: the committed offsets of topics the group does not subscribe to (a tombstone
+    also for a partition in `pending`, with a transaction's offset pending, as Kafka)."""
     if group is None:
         return GroupDecision(None, answer=OffsetDeleteAnswer(GroupError.GROUP_ID_NOT_FOUND))
     if group.state is not GroupState.EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
@@ -1106,14 +1124,16 @@ def delete_offsets(
             answered.append((topic, tuple((p, GroupError.GROUP_SUBSCRIBED_TO_TOPIC) for p in partitions)))
             continue
         for partition in partitions:
-            if offsets.pop((topic, partition), None) is not None:
+            if offsets.pop((topic, partition), None) is not None or (topic, partition) in pending:
                 work.records.append(group_records.offset_commit(group.group_id, topic, partition, None))
         answered.append((topic, tuple((p, GroupError.NONE) for p in partitions)))
     work.offsets = offsets
     return work.decision(OffsetDeleteAnswer(GroupError.NONE, tuple(answered)))
 
 
-def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecision[None]:
+def expire_offsets(
+    group: Group, *, now: Now, retention_ms: int, pending: Collection[TopicPartition] = frozenset()
+) -> GroupDecision[None]:
     """Kafka's expiry of committed offsets (`offsets.retention.minutes`, KIP-211), checked every
     `offsets.retention.check.interval.ms`. Only offsets of topics the group does not subscribe
     to expire, `retention_ms` after their base time:
@@ -1123,9 +1143,10 @@ def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecisio
     * a Stable `consumer` group whose members' subscriptions are known: each commit time;
     * any other group (a rebalance in progress, unknown subscriptions, another protocol type
       with members) keeps every offset.
-    Each expired offset gets a tombstone. An Empty group left with no offset (all expired, or none
-    committed) is removed with a tombstone of its metadata: Kafka's "Dead". Nothing to do: no
-    records and the group as it was."""
+    An offset of a partition in `pending` (a transaction's offset of it is pending) does not expire
+    yet, as Kafka. Each expired offset gets a tombstone. An Empty group left with no offset (all
+    expired, or none committed) and no pending one is removed with a tombstone of its metadata:
+    Kafka's "Dead". Nothing to do: no records and the group as it was."""
     subscribed = subscribed_topics(group)
     if group.protocol_type is None or (
         group.state is GroupState.STABLE
@@ -1141,11 +1162,15 @@ def expire_offsets(group: Group, *, now: Now, retention_ms: int) -> GroupDecisio
     records: list[CoordinatorRecord] = []
     for (topic, partition), committed in group.offsets.items():
         since = committed.commit_timestamp_ms if state_time is None else state_time
-        if _subscribed_to(group, subscribed, topic) or now.wall_ms - since < retention_ms:
+        if (
+            _subscribed_to(group, subscribed, topic)
+            or now.wall_ms - since < retention_ms
+            or (topic, partition) in pending
+        ):
             kept[(topic, partition)] = committed
         else:
             records.append(group_records.offset_commit(group.group_id, topic, partition, None))
-    if not kept and group.state is GroupState.EMPTY:
+    if not kept and not pending and group.state is GroupState.EMPTY:
         records.append(group_records.group_metadata(group.group_id, None))
         return GroupDecision(None, tuple(records))
     if not records:

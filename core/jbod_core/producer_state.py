@@ -322,6 +322,7 @@ class AppendReason(enum.Enum):
     NEW_EPOCH = "new epoch starting at sequence 0"
     NEXT_SEQUENCE = "next sequence of the epoch"
     END_TRANSACTION = "an end-transaction marker"
+    COORDINATOR = "a group coordinator's batch: its epoch checked only (txn_offsets)"
 
 
 @dataclass(frozen=True, slots=True)

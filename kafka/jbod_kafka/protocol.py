@@ -87,10 +87,11 @@ APIS: Final[dict[int, Api]] = {
         _api(21, "delete_records", 0, 2),
         _api(22, "init_producer_id", 0, 5),  # v6 (KIP-939 two-phase commit): not in Kafka 4.3.1
         _api(23, "offset_for_leader_epoch", 2, 4),
-        _api(27, "write_txn_markers", 1, 2),
         _api(24, "add_partitions_to_txn", 0, 4),  # v5 (KIP-890 part 2): transaction version 1 only
         _api(25, "add_offsets_to_txn", 0, 4),
         _api(26, "end_txn", 0, 4),  # v5 (KIP-890 part 2): transaction version 1 only
+        _api(27, "write_txn_markers", 1, 2),
+        _api(28, "txn_offset_commit", 0, 5),
         _api(29, "describe_acls", 1, 3),
         _api(30, "create_acls", 1, 3),
         _api(31, "delete_acls", 1, 3),

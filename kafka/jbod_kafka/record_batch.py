@@ -482,16 +482,20 @@ def with_base_offset(
     return bytes(stamped)
 
 
-def encode_batch(
+def encode_batch(  # noqa: PLR0913  the records and header, then a producer's fields
     base_offset: int,
     leader_epoch: int,
     timestamp_ms: int,
     records: Sequence[tuple[bytes | None, bytes | None]],
     *,
     compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    transactional: bool = False,
 ) -> bytes:
     """One batch holding `records` ((key or None, value) pairs, at least one), every record
-    timestamped `timestamp_ms`, with no producer id (not idempotent)."""
+    timestamped `timestamp_ms`, with no producer id (not idempotent) unless one is given (then
+    base sequence 0, as Kafka's coordinators write; `transactional` sets the attribute)."""
     if not records:
         raise ValueError("A batch needs at least one record")
     if base_offset < 0:
@@ -499,10 +503,10 @@ def encode_batch(
     builder = DefaultRecordBatchBuilder(
         magic=MAGIC,
         compression_type=int(compression),
-        is_transactional=0,
-        producer_id=NO_PRODUCER_ID,
-        producer_epoch=NO_PRODUCER_EPOCH,
-        base_sequence=NO_SEQUENCE,
+        is_transactional=int(transactional),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE if producer_id == NO_PRODUCER_ID else 0,
         batch_size=MAX_LENGTH,
     )
     append = builder.append

@@ -18,7 +18,7 @@ from tests.kafka_api.raw_client import RawConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TRANSACTIONAL_ID_DENIED = 29, 30, 31, 53
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 
 
@@ -132,6 +132,16 @@ def _cases(topic: str, group: str) -> list[tuple[str, tuple[int, int, Any], Call
             CLUSTER_DENIED,
         ),
         (
+            # WRITE on the transactional id is checked before READ on the group (Kafka's KafkaApis).
+            "TxnOffsetCommit",
+            _request(28, 3, transactional_id=f"txn-{group}", group_id=group, producer_id=1, producer_epoch=0,
+                     generation_id=-1, member_id="", group_instance_id=None, topics=[
+                         {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]),
+            lambda r: int(r.topics[0].partitions[0].error_code),
+            TRANSACTIONAL_ID_DENIED,
+        ),
+        (
             "DescribeLogDirs",
             _request(35, 4, topics=None),
             lambda r: int(r.error_code),
@@ -237,8 +247,9 @@ def test_the_same_requests_pass_once_their_acls_are_granted(kafka_cluster: Kafka
         allow("TOPIC", topic, "ALL"),
         allow("GROUP", group, "ALL"),
         allow("CLUSTER", "kafka-cluster", "ALL"),
+        allow("TRANSACTIONAL_ID", f"txn-{group}", "WRITE"),
     ]
-    assert [r["errorCode"] for r in kafka_cluster.cluster.admin.create_acls(granted)] == [0, 0, 0]
+    assert [r["errorCode"] for r in kafka_cluster.cluster.admin.create_acls(granted)] == [0, 0, 0, 0]
     with RawConnection(_leader_address(kafka_cluster, topic)) as conn:
         assert int(conn.authenticate(user, "pw").error_code) == 0
         for what, (key, version, body), code_of, denied in _cases(topic, group):

@@ -30,6 +30,20 @@ Guarantees:
   one partition are made and written one at a time (a lock per partition), in the order they are
   made; a JoinGroup or SyncGroup that waits, and an answer waiting for the high watermark, do not
   hold the lock.
+* Transactional offsets (TxnOffsetCommit, `jbod_core.txn_offsets`): validated on the group as it
+  is, written as one transactional batch of the producer (acks=-1, the producer's epoch checked by
+  the partition: a zombie's is INVALID_PRODUCER_EPOCH and writes nothing), then pending per
+  producer id in the shard — not in the groups' offsets — until `on_transaction_marker` (called by
+  WriteTxnMarkers once a marker is appended to the partition) makes them the committed ones in
+  Kafka's record order or drops them. A write not appended leaves nothing pending; one appended
+  but not acknowledged in time is pending and answered COORDINATOR_NOT_AVAILABLE (the marker
+  decides it). Every decision's offset records and tombstones are noted with their log offsets
+  (`txn_offsets.replay_committed`): the record order a marker compares with; a tombstone drops
+  that partition's pending offsets. Loading holds a transactional record until its producer's
+  marker in the log (`txn_offsets.LogScan`), so a reload has the same committed and pending
+  offsets; a transaction open at the end of the log stays pending; a marker told while the
+  partition loads is applied once it is loaded. A partition with a pending offset does not
+  expire (`groups.expire_offsets`), as Kafka.
 * Timers: one task fires every group's due deadlines (`groups.tick`), woken early when a decision
   sets a deadline sooner than the one it sleeps to, on the agent's clock, at least
   `MIN_TIMER_STEP_S` apart. A timer decision takes effect even if its records could not be
@@ -63,12 +77,12 @@ from jbod_agent.partitions.produce import Produce, ProduceError
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage.local_log import OffsetOutOfRangeError
-from jbod_core import group_records, groups
+from jbod_core import group_records, groups, producer_state, txn_offsets
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import Group, GroupDecision, GroupError, JoinAnswer, SyncAnswer
 from jbod_core.image import PartitionKey
-from jbod_kafka import record_batch
+from jbod_kafka import control_records, record_batch
 
 log = logging.getLogger("jbod_agent.groups")
 
@@ -109,6 +123,16 @@ class _Waiter(Generic[A]):
             self.done.set()
 
 
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A write's outcome: whether its records are in the log, the error to answer (NONE: on every
+    in-sync replica), the offset of its first record."""
+
+    appended: bool
+    error: GroupError
+    first_offset: int
+
+
 @dataclass(eq=False)
 class _Shard:
     """The groups of one `__consumer_offsets` partition this broker leads."""
@@ -122,6 +146,8 @@ class _Shard:
     joins: dict[tuple[str, str], _Waiter[JoinAnswer]] = field(default_factory=dict)
     syncs: dict[tuple[str, str], _Waiter[SyncAnswer]] = field(default_factory=dict)
     expiry_due_ms: int | None = None  # monotonic: the next offsets expiry check, once loaded
+    pending: txn_offsets.PendingOffsets = field(default_factory=txn_offsets.PendingOffsets)
+    early_markers: list[tuple[int, bool]] = field(default_factory=list)  # told while loading
 
     @property
     def index(self) -> int:
@@ -194,7 +220,7 @@ class GroupCoordinator:
 
     async def _load(self, shard: _Shard) -> None:
         started = self._clock.monotonic()
-        latest: dict[bytes, tuple[int, bytes | None]] = {}  # the last record of each key read
+        scan = txn_offsets.LogScan()  # the last record of each key read, and the open transactions
         records = 0
         hosted = shard.hosted
         position = hosted.log.log_start_offset
@@ -215,7 +241,7 @@ class GroupCoordinator:
             # Reading records is CPU work: in a worker thread, so the event loop serves
             # everything else meanwhile; only this task touches `latest`.
             try:
-                position, read = await asyncio.to_thread(_scan_chunk, latest, data, position)
+                position, read = await asyncio.to_thread(_scan_chunk, scan, data, position)
             except ValueError as exc:  # batches the log took but cannot frame: nothing to serve
                 log.error("Stopped loading %s-%d at offset %d: %s", OFFSETS_TOPIC, shard.index, position, exc)
                 self._unload(shard, "its log does not decode")
@@ -224,10 +250,20 @@ class GroupCoordinator:
         if self._shards.get(shard.index) is not shard:
             return
         loader = groups.GroupLoader()
-        skipped = await asyncio.to_thread(_replay_latest, loader, latest)
+        skipped = await asyncio.to_thread(_replay_latest, loader, scan.latest)
         if self._shards.get(shard.index) is not shard:
             return
         shard.groups = loader.groups(now=self._now())
+        shard.pending = txn_offsets.loaded_pending(scan.latest, _decoded_open(scan.open))
+        # Markers told while loading: one the load read finds no pending offsets of its producer
+        # left (no TxnOffsetCommit is served while loading), one after it applies now.
+        for producer_id, committed in shard.early_markers:
+            outcome = txn_offsets.end_transaction(
+                shard.pending, shard.groups, producer_id, committed=committed
+            )
+            shard.pending = outcome.pending
+            shard.groups.update(outcome.groups)
+        shard.early_markers.clear()
         shard.loaded = True
         shard.expiry_due_ms = self._now().monotonic_ms + self.settings.offsets_retention_check_interval_ms
         self._wake.set()
@@ -272,14 +308,55 @@ class GroupCoordinator:
         self, shard: _Shard, records: Sequence[group_records.CoordinatorRecord]
     ) -> tuple[bool, GroupError]:
         """Write `records` to the shard's partition (acks=-1): (appended, the error to answer)."""
+        written = await self._write(shard, records)
+        return written.appended, written.error
+
+    async def _write(
+        self,
+        shard: _Shard,
+        records: Sequence[group_records.CoordinatorRecord],
+        *,
+        producer: tuple[int, int] | None = None,
+    ) -> _Written:
+        """Write `records` to the shard's partition (acks=-1). `producer` (id, epoch): as a
+        transactional batch of that producer (the caller notes its pending offsets); otherwise the
+        offsets it commits or removes are noted in `shard.pending` once appended
+        (`txn_offsets.replay_committed`)."""
         now = wall_ms(self._clock)
-        batch = record_batch.encode_batch(0, -1, now, [group_records.encode(r) for r in records])
+        encoded = [group_records.encode(r) for r in records]
+        if producer is None:
+            batch = record_batch.encode_batch(0, -1, now, encoded)
+        else:
+            batch = record_batch.encode_batch(
+                0, -1, now, encoded, producer_id=producer[0], producer_epoch=producer[1], transactional=True
+            )
+        # Where the records go: before any later record of this shard's decisions (made under its
+        # lock), after any earlier one, which is all the order of offsets needs.
+        first = shard.hosted.log.end_offset
         result = await self._produce.append_batch(
-            OFFSETS_TOPIC, shard.index, batch, acks=-1, timeout_ms=self.settings.commit_timeout_ms
+            OFFSETS_TOPIC,
+            shard.index,
+            batch,
+            acks=-1,
+            timeout_ms=self.settings.commit_timeout_ms,
+            coordinator=producer is not None,
         )
+        appended = result.error == ErrorCode.NONE or result.appended_unacknowledged
+        base = result.base_offset if result.base_offset >= 0 else first
+        if appended and producer is None:
+            shard.pending = txn_offsets.replay_committed(
+                shard.pending, zip(records, range(base, base + len(records)), strict=True)
+            )
         if result.error == ErrorCode.NONE:
-            return True, GroupError.NONE
-        appended = result.appended_unacknowledged
+            return _Written(True, GroupError.NONE, base)
+        if result.error == producer_state.ProduceErrorCode.INVALID_PRODUCER_EPOCH:
+            log.info(
+                "Refused a transactional offset commit to %s-%d: %s",
+                OFFSETS_TOPIC,
+                shard.index,
+                result.message,
+            )
+            return _Written(False, GroupError.INVALID_PRODUCER_EPOCH, base)
         log.warning(
             "Writing %d records to %s-%d failed (errorCode %d, %s): %s",
             len(records),
@@ -289,7 +366,7 @@ class GroupCoordinator:
             "appended, not yet replicated" if appended else "not appended",
             result.message,
         )
-        return appended, _write_error(result.error)
+        return _Written(appended, _write_error(result.error), base)
 
     async def _replicated(self, shard: _Shard, group_id: str, required: int) -> GroupError:
         """NONE once the high watermark of the shard's partition covers `required` (at once when
@@ -491,7 +568,10 @@ class GroupCoordinator:
                     if group is None:
                         continue
                     decision = groups.expire_offsets(
-                        group, now=now, retention_ms=self.settings.offsets_retention_ms
+                        group,
+                        now=now,
+                        retention_ms=self.settings.offsets_retention_ms,
+                        pending=txn_offsets.pending_partitions(shard.pending, group_id),
                     )
                     if decision.records:
                         decisions.append((group_id, decision))
@@ -570,10 +650,77 @@ class GroupCoordinator:
             lambda e: tuple(e for _ in request.offsets),
         )
 
+    async def txn_commit(self, request: txn_offsets.TxnCommitRequest) -> tuple[GroupError, ...]:
+        """TxnOffsetCommit: validated (`txn_offsets.txn_commit`), written as a transactional batch
+        of the producer (acks=-1), then pending until the producer's marker
+        (`on_transaction_marker`)."""
+        shard, error = self._shard_of(request.group_id)
+        if shard is None:
+            return tuple(error for _ in request.offsets)
+        async with shard.lock:
+            if self._shards.get(shard.index) is not shard:
+                return tuple(GroupError.NOT_COORDINATOR for _ in request.offsets)
+            decision = txn_offsets.txn_commit(
+                shard.groups.get(request.group_id), request, now=self._now(), settings=self.settings.group
+            )
+            if not decision.records:
+                return decision.answer
+            written = await self._write(
+                shard, decision.records, producer=(request.producer_id, request.producer_epoch)
+            )
+            if self._shards.get(shard.index) is not shard:
+                return tuple(GroupError.NOT_COORDINATOR for _ in request.offsets)
+            if written.appended:
+                shard.pending = txn_offsets.add_pending(
+                    shard.pending,
+                    request.producer_id,
+                    decision.pending,
+                    first_record_offset=written.first_offset,
+                )
+        if written.error is not GroupError.NONE:
+            return tuple(written.error for _ in request.offsets)
+        return decision.answer
+
+    async def on_transaction_marker(
+        self, partition_index: int, producer_id: int, producer_epoch: int, committed: bool
+    ) -> None:
+        """A COMMIT (`committed`) or ABORT marker of `producer_id` was appended to partition
+        `partition_index` of `__consumer_offsets` (by WriteTxnMarkers): its pending offsets there
+        become the committed ones, or are dropped (`txn_offsets.end_transaction`). Nothing when this
+        broker does not coordinate that partition (a load reads the marker from the log)."""
+        shard = self._shards.get(partition_index)
+        if shard is None:
+            return
+        async with shard.lock:
+            if self._shards.get(partition_index) is not shard:
+                return
+            if not shard.loaded:  # the load may have read past it or not: applied after it
+                shard.early_markers.append((producer_id, committed))
+                return
+            outcome = txn_offsets.end_transaction(
+                shard.pending, shard.groups, producer_id, committed=committed
+            )
+            shard.pending = outcome.pending
+            shard.groups.update(outcome.groups)
+        if outcome.groups:
+            log.debug(
+                "Transaction of producer %d (epoch %d) %s offsets of groups %s in %s-%d",
+                producer_id,
+                producer_epoch,
+                "committed" if committed else "aborted",
+                sorted(outcome.groups),
+                OFFSETS_TOPIC,
+                partition_index,
+            )
+
     async def delete_group(self, group_id: str) -> GroupError:
         settings = self.settings.group
         return await self._decide(
-            group_id, lambda group, now: groups.delete(group, now=now, settings=settings), lambda e: e
+            group_id,
+            lambda group, now: groups.delete(
+                group, now=now, settings=settings, pending=self._pending_of(group_id)
+            ),
+            lambda e: e,
         )
 
     async def delete_offsets(
@@ -582,7 +729,9 @@ class GroupCoordinator:
         settings = self.settings.group
         return await self._decide(
             group_id,
-            lambda group, now: groups.delete_offsets(group, topics, now=now, settings=settings),
+            lambda group, now: groups.delete_offsets(
+                group, topics, now=now, settings=settings, pending=self._pending_of(group_id)
+            ),
             groups.OffsetDeleteAnswer,
         )
 
@@ -600,6 +749,17 @@ class GroupCoordinator:
     ) -> tuple[GroupError, Mapping[groups.TopicPartition, groups.CommittedOffset]]:
         error, group = self.group(group_id)
         return error, ({} if group is None else group.offsets)
+
+    def _pending_of(self, group_id: str) -> frozenset[tuple[str, int]]:
+        """The partitions with a pending transactional offset of the group (asked under its lock)."""
+        shard = self._shards.get(self.partition_of(group_id))
+        return frozenset() if shard is None else txn_offsets.pending_partitions(shard.pending, group_id)
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether a transaction's offset of that partition is pending (Kafka's
+        `hasPendingTransactionalOffsets`: `require_stable` answers UNSTABLE_OFFSET_COMMIT)."""
+        shard = self._shards.get(self.partition_of(group_id))
+        return shard is not None and txn_offsets.has_pending(shard.pending, group_id, topic, partition)
 
     def all_groups(self) -> tuple[GroupError, list[Group]]:
         """Every group this broker coordinates; COORDINATOR_LOAD_IN_PROGRESS while one loads."""
@@ -649,26 +809,61 @@ def _forget(shard: _Shard, group_id: str, member_id: str | None, waiter: _Waiter
         del shard.syncs[key]
 
 
-def _scan_chunk(latest: dict[bytes, tuple[int, bytes | None]], data: bytes, position: int) -> tuple[int, int]:
-    """Note in `latest` the offset and value of each keyed record of the whole batches of `data`
-    (read from `position`) at or after `position`, a later record of a key replacing an earlier
-    one: the offset after them, and how many records were read. A batch whose records do not
-    decode is skipped with a WARNING."""
+def _scan_chunk(scan: txn_offsets.LogScan, data: bytes, position: int) -> tuple[int, int]:
+    """Note in `scan` each keyed record of the whole batches of `data` (read from `position`) at or
+    after `position` (a transactional one held until its producer's marker, which a control batch
+    brings), in log order: the offset after them, and how many records were read. A batch whose
+    records do not decode is skipped with a WARNING."""
     read = 0
     view = memoryview(data)
     for header in record_batch.iter_headers(data, verify_crc=False):
-        if not header.is_control and header.record_count:
+        frame = view[header.position : header.position + header.size]
+        if header.is_control:
+            if header.is_transactional and header.record_count and header.base_offset >= position:
+                try:
+                    marker = control_records.read_marker(frame)
+                except ValueError:
+                    marker = None  # another control record: nothing for the groups
+                if marker is not None:
+                    scan.marker(marker.producer_id, committed=not marker.aborted)
+        elif header.record_count:
             try:
-                records = record_batch.stored_records(view[header.position : header.position + header.size])
+                records = record_batch.stored_records(frame)
             except ValueError as exc:
                 log.warning("Skipped a batch of %s that does not decode: %s", OFFSETS_TOPIC, exc)
                 records = []
+            producer = header.producer_id if header.is_transactional else None
             for record in records:
                 if record.offset >= position and record.key is not None:
-                    latest[record.key] = (record.offset, record.value)
+                    scan.record(record.key, record.value, record.offset, producer_id=producer)
                     read += 1
         position = header.next_offset
     return position, read
+
+
+def _decoded_open(
+    open_records: Mapping[int, Mapping[bytes, tuple[int, bytes | None]]],
+) -> dict[int, dict[txn_offsets.OffsetKey, tuple[int, groups.CommittedOffset | None]]]:
+    """The offset records of the transactions a load found open, decoded (others skipped)."""
+    out: dict[int, dict[txn_offsets.OffsetKey, tuple[int, groups.CommittedOffset | None]]] = {}
+    for producer_id, records in open_records.items():
+        for key, (offset, value) in records.items():
+            try:
+                decoded = group_records.decode(key, value)
+            except ValueError as exc:
+                log.warning("Skipped record %d of %s: %s", offset, OFFSETS_TOPIC, exc)
+                continue
+            if decoded is None or not isinstance(decoded.key, group_records.OffsetCommitKey):
+                continue
+            v = decoded.value
+            committed = (
+                None
+                if v is None
+                else groups.CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms)  # type: ignore[union-attr]
+            )
+            k = decoded.key
+            out.setdefault(producer_id, {})[(k.group, k.topic, k.partition)] = (offset, committed)
+    return out
 
 
 def _replay_latest(loader: groups.GroupLoader, latest: dict[bytes, tuple[int, bytes | None]]) -> int:

@@ -21,13 +21,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions
 from jbod_agent.kafka.listener import Connection, user_principal
 from jbod_agent.partitions.client_fetch import ClientFetch
 from jbod_agent.partitions.produce import Produce
 from jbod_agent.partitions.replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from jbod_agent.coordinators.group_coordinator import GroupCoordinator
 from jbod_agent.ports import Clock
 from jbod_agent.replication.mover import Mover
 from jbod_agent.replication.peer_link import INTER_BROKER_USER
@@ -101,6 +104,7 @@ class BrokerContext:
     replica_fetch: ReplicaFetchServer
     clock: Clock
     fetch_sessions: ConsumerSessions = field(default_factory=ConsumerSessions)
+    group_coordinator: GroupCoordinator | None = None  # set once built (WriteTxnMarkers tells it markers)
     authorizer: acls.Authorizer = field(init=False)
 
     def __post_init__(self) -> None:

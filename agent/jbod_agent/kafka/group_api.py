@@ -1,6 +1,6 @@
 """Kafka's consumer-group APIs on a broker (the classic protocol): FindCoordinator, JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
-DeleteGroups and OffsetDelete, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
+DeleteGroups, OffsetDelete and TxnOffsetCommit, each in every version from Kafka 4's floor to Kafka 4.3.1's newest.
 What they decide is `jbod_core.groups`' (through `jbod_agent.coordinators.group_coordinator`); this module is
 the wire: versions, topic names and ids, the shape of each answer.
 
@@ -30,7 +30,13 @@ Guarantees:
   coordinator about it; the other partitions are decided together.
 * OffsetFetch answers -1 for partitions without a committed offset, and every committed offset of
   the group when no topic is named (v2+); v10 names topics by id and leaves out topics that no
-  longer exist. `require_stable` needs nothing more: without transactions no offset is pending.
+  longer exist. A transaction's pending offsets are not shown; with `require_stable` (v7+) a
+  partition that has one answers UNSTABLE_OFFSET_COMMIT (88) without an offset, as Kafka.
+* TxnOffsetCommit (issue 33) checks WRITE on the transactional id (else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) on every partition), then READ on the group (30 on
+  every partition), then READ on each topic (29) and that its partition exists
+  (UNKNOWN_TOPIC_OR_PARTITION), as Kafka's KafkaApis; the other partitions are the coordinator's
+  (`GroupCoordinator.txn_commit`).
 * DescribeGroups of a group the coordinator does not know is Dead (v0-5), and from v6 Dead with
   GROUP_ID_NOT_FOUND (KIP-1043); ListGroups lists the groups of every partition this broker
   leads (type `classic`; filters by state v4+, by type v5+), COORDINATOR_LOAD_IN_PROGRESS while
@@ -56,7 +62,7 @@ from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.ports import ControllerCallError
-from jbod_core import groups
+from jbod_core import groups, txn_offsets
 from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import GroupError
@@ -129,6 +135,7 @@ class GroupApis:
             16: self.list_groups,
             42: self.delete_groups,
             47: self.offset_delete,
+            28: self.txn_offset_commit,
         }
 
     # -- FindCoordinator --------------------------------------------------------------------------
@@ -431,12 +438,82 @@ class GroupApis:
             ],
         )
 
+    async def txn_offset_commit(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
+        """TxnOffsetCommit: WRITE on the transactional id, then READ on the group (else every
+        partition answers that refusal), then READ on each topic and the partition's existence,
+        as Kafka's KafkaApis; the rest is the coordinator's (`GroupCoordinator.txn_commit`)."""
+        body = request.body
+        refused: GroupError | KafkaError | None = None
+        if not ctx.allows(
+            conn, AclOperation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        ):
+            refused = KafkaError.transactional_id_authorization_failed
+        elif not ctx.allows_group(conn, READ, body.group_id):
+            refused = GROUP_DENIED
+        errors: dict[tuple[int, int], GroupError | KafkaError] = {}
+        to_commit: list[tuple[tuple[int, int], groups.OffsetToCommit]] = []
+        for i, topic in enumerate(body.topics):
+            topic_allowed = refused is None and ctx.allows_topic(conn, READ, topic.name)
+            for j, p in enumerate(topic.partitions):
+                if refused is not None or not topic_allowed:
+                    errors[(i, j)] = refused if refused is not None else TOPIC_DENIED
+                    continue
+                error = self._partition_error(topic.name, int(p.partition_index), by_id=False)
+                if error is not GroupError.NONE:
+                    errors[(i, j)] = error
+                    continue
+                to_commit.append(
+                    (
+                        (i, j),
+                        groups.OffsetToCommit(
+                            topic.name,
+                            int(p.partition_index),
+                            int(p.committed_offset),
+                            int(getattr(p, "committed_leader_epoch", -1)),
+                            p.committed_metadata,
+                        ),
+                    )
+                )
+        if to_commit:
+            answers = await self.coordinator.txn_commit(
+                txn_offsets.TxnCommitRequest(
+                    transactional_id=body.transactional_id,
+                    group_id=body.group_id,
+                    producer_id=int(body.producer_id),
+                    producer_epoch=int(body.producer_epoch),
+                    generation=int(getattr(body, "generation_id", -1)),
+                    member_id=getattr(body, "member_id", ""),
+                    instance_id=getattr(body, "group_instance_id", None),
+                    offsets=tuple(item for _position, item in to_commit),
+                )
+            )
+            errors.update(zip((position for position, _item in to_commit), answers, strict=True))
+        return _response(
+            request,
+            topics=[
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": _code(errors[(i, j)])}
+                        for j, p in enumerate(topic.partitions)
+                    ],
+                }
+                for i, topic in enumerate(body.topics)
+            ],
+        )
+
     async def offset_fetch(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
         version = request.header.api_version
         if version >= 8:
-            return _response(request, groups=[self._fetch_group(conn, g, version) for g in body.groups])
-        fetched = self._fetch_group(conn, body, version)
+            stable = bool(body.require_stable)
+            return _response(
+                request,
+                groups=[self._fetch_group(conn, g, version, require_stable=stable) for g in body.groups],
+            )
+        fetched = self._fetch_group(
+            conn, body, version, require_stable=bool(getattr(body, "require_stable", False))
+        )
         if version < 2 and fetched["error_code"] != KafkaError.none:
             # v0-1 have no group error: every partition carries it.
             for topic in fetched["topics"]:
@@ -444,8 +521,12 @@ class GroupApis:
                     partition["error_code"] = fetched["error_code"]
         return _response(request, topics=fetched["topics"], error_code=fetched["error_code"])
 
-    def _fetch_group(self, conn: Connection, group: Any, version: int) -> dict[str, Any]:
-        """One group's answer: its error, and the offsets of the topics it names (or all)."""
+    def _fetch_group(
+        self, conn: Connection, group: Any, version: int, *, require_stable: bool
+    ) -> dict[str, Any]:
+        """One group's answer: its error, and the offsets of the topics it names (or all); with
+        `require_stable`, UNSTABLE_OFFSET_COMMIT for a partition with a pending transactional
+        offset (as Kafka 4.3.1)."""
         by_id = version >= 10
         if not self.ctx.allows_group(conn, DESCRIBE, group.group_id):
             return {"group_id": group.group_id, "topics": [], "error_code": GROUP_DENIED}
@@ -475,7 +556,27 @@ class GroupApis:
                     for entry in fetched["partitions"]:
                         entry["error_code"] = TOPIC_DENIED
                 topics.append(fetched)
+        if require_stable and not failed:
+            self._mark_unstable(group.group_id, topics, by_id=by_id)
         return {"group_id": group.group_id, "topics": topics, "error_code": _kafka(error)}
+
+    def _mark_unstable(self, group_id: str, topics: list[dict[str, Any]], *, by_id: bool) -> None:
+        """UNSTABLE_OFFSET_COMMIT (no offset) for each fetched partition with a pending
+        transactional offset (OffsetFetch `require_stable`, as Kafka's `fetchOffsets`)."""
+        for entry_topic in topics:
+            name = self.ctx.topic_name(entry_topic["topic_id"]) if by_id else entry_topic["name"]
+            for entry in entry_topic["partitions"]:
+                if (
+                    name is not None
+                    and entry["error_code"] == KafkaError.none
+                    and self.coordinator.has_pending(group_id, name, entry["partition_index"])
+                ):
+                    entry.update(
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=KafkaError.unstable_offset_commit,
+                    )
 
     @staticmethod
     def _fetched_topic(

@@ -111,6 +111,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
     coordinator = GroupCoordinator(
         agent.manager, agent.produce, clock=agent.clock, settings=coordinator_settings(config)
     )
+    ctx.group_coordinator = coordinator
     group_apis = GroupApis(ctx, coordinator, forwarder)
     markers = PeerMarkerSender(agent.state, agent.token)
     txn_coordinator = TxnCoordinator(

@@ -52,7 +52,7 @@ from typing import Final, TypeAlias
 from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core import log_validator, producer_state, replication
+from jbod_core import log_validator, producer_state, replication, txn_offsets
 from jbod_core.errors import ErrorCode
 from jbod_kafka import control_records, record_batch
 from jbod_kafka.control_records import ControlRecordType
@@ -133,12 +133,21 @@ class Produce:
         self.manager = manager
         self.clock = clock
 
-    async def append_batch(
-        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int
+    async def append_batch(  # noqa: PLR0913  the batch and where, then how it is acknowledged
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        *,
+        acks: int,
+        timeout_ms: int,
+        coordinator: bool = False,
     ) -> ProduceResult:
         """One batch appended as it came, stamped with its offset and the leader epoch (the
         module docstring says what is checked first). `CorruptBatchError` for a batch Kafka would
-        refuse, before anything is written; `ValueError` for one the log refuses."""
+        refuse, before anything is written; `ValueError` for one the log refuses. `coordinator`:
+        a batch of this broker's group coordinator (Kafka's COORDINATOR origin): of a producer,
+        only its epoch is checked (`txn_offsets.coordinator_epoch_refusal`), not its sequence."""
         produced = record_batch.check_produced(batch)
         hosted, code, message = self._admit(topic, partition, acks)
         if hosted is None:
@@ -150,7 +159,7 @@ class Produce:
         produced = validated
         header = produced.header
         if header.producer_id >= 0:
-            verdict = self._producer_verdict(hosted, header)
+            verdict = self._producer_verdict(hosted, header, coordinator=coordinator)
             if isinstance(verdict, producer_state.Refused):
                 return _failed(verdict.error, verdict.message)
             if isinstance(verdict, producer_state.Duplicate):
@@ -217,10 +226,19 @@ class Produce:
         return await self._append_and_ack(hosted, append, acks=-1, timeout_ms=timeout_ms)
 
     def _producer_verdict(
-        self, hosted: HostedPartition, header: record_batch.BatchHeader
+        self, hosted: HostedPartition, header: record_batch.BatchHeader, *, coordinator: bool
     ) -> producer_state.Verdict:
-        """The producer state's decision on `header` (the state loaded from the log first if needed)."""
-        return producer_state.check(hosted.log.producer_state, header)
+        """The producer state's decision on `header` (the state loaded from the log first if
+        needed); a coordinator's batch is checked for its epoch only."""
+        state = hosted.log.producer_state
+        if coordinator:
+            refusal = txn_offsets.coordinator_epoch_refusal(state, header)
+            return (
+                refusal
+                if refusal is not None
+                else producer_state.Append(producer_state.AppendReason.COORDINATOR)
+            )
+        return producer_state.check(state, header)
 
     def _admit(self, topic: str, partition: int, acks: int) -> tuple[HostedPartition | None, ErrorCode, str]:
         """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""
