@@ -96,7 +96,7 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
             if part.aborted_transactions_null:
                 head += b"\x00"
             else:
-                head += flexible.uvarint(len(part.aborted_transactions) + 1)
+                head += uvarint(len(part.aborted_transactions) + 1)
                 for producer_id, first_offset in part.aborted_transactions:
                     head += _ABORTED.pack(producer_id, first_offset) + b"\x00"
             head += _INT32.pack(part.preferred_read_replica)

@@ -32,8 +32,8 @@ from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.metadata_api import MetadataApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
-from jbod_agent.kafka.txn_markers_api import TxnMarkersApi
 from jbod_agent.kafka.txn_api import TxnApis
+from jbod_agent.kafka.txn_markers_api import TxnMarkersApi
 from jbod_agent.lifecycle.agent import Agent
 from jbod_client.controller import ControllerLink
 from jbod_core import groups, transactions
