@@ -7,6 +7,11 @@ counts it writes are checked against a count of our own; Streams creates its int
 with the configs it asks for (the changelog compacted) and purges the repartition topic with
 DeleteRecords after its commits; the brokers' cleaners compact the changelog (read from the
 beginning it holds fewer records than offsets, and the latest count of each word).
+
+The same application with `processing.guarantee=exactly_once_v2` (issue 33: transactions), killed
+with kill -9 halfway and started again: a read_committed consumer of its output ends with exactly
+our counts, none counted twice (at least once would recount what the killed instance had
+processed but not committed).
 """
 
 from __future__ import annotations
@@ -59,7 +64,9 @@ def _lines() -> list[str]:
     return [" ".join(rng.choices(vocabulary, weights, k=rng.randint(1, 8))) for _ in range(LINES)]
 
 
-def _streams_app(kafka_install: KafkaInstall, kafka: KafkaCluster, work: Path) -> subprocess.Popen[bytes]:
+def _streams_app(
+    kafka_install: KafkaInstall, kafka: KafkaCluster, work: Path, *, guarantee: str = "at_least_once"
+) -> subprocess.Popen[bytes]:
     config = kafka.client_config()
     jaas = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -72,7 +79,7 @@ def _streams_app(kafka_install: KafkaInstall, kafka: KafkaCluster, work: Path) -
         "sasl.jaas.config": jaas,
         "state.dir": str(work / "state"),
         "replication.factor": "3",
-        "processing.guarantee": "at_least_once",
+        "processing.guarantee": guarantee,
         "commit.interval.ms": "500",
         "repartition.purge.interval.ms": "1000",
     }
@@ -198,5 +205,57 @@ def test_word_count_counts_what_we_count_with_a_compacted_changelog_and_a_purged
 
         wait_for(compacted, timeout=90, interval=1.0, what="the changelog compacted by the brokers")
     finally:
+        app.terminate()
+        app.wait(60)
+
+
+def test_word_count_exactly_once_counts_nothing_twice_across_a_kill(
+    install: KafkaInstall,  # noqa: F811
+    kafka: KafkaCluster,
+    tmp_path: Path,
+) -> None:
+    config = kafka.client_config()
+    admin = AdminClient(config)
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in (INPUT, OUTPUT)]).values():
+        future.result(30)
+    lines = _lines()
+    expected = collections.Counter(w for line in lines for w in re.split(r"\W+", line.lower()) if w)
+    producer = Producer({**config, "acks": "all"})
+    consumer = Consumer(
+        {**config, "group.id": "check", "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    )
+    consumer.subscribe([OUTPUT])
+    latest: dict[str, int] = {}
+    work = tmp_path / "streams"
+    app = _streams_app(install, kafka, work, guarantee="exactly_once_v2")
+    try:
+
+        def read_some() -> bool:
+            assert app.poll() is None, (work / "streams.out").read_text(errors="replace")[-3000:]
+            for message in consumer.consume(500, 1.0):
+                assert message.error() is None, message.error()
+                latest[message.key().decode()] = struct.unpack(">q", message.value())[0]
+            return bool(latest)
+
+        half = len(lines) // 2
+        for line in lines[:half]:
+            producer.produce(INPUT, line.encode())
+        assert producer.flush(30) == 0
+        wait_for(read_some, timeout=120, what="the first committed counts")
+        app.kill()  # kill -9: its open transaction is aborted, its state restored from the changelog
+        app.wait(30)
+        for line in lines[half:]:
+            producer.produce(INPUT, line.encode())
+        assert producer.flush(30) == 0
+        app = _streams_app(install, kafka, work, guarantee="exactly_once_v2")
+
+        def counted() -> bool:
+            read_some()
+            assert all(latest[w] <= expected[w] for w in latest), "a word counted twice"
+            return latest == dict(expected)
+
+        wait_for(counted, timeout=180, what=lambda: f"the counts ({len(latest)} words so far)")
+    finally:
+        consumer.close()
         app.terminate()
         app.wait(60)
