@@ -76,11 +76,13 @@ def test_transactions_in_the_log_survive_reopen_truncation_and_follow_segments(t
     # reopening rebuilds the state (no snapshot) and keeps the index; a damaged index is rebuilt
     log.close()
     txn_index_path(leader_dir, base).write_bytes(b"damaged")
+    txn_index_path(leader_dir, 12345).write_bytes(b"damaged, of no segment")
     log = PartitionLog.open(leader_dir, segment_bytes=400)
     log.high_watermark = log.end_offset
     assert log.last_stable_offset == 7
     assert log.aborted_transactions(0, log.end_offset) == [expected]
     assert txn_index.decode_entries(txn_index_path(leader_dir, base).read_bytes()) == (expected,)
+    assert not txn_index_path(leader_dir, 12345).exists()
 
     # truncating below the abort marker: its entry goes, producer 1's transaction is open again
     follower.truncate_to(5)

@@ -7,6 +7,7 @@ stops at the last stable offset (the first offset of a transaction still open); 
 read_uncommitted one sees every record. The same holds after the leader is killed (a follower,
 which kept the producer state and `.txnindex` from replication, leads), after the open
 transaction is committed there, and after every broker restarted (recovery rebuilds them).
+DescribeProducers shows the open transaction on the leader and, after the failover, on the new one.
 """
 
 from __future__ import annotations
@@ -126,6 +127,15 @@ def end_txn(
     return int(answer.markers[0].topics[0].partitions[0].error_code)
 
 
+def ongoing_transactions(kafka: KafkaCluster, topic: str) -> dict[int, int]:
+    """DescribeProducers v0 of the partition's leader: each producer's open transaction's first
+    offset (-1: none)."""
+    described = ask(kafka, leader_of(kafka, topic), 61, 0, topics=[{"name": topic, "partition_indexes": [0]}])
+    (partition,) = described.topics[0].partitions
+    assert int(partition.error_code) == NONE
+    return {int(p.producer_id): int(p.current_txn_start_offset) for p in partition.active_producers}
+
+
 def read(kafka: KafkaCluster, topic: str, isolation: str) -> tuple[int, list[bytes]]:
     """(latest offset as ListOffsets answers under `isolation`, every value a consumer with that
     isolation reads from the beginning up to it); a new consumer per attempt while restarted
@@ -208,6 +218,7 @@ def test_read_committed_sees_committed_records_up_to_the_lso_across_failover_and
         wait_for(lambda: leader_of(kafka, topic) not in (old_leader, -1), timeout=60, what="a new leader")
         assert read(kafka, topic, "read_committed") == (6, committed_before_c)
         assert read(kafka, topic, "read_uncommitted")[1] == everything
+        assert ongoing_transactions(kafka, topic) == {a: -1, b: -1, c: 6}  # kept from replication
 
         # committing c there moves the LSO to the end: b0 (aborted) stays invisible
         assert end_txn(kafka, topic, c, c_epoch, commit=True) == NONE

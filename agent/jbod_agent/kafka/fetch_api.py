@@ -26,8 +26,10 @@ Guarantees:
 * From v12 (the flexible versions) the response is framed around the records by
   `jbod_kafka.fetch_response` (the same bytes kio would write, without copying the records).
 * ListOffsets: -2 earliest and -4 earliest local are the log start, -1 latest the high
-  watermark (the last stable offset under read_committed), -3 the record with the largest timestamp, a timestamp the first record at or after
-  it (offset -1 when there is none), each with the leader epoch of that offset.
+  watermark, -3 the record with the largest timestamp, a timestamp the first record at or after
+  it (offset -1 when there is none), each with the leader epoch of that offset; under
+  read_committed the last stable offset stands for the high watermark (latest, and the bound of
+  the searches), as Kafka's `lastFetchableOffset`.
 * OffsetForLeaderEpoch answers from the leader's epoch cache (Kafka's `endOffsetFor`).
 * Kafka's ACLs: Fetch needs READ on the topic, ListOffsets and OffsetForLeaderEpoch DESCRIBE;
   otherwise the partition is TOPIC_AUTHORIZATION_FAILED (29) and nothing of it is read.
@@ -405,15 +407,14 @@ def _epoch_at(hosted: HostedPartition, offset: int) -> int:
 
 
 def _list_offset(hosted: HostedPartition, timestamp: int, *, read_committed: bool) -> tuple[int, int, int]:
-    """(timestamp, offset, leader epoch) answering ListOffsets for `timestamp` (latest under
-    read_committed: the last stable offset)."""
+    """(timestamp, offset, leader epoch) answering ListOffsets for `timestamp`; under
+    read_committed the last stable offset bounds it as the high watermark does otherwise."""
     log_ = hosted.log
-    hw = log_.high_watermark
+    hw = log_.last_stable_offset if read_committed else log_.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, log_.log_start_offset, _epoch_at(hosted, log_.log_start_offset)
     if timestamp == LATEST:
-        latest = log_.last_stable_offset if read_committed else hw
-        return -1, latest, _epoch_at(hosted, max(latest - 1, 0)) if latest > 0 else log_.latest_epoch
+        return -1, hw, _epoch_at(hosted, max(hw - 1, 0)) if hw > 0 else log_.latest_epoch
     found = (
         log_.offset_of_max_timestamp(max_offset=hw)
         if timestamp == MAX_TIMESTAMP

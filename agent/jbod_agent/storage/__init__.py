@@ -16,7 +16,7 @@ Modules:
 * `local_log` — its segments as one log: roll, append, read, truncation, log start, recovery.
 * `log_segments` — one segment's `.log` and `.index` files: format, sparse index, recovery.
 * `epoch_cache` — the leader-epoch cache and its checkpoint file, with its repair.
-* `producers` — the idempotent producers' state of a log, rebuilt from it and its snapshot.
+* `producers` — the producer state snapshot of a log (the state itself is `partition_log`'s).
 * `log_format` — which record format a replica holds; the conversion of legacy frames.
 * `legacy_batch` — jbod's own record frames from before RecordBatch v2 (read only).
 """

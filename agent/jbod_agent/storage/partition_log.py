@@ -635,6 +635,10 @@ class PartitionLog:
         the index entries of markers before that point are read from the `.txnindex` files
         (all rebuilt from the log start when one is damaged), the rest rebuilt by the replay."""
         indexes = self._read_txn_indexes()
+        if indexes is None:  # damaged: every file goes, all entries are rebuilt from the log start
+            for name in os.listdir(self._local.path):
+                if _TXN_INDEX_NAME.fullmatch(name):
+                    (self._local.path / name).unlink()
         snapshot = producers.read_snapshot(self) if indexes is not None else None
         start, state = (
             snapshot if snapshot is not None else (self._local.log_start_offset, producer_state.EMPTY)
