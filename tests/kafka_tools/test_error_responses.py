@@ -1057,6 +1057,19 @@ CASES = [
         5,
         fixed(transactional_id=None, transaction_timeout=60_000, producer_id=-1, producer_epoch=-1),
     ),
+    Case("describe a transaction nowhere coordinated", 65, 0, fixed(transactional_ids=["tx-nowhere"])),
+    Case(
+        "end a transaction nowhere coordinated",
+        26,
+        4,
+        fixed(transactional_id="tx-nowhere", producer_id=7, producer_epoch=0, committed=True),
+    ),
+    Case(
+        "init a producer id with a transaction timeout too long",
+        22,
+        5,
+        fixed(transactional_id="tx-nowhere", transaction_timeout=900_001, producer_id=-1, producer_epoch=-1),
+    ),
     alice(
         "init a transactional producer id",
         22,

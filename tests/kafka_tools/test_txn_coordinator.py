@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from e2e.kafka_tools import KafkaInstall
 from e2e.wait import wait_for
@@ -178,6 +178,60 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
     assert (int(state.producer_id), int(state.producer_epoch)) == (pid, 1)
     ids = {"transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch}
     assert int(_ask(cluster, node, END_TXN, 4, **ids, committed=True).error_code) == 90
+
+
+@pytest.mark.skipif(
+    27 not in protocol.APIS, reason="the leaders take markers (WriteTxnMarkers) with txn-partition's part"
+)
+def test_a_read_committed_consumer_sees_exactly_the_committed_transactions(cluster: Cluster) -> None:
+    """librdkafka's transactional producer commits, aborts and commits across three partitions; a
+    read_committed consumer reads exactly the committed records, and the coordinator completed
+    each transaction (CompleteCommit last)."""
+    kafka = cluster.kafka
+    topic = new_topic(kafka, partitions=3)
+    transactional_id = f"e2e-{uuid.uuid4().hex[:6]}"
+    producer = Producer(kafka.client_config(**{"transactional.id": transactional_id}))
+    producer.init_transactions(60)
+    committed = []
+    for n, commit in enumerate((True, False, True)):
+        producer.begin_transaction()
+        values = [f"{n}-{i}" for i in range(6)]
+        for i, value in enumerate(values):
+            producer.produce(topic, value.encode(), partition=i % 3)
+        if commit:
+            producer.commit_transaction(60)
+            committed += values
+        else:
+            producer.flush(30)
+            producer.abort_transaction(60)
+    consumer = Consumer(
+        kafka.client_config(
+            **{
+                "group.id": f"g-{transactional_id}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+    )
+    consumer.assign([TopicPartition(topic, p) for p in range(3)])
+    seen: list[str] = []
+
+    def read_all() -> bool:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            seen.append(message.value().decode())
+        return len(seen) >= len(committed)
+
+    wait_for(read_all, timeout=60, what="the committed records")
+    assert sorted(seen) == sorted(committed)
+    consumer.close()
+    node = _coordinator(cluster, transactional_id)
+    wait_for(
+        lambda: _described(cluster, node, transactional_id).transaction_state == "CompleteCommit",
+        timeout=30,
+        what="the last transaction completed",
+    )
 
 
 def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordinator(

@@ -9,7 +9,9 @@ Guarantees:
   partition of `__transaction_state` it loads the partition (the last record of each key, read
   from the log start to the end offset; a record that does not decode is skipped with a
   WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it stops leading it, it
-  drops them at once. A transactional id of a partition it does not lead is NOT_COORDINATOR.
+  drops them at once. A transactional id of a partition it does not lead is NOT_COORDINATOR,
+  once the request's own errors (an empty id, an InitProducerId's timeout) were answered, as
+  Kafka orders them.
 * Persistence first: every `Transition` is appended to the id's partition through the leader's
   produce path (`Produce.append_batch`, acks=-1, `transaction.state.log` writes bounded by
   `APPEND_TIMEOUT_MS`) before it takes effect and before anything is answered; while it is in
@@ -309,6 +311,8 @@ class TxnCoordinator:
     async def _decide(
         self, transactional_id: str, decide: Callable[[TxnMetadata | None], Decision]
     ) -> TxnError:
+        if not transactional_id:  # before asking where it lives, as Kafka
+            return TxnError.INVALID_REQUEST
         shard, error = self._shard_of(transactional_id)
         if shard is None:
             return error
@@ -480,10 +484,14 @@ class TxnCoordinator:
                 version=version,
             )
 
-        shard, error = self._shard_of(transactional_id) if transactional_id else (None, TxnError.NONE)
-        if transactional_id and shard is None:
+        # The request's own errors come first, wherever its coordinator is (as Kafka).
+        checked = decide(None)
+        if isinstance(checked, AnswerNow):
+            return checked.error, -1, -1
+        shard, error = self._shard_of(transactional_id)
+        if shard is None:
             return error, -1, -1
-        metadata = shard.txns.get(transactional_id) if shard is not None else None
+        metadata = shard.txns.get(transactional_id)
         decision = decide(metadata)
         if isinstance(decision, NeedProducerId):
             fresh = self._producer_ids.next_id()
@@ -531,7 +539,9 @@ class TxnCoordinator:
         producer_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> Mapping[TopicPartition, TxnError]:
-        shard, error = self._shard_of(transactional_id)
+        shard, error = (
+            self._shard_of(transactional_id) if transactional_id else (None, TxnError.INVALID_REQUEST)
+        )
         if shard is None:
             return dict.fromkeys(partitions, error)
         return transactions.verify_partitions_in_txn(
