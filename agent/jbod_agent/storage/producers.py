@@ -30,7 +30,7 @@ from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
 
 
-class PartitionLog(Protocol):
+class SnapshotLog(Protocol):
     """What a snapshot needs of a replica's log (`partition_log.PartitionLog` is one)."""
 
     @property
@@ -50,11 +50,11 @@ _MAGIC: Final = b"JPSS"
 _VERSION: Final = 1
 
 
-def _path(log_: PartitionLog) -> Path:
+def _path(log_: SnapshotLog) -> Path:
     return log_.path / SNAPSHOT_FILE
 
 
-def read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
+def read_snapshot(log_: SnapshotLog) -> tuple[int, ProducerState] | None:
     """(end offset, state) of the replica's snapshot, if it is whole and still fits the log."""
     try:
         data = _path(log_).read_bytes()
@@ -76,12 +76,12 @@ def read_snapshot(log_: PartitionLog) -> tuple[int, ProducerState] | None:
     return end, state
 
 
-def load(log_: PartitionLog) -> ProducerState:
+def load(log_: SnapshotLog) -> ProducerState:
     """The producer state of `log_` (the module's guarantee)."""
     return log_.producer_state
 
 
-def save(log_: PartitionLog, state: ProducerState) -> None:
+def save(log_: SnapshotLog, state: ProducerState) -> None:
     """Write the snapshot of `state` at `log_`'s end offset (the module's guarantee)."""
     end = log_.end_offset
     before = log_.batch_before(end)
