@@ -5,9 +5,9 @@ A group lives in partition `abs(hash(group)) % partitions` of `__consumer_offset
 (`jbod_core.group_records.partition_for`); the leader of that partition is its coordinator.
 
 Guarantees:
-* Follows leadership: when this broker becomes leader of a partition of `__consumer_offsets`
-  (`ReplicaManager.on_partition_change`), it loads the partition's groups by reading its
-  records from the log start to the end offset and replaying the last record of each key in log
+* Follows leadership (`coordinator_partitions`): when this broker becomes leader of a partition
+  of `__consumer_offsets` (`ReplicaManager.on_partition_change`), it loads the partition's groups
+  by reading its records from the log start to the end offset and replaying the last record of each key in log
   order (`groups.GroupLoader`: the same groups as replaying them all, decoding only one record per
   key; a record that does not decode is skipped with a WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it
   stops leading it (a new leader epoch elsewhere, a failed dir, a deletion) it drops them at once
@@ -73,20 +73,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
+from jbod_agent.coordinators.coordinator_partitions import CoordinatorPartitions, CoordinatorShard
 from jbod_agent.partitions.produce import Produce, ProduceError
-from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core import group_records, groups, producer_state, txn_offsets
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import Group, GroupDecision, GroupError, JoinAnswer, SyncAnswer
-from jbod_core.image import PartitionKey
 from jbod_kafka import control_records, record_batch
 
 log = logging.getLogger("jbod_agent.groups")
 
-LOAD_CHUNK_BYTES: Final = 1024 * 1024
 MIN_TIMER_STEP_S: Final = 0.01
 WAIT_MARGIN_S: Final = 30.0
 EXPIRY_BATCH_RECORDS: Final = 1000
@@ -134,13 +132,9 @@ class _Written:
 
 
 @dataclass(eq=False)
-class _Shard:
+class _Shard(CoordinatorShard):
     """The groups of one `__consumer_offsets` partition this broker leads."""
 
-    key: PartitionKey
-    hosted: HostedPartition
-    leader_epoch: int
-    loaded: bool = False
     groups: dict[str, Group] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     joins: dict[tuple[str, str], _Waiter[JoinAnswer]] = field(default_factory=dict)
@@ -148,10 +142,6 @@ class _Shard:
     expiry_due_ms: int | None = None  # monotonic: the next offsets expiry check, once loaded
     pending: txn_offsets.PendingOffsets = field(default_factory=txn_offsets.PendingOffsets)
     early_markers: list[tuple[int, bool]] = field(default_factory=list)  # told while loading
-
-    @property
-    def index(self) -> int:
-        return self.key[1]
 
 
 class GroupCoordinator:
@@ -164,11 +154,12 @@ class GroupCoordinator:
         self._produce = produce
         self._clock = clock
         self.settings = settings
-        self._shards: dict[int, _Shard] = {}
-        self._loads: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._wake_at_ms: int | None = None
-        manager.on_partition_change.append(self._partition_changed)
+        self._partitions: CoordinatorPartitions[_Shard] = CoordinatorPartitions(
+            manager, OFFSETS_TOPIC, _Shard, self._load, self._unload, log=log, what="consumer groups"
+        )
+        self._shards = self._partitions.shards
 
     # -- where groups live ----------------------------------------------------------------------
 
@@ -195,59 +186,19 @@ class GroupCoordinator:
 
     # -- leadership: loading and unloading ------------------------------------------------------
 
-    def _partition_changed(self, key: PartitionKey) -> None:
-        """`ReplicaManager` hook: load a partition of `__consumer_offsets` this broker now leads,
-        drop one it no longer leads."""
-        offsets_topic = self._manager.state.image.topic_ids_by_name.get(OFFSETS_TOPIC)
-        shard = self._shards.get(key[1])
-        if shard is not None and shard.key != key:
-            shard = None
-        if shard is None and key[0] != offsets_topic:
-            return
-        hosted = self._manager.partitions.get(key)
-        leading = hosted is not None and hosted.role is Role.LEADER and key[0] == offsets_topic
-        if shard is not None and (
-            not leading or hosted is not shard.hosted or hosted.leader_epoch != shard.leader_epoch
-        ):
-            self._unload(shard, "no longer its leader" if not leading else "a new leader epoch")
-            shard = None
-        if leading and shard is None and hosted is not None:
-            shard = _Shard(key, hosted, hosted.leader_epoch)
-            self._shards[key[1]] = shard
-            task = asyncio.get_running_loop().create_task(self._load(shard), name=f"load-groups-{key[1]}")
-            self._loads.add(task)
-            task.add_done_callback(self._loads.discard)
-
     async def _load(self, shard: _Shard) -> None:
         started = self._clock.monotonic()
         scan = txn_offsets.LogScan()  # the last record of each key read, and the open transactions
         records = 0
-        hosted = shard.hosted
-        position = hosted.log.log_start_offset
-        end = hosted.log.end_offset
-        while position < end:
-            if self._shards.get(shard.index) is not shard:
-                return
-            try:
-                data = hosted.log.read(position, LOAD_CHUNK_BYTES, max_offset=end)
-            except OffsetOutOfRangeError:
-                position = hosted.log.log_start_offset
-                continue
-            except OSError as exc:
-                self._manager.storage_error(hosted, exc, "loading the consumer groups")
-                return
-            if not data:
-                break
-            # Reading records is CPU work: in a worker thread, so the event loop serves
-            # everything else meanwhile; only this task touches `latest`.
-            try:
-                position, read = await asyncio.to_thread(_scan_chunk, scan, data, position)
-            except ValueError as exc:  # batches the log took but cannot frame: nothing to serve
-                log.error("Stopped loading %s-%d at offset %d: %s", OFFSETS_TOPIC, shard.index, position, exc)
-                self._unload(shard, "its log does not decode")
-                return
+
+        def scan_chunk(data: bytes, position: int) -> int:
+            nonlocal records
+            position, read = _scan_chunk(scan, data, position)
             records += read
-        if self._shards.get(shard.index) is not shard:
+            return position
+
+        # Reading records is CPU work: in a worker thread (`read_log`); only this task touches `scan`.
+        if not await self._partitions.read_log(shard, scan_chunk):
             return
         loader = groups.GroupLoader()
         skipped = await asyncio.to_thread(_replay_latest, loader, scan.latest)
@@ -279,8 +230,7 @@ class GroupCoordinator:
         )
 
     def _unload(self, shard: _Shard, reason: str) -> None:
-        if self._shards.get(shard.index) is shard:
-            del self._shards[shard.index]
+        self._partitions.forget(shard)
         for (_group_id, member_id), join_waiter in shard.joins.items():
             join_waiter.settle(JoinAnswer(GroupError.NOT_COORDINATOR, member_id))
         for sync_waiter in shard.syncs.values():
@@ -297,10 +247,7 @@ class GroupCoordinator:
             )
 
     def close(self) -> None:
-        for task in self._loads:
-            task.cancel()
-        for shard in list(self._shards.values()):
-            self._unload(shard, "the broker is stopping")
+        self._partitions.close()
 
     # -- deciding and writing -------------------------------------------------------------------
 
@@ -500,8 +447,7 @@ class GroupCoordinator:
     async def run_forever(self) -> None:
         """Fire the groups' due timers (the module's guarantees); first, load the partitions this
         broker already leads (those it led before the hook was added)."""
-        for key in list(self._manager.partitions):
-            self._partition_changed(key)
+        self._partitions.follow_all()
         while True:
             self._wake.clear()
             now_ms = self._now().monotonic_ms

@@ -5,11 +5,11 @@ A transactional id lives in partition `abs(hash(id)) % partitions` of `__transac
 (`jbod_core.txn_records.partition_for`); the leader of that partition is its coordinator.
 
 Guarantees:
-* Follows leadership as the group coordinator does: when this broker becomes leader of a
-  partition of `__transaction_state` it loads the partition (the last record of each key, read
-  from the log start to the end offset; a record that does not decode is skipped with a
-  WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it stops leading it, it
-  drops them at once. A transactional id of a partition it does not lead is NOT_COORDINATOR,
+* Follows leadership as the group coordinator does (`coordinator_partitions`): when this broker
+  becomes leader of a partition of `__transaction_state` it loads the partition (the last record
+  of each key, read from the log start to the end offset; a record that does not decode is
+  skipped with a WARNING), answering COORDINATOR_LOAD_IN_PROGRESS meanwhile; when it stops
+  leading it, it drops them at once. A transactional id of a partition it does not lead is NOT_COORDINATOR,
   once the request's own errors (an empty id, an InitProducerId's timeout) were answered, as
   Kafka orders them.
 * Persistence first: every `Transition` is appended to the id's partition through the leader's
@@ -44,13 +44,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from jbod_agent.coordinators.coordinator_partitions import CoordinatorPartitions, CoordinatorShard
 from jbod_agent.partitions.produce import Produce
-from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
+from jbod_agent.partitions.replica_manager import ReplicaManager
 from jbod_agent.ports import Clock, wall_ms
-from jbod_agent.storage.local_log import OffsetOutOfRangeError
 from jbod_core import group_records, transactions, txn_records
 from jbod_core.errors import ErrorCode
-from jbod_core.image import PartitionKey
 from jbod_core.transactions import (
     AnswerNow,
     Decision,
@@ -66,7 +65,6 @@ from jbod_kafka import record_batch
 
 log = logging.getLogger("jbod_agent.transactions")
 
-LOAD_CHUNK_BYTES: Final = 1024 * 1024
 APPEND_TIMEOUT_MS: Final = 5000  # Kafka's transaction log append waits request.timeout.ms
 MARKER_RETRY_S: Final = 0.1
 MAX_MARKER_RETRY_S: Final = 2.0
@@ -105,19 +103,11 @@ class ProducerIdSource(Protocol):
 
 
 @dataclass(eq=False)
-class _Shard:
+class _Shard(CoordinatorShard):
     """The transactional ids of one `__transaction_state` partition this broker leads."""
 
-    key: PartitionKey
-    hosted: HostedPartition
-    leader_epoch: int
-    loaded: bool = False
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
     markers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-
-    @property
-    def index(self) -> int:
-        return self.key[1]
 
 
 class TxnCoordinator:
@@ -139,9 +129,10 @@ class TxnCoordinator:
         self._markers = markers
         self._clock = clock
         self.settings = settings
-        self._shards: dict[int, _Shard] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        manager.on_partition_change.append(self._partition_changed)
+        self._partitions: CoordinatorPartitions[_Shard] = CoordinatorPartitions(
+            manager, TRANSACTION_STATE_TOPIC, _Shard, self._load, self._unload, log=log, what="transactions"
+        )
+        self._shards = self._partitions.shards
 
     # -- where transactional ids live -----------------------------------------------------------
 
@@ -173,65 +164,17 @@ class TxnCoordinator:
     def _now_ms(self) -> int:
         return wall_ms(self._clock)
 
-    def _spawn(self, coro: object, name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_log_failure)
-        return task
-
     # -- leadership: loading and unloading ------------------------------------------------------
 
-    def _partition_changed(self, key: PartitionKey) -> None:
-        state_topic = self._manager.state.image.topic_ids_by_name.get(TRANSACTION_STATE_TOPIC)
-        shard = self._shards.get(key[1])
-        if shard is not None and shard.key != key:
-            shard = None
-        if shard is None and key[0] != state_topic:
-            return
-        hosted = self._manager.partitions.get(key)
-        leading = hosted is not None and hosted.role is Role.LEADER and key[0] == state_topic
-        if shard is not None and (
-            not leading or hosted is not shard.hosted or hosted.leader_epoch != shard.leader_epoch
-        ):
-            self._unload(shard, "no longer its leader" if not leading else "a new leader epoch")
-            shard = None
-        if leading and shard is None and hosted is not None:
-            shard = _Shard(key, hosted, hosted.leader_epoch)
-            self._shards[key[1]] = shard
-            self._spawn(self._load(shard), f"load-transactions-{key[1]}")
-
     def _current(self, shard: _Shard) -> bool:
-        return self._shards.get(shard.index) is shard
+        return self._partitions.current(shard)
 
     async def _load(self, shard: _Shard) -> None:
         started = self._clock.monotonic()
         latest: dict[bytes, tuple[int, bytes | None]] = {}
-        hosted = shard.hosted
-        position = hosted.log.log_start_offset
-        end = hosted.log.end_offset
-        while position < end:
-            if not self._current(shard):
-                return
-            try:
-                data = hosted.log.read(position, LOAD_CHUNK_BYTES, max_offset=end)
-            except OffsetOutOfRangeError:
-                position = hosted.log.log_start_offset
-                continue
-            except OSError as exc:
-                self._manager.storage_error(hosted, exc, "loading the transactions")
-                return
-            if not data:
-                break
-            try:
-                position = await asyncio.to_thread(_scan_chunk, latest, data, position)
-            except ValueError as exc:
-                log.error(
-                    "Stopped loading %s-%d at %d: %s", TRANSACTION_STATE_TOPIC, shard.index, position, exc
-                )
-                self._unload(shard, "its log does not decode")
-                return
-        if not self._current(shard):
+        if not await self._partitions.read_log(
+            shard, lambda data, position: _scan_chunk(latest, data, position)
+        ):
             return
         txns = await asyncio.to_thread(_replay, latest, shard.index)
         if not self._current(shard):
@@ -251,8 +194,7 @@ class TxnCoordinator:
                 self._start_markers(shard, transactional_id)
 
     def _unload(self, shard: _Shard, reason: str) -> None:
-        if self._current(shard):
-            del self._shards[shard.index]
+        self._partitions.forget(shard)
         for task in shard.markers.values():
             task.cancel()
         shard.markers.clear()
@@ -266,10 +208,7 @@ class TxnCoordinator:
             )
 
     def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for shard in list(self._shards.values()):
-            self._unload(shard, "the broker is stopping")
+        self._partitions.close()
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -328,7 +267,7 @@ class TxnCoordinator:
         running = shard.markers.get(transactional_id)
         if running is not None and not running.done():
             return
-        shard.markers[transactional_id] = self._spawn(
+        shard.markers[transactional_id] = self._partitions.spawn(
             self._complete(shard, transactional_id), f"txn-markers-{transactional_id}"
         )
 
@@ -415,8 +354,7 @@ class TxnCoordinator:
     async def run_forever(self) -> None:
         """Abort timed-out transactions and expire idle transactional ids (the module's
         guarantees); first, load the partitions this broker already leads."""
-        for key in list(self._manager.partitions):
-            self._partition_changed(key)
+        self._partitions.follow_all()
         abort_every = self.settings.abort_timed_out_interval_ms / 1000
         expire_every = self.settings.remove_expired_interval_ms / 1000
         next_expiry = self._clock.monotonic() + expire_every
@@ -654,8 +592,3 @@ def _replay(latest: dict[bytes, tuple[int, bytes | None]], index: int) -> dict[s
         else:
             txns[record.transactional_id] = metadata
     return txns
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("The transaction coordinator's %s task failed", task.get_name(), exc_info=task.exception())

@@ -48,8 +48,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable
@@ -60,8 +58,8 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.coordinators.group_coordinator import GroupCoordinator
 from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder
+from jbod_agent.kafka.internal_topics import InternalTopic
 from jbod_agent.kafka.listener import Connection
-from jbod_agent.ports import ControllerCallError
 from jbod_core import groups, txn_offsets
 from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.group_records import OFFSETS_TOPIC
@@ -82,11 +80,6 @@ DESCRIBE: Final = AclOperation.DESCRIBE
 GROUP_DENIED: Final = KafkaError.group_authorization_failed
 TOPIC_DENIED: Final = KafkaError.topic_authorization_failed
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024  # Kafka's offsets.topic.segment.bytes
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("Could not create %s", OFFSETS_TOPIC, exc_info=task.exception())
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -118,7 +111,9 @@ class GroupApis:
         self.ctx = ctx
         self.coordinator = coordinator
         self.forwarder = forwarder
-        self._creating: asyncio.Task[None] | None = None
+        self.offsets_topic = InternalTopic(
+            ctx, forwarder, OFFSETS_TOPIC, topic_request=self._offsets_topic, key_owner="group", log=log
+        )
         #: FindCoordinator of a transactional id (`TxnApis.find_coordinator`), when served.
         self.find_transaction_coordinator: Callable[[Connection, str], dict[str, Any]] | None = None
 
@@ -188,51 +183,16 @@ class GroupApis:
                 "error_code": KafkaError.invalid_request,
                 "error_message": f"key type {key_type}",
             }
-        topic_id = self.ctx.state.image.topic_ids_by_name.get(OFFSETS_TOPIC)
-        if topic_id is None:
-            self._create_offsets_topic()
-            return {
-                **missing,
-                "error_code": KafkaError.coordinator_not_available,
-                "error_message": f"{OFFSETS_TOPIC} does not exist yet: it is being created",
-            }
-        partition = self.ctx.state.image.partition((topic_id, self.coordinator.partition_of(key)))
-        leader = self.ctx.state.image.brokers.get(partition.leader) if partition is not None else None
-        endpoint = self.ctx.endpoint(leader, conn.listener.name) if leader is not None else None
-        if endpoint is None:
-            return {
-                **missing,
-                "error_code": KafkaError.coordinator_not_available,
-                "error_message": "the group's partition has no leader reachable on this listener",
-            }
-        assert partition is not None
-        return {
-            "key": key,
-            "node_id": partition.leader,
-            "host": endpoint.host,
-            "port": endpoint.port,
-            "error_code": KafkaError.none,
-            "error_message": None,
-        }
-
-    def _create_offsets_topic(self) -> None:
-        """Start creating `__consumer_offsets` in the background, unless a creation is running."""
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.create_task(self._create(), name="create-offsets-topic")
-            self._creating.add_done_callback(_log_failure)
+        return self.offsets_topic.find_coordinator(conn, key, self.coordinator.partition_of(key))
 
     async def aclose(self) -> None:
         """Stop a creation of `__consumer_offsets` still waiting for the controller."""
-        if self._creating is not None:
-            self._creating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._creating
+        await self.offsets_topic.aclose()
 
-    async def _create(self) -> None:
+    def _offsets_topic(self, active_brokers: int) -> CreateTopicRequest:
         config = self.ctx.state.config
-        active = sum(1 for reg in self.ctx.state.image.brokers.values() if reg.is_active)
-        replication = max(1, min(config.offsets_topic_replication_factor, active))
-        request = CreateTopicRequest(
+        replication = max(1, min(config.offsets_topic_replication_factor, active_brokers))
+        return CreateTopicRequest(
             name=OFFSETS_TOPIC,
             num_partitions=config.offsets_topic_num_partitions,
             replication_factor=replication,
@@ -244,22 +204,6 @@ class GroupApis:
                 "segment.bytes": str(OFFSETS_SEGMENT_BYTES),
             },
         )
-        try:
-            reply = await self.forwarder.create_topic(request)
-        except ControllerCallError as exc:
-            log.warning("Could not create %s: %s", OFFSETS_TOPIC, exc)
-            return
-        code = reply.error_code
-        if code not in (0, int(KafkaError.topic_already_exists)):
-            log.warning("Could not create %s: errorCode %d %s", OFFSETS_TOPIC, code, reply.error_message)
-            return
-        if code == 0:
-            log.info(
-                "Created %s: %d partitions, replication factor %d",
-                OFFSETS_TOPIC,
-                config.offsets_topic_num_partitions,
-                replication,
-            )
 
     # -- membership -----------------------------------------------------------------------------
 

@@ -29,8 +29,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import logging
 import re
@@ -42,8 +40,8 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.coordinators.txn_coordinator import TxnCoordinator
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.forwarding import Forwarder
+from jbod_agent.kafka.internal_topics import InternalTopic
 from jbod_agent.kafka.listener import Connection
-from jbod_agent.ports import ControllerCallError
 from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.messages import CreateTopicRequest
 from jbod_core.transactions import TopicPartition, TxnError
@@ -70,11 +68,6 @@ def _txn_id(transactional_id: str) -> Resource:
     return Resource(ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("Could not create %s", TRANSACTION_STATE_TOPIC, exc_info=task.exception())
-
-
 class TxnApis:
     """The handlers of the transaction APIs over one broker's coordinator (the module's guarantees)."""
 
@@ -90,7 +83,14 @@ class TxnApis:
         self.coordinator = coordinator
         self.forwarder = forwarder
         self._idempotent_init = idempotent_init
-        self._creating: asyncio.Task[None] | None = None
+        self.state_topic = InternalTopic(
+            ctx,
+            forwarder,
+            TRANSACTION_STATE_TOPIC,
+            topic_request=self._state_topic,
+            key_owner="transactional id",
+            log=log,
+        )
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -106,52 +106,24 @@ class TxnApis:
 
     def find_coordinator(self, conn: Connection, key: str) -> dict[str, Any]:
         """One FindCoordinator entry for transactional id `key` (GroupApis' shape)."""
-        missing: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if not self.ctx.allows(conn, DESCRIBE, _txn_id(key)):
-            return {**missing, "error_code": TXN_DENIED, "error_message": None}
-        image = self.ctx.state.image
-        topic_id = image.topic_ids_by_name.get(TRANSACTION_STATE_TOPIC)
-        if topic_id is None:
-            self._create_state_topic()
             return {
-                **missing,
-                "error_code": KafkaError.coordinator_not_available,
-                "error_message": f"{TRANSACTION_STATE_TOPIC} does not exist yet: it is being created",
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": TXN_DENIED,
+                "error_message": None,
             }
-        partition = image.partition((topic_id, self.coordinator.partition_of(key)))
-        leader = image.brokers.get(partition.leader) if partition is not None else None
-        endpoint = self.ctx.endpoint(leader, conn.listener.name) if leader is not None else None
-        if endpoint is None or partition is None:
-            return {
-                **missing,
-                "error_code": KafkaError.coordinator_not_available,
-                "error_message": "the transactional id's partition has no leader reachable on this listener",
-            }
-        return {
-            "key": key,
-            "node_id": partition.leader,
-            "host": endpoint.host,
-            "port": endpoint.port,
-            "error_code": KafkaError.none,
-            "error_message": None,
-        }
-
-    def _create_state_topic(self) -> None:
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.create_task(self._create(), name="create-transaction-state-topic")
-            self._creating.add_done_callback(_log_failure)
+        return self.state_topic.find_coordinator(conn, key, self.coordinator.partition_of(key))
 
     async def aclose(self) -> None:
-        if self._creating is not None:
-            self._creating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._creating
+        await self.state_topic.aclose()
 
-    async def _create(self) -> None:
+    def _state_topic(self, active_brokers: int) -> CreateTopicRequest:
         config = self.ctx.state.config
-        active = sum(1 for reg in self.ctx.state.image.brokers.values() if reg.is_active)
-        replication = max(1, min(config.transaction_state_log_replication_factor, active))
-        request = CreateTopicRequest(
+        replication = max(1, min(config.transaction_state_log_replication_factor, active_brokers))
+        return CreateTopicRequest(
             name=TRANSACTION_STATE_TOPIC,
             num_partitions=config.transaction_state_log_num_partitions,
             replication_factor=replication,
@@ -162,23 +134,6 @@ class TxnApis:
                 "unclean.leader.election.enable": "false",
             },
         )
-        try:
-            reply = await self.forwarder.create_topic(request)
-        except ControllerCallError as exc:
-            log.warning("Could not create %s: %s", TRANSACTION_STATE_TOPIC, exc)
-            return
-        code = reply.error_code
-        if code not in (0, int(KafkaError.topic_already_exists)):
-            log.warning(
-                "Could not create %s: errorCode %d %s", TRANSACTION_STATE_TOPIC, code, reply.error_message
-            )
-        elif code == 0:
-            log.info(
-                "Created %s: %d partitions, replication factor %d",
-                TRANSACTION_STATE_TOPIC,
-                config.transaction_state_log_num_partitions,
-                replication,
-            )
 
     # -- InitProducerId ---------------------------------------------------------------------------
 
