@@ -963,18 +963,27 @@ def next_deadline(group: Group) -> int | None:
 # --- Offsets -----------------------------------------------------------------------------------
 
 
-def _commit_error(group: Group | None, request: CommitRequest) -> GroupError:  # noqa: PLR0911  Kafka's checks in Kafka's order
+def member_generation_error(
+    group: Group, member_id: str, instance_id: str | None, generation: int
+) -> GroupError:
+    """Kafka's member and generation checks of an offset commit (plain or transactional) that
+    names a member or a generation: the member's (`_validate_member`), then ILLEGAL_GENERATION."""
+    error = _validate_member(group.members, member_id, instance_id)
+    if error is not GroupError.NONE:
+        return error
+    return GroupError.ILLEGAL_GENERATION if generation != group.generation else GroupError.NONE
+
+
+def _commit_error(group: Group | None, request: CommitRequest) -> GroupError:
     """Kafka's `validateOffsetCommit` of a classic group (the group exists)."""
     if group is None:
         return GroupError.GROUP_ID_NOT_FOUND if request.api_version >= 9 else GroupError.ILLEGAL_GENERATION
     if request.generation < 0 and group.state is GroupState.EMPTY:
         return GroupError.NONE
     if request.generation >= 0 or request.member_id or request.instance_id is not None:
-        error = _validate_member(group.members, request.member_id, request.instance_id)
+        error = member_generation_error(group, request.member_id, request.instance_id, request.generation)
         if error is not GroupError.NONE:
             return error
-        if request.generation != group.generation:
-            return GroupError.ILLEGAL_GENERATION
     elif group.state is not GroupState.EMPTY:
         return GroupError.UNKNOWN_MEMBER_ID
     if group.state is GroupState.COMPLETING_REBALANCE:

@@ -52,7 +52,7 @@ from jbod_core.groups import (
     GroupState,
     Now,
     OffsetToCommit,
-    _validate_member,
+    member_generation_error,
 )
 from jbod_core.producer_state import ProducedBatch, ProduceErrorCode, ProducerState, Refused
 
@@ -106,11 +106,7 @@ def txn_commit_error(group: Group | None, request: TxnCommitRequest) -> GroupErr
     if request.generation < 0 and group.state is GroupState.EMPTY:
         return GroupError.NONE
     if request.generation >= 0 or request.member_id or request.instance_id is not None:
-        error = _validate_member(group.members, request.member_id, request.instance_id)
-        if error is not GroupError.NONE:
-            return error
-        if request.generation != group.generation:
-            return GroupError.ILLEGAL_GENERATION
+        return member_generation_error(group, request.member_id, request.instance_id, request.generation)
     return GroupError.NONE
 
 
