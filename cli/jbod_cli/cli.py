@@ -3,7 +3,7 @@ controller's admin commands (topics, brokers, cluster).
 
 Every other command lives in a module of its own whose `COMMANDS` this module adds to the root
 group: `data_cli` (produce, consume), `log_dirs_cli` (log-dirs, move-replica), `reassign_cli`
-(reassign start|list|cancel), `metadata_cli`
+(reassign start|list|cancel), `transactions_cli` (transactions), `metadata_cli`
 (metadata export) and `apply_plan` (apply-plan); `local_cli` fills the `jbodctl local` group. They
 share `commands` (settings, options, output, errors) and never import this module.
 
@@ -38,6 +38,7 @@ from jbod_cli import (
     metadata_cli,
     reassign_cli,
     tables,
+    transactions_cli,
 )
 from jbod_cli.commands import CommandError, Settings, output_option, wide_option
 from jbod_client.controller import DEFAULT_URL, parse_controller_urls
@@ -325,7 +326,13 @@ def local_walkthrough(data_dir: Path | None, keep: bool) -> None:
 # -- the command modules -----------------------------------------------------------------------
 
 
-for command in (*data_cli.COMMANDS, *log_dirs_cli.COMMANDS, *metadata_cli.COMMANDS, *reassign_cli.COMMANDS):
+for command in (
+    *data_cli.COMMANDS,
+    *log_dirs_cli.COMMANDS,
+    *metadata_cli.COMMANDS,
+    *reassign_cli.COMMANDS,
+    *transactions_cli.COMMANDS,
+):
     app.add_command(command)
 local_cli.register(local_group)
 apply_plan.register(app)

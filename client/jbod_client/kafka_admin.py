@@ -1,7 +1,8 @@
 """A small client of Kafka's protocol for what librdkafka does not offer: DescribeLogDirs and
 AlterReplicaLogDirs (`jbodctl log-dirs` and `move-replica`; the demo finds a leader's disk with
 it), AlterPartitionReassignments and ListPartitionReassignments (`jbodctl reassign`), plus
-Metadata's list of brokers. Requests are encoded and responses decoded with kio's types
+Metadata's list of brokers; the connection also carries `jbod_client.open_transactions`' calls
+(Metadata's leaders, ListOffsets by isolation level, DescribeProducers). Requests are encoded and responses decoded with kio's types
 (Kafka's own message schemas) through `jbod_kafka.protocol`; SASL through `sasl_client`.
 
 Guarantees:
@@ -45,14 +46,18 @@ from jbod_kafka import protocol
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
+LIST_OFFSETS: Final = 2
 METADATA: Final = 3
 ALTER_REPLICA_LOG_DIRS: Final = 34
 DESCRIBE_LOG_DIRS: Final = 35
 ALTER_PARTITION_REASSIGNMENTS: Final = 45
 LIST_PARTITION_REASSIGNMENTS: Final = 46
+DESCRIBE_PRODUCERS: Final = 61
 #: The versions this client sends of each API it uses: (lowest, highest). DescribeLogDirs v4 is
-#: the first with total and usable bytes (KIP-827); Metadata v1 the first where no topics means none.
+#: the first with total and usable bytes (KIP-827); Metadata v1 the first where no topics means none;
+#: ListOffsets v2 the first with an isolation level (KIP-98).
 CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
+    LIST_OFFSETS: (2, 7),
     METADATA: (1, 12),
     SASL_HANDSHAKE: (1, 1),
     SASL_AUTHENTICATE: (0, 2),
@@ -60,8 +65,10 @@ CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
     DESCRIBE_LOG_DIRS: (1, 4),
     ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    DESCRIBE_PRODUCERS: (0, 0),
 }
 _API_NAMES: Final = {
+    LIST_OFFSETS: "ListOffsets",
     METADATA: "Metadata",
     SASL_HANDSHAKE: "SaslHandshake",
     SASL_AUTHENTICATE: "SaslAuthenticate",
@@ -69,6 +76,7 @@ _API_NAMES: Final = {
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
+    DESCRIBE_PRODUCERS: "DescribeProducers",
 }
 _SIZE: Final = struct.Struct(">i")
 _CORRELATION: Final = struct.Struct(">i")

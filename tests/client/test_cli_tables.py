@@ -177,3 +177,32 @@ def test_a_cordoned_dir_says_so_in_its_row() -> None:
     assert "cordoned" in next(line for line in lines if "directory id" in line)
     rows = {line.split()[1]: line.split() for line in lines if line.lstrip("│ ").startswith("data-")}
     assert "yes" in rows["data-1"] and "yes" not in rows["data-0"]
+
+
+def test_transactions_table_shows_open_transactions_their_lso_lag_and_old_ones() -> None:
+    from jbod_cli import transactions_cli
+    from jbod_client.open_transactions import OpenTransaction, PartitionTransactions
+
+    now = 10_000_000
+    quiet = PartitionTransactions("t", 0, 1, high_watermark=10, last_stable_offset=10)
+    held = PartitionTransactions(
+        "t",
+        1,
+        2,
+        high_watermark=200,
+        last_stable_offset=120,
+        open=(
+            OpenTransaction(7, 0, 3, start_offset=120, last_timestamp_ms=now - 600_000),
+            OpenTransaction(9, 1, 3, start_offset=150, last_timestamp_ms=now - 2_000),
+        ),
+    )
+    failed = PartitionTransactions("t", 2, 3, error="cannot reach the Kafka listener at x:1")
+    rows = transactions_cli.shown([quiet, held, failed], everything=False)
+    assert rows == [held, failed]  # a partition with nothing open is left out, a failed one kept
+    assert held.lso_lag == 80 and quiet.lso_lag == 0 and failed.lso_lag is None
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(transactions_cli.transactions_table(rows, now_ms=now, older_than_ms=60_000))
+    text = console.export_text()
+    assert "7: 120, 10m00s ago (old)" in text
+    assert "9: 150, 2s ago" in text and "9: 150, 2s ago (old)" not in text
+    assert " 80 " in text and "x:1" not in text  # the failure goes under the table, not in it

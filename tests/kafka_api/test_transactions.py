@@ -2,15 +2,21 @@
 uses them: a transactional producer commits one transaction and aborts another, with a third left
 open; a read_committed consumer sees exactly the committed records and stops at the open
 transaction (the last stable offset), a read_uncommitted one sees every record; once the third
-commits, read_committed sees it too; offsets sent with a transaction (consume-transform-produce's
+commits, read_committed sees it too (`jbodctl transactions` shows the open one holding back the
+last stable offset, then none); offsets sent with a transaction (consume-transform-produce's
 `send_offsets_to_transaction`) are committed with it and only with it; a second producer with the
 same transactional id fences the first, whose next transaction fails."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -81,7 +87,34 @@ def _send(producer: Producer, prefix: str, count: int) -> list[bytes]:
     return values
 
 
-def test_committed_aborted_and_open_transactions(kafka: KafkaCluster) -> None:
+def _jbodctl_transactions(kafka: KafkaCluster, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    token = tmp_path / "admin.token"
+    token.write_text(kafka.admin_password)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jbod_cli.cli",
+            "--controller",
+            kafka.cluster.controller.url,
+            "--token-file",
+            str(token),
+            "transactions",
+            "-o",
+            "json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    partitions: list[dict[str, Any]] = json.loads(proc.stdout)
+    return partitions
+
+
+def test_committed_aborted_and_open_transactions(kafka: KafkaCluster, tmp_path: Path) -> None:
     producer = _producer(kafka, "tx-1")
     producer.begin_transaction()
     committed = _send(producer, "committed", 100)
@@ -94,8 +127,26 @@ def test_committed_aborted_and_open_transactions(kafka: KafkaCluster) -> None:
 
     assert _read(kafka, "read_committed") == sorted(committed)
     assert _read(kafka, "read_uncommitted") == sorted(committed + aborted + open_)
+    shown = _jbodctl_transactions(kafka, tmp_path, "--topic", TOPIC)
+    assert sorted(p["partition"] for p in shown) == list(range(PARTITIONS))
+    holding = [p for p in shown if p["openTransactions"]]
+    assert holding, shown  # 50 records over 3 partitions: the open transaction is on some
+    for p in shown:
+        assert p["errorCode"] == 0, p
+        if p["openTransactions"]:
+            (txn,) = p["openTransactions"]
+            assert p["lastStableOffset"] == txn["startOffset"] < p["highWatermark"], p
+            assert p["lsoLag"] == p["highWatermark"] - p["lastStableOffset"] > 0, p
+        else:
+            assert p["lsoLag"] == 0, p
+    assert len({p["openTransactions"][0]["producerId"] for p in holding}) == 1
 
     producer.commit_transaction(TIMEOUT)
+    wait_for(
+        lambda: not any(p["openTransactions"] or p["lsoLag"] for p in _jbodctl_transactions(kafka, tmp_path)),
+        timeout=TIMEOUT,
+        what="jbodctl transactions shows no open transaction once committed",
+    )
     wait_for(
         lambda: _read(kafka, "read_committed") == sorted(committed + open_),
         timeout=TIMEOUT,
