@@ -238,6 +238,8 @@ class LogCleaning:
             segment_bytes=partition_log.segment_bytes,
             index_interval=partition_log.index_interval_bytes,
             now_ms=wall_ms(self.clock),
+            last_stable_offset=partition_log.last_stable_offset,
+            aborted=tuple(e for es in partition_log.aborted_entries().values() for e in es),
         )
 
     def _commit(
@@ -248,6 +250,8 @@ class LogCleaning:
         swapped = 0
         size_before = partition_log.size_bytes
         doomed: list[Path] = []
+        if result.dropped_aborted:  # before the swap: an index entry never outlives its marker
+            partition_log.drop_aborted(result.dropped_aborted)
         for bases, cleaned in result.groups:
             removed = partition_log.swap_cleaned(log_cleaner.members_of(job, bases), cleaned)
             if removed is not None:
