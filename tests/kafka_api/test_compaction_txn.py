@@ -4,7 +4,7 @@ aborted over every key, and some keys written only by aborted ones); once cleane
 read_committed and a read_uncommitted consumer both read exactly the latest committed value of
 each key, once (the aborted values are gone from the log, and never hid a committed one); after
 `delete.retention.ms` no abort marker is left in the log's files and every commit marker left
-still has data of its transaction before it; the same after a kill -9 and restart (recovery
+still has data of its transaction before it (the producer's last batch aside, kept whole); the same after a kill -9 and restart (recovery
 rebuilds the producer state and the `.txnindex`). tests/kafka_tools/test_compaction_txn_vs_kafka.py
 runs the same against Apache Kafka."""
 
@@ -153,13 +153,17 @@ def control_batches(replica: Path) -> list[tuple[record_batch.BatchHeader, bool 
 
 def markers_settled(replica: Path) -> bool:
     """No abort marker left, some commit marker left, and data of the (one) transactional
-    producer before each (since the previous one)."""
+    producer before each (since the previous one); the producer's last batch aside (a marker
+    kept whole, as Kafka keeps it)."""
     batches = control_batches(replica)
     if batches is None:
         return False
+    producer_ids = [header.producer_id for header, _ in batches]
+    last = max(i for i, (header, _) in enumerate(batches) if header.is_transactional)
+    assert len({p for p in producer_ids if p >= 0}) == 1  # one transactional producer
     data_since_marker = False
     commits = 0
-    for header, aborted in batches:
+    for header, aborted in batches[:last]:
         if aborted is True:
             return False
         if aborted is False:

@@ -18,8 +18,8 @@ Guarantees:
 * Transactions (`jbod_core.txn_cleaning`): nothing at or above the job's last stable offset is
   cleaned; the records of aborted transactions (the job's `.txnindex` entries) are removed and
   never mapped; a transaction marker stays while this cleaning read data of its transaction, and
-  then until `delete.retention.ms` after its timestamp (kept empty when it is its producer's last
-  batch); the abort entries of markers found without data are listed (`dropped_aborted`) for the
+  then until `delete.retention.ms` after its timestamp (kept whole when it is its producer's last
+  batch, as Kafka keeps it); the abort entries of markers found without data are listed (`dropped_aborted`) for the
   caller to drop before it swaps. Other control batches are kept as they are. A log without
   transactional batches costs one attribute test per batch.
 * Cost: the dirty section's records are decoded once to map their keys; in the rewrite, a
@@ -522,10 +522,8 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally a
     )
     if header.record_count == 0:
         return data if producers_last else None
-    if header.is_control:
-        if _keeps_control(header, data, result, txns):
-            return data
-        return _emptied(header) if producers_last else None
+    if header.is_control:  # a producer's last marker stays whole (its producer's epoch), as on Kafka
+        return data if _keeps_control(header, data, result, txns) or producers_last else None
     if not header.is_transactional:
         return _kept_data(job, header, data, key_map, producers_last, result)[0]
     if txns.aborted.aborted(header.producer_id, header.base_offset):
