@@ -21,6 +21,9 @@ Guarantees:
 * A cleaned segment is swapped in only if the log is still the hosted one and unchanged where it
   was cleaned (`LocalLog.swap_cleaned` checks); otherwise the work is dropped and done again on
   the next round. Only the event loop changes a log.
+* A job holds the log's last stable offset (nothing at or above it is cleaned) and its aborted
+  transactions; the abort entries a cleaning found without data are dropped from the
+  `.txnindex`, durably, before its segments are swapped in (`PartitionLog.drop_aborted`).
 * Each dir's state, runs, bytes read and written, records removed, bytes freed, the last run's time and the
   dirtiest ratio seen are kept in `DirCleaner` for the metrics and `jbodctl log-dirs`.
 """
