@@ -21,6 +21,9 @@ Guarantees:
 * A cleaned segment is swapped in only if the log is still the hosted one and unchanged where it
   was cleaned (`LocalLog.swap_cleaned` checks); otherwise the work is dropped and done again on
   the next round. Only the event loop changes a log.
+* A job holds the log's last stable offset (nothing at or above it is cleaned) and its aborted
+  transactions; the abort entries a cleaning found without data are dropped from the
+  `.txnindex`, durably, before its segments are swapped in (`PartitionLog.drop_aborted`).
 * Each dir's state, runs, bytes read and written, records removed, bytes freed, the last run's time and the
   dirtiest ratio seen are kept in `DirCleaner` for the metrics and `jbodctl log-dirs`.
 """
@@ -238,6 +241,8 @@ class LogCleaning:
             segment_bytes=partition_log.segment_bytes,
             index_interval=partition_log.index_interval_bytes,
             now_ms=wall_ms(self.clock),
+            last_stable_offset=partition_log.last_stable_offset,
+            aborted=tuple(e for es in partition_log.aborted_entries().values() for e in es),
         )
 
     def _commit(
@@ -248,6 +253,8 @@ class LogCleaning:
         swapped = 0
         size_before = partition_log.size_bytes
         doomed: list[Path] = []
+        if result.dropped_aborted:  # before the swap: an index entry never outlives its marker
+            partition_log.drop_aborted(result.dropped_aborted)
         for bases, cleaned in result.groups:
             removed = partition_log.swap_cleaned(log_cleaner.members_of(job, bases), cleaned)
             if removed is not None:

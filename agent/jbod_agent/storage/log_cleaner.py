@@ -15,7 +15,13 @@ Guarantees:
   (so followers, recovery and readers see no gap between batches; clients see the missing
   offsets as Kafka serves them: the records are not there).
 * A batch whose records all survive is copied byte for byte; a rebuilt batch keeps its codec.
-  Control batches are kept as they are.
+* Transactions (`jbod_core.txn_cleaning`): nothing at or above the job's last stable offset is
+  cleaned; the records of aborted transactions (the job's `.txnindex` entries) are removed and
+  never mapped; a transaction marker stays while this cleaning read data of its transaction, and
+  then until `delete.retention.ms` after its timestamp (kept whole when it is its producer's last
+  batch, as Kafka keeps it); the abort entries of markers found without data are listed (`dropped_aborted`) for the
+  caller to drop before it swaps. Other control batches are kept as they are. A log without
+  transactional batches costs one attribute test per batch.
 * Cost: the dirty section's records are decoded once to map their keys; in the rewrite, a
   batch of the mapped section holding no key's latest offset (most of an often-updated log) is
   dropped from its header alone, and the others are decoded once more. Each segment's batch
@@ -54,7 +60,9 @@ from jbod_agent.storage.local_log import CleanedSegment
 from jbod_agent.storage.log_segments import Segment
 from jbod_core import compaction
 from jbod_core.compaction import CompactionSettings, SegmentInfo
-from jbod_kafka import record_batch
+from jbod_core.txn_cleaning import AbortedRanges, TxnScan
+from jbod_core.txn_index import AbortedTxn
+from jbod_kafka import control_records, record_batch
 from jbod_kafka.record_batch import BatchHeader
 from jbod_runtime import durable_files
 
@@ -105,6 +113,8 @@ class CleanJob:
     segment_bytes: int
     index_interval: int
     now_ms: int
+    last_stable_offset: int | None = None  # cleaning stops below it too (None: the high watermark)
+    aborted: tuple[AbortedTxn, ...] = ()  # the log's aborted transactions (its `.txnindex` entries)
 
 
 @dataclass(slots=True)
@@ -118,7 +128,8 @@ class CleanResult:
     bytes_written: int = 0
     records_removed: int = 0
     dirty_ratio: float = 0.0
-    tombstones_due_ms: int | None = None  # the earliest time a kept tombstone may go
+    tombstones_due_ms: int | None = None  # the earliest time a kept tombstone or marker may go
+    dropped_aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer, marker offset)
     map_seconds: float = 0.0  # mapping the dirty section's keys (monotonic, in the cleaning's process)
     write_seconds: float = 0.0  # writing the cleaned segments, fsyncs included
     cpu_seconds: float = 0.0  # the CPU time the cleaning's process spent on both
@@ -217,8 +228,11 @@ def plan(job: CleanJob) -> CleanPlan:
     """The plan of `job` (`jbod_core.compaction`'s decisions); reads segment headers at most."""
     sizes = [segment.size for segment in job.segments]
     infos = [_info(segment, size) for segment, size in zip(job.segments, sizes, strict=True)]
+    stable = job.high_watermark
+    if job.last_stable_offset is not None:
+        stable = min(stable, job.last_stable_offset)
     uncleanable = compaction.first_uncleanable_offset(
-        infos, high_watermark=job.high_watermark, now_ms=job.now_ms, settings=job.settings
+        infos, high_watermark=stable, now_ms=job.now_ms, settings=job.settings
     )
     first_dirty = max(job.first_dirty, job.log_start, infos[0].base_offset if infos else 0)
     state = compaction.cleanability(infos, first_dirty=first_dirty, uncleanable=uncleanable)
@@ -243,8 +257,9 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
         return None
     result = CleanResult(dirty_ratio=found.state.dirty_ratio)
     started, cpu_started = time.monotonic(), time.process_time()
+    aborted = AbortedRanges.of(job.aborted)
     latest, result.dirty_end, producers_seen = _map_dirty(
-        job, found.infos, found.first_dirty, found.uncleanable, map_budget_bytes, throttle, result
+        job, found.infos, found.first_dirty, found.uncleanable, map_budget_bytes, throttle, result, aborted
     )
     key_map = KeyMap.of(latest, found.first_dirty, result.dirty_end)
     mapped = time.monotonic()
@@ -258,10 +273,11 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
     groups = compaction.group_segments(
         cleanable, max_bytes=job.segment_bytes, max_relative_offset=log_segments.MAX_RELATIVE_OFFSET
     )
+    txns = TxnScan(aborted, now_ms=job.now_ms, delete_retention_ms=job.settings.delete_retention_ms)
     for group in groups:
         bases = tuple(info.base_offset for info in group)
         cleaned = _clean_group(
-            job, members_of(job, bases), group, key_map, last_of_producer, throttle, result
+            job, members_of(job, bases), group, key_map, last_of_producer, throttle, result, txns
         )
         if cleaned is not None:
             result.groups.append((bases, cleaned))
@@ -278,10 +294,12 @@ def _map_dirty(  # noqa: PLR0913  the job and its plan, then the budget, throttl
     budget: int,
     throttle: Throttle,
     result: CleanResult,
+    aborted: AbortedRanges,
 ) -> tuple[dict[bytes, int], int, dict[int, dict[int, int]]]:
-    """The latest offset of each key in [first_dirty, end), `end` (the next offset of the last
-    dirty segment mapped whole within the budget, the first one always), and the last batch of
-    each producer in each segment read (by the segment's base offset)."""
+    """The latest offset of each key in [first_dirty, end) (records of `aborted` transactions
+    left out), `end` (the next offset of the last dirty segment mapped whole within the budget,
+    the first one always), and the last batch of each producer in each segment read (by the
+    segment's base offset)."""
     latest: dict[bytes, int] = {}
     producers_seen: dict[int, dict[int, int]] = {}
     used = 0
@@ -293,7 +311,7 @@ def _map_dirty(  # noqa: PLR0913  the job and its plan, then the budget, throttl
             break
         producers: dict[int, int] = {}
         producers_seen[info.base_offset] = producers
-        mapped = _map_segment(segment, info.size, first_dirty, throttle, result, producers)
+        mapped = _map_segment(segment, info.size, first_dirty, throttle, result, producers, aborted)
         added = mapped.keys() - latest.keys()
         used += sum(map(len, added)) + MAP_ENTRY_OVERHEAD * len(added)
         if used > budget and end > first_dirty:  # this segment does not fit: map up to the last one
@@ -312,9 +330,11 @@ def _map_segment(  # noqa: PLR0913  the segment, then the throttle and what it f
     throttle: Throttle,
     result: CleanResult,
     producers: dict[int, int],
+    aborted: AbortedRanges,
 ) -> dict[bytes, int]:
-    """The latest offset of each key of one segment's records at or above `first_dirty`; the
-    base offset of each producer's last batch in the segment into `producers`."""
+    """The latest offset of each key of one segment's records at or above `first_dirty`, those
+    of `aborted` transactions left out; the base offset of each producer's last batch in the
+    segment into `producers`."""
     mapped: dict[bytes | None, int] = {}
     fd = os.open(segment.log_path, log_segments.OPEN_READ)
     try:
@@ -323,6 +343,8 @@ def _map_segment(  # noqa: PLR0913  the segment, then the throttle and what it f
             if header.producer_id >= 0:
                 producers[header.producer_id] = header.base_offset
             if header.is_control or header.record_count == 0 or header.next_offset <= first_dirty:
+                continue
+            if header.is_transactional and aborted.aborted(header.producer_id, header.base_offset):
                 continue
             records = record_batch.stored_records(data)
             if header.base_offset >= first_dirty:
@@ -428,6 +450,7 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
     last_of_producer: dict[int, int],
     throttle: Throttle,
     result: CleanResult,
+    txns: TxnScan,
 ) -> CleanedSegment | None:
     """Write `members` cleaned into one `.cleaned` segment; None when nothing changed in a
     group of one segment (nothing to swap)."""
@@ -441,7 +464,7 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
             try:
                 for header, data in _frames(fd, info.size, throttle):
                     result.bytes_read += header.size
-                    kept = _kept_bytes(job, header, data, key_map, last_of_producer, result)
+                    kept = _kept_bytes(job, header, data, key_map, last_of_producer, result, txns)
                     if kept is None:
                         writer.drop(header, throttle)
                         changed |= header.record_count > 0 or header.producer_id >= 0
@@ -476,29 +499,89 @@ def _clean_group(  # noqa: PLR0913  the job, the group, the map, then the thrott
     )
 
 
-def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
+def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally and the scan
     job: CleanJob,
     header: BatchHeader,
     data: bytes | memoryview,
     key_map: KeyMap,
     last_of_producer: dict[int, int],
     result: CleanResult,
+    txns: TxnScan,
 ) -> bytes | memoryview | None:
     """What the cleaned log keeps of one batch: `data` itself, a rebuilt batch, an empty batch
     (an idempotent producer's last), or None (dropped; an empty batch of an earlier cleaning
     joins the run of dropped batches around it).
 
-    A batch in the mapped section none of whose offsets is the latest of a key is dropped
-    without decoding its records: `keeps_record` drops each of them (a keyed record whose key
-    has a later offset, or a keyless one); in a batch of the mapped section only the records at
-    such offsets are asked about."""
-    if header.is_control:
-        return data
+    A transactional batch goes through `txns` (`jbod_core.txn_cleaning`): an aborted one loses
+    every record, a marker is kept or removed as it decides. A batch in the mapped section none
+    of whose offsets is the latest of a key is dropped without decoding its records:
+    `keeps_record` drops each of them (a keyed record whose key has a later offset, or a keyless
+    one); in a batch of the mapped section only the records at such offsets are asked about."""
     producers_last = (
         header.producer_id >= 0 and last_of_producer.get(header.producer_id) == header.base_offset
     )
     if header.record_count == 0:
         return data if producers_last else None
+    if header.is_control:  # a producer's last marker stays whole (its producer's epoch), as on Kafka
+        return data if _keeps_control(header, data, result, txns) or producers_last else None
+    if not header.is_transactional:
+        return _kept_data(job, header, data, key_map, producers_last, result)[0]
+    if txns.aborted.aborted(header.producer_id, header.base_offset):
+        txns.data_batch(header.producer_id, kept=False)
+        result.records_removed += header.record_count
+        return _emptied(header) if producers_last else None
+    kept, survives = _kept_data(job, header, data, key_map, producers_last, result)
+    txns.data_batch(header.producer_id, kept=survives)
+    return kept
+
+
+def _keeps_control(header: BatchHeader, data: bytes | memoryview, result: CleanResult, txns: TxnScan) -> bool:
+    """Whether a control batch stays (`TxnScan.marker` for a transaction marker; another control
+    type stays as it is); notes an abort's index entry to drop and when a kept marker may go."""
+    try:
+        marker = control_records.read_marker(data)
+    except ValueError:
+        return True
+    decision = txns.marker(header.producer_id, timestamp_ms=header.max_timestamp_ms)
+    if (
+        marker.aborted
+        and not decision.keep_index_entry
+        and txns.aborted.has_marker(header.producer_id, header.base_offset)
+    ):
+        result.dropped_aborted.append((header.producer_id, header.base_offset))
+    if not decision.keep:
+        result.records_removed += 1
+        return False
+    if decision.due_ms is not None and (
+        result.tombstones_due_ms is None or decision.due_ms < result.tombstones_due_ms
+    ):
+        result.tombstones_due_ms = decision.due_ms
+    return True
+
+
+def _emptied(header: BatchHeader) -> bytes:
+    """The batch of `header` with no record (a producer's last batch, kept for its fields)."""
+    return record_batch.empty_batch(
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        leader_epoch=header.leader_epoch,
+        timestamp_ms=header.max_timestamp_ms,
+        attributes=header.attributes,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+    )
+
+
+def _kept_data(  # noqa: PLR0913  the job, the batch, the map, then the tally
+    job: CleanJob,
+    header: BatchHeader,
+    data: bytes | memoryview,
+    key_map: KeyMap,
+    producers_last: bool,
+    result: CleanResult,
+) -> tuple[bytes | memoryview | None, bool]:
+    """`_kept_bytes` for a data batch with records, and whether a record of it survives."""
     mapped = key_map.maps(header)
     if mapped and key_map.latest_in(header) == 0:
         kept: list[record_batch.StoredRecord] = []
@@ -514,21 +597,10 @@ def _kept_bytes(  # noqa: PLR0913  the job, the batch, the map, then the tally
         result.records_removed += len(records) - len(kept)
         _note_tombstones(job, header, kept, result)
         if len(kept) == len(records):
-            return data
+            return data, True
     if kept:
-        return record_batch.rebuilt_batch(header, kept)
-    if not producers_last:
-        return None
-    return record_batch.empty_batch(
-        base_offset=header.base_offset,
-        last_offset_delta=header.last_offset_delta,
-        leader_epoch=header.leader_epoch,
-        timestamp_ms=header.max_timestamp_ms,
-        attributes=header.attributes,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-    )
+        return record_batch.rebuilt_batch(header, kept), True
+    return (_emptied(header) if producers_last else None), False
 
 
 def _note_tombstones(

@@ -35,7 +35,8 @@ Guarantees:
   appended to its segment's file; a load reads the entries of markers before the snapshot from
   the files (all rebuilt from the log start when one is damaged) and rebuilds the rest; retention,
   DeleteRecords and a cleaner's swap move the entries with their markers' segments and drop those
-  of deleted segments (files removed at once). `aborted_transactions` is Kafka's collection for a
+  of deleted segments (files removed at once); `drop_aborted` removes, durably, the entries a
+  cleaning found without data (before it swaps). `aborted_transactions` is Kafka's collection for a
   fetch; `last_stable_offset` is `txn_index.last_stable_offset(first unstable offset, high
   watermark)`.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
@@ -523,6 +524,26 @@ class PartitionLog:
             if result.complete:
                 break
         return found
+
+    def drop_aborted(self, markers: Sequence[tuple[int, int]]) -> None:
+        """Remove the index entries of aborted transactions a cleaning found without data, by
+        (producer id, marker offset), durably (fsynced before the caller swaps the cleaned
+        segment in: an entry never outlives its marker, even across a crash)."""
+        self.producer_state  # noqa: B018  the indexes load with the state
+        doomed = set(markers)
+        directory = self._local.path
+        for base, entries in list(self._aborted.items()):
+            kept = [e for e in entries if (e.producer_id, e.last_offset) not in doomed]
+            if len(kept) == len(entries):
+                continue
+            path = txn_index_path(directory, base)
+            if kept:
+                self._aborted[base] = kept
+                durable_files.write_atomically(path, txn_index.encode_entries(kept))
+            else:
+                del self._aborted[base]
+                path.unlink(missing_ok=True)
+                durable_files.fsync_directory(directory)
 
     def aborted_entries(self) -> dict[int, tuple[AbortedTxn, ...]]:
         """Every segment's aborted-transactions index entries, by segment base offset."""
