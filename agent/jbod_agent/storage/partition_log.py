@@ -38,6 +38,10 @@ Guarantees:
   of deleted segments (files removed at once). `aborted_transactions` is Kafka's collection for a
   fetch; `last_stable_offset` is `txn_index.last_stable_offset(first unstable offset, high
   watermark)`.
+* KIP-890 part 1's guards (`start_verification`, `verification_holds`, `verifications`) are
+  `jbod_core.txn_verification`'s, in memory only: every appended batch ends its producer's guard
+  as `txn_verification.after_batch` says, and a truncation that drops the producer state drops
+  them all.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
   local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
   worker thread while the event loop appends (`local_log`).
@@ -59,7 +63,7 @@ from jbod_agent.storage.local_log import (
     write_cleaner_checkpoint,
 )
 from jbod_agent.storage.log_segments import Segment
-from jbod_core import producer_state, txn_index
+from jbod_core import producer_state, txn_index, txn_verification
 from jbod_core.producer_state import ProducerState
 from jbod_core.txn_index import AbortedTxn
 from jbod_kafka import control_records, record_batch
@@ -102,6 +106,8 @@ class PartitionLog:
         self._first_unstable: int | None = None  # of `_producers`, kept with it (every fetch asks)
         self._aborted: dict[int, list[AbortedTxn]] = {}
         self.producers_changed = False  # since the last snapshot (`log_upkeep`)
+        # KIP-890 part 1: the guards of the verifications in flight (in memory only).
+        self._verifications = txn_verification.EMPTY
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -489,6 +495,31 @@ class PartitionLog:
         self._producers = state
         self._first_unstable = producer_state.first_unstable_offset(state)
 
+    def start_verification(self, batch: BatchHeader) -> txn_verification.Guard | None:
+        """The guard of a verification with the coordinator that the transactional `batch` needs
+        before it may start a transaction here, or None when its producer has an ongoing
+        transaction of its epoch (`txn_verification`)."""
+        producer_id, epoch = batch.producer_id, batch.producer_epoch
+        if not txn_verification.needs_verification(self.producer_state, producer_id, epoch):
+            return None
+        self._verifications, guard = txn_verification.start(
+            self._verifications, producer_id, epoch, batch.base_sequence
+        )
+        return guard
+
+    @property
+    def verifications(self) -> txn_verification.Verifications:
+        """The guards of the verifications of this partition's producers (`txn_verification`)."""
+        return self._verifications
+
+    def verification_holds(
+        self, producer_id: int, producer_epoch: int, guard: txn_verification.Guard
+    ) -> bool:
+        """Whether a batch verified with `guard` may be appended now (`txn_verification.may_append`)."""
+        return txn_verification.may_append(
+            self.producer_state, self._verifications, producer_id, producer_epoch, guard
+        )
+
     @property
     def transactions_loaded(self) -> bool:
         return self._producers is not None
@@ -585,6 +616,7 @@ class PartitionLog:
                 state, frame, header, header.max_timestamp_ms if now_ms is None else now_ms
             )
             self.producers_changed = True
+            self._verifications = txn_verification.after_batch(self._verifications, header)
             if aborted is not None:
                 self._append_aborted(aborted)
         if state is not self._producers:
@@ -615,6 +647,7 @@ class PartitionLog:
         """A truncation: the state and the indexes are rebuilt from the log on next use."""
         self._producers = None
         self._aborted = {}
+        self._verifications = txn_verification.EMPTY
 
     def _read_txn_indexes(self) -> dict[int, list[AbortedTxn]] | None:
         """The entries of every `.txnindex` in the replica dir, or None when one is damaged."""
