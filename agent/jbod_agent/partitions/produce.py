@@ -16,6 +16,9 @@ Guarantees:
   original offset and not written again; a sequence gap or a fenced epoch is refused with Kafka's
   code. The verdict and the append happen with no await in between, so two batches of one
   producer cannot both pass as next.
+* An idempotent or transactional batch, or a marker, to a partition whose producer state is not
+  loaded yet waits for it to load off the event loop (`PartitionLog.load_transactions_off_loop`),
+  then is admitted again.
 * A transactional batch given a `PartitionVerifier` (the Kafka listener's, KIP-890 part 1) whose
   producer has no ongoing transaction of its epoch here is verified with the coordinator before
   the producer state's verdict; after the yes it is appended only while the producer's guard
@@ -172,6 +175,8 @@ class Produce:
         it first (KIP-890 part 1, `_verified`)."""
         produced = record_batch.check_produced(batch)
         hosted, code, message = self._admit(topic, partition, acks)
+        if hosted is not None and produced.header.producer_id >= 0 and not hosted.log.transactions_loaded:
+            hosted, code, message = await self._loaded(hosted, topic, partition, acks)
         if hosted is None:
             return _failed(code, message)
         now_ms = wall_ms(self.clock)
@@ -223,6 +228,8 @@ class Produce:
         against the producer state first (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED),
         answered with acks=-1 (Kafka's coordinator append)."""
         hosted, code, message = self._admit(topic, partition, -1)
+        if hosted is not None and not hosted.log.transactions_loaded:
+            hosted, code, message = await self._loaded(hosted, topic, partition, -1)
         if hosted is None:
             return _failed(code, message)
         now_ms = wall_ms(self.clock)
@@ -295,6 +302,14 @@ class Produce:
         if isinstance(verdict, producer_state.Append):
             return txn_verification.sequence_refusal(hosted.log.verifications, header) or verdict
         return verdict
+
+    async def _loaded(
+        self, hosted: HostedPartition, topic: str, partition: int, acks: int
+    ) -> tuple[HostedPartition | None, ErrorCode, str]:
+        """`_admit` again once `hosted`'s producer state is loaded off the event loop
+        (`PartitionLog.load_transactions_off_loop`): leadership may have moved meanwhile."""
+        await hosted.log.load_transactions_off_loop()
+        return self._admit(topic, partition, acks)
 
     def _admit(self, topic: str, partition: int, acks: int) -> tuple[HostedPartition | None, ErrorCode, str]:
         """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""
