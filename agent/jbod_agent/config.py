@@ -157,6 +157,7 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    transaction_partition_verification_enable: bool = True  # KIP-890 part 1 on partition leaders
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     group_initial_rebalance_delay_ms: int = 3000
@@ -506,6 +507,7 @@ _FIELDS_OF_BROKER_KEYS: Final = {
             "transactional.id.expiration.ms",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms",
             "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "transaction.partition.verification.enable",
         )
     },
 }

@@ -20,7 +20,8 @@ Guarantees:
   at least 1 each as Kafka's) and the transaction coordinator's keys (`transaction.state.log.*`
   but its load buffer, `transaction.max.timeout.ms`, `transactional.id.expiration.ms`, the two
   `transaction.*.cleanup.interval.ms`, at least 1 each as Kafka's) are honoured from
-  server.properties only, as in Kafka.
+  server.properties only, as in Kafka; so is `transaction.partition.verification.enable`
+  (dynamic in Kafka).
 * `BrokerLevels` are the levels a value comes from, in Kafka's order: the broker's own dynamic
   value, the cluster default's (`--entity-default`), server.properties, the default.
   `describe_broker` and `topic_default` answer as Kafka's DescribeConfigs: the value of the first
@@ -188,6 +189,7 @@ _STATIC_RULES: Final[Mapping[str, Rule]] = {
     "transactional.id.expiration.ms": AtLeast(1),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": AtLeast(1),
     "transaction.remove.expired.transaction.cleanup.interval.ms": AtLeast(1),
+    "transaction.partition.verification.enable": NO_RULE,
 }
 # The dynamic keys Kafka lists only once set: (type, Kafka's default, documentation).
 _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {

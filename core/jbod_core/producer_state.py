@@ -43,8 +43,8 @@ A transactional batch of a producer with no ongoing transaction is appended and 
 `ProducerAppendInfo`. Kafka 4.3.1 refuses such a batch from a client (INVALID_TXN_STATE) unless
 the partition verified it with the transaction coordinator first (KIP-890 part 1,
 `transaction.partition.verification.enable`): that verification is not partition-local and is the
-produce path's, before `check` (issue 33's next increment); so is the refusal of a transactional
-batch from a client that is not authorized or not transactional.
+produce path's, before `check` (`jbod_core.txn_verification`); so is the refusal of a
+transactional batch from a client that is not authorized or not transactional.
 A marker is checked with the `transaction_version` of its WriteTxnMarkers request (Kafka's
 `checkProducerEpoch`: versions 0 and 1 accept a marker of the producer's epoch or higher, version 2
 only a higher one, the coordinator having bumped the epoch, or a retry of the last marker).
@@ -307,13 +307,16 @@ def _state(producers: dict[int, ProducerEntry]) -> ProducerState:
 
 
 class ProduceErrorCode(enum.IntEnum):
-    """Kafka's error codes that a producer-state check answers."""
+    """Kafka's error codes that a producer-state check, or a transactional batch's verification
+    with its coordinator (`txn_verification`), answers."""
 
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
     TRANSACTION_COORDINATOR_FENCED = 52
     INVALID_RECORD = 87
+    TRANSACTION_ABORTABLE = 120
 
 
 class AppendReason(enum.Enum):

@@ -4,10 +4,12 @@ after a truncation, retention and DeleteRecords."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from jbod_agent.storage import producers
 from jbod_agent.storage.partition_log import PartitionLog, txn_index_path
 from jbod_core import txn_index
 from jbod_core.txn_index import AbortedTxn
@@ -98,3 +100,60 @@ def test_transactions_in_the_log_survive_reopen_truncation_and_follow_segments(t
     assert all(int(p.name[:20]) in remaining for p in leader_dir.iterdir() if p.name.endswith(".txnindex"))
     log.close()
     follower.close()
+
+
+def test_the_producer_state_loads_off_the_event_loop_from_the_roll_snapshot(tmp_path: Path) -> None:
+    """A roll writes the producer snapshot (a load then replays at most the active segment); with
+    no snapshot, `load_transactions_off_loop` replays in a worker thread and catches up on the
+    loop with what was appended meanwhile: the same state and aborted index as a load on first
+    use; a truncation meanwhile discards its result."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    log = PartitionLog.open(directory, segment_bytes=400)
+    sequences = {1: 0, 2: 0}
+    for round_ in range(6):
+        for producer in (1, 2):
+            log.append_as_leader(txn_batch(producer, sequences[producer], 2), leader_epoch=0, now_ms=1000)
+            sequences[producer] += 2
+        done = ControlRecordType.ABORT if round_ % 2 else ControlRecordType.COMMIT
+        log.append_marker_as_leader(marker(1, done), leader_epoch=0, now_ms=2000)
+    assert len(log.segments()) > 3
+    snapshot = producers.read_snapshot(log)
+    assert snapshot is not None and snapshot[0] > log.segments()[-2].base_offset  # the last roll's
+    state, aborted = log.producer_state, log.aborted_entries()
+    log.close()
+    (directory / producers.SNAPSHOT_FILE).unlink()
+
+    async def load_while_appending(log: PartitionLog) -> None:
+        loading = asyncio.ensure_future(log.load_transactions_off_loop())
+        for _turn in range(2):  # the load's task, then its inner one: it took its end offset
+            await asyncio.sleep(0)  # and replays in its thread (it can resume only after we yield)
+        # (a marker now would load the state at once, on the loop: it completes a transaction)
+        log.append_as_leader(txn_batch(2, sequences[2], 1), leader_epoch=0, now_ms=3000)
+        await loading
+
+    log = PartitionLog.open(directory, segment_bytes=400)
+    asyncio.run(load_while_appending(log))
+    assert log.transactions_loaded
+    loaded_state, loaded_aborted = log.producer_state, log.aborted_entries()
+    log.close()
+    (directory / producers.SNAPSHOT_FILE).unlink(missing_ok=True)
+    reference = PartitionLog.open(directory, segment_bytes=400)
+    assert reference.producer_state == loaded_state != state
+    assert loaded_state.producers[2].batches[-1].first_offset == reference.end_offset - 1  # caught up
+    assert reference.aborted_entries() == loaded_aborted == aborted
+    reference.close()
+
+    async def truncated_meanwhile(log: PartitionLog) -> None:
+        loading = asyncio.ensure_future(log.load_transactions_off_loop())
+        for _turn in range(2):
+            await asyncio.sleep(0)
+        log.truncate_to(log.segments()[-1].base_offset)
+        await loading
+
+    (directory / producers.SNAPSHOT_FILE).unlink(missing_ok=True)
+    log = PartitionLog.open(directory, segment_bytes=400)
+    asyncio.run(truncated_meanwhile(log))
+    assert not log.transactions_loaded  # discarded: the next use loads the truncated log
+    assert log.producer_state == producers.load(log)
+    log.close()

@@ -61,8 +61,10 @@ def test_the_error_codes_are_kafkas() -> None:
         "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
         "INVALID_PRODUCER_EPOCH": 47,
         "INVALID_TXN_STATE": 48,
+        "INVALID_PRODUCER_ID_MAPPING": 49,
         "TRANSACTION_COORDINATOR_FENCED": 52,
         "INVALID_RECORD": 87,
+        "TRANSACTION_ABORTABLE": 120,
     }
 
 

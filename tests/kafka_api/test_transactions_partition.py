@@ -172,7 +172,13 @@ def test_read_committed_sees_committed_records_up_to_the_lso_across_failover_and
     tmp_path: Path,
 ) -> None:
     with contextlib.ExitStack() as stack:
-        kafka = start_kafka_cluster(stack, tmp_path, controller_args=CONTROLLER_ARGS)
+        # Raw producer ids of no transactional id: the leader must not verify them (KIP-890 part 1).
+        kafka = start_kafka_cluster(
+            stack,
+            tmp_path,
+            controller_args=CONTROLLER_ARGS,
+            transaction_partition_verification_enable="false",
+        )
         topic = new_topic(kafka, partitions=1)
         wait_for(lambda: full_isr(kafka, topic), timeout=60, what="the ISR full")
         (a, a_epoch), (b, b_epoch), (c, c_epoch) = producer_id(kafka), producer_id(kafka), producer_id(kafka)

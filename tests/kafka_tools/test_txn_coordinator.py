@@ -307,7 +307,7 @@ def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordina
         for t in verified.results_by_transaction
         for r in t.topic_results
         for p in r.results_by_partition
-    ] == [(0, 0), (2, 133)]
+    ] == [(0, 0), (2, 120)]  # TRANSACTION_ABORTABLE
     listed = cluster.ok(cluster.run("kafka-transactions.sh", ["list"]))
     [row] = [line.split() for line in listed.splitlines() if transactional_id in line]
     assert row[1:] == [str(node), str(pid), "Ongoing"], listed

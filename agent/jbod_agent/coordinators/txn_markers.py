@@ -1,6 +1,6 @@
 """How a transaction coordinator sends WriteTxnMarkers (API 27, v1) to partition leaders: as a
 Kafka request over each leader's inter-broker listener, the follower fetcher's way
-(`replication.peer_link`), itself included (one path for every leader).
+(`replication.peer_links`), itself included (one path for every leader).
 
 Guarantees:
 * One connection per leader, opened on first use and reopened after any failure; one request in
@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from typing import Final
 
 from jbod_agent.coordinators.txn_coordinator import TxnMarker
-from jbod_agent.replication.peer_link import INTER_BROKER_USER, PeerConnection, PeerError, PeerLogin
+from jbod_agent.replication.peer_link import PeerError
+from jbod_agent.replication.peer_links import InterBrokerLinks
 from jbod_agent.state import AgentState
 from jbod_core.errors import ErrorCode
 from jbod_core.transactions import TopicPartition
 from jbod_kafka import protocol
-from jbod_runtime.tls import ClientTls
 
 log = logging.getLogger("jbod_agent.transactions")
 
@@ -39,12 +39,9 @@ class PeerMarkerSender:
     """WriteTxnMarkers to the leaders, over their inter-broker listeners (the module's guarantees)."""
 
     def __init__(self, state: AgentState, token: str) -> None:
-        self._state = state
-        self._token = token
-        self._links: dict[int, PeerConnection] = {}
+        self._links = InterBrokerLinks(state, token, client_id="txn-coordinator")
         self._queued: dict[int, list[tuple[TxnMarker, asyncio.Future[Mapping[TopicPartition, int]]]]] = {}
         self._senders: dict[int, asyncio.Task[None]] = {}
-        self._tls: ClientTls | None = None
 
     async def write_markers(self, leader: int, marker: TxnMarker) -> Mapping[TopicPartition, int]:
         """The leader's answer for `marker`'s partitions, sent with the markers queued meanwhile."""
@@ -86,14 +83,14 @@ class PeerMarkerSender:
             m.producer_id: dict.fromkeys(m.partitions, int(ErrorCode.NOT_LEADER_OR_FOLLOWER)) for m in markers
         }
         try:
-            link = await self._link(leader)
+            link = await self._links.link(leader)
             if link is None:
                 return answered
             response = await link.request(
                 WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION, _request(markers), timeout=TIMEOUT_S
             )
         except (PeerError, OSError) as exc:  # OSError: the client TLS files
-            self._drop(leader)
+            self._links.drop(leader)
             log.debug("WriteTxnMarkers to broker %d failed: %s", leader, exc)
             return answered
         for result in response.markers:
@@ -107,48 +104,6 @@ class PeerMarkerSender:
                         errors[key] = int(partition.error_code.value)
         return answered
 
-    async def _link(self, leader: int) -> PeerConnection | None:
-        link = self._links.get(leader)
-        if link is not None and not link.closed:
-            return link
-        config = self._state.config
-        reg = self._state.image.brokers.get(leader)
-        endpoint = next(
-            (
-                (listener.host, listener.port)
-                for listener in (() if reg is None else reg.listeners)
-                if listener.name == config.inter_broker_listener_name
-            ),
-            None,
-        )
-        if endpoint is None:
-            return None
-        listener = config.inter_broker_listener
-        tls = None
-        if listener.tls:
-            if self._tls is None:
-                self._tls = config.client_tls()
-            self._tls.refresh()
-            tls = self._tls.context
-        link = await PeerConnection.open(
-            *endpoint,
-            tls=tls,
-            login=PeerLogin(
-                config.sasl_mechanism_inter_broker_protocol if listener.authenticates else None,
-                INTER_BROKER_USER,
-                self._token,
-            ),
-            client_id=f"broker-{self._state.node_id}-txn-coordinator",
-            timeout=TIMEOUT_S,
-        )
-        self._links[leader] = link
-        return link
-
-    def _drop(self, leader: int) -> None:
-        link = self._links.pop(leader, None)
-        if link is not None:
-            link.close()
-
     def close(self) -> None:
         for sender in self._senders.values():
             sender.cancel()
@@ -156,8 +111,7 @@ class PeerMarkerSender:
             for _marker, answer in queue:
                 answer.cancel()
         self._queued.clear()
-        for leader in list(self._links):
-            self._drop(leader)
+        self._links.close()
 
 
 def _request(markers: list[TxnMarker]) -> object:

@@ -31,6 +31,7 @@ from jbod_agent.partitions.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from jbod_agent.coordinators.group_coordinator import GroupCoordinator
+    from jbod_agent.coordinators.txn_verifier import TxnVerifier
 from jbod_agent.ports import Clock
 from jbod_agent.replication.mover import Mover
 from jbod_agent.replication.peer_link import INTER_BROKER_USER
@@ -105,6 +106,7 @@ class BrokerContext:
     clock: Clock
     fetch_sessions: ConsumerSessions = field(default_factory=ConsumerSessions)
     group_coordinator: GroupCoordinator | None = None  # set once built (WriteTxnMarkers tells it markers)
+    txn_verifier: TxnVerifier | None = None  # set once built (KIP-890 part 1 verification of produces)
     authorizer: acls.Authorizer = field(init=False)
 
     def __post_init__(self) -> None:

@@ -6,7 +6,8 @@ Guarantees:
   watermark; with `isolation_level` 1 (read_committed) only below the last stable offset, with
   the aborted transactions of the range returned (`PartitionLog.aborted_transactions`, Kafka's
   collection over the segments' `.txnindex`; empty when nothing is returned), null under
-  read_uncommitted; `last_stable_offset` is always the LSO. Each partition gets at
+  read_uncommitted; `last_stable_offset` is always the LSO (a partition's producer state is
+  loaded off the event loop before its first read: `PartitionLog.load_transactions_off_loop`). Each partition gets at
   most `partition_max_bytes` and the response at most `max_bytes` (librdkafka's
   `fetch.max.bytes`, whose receive buffer is sized to it), except that the first partition with
   data always gets its first batch (KIP-74); a later partition whose next batch does not fit gets
@@ -42,10 +43,11 @@ Guarantees:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -321,6 +323,19 @@ async def _replica_fetch(ctx: BrokerContext, conn: Connection, request: protocol
     return replica_wire.response_of(answer, version, names, correlation_id=request.header.correlation_id)
 
 
+async def _transactions_loaded(ctx: BrokerContext, wanted: Sequence[Wanted], *, by_id: bool) -> None:
+    """The producer state of each hosted partition fetched, loaded off the event loop first (the
+    LSO a fetch answers needs it: `PartitionLog.load_transactions_off_loop`)."""
+    loads = []
+    for item in wanted:
+        topic = _topic_name(ctx, item, by_id=by_id)
+        hosted = None if topic is None else ctx.manager.lookup(topic, item.key[1])[0]
+        if hosted is not None and not hosted.log.transactions_loaded:
+            loads.append(hosted.log.load_transactions_off_loop())
+    if loads:
+        await asyncio.gather(*loads)
+
+
 async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
     body = request.body
     if replica_wire.replica_id_of(body, request.header.api_version) >= 0:
@@ -359,6 +374,7 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         version=request.header.api_version,
         read_committed=int(getattr(body, "isolation_level", 0)) == READ_COMMITTED,
     )
+    await _transactions_loaded(ctx, plan.wanted, by_id=by_id)
     while True:
         answers, total, hosted_parts = _read_all(
             ctx, plan.wanted, max_bytes, reading=reading, readable=readable

@@ -26,8 +26,14 @@ Guarantees:
 * A request whose batches are transactional needs a transactional id the principal may WRITE
   (Kafka's check): otherwise every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) and
   nothing is appended. The transaction itself is the producer state's (INVALID_TXN_STATE 48 for a
-  non-transactional batch of a producer with an ongoing transaction); KIP-890 part 1 verification
-  with the coordinator is not done yet (docs/decisions.md).
+  non-transactional batch of a producer with an ongoing transaction). KIP-890 part 1 (with
+  `transaction.partition.verification.enable`, the default): a transactional batch whose producer
+  has no ongoing transaction of its epoch on the partition is verified with the transactional
+  id's coordinator first (`coordinators.txn_verifier`, `Produce.append_batch`): appended only if
+  the coordinator has the partition in the producer's ongoing transaction and no marker of the
+  producer was appended meanwhile (`jbod_core.txn_verification`), else INVALID_TXN_STATE 48
+  (TRANSACTION_ABORTABLE 120 from Produce v11), NOT_ENOUGH_REPLICAS 19 while the coordinator
+  cannot answer, INVALID_PRODUCER_EPOCH 47 for a fenced producer, as Kafka 4.3.1.
 * Kafka's ACLs: a topic the principal may not WRITE is TOPIC_AUTHORIZATION_FAILED (29) for each of
   its partitions, nothing appended (`BrokerContext.allows`).
 """
@@ -44,7 +50,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
-from jbod_agent.partitions.produce import ProduceResult
+from jbod_agent.partitions.produce import PartitionVerifier, ProduceResult
 from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
@@ -143,8 +149,14 @@ def _refused(
     return None
 
 
-async def _produce_partition(
-    ctx: BrokerContext, part: _Partition, *, acks: int, timeout_ms: int, internal_allowed: bool
+async def _produce_partition(  # noqa: PLR0913  the partition, then how it is appended
+    ctx: BrokerContext,
+    part: _Partition,
+    *,
+    acks: int,
+    timeout_ms: int,
+    internal_allowed: bool,
+    verifier: PartitionVerifier | None,
 ) -> _PartitionResult:
     index = part.index
     batch = bytes(part.records or b"")
@@ -153,7 +165,9 @@ async def _produce_partition(
         return refused
     assert part.topic is not None  # an unknown topic id is refused above
     try:
-        result = await ctx.produce.append_batch(part.topic, index, batch, acks=acks, timeout_ms=timeout_ms)
+        result = await ctx.produce.append_batch(
+            part.topic, index, batch, acks=acks, timeout_ms=timeout_ms, verifier=verifier
+        )
     except record_batch.CorruptBatchError as exc:
         if exc.fault is record_batch.BatchFault.INVALID:
             return _failed(index, KafkaError.invalid_record, str(exc))
@@ -231,6 +245,14 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
             )
         )
     transactional = any(_is_transactional(records) for _k, _n, parts in topics for _i, records in parts)
+    verifier = (
+        ctx.txn_verifier.for_request(body.transactional_id, request.header.api_version)
+        if transactional
+        and body.transactional_id is not None
+        and ctx.txn_verifier is not None
+        and ctx.state.config.transaction_partition_verification_enable
+        else None
+    )
     if transactional and not (
         body.transactional_id is not None
         and ctx.allows(conn, WRITE, Resource(ResourceType.TRANSACTIONAL_ID, body.transactional_id))
@@ -260,6 +282,7 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
                         acks=acks,
                         timeout_ms=timeout_ms,
                         internal_allowed=request.header.client_id == ADMIN_CLIENT_ID,
+                        verifier=verifier,
                     )
                     for _key, name, parts in topics
                     for index, records in parts

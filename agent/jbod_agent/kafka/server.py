@@ -21,6 +21,7 @@ from jbod_agent.config import BrokerConfig
 from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, GroupCoordinator
 from jbod_agent.coordinators.txn_coordinator import TxnCoordinator, TxnSettings
 from jbod_agent.coordinators.txn_markers import PeerMarkerSender
+from jbod_agent.coordinators.txn_verifier import TxnVerifier
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
@@ -35,6 +36,7 @@ from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_agent.kafka.txn_api import TxnApis
 from jbod_agent.kafka.txn_markers_api import TxnMarkersApi
 from jbod_agent.lifecycle.agent import Agent
+from jbod_agent.replication.peer_links import InterBrokerLinks
 from jbod_client.controller import ControllerLink
 from jbod_core import groups, transactions
 from jbod_runtime.tls import ServerTls
@@ -80,6 +82,7 @@ class BrokerApis:
     creator: TopicCreator
     txns: TxnApis
     markers: PeerMarkerSender
+    verifier: TxnVerifier
 
 
 def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
@@ -122,6 +125,10 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         clock=agent.clock,
         settings=txn_settings(config),
     )
+    verifier = TxnVerifier(
+        agent.state, txn_coordinator, InterBrokerLinks(agent.state, agent.token, client_id="txn-verifier")
+    )
+    ctx.txn_verifier = verifier
     txn_apis = TxnApis(ctx, txn_coordinator, forwarder, idempotent_init=admin.init_producer_id)
     group_apis.find_transaction_coordinator = txn_apis.find_coordinator
     creator = TopicCreator(agent.state, forwarder, agent.clock)
@@ -136,7 +143,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
     }
     authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
     kafka = KafkaApis(ctx, authenticator, handlers)
-    return BrokerApis(kafka, admin, group_apis, coordinator, creator, txn_apis, markers)
+    return BrokerApis(kafka, admin, group_apis, coordinator, creator, txn_apis, markers, verifier)
 
 
 class KafkaListeners:
@@ -160,6 +167,7 @@ class KafkaListeners:
         self._apis.coordinator.close()
         self._apis.txns.coordinator.close()
         self._apis.markers.close()
+        self._apis.verifier.close()
         await self._apis.txns.aclose()
         await self._apis.groups.aclose()
         await self._apis.creator.aclose()

@@ -193,6 +193,7 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.fetchers.close()
+        self.log_upkeep.save_producer_snapshots()
         await asyncio.to_thread(self.log_upkeep.flush_dirty)
         await self.follower.save_cache()
         self.manager.close()

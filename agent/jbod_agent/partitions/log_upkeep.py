@@ -10,7 +10,8 @@ Guarantees:
   high watermark); a moved log start wakes the fetches waiting on the partition.
 * An I/O error takes the dir offline (`ReplicaManager.storage_error`) — unless the partition was
   removed or replaced meanwhile; a log closed meanwhile is skipped.
-* `flush_dirty` is the same flush, blocking, for the agent's shutdown.
+* `flush_dirty` is the same flush, blocking, for the agent's shutdown, after
+  `save_producer_snapshots` saved every changed producer state (Kafka's snapshot at shutdown).
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ class LogUpkeep:
                         manager.storage_error(hosted, exc, "flushing")
                 except ValueError:
                     pass  # closed meanwhile
+
+    def save_producer_snapshots(self) -> None:
+        """Snapshot every changed producer state now, on the event loop (no append can come
+        between reading a state and its log's end offset): the agent's clean shutdown, before
+        `flush_dirty`, so a restart loads each state from its snapshot without a replay."""
+        for hosted in list(self.manager.partitions.values()):
+            self._save_producers(hosted)
 
     def flush_dirty(self) -> None:
         """fsync every dirty log now (blocking: the agent's shutdown runs it in a worker thread)."""

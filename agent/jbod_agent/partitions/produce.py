@@ -16,6 +16,16 @@ Guarantees:
   original offset and not written again; a sequence gap or a fenced epoch is refused with Kafka's
   code. The verdict and the append happen with no await in between, so two batches of one
   producer cannot both pass as next.
+* An idempotent or transactional batch, or a marker, to a partition whose producer state is not
+  loaded yet waits for it to load off the event loop (`PartitionLog.load_transactions_off_loop`),
+  then is admitted again.
+* A transactional batch given a `PartitionVerifier` (the Kafka listener's, KIP-890 part 1) whose
+  producer has no ongoing transaction of its epoch here is verified with the coordinator before
+  the producer state's verdict; after the yes it is appended only while the producer's guard
+  holds (`jbod_core.txn_verification`: no marker or transactional batch of the producer
+  appended meanwhile; else INVALID_TXN_STATE), and a batch above the lowest sequence verified
+  since the producer's last append is OUT_OF_ORDER_SEQUENCE_NUMBER (Kafka's). The group
+  coordinator's batches are not verified.
 * acks=0 is answered at once, acks=1 once written, acks=-1 once the high watermark covers the
   records (`HostedPartition.advance_high_watermark` answers it), else REQUEST_TIMED_OUT (7) after
   `timeout_ms` of the injected clock; NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) when the ISR shrank
@@ -47,12 +57,12 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from jbod_agent.partitions.replica_manager import AckWaiter, HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage.partition_log import PartitionLog
-from jbod_core import log_validator, producer_state, replication, txn_offsets
+from jbod_core import log_validator, producer_state, replication, txn_offsets, txn_verification
 from jbod_core.errors import ErrorCode
 from jbod_kafka import control_records, record_batch
 from jbod_kafka.control_records import ControlRecordType
@@ -85,6 +95,18 @@ class ProduceResult:
 
 def _failed(error: ProduceError, message: str) -> ProduceResult:
     return ProduceResult(error, message=message)
+
+
+class PartitionVerifier(Protocol):
+    """Asks a transactional producer's coordinator whether a partition is in its ongoing
+    transaction (KIP-890 part 1; `jbod_agent.coordinators.txn_verifier` is one, bound to the
+    request's transactional id)."""
+
+    async def verify(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int
+    ) -> txn_verification.Unverified | None:
+        """None when the partition is in the producer's ongoing transaction, else the partition's
+        answer (`txn_verification.produce_answer`)."""
 
 
 def _validated(
@@ -142,18 +164,25 @@ class Produce:
         acks: int,
         timeout_ms: int,
         coordinator: bool = False,
+        verifier: PartitionVerifier | None = None,
     ) -> ProduceResult:
         """One batch appended as it came, stamped with its offset and the leader epoch (the
         module docstring says what is checked first). `CorruptBatchError` for a batch Kafka would
         refuse, before anything is written; `ValueError` for one the log refuses. `coordinator`:
         a batch of this broker's group coordinator (Kafka's COORDINATOR origin): of a producer,
-        only its epoch is checked (`txn_offsets.coordinator_epoch_refusal`), not its sequence."""
+        only its epoch is checked (`txn_offsets.coordinator_epoch_refusal`), not its sequence.
+        `verifier`: a transactional batch that would start a transaction here is verified with
+        it first (KIP-890 part 1, `_verified`)."""
         produced = record_batch.check_produced(batch)
         hosted, code, message = self._admit(topic, partition, acks)
+        if hosted is not None and produced.header.producer_id >= 0 and not hosted.log.transactions_loaded:
+            hosted, code, message = await self._loaded(hosted, topic, partition, acks)
         if hosted is None:
             return _failed(code, message)
         now_ms = wall_ms(self.clock)
         validated = _validated(hosted, produced, now_ms)
+        if verifier is not None and not coordinator and not isinstance(validated, ProduceResult):
+            validated = await self._verified(hosted, validated, verifier)
         if isinstance(validated, ProduceResult):
             return validated
         produced = validated
@@ -199,6 +228,8 @@ class Produce:
         against the producer state first (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED),
         answered with acks=-1 (Kafka's coordinator append)."""
         hosted, code, message = self._admit(topic, partition, -1)
+        if hosted is not None and not hosted.log.transactions_loaded:
+            hosted, code, message = await self._loaded(hosted, topic, partition, -1)
         if hosted is None:
             return _failed(code, message)
         now_ms = wall_ms(self.clock)
@@ -225,6 +256,35 @@ class Produce:
 
         return await self._append_and_ack(hosted, append, acks=-1, timeout_ms=timeout_ms)
 
+    async def _verified(
+        self, hosted: HostedPartition, batch: record_batch.CheckedBatch, verifier: PartitionVerifier
+    ) -> record_batch.CheckedBatch | ProduceResult:
+        """`batch` when it may go on to the producer state's verdict: it is not transactional, or
+        its producer has an ongoing transaction of its epoch here, or the coordinator said the
+        partition is in its ongoing transaction and no marker or transactional batch of the
+        producer was appended meanwhile (`txn_verification`); else the partition's answer."""
+        header = batch.header
+        producer_id, epoch = header.producer_id, header.producer_epoch
+        if not header.is_transactional or producer_id < 0:
+            return batch
+        guard = hosted.log.start_verification(header)
+        if guard is None:
+            return batch
+        unverified = await verifier.verify(hosted.topic, hosted.key[1], producer_id, epoch)
+        if unverified is not None:
+            return _failed(unverified.error, unverified.message)
+        if hosted.role is not Role.LEADER or self.manager.partitions.get(hosted.key) is not hosted:
+            return _failed(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{hosted.name}: leadership moved while verifying"
+            )
+        if not hosted.log.verification_holds(producer_id, epoch, guard):
+            return _failed(
+                producer_state.ProduceErrorCode.INVALID_TXN_STATE,
+                f"The transaction of producer {producer_id} ended on {hosted.name} while the partition was "
+                "verified with its coordinator",
+            )
+        return batch
+
     def _producer_verdict(
         self, hosted: HostedPartition, header: record_batch.BatchHeader, *, coordinator: bool
     ) -> producer_state.Verdict:
@@ -238,7 +298,18 @@ class Produce:
                 if refusal is not None
                 else producer_state.Append(producer_state.AppendReason.COORDINATOR)
             )
-        return producer_state.check(state, header)
+        verdict = producer_state.check(state, header)
+        if isinstance(verdict, producer_state.Append):
+            return txn_verification.sequence_refusal(hosted.log.verifications, header) or verdict
+        return verdict
+
+    async def _loaded(
+        self, hosted: HostedPartition, topic: str, partition: int, acks: int
+    ) -> tuple[HostedPartition | None, ErrorCode, str]:
+        """`_admit` again once `hosted`'s producer state is loaded off the event loop
+        (`PartitionLog.load_transactions_off_loop`): leadership may have moved meanwhile."""
+        await hosted.log.load_transactions_off_loop()
+        return self._admit(topic, partition, acks)
 
     def _admit(self, topic: str, partition: int, acks: int) -> tuple[HostedPartition | None, ErrorCode, str]:
         """`lookup`, then the acks admission against the ISR and `min.insync.replicas`."""

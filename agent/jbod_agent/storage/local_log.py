@@ -685,6 +685,11 @@ class LocalLog:
 
     # -- compaction ----------------------------------------------------------------------------
 
+    @property
+    def segment_count(self) -> int:
+        """How many segments the log has (a roll adds one)."""
+        return len(self._bases)
+
     def segments(self) -> tuple[Segment, ...]:
         """The segments, oldest first (the last is the active one): what a cleaner plans on. The
         objects stay the log's; a cleaner reads their files through fds of its own."""

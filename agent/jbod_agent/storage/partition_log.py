@@ -29,7 +29,12 @@ Guarantees:
   skipped): loaded on first use from the snapshot (`producers.read_snapshot`) and a replay of
   the batches after it, then kept by every append (`append_as_leader`, `append_marker_as_leader`,
   `append_replicated`: a marker loads it before it is appended); a truncation that removes
-  anything drops it, to be rebuilt at the next use.
+  anything drops it, to be rebuilt at the next use. `load_transactions_off_loop` is the same
+  load with the replay in a worker thread (its own fds, up to the end offset of when it
+  started; the batches appended meanwhile replayed on the loop after it; discarded when a
+  truncation came meanwhile). An append that rolls a segment, with the state loaded, saves the
+  snapshot at the new end offset (Kafka's snapshot at a roll): a load replays at most the
+  active segment.
 * `aborted_entries()` holds, for each segment, the aborted transactions whose marker is in it, in
   log order, and the `.txnindex` files hold exactly that once loaded: an abort marker's entry is
   appended to its segment's file; a load reads the entries of markers before the snapshot from
@@ -39,6 +44,10 @@ Guarantees:
   cleaning found without data (before it swaps). `aborted_transactions` is Kafka's collection for a
   fetch; `last_stable_offset` is `txn_index.last_stable_offset(first unstable offset, high
   watermark)`.
+* KIP-890 part 1's guards (`start_verification`, `verification_holds`, `verifications`) are
+  `jbod_core.txn_verification`'s, in memory only: every appended batch ends its producer's guard
+  as `txn_verification.after_batch` says, and a truncation that drops the producer state drops
+  them all.
 * OSErrors propagate untouched (the caller classifies them and takes the disk offline), with the
   local log's guarantees after a failed write. Not thread-safe, except that `flush` may run in a
   worker thread while the event loop appends (`local_log`).
@@ -46,6 +55,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -60,7 +71,7 @@ from jbod_agent.storage.local_log import (
     write_cleaner_checkpoint,
 )
 from jbod_agent.storage.log_segments import Segment
-from jbod_core import producer_state, txn_index
+from jbod_core import producer_state, txn_index, txn_verification
 from jbod_core.producer_state import ProducerState
 from jbod_core.txn_index import AbortedTxn
 from jbod_kafka import control_records, record_batch
@@ -103,6 +114,11 @@ class PartitionLog:
         self._first_unstable: int | None = None  # of `_producers`, kept with it (every fetch asks)
         self._aborted: dict[int, list[AbortedTxn]] = {}
         self.producers_changed = False  # since the last snapshot (`log_upkeep`)
+        # KIP-890 part 1: the guards of the verifications in flight (in memory only).
+        self._verifications = txn_verification.EMPTY
+        self._loading: asyncio.Future[None] | None = None  # `load_transactions_off_loop`
+        self._generation = 0  # of the transactions' state: a truncation starts a new one
+        self._rolled = False  # the last append rolled a segment (`_track` snapshots the state)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -304,7 +320,9 @@ class PartitionLog:
         empty log's first epoch still owes."""
         if self._checkpoint_dirty:
             self._write_checkpoint()
+        segments = self._local.segment_count
         self._local.append(data, headers, now_ms=now_ms)
+        self._rolled = self._local.segment_count != segments
         self._unflushed_messages += sum(h.record_count for h in headers)
 
     # -- reading -------------------------------------------------------------------------------
@@ -490,6 +508,31 @@ class PartitionLog:
         self._producers = state
         self._first_unstable = producer_state.first_unstable_offset(state)
 
+    def start_verification(self, batch: BatchHeader) -> txn_verification.Guard | None:
+        """The guard of a verification with the coordinator that the transactional `batch` needs
+        before it may start a transaction here, or None when its producer has an ongoing
+        transaction of its epoch (`txn_verification`)."""
+        producer_id, epoch = batch.producer_id, batch.producer_epoch
+        if not txn_verification.needs_verification(self.producer_state, producer_id, epoch):
+            return None
+        self._verifications, guard = txn_verification.start(
+            self._verifications, producer_id, epoch, batch.base_sequence
+        )
+        return guard
+
+    @property
+    def verifications(self) -> txn_verification.Verifications:
+        """The guards of the verifications of this partition's producers (`txn_verification`)."""
+        return self._verifications
+
+    def verification_holds(
+        self, producer_id: int, producer_epoch: int, guard: txn_verification.Guard
+    ) -> bool:
+        """Whether a batch verified with `guard` may be appended now (`txn_verification.may_append`)."""
+        return txn_verification.may_append(
+            self.producer_state, self._verifications, producer_id, producer_epoch, guard
+        )
+
     @property
     def transactions_loaded(self) -> bool:
         return self._producers is not None
@@ -606,10 +649,14 @@ class PartitionLog:
                 state, frame, header, header.max_timestamp_ms if now_ms is None else now_ms
             )
             self.producers_changed = True
+            self._verifications = txn_verification.after_batch(self._verifications, header)
             if aborted is not None:
                 self._append_aborted(aborted)
         if state is not self._producers:
             self._set_producers(state)
+        if self._rolled:  # Kafka's snapshot at a roll: a load replays at most the active segment
+            self._rolled = False
+            producers.save(self, state)
 
     def _segment_base_of(self, offset: int) -> int | None:
         base = None
@@ -636,6 +683,8 @@ class PartitionLog:
         """A truncation: the state and the indexes are rebuilt from the log on next use."""
         self._producers = None
         self._aborted = {}
+        self._verifications = txn_verification.EMPTY
+        self._generation += 1  # a load running in a thread is discarded
 
     def _read_txn_indexes(self) -> dict[int, list[AbortedTxn]] | None:
         """The entries of every `.txnindex` in the replica dir, or None when one is damaged."""
@@ -665,6 +714,11 @@ class PartitionLog:
             snapshot if snapshot is not None else (self._local.log_start_offset, producer_state.EMPTY)
         )
         kept = [e for entries in (indexes or {}).values() for e in entries if e.last_offset < start]
+        state = self._replay_on_loop(state, start, kept)
+        self._install(state, kept, indexes or {})
+
+    def _replay_on_loop(self, state: ProducerState, start: int, found: list[AbortedTxn]) -> ProducerState:
+        """`state` after every batch from `start` to the end (their aborted entries to `found`)."""
         for header in self._local.batch_headers(start):
             data: bytes | None = None
             if header.is_control and header.producer_id >= 0:
@@ -673,14 +727,84 @@ class PartitionLog:
                 ]
             state, aborted = self._step(state, data or b"", header, header.max_timestamp_ms)
             if aborted is not None:
-                kept.append(aborted)
+                found.append(aborted)
+        return state
+
+    async def load_transactions_off_loop(self) -> None:
+        """Load the producers' state and aborted index as `producer_state`'s first use does, but
+        replay the batches after the snapshot in a worker thread (own fds, up to the end offset
+        of when it started), then the few appended meanwhile on the event loop. Concurrent
+        callers share one load. A replay that fails (a segment deleted or renamed meanwhile), a
+        truncation meanwhile, or a damaged `.txnindex` leave the load to the next synchronous use."""
+        if self._producers is not None:
+            return
+        if self._loading is None or self._loading.done():
+            self._loading = asyncio.ensure_future(self._load_in_thread())
+        await asyncio.shield(self._loading)
+
+    async def _load_in_thread(self) -> None:
+        generation = self._generation
+        try:
+            indexes = self._read_txn_indexes()
+            if indexes is None or self._local.closed:
+                return  # a damaged index is repaired by the synchronous load
+            snapshot = producers.read_snapshot(self)
+            start, state = (
+                snapshot if snapshot is not None else (self._local.log_start_offset, producer_state.EMPTY)
+            )
+            end = self._local.end_offset
+            first = next(self._local.batch_headers(start), None)
+            found: list[AbortedTxn] = []
+            if first is not None and first.base_offset < end:
+                segments = [s for s in self._local.segments() if s.base_offset < end]
+                holding = bisect.bisect_right([s.base_offset for s in segments], first.base_offset) - 1
+                files = [
+                    (s.log_path, first.position if s is segments[holding] else 0, s.size)
+                    for s in segments[holding:]
+                ]
+                state, found = await asyncio.to_thread(self._replay_files, state, files, end)
+        except (OSError, ValueError):
+            return  # left to the synchronous load (which reports an I/O error to its caller)
+        if self._generation != generation or self._producers is not None or self._local.closed:
+            return
+        kept = [e for entries in indexes.values() for e in entries if e.last_offset < start]
+        kept += found
+        state = self._replay_on_loop(state, end, kept)
+        self._install(state, kept, indexes)
+
+    def _replay_files(
+        self, state: ProducerState, files: Sequence[tuple[Path, int, int]], end: int
+    ) -> tuple[ProducerState, list[AbortedTxn]]:
+        """The replay of the batches below `end` in `files` ((path, from byte, to byte), in log
+        order), on fds of its own: safe in a worker thread (the state and `_step` are pure)."""
+        found: list[AbortedTxn] = []
+        for path, position, size in files:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                for header in log_segments.walk_headers(fd, position, size):
+                    if header.base_offset >= end:
+                        return state, found
+                    data = b""
+                    if header.is_control and header.producer_id >= 0:
+                        data = os.pread(fd, header.size, header.position)
+                    state, aborted = self._step(state, data, header, header.max_timestamp_ms)
+                    if aborted is not None:
+                        found.append(aborted)
+            finally:
+                os.close(fd)
+        return state, found
+
+    def _install(
+        self, state: ProducerState, kept: list[AbortedTxn], indexes: dict[int, list[AbortedTxn]]
+    ) -> None:
+        """Take a loaded state and its aborted entries; the `.txnindex` files follow."""
         self._set_producers(state)
         self._aborted = {}
         for entry in sorted(kept, key=lambda e: e.last_offset):
             base = self._segment_base_of(entry.last_offset)
             if base is not None:
                 self._aborted.setdefault(base, []).append(entry)
-        self._write_txn_indexes(indexes or {})
+        self._write_txn_indexes(indexes)
 
     def _regroup_aborted(self) -> None:
         """After segments were deleted or merged: every entry in the index of the segment

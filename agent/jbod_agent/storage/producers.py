@@ -1,6 +1,7 @@
 """The producer state snapshot of a replica (Kafka's `.snapshot`): the idempotent and transactional
-producers' state (`jbod_core.producer_state`) that `PartitionLog` keeps, saved now and then so a
-rebuild replays only the batches after it.
+producers' state (`jbod_core.producer_state`) that `PartitionLog` keeps, saved at every segment
+roll (`PartitionLog`), with the periodic flush when it changed and at a clean shutdown
+(`log_upkeep`), so a rebuild replays only the batches after it.
 
 Guarantees:
 * `read_snapshot(log)` is (end offset, state) of the newest snapshot when it still describes a
