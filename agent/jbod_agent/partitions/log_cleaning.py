@@ -159,6 +159,10 @@ class LogCleaning:
                 return
             if self.manager.partitions.get(hosted.key) is not hosted:
                 continue
+            if not hosted.log.transactions_loaded and not hosted.log.closed:
+                await hosted.log.load_transactions_off_loop()  # the job reads the LSO and aborts
+            if self.manager.partitions.get(hosted.key) is not hosted:
+                continue
             job = self._job(hosted)
             if job is None:
                 continue
