@@ -9,9 +9,12 @@ by an aborted one) and fences a zombie producer: what it prints is the same on b
 
 `kafka-transactions.sh` against a transaction left open by a producer that never ends it (a
 transaction timeout of 15 minutes): `list` and `describe` show it Ongoing, `describe-producers` its
-first offset, `find-hanging` finds none hanging (the coordinator knows it), and `abort
+first offset, and `abort
 --start-offset` (WriteTxnMarkers from the Admin client to the leader, with the coordinator epoch
-the partition last saw: -1 here) ends it: the LSO advances past it and read_committed readers skip it.
+the partition last saw: -1 here) ends it: the LSO advances past it and read_committed readers skip
+it. And against an orphan: a transactional batch written with raw requests, an hour old, that no
+coordinator knows of (both clusters with `transaction.partition.verification.enable=false`, or a
+leader would refuse it): `find-hanging` finds it, `abort` ends it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,11 +36,18 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from e2e import kafka_tools
 from e2e.kafka_tools import JavaAdmin, KafkaInstall, ScramUser
 from e2e.wait import wait_for
+from jbod_agent.config import BrokerConfig
+from jbod_kafka import protocol, record_batch
 from jbod_local.kafka_clients import client_properties
 from tests.kafka_api.conftest import start_kafka_cluster
+from tests.kafka_api.raw_client import RawConnection
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+# Whether our brokers verify a transactional produce with the coordinator (KIP-890 part 1), which
+# the orphan transaction below must get past, as on Kafka with the same key.
+_VERIFYING = "transaction_partition_verification_enable" in {f.name for f in dataclasses.fields(BrokerConfig)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +60,8 @@ class Target:
     librdkafka: dict[str, Any]
     install: KafkaInstall
     leader: Callable[[str, int], int]
+    leader_address: Callable[[str, int], str]
+    password: str
     log_tail: Callable[[], str]
 
     def run(self, script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -74,7 +87,9 @@ def _tail(path: Path, lines: int = 30) -> str:
 def targets(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Target]]:  # noqa: F811
     base = tmp_path_factory.mktemp("java-txn")
     with contextlib.ExitStack() as stack:
-        ours = start_kafka_cluster(stack, base / "ours", brokers=3)
+        # A transactional batch no coordinator knows of is written with verification off (on both).
+        unverified = {"transaction_partition_verification_enable": "false"} if _VERIFYING else {}
+        ours = start_kafka_cluster(stack, base / "ours", brokers=3, **unverified)
         ours_properties = base / "ours.properties"
         ours_properties.write_text(client_properties(ours.admin_password))
 
@@ -83,6 +98,10 @@ def targets(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> 
             leader: int = next(p["leader"] for p in partitions if p["partitionIndex"] == partition)
             return leader
 
+        def our_leader_address(topic: str, partition: int) -> str:
+            address: str = ours.cluster.brokers[our_leader(topic, partition)].kafka["SASL_PLAINTEXT"]
+            return address
+
         def our_logs() -> str:
             return "\n".join(
                 f"--- b{n} agent.log\n{_tail(b.log_path, 15)}"
@@ -90,7 +109,11 @@ def targets(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> 
             )
 
         scram = ScramUser()
-        kafka = stack.enter_context(kafka_tools.KafkaCluster(install, scram=scram))
+        kafka = stack.enter_context(
+            kafka_tools.KafkaCluster(
+                install, scram=scram, properties={"transaction.partition.verification.enable": "false"}
+            )
+        )
         kafka_properties = base / "kafka.properties"
         kafka_properties.write_text("".join(f"{k}={v}\n" for k, v in scram.client_config().items()))
         kafka_librdkafka = {
@@ -102,7 +125,15 @@ def targets(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> 
         }
         yield [
             Target(
-                "ours", ours.bootstrap, ours_properties, ours.client_config(), install, our_leader, our_logs
+                "ours",
+                ours.bootstrap,
+                ours_properties,
+                ours.client_config(),
+                install,
+                our_leader,
+                our_leader_address,
+                ours.admin_password,
+                our_logs,
             ),
             Target(
                 "kafka",
@@ -111,6 +142,8 @@ def targets(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> 
                 kafka_librdkafka,
                 install,
                 lambda _topic, _partition: kafka.node_id,
+                lambda _topic, _partition: kafka.bootstrap,
+                scram.password,
                 lambda: _tail(kafka.server_log),
             ),
         ]
@@ -174,7 +207,7 @@ def _read_committed(target: Target, topic: str, end: int) -> list[str]:
     return values
 
 
-def _hanging_transaction(target: Target) -> dict[str, Any]:
+def _open_transaction(target: Target) -> dict[str, Any]:
     """Three records committed to partition 0 of a new topic, then two in a transaction that its
     producer never ends; what `kafka-transactions.sh` says of it, and after `abort`."""
     topic, transactional_id = f"h-{uuid.uuid4().hex[:8]}", f"hang-{uuid.uuid4().hex[:6]}"
@@ -192,7 +225,6 @@ def _hanging_transaction(target: Target) -> dict[str, Any]:
     for i in range(2):
         producer.produce(topic, f"open-{i}".encode(), partition=0)
     assert producer.flush(60) == 0
-    leader = target.leader(topic, 0)
     found: dict[str, Any] = {"lso_open": _last_stable_offset(target, topic)}
 
     listed = _columns(target.ok(target.run("kafka-transactions.sh", ["list"])))
@@ -218,9 +250,6 @@ def _hanging_transaction(target: Target) -> dict[str, Any]:
         open_producer["CurrentTransactionStartOffset"],
         open_producer["LatestCoordinatorEpoch"],
     )
-    hanging = target.run("kafka-transactions.sh", ["find-hanging", "--broker-id", str(leader)])
-    found["find-hanging"] = (hanging.returncode, hanging.stdout.strip().splitlines())
-
     abort = target.run(
         "kafka-transactions.sh", ["abort", "--topic", topic, "--partition", "0", "--start-offset", "3"]
     )
@@ -240,16 +269,91 @@ def _hanging_transaction(target: Target) -> dict[str, Any]:
     return found
 
 
-def test_kafka_transactions_sh_lists_describes_and_aborts_a_hanging_transaction_as_on_kafka(
+def _orphan_transaction(target: Target) -> dict[str, Any]:
+    """A transactional batch written with raw requests (Produce v9, the producer id and epoch of
+    an initialized transactional id that never adds the partition), timestamped an hour ago: an
+    open transaction no coordinator knows of. What `find-hanging` and `abort` do with it."""
+    topic, transactional_id = f"o-{uuid.uuid4().hex[:8]}", f"orphan-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(target.librdkafka)
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(60)
+    producer = Producer({**target.librdkafka, "transactional.id": transactional_id})
+    producer.init_transactions(60)
+    described = target.ok(
+        target.run("kafka-transactions.sh", ["describe", "--transactional-id", transactional_id])
+    )
+    header, values = (line.split() for line in described.strip().splitlines()[:2])
+    ids = dict(zip(header[:5], values[:5], strict=True))
+    pid, epoch = int(ids["ProducerId"]), int(ids["ProducerEpoch"])
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    batch = record_batch.encode_batch(
+        0, -1, an_hour_ago, [(None, b"orphan-0"), (None, b"orphan-1")],
+        producer_id=pid, producer_epoch=epoch, transactional=True,
+    )  # fmt: skip
+    with RawConnection(target.leader_address(topic, 0)) as conn:
+        assert int(conn.authenticate_scram("admin", target.password).error_code) == 0
+        answer = conn.request(
+            0,
+            9,
+            protocol.build(
+                protocol.request_type(0, 9),
+                transactional_id=transactional_id,
+                acks=-1,
+                timeout=30000,
+                topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+            ),
+        )
+    found: dict[str, Any] = {"produced": int(answer.responses[0].partition_responses[0].error_code)}
+    found["lso_open"] = _last_stable_offset(target, topic)
+    leader = target.leader(topic, 0)
+    hanging = target.run("kafka-transactions.sh", ["find-hanging", "--broker-id", str(leader)])
+    found["find-hanging"] = (
+        hanging.returncode,
+        [
+            (row["Topic"] == topic, row["Partition"], row["ProducerId"] == str(pid), row["StartOffset"])
+            for row in _columns(hanging.stdout)
+        ],
+    )
+    abort = ["abort", "--topic", topic, "--partition", "0", "--start-offset", "0"]
+    found["abort"] = target.run("kafka-transactions.sh", abort).returncode
+    found["lso_after_abort"] = wait_for(
+        lambda: (lso := _last_stable_offset(target, topic)) > 0 and lso,
+        timeout=30,
+        what=f"{target.name}: the LSO past the orphan transaction",
+    )
+    plain = Producer(target.librdkafka)
+    plain.produce(topic, b"after", partition=0)
+    assert plain.flush(60) == 0
+    found["read_committed"] = _read_committed(target, topic, found["lso_after_abort"] + 1)
+    after = target.run("kafka-transactions.sh", ["find-hanging", "--broker-id", str(leader)])
+    found["find-hanging-after"] = (after.returncode, len(_columns(after.stdout)))
+    producer.flush(0)
+    return found
+
+
+def test_kafka_transactions_sh_finds_and_aborts_an_orphan_transaction_as_on_kafka(
     targets: list[Target],
 ) -> None:
-    seen = {target.name: _hanging_transaction(target) for target in targets}
+    seen = {target.name: _orphan_transaction(target) for target in targets}
+    kafka = seen["kafka"]
+    assert kafka["produced"] == 0
+    assert kafka["lso_open"] == 0
+    assert kafka["find-hanging"] == (0, [(True, "0", True, "0")])
+    assert kafka["abort"] == 0
+    assert kafka["lso_after_abort"] == 3  # the two records and the abort marker
+    assert kafka["read_committed"] == ["after"]
+    assert kafka["find-hanging-after"] == (0, 0)
+    assert seen["ours"] == kafka, seen
+
+
+def test_kafka_transactions_sh_lists_describes_and_aborts_an_open_transaction_as_on_kafka(
+    targets: list[Target],
+) -> None:
+    seen = {target.name: _open_transaction(target) for target in targets}
     kafka = seen["kafka"]
     assert kafka["lso_open"] == 3
     assert kafka["list"] == ("Ongoing", True)
     assert kafka["describe"] == ("Ongoing", "0", True)
     assert kafka["describe-producers"] == ("3", "-1")
-    assert kafka["find-hanging"][0] == 0
     assert kafka["abort"] == 0
     assert kafka["read_committed"] == ["committed-0", "committed-1", "committed-2"]
     assert seen["ours"] == kafka, seen
