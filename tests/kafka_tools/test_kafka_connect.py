@@ -10,8 +10,8 @@ the new lines arrive, none twice.
 
 With `exactly.once.source.support=enabled` (KIP-618, issue 33) the FileStreamSource's task writes
 through a transactional producer (`kafka-transactions.sh list` shows its id), its lines and source
-offsets in one transaction each: read_committed, every line arrives exactly once, also after the
-worker is stopped and a new one resumes.
+offsets in one transaction each: read_committed, every line arrives exactly once, also when the
+worker is killed with SIGKILL while it copies and a new one resumes.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tests.kafka_tools.test_harness import install  # noqa: F401  the module's f
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 FIRST, MORE = 200, 100
+KILLED = 2000  # lines the exactly-once worker is copying when it is killed
 # The worker's internal topics, by the prefix of their worker keys (`config.storage.topic`, ...).
 INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": "connect-status"}
 
@@ -114,6 +115,12 @@ class ConnectWorker:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()  # a graceful stop commits the offsets
             self.process.wait(90)
+
+    def kill(self) -> None:
+        """SIGKILL: nothing is committed or closed (an open transaction stays open)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(30)
 
     def log_tail(self) -> str:
         path = self.work / "worker.out"
@@ -253,17 +260,19 @@ def _read_committed(kafka: KafkaCluster, topic: str, count: int, what: str) -> l
     return values
 
 
-def test_exactly_once_source_support_writes_each_line_once_in_transactions_across_a_restart(
+def test_exactly_once_source_support_writes_each_line_once_in_transactions_across_a_kill(
     install: KafkaInstall,  # noqa: F811
     kafka: KafkaCluster,
     tmp_path: Path,
 ) -> None:
     """`exactly.once.source.support=enabled` (KIP-618): the worker's leader fences the task's
     earlier producers (Admin.fenceProducers), the task's transactional producer writes the lines
-    and their source offsets (to the offsets topic) in one transaction per batch, and the worker
-    reads offsets read_committed. A read_committed consumer sees every line exactly once; after the
-    worker stops and a new one starts, it resumes from the committed offsets: the new lines
-    arrive, none twice."""
+    and their source offsets (to the offsets topic) in one transaction per poll, and the worker
+    reads offsets read_committed. A read_committed consumer sees every line exactly once. The
+    worker is then killed with SIGKILL as soon as it copies more lines, and a new worker resumes
+    from the committed offsets (an open transaction of the killed one aborted): every line
+    arrives, none twice. (Polls are left at their default size: FileStreamSource with a small
+    `batch.size` leaves the last lines of its read buffer until the file grows, on any broker.)"""
     source = tmp_path / "source.txt"
     source.write_text("".join(f"line {i}\n" for i in range(FIRST)))
     settings = {"exactly.once.source.support": "enabled"}
@@ -298,17 +307,30 @@ def test_exactly_once_source_support_writes_each_line_once_in_transactions_acros
         assert listed.returncode == 0, listed.stderr
         [task] = [line.split() for line in listed.stdout.splitlines() if "connect-cluster-source-0" in line]
         assert task[-1] in ("Ongoing", "PrepareCommit", "CompleteCommit"), listed.stdout
+
+        # Killed while it copies: some of these lines may be written, some in an open transaction.
+        probe = Consumer(kafka.client_config(**{"group.id": "eos-probe"}))
+        lines = TopicPartition("eos-lines", 0)
+        _low, before = probe.get_watermark_offsets(lines, timeout=10, cached=False)
+        with source.open("a") as more:
+            more.write("".join(f"line {i}\n" for i in range(FIRST, FIRST + KILLED)))
+        wait_for(
+            lambda: probe.get_watermark_offsets(lines, timeout=10, cached=False)[1] > before,
+            timeout=90,
+            what=lambda: f"more lines copied\n{worker.log_tail()}",
+        )
+        probe.close()
+        worker.kill()
     finally:
         worker.stop()
 
+    total = FIRST + KILLED + MORE
     with source.open("a") as more:
-        more.write("".join(f"line {i}\n" for i in range(FIRST, FIRST + MORE)))
+        more.write("".join(f"line {i}\n" for i in range(FIRST + KILLED, total)))
     worker = ConnectWorker(install, kafka, tmp_path / "worker", settings).start()
     try:
         wait_for(lambda: worker.running(("source",)), timeout=90, what=worker.log_tail)
-        every = _read_committed(
-            kafka, "eos-lines", FIRST + MORE, f"{FIRST + MORE} lines\n{worker.log_tail()}"
-        )
-        assert every == [f"line {i}" for i in range(FIRST + MORE)]
+        every = _read_committed(kafka, "eos-lines", total, f"{total} lines\n{worker.log_tail()}")
+        assert every == [f"line {i}" for i in range(total)]
     finally:
         worker.stop()
