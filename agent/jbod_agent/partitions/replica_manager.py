@@ -17,7 +17,7 @@ Guarantees:
   takes the dir offline and stops serving its partitions (a full dir keeps them).
 * Roles follow the metadata image: the broker leads a partition when the image names it leader,
   and follows the image's leader otherwise. `lookup` answers NOT_LEADER_OR_FOLLOWER (6) for a
-  partition it does not lead. Losing leadership fails the waiting acks=-1 produces and
+  partition it does not lead (with `any_replica`, only for one it does not hold). Losing leadership fails the waiting acks=-1 produces and
   DeleteRecords with 6; a removal fails them with the removal's code.
 * A new leader records its epoch's start in the epoch cache before its first append, gives every
   follower the lag allowance from now (the injected clock), and recomputes the high watermark.
