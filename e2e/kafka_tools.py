@@ -23,7 +23,9 @@ Guarantees:
   above to stderr, as Kafka's `config/tools-log4j2.yaml`.
 * `JavaAdmin` runs the single-file Java programs in `e2e/kafka/` against the same jars: the Admin
   calls no script makes (`alterReplicaLogDirs`, `describeReplicaLogDirs`); a failed call is a
-  non-zero exit with the exception's message, raised here as `AdminCallError`.
+  non-zero exit with the exception's message, raised here as `AdminCallError`. `JavaAdmin.run`
+  runs any of them, such as `JavaTransactions` (kafka-clients' transactional producer and
+  consumers), leaving the exit status to the caller.
 * `KafkaCluster` is a real single-node Kafka in KRaft combined mode (broker and controller in one
   process) listening on 127.0.0.1 only, formatted by `kafka-storage.sh` and started by
   `kafka.Kafka` in a directory of its own, which it removes when stopped (`restart()` stops and

@@ -7,6 +7,11 @@ lines into a topic and a FileStreamSink writes them to another file: every line 
 The worker is stopped, more lines are written, a broker is restarted, and a new worker finds the
 connectors in the config topic (nobody posts them again) and resumes from the committed offsets:
 the new lines arrive, none twice.
+
+With `exactly.once.source.support=enabled` (KIP-618, issue 33) the FileStreamSource's task writes
+through a transactional producer (`kafka-transactions.sh list` shows its id), its lines and source
+offsets in one transaction each: read_committed, every line arrives exactly once, also when the
+worker is killed with SIGKILL while it copies and a new one resumes.
 """
 
 from __future__ import annotations
@@ -16,15 +21,17 @@ import json
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from e2e.kafka_tools import KafkaInstall
+from e2e.kafka_tools import KafkaInstall, run_tool
 from e2e.wait import wait_for
+from jbod_local.kafka_clients import client_properties
 from jbod_runtime import listen_ports
 from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
@@ -32,6 +39,7 @@ from tests.kafka_tools.test_harness import install  # noqa: F401  the module's f
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 FIRST, MORE = 200, 100
+KILLED = 2000  # lines the exactly-once worker is copying when it is killed
 # The worker's internal topics, by the prefix of their worker keys (`config.storage.topic`, ...).
 INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": "connect-status"}
 
@@ -39,7 +47,13 @@ INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": 
 class ConnectWorker:
     """One Kafka Connect worker in distributed mode, as `connect-distributed.sh` starts it."""
 
-    def __init__(self, kafka_install: KafkaInstall, kafka: KafkaCluster, work: Path) -> None:
+    def __init__(
+        self,
+        kafka_install: KafkaInstall,
+        kafka: KafkaCluster,
+        work: Path,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         config = kafka.client_config()
         jaas = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -67,6 +81,7 @@ class ConnectWorker:
                 for client in ("producer", "consumer", "admin")
                 for k, v in security.items()
             },
+            **(settings or {}),
         }
         work.mkdir(parents=True, exist_ok=True)
         (work / "logs").mkdir(exist_ok=True)
@@ -101,6 +116,12 @@ class ConnectWorker:
             self.process.terminate()  # a graceful stop commits the offsets
             self.process.wait(90)
 
+    def kill(self) -> None:
+        """SIGKILL: nothing is committed or closed (an open transaction stays open)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(30)
+
     def log_tail(self) -> str:
         path = self.work / "worker.out"
         return "\n".join(path.read_text(errors="replace").splitlines()[-30:]) if path.exists() else ""
@@ -116,9 +137,9 @@ class ConnectWorker:
         with urllib.request.urlopen(request, timeout=60) as answer:
             return json.loads(answer.read())
 
-    def running(self) -> bool:
+    def running(self, connectors: tuple[str, ...] = ("sink", "source")) -> bool:
         statuses = self.get("/connectors?expand=status")
-        return sorted(statuses) == ["sink", "source"] and all(
+        return sorted(statuses) == sorted(connectors) and all(
             s["status"]["connector"]["state"] == "RUNNING"
             and [t["state"] for t in s["status"]["tasks"]] == ["RUNNING"]
             for s in statuses.values()
@@ -203,5 +224,113 @@ def test_a_distributed_worker_copies_a_file_through_a_topic_and_resumes_after_re
             what=lambda: f"{FIRST + MORE} lines in the sink\n{worker.log_tail()}",
         )
         assert _lines(sink) == [f"line {i}" for i in range(FIRST + MORE)]
+    finally:
+        worker.stop()
+
+
+def _read_committed(kafka: KafkaCluster, topic: str, count: int, what: str) -> list[str]:
+    """The values of partition 0 of `topic` a read_committed consumer reads, once it has `count`
+    and has caught up with the last stable offset (so a duplicate would be among them)."""
+    consumer = Consumer(
+        kafka.client_config(
+            **{
+                "group.id": f"eos-check-{count}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[str] = []
+
+    def caught_up() -> bool:
+        for message in consumer.consume(500, 0.5):
+            if message.error() is None:
+                values.append(message.value().decode())
+        if len(values) < count:
+            return False
+        _low, last_stable = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        [position] = consumer.position([TopicPartition(topic, 0)])
+        return bool(position.offset >= last_stable)
+
+    try:
+        wait_for(caught_up, timeout=120, what=what)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_exactly_once_source_support_writes_each_line_once_in_transactions_across_a_kill(
+    install: KafkaInstall,  # noqa: F811
+    kafka: KafkaCluster,
+    tmp_path: Path,
+) -> None:
+    """`exactly.once.source.support=enabled` (KIP-618): the worker's leader fences the task's
+    earlier producers (Admin.fenceProducers), the task's transactional producer writes the lines
+    and their source offsets (to the offsets topic) in one transaction per poll, and the worker
+    reads offsets read_committed. A read_committed consumer sees every line exactly once. The
+    worker is then killed with SIGKILL as soon as it copies more lines, and a new worker resumes
+    from the committed offsets (an open transaction of the killed one aborted): every line
+    arrives, none twice. (Polls are left at their default size: FileStreamSource with a small
+    `batch.size` leaves the last lines of its read buffer until the file grows, on any broker.)"""
+    source = tmp_path / "source.txt"
+    source.write_text("".join(f"line {i}\n" for i in range(FIRST)))
+    settings = {"exactly.once.source.support": "enabled"}
+    worker = ConnectWorker(install, kafka, tmp_path / "worker", settings).start()
+    try:
+        worker.post(
+            "/connectors",
+            {
+                "name": "source",
+                "config": {
+                    "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                    "file": str(source),
+                    "topic": "eos-lines",
+                    "exactly.once.support": "required",
+                    "transaction.boundary": "poll",
+                },
+            },
+        )
+        first = _read_committed(kafka, "eos-lines", FIRST, f"{FIRST} lines\n{worker.log_tail()}")
+        assert first == [f"line {i}" for i in range(FIRST)]
+        assert worker.running(("source",))
+        # The task's producer is transactional, its id `<group.id>-<connector>-<task>` (KIP-618).
+        admin_properties = tmp_path / "admin.properties"
+        admin_properties.write_text(client_properties(kafka.admin_password))
+        listed = run_tool(
+            "kafka-transactions.sh",
+            ["list"],
+            bootstrap=kafka.bootstrap,
+            command_config=admin_properties,
+            install=install,
+        )
+        assert listed.returncode == 0, listed.stderr
+        [task] = [line.split() for line in listed.stdout.splitlines() if "connect-cluster-source-0" in line]
+        assert task[-1] in ("Ongoing", "PrepareCommit", "CompleteCommit"), listed.stdout
+
+        # Killed while it copies: some of these lines may be written, some in an open transaction.
+        probe = Consumer(kafka.client_config(**{"group.id": "eos-probe"}))
+        lines = TopicPartition("eos-lines", 0)
+        _low, before = probe.get_watermark_offsets(lines, timeout=10, cached=False)
+        with source.open("a") as more:
+            more.write("".join(f"line {i}\n" for i in range(FIRST, FIRST + KILLED)))
+        wait_for(
+            lambda: probe.get_watermark_offsets(lines, timeout=10, cached=False)[1] > before,
+            timeout=90,
+            what=lambda: f"more lines copied\n{worker.log_tail()}",
+        )
+        probe.close()
+        worker.kill()
+    finally:
+        worker.stop()
+
+    total = FIRST + KILLED + MORE
+    with source.open("a") as more:
+        more.write("".join(f"line {i}\n" for i in range(FIRST + KILLED, total)))
+    worker = ConnectWorker(install, kafka, tmp_path / "worker", settings).start()
+    try:
+        wait_for(lambda: worker.running(("source",)), timeout=90, what=worker.log_tail)
+        every = _read_committed(kafka, "eos-lines", total, f"{total} lines\n{worker.log_tail()}")
+        assert every == [f"line {i}" for i in range(total)]
     finally:
         worker.stop()

@@ -13,7 +13,7 @@ Guarantees:
   / NOT_ENOUGH_REPLICAS_AFTER_APPEND as a produce answers them).
 * A marker is checked with its `transaction_version` (v2), version 1 in v1 (we finalize
   `transaction.version` 1 only, so our coordinator sends version 1: docs/decisions.md).
-* DescribeProducers answers, per partition this broker leads, every producer of its state
+* DescribeProducers answers, per partition this broker leads or follows, every producer of its state
   (`PartitionLog.producer_state`: id, epoch, last sequence, last timestamp, coordinator epoch,
   the ongoing transaction's first offset or -1), as Kafka's `activeProducers`; READ on the topic
   (else TOPIC_AUTHORIZATION_FAILED), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
@@ -40,6 +40,16 @@ TRANSACTION_VERSION: Final = 1  # v1 markers carry none: checked as version 1
 MARKER_TIMEOUT_MS: Final = 30_000  # Kafka's request.timeout.ms default, its coordinator appends' bound
 
 
+def _refused(partition: int, code: KafkaError, message: str | None = None) -> dict[str, Any]:
+    """A partition DescribeProducers answers with an error: no producers (the field is required)."""
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "error_message": message,
+        "active_producers": [],
+    }
+
+
 class TxnMarkersApi:
     """The WriteTxnMarkers handler; `group_coordinator` is told of markers on `__consumer_offsets`."""
 
@@ -59,7 +69,7 @@ class TxnMarkersApi:
             partitions = [
                 self._producers_of(topic.name, int(index))
                 if readable
-                else {"partition_index": index, "error_code": KafkaError.topic_authorization_failed}
+                else _refused(int(index), KafkaError.topic_authorization_failed)
                 for index in topic.partition_indexes
             ]
             topics.append({"name": topic.name, "partitions": partitions})
@@ -70,14 +80,15 @@ class TxnMarkersApi:
         )
 
     def _producers_of(self, topic: str, partition: int) -> dict[str, Any]:
-        hosted, code, message = self.ctx.manager.lookup(topic, partition)
+        # Any replica answers, as Kafka's: the Admin client may ask a follower (KIP-664's brokerId).
+        hosted, code, message = self.ctx.manager.lookup(topic, partition, any_replica=True)
         if hosted is None:
-            return {"partition_index": partition, "error_code": int(code), "error_message": message or None}
+            return _refused(partition, KafkaError(int(code)), message or None)
         try:
             state = hosted.log.producer_state
         except OSError as exc:
             self.ctx.manager.storage_error(hosted, exc, "reading the producer state")
-            return {"partition_index": partition, "error_code": KafkaError.kafka_storage_error}
+            return _refused(partition, KafkaError.kafka_storage_error)
         producers = [
             {
                 "producer_id": producer_id,

@@ -17,7 +17,7 @@ Guarantees:
   takes the dir offline and stops serving its partitions (a full dir keeps them).
 * Roles follow the metadata image: the broker leads a partition when the image names it leader,
   and follows the image's leader otherwise. `lookup` answers NOT_LEADER_OR_FOLLOWER (6) for a
-  partition it does not lead. Losing leadership fails the waiting acks=-1 produces and
+  partition it does not lead (with `any_replica`, only for one it does not hold). Losing leadership fails the waiting acks=-1 produces and
   DeleteRecords with 6; a removal fails them with the removal's code.
 * A new leader records its epoch's start in the epoch cache before its first append, gives every
   follower the lag allowance from now (the injected clock), and recomputes the high watermark.
@@ -413,9 +413,11 @@ class ReplicaManager:
 
     # -- lookups -------------------------------------------------------------------------------
 
-    def lookup(self, topic: str, partition: int) -> tuple[HostedPartition | None, ErrorCode, str]:
-        """The partition when this broker leads it, else (None, the error code, a message naming
-        the partition): unknown, in an offline dir, or led elsewhere."""
+    def lookup(
+        self, topic: str, partition: int, *, any_replica: bool = False
+    ) -> tuple[HostedPartition | None, ErrorCode, str]:
+        """The partition when this broker leads it (with `any_replica`, or follows it), else (None,
+        the error code, a message naming the partition): unknown, in an offline dir, or led elsewhere."""
         state = self.state
         topic_id = state.image.topic_ids_by_name.get(topic)
         if topic_id is None:
@@ -427,7 +429,7 @@ class ReplicaManager:
         if key in state.offline_local:
             return None, ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is in an offline log dir"
         hosted = self.partitions.get(key)
-        if hosted is None or hosted.role is not Role.LEADER:
+        if hosted is None or (hosted.role is not Role.LEADER and not any_replica):
             if hosted is None and state.node_id in part.replicas and part.leader == state.node_id:
                 directory = part.directory_of(state.node_id)
                 if not directory.is_reserved and directory not in state.dirs:
