@@ -26,20 +26,23 @@ The scenario (`test_consume_transform_produce_through_coordinator_kill_and_disk_
       broker is started again and every ISR fills up;
   (b) the disk of a `faults-in`/`faults-out` leader replica gets EIO (EXT4_IOC_SHUTDOWN);
   (c) the disk of the `__transaction_state` partition leader's replica gets EIO. (b) takes a dir
-      of the broker (c) will hit when it can, so no partition loses two replicas.
+      of the broker (c) will hit when it can, so no partition loses two replicas;
+  (d) a second producer with the CTP's transactional id fences the CTP's producer (a zombie's
+      fate): the CTP's next call fails fatally and it replaces its producer.
 * Then the feeder stops and the CTP drains the input. Checked with read_committed: every input
   record is in `faults-out` exactly once, no record of an aborted attempt is visible, the
   probe's records are not visible; the last stable offset reaches the high watermark on every
   partition (ListOffsets with isolation level 1 and 0: no transaction left hanging); the group's
   committed offsets are the input's end.
 
-Printed (`pytest -s`), never asserted: the timeline, the errors the CTP loop met, and the brokers'
-tracebacks.
+No broker may log a traceback. Printed (`pytest -s`), never asserted: the timeline, the longest
+waits between two CTP commits, and the errors the CTP loop met.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 import uuid
@@ -252,6 +255,7 @@ class Ctp(threading.Thread):
                 return
             except KafkaException as exc:
                 self.errors.append(f"rewind: {exc.args[0]}")
+                time.sleep(0.1)  # the group's coordinator moves: ask again shortly
 
 
 def partitions_of(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
@@ -383,6 +387,20 @@ def fail_disks(cluster: Cluster, ctp: Ctp, timeline: Timeline) -> None:
     timeline.mark(f"CTP committed {COMMITS_AFTER_FAULT} transactions after (c)")
 
 
+def fence_the_ctp_producer(kafka: KafkaCluster, ctp: Ctp, timeline: Timeline) -> None:
+    """(d): a second producer with the CTP's transactional id (`init_transactions`) fences the
+    CTP's producer, whose next call fails fatally: the CTP replaces it and goes on."""
+    at = timeline.mark("a new producer with the CTP's transactional id fences the CTP's")
+    successor = Producer(kafka.client_config(**{"transactional.id": TRANSACTIONAL_ID}))
+    successor.init_transactions(TIMEOUT)
+    wait_for(
+        lambda: ctp.unknown and ctp.commits_after(at) >= COMMITS_AFTER_FAULT,
+        timeout=90,
+        what="the CTP to replace its fenced producer and commit again",
+    )
+    timeline.mark(f"CTP replaced its producer and committed {COMMITS_AFTER_FAULT} transactions")
+
+
 def read_committed(kafka: KafkaCluster, topic: str) -> list[bytes]:
     """Every value of `topic` a read_committed consumer reads from the beginning to the end."""
     consumer = Consumer(
@@ -464,6 +482,7 @@ def test_consume_transform_produce_through_coordinator_kill_and_disk_failures(tm
             )
             kill_the_coordinator_under_an_open_probe_transaction(cluster, kafka, ctp, timeline)
             fail_disks(cluster, ctp, timeline)
+            fence_the_ctp_producer(kafka, ctp, timeline)
             feeder.stop.set()
             feeder.join(60)
             assert feeder.crashed is None and not feeder.is_alive()
@@ -479,12 +498,20 @@ def test_consume_transform_produce_through_coordinator_kill_and_disk_failures(tm
                 f"CTP drained the input: {len(ctp.committed)} committed, {len(ctp.aborted)} aborted, {len(ctp.unknown)} replaced"
             )
         print(f"timeline (s from the start):\n{timeline.show(origin)}")
+        times = [at for _, _, at in ctp.committed]
+        gaps = sorted(((b - a, a) for a, b in itertools.pairwise(times)), reverse=True)[:4]
+        print(
+            "longest waits between two CTP commits: "
+            + ", ".join(f"{g:.2f} s at {a - origin:+.2f}" for g, a in gaps)
+        )
         print(f"CTP errors ({len(ctp.errors)}): {dict(Counter(e.split(':')[0] for e in ctp.errors))}")
-        for error in ctp.errors[:40]:
-            print(f"  {error}")
-        for node, lines in agent_log_errors(cluster).items():
+        for error, times in Counter(ctp.errors).most_common(20):
+            print(f"  {times} x {error}")
+        tracebacks = agent_log_errors(cluster)
+        for node, lines in tracebacks.items():
             print(f"broker {node} logged tracebacks:\n" + "\n".join(lines[:60]))
         assert ctp.crashed is None, ctp.crashed
+        assert tracebacks == {}, f"brokers {sorted(tracebacks)} logged tracebacks"
         assert drained, f"CTP did not drain {ctp.ends}: committed {ctp.offsets}"
         ends = ctp.ends
         assert ends is not None
