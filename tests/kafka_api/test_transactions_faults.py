@@ -10,20 +10,21 @@ The scenario (`test_consume_transform_produce_through_coordinator_kill_and_disk_
   the controller fences a silent broker after 3 s. Topics `faults-in` (3 partitions),
   `faults-out` (6) and `faults-probe` (6), RF 3.
 * A feeder thread writes numbered records to `faults-in` (idempotent, paced) until the faults are
-  over. A CTP thread (`Ctp`) runs librdkafka's exactly-once loop: a consumer of group `ctp-faults`
-  with read_committed, a producer with transactional.id `ctp-faults`; each transaction (an
-  *attempt*, numbered) consumes a batch, writes `partition:offset:attempt` of each input record
-  to `faults-out`, sends the consumer's positions to the transaction and commits. A retriable
-  error retries the call; an abortable one aborts and rewinds the consumer to the group's
-  committed offsets, as every `ABORT_EVERY`th attempt does by choice; a fatal one (or an
+  over. A CTP thread (`Ctp`) runs librdkafka's exactly-once loop: a consumer in a group with
+  read_committed, a transactional producer (their coordinators on two brokers: see `NAMES`); each
+  transaction (an *attempt*, numbered) consumes a batch, writes `partition:offset:attempt` of each
+  input record to `faults-out`, sends the consumer's positions to the transaction and commits.
+  A retriable error retries the call; an abortable one aborts and rewinds the consumer to the
+  group's committed offsets, as every `ABORT_EVERY`th attempt does by choice; a fatal one (or an
   unexpected one) replaces the producer (same transactional id, which fences and ends the old
   one's transaction) and rewinds.
 * Faults, in turn, each waited on until the controller shows its effect and the CTP committed
   transactions after it:
   (a) a probe producer (transactional.id `abort-after-kill`) writes into a `faults-probe`
-      partition led by the CTP's coordinator broker, which is then killed with SIGKILL; once the
-      controller fenced it and moved its leaderships the probe's `abort_transaction` succeeds; the
-      broker is started again and every ISR fills up;
+      partition led by the CTP's transaction coordinator's broker (not the group's coordinator:
+      see `NAMES`), which is then killed with SIGKILL; once the controller fenced it and moved
+      its leaderships the probe's `abort_transaction` succeeds; the broker is started again and
+      every ISR fills up;
   (b) the disk of a `faults-in`/`faults-out` leader replica gets EIO (EXT4_IOC_SHUTDOWN);
   (c) the disk of the `__transaction_state` partition leader's replica gets EIO. (b) takes a dir
       of the broker (c) will hit when it can, so no partition loses two replicas;
@@ -81,7 +82,12 @@ IN, OUT, PROBE = "faults-in", "faults-out", "faults-probe"
 PARTITIONS = {IN: 3, OUT: 6, PROBE: 6}
 TXN_STATE, OFFSETS = txn_records.TRANSACTION_STATE_TOPIC, "__consumer_offsets"
 INTERNAL_PARTITIONS = 3
-TRANSACTIONAL_ID = GROUP = "ctp-faults"
+#: The CTP's transactional id and group are `ctp-faults-<n>`, chosen (`coordinated_apart`) so that
+#: their coordinators are on different brokers: killing the transaction coordinator's broker leaves
+#: the group's coordinator alone. With its group coordinator's broker gone from the metadata,
+#: librdkafka 2.16's send_offsets_to_transaction can block for good, past its timeout (librdkafka
+#: issues 5456 and 5511, open; seen here once in ten runs).
+NAMES = "ctp-faults"
 PROBE_ID = "abort-after-kill"
 DIRS = 3
 SESSION_TIMEOUT_MS = 3000
@@ -136,9 +142,11 @@ class Feeder(threading.Thread):
 class Ctp(threading.Thread):
     """librdkafka's exactly-once consume-transform-produce loop (see the module docstring)."""
 
-    def __init__(self, kafka: KafkaCluster) -> None:
+    def __init__(self, kafka: KafkaCluster, transactional_id: str, group: str) -> None:
         super().__init__(name="ctp", daemon=True)
         self.kafka = kafka
+        self.transactional_id = transactional_id
+        self.group = group
         self.committed: list[tuple[int, int, float]] = []  # (attempt, records, monotonic time)
         self.aborted: set[int] = set()
         self.unknown: set[int] = set()  # ended by replacing the producer
@@ -153,7 +161,7 @@ class Ctp(threading.Thread):
         return sum(1 for _, _, at in list(self.committed) if at > moment)
 
     def _producer(self) -> Producer:
-        producer = Producer(self.kafka.client_config(**{"transactional.id": TRANSACTIONAL_ID}))
+        producer = Producer(self.kafka.client_config(**{"transactional.id": self.transactional_id}))
         self._retry(lambda: producer.init_transactions(TIMEOUT), "init_transactions")
         return producer
 
@@ -180,7 +188,7 @@ class Ctp(threading.Thread):
         consumer = Consumer(
             self.kafka.client_config(
                 **{
-                    "group.id": GROUP,
+                    "group.id": self.group,
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "auto.offset.reset": "earliest",
@@ -263,8 +271,33 @@ def partitions_of(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
     return described
 
 
-def txn_state_partition(cluster: Cluster) -> dict[str, Any]:
-    return partitions_of(cluster, TXN_STATE)[txn_records.partition_for(TRANSACTIONAL_ID, INTERNAL_PARTITIONS)]
+def txn_state_partition(cluster: Cluster, ctp: Ctp) -> dict[str, Any]:
+    """The CTP's transactional id's partition of `__transaction_state`."""
+    return partitions_of(cluster, TXN_STATE)[
+        txn_records.partition_for(ctp.transactional_id, INTERNAL_PARTITIONS)
+    ]
+
+
+def coordinated_apart(kafka: KafkaCluster) -> tuple[str, str]:
+    """A transactional id and a group whose coordinators (the leaders of their partitions of
+    `__transaction_state` and `__consumer_offsets`, created here) are on different brokers."""
+    warmup = Producer(kafka.client_config(**{"transactional.id": f"{NAMES}-warmup"}))
+    warmup.init_transactions(TIMEOUT)
+    consumer = Consumer(kafka.client_config(**{"group.id": f"{NAMES}-warmup"}))
+    consumer.committed([TopicPartition(IN, 0)], TIMEOUT)
+    consumer.close()
+    cluster = kafka.cluster
+    wait_for(
+        lambda: all(len(p["isr"]) == 3 for p in every_partition(cluster).values()),
+        what="the internal topics fully in sync",
+    )
+    txn_leaders = {p["partitionIndex"]: p["leader"] for p in partitions_of(cluster, TXN_STATE)}
+    group_leaders = {p["partitionIndex"]: p["leader"] for p in partitions_of(cluster, OFFSETS)}
+    t, g = next((t, g) for t in txn_leaders for g in group_leaders if txn_leaders[t] != group_leaders[g])
+    names = [f"{NAMES}-{n}" for n in range(100)]
+    transactional_id = next(n for n in names if txn_records.partition_for(n, INTERNAL_PARTITIONS) == t)
+    group = next(n for n in names if group_records.partition_for(n, INTERNAL_PARTITIONS) == g)
+    return transactional_id, group
 
 
 def every_partition(cluster: Cluster) -> dict[tuple[str, int], dict[str, Any]]:
@@ -308,7 +341,13 @@ def kill_the_coordinator_under_an_open_probe_transaction(
     cluster: Cluster, kafka: KafkaCluster, ctp: Ctp, timeline: Timeline
 ) -> None:
     """Fault (a), with librdkafka's abort after the kill of its partition's leader."""
-    killed = txn_state_partition(cluster)["leader"]
+    killed = txn_state_partition(cluster, ctp)["leader"]
+    group_coordinator = partitions_of(cluster, OFFSETS)[
+        group_records.partition_for(ctp.group, INTERNAL_PARTITIONS)
+    ]
+    assert group_coordinator["leader"] != killed, (
+        f"broker {killed} coordinates both the transactions and the group (see NAMES): {group_coordinator}"
+    )
     led = [p["partitionIndex"] for p in partitions_of(cluster, PROBE) if p["leader"] == killed]
     assert led, f"broker {killed} leads no partition of {PROBE}: {partitions_of(cluster, PROBE)}"
     probe = Producer(kafka.client_config(**{"transactional.id": PROBE_ID}))
@@ -353,7 +392,7 @@ def kill_the_coordinator_under_an_open_probe_transaction(
 def fail_disks(cluster: Cluster, ctp: Ctp, timeline: Timeline) -> None:
     """Faults (b) and (c). (b) takes, when it can, another dir of the broker that (c) hits, one
     leading a partition of `IN` or `OUT`; else a dir that shares no partition with (c)'s."""
-    state = txn_state_partition(cluster)
+    state = txn_state_partition(cluster, ctp)
     coordinator = state["leader"]
     coordinator_dir = replica_dir(state, coordinator)
     now = every_partition(cluster)
@@ -377,7 +416,7 @@ def fail_disks(cluster: Cluster, ctp: Ctp, timeline: Timeline) -> None:
     wait_for(lambda: ctp.commits_after(at) >= COMMITS_AFTER_FAULT, timeout=90, what="CTP commits after (b)")
     timeline.mark(f"CTP committed {COMMITS_AFTER_FAULT} transactions after (b)")
 
-    state = txn_state_partition(cluster)
+    state = txn_state_partition(cluster, ctp)
     coordinator = state["leader"]
     at = time.monotonic()
     wait_until_dir_is_left(
@@ -391,7 +430,7 @@ def fence_the_ctp_producer(kafka: KafkaCluster, ctp: Ctp, timeline: Timeline) ->
     """(d): a second producer with the CTP's transactional id (`init_transactions`) fences the
     CTP's producer, whose next call fails fatally: the CTP replaces it and goes on."""
     at = timeline.mark("a new producer with the CTP's transactional id fences the CTP's")
-    successor = Producer(kafka.client_config(**{"transactional.id": TRANSACTIONAL_ID}))
+    successor = Producer(kafka.client_config(**{"transactional.id": ctp.transactional_id}))
     successor.init_transactions(TIMEOUT)
     wait_for(
         lambda: ctp.unknown and ctp.commits_after(at) >= COMMITS_AFTER_FAULT,
@@ -468,18 +507,10 @@ def test_consume_transform_produce_through_coordinator_kill_and_disk_failures(tm
         for topic, count in PARTITIONS.items():
             cluster.create_placed_topic(topic, partitions=count, rf=3)
         admin = AdminClient(kafka.client_config())
-        feeder, ctp = Feeder(kafka), Ctp(kafka)
+        feeder, ctp = Feeder(kafka), Ctp(kafka, *coordinated_apart(kafka))
         with running(feeder), running(ctp):
-            # The internal topics exist once the CTP found its coordinators.
             wait_for(lambda: len(ctp.committed) >= COMMITS_AFTER_FAULT, timeout=60, what="first CTP commits")
-            wait_for(
-                lambda: all(len(p["isr"]) == 3 for p in every_partition(cluster).values()),
-                what="internal topics fully in sync",
-            )
-            origin = timeline.mark(
-                f"CTP running (coordinator partition {txn_records.partition_for(TRANSACTIONAL_ID, INTERNAL_PARTITIONS)}, "
-                f"group partition {group_records.partition_for(GROUP, INTERNAL_PARTITIONS)})"
-            )
+            origin = timeline.mark(f"CTP running ({ctp.transactional_id}, group {ctp.group})")
             kill_the_coordinator_under_an_open_probe_transaction(cluster, kafka, ctp, timeline)
             fail_disks(cluster, ctp, timeline)
             fence_the_ctp_producer(kafka, ctp, timeline)
@@ -535,7 +566,7 @@ def test_consume_transform_produce_through_coordinator_kill_and_disk_failures(tm
             timeout=TIMEOUT,
             what="the last stable offset at the high watermark on every partition",
         )
-        group = Consumer(kafka.client_config(**{"group.id": GROUP}))
+        group = Consumer(kafka.client_config(**{"group.id": ctp.group}))
         try:
             committed = group.committed([TopicPartition(IN, p) for p in range(PARTITIONS[IN])], TIMEOUT)
         finally:
