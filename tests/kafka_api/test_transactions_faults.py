@@ -284,7 +284,16 @@ def coordinated_apart(kafka: KafkaCluster) -> tuple[str, str]:
     warmup = Producer(kafka.client_config(**{"transactional.id": f"{NAMES}-warmup"}))
     warmup.init_transactions(TIMEOUT)
     consumer = Consumer(kafka.client_config(**{"group.id": f"{NAMES}-warmup"}))
-    consumer.committed([TopicPartition(IN, 0)], TIMEOUT)
+
+    def fetched_offsets() -> bool:
+        try:
+            consumer.committed([TopicPartition(IN, 0)], TIMEOUT)
+            return True
+        except KafkaException as exc:  # NOT_COORDINATOR while the group's coordinator starts
+            assert exc.args[0].code() == KafkaError.NOT_COORDINATOR, exc
+            return False
+
+    wait_for(fetched_offsets, what="an OffsetFetch (__consumer_offsets created)")
     consumer.close()
     cluster = kafka.cluster
     wait_for(
