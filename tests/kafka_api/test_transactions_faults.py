@@ -29,7 +29,8 @@ The scenario (`test_consume_transform_produce_through_coordinator_kill_and_disk_
   (c) the disk of the `__transaction_state` partition leader's replica gets EIO. (b) takes a dir
       of the broker (c) will hit when it can, so no partition loses two replicas;
   (d) a second producer with the CTP's transactional id fences the CTP's producer (a zombie's
-      fate): the CTP's next call fails fatally and it replaces its producer.
+      fate): the CTP's next call fails fatally and, once the second one is initialized, it
+      replaces its producer.
 * Then the feeder stops and the CTP drains the input. Checked with read_committed: every input
   record is in `faults-out` exactly once, no record of an aborted attempt is visible, the
   probe's records are not visible; the last stable offset reaches the high watermark on every
@@ -154,6 +155,11 @@ class Ctp(threading.Thread):
         self.ends: dict[int, int] | None = None  # set once the input is complete: drain up to there
         self.offsets: dict[int, int] = {}  # input partition -> the offset the last commit committed
         self.done = threading.Event()  # set by the test: stop
+        #: Cleared by the test while another producer of the transactional id starts: a fenced
+        #: producer is replaced only once it is set again (two live instances of one transactional
+        #: id fence each other's transactions in turn, as on Kafka).
+        self.may_replace = threading.Event()
+        self.may_replace.set()
         self.drained = threading.Event()  # the committed offsets reached `ends`
         self.crashed: BaseException | None = None
 
@@ -214,6 +220,7 @@ class Ctp(threading.Thread):
                     self.aborted.add(attempt)
                 else:
                     self.unknown.add(attempt)
+                    self.may_replace.wait()
                     producer = self._producer()
                 self._rewind(consumer)
         finally:
@@ -437,10 +444,14 @@ def fail_disks(cluster: Cluster, ctp: Ctp, timeline: Timeline) -> None:
 
 def fence_the_ctp_producer(kafka: KafkaCluster, ctp: Ctp, timeline: Timeline) -> None:
     """(d): a second producer with the CTP's transactional id (`init_transactions`) fences the
-    CTP's producer, whose next call fails fatally: the CTP replaces it and goes on."""
+    CTP's producer, whose next call fails fatally: once that producer is initialized, the CTP
+    replaces its own (fencing the second) and goes on."""
     at = timeline.mark("a new producer with the CTP's transactional id fences the CTP's")
+    ctp.may_replace.clear()
     successor = Producer(kafka.client_config(**{"transactional.id": ctp.transactional_id}))
     successor.init_transactions(TIMEOUT)
+    timeline.mark("the new producer is initialized: the CTP may replace its fenced producer")
+    ctp.may_replace.set()
     wait_for(
         lambda: ctp.unknown and ctp.commits_after(at) >= COMMITS_AFTER_FAULT,
         timeout=90,
@@ -496,6 +507,7 @@ def running(thread: threading.Thread) -> Iterator[None]:
     finally:
         if isinstance(thread, Ctp):
             thread.done.set()
+            thread.may_replace.set()
         elif isinstance(thread, Feeder):
             thread.stop.set()
         thread.join(TIMEOUT)
