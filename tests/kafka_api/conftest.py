@@ -42,17 +42,18 @@ def start_kafka_cluster(
     base: Path,
     *,
     brokers: int = 3,
+    dirs: int = 2,
     loop: bool = False,
     controller_args: Sequence[str] = (),
     **settings: str,
 ) -> KafkaCluster:
-    """`brokers` brokers with two log dirs each (loop-mounted ext4 volumes with `loop`, root), the
+    """`brokers` brokers with `dirs` log dirs each (loop-mounted ext4 volumes with `loop`, root), the
     controller started with `controller_args`; `settings` are broker properties, `_` for `.`."""
     cluster = start_cluster(stack, base, controller_args=controller_args)
     for node_id in range(1, brokers + 1):
         cluster.add_broker(
             node_id,
-            dirs=2,
+            dirs=dirs,
             loop=loop,
             properties={k.replace("_", "."): v for k, v in settings.items()},
         )
