@@ -109,6 +109,7 @@ def _worker(args: argparse.Namespace) -> None:
         }
     )
     value = os.urandom(args.record_bytes)
+    flushed: list[float] = []
 
     def transaction() -> float:
         producer.begin_transaction()
@@ -121,6 +122,10 @@ def _worker(args: argparse.Namespace) -> None:
                     producer.poll(0.001)
             producer.poll(0)
         started = time.monotonic()
+        if args.flush_first:
+            producer.flush(60)
+            flushed.append(time.monotonic() - started)
+            started = time.monotonic()
         producer.commit_transaction(60)
         return time.monotonic() - started
 
@@ -148,6 +153,7 @@ def _worker(args: argparse.Namespace) -> None:
                 "records": len(commits) * args.records_per_txn,
                 "seconds": ended - started,
                 "commits": commits,
+                "flushes": flushed[-len(commits) :] if commits else [],
             }
         )
     )
@@ -166,6 +172,7 @@ def worker_main(argv: list[str]) -> int:
     parser.add_argument("--warmup-seconds", type=float, default=WARMUP_S)
     parser.add_argument("--records-per-txn", type=int, default=RECORDS_PER_TXN)
     parser.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
+    parser.add_argument("--flush-first", action="store_true")
     parser.add_argument("--out", required=True)
     _worker(parser.parse_args(argv))
     return 0
@@ -177,6 +184,7 @@ class ProducerResult:
     records: int
     seconds: float
     commits: tuple[float, ...]  # each commit_transaction()'s seconds
+    flushes: tuple[float, ...] = ()  # with --flush-first: each flush()'s seconds before it
 
 
 class TxnProducerProcess:
@@ -190,6 +198,7 @@ class TxnProducerProcess:
         out: Path,
         seconds: float,
         warmup_s: float,
+        flush_first: bool,
     ) -> None:
         self.out = out
         password = out.with_suffix(".password")
@@ -215,6 +224,7 @@ class TxnProducerProcess:
             str(warmup_s),
             "--out",
             str(out),
+            *(["--flush-first"] if flush_first else []),
         ]
         with open(out.with_suffix(".stderr"), "a") as stderr:
             self.process = subprocess.Popen(
@@ -237,7 +247,13 @@ class TxnProducerProcess:
 
     def result(self) -> ProducerResult:
         data = json.loads(self.out.read_text())
-        return ProducerResult(data["transactions"], data["records"], data["seconds"], tuple(data["commits"]))
+        return ProducerResult(
+            data["transactions"],
+            data["records"],
+            data["seconds"],
+            tuple(data["commits"]),
+            tuple(data["flushes"]),
+        )
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -261,6 +277,8 @@ class TxnRun:
     commit_p50_ms: float
     commit_p99_ms: float
     commit_max_ms: float
+    flush_p50_ms: float  # with --flush-first (else NaN)
+    flush_p99_ms: float
     broker_cpu_s: float
     seconds: float
     load_start: float
@@ -277,6 +295,7 @@ def summarise_run(
 ) -> TxnRun:
     """The run's figures from every producer's result (pure)."""
     commits = sorted(c for r in results for c in r.commits)
+    flushes = sorted(f for r in results for f in r.flushes)
     records_per_s = sum(r.records / r.seconds for r in results if r.seconds > 0)
     return TxnRun(
         system=system,
@@ -288,6 +307,8 @@ def summarise_run(
         commit_p50_ms=percentile(commits, 0.50) * 1000,
         commit_p99_ms=percentile(commits, 0.99) * 1000,
         commit_max_ms=(commits[-1] if commits else float("nan")) * 1000,
+        flush_p50_ms=percentile(flushes, 0.50) * 1000,
+        flush_p99_ms=percentile(flushes, 0.99) * 1000,
         broker_cpu_s=cpu_s,
         seconds=max((r.seconds for r in results), default=0.0),
         load_start=loads[0],
@@ -303,6 +324,7 @@ def txn_run(
     producers: int,
     seconds: float,
     warmup_s: float,
+    flush_first: bool,
     profile: Path | None,
 ) -> TxnRun:
     topic = f"txn-{peer.system}-{run}"
@@ -311,7 +333,9 @@ def txn_run(
     work = ws.root / f"producers-{peer.system}-{run}"
     work.mkdir(parents=True, exist_ok=True)
     workers = [
-        TxnProducerProcess(peer, topic, f"txn-bench-{run}-{i}", work / f"p{i}.json", seconds, warmup_s)
+        TxnProducerProcess(
+            peer, topic, f"txn-bench-{run}-{i}", work / f"p{i}.json", seconds, warmup_s, flush_first
+        )
         for i in range(producers)
     ]
     try:
@@ -331,10 +355,13 @@ def txn_run(
     if files:
         kafka_peer.log_profile(files, f"run{run}-txn")
     out = summarise_run(peer.system, run, results, cpu_s=cpu_s, loads=(load_start, load_end))
+    flushed = (
+        f" (after flush() p50 {out.flush_p50_ms:.1f} ms p99 {out.flush_p99_ms:.1f} ms)" if flush_first else ""
+    )
     log(
         f"    {out.system:5} run {run}: {out.transactions:,} transactions, {out.records_per_s:9,.0f} rec/s "
         f"{out.mib_per_s:6.1f} MiB/s; commit p50 {out.commit_p50_ms:.1f} ms p99 {out.commit_p99_ms:.1f} ms "
-        f"max {out.commit_max_ms:.0f} ms; broker CPU {out.broker_cpu_s:.1f} s = {out.cpu_s_per_gb:.1f} s/GB; "
+        f"max {out.commit_max_ms:.0f} ms{flushed}; broker CPU {out.broker_cpu_s:.1f} s = {out.cpu_s_per_gb:.1f} s/GB; "
         f"load {out.load_start:.2f} -> {out.load_end:.2f}"
     )
     return out
@@ -468,6 +495,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                             producers=producers,
                             seconds=seconds,
                             warmup_s=warmup_s,
+                            flush_first=args.flush_first,
                             profile=args.profile,
                         )
                     )
@@ -490,6 +518,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="which clusters to run (default: ours,kafka)"
+    )
+    parser.add_argument(
+        "--flush-first",
+        action="store_true",
+        help="call flush() before commit_transaction(): the commit then times EndTxn alone (a diagnosis)",
     )
     parser.add_argument(
         "--profile", type=Path, help="record our brokers with py-spy during each window into this directory"
