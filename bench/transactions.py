@@ -40,10 +40,12 @@ Goals (issue 33), as Kafka's figures in the same invocation (medians over the ru
 at least Kafka's, commit p99 at most Kafka's. Figures, not assertions.
 
 `--profile DIR` records our brokers with py-spy during each measured window and logs their hot
-spots.
+spots. `--flush-first` (a diagnosis, not the benchmark) calls `flush()` before
+`commit_transaction()` and logs both: the commit is then the EndTxn alone, the flush the records'
+acks=all (and their AddPartitionsToTxn).
 
     python -m bench.transactions [--quick] [--runs N] [--seconds S] [--producers N]
-                                 [--systems ours,kafka] [--profile DIR]
+                                 [--systems ours,kafka] [--profile DIR] [--flush-first]
 """
 
 from __future__ import annotations
