@@ -21,6 +21,9 @@ throughput and broker CPU per MB side by side (issue 25).
 `compaction` runs one agent and one Apache Kafka 4.3 node side by side: the log cleaner's MB/s per
 dir, produce latency while it cleans, and `__consumer_offsets` load time before and after
 compaction (issue 32; writes some 1 GB to the temp dir's disk).
+`transactions` runs our 3 agents and Apache Kafka 4.3 (1 controller + 3 brokers) in turn:
+transactional produce (confluent-kafka producers, transactions of 100 x 1 KiB, acks=all, RF 3),
+records/s and `commit_transaction()` p50 / p99 side by side (issue 33).
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -51,6 +54,7 @@ BENCHMARKS = (
     "reassign_throttle",
     "tls_throughput",
     "compaction",
+    "transactions",
     "pipeline_scale",
 )
 

@@ -186,7 +186,8 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
 def test_a_read_committed_consumer_sees_exactly_the_committed_transactions(cluster: Cluster) -> None:
     """librdkafka's transactional producer commits, aborts and commits across three partitions; a
     read_committed consumer reads exactly the committed records, and the coordinator completed
-    each transaction (CompleteCommit last)."""
+    each transaction (CompleteCommit last). An AddPartitionsToTxn right behind an EndTxn waits
+    for that transaction's markers instead of being answered CONCURRENT_TRANSACTIONS."""
     kafka = cluster.kafka
     topic = new_topic(kafka, partitions=3)
     transactional_id = f"e2e-{uuid.uuid4().hex[:6]}"
@@ -232,6 +233,37 @@ def test_a_read_committed_consumer_sees_exactly_the_committed_transactions(clust
         timeout=30,
         what="the last transaction completed",
     )
+
+    # The next transaction's AddPartitionsToTxn pipelined right behind an EndTxn, so it arrives
+    # while the coordinator writes that transaction's markers: it is decided once they and
+    # CompleteCommit are written (NONE), not answered CONCURRENT_TRANSACTIONS at once.
+    described = _described(cluster, node, transactional_id)
+    pid, epoch = int(described.producer_id), int(described.producer_epoch)
+    assert _add_partitions(cluster, node, transactional_id, pid, epoch, topic) == [0, 0]
+    end = protocol.build(
+        protocol.request_type(END_TXN, 4),
+        transactional_id=transactional_id, producer_id=pid, producer_epoch=epoch, committed=True,
+    )  # fmt: skip
+    add = protocol.build(
+        protocol.request_type(ADD_PARTITIONS, 3),
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[{"name": topic, "partitions": [2]}],
+    )
+    with RawConnection(kafka.cluster.brokers[node].kafka[LISTENER]) as conn:
+        assert int(conn.authenticate("admin", kafka.admin_password).error_code) == 0
+        end_id, add_id = conn.send(END_TXN, 4, end), conn.send(ADD_PARTITIONS, 3, add)
+        assert int(conn.receive(end_id, END_TXN, 4, end).error_code) == 0
+        added = conn.receive(add_id, ADD_PARTITIONS, 3, add)
+    assert [
+        int(p.partition_error_code)
+        for r in added.results_by_topic_v3_and_below
+        for p in r.results_by_partition
+    ] == [0]
+    ongoing = _described(cluster, node, transactional_id)
+    assert ongoing.transaction_state == "Ongoing"
+    assert {(t.topic, int(p)) for t in ongoing.topics for p in t.partitions} == {(topic, 2)}
 
 
 def test_a_transaction_is_coordinated_fenced_described_and_survives_its_coordinator(

@@ -16,9 +16,13 @@ Guarantees:
   produce path (`Produce.append_batch`, acks=-1, `transaction.state.log` writes bounded by
   `APPEND_TIMEOUT_MS`) before it takes effect and before anything is answered; while it is in
   flight the id holds the transition's `holding` metadata (its pending state), so a concurrent
-  request of the same id is answered CONCURRENT_TRANSACTIONS by the pure decision. An append that
-  failed keeps `after_failure` and is answered `transactions.append_error` of its error (a
-  leadership lost meanwhile: NOT_COORDINATOR).
+  request of the same id is answered CONCURRENT_TRANSACTIONS by the pure decision. An
+  AddPartitionsToTxn or AddOffsetsToTxn that arrives while the markers of the id's Prepare*
+  transaction are being written is decided once they are (Complete* written), or after
+  `MARKERS_WAIT_S` if that comes first (then CONCURRENT_TRANSACTIONS, which Kafka answers at
+  once: clients retry it after a backoff, 20 ms in librdkafka). An append that failed keeps
+  `after_failure` and is answered `transactions.append_error` of its error (a leadership lost
+  meanwhile: NOT_COORDINATOR).
 * Markers: after a Prepare* record was written (EndTxn, a timeout's or a fence's abort), and for
   every Prepare* transaction found on load, one task per transaction sends WriteTxnMarkers (v1,
   the coordinator epoch = the partition's leader epoch) through `MarkerSender` to the leader of
@@ -67,6 +71,9 @@ log = logging.getLogger("jbod_agent.transactions")
 
 APPEND_TIMEOUT_MS: Final = 5000  # Kafka's transaction log append waits request.timeout.ms
 MARKER_RETRY_S: Final = 0.1
+#: How long an AddPartitionsToTxn / AddOffsetsToTxn waits for the markers of the id's previous
+#: transaction before it is answered CONCURRENT_TRANSACTIONS (clients retry that after a backoff).
+MARKERS_WAIT_S: Final = 1.0
 MAX_MARKER_RETRY_S: Final = 2.0
 #: A leader's answers to a marker that mean this coordinator is stale: stop sending (Kafka's
 #: INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED).
@@ -248,13 +255,21 @@ class TxnCoordinator:
         return transition.error
 
     async def _decide(
-        self, transactional_id: str, decide: Callable[[TxnMetadata | None], Decision]
+        self,
+        transactional_id: str,
+        decide: Callable[[TxnMetadata | None], Decision],
+        *,
+        after_markers: bool = False,
     ) -> TxnError:
         if not transactional_id:  # before asking where it lives, as Kafka
             return TxnError.INVALID_REQUEST
         shard, error = self._shard_of(transactional_id)
         if shard is None:
             return error
+        if after_markers and await self._markers_written(shard, transactional_id):
+            shard, error = self._shard_of(transactional_id)  # it may have moved meanwhile
+            if shard is None:
+                return error
         decision = decide(shard.txns.get(transactional_id))
         if isinstance(decision, AnswerNow):
             return decision.error
@@ -262,6 +277,15 @@ class TxnCoordinator:
         return await self._write(shard, decision)
 
     # -- markers --------------------------------------------------------------------------------
+
+    async def _markers_written(self, shard: _Shard, transactional_id: str) -> bool:
+        """Wait, at most `MARKERS_WAIT_S`, for the markers (and the Complete* record) of the id's
+        Prepare* transaction, if they are being written; whether it waited."""
+        running = shard.markers.get(transactional_id)
+        if running is None or running.done():
+            return False
+        await asyncio.wait([running], timeout=MARKERS_WAIT_S)
+        return True
 
     def _start_markers(self, shard: _Shard, transactional_id: str) -> None:
         running = shard.markers.get(transactional_id)
@@ -455,7 +479,6 @@ class TxnCoordinator:
         partitions: Sequence[TopicPartition],
         version: int,
     ) -> TxnError:
-        now_ms = self._now_ms()
         return await self._decide(
             transactional_id,
             lambda metadata: transactions.add_partitions_to_txn(
@@ -464,9 +487,10 @@ class TxnCoordinator:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 partitions=partitions,
-                now_ms=now_ms,
+                now_ms=self._now_ms(),
                 version=version,
             ),
+            after_markers=True,
         )
 
     def verify_partitions(
@@ -493,7 +517,6 @@ class TxnCoordinator:
     async def add_offsets(
         self, transactional_id: str, *, producer_id: int, producer_epoch: int, group_id: str, version: int
     ) -> TxnError:
-        now_ms = self._now_ms()
         offsets_partitions = self._offsets_partitions()
         return await self._decide(
             transactional_id,
@@ -503,10 +526,11 @@ class TxnCoordinator:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 group_id=group_id,
-                now_ms=now_ms,
+                now_ms=self._now_ms(),
                 version=version,
                 offsets_topic_partitions=offsets_partitions,
             ),
+            after_markers=True,
         )
 
     async def end_txn(

@@ -10,7 +10,8 @@ Guarantees:
   then changes nothing; else the marker batch (`control_records.marker_batch`) is appended as the
   leader's append and recorded in the producer state and the `.txnindex` (`PartitionLog`), and
   the partition is answered once the ISR has it (acks=-1, `Produce.append_marker`; REQUEST_TIMED_OUT
-  / NOT_ENOUGH_REPLICAS_AFTER_APPEND as a produce answers them).
+  / NOT_ENOUGH_REPLICAS_AFTER_APPEND as a produce answers them). The partitions of all the
+  request's markers are appended and waited for together (the answer comes after the slowest).
 * A marker is checked with its `transaction_version` (v2), version 1 in v1 (we finalize
   `transaction.version` 1 only, so our coordinator sends version 1: docs/decisions.md).
 * DescribeProducers answers, per partition this broker leads or follows, every producer of its state
@@ -109,26 +110,35 @@ class TxnMarkersApi:
     async def write_txn_markers(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
         allowed = ctx.allows(conn, AclOperation.CLUSTER_ACTION)
-        markers = []
-        for marker in body.markers:
-            topics = []
-            for topic in marker.topics:
-                codes = await asyncio.gather(
-                    *(
-                        self._write(topic.name, int(index), marker, allowed=allowed)
-                        for index in topic.partition_indexes
-                    )
+        # Every partition of every marker at once: each waits for its ISR, so the request takes
+        # the longest of those waits, not their sum (a coordinator batches the markers of many
+        # producers into one request).
+        codes = iter(
+            await asyncio.gather(
+                *(
+                    self._write(topic.name, int(index), marker, allowed=allowed)
+                    for marker in body.markers
+                    for topic in marker.topics
+                    for index in topic.partition_indexes
                 )
-                topics.append(
+            )
+        )
+        markers = [
+            {
+                "producer_id": marker.producer_id,
+                "topics": [
                     {
                         "name": topic.name,
                         "partitions": [
-                            {"partition_index": index, "error_code": code}
-                            for index, code in zip(topic.partition_indexes, codes, strict=True)
+                            {"partition_index": index, "error_code": next(codes)}
+                            for index in topic.partition_indexes
                         ],
                     }
-                )
-            markers.append({"producer_id": marker.producer_id, "topics": topics})
+                    for topic in marker.topics
+                ],
+            }
+            for marker in body.markers
+        ]
         return protocol.build(
             protocol.response_type(request.header.api_key, request.header.api_version), markers=markers
         )
