@@ -118,14 +118,12 @@ async def _leaders(
     return brokers, leaders, refused
 
 
-def _by_topic(partitions: Sequence[Partition], **extra: Any) -> list[dict[str, Any]]:
+def _by_topic(partitions: Sequence[Partition]) -> dict[str, list[int]]:
+    """Each topic's partition indexes, sorted."""
     grouped: dict[str, list[int]] = {}
     for topic, index in partitions:
         grouped.setdefault(topic, []).append(index)
-    return [
-        {"name": t, "partitions": [{"partition_index": i, **extra} for i in sorted(ps)]}
-        for t, ps in grouped.items()
-    ]
+    return {t: sorted(ps) for t, ps in grouped.items()}
 
 
 async def _latest(
@@ -136,7 +134,15 @@ async def _latest(
         LIST_OFFSETS,
         replica_id=CONSUMER,
         isolation_level=isolation,
-        topics=_by_topic(partitions, current_leader_epoch=-1, timestamp=LATEST),
+        topics=[
+            {
+                "name": t,
+                "partitions": [
+                    {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST} for i in ps
+                ],
+            }
+            for t, ps in _by_topic(partitions).items()
+        ],
     )
     return {
         (str(t.name), int(p.partition_index)): (int(p.error_code), int(p.offset))
@@ -148,12 +154,9 @@ async def _latest(
 async def _producers(
     connection: KafkaConnection, partitions: Sequence[Partition]
 ) -> dict[Partition, tuple[int, tuple[OpenTransaction, ...]]]:
-    grouped: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        grouped.setdefault(topic, []).append(index)
     response = await connection.request(
         DESCRIBE_PRODUCERS,
-        topics=[{"name": t, "partition_indexes": sorted(ps)} for t, ps in grouped.items()],
+        topics=[{"name": t, "partition_indexes": ps} for t, ps in _by_topic(partitions).items()],
     )
     out: dict[Partition, tuple[int, tuple[OpenTransaction, ...]]] = {}
     for t in response.topics:
