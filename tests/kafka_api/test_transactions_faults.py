@@ -65,6 +65,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+import e2e.wait
 from jbod_core import group_records, txn_records
 from tests.broker.conftest import Cluster, wait_for
 from tests.fs import requires_root
@@ -261,16 +262,22 @@ class Ctp(threading.Thread):
         return ends is not None and all(self.offsets.get(p, -1) >= end for p, end in ends.items())
 
     def _rewind(self, consumer: Consumer) -> None:
-        """Seek every assigned partition back to the group's committed offset."""
-        while True:
+        """Seek every assigned partition back to the group's committed offset, asked again while
+        the group's coordinator moves (librdkafka does not retry `committed` on NOT_COORDINATOR)."""
+
+        def committed() -> tuple[list[TopicPartition]]:
             try:
-                for tp in consumer.committed(consumer.assignment(), TIMEOUT):
-                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                    consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-                return
+                return (consumer.committed(consumer.assignment(), TIMEOUT),)
             except KafkaException as exc:
                 self.errors.append(f"rewind: {exc.args[0]}")
-                time.sleep(0.1)  # the group's coordinator moves: ask again shortly
+                raise
+
+        [offsets] = e2e.wait.wait_for(  # it retries on an exception, the broker tests' does not
+            committed, timeout=4 * TIMEOUT, what="the group's committed offsets", interval=0.1
+        )
+        for tp in offsets:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 
 
 def partitions_of(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
