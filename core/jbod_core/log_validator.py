@@ -18,6 +18,9 @@ Guarantees:
   as Java computes it (64-bit, wrapping), so it reads as Kafka's. `header_suffices` says when a
   compressed batch kept as sent need not be decompressed for it (our one shortcut:
   docs/decisions.md).
+* `keyless_errors` names each record without a key produced to a compacted topic (Kafka's
+  INVALID_RECORD with one record error per such record), `record_errors_message` is the batch's
+  message then, as Kafka writes it (the count and the first three errors).
 """
 
 from __future__ import annotations
@@ -137,3 +140,20 @@ def timestamp_errors(
                 )
             )
     return tuple(errors)
+
+
+def keyless_errors(indexes: Sequence[int], *, topic: str, partition: int) -> tuple[RefusedRecord, ...]:
+    """One `RefusedRecord` per record without a key (its index in the batch) produced to a
+    compacted topic, with Kafka's message naming the partition."""
+    message = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
+    return tuple(RefusedRecord(index, message) for index in indexes)
+
+
+def record_errors_message(errors: Sequence[RefusedRecord]) -> str:
+    """The partition's error message for a batch refused by `errors` (not timestamps): Kafka's
+    count and its first three record errors in Java's list form."""
+    shown = ", ".join(f"RecordError(batchIndex={e.batch_index}, message='{e.message}')" for e in errors[:3])
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )

@@ -433,17 +433,16 @@ def recompressed(batch: CheckedBatch, compression: int, *, level: int | None = N
     return CheckedBatch(data, read_header(data), tuple(record.timestamp for record in records))
 
 
-def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
-    """The offset delta of the first record without a key in `batch` (one checked batch,
-    decompressed when compressed), or None when every record has a key: a compacted topic refuses
-    such a batch (Kafka's INVALID_RECORD)."""
+def keyless_records(batch: bytes | bytearray | memoryview) -> tuple[int, ...]:
+    """The offset deltas of the records without a key in `batch` (one checked batch, decompressed
+    when compressed), empty when every record has a key: a compacted topic refuses those records
+    (Kafka's INVALID_RECORD, one record error each)."""
     try:
-        for index, record in enumerate(DefaultRecordBatch(bytes(batch))):
-            if record.key is None:
-                return index
+        return tuple(
+            index for index, record in enumerate(DefaultRecordBatch(bytes(batch))) if record.key is None
+        )
     except Exception as exc:  # aiokafka raises CorruptRecordException and friends
         raise _invalid(f"Bad records in the batch: {exc}", HEADER_SIZE) from None
-    return None
 
 
 _LAST_DELTA_AT: Final[int] = 23

@@ -6,7 +6,8 @@ Guarantees:
   response at all, as in Kafka.
 * Each partition's `records` must be exactly one RecordBatch v2 no larger than the topic's
   `max.message.bytes` (the broker's `message.max.bytes` when unset; MESSAGE_TOO_LARGE), with a
-  key on every record when the topic is compacted (else INVALID_RECORD), passing
+  key on every record when the topic is compacted (else INVALID_RECORD with a record error per
+  keyless record, as Kafka answers), passing
   `record_batch.check_produced` (else INVALID_RECORD or CORRUPT_MESSAGE, nothing appended); the
   partitions of one request are appended and replicated concurrently, each answered with its
   own error code.
@@ -51,6 +52,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
 from jbod_agent.partitions.produce import PartitionVerifier, ProduceResult
+from jbod_core import log_validator
 from jbod_core.acls import AclOperation, Resource, ResourceType
 from jbod_core.errors import ErrorCode
 from jbod_core.group_records import OFFSETS_TOPIC
@@ -140,12 +142,18 @@ def _refused(
             KafkaError.message_too_large,
             f"the batch of {len(batch)} bytes is larger than the topic's max.message.bytes {limit}",
         )
-    if hosted is not None and hosted.compacted and record_batch.first_keyless_record(batch) is not None:
-        return _failed(
-            part.index,
-            KafkaError.invalid_record,
-            f"Compacted topic cannot accept message without key in topic partition {part.topic}-{part.index}.",
-        )
+    if hosted is not None and hosted.compacted:
+        keyless = record_batch.keyless_records(batch)
+        if keyless:  # each named, as Kafka does: a client fails only those records (KIP-467)
+            errors = log_validator.keyless_errors(keyless, topic=part.topic, partition=part.index)
+            return _PartitionResult(
+                part.index,
+                KafkaError.invalid_record,
+                log_start_offset=hosted.log.log_start_offset,
+                reason=log_validator.record_errors_message(errors),
+                reason_shown=True,
+                record_errors=tuple((e.batch_index, e.message) for e in errors),
+            )
     return None
 
 
