@@ -15,7 +15,9 @@ Guarantees:
   operation (or of ALL) denies; else any ALLOW of the operation, of ALL, or of an operation that
   implies it (READ, WRITE, DELETE, ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS)
   allows; else denied. When no ACL at all matches the resource, `allow_everyone_if_no_acl_found`
-  decides.
+  decides. `authorized_operations` is the bit field of the resource type's supported operations
+  (`SUPPORTED_OPERATIONS`, Kafka's) that a requester may do, as Metadata, DescribeCluster and
+  DescribeGroups answer it when asked.
 * CreateAcls: one result per creation, in order. A creation is INVALID_REQUEST (42), and nothing
   of it written, when its resource type is ANY or UNKNOWN, its pattern type is not LITERAL or
   PREFIXED, its operation is ANY or UNKNOWN, its permission type is not ALLOW or DENY, its
@@ -364,6 +366,59 @@ class Authorizer:
                 continue
             return True
         return False
+
+    def authorized_operations(self, index: AclIndex, requester: Requester, resource: Resource) -> int:
+        """Kafka's `authorizedOperations` bit field: bit `code` set for each operation the
+        resource type supports (`SUPPORTED_OPERATIONS`) that `requester` may do on `resource`."""
+        allowed = (
+            operation
+            for operation in SUPPORTED_OPERATIONS.get(resource.resource_type, ())
+            if self.authorize(index, requester, operation, resource)
+        )
+        return operations_field(allowed)
+
+
+#: The operations each resource type supports, as Kafka's `AclEntry.supportedOperations`: what an
+#: authorized-operations bit field (Metadata, DescribeCluster, DescribeGroups) may name.
+SUPPORTED_OPERATIONS: Final[Mapping[ResourceType, tuple[AclOperation, ...]]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.TWO_PHASE_COMMIT),
+}
+#: An authorized-operations field not asked for (Kafka's Integer.MIN_VALUE).
+OPERATIONS_NOT_ASKED: Final = -(2**31)
+
+
+def operations_field(operations: Iterable[AclOperation]) -> int:
+    """The 32-bit field with bit `code` set for each operation (Kafka's `Utils.to32BitField`)."""
+    field_ = 0
+    for operation in operations:
+        field_ |= 1 << int(operation)
+    return field_
 
 
 # ---------------------------------------------------------------------------------------------

@@ -132,6 +132,14 @@ class BrokerContext:
         requester = acls.Requester(conn.principal, client_host(conn.peer))
         return self.authorizer.authorize(self.state.image.acls, requester, operation, resource)
 
+    def authorized_operations(self, conn: Connection, resource: acls.Resource = acls.CLUSTER) -> int:
+        """The bit field of what the connection's principal may do on `resource` (Kafka's
+        authorized operations, the resource type's supported operations only)."""
+        if conn.principal is None:
+            return 0
+        requester = acls.Requester(conn.principal, client_host(conn.peer))
+        return self.authorizer.authorized_operations(self.state.image.acls, requester, resource)
+
     def allows_any(
         self, conn: Connection, operation: acls.AclOperation, resource_type: acls.ResourceType
     ) -> bool:

@@ -61,7 +61,7 @@ from jbod_agent.kafka.forwarding import Forwarder
 from jbod_agent.kafka.internal_topics import InternalTopic
 from jbod_agent.kafka.listener import Connection
 from jbod_core import groups, txn_offsets
-from jbod_core.acls import AclOperation, Resource, ResourceType
+from jbod_core.acls import OPERATIONS_NOT_ASKED, AclOperation, Resource, ResourceType
 from jbod_core.group_records import OFFSETS_TOPIC
 from jbod_core.groups import GroupError
 from jbod_core.messages import CreateTopicRequest
@@ -72,9 +72,6 @@ log = logging.getLogger("jbod_agent.groups")
 
 GROUP_KEY: Final = 0
 TRANSACTION_KEY: Final = 1
-#: Describe, read and delete a group (Kafka's AclOperation codes 8, 3, 6), when asked.
-GROUP_OPERATIONS: Final = 1 << 3 | 1 << 6 | 1 << 8
-NO_OPERATIONS: Final = -(2**31)
 READ: Final = AclOperation.READ
 DESCRIBE: Final = AclOperation.DESCRIBE
 GROUP_DENIED: Final = KafkaError.group_authorization_failed
@@ -594,9 +591,7 @@ class GroupApis:
     async def describe_groups(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         body = request.body
         version = request.header.api_version
-        operations = (
-            GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False) else NO_OPERATIONS
-        )
+        asked = bool(getattr(body, "include_authorized_operations", False))
         described = []
         for group_id in body.groups:
             entry: dict[str, Any] = {
@@ -607,11 +602,15 @@ class GroupApis:
                 "protocol_type": "",
                 "protocol_data": "",
                 "members": [],
-                "authorized_operations": operations,
+                "authorized_operations": OPERATIONS_NOT_ASKED,
             }
             if not ctx.allows_group(conn, DESCRIBE, group_id):
                 described.append({**entry, "error_code": GROUP_DENIED})
                 continue
+            if asked:  # as Kafka: only for a group the principal may describe
+                entry["authorized_operations"] = ctx.authorized_operations(
+                    conn, Resource(ResourceType.GROUP, group_id)
+                )
             error, group = self.coordinator.group(group_id)
             if error is not GroupError.NONE:
                 described.append({**entry, "error_code": _kafka(error)})

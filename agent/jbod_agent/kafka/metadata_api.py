@@ -20,6 +20,10 @@ Guarantees:
 * Kafka's ACLs: a topic named (or asked by id) that the principal may not DESCRIBE is
   TOPIC_AUTHORIZATION_FAILED (29) whether or not it exists; a request for every topic lists only
   those it may DESCRIBE (and creates nothing). DescribeCluster needs no ACL (as Kafka's).
+* Authorized operations, when asked (Metadata v8+ `include_topic_authorized_operations` and
+  v8-10 `include_cluster_authorized_operations`, DescribeCluster's): the bit field of the
+  resource type's operations the principal may do (`jbod_core.acls`), the cluster's 0 without
+  DESCRIBE on it (as Kafka); not asked, Kafka's Integer.MIN_VALUE.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from jbod_agent.kafka.context import ZERO_UUID, BrokerContext
 from jbod_agent.kafka.listener import Connection
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_core import auto_create
-from jbod_core.acls import AclOperation
+from jbod_core.acls import OPERATIONS_NOT_ASKED, AclOperation, Resource, ResourceType
 from jbod_core.image import TopicImage
 from jbod_kafka import protocol
 from jbod_kafka.ids import jbod_uuid, kafka_uuid
@@ -107,10 +111,31 @@ class MetadataApis:
             brokers=brokers(ctx, conn),
             cluster_id=ctx.state.cluster_id,
             controller_id=ctx.node_id,
-            topics=self._requested_topics(conn, request),
-            cluster_authorized_operations=-2147483648,
+            topics=self._with_operations(conn, request, self._requested_topics(conn, request)),
+            cluster_authorized_operations=_cluster_operations(
+                ctx, conn, asked=bool(getattr(request.body, "include_cluster_authorized_operations", False))
+            ),
             error_code=KafkaError.none,
         )
+
+    def _with_operations(
+        self, conn: Connection, request: protocol.Request, topics: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """`topics` with each named topic's authorized operations when the request asks (v8+),
+        as Kafka fills them: for every topic answered, with an error too."""
+        if not getattr(request.body, "include_topic_authorized_operations", False):
+            return topics
+        return [
+            topic
+            if topic.get("name") is None
+            else {
+                **topic,
+                "topic_authorized_operations": self.ctx.authorized_operations(
+                    conn, Resource(ResourceType.TOPIC, topic["name"])
+                ),
+            }
+            for topic in topics
+        ]
 
     def _requested_topics(self, conn: Connection, request: protocol.Request) -> list[dict[str, Any]]:
         ctx = self.ctx
@@ -190,6 +215,14 @@ class MetadataApis:
         return out
 
 
+def _cluster_operations(ctx: BrokerContext, conn: Connection, *, asked: bool) -> int:
+    """The cluster's authorized operations for the connection, or Kafka's "not asked" value; as
+    Kafka, none (0) for a principal that may not DESCRIBE the cluster."""
+    if not asked:
+        return OPERATIONS_NOT_ASKED
+    return ctx.authorized_operations(conn) if ctx.allows(conn, AclOperation.DESCRIBE) else 0
+
+
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
 
 
@@ -220,5 +253,7 @@ async def describe_cluster(ctx: BrokerContext, conn: Connection, request: protoc
         cluster_id=ctx.state.cluster_id,
         controller_id=ctx.node_id,
         brokers=[{**b, "broker_id": b["node_id"], "is_fenced": False} for b in brokers(ctx, conn)],
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=_cluster_operations(
+            ctx, conn, asked=bool(getattr(request.body, "include_cluster_authorized_operations", False))
+        ),
     )
