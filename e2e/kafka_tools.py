@@ -120,6 +120,7 @@ SCRIPTS: Mapping[str, Script] = {
         Script("kafka-get-offsets.sh", "org.apache.kafka.tools.GetOffsetShell"),
         Script("kafka-delete-records.sh", "org.apache.kafka.tools.DeleteRecordsCommand"),
         Script("kafka-reassign-partitions.sh", "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"),
+        Script("kafka-leader-election.sh", "org.apache.kafka.tools.LeaderElectionCommand"),
         Script("kafka-consumer-groups.sh", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
         Script(
             "kafka-producer-perf-test.sh", "org.apache.kafka.tools.ProducerPerformance", heap=("-Xmx512M",)

@@ -91,6 +91,8 @@ from jbod_core.messages import (
     DeleteAclsRequest,
     DescribeAclsReply,
     DescribeScramCredentialsResult,
+    ElectLeadersReply,
+    ElectLeadersRequest,
     ListReassignmentsReply,
     Message,
     RegisterBrokerReply,
@@ -493,6 +495,9 @@ class ControllerClient(_ControllerList):
     def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
         return self._post(REASSIGNMENTS_PATH, request, AlterReassignmentsReply)
 
+    def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
+        return self._post(ELECT_LEADERS_PATH, request, ElectLeadersReply)
+
     def list_reassignments(self) -> ListReassignmentsReply:
         return _reply(
             ListReassignmentsReply, self._call("GET", REASSIGNMENTS_PATH), self.url, "GET", REASSIGNMENTS_PATH
@@ -544,6 +549,7 @@ def _path(segment: str) -> str:
 PRODUCER_IDS_PATH: Final = "/v1/producer-ids"
 SCRAM_CREDENTIALS_PATH: Final = "/v1/scram-credentials"
 REASSIGNMENTS_PATH: Final = "/v1/reassignments"
+ELECT_LEADERS_PATH: Final = "/v1/elect-leaders"
 
 
 def broker_configs_path(broker: str) -> str:
@@ -729,6 +735,9 @@ class ControllerLink(_ControllerList):
 
     async def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
         return await self._post(REASSIGNMENTS_PATH, request, AlterReassignmentsReply)
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
+        return await self._post(ELECT_LEADERS_PATH, request, ElectLeadersReply)
 
     async def list_reassignments(self) -> ListReassignmentsReply:
         data = await self._request("GET", REASSIGNMENTS_PATH)

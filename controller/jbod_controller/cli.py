@@ -56,6 +56,12 @@ CONTROLLER_NODE_ID = 0
 log = logging.getLogger("jbod_controller")
 
 
+def _at_least_one(seconds: int) -> int:
+    if seconds < 1:
+        raise UsageError(f"--leader-imbalance-check-interval-seconds must be >= 1, got {seconds}")
+    return seconds
+
+
 class UsageError(Exception):
     """A problem with what the user asked for; printed as one line."""
 
@@ -111,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--default-min-insync-replicas",
         type=int,
         help="min.insync.replicas written into a new topic's configs when the create sets none",
+    )
+    parser.add_argument(
+        "--auto-leader-rebalance-enable",
+        choices=["true", "false"],
+        default="true",
+        help="move leadership back to preferred replicas periodically (Kafka's auto.leader.rebalance.enable)",
+    )
+    parser.add_argument(
+        "--leader-imbalance-check-interval-seconds",
+        type=int,
+        default=300,
+        help="how often leadership is balanced (Kafka's leader.imbalance.check.interval.seconds)",
     )
     parser.add_argument(
         "--connections-max-idle-ms",
@@ -455,6 +473,10 @@ def _claim_and_serve(
             default_min_insync_replicas=args.default_min_insync_replicas,
             url=args.advertised_url.rstrip("/") if args.advertised_url else "",
             quorum=quorum_config(args),
+            auto_leader_rebalance=args.auto_leader_rebalance_enable == "true",
+            leader_imbalance_check_interval_s=float(
+                _at_least_one(args.leader_imbalance_check_interval_seconds)
+            ),
         )
         if config.quorum is None:
             created.note_missing(data_dir / "metadata")

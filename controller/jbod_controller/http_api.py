@@ -58,6 +58,7 @@ from jbod_core.messages import (
     CreatePartitionsRequest,
     CreateTopicRequest,
     DeleteAclsRequest,
+    ElectLeadersRequest,
     Message,
     RegisterBrokerRequest,
     validation_message,
@@ -94,6 +95,7 @@ BODY_LIMITS: dict[str, int] = {
     "alter-broker-configs": ADMIN_BODY_BYTES,
     "create-partitions": PARTITION_BODY_BYTES,
     "alter-reassignments": PARTITION_BODY_BYTES,
+    "elect-leaders": PARTITION_BODY_BYTES,
     "alter-scram-credentials": ADMIN_BODY_BYTES,
     "create-acls": ACL_BODY_BYTES,
     "delete-acls": ACL_BODY_BYTES,
@@ -302,6 +304,7 @@ class ControllerApi:
             "/v1/reassignments",
             self._timed("alter-reassignments", self.alter_reassignments, auth="admin"),
         )
+        r.add_post("/v1/elect-leaders", self._timed("elect-leaders", self.elect_leaders, auth="admin"))
         r.add_get(
             "/v1/reassignments",
             self._timed("list-reassignments", self.list_reassignments, auth="admin"),
@@ -501,6 +504,10 @@ class ControllerApi:
     async def alter_reassignments(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "alter-reassignments", AlterReassignmentsRequest)
         return reply_response(await self.service.alter_reassignments(parsed))
+
+    async def elect_leaders(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "elect-leaders", ElectLeadersRequest)
+        return reply_response(await self.service.elect_leaders(parsed))
 
     async def list_reassignments(self, request: web.Request) -> web.Response:
         return reply_response(reassignment.list_reassignments(self.service.image))

@@ -43,6 +43,7 @@ from jbod_core import (
     config_changes,
     frames,
     isr,
+    leader_election,
     producer_ids,
     reassignment,
     records,
@@ -76,6 +77,8 @@ from jbod_core.messages import (
     DeleteAclsReply,
     DeleteAclsRequest,
     DeleteTopicReply,
+    ElectLeadersReply,
+    ElectLeadersRequest,
     RegisterBrokerReply,
     RegisterBrokerRequest,
     UnregisterBrokerReply,
@@ -106,6 +109,10 @@ class ControllerConfig:
     url: str = ""
     # A controller quorum on etcd (§3.8); None = the single controller with its file log.
     quorum: QuorumConfig | None = None
+    # Kafka's auto.leader.rebalance.enable and leader.imbalance.check.interval.seconds: leadership
+    # goes back to the preferred replicas periodically (`jbod_core.leader_election`).
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_s: float = 300.0
 
 
 class RecoveryError(RuntimeError):
@@ -252,6 +259,10 @@ class ControllerService:
         self.writer.start()
         loop = asyncio.get_running_loop()
         self._active_tasks.append(loop.create_task(self._expire_sessions_forever(), name="session-expiry"))
+        if self.config.auto_leader_rebalance:
+            self._active_tasks.append(
+                loop.create_task(self._balance_leaders_forever(), name="leader-balance")
+            )
         self._active = True
 
     # -- quorum roles (§3.8) ------------------------------------------------------------------
@@ -503,6 +514,24 @@ class ControllerService:
 
         return await self._writer().submit(decide, name="alter-reassignments")
 
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
+        def decide(image: ClusterImage) -> tuple[list[records.Record], ElectLeadersReply]:
+            produced, reply = leader_election.elect_leaders(image, request)
+            _log_elections(image, produced, "on request")
+            return produced, reply
+
+        return await self._writer().submit(decide, name="elect-leaders")
+
+    async def balance_leaders(self) -> int:
+        """Move leadership back to preferred replicas (at most Kafka's 1,000 partitions); how many."""
+
+        def decide(image: ClusterImage) -> tuple[list[records.Record], int]:
+            produced = leader_election.preferred_leader_balance(image)
+            _log_elections(image, produced, "to balance leadership")
+            return produced, len(produced)
+
+        return await self._writer().submit(decide, name="balance-leaders")
+
     async def alter_scram_credentials(
         self, request: AlterScramCredentialsRequest
     ) -> AlterScramCredentialsReply:
@@ -602,6 +631,14 @@ class ControllerService:
             except NotActiveError:
                 return  # deposed: `step_down` takes it from here
 
+    async def _balance_leaders_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_s)
+            try:
+                await self.balance_leaders()
+            except NotActiveError:
+                return  # deposed: `step_down` takes it from here
+
     async def _collect_garbage_forever(self) -> None:
         while True:
             await asyncio.sleep(gc_policy.FULL_COLLECTION_INTERVAL_S)
@@ -660,6 +697,13 @@ def write_image_snapshot(record_log: RecordLog, image: ClusterImage) -> int:
     entries = (frames.encode_snapshot_entry(r.TYPE, r.to_data()) for r in image.iter_records())
     record_log.write_snapshot(image.end_offset, entries, count=count)
     return count
+
+
+def _log_elections(image: ClusterImage, produced: list[records.Record], why: str) -> None:
+    for record in produced:
+        if isinstance(record, records.PartitionChangeRecord) and record.leader is not None:
+            topic = image.topics[record.topic_id].name
+            log.info("Elected broker %d leader of %s-%d %s", record.leader, topic, record.partition_id, why)
 
 
 def _log_transition(was_fenced: bool, reply: BrokerHeartbeatReply, request: BrokerHeartbeatRequest) -> None:

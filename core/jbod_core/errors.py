@@ -31,6 +31,9 @@ class ErrorCode(IntEnum):
     KAFKA_STORAGE_ERROR = 56
     LOG_DIR_NOT_FOUND = 57
     FENCED_LEADER_EPOCH = 74
+    PREFERRED_LEADER_NOT_AVAILABLE = 80  # extension: leader elections (docs/api.md)
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83  # extension: leader elections
+    ELECTION_NOT_NEEDED = 84  # extension: leader elections
     NO_REASSIGNMENT_IN_PROGRESS = 85  # extension: reassignments (docs/api.md)
     STALE_BROKER_EPOCH = 77
     RESOURCE_NOT_FOUND = 91  # extension: SCRAM credentials

@@ -266,6 +266,21 @@ class AlterReassignmentsRequest(Message):
     allow_replication_factor_change: bool = True
 
 
+class ElectionTopic(Message):
+    """One topic's partitions of ElectLeaders."""
+
+    topic: str
+    partitions: Annotated[list[Int32], Field(max_length=MAX_PARTITIONS_PER_REQUEST)]
+
+
+class ElectLeadersRequest(Message):
+    """Kafka's ElectLeaders: `election_type` 0 (preferred) or 1 (unclean); `partitions` None for
+    every partition of the cluster."""
+
+    election_type: Annotated[int, Field(ge=0, le=1)]
+    partitions: Annotated[list[ElectionTopic], Field(max_length=MAX_PARTITIONS_PER_REQUEST)] | None = None
+
+
 class ScramCredentialDeletion(Message):
     name: str
     mechanism: Int8
@@ -461,6 +476,23 @@ class AlterReassignmentsReply(Message):
     error_code: int = 0
     error_message: str | None = None
     results: list[ReassignmentResult] = []
+
+
+class PartitionElectionResult(Message):
+    partition: int
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class TopicElectionResults(Message):
+    topic: str
+    partitions: list[PartitionElectionResult] = []
+
+
+class ElectLeadersReply(Message):
+    error_code: int = 0
+    error_message: str | None = None
+    results: list[TopicElectionResults] = []
 
 
 class OngoingReassignment(Message):

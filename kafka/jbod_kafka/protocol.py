@@ -102,6 +102,7 @@ APIS: Final[dict[int, Api]] = {
         _api(36, "sasl_authenticate", 0, 2),
         _api(37, "create_partitions", 0, 3),
         _api(42, "delete_groups", 0, 2),
+        _api(43, "elect_leaders", 0, 2),
         _api(44, "incremental_alter_configs", 0, 1),
         _api(45, "alter_partition_reassignments", 0, 1),
         _api(46, "list_partition_reassignments", 0, 0),

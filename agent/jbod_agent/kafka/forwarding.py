@@ -52,6 +52,8 @@ from jbod_core.messages import (
     DeleteAclsReply,
     DeleteAclsRequest,
     DescribeScramCredentialsResult,
+    ElectLeadersReply,
+    ElectLeadersRequest,
     validation_message,
 )
 from jbod_runtime.tls import ClientTls
@@ -116,6 +118,9 @@ class Forwarder:
 
     async def alter_reassignments(self, request: AlterReassignmentsRequest) -> AlterReassignmentsReply:
         return await answer(self._admin().alter_reassignments(request))
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
+        return await answer(self._admin().elect_leaders(request))
 
     async def alter_broker_configs(
         self, broker: str, request: AlterBrokerConfigsRequest

@@ -27,6 +27,7 @@ from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
 from jbod_agent.kafka.auth import BrokerAuthenticator
 from jbod_agent.kafka.context import BrokerContext
+from jbod_agent.kafka.election_api import ElectionApis
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
@@ -137,6 +138,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **admin.handlers(),
         **group_apis.handlers(),
         **ReassignApis(ctx, forwarder).handlers(),
+        **ElectionApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
         **TxnMarkersApi(ctx, coordinator).handlers(),
         **txn_apis.handlers(),  # after admin's: InitProducerId with a transactional id
