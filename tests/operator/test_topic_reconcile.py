@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from e2e.wait import wait_for
@@ -92,6 +93,10 @@ def test_a_topic_follows_its_resource_and_nothing_else_is_touched(kafka_cluster:
         assert status["topicName"] == "orders" and status["topicId"]
         assert status["configKeys"] == ["cleanup.policy", "retention.ms", "segment.ms"]
         assert wait_for(lambda: _shape(admin, "orders"), timeout=TIMEOUT, what="orders in metadata") == (3, 2)
+        described = admin.describe_topics(TopicCollection(["orders"]), request_timeout=TIMEOUT)["orders"]
+        # Kafka's id; librdkafka prints it in standard base64, Kafka's Java tools in base64url.
+        kafka_id = str(described.result(TIMEOUT).topic_id).translate(str.maketrans("+/", "-_"))
+        assert kafka_id == status["topicId"]
         configs = wait_for(lambda: _configs(admin, "orders"), timeout=TIMEOUT, what="orders described")
         assert configs["retention.ms"][0] == "7200000" and configs["segment.ms"][0] == "600000"
         assert run(spec, status) == status  # converged: the same status, nothing done
