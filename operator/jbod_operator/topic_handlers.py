@@ -12,7 +12,8 @@ Guarantees:
   unreachable controller are `Ready: False` and the handler returns: kopf retries on the next
   change of the resource or on the drift timer (`TOPIC_INTERVAL`), never in an error loop.
 * Only the topic a resource names (and owns, `topic_plan.owner`) is ever changed; topics without a
-  JbodTopic are never read or written.
+  JbodTopic are never read or written. One reconcile of a resource runs at a time (the timer and
+  a change handler may fire together).
 * Resources are those with the label `jbod.dev/cluster` (Strimzi's `strimzi.io/cluster`); with the
   annotation `jbod.dev/managed: "false"` the topic is left alone (condition `Unmanaged`) and
   deleting the resource leaves it. Deletion (kopf's finalizer) deletes a managed, owned topic the
@@ -26,6 +27,7 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -43,6 +45,8 @@ log = logging.getLogger("jbod_operator")
 TOPIC_INTERVAL: Final = 60.0  # the drift timer: a topic changed behind the operator's back is put back
 DELETE_TIMEOUT: Final = 600.0  # how long a deletion waits for an unreachable controller
 MANAGED_ANNOTATION: Final = "jbod.dev/managed"
+# One reconcile at a time per resource: the drift timer and a change handler may fire together.
+_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 
 
 def _condition(
@@ -267,7 +271,8 @@ def reconcile_topic(  # noqa: PLR0913  kopf handler: one parameter per kwarg kop
             patch.status["observedGeneration"] = generation
             return
         owner_name = topic_plan.owner(_claims(topics_index, (namespace, cluster, parsed.topic_name)))
-        with _client(cluster, namespace, token) as client:
+        lock = _LOCKS.setdefault((namespace, name), threading.Lock())
+        with lock, _client(cluster, namespace, token) as client:
             new = reconcile(
                 client, name, parsed, dict(status), owner_name=owner_name, generation=generation, now=now
             )
@@ -308,6 +313,7 @@ def delete_topic(
         made=bool(status.get("topicId")) and status.get("topicName") == topic,
         cluster_present=bool(token),
     )
+    _LOCKS.pop((namespace, name), None)
     if action == "release" or token is None:
         log.info("JbodTopic %s/%s deleted: topic %s left as it is", namespace, name, topic)
         return
