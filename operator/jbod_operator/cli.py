@@ -93,7 +93,11 @@ def command(  # noqa: PLR0913  click command: one parameter per option
             raise click.ClickException(f"no Kubernetes credentials: {exc}".splitlines()[0]) from None
     if endpoints_file:
         os.environ["JBOD_ENDPOINTS_FILE"] = endpoints_file
-    from jbod_operator import handlers, views  # importing handlers registers them with kopf
+    from jbod_operator import (  # importing handlers registers them with kopf
+        handlers,
+        topic_handlers,  # noqa: F401  the JbodTopic handlers, registered alike
+        views,
+    )
 
     handlers.ENDPOINTS = views.Endpoints(endpoints_file)
     handlers.SETTINGS["poll_seconds"] = poll_seconds

@@ -69,6 +69,7 @@ ANNOTATION_CA_SINCE: Final = "jbod.dev/ca-since"
 ANNOTATION_FORCE_RENEW_CA: Final = "jbod.dev/force-renew"
 ANNOTATION_FORCE_REPLACE_CA: Final = "jbod.dev/force-replace"
 USERS: Final = "jbodusers"
+TOPICS: Final = "jbodtopics"  # JbodTopic: a Kafka topic of the cluster `jbod.dev/cluster` names
 DISKS_DIR: Final = "/var/lib/jbod/disks"
 METADATA_MOUNT: Final = "/var/lib/jbod/metadata"
 CONTROLLER_MOUNT: Final = "/var/lib/jbod/controller"

@@ -131,6 +131,16 @@ for both `patch` and `create` on every kind the operator applies.
 - apiGroups: ["jbod.dev"]
   resources: ["jbodusers/status"]
   verbs: ["patch"]
+# JbodTopics: watched, indexed and handled by kopf (topic_handlers: reconcile_topic, its drift
+# timer, and delete_topic behind kopf's finalizer); status through the subresource. The topics
+# themselves are changed through the controller's HTTP API, not the Kubernetes API.
+- apiGroups: ["jbod.dev"]
+  resources: ["jbodtopics"]
+  verbs: ["list", "watch", "patch"]
+# JbodTopic status (topicName, topicId, configKeys, conditions): kopf merge-patches the subresource.
+- apiGroups: ["jbod.dev"]
+  resources: ["jbodtopics/status"]
+  verbs: ["patch"]
 # Services (controller, brokers, ready brokers, Kafka bootstrap) and ConfigMaps (server.properties): server-side apply.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
