@@ -143,6 +143,7 @@ REQUIRED_ALERTS = {
     "JbodBrokersFenced",
     "JbodLogDirAlmostFull",
     "JbodOperatorDown",
+    "JbodConsumerGroupLagGrowing",
 }
 PER_DISK_METRICS = {
     "jbod_log_dir_usable_bytes",
