@@ -12,7 +12,8 @@ Guarantees:
 * `partition_lags` (pure) gives one `PartitionLag` per partition a group has a committed offset
   for and whose log end offset is known; lag = log end offset - committed offset, never below 0
   (a committed offset past the end, after a truncation, is no lag). Sorted by group, topic, partition.
-* `fetch_lags` asks the cluster once and raises `KafkaException` when it cannot (nothing published).
+* `fetch_lags` asks the cluster once and raises `KafkaException` when it cannot list the groups;
+  a group whose offsets cannot be fetched, or a partition whose end cannot, is left out.
 * `LagMetrics.publish` sets the three gauges of a cluster's partitions and removes the series of
   the partitions and groups no longer there; `forget` removes a cluster's series.
 """
@@ -103,7 +104,10 @@ def fetch_lags(admin: AdminClient, *, timeout: float = 10.0) -> list[PartitionLa
         [future] = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(listing.group_id)], request_timeout=timeout
         ).values()
-        offsets = future.result()
+        try:
+            offsets = future.result()
+        except KafkaException:
+            continue  # a group deleted (or its coordinator moving) since ListGroups: next poll
         committed[listing.group_id] = {
             (tp.topic, tp.partition): tp.offset for tp in offsets.topic_partitions or [] if tp.error is None
         }

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from jbod_operator import builders, model, names, scheduling
-from tests.operator.test_model_builders import OWNER, example
+from tests.operator.test_model_builders import OWNER, ROOT, example
 
 AFFINITY = {
     "nodeAffinity": {
@@ -216,3 +217,20 @@ def test_disruption_budgets_keep_brokers_unfenced_and_quorums_whole() -> None:
         assert budget["spec"]["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
         assert budget["spec"]["selector"] == sts["spec"]["selector"]
         assert budget["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_the_scheduling_example_builds() -> None:
+    """examples/jbodcluster-scheduling.yaml (docs/install.md, "Scheduling") parses and reaches the pods."""
+    data = yaml.safe_load((ROOT / "examples" / "jbodcluster-scheduling.yaml").read_text())
+    spec = model.parse_cluster(data["metadata"]["name"], data["spec"])
+    pod = _pod(spec)
+    assert pod["spec"]["nodeSelector"] == {"pool": "kafka"}
+    [anti] = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    [spread] = pod["spec"]["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    for sts in (
+        builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER),
+        builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER),
+    ):
+        assert sts["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
