@@ -84,7 +84,7 @@ NAMESPACED_NEEDS: frozenset[Need] = frozenset(
         ("", "configmaps", "patch"),
         ("apps", "statefulsets", "create"),  # kube.apply(controller_statefulset)
         ("apps", "statefulsets", "patch"),
-        ("policy", "poddisruptionbudgets", "create"),  # kube.apply(broker_disruption_budget)
+        ("policy", "poddisruptionbudgets", "create"),  # kube.apply(broker/controller/etcd_disruption_budget)
         ("policy", "poddisruptionbudgets", "patch"),
         ("", "pods", "list"),  # pods_index
         ("", "pods", "watch"),
