@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from jbod_operator import builders, model, names, scheduling
+from tests.chart.test_chart import _unknown_fields
 from tests.operator.test_model_builders import OWNER, ROOT, example
 
 AFFINITY = {
@@ -234,3 +235,20 @@ def test_the_scheduling_example_builds() -> None:
         builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER),
     ):
         assert sts["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
+
+
+def test_the_objects_use_only_fields_kubernetes_knows() -> None:
+    """With every template field set, the pod, the StatefulSets and the budgets hold only fields
+    of Kubernetes' own models (the template's subtrees included: a misplaced key would show)."""
+    spec = _spec(
+        {"broker": _template(), "controller": _template(), "etcd": _template()}, controller={"replicas": 3}
+    )
+    for obj in (
+        _pod(spec),
+        builders.controller_statefulset(spec, "demo", "ns", image="img:1", owner=OWNER),
+        builders.etcd_statefulset(spec, "demo", "ns", owner=OWNER),
+        builders.broker_disruption_budget(3, "demo", "ns", OWNER),
+        builders.controller_disruption_budget("demo", "ns", OWNER),
+        builders.etcd_disruption_budget("demo", "ns", OWNER),
+    ):
+        assert not list(_unknown_fields(obj, f"V1{obj['kind']}", obj["kind"]))
