@@ -45,7 +45,7 @@ async def poll_consumer_lag(name: str, namespace: str | None, stopped: kopf.Daem
                         lag.fetch_lags, client[1], timeout=SETTINGS["timeout_seconds"]
                     )
                 except KafkaException as exc:
-                    log.debug("%s/%s: consumer lag unavailable: %s", namespace, name, exc)
+                    log.debug("Could not compute the consumer lag of %s/%s: %s", namespace, name, exc)
                     lag.METRICS.forget(namespace, name)
                 else:
                     lag.METRICS.publish(namespace, name, lags)
