@@ -9,6 +9,8 @@ Guarantees:
   and configuration; a different hash means the pod must be recreated (bare pods cannot be
   patched in place).
 * Processes run as non-root with a read-only root filesystem; everything they write is a volume.
+* `spec.template` (labels, annotations, affinity, tolerations, spread, security context...) is
+  applied to the broker pods and the controller and etcd StatefulSets' pods by `scheduling`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 
 from jbod_core import auto_create
-from jbod_operator import model, names
+from jbod_operator import model, names, scheduling
 
 Manifest = dict[str, Any]
 RUN_AS: int = 10001
@@ -368,6 +370,8 @@ def etcd_statefulset(
         container=container,
         volumes=[_TMP_VOLUME, *([_tls_volume(spec, cluster, names.etcd_tls(cluster))] if tls else [])],
         data=spec.controller.etcd.storage,
+        template=spec.template.etcd,
+        spread=scheduling.default_spread(names.etcd_selector(cluster), scheduling.rack_topology_key(spec)),
     )
 
 
@@ -479,6 +483,13 @@ def controller_statefulset(
         container=container,
         volumes=volumes,
         data=spec.controller.storage,
+        template=spec.template.controller,
+        # A quorum's members spread like the brokers; a single controller has nothing to spread.
+        spread=scheduling.default_spread(
+            names.controller_selector(cluster), scheduling.rack_topology_key(spec)
+        )
+        if spec.controller.quorum
+        else None,
     )
 
 
@@ -493,8 +504,25 @@ def _statefulset(  # noqa: PLR0913  a parameter per field the controller and etc
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
     data: model.Volume,
+    template: model.ComponentTemplate,
+    spread: list[dict[str, Any]] | None,
 ) -> Manifest:
-    """A StatefulSet of one container, a `data` claim per pod, pods started in parallel."""
+    """A StatefulSet of one container, a `data` claim per pod, pods started in parallel; the
+    pods' `spec.template` entry applied (`scheduling.apply_pod_template`)."""
+    pod_spec = scheduling.apply_pod_template(
+        {
+            "securityContext": _POD_SECURITY,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [container],
+            "volumes": volumes,
+        },
+        template,
+        spread=spread,
+    )
+    pod_meta: dict[str, Any] = {"labels": scheduling.pod_labels(labels, template)}
+    if template.pod.metadata.annotations:
+        pod_meta["annotations"] = scheduling.pod_annotations({}, template)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -504,16 +532,7 @@ def _statefulset(  # noqa: PLR0913  a parameter per field the controller and etc
             "serviceName": name,
             "selector": {"matchLabels": selector},
             "podManagementPolicy": "Parallel",
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "securityContext": _POD_SECURITY,
-                    "automountServiceAccountToken": False,
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [container],
-                    "volumes": volumes,
-                },
-            },
+            "template": {"metadata": pod_meta, "spec": pod_spec},
             "volumeClaimTemplates": [_claim_template("data", data)],
         },
     }
@@ -678,7 +697,11 @@ def broker_disruption_budget(
     brokers: int, cluster: str, namespace: str, owner: Mapping[str, Any]
 ) -> Manifest:
     """At most one broker down by eviction. An integer `minAvailable`, because the pods' owner
-    (`JbodBroker`) has no scale subresource for the disruption controller to count from."""
+    (`JbodBroker`) has no scale subresource for the disruption controller to count from. The
+    budget counts Ready pods, and a broker pod is Ready only once unfenced (readiness gate): an
+    eviction is allowed only while every other broker is unfenced. A pod that is not Ready (a
+    fenced broker, serving nothing) may always be evicted (`AlwaysAllow`), so it cannot block a
+    node drain; its volumes stay (docs/decisions.md, "Pod templates and disruption")."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -688,8 +711,49 @@ def broker_disruption_budget(
         "spec": {
             "minAvailable": max(0, brokers - 1),
             "selector": {"matchLabels": names.broker_selector(cluster)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
+
+
+def quorum_disruption_budget(
+    name: str, namespace: str, labels: dict[str, str], selector: dict[str, str], owner: Mapping[str, Any]
+) -> Manifest:
+    """The controllers' or the etcd members' budget: one pod evicted at a time, so a quorum of 3
+    or 5 keeps its majority (a single controller may be evicted: `maxUnavailable` 0 would block
+    every drain of its node). Unhealthy pods are evicted only while the budget holds
+    (`IfHealthyBudget`, Kubernetes' default): a member not Ready may be one catching up, whose
+    eviction would lengthen the time without a spare."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(name, namespace, labels, owner),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector},
+            "unhealthyPodEvictionPolicy": "IfHealthyBudget",
+        },
+    }
+
+
+def controller_disruption_budget(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    return quorum_disruption_budget(
+        names.controller(cluster),
+        namespace,
+        names.cluster_labels(cluster, "controller"),
+        names.controller_selector(cluster),
+        owner,
+    )
+
+
+def etcd_disruption_budget(cluster: str, namespace: str, owner: Mapping[str, Any]) -> Manifest:
+    return quorum_disruption_budget(
+        names.etcd(cluster),
+        namespace,
+        names.cluster_labels(cluster, "etcd"),
+        names.etcd_selector(cluster),
+        owner,
+    )
 
 
 def disk_entry(disk: model.Disk) -> dict[str, Any]:
@@ -901,16 +965,33 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         "containers": [agent],
         "volumes": volumes,
     }
-    labels = names.broker_labels(cluster, broker_id)
+    template = spec.template.broker
+    pod_spec = scheduling.apply_pod_template(
+        pod_spec,
+        template,
+        spread=scheduling.default_spread(names.broker_selector(cluster), scheduling.rack_topology_key(spec)),
+    )
+    labels = scheduling.pod_labels(names.broker_labels(cluster, broker_id), template)
+    # The template's labels and annotations are part of the hash (only when set, so a cluster
+    # without them keeps its hash): a change recreates the pod like any other spec change.
+    metadata = template.pod.metadata
+    hashed = (
+        (pod_spec, config, metadata.model_dump())
+        if metadata.labels or metadata.annotations
+        else (pod_spec, config)
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             **_meta(names.broker(cluster, broker_id), namespace, labels, owner),
-            "annotations": {
-                names.ANNOTATION_SPEC_HASH: spec_hash(pod_spec, config),
-                names.ANNOTATION_CONFIG_HASH: spec_hash(config),
-            },
+            "annotations": scheduling.pod_annotations(
+                {
+                    names.ANNOTATION_SPEC_HASH: spec_hash(*hashed),
+                    names.ANNOTATION_CONFIG_HASH: spec_hash(config),
+                },
+                template,
+            ),
         },
         "spec": pod_spec,
     }

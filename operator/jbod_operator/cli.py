@@ -68,6 +68,13 @@ def _listen(value: str) -> tuple[str, int]:
     type=click.Path(dir_okay=False),
     help="JSON map of host:port to reachable host:port, for an operator outside the cluster",
 )
+@click.option(
+    "--lag-seconds",
+    type=click.FloatRange(0, 3600),
+    default=30.0,
+    show_default=True,
+    help="how often to compute every consumer group's lag (jbod_consumergroup_lag); 0 turns it off",
+)
 @click.option("--verbose", "-v", is_flag=True, help="debug logging")
 def command(  # noqa: PLR0913  click command: one parameter per option
     namespaces: tuple[str, ...],
@@ -78,6 +85,7 @@ def command(  # noqa: PLR0913  click command: one parameter per option
     poll_seconds: float,
     secret_propagation_seconds: int,
     endpoints_file: str | None,
+    lag_seconds: float,
     verbose: bool,
 ) -> None:
     """Run the JBOD operator: reconcile JbodCluster and JbodBroker resources."""
@@ -95,12 +103,14 @@ def command(  # noqa: PLR0913  click command: one parameter per option
         os.environ["JBOD_ENDPOINTS_FILE"] = endpoints_file
     from jbod_operator import (  # importing handlers registers them with kopf
         handlers,
+        lag_handlers,  # the consumer lag task, registered alike (also configured below)
         topic_handlers,  # noqa: F401  the JbodTopic handlers, registered alike
         views,
     )
 
     handlers.ENDPOINTS = views.Endpoints(endpoints_file)
     handlers.SETTINGS["poll_seconds"] = poll_seconds
+    lag_handlers.SETTINGS["lag_seconds"] = lag_seconds
     handlers.SETTINGS["secret_propagation"] = dt.timedelta(seconds=secret_propagation_seconds)
     if image:
         handlers.SETTINGS["image"] = image

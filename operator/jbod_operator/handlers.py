@@ -649,11 +649,12 @@ def _apply_cluster_objects(
     cluster_spec: model.ClusterSpec, name: str, namespace: str, owner: Mapping[str, Any]
 ) -> None:
     """The cluster's own objects: etcd (when the controllers run one), the controllers, the
-    brokers' services and their disruption budget."""
+    brokers' services, and the disruption budgets of the brokers, controllers and etcd."""
     image = cluster_spec.image or str(SETTINGS["image"])
     if cluster_spec.controller.runs_etcd:
         kube.apply(builders.etcd_service(name, namespace, owner))
         kube.apply(builders.etcd_statefulset(cluster_spec, name, namespace, owner=owner))
+        kube.apply(builders.etcd_disruption_budget(name, namespace, owner))
     for manifest in (
         builders.controller_service(name, namespace, owner),
         builders.controller_statefulset(cluster_spec, name, namespace, image=image, owner=owner),
@@ -661,6 +662,7 @@ def _apply_cluster_objects(
         builders.ready_brokers_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
         builders.kafka_bootstrap_service(name, namespace, owner, tls=cluster_spec.tls.enabled),
         builders.broker_disruption_budget(cluster_spec.brokers, name, namespace, owner),
+        builders.controller_disruption_budget(name, namespace, owner),
     ):
         kube.apply(manifest)
 

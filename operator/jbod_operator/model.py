@@ -150,6 +150,80 @@ class DrainSettings(_Frozen):
     max_partitions_in_flight: int = Field(default=5, ge=1, le=1000, alias="maxPartitionsInFlight")
 
 
+# ---------------------------------------------------------------------------------------------
+# spec.template (pod scheduling): Strimzi's `template`, one entry per kind of pod. The subtrees
+# typed by Kubernetes itself (affinity, tolerations, ...) are kept as given: the API server
+# checks them when the pod or StatefulSet is applied.
+
+_KubeObject = dict[str, Any]
+# Label keys the operator sets on its pods (names.cluster_labels, names.broker_labels): a
+# template may not override them, the Services, budgets and selectors depend on them.
+OPERATOR_LABELS: Final = frozenset(
+    {
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/component",
+        "jbod.dev/cluster",
+        "jbod.dev/broker-id",
+    }
+)
+OPERATOR_PREFIX: Final = "jbod.dev/"  # the operator's own annotations (spec hash, config hash, ...)
+
+
+class TemplateMetadata(_Frozen):
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+    @field_validator("labels")
+    @classmethod
+    def _not_the_operators_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = sorted(key for key in value if key in OPERATOR_LABELS or key.startswith(OPERATOR_PREFIX))
+        if taken:
+            raise SpecError(f"label {taken[0]} is set by the operator")
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _not_the_operators_annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = sorted(key for key in value if key.startswith(OPERATOR_PREFIX))
+        if taken:
+            raise SpecError(f"annotation {taken[0]} is set by the operator")
+        return value
+
+
+class PodTemplate(_Frozen):
+    metadata: TemplateMetadata = TemplateMetadata()
+    affinity: _KubeObject | None = None
+    tolerations: tuple[_KubeObject, ...] = ()
+    topology_spread_constraints: tuple[_KubeObject, ...] = Field(
+        default=(), alias="topologySpreadConstraints"
+    )
+    priority_class_name: str | None = Field(default=None, alias="priorityClassName", max_length=253)
+    node_selector: dict[str, str] = Field(default={}, alias="nodeSelector")
+    # Merged over the operator's (runAsNonRoot, runAsUser 10001, fsGroup, seccomp): key by key.
+    security_context: _KubeObject = Field(default={}, alias="securityContext")
+    image_pull_secrets: tuple[_KubeObject, ...] = Field(default=(), alias="imagePullSecrets")
+
+
+class ContainerTemplate(_Frozen):
+    # Merged over the operator's (read-only root filesystem, no privilege escalation, no capabilities).
+    security_context: _KubeObject = Field(default={}, alias="securityContext")
+
+
+class ComponentTemplate(_Frozen):
+    pod: PodTemplate = PodTemplate()
+    container: ContainerTemplate = ContainerTemplate()
+
+
+class Templates(_Frozen):
+    """`spec.template`: the broker pods', the controllers' and the etcd members'."""
+
+    broker: ComponentTemplate = ComponentTemplate()
+    controller: ComponentTemplate = ComponentTemplate()
+    etcd: ComponentTemplate = ComponentTemplate()
+
+
 Issuer = Literal["operator", "secret", "cert-manager"]
 
 
@@ -199,6 +273,7 @@ class ClusterSpec(_Frozen):
     controller: ControllerSpec = ControllerSpec()
     resources: Resources = Resources()
     config: BrokerSettings = BrokerSettings()
+    template: Templates = Templates()
     disk_failure_policy: DiskFailurePolicy = Field(default="Manual", alias="diskFailurePolicy")
     drain: DrainSettings = DrainSettings()
     rebalance: RebalancePolicy = "Never"

@@ -88,7 +88,7 @@ NAMESPACED_NEEDS: frozenset[Need] = frozenset(
         ("", "configmaps", "patch"),
         ("apps", "statefulsets", "create"),  # kube.apply(controller_statefulset)
         ("apps", "statefulsets", "patch"),
-        ("policy", "poddisruptionbudgets", "create"),  # kube.apply(broker_disruption_budget)
+        ("policy", "poddisruptionbudgets", "create"),  # kube.apply(broker/controller/etcd_disruption_budget)
         ("policy", "poddisruptionbudgets", "patch"),
         ("", "pods", "list"),  # pods_index
         ("", "pods", "watch"),
@@ -148,6 +148,7 @@ REQUIRED_ALERTS = {
     "JbodBrokersFenced",
     "JbodLogDirAlmostFull",
     "JbodOperatorDown",
+    "JbodConsumerGroupLagGrowing",
 }
 PER_DISK_METRICS = {
     "jbod_log_dir_usable_bytes",
@@ -353,11 +354,12 @@ def test_every_object_has_the_standard_labels(renders: dict[str, list[Obj]]) -> 
 
 def _unknown_fields(value: Any, type_name: str, path: str) -> Iterator[str]:
     """Keys the Kubernetes OpenAPI model of `type_name` does not have (typos, misplaced fields)."""
-    if type_name.startswith("list[") and isinstance(value, list):
+    # The client spells containers `list[...]`/`dict(...)` or, in newer versions, `List[...]`/`Dict(...)`.
+    if type_name.lower().startswith("list[") and isinstance(value, list):
         for i, item in enumerate(value):
             yield from _unknown_fields(item, type_name[5:-1], f"{path}[{i}]")
         return
-    if type_name.startswith("dict(") and isinstance(value, dict):
+    if type_name.lower().startswith("dict(") and isinstance(value, dict):
         inner = type_name[5:-1].split(", ", 1)[1]
         for key, item in value.items():
             yield from _unknown_fields(item, inner, f"{path}.{key}")

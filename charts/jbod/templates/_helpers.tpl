@@ -149,7 +149,7 @@ for both `patch` and `create` on every kind the operator applies.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["create", "patch"]
-# The brokers' PodDisruptionBudget: server-side apply.
+# The PodDisruptionBudgets of the brokers, the controllers and etcd: server-side apply.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["create", "patch"]

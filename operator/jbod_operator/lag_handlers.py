@@ -1,0 +1,54 @@
+"""The consumer-lag poller: a kopf daemon per `JbodCluster` publishing `lag.fetch_lags` every
+`SETTINGS["lag_seconds"]` (0: off) as the `jbod_consumergroup_*` gauges.
+
+Guarantees: the daemon never raises for a cluster it cannot reach (no tokens yet, brokers down,
+a login refused): it logs at DEBUG, drops the cluster's series rather than leave stale values,
+and tries again on the next tick. Its Kafka client is rebuilt when the admin token or the trust
+bundle changes, and its series are removed when the cluster is deleted or the operator stops.
+The brokers are reached at their advertised per-pod DNS names, so lag needs the operator to run
+in the cluster (as the chart deploys it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from jbod_operator import handlers, lag, names
+
+log = logging.getLogger("jbod_operator.lag")
+
+SETTINGS: dict[str, float] = {"lag_seconds": 30.0, "timeout_seconds": 10.0}
+
+
+@kopf.daemon(names.GROUP, names.VERSION, names.CLUSTERS, cancellation_timeout=5.0)
+async def poll_consumer_lag(name: str, namespace: str | None, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    namespace = namespace or "default"
+    client: tuple[dict[str, Any], AdminClient] | None = None
+    try:
+        while not stopped and SETTINGS["lag_seconds"] > 0:
+            tokens = await asyncio.to_thread(handlers._tokens, name, namespace)
+            token = (tokens or {}).get(names.SECRET_ADMIN_TOKEN)
+            if token:
+                config = lag.client_config(
+                    name, namespace, token, handlers.TRUST_FILES.get((namespace, name))
+                )
+                if client is None or client[0] != config:
+                    client = (config, AdminClient(config))
+                try:
+                    lags = await asyncio.to_thread(
+                        lag.fetch_lags, client[1], timeout=SETTINGS["timeout_seconds"]
+                    )
+                except KafkaException as exc:
+                    log.debug("Could not compute the consumer lag of %s/%s: %s", namespace, name, exc)
+                    lag.METRICS.forget(namespace, name)
+                else:
+                    lag.METRICS.publish(namespace, name, lags)
+            await stopped.wait(SETTINGS["lag_seconds"] or 1.0)
+    finally:
+        lag.METRICS.forget(namespace, name)
