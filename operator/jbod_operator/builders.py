@@ -988,6 +988,7 @@ def add_node_info(
         "volumeMounts": [
             {"name": _NODE_INFO_VOLUME, "mountPath": listener_decisions.NODE_INFO_DIR},
             {"name": "node-info-token", "mountPath": _TOKEN_DIR, "readOnly": True},
+            _TMP_MOUNT,  # the Kubernetes client's discovery cache
         ],
     }
     mount = {"name": _NODE_INFO_VOLUME, "mountPath": listener_decisions.NODE_INFO_DIR, "readOnly": True}

@@ -49,8 +49,9 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
     keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
     selector = {names.LABEL_CLUSTER: cluster}
     for api_version, kind in (("v1", "Service"), ("networking.k8s.io/v1", "Ingress")):
-        if not spec.listeners and kind == "Ingress":
-            continue  # a cluster without listeners makes no Ingress API call
+        had_ingress = any(entry.get("type") == "ingress" for entry in previous.get("listeners") or [])
+        if kind == "Ingress" and not had_ingress and all(x.type != "ingress" for x in spec.listeners):
+            continue  # no Ingress API call for a cluster that has and had no ingress listener
         for found in kube.list_objects(api_version, kind, namespace, selector):
             meta = found.get("metadata") or {}
             if LABEL_LISTENER in (meta.get("labels") or {}) and (kind, meta["name"]) not in keep:

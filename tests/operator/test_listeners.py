@@ -15,7 +15,7 @@ import yaml
 
 from jbod_agent.config import parse_config
 from jbod_operator import builders, listeners, model, names
-from tests.operator.test_model_builders import OWNER, example
+from tests.operator.test_model_builders import OWNER, _mounts_resolve, example
 
 ROOT = Path(__file__).resolve().parents[2]
 TLS = {"enabled": True}
@@ -247,10 +247,7 @@ def test_nodeport_scram_listener_end_to_end_of_the_decisions() -> None:
         assert {"name": "node-info", "mountPath": listeners.NODE_INFO_DIR, "readOnly": True} in container[
             "volumeMounts"
         ]
-    declared = {v["name"] for v in pod["volumes"]}
-    assert all(
-        m["name"] in declared for c in [*pod["initContainers"], *pod["containers"]] for m in c["volumeMounts"]
-    )
+    _mounts_resolve(pod)  # every mount declared, read-only roots, /tmp everywhere
     account, binding = builders.broker_rbac("demo", "ns", OWNER)
     assert binding["roleRef"]["name"] == builders.BROKER_NODE_READER
     assert binding["subjects"] == [
