@@ -1,9 +1,9 @@
 """The I/O side of `spec.listeners` and `spec.rack` (issue 34); the decisions are `listeners`'.
 
 * `reconcile` (the cluster's full pass) applies the listeners' Services and Ingresses for the
-  cluster's brokers, deletes those of listeners or brokers no longer there (found by the
-  `jbod.dev/listener` label), gives the brokers their ServiceAccount and node-reading binding when
-  a listener or the rack needs the node-info init container, reads back what Kubernetes assigned
+  cluster's brokers, deletes those of listeners or brokers no longer there (`listeners.stale`),
+  gives the brokers their ServiceAccount and node-reading binding when a listener or the rack
+  needs the node-info init container, reads back what Kubernetes assigned
   (node ports, LoadBalancer addresses, the brokers' nodes) and returns it with
   `status.listeners`.
 * `for_broker` (a broker's reconcile) reads its own listener Services only: the config it gets
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from jbod_operator import builders, kube, listeners, model, names
-
-LABEL_LISTENER = "jbod.dev/listener"
 
 
 @dataclass(frozen=True)
@@ -46,16 +44,14 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
     ids = sorted(set(broker_ids))
     wanted = listeners.objects(spec, cluster, namespace, ids, owner)
     applied = [kube.apply(manifest) for manifest in wanted]
-    keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
     selector = {names.LABEL_CLUSTER: cluster}
     for api_version, kind in (("v1", "Service"), ("networking.k8s.io/v1", "Ingress")):
         had_ingress = any(entry.get("type") == "ingress" for entry in previous.get("listeners") or [])
         if kind == "Ingress" and not had_ingress and all(x.type != "ingress" for x in spec.listeners):
             continue  # no Ingress API call for a cluster that has and had no ingress listener
-        for found in kube.list_objects(api_version, kind, namespace, selector):
-            meta = found.get("metadata") or {}
-            if LABEL_LISTENER in (meta.get("labels") or {}) and (kind, meta["name"]) not in keep:
-                kube.delete(api_version, kind, meta["name"], namespace)
+        found = [{**o, "kind": kind} for o in kube.list_objects(api_version, kind, namespace, selector)]
+        for _, name in listeners.stale(found, wanted):
+            kube.delete(api_version, kind, name, namespace)
     if spec.rack is not None or any(listener.type == "nodeport" for listener in spec.listeners):
         for manifest in builders.broker_rbac(cluster, namespace, owner):
             kube.apply(manifest)

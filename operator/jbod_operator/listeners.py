@@ -50,6 +50,7 @@ PASSTHROUGH: Final = {
     "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS",
 }
 MAX_SERVICE_NAME: Final = 63
+LABEL_LISTENER: Final = "jbod.dev/listener"  # on every object of a listener: its name
 
 
 def advertised_host_key(listener: ListenerSpec) -> str:
@@ -459,7 +460,7 @@ def objects(
     ids = sorted(set(broker_ids))
     for listener in spec.listeners:
         config = listener.configuration
-        labels = {**names.cluster_labels(cluster, "broker"), "jbod.dev/listener": listener.name}
+        labels = {**names.cluster_labels(cluster, "broker"), LABEL_LISTENER: listener.name}
         bootstrap = bootstrap_service(cluster, listener)
         out.append(
             _service(
@@ -492,7 +493,7 @@ def objects(
         for broker_id in ids:
             override = config.broker(broker_id)
             name = broker_service(cluster, broker_id, listener)
-            broker_labels = {**names.broker_labels(cluster, broker_id), "jbod.dev/listener": listener.name}
+            broker_labels = {**names.broker_labels(cluster, broker_id), LABEL_LISTENER: listener.name}
             out.append(
                 _service(
                     name,
@@ -523,6 +524,20 @@ def objects(
                         override.annotations,
                     )
                 )
+    return out
+
+
+def stale(found: Iterable[Mapping[str, Any]], wanted: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, name) of the listener objects `found` (a cluster's Services and Ingresses) that
+    `wanted` no longer holds: those of a removed listener or broker. Objects without the
+    listener label (the built-in Services) are never stale."""
+    keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
+    out = []
+    for obj in found:
+        meta = obj.get("metadata") or {}
+        key = (obj.get("kind", ""), meta.get("name", ""))
+        if LABEL_LISTENER in (meta.get("labels") or {}) and key not in keep:
+            out.append(key)
     return out
 
 

@@ -461,6 +461,14 @@ def test_scaling_adds_and_removes_each_brokers_objects_and_addresses() -> None:
         for m in listeners.objects(spec_with([listener], brokers=3), "demo", "ns", [0, 1, 2], OWNER)
     }
     assert three - two == {"demo-broker-2-ext"} and two < three
+    # Scaling back down, or removing the listener: its objects are stale; built-in Services never.
+    made = listeners.objects(spec_with([listener], brokers=3), "demo", "ns", [0, 1, 2], OWNER)
+    builtin = builders.kafka_bootstrap_service("demo", "ns", OWNER)
+    now = listeners.objects(spec_with([listener]), "demo", "ns", [0, 1], OWNER)
+    assert listeners.stale([*made, builtin], now) == [("Service", "demo-broker-2-ext")]
+    assert sorted(listeners.stale([*made, builtin], [])) == sorted(
+        ("Service", m["metadata"]["name"]) for m in made
+    )
     [entry] = listeners.status(
         spec_with([listener], brokers=3), "demo", "ns", [0, 1, 2], listeners.Assigned()
     )
