@@ -17,18 +17,26 @@ Guarantees:
 * TLS (issue 25): `https://`, `SSL://` and `SASL_SSL://` listeners need `ssl.keystore.location`
   (PEM only: another `ssl.keystore.type` or `ssl.truststore.type` is an error naming the key);
   `ssl.client.auth` other than none needs `ssl.truststore.location`. As in Kafka (KIP-684),
-  `ssl.client.auth` applies to the `SSL` listener (and, our extension, the https API), not to
-  `SASL_SSL`; `listener.name.ssl.ssl.client.auth` and `listener.name.sasl_ssl.ssl.client.auth`
-  set one listener's own (`client_auth_of`). `ssl.enabled.protocols`
+  `ssl.client.auth` applies to `SSL` listeners (and, our extension, the https API), not to
+  `SASL_SSL` ones; `listener.name.<name>.ssl.client.auth` sets one listener's own
+  (`client_auth_of`). `ssl.enabled.protocols`
   below TLSv1.2 and `ssl.principal.mapping.rules` that do not parse are errors. Without an
   `http(s)://` entry in `listeners`, the HTTP API is https when a Kafka listener is TLS.
+* Named listeners (issue 34): a Kafka listener's name is any `[A-Za-z][A-Za-z0-9_]*` (upper-cased,
+  as Kafka normalises it); `listener.security.protocol.map` gives each its security protocol
+  (default: Kafka's, each protocol named after itself); a listener missing from the map is an
+  error naming the map. Every other setting (SASL mechanisms, keystore, principal rules) is the
+  broker's, the same on every listener.
+* `${file:PATH:KEY}` in a value is KEY of the properties file PATH (Kafka's FileConfigProvider,
+  with `config.providers=file`): `load_config` reads the files, `parse_config` stays pure and
+  takes them as `provided`; a missing file or key is an error naming the key that refers to it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -58,27 +66,36 @@ class HttpListener:
 KAFKA_PROTOCOLS: Final = ("SASL_PLAINTEXT", "PLAINTEXT", "SASL_SSL", "SSL")
 #: The schemes of the HTTP API's listener.
 HTTP_SCHEMES: Final = ("http", "https")
+#: A Kafka listener's name (Kafka upper-cases it); its protocol comes from
+#: `listener.security.protocol.map`, Kafka's default map naming each protocol after itself.
+LISTENER_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_LISTENER_CLIENT_AUTH: Final = re.compile(r"listener\.name\.([a-z][a-z0-9_]*)\.ssl\.client\.auth")
+#: Kafka's ConfigProvider reference to a key of a properties file (`config.providers=file`).
+FILE_REFERENCE: Final = re.compile(r"\$\{file:([^:}]+):([^}]+)\}")
+FILE_CONFIG_PROVIDER: Final = "org.apache.kafka.common.config.provider.FileConfigProvider"
 
 
 @dataclass(frozen=True, slots=True)
 class KafkaListener:
-    """A Kafka-protocol listener: its name is its security protocol (Kafka's default map)."""
+    """A Kafka-protocol listener: its name and, from `listener.security.protocol.map`, its
+    security protocol (`protocol`; None: the name is the protocol, Kafka's default map)."""
 
     name: str
     host: str
     port: int
+    protocol: str | None = None
 
     @property
     def security_protocol(self) -> str:
-        return self.name
+        return self.protocol or self.name
 
     @property
     def authenticates(self) -> bool:
-        return self.name.startswith("SASL_")
+        return self.security_protocol.startswith("SASL_")
 
     @property
     def tls(self) -> bool:
-        return self.name in ("SSL", "SASL_SSL")
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -174,6 +191,10 @@ class BrokerConfig:
     ssl_client_auth: str = "none"
     ssl_listener_client_auth: str | None = None  # listener.name.ssl.ssl.client.auth
     sasl_ssl_listener_client_auth: str | None = None  # listener.name.sasl_ssl.ssl.client.auth
+    # `listener.name.<name>.ssl.client.auth` of the other listener names, by upper-case name.
+    listener_client_auth: Mapping[str, str] = field(default_factory=dict)
+    # `listener.security.protocol.map` as given (name -> protocol); empty: Kafka's default map.
+    listener_security_protocol_map: Mapping[str, str] = field(default_factory=dict)
     ssl_enabled_protocols: tuple[str, ...] = tls.DEFAULT_PROTOCOLS
     ssl_principal_mapping_rules: tuple[tls.PrincipalRule, ...] = tls.parse_principal_rules(
         tls.DEFAULT_PRINCIPAL_RULES
@@ -223,11 +244,13 @@ class BrokerConfig:
 
     def client_auth_of(self, listener: KafkaListener) -> str:
         """Whether a TLS Kafka listener asks for client certificates, as Kafka decides: its own
-        `listener.name.<name>.ssl.client.auth`, else `ssl.client.auth` for SSL and none for
-        SASL_SSL (KIP-684: a broker-wide setting never reaches SASL_SSL)."""
-        if listener.name == "SSL":
-            return self.ssl_listener_client_auth or self.ssl_client_auth
-        return self.sasl_ssl_listener_client_auth or "none"
+        `listener.name.<name>.ssl.client.auth`, else `ssl.client.auth` for an SSL listener and
+        none for SASL_SSL (KIP-684: a broker-wide setting never reaches SASL_SSL)."""
+        own = {"SSL": self.ssl_listener_client_auth, "SASL_SSL": self.sasl_ssl_listener_client_auth}
+        mode = self.listener_client_auth.get(listener.name) or own.get(listener.name)
+        if mode:
+            return mode
+        return self.ssl_client_auth if listener.security_protocol == "SSL" else "none"
 
     def client_tls(self) -> tls.ClientTls:
         """A client TLS context for the broker's outbound https calls (controller, peers): the
@@ -327,14 +350,15 @@ def _listeners(key: str, value: str) -> Listeners:
             if http is not None:
                 raise ConfigError(f"{key}: more than one http(s):// listener in '{value}'")
             http = HttpListener(scheme=scheme, host=parts.hostname, port=port)
-        elif scheme in KAFKA_PROTOCOLS:
-            if any(k.name == scheme for k in kafka):
-                raise ConfigError(f"{key}: more than one {scheme} listener in '{value}'")
-            kafka.append(KafkaListener(scheme, parts.hostname, port))
+        elif LISTENER_NAME.fullmatch(scheme):
+            name = scheme.upper()  # Kafka's normalised listener name
+            if any(k.name == name for k in kafka):
+                raise ConfigError(f"{key}: more than one {name} listener in '{value}'")
+            kafka.append(KafkaListener(name, parts.hostname, port))
         else:
             raise ConfigError(
                 f"{key}: unknown listener name '{scheme}' in '{entry}' "
-                f"(http, https or one of {', '.join(KAFKA_PROTOCOLS)})"
+                f"(http, https or a Kafka listener name such as {', '.join(KAFKA_PROTOCOLS)})"
             )
     return Listeners(http, tuple(kafka))
 
@@ -392,11 +416,50 @@ def _super_users(key: str, value: str) -> frozenset[str]:
 
 
 def _listener_name(key: str, value: str) -> str:
-    """A Kafka listener's name (= its security protocol: the brokers use Kafka's default map)."""
+    """A Kafka listener's name (checked against `listeners` once every key is read)."""
+    name = value.strip()
+    if not LISTENER_NAME.fullmatch(name):
+        raise ConfigError(f"{key}: '{value}' is not a listener name")
+    return name.upper()
+
+
+def _protocol(key: str, value: str) -> str:
+    """A security protocol (`security.inter.broker.protocol`)."""
     name = value.strip().upper()
     if name not in KAFKA_PROTOCOLS:
         raise ConfigError(f"{key}: '{value}' is not one of {', '.join(KAFKA_PROTOCOLS)}")
     return name
+
+
+def _protocol_map(key: str, value: str) -> dict[str, str]:
+    """Kafka's `listener.security.protocol.map`: `NAME:PROTOCOL` pairs, each name once."""
+    mapping: dict[str, str] = {}
+    for entry in (e.strip() for e in value.split(",") if e.strip()):
+        name, sep, protocol = entry.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not LISTENER_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: expected NAME:PROTOCOL, got '{entry}'")
+        if protocol not in KAFKA_PROTOCOLS:
+            raise ConfigError(f"{key}: '{protocol}' of {name} is not one of {', '.join(KAFKA_PROTOCOLS)}")
+        if name in mapping:
+            raise ConfigError(f"{key}: {name} is listed more than once")
+        mapping[name] = protocol
+    if not mapping:
+        raise ConfigError(f"{key}: expected NAME:PROTOCOL pairs, got '{value}'")
+    return mapping
+
+
+def _providers(key: str, value: str) -> str:
+    """`config.providers`: only Kafka's `file` provider (`${file:PATH:KEY}` references)."""
+    if value.strip() != "file":
+        raise ConfigError(f"{key}: '{value}' is not supported: only file is")
+    return "file"
+
+
+def _provider_class(key: str, value: str) -> str:
+    if value.strip() != FILE_CONFIG_PROVIDER:
+        raise ConfigError(f"{key}: '{value}' is not supported: only {FILE_CONFIG_PROVIDER} is")
+    return value.strip()
 
 
 #: The SASL mechanisms a follower can log in to its leaders with.
@@ -472,7 +535,10 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _tls(tls.parse_protocols)),
     "ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", _tls(tls.parse_principal_rules)),
     "inter.broker.listener.name": ("inter_broker_listener_name", _listener_name),
-    "security.inter.broker.protocol": ("security_inter_broker_protocol", _listener_name),
+    "security.inter.broker.protocol": ("security_inter_broker_protocol", _protocol),
+    "listener.security.protocol.map": ("listener_security_protocol_map", _protocol_map),
+    "config.providers": ("", _providers),
+    "config.providers.file.class": ("", _provider_class),
     "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol", _inter_broker_mechanism),
 }
 
@@ -537,10 +603,54 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     return overrides
 
 
-def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+def _resolve_files(values: dict[str, str], provided: Mapping[str, Mapping[str, str]]) -> None:
+    """Replaces each `${file:PATH:KEY}` by KEY of the properties file PATH (Kafka's
+    FileConfigProvider), `provided` holding the files read; needs `config.providers=file`."""
+    for key, value in values.items():
+        if "${file:" not in value:
+            continue
+        if values.get("config.providers", "").strip() != "file":
+            raise ConfigError(f"{key}: '{value}' refers to a file but config.providers is not file")
+
+        def lookup(match: re.Match[str], key: str = key) -> str:
+            path, name = match.group(1), match.group(2)
+            if path not in provided:
+                raise ConfigError(f"{key}: cannot read {path}")
+            if name not in provided[path]:
+                raise ConfigError(f"{key}: {path} has no key {name}")
+            return provided[path][name]
+
+        values[key] = FILE_REFERENCE.sub(lookup, value)
+
+
+def _listener_client_auth(values: Mapping[str, str]) -> dict[str, str]:
+    """`listener.name.<name>.ssl.client.auth` of the names without a key of their own, by name."""
+    modes: dict[str, str] = {}
+    for key, value in values.items():
+        own = None if key in _KEYS else _LISTENER_CLIENT_AUTH.fullmatch(key)
+        if own is not None:
+            modes[own.group(1).upper()] = _tls(tls.parse_client_auth)(key, value)
+    return modes
+
+
+def file_references(text: str, overrides: Mapping[str, str] | None = None) -> list[str]:
+    """The files the `${file:PATH:KEY}` references of the properties and overrides name."""
+    values = [*parse_properties(text).values(), *(overrides or {}).values()]
+    return sorted({m.group(1) for value in values for m in FILE_REFERENCE.finditer(value)})
+
+
+def parse_config(
+    text: str,
+    overrides: Mapping[str, str] | None = None,
+    provided: Mapping[str, Mapping[str, str]] | None = None,
+) -> BrokerConfig:
+    """The broker's configuration; `provided` holds the properties files (by path) that
+    `${file:PATH:KEY}` references name (`load_config` reads them)."""
     values = parse_properties(text)
     values.update(overrides or {})
-    unknown = sorted(k for k in values if k not in _KEYS)
+    _resolve_files(values, provided or {})
+    client_auth = _listener_client_auth(values)
+    unknown = sorted(k for k in values if k not in _KEYS and not _LISTENER_CLIENT_AUTH.fullmatch(k))
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown configuration key")
     for key in REQUIRED:
@@ -548,8 +658,8 @@ def parse_config(text: str, overrides: Mapping[str, str] | None = None) -> Broke
             raise ConfigError(f"{key}: required key is missing")
     given = {key: value.strip() for key, value in values.items()}
     values.setdefault("listeners", DEFAULT_LISTENER)
-    fields = {}
-    for key, value in values.items():
+    fields: dict[str, Any] = {"listener_client_auth": client_auth}
+    for key, value in ((k, v) for k, v in values.items() if k in _KEYS):  # not client_auth's
         try:
             parsed = _KEYS[key][1](key, value)
             if _KEYS[key][0]:  # a key with no field is only checked (ssl.keystore.type=PEM)
@@ -610,6 +720,19 @@ def _split_listeners(fields: dict[str, Any]) -> None:
     of its own choosing (advertised with the first advertised Kafka listener's host): https when
     one of the Kafka listeners is TLS, http otherwise."""
     listeners: Listeners = fields.pop("listener")
+    mapping: Mapping[str, str] = fields.get("listener_security_protocol_map") or {
+        p: p for p in KAFKA_PROTOCOLS
+    }
+    kafka = []
+    for listener in listeners.kafka:
+        if listener.name not in mapping:
+            raise ConfigError(
+                f"listener.security.protocol.map: no security protocol for the listener {listener.name}"
+            )
+        protocol = mapping[listener.name]
+        kafka.append(replace(listener, protocol=None if protocol == listener.name else protocol))
+    listeners = Listeners(listeners.http, tuple(kafka))
+    protocols = {k.name: k.protocol for k in kafka}
     scheme = "https" if any(k.tls for k in listeners.kafka) else "http"
     if listeners.http is None:
         first = listeners.kafka[0]
@@ -636,7 +759,9 @@ def _split_listeners(fields: dict[str, Any]) -> None:
         fields["advertised_listener"] = HttpListener(
             scheme=fields["listener"].scheme, host=advertised.kafka[0].host, port=0
         )
-    fields["advertised_kafka_listeners"] = advertised.kafka
+    fields["advertised_kafka_listeners"] = tuple(
+        replace(k, protocol=protocols[k.name]) for k in advertised.kafka
+    )
 
 
 def _inter_broker_listener(fields: dict[str, Any]) -> None:
@@ -670,10 +795,16 @@ def _inter_broker_listener(fields: dict[str, Any]) -> None:
     fields["inter_broker_listener_name"] = wanted
 
 
-def load_config(path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"cannot read {path}: {reason}") from exc
-    return parse_config(text, overrides)
+
+
+def load_config(path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+    """`parse_config` of the file `path`, with the files its `${file:PATH:KEY}` references name."""
+    text = _read(path)
+    provided = {name: parse_properties(_read(Path(name))) for name in file_references(text, overrides)}
+    return parse_config(text, overrides, provided)

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from jbod_core import auto_create
+from jbod_operator import listeners as listener_decisions
 from jbod_operator import model, names, scheduling
 
 Manifest = dict[str, Any]
@@ -142,11 +143,17 @@ _POD_NAME_ENV: dict[str, Any] = {
 
 
 def tls_certificates(
-    spec: model.ClusterSpec, cluster: str, namespace: str, broker_ids: Sequence[int]
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_ids: Sequence[int],
+    assigned: listener_decisions.Assigned | None = None,
 ) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Secret name → (common name, DNS names) of every certificate the cluster's pods present:
     one per broker, one shared by the controllers (a StatefulSet mounts one Secret), one shared
-    by the etcd members the operator runs. Empty without TLS."""
+    by the etcd members the operator runs. Empty without TLS. A broker's names end with those of
+    its TLS listeners of `spec.listeners` (`listeners.certificate_names`; IP addresses among
+    them are the certificate's IP addresses)."""
     if not spec.tls.enabled:
         return {}
     svc = f"{namespace}.svc"
@@ -162,6 +169,9 @@ def tls_certificates(
                 f"{names.kafka_bootstrap_service(cluster)}.{svc}",
                 names.kafka_bootstrap_service(cluster),
                 f"{names.kafka_bootstrap_service(cluster)}.{namespace}",
+                *listener_decisions.certificate_names(
+                    spec, cluster, namespace, broker_id, assigned or listener_decisions.Assigned()
+                ),
             ),
         )
     controller_service = f"{names.controller(cluster)}.{svc}"
@@ -787,10 +797,16 @@ def jbod_broker(
 # Per-broker objects
 
 
-def server_properties(
-    spec: model.ClusterSpec, cluster: str, namespace: str, broker_id: int, disks: Sequence[model.Disk]
+def server_properties(  # noqa: PLR0913  the broker (spec, cluster, namespace, id, disks), its listeners
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_id: int,
+    disks: Sequence[model.Disk],
+    added: listener_decisions.BrokerListeners | None = None,
 ) -> str:
-    """The broker's `server.properties` (protocol §4.2 keys)."""
+    """The broker's `server.properties` (protocol §4.2 keys), with the listeners of
+    `spec.listeners` and the rack (`listeners.BrokerListeners.amend`) when given."""
     settings = spec.config
     host = names.broker_host(cluster, namespace, broker_id)
     tls = spec.tls.enabled
@@ -847,16 +863,18 @@ def server_properties(
             # Kafka's rule syntax rather than `DEFAULT`, which in Kafka is the whole DN.
             f"ssl.principal.mapping.rules={PRINCIPAL_FROM_CN}",
         ]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text if added is None else added.amend(text)
 
 
-def broker_config_map(  # noqa: PLR0913  the broker (spec, cluster, namespace, id, disks) and its owner
+def broker_config_map(  # noqa: PLR0913  the broker (spec, cluster, namespace, id, disks), its owner and listeners
     spec: model.ClusterSpec,
     cluster: str,
     namespace: str,
     broker_id: int,
     disks: Sequence[model.Disk],
     owner: Mapping[str, Any],
+    listeners: listener_decisions.BrokerListeners | None = None,
 ) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -864,7 +882,9 @@ def broker_config_map(  # noqa: PLR0913  the broker (spec, cluster, namespace, i
         "metadata": _meta(
             names.broker(cluster, broker_id), namespace, names.broker_labels(cluster, broker_id), owner
         ),
-        "data": {"server.properties": server_properties(spec, cluster, namespace, broker_id, disks)},
+        "data": {
+            "server.properties": server_properties(spec, cluster, namespace, broker_id, disks, listeners)
+        },
     }
 
 
@@ -903,9 +923,12 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
     claims: Mapping[str, str],
     image: str,
     owner: Mapping[str, Any],
+    listeners: listener_decisions.BrokerListeners | None = None,
 ) -> Manifest:
-    """The broker pod: a `format` init container, then the agent; `claims` maps disk name → claim name."""
-    config = server_properties(spec, cluster, namespace, broker_id, disks)
+    """The broker pod: a `format` init container, then the agent; `claims` maps disk name → claim name.
+    With listeners needing the node (`BrokerListeners.node_info`), a `node-info` init container
+    first (`node_info_container`)."""
+    config = server_properties(spec, cluster, namespace, broker_id, disks, listeners)
     data_mounts = [{"name": f"disk-{d.name}", "mountPath": names.disk_mount(d.name)} for d in disks]
     mounts = [
         {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
@@ -965,6 +988,8 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         "containers": [agent],
         "volumes": volumes,
     }
+    if listeners is not None and listeners.node_info:
+        add_node_info(pod_spec, cluster, listeners, common)
     template = spec.template.broker
     pod_spec = scheduling.apply_pod_template(
         pod_spec,
@@ -995,3 +1020,94 @@ def broker_pod(  # noqa: PLR0913  the broker (spec, cluster, namespace, id), the
         },
         "spec": pod_spec,
     }
+
+
+BROKER_SERVICE_ACCOUNT_SUFFIX = "-broker"
+#: The ClusterRole (charts/jbod/templates) the brokers' ServiceAccount is bound to: get nodes.
+BROKER_NODE_READER = "jbod-broker-node-reader"
+_NODE_INFO_VOLUME = "node-info"
+_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def broker_service_account(cluster: str) -> str:
+    return f"{cluster}{BROKER_SERVICE_ACCOUNT_SUFFIX}"
+
+
+def add_node_info(
+    pod_spec: dict[str, Any],
+    cluster: str,
+    listeners: listener_decisions.BrokerListeners,
+    common: Mapping[str, Any],
+) -> None:
+    """The `node-info` init container first (`jbod_operator.node_info`), writing the node's
+    address and rack into an emptyDir every container mounts read-only but it; the pod runs as
+    the brokers' ServiceAccount and only that container gets its token."""
+    args = [f"--out={listener_decisions.NODE_INFO_FILE}", "--node=$(NODE_NAME)"]
+    args += [f"--listener={name}:{kind or ''}" for name, kind in listeners.node_addresses]
+    if listeners.rack_label is not None:
+        args.append(f"--rack-label={listeners.rack_label}")
+    token = {
+        "name": "node-info-token",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "downwardAPI": {
+                        "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+                    }
+                },
+            ]
+        },
+    }
+    init = {
+        "name": "node-info",
+        **common,
+        "command": ["python", "-m", "jbod_operator.node_info"],
+        "args": args,
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "volumeMounts": [
+            {"name": _NODE_INFO_VOLUME, "mountPath": listener_decisions.NODE_INFO_DIR},
+            {"name": "node-info-token", "mountPath": _TOKEN_DIR, "readOnly": True},
+            _TMP_MOUNT,  # the Kubernetes client's discovery cache
+        ],
+    }
+    mount = {"name": _NODE_INFO_VOLUME, "mountPath": listener_decisions.NODE_INFO_DIR, "readOnly": True}
+    for container in [*pod_spec["initContainers"], *pod_spec["containers"]]:
+        container["volumeMounts"] = [*container["volumeMounts"], mount]
+    pod_spec["initContainers"] = [init, *pod_spec["initContainers"]]
+    pod_spec["volumes"] = [
+        *pod_spec["volumes"],
+        {"name": _NODE_INFO_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}},
+        token,
+    ]
+    pod_spec["serviceAccountName"] = broker_service_account(cluster)
+
+
+def broker_rbac(cluster: str, namespace: str, owner: Mapping[str, Any]) -> list[Manifest]:
+    """The brokers' ServiceAccount (owned by the cluster) and its binding to the chart's
+    ClusterRole `BROKER_NODE_READER` (get nodes): what the node-info init container reads with.
+    The binding is cluster-scoped, so it has no owner; it names the cluster and namespace."""
+    account = broker_service_account(cluster)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(account, namespace, names.cluster_labels(cluster, "broker"), owner),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {
+                "name": f"jbod-{namespace}-{account}",
+                "labels": {**names.cluster_labels(cluster, "broker"), "jbod.dev/namespace": namespace},
+            },
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": BROKER_NODE_READER,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]

@@ -18,6 +18,7 @@ Guarantees:
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
@@ -101,8 +102,12 @@ def issue(  # noqa: PLR0913  the CA, then the certificate's names, addresses, li
     ip_addresses: tuple[str, ...] = (),
 ) -> KeyPair:
     """A leaf certificate signed by `ca` for `dns_names`, for server and client use
-    (`jbod_runtime.certificates.issue`), never outliving the CA."""
+    (`jbod_runtime.certificates.issue`), never outliving the CA. An IP address among
+    `dns_names` (a listener advertised at a node's or load balancer's IP) becomes an IP
+    address of the certificate (`describe` lists both kinds among its names)."""
     _, ca_cert = load_ca(ca)
+    ip_addresses = (*ip_addresses, *(n for n in dns_names if _is_ip(n)))
+    dns_names = tuple(n for n in dns_names if not _is_ip(n))
     start = now - BACKDATE
     until = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
     made = runtime_certificates.issue(
@@ -114,6 +119,14 @@ def issue(  # noqa: PLR0913  the CA, then the certificate's names, addresses, li
         validity=until - start,
     )
     return KeyPair(made.key_pem.decode(), made.cert_pem.decode())
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def split(bundle: str) -> list[str]:
@@ -156,7 +169,9 @@ def describe(pem: str, ca_bundle: str = "") -> Certificate:
     cert = _load(pem)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        dns = frozenset(san.get_values_for_type(x509.DNSName))
+        dns = frozenset(san.get_values_for_type(x509.DNSName)) | {
+            str(ip) for ip in san.get_values_for_type(x509.IPAddress)
+        }
     except x509.ExtensionNotFound:
         dns = frozenset()
     issuer = ""

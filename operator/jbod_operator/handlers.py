@@ -35,6 +35,8 @@ from jbod_operator import (
     drain,
     health,
     kube,
+    listener_objects,
+    listeners,
     metrics,
     model,
     names,
@@ -315,12 +317,28 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
         existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
+        listened = None
         if full:
+            listened = listener_objects.reconcile(
+                cluster_spec,
+                name,
+                namespace,
+                [*existing, *range(cluster_spec.brokers)],
+                owner,
+                kwargs,
+                status,
+            )
             bundle = _ensure_tls(
-                body, cluster_spec, name, namespace, owner, [*existing, *range(cluster_spec.brokers)]
+                body,
+                cluster_spec,
+                name,
+                namespace,
+                owner,
+                [*existing, *range(cluster_spec.brokers)],
+                listened.assigned,
             )
             _trust(name, namespace, bundle)
-            _update_client_secret(name, namespace, bundle)
+            _update_client_secret(name, namespace, bundle, listened.bootstrap)
             _apply_cluster_objects(cluster_spec, name, namespace, owner)
         view = _view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
@@ -368,6 +386,8 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         )
         if full:  # a refresh leaves status.tls as the last full pass wrote it
             patch.status["tls"] = _tls_status(name, namespace, cluster_spec.tls)
+        if listened is not None and (listened.status or status.get("listeners")):
+            patch.status["listeners"] = listened.status
     log.debug("Reconciled cluster %s/%s in %.3f s", namespace, name, time.perf_counter() - started)
 
 
@@ -434,6 +454,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     namespace: str,
     owner: Mapping[str, Any],
     broker_ids: Iterable[int],
+    assigned: listeners.Assigned | None = None,
 ) -> str | None:
     """The cluster CA and every pod's certificate, issued and renewed as `rotation` decides;
     the trust bundle (None without TLS, or with cert-manager, which keeps its own)."""
@@ -455,7 +476,7 @@ def _ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, own
     if signing is not None and signing.cert_pem not in bundled:
         bundled.append(signing.cert_pem)  # a new signing CA joins the bundle now
         since = now
-    wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids))
+    wanted = builders.tls_certificates(spec, cluster, namespace, list(broker_ids), assigned)
 
     def leaves(trust: str) -> list[rotation.Certificate | None]:
         return [
@@ -625,14 +646,18 @@ def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | No
         return None
 
 
-def _update_client_secret(cluster: str, namespace: str, bundle: str | None) -> None:
-    """The client Secret follows spec.tls: the trust bundle and SASL_SSL settings, or none."""
+def _update_client_secret(
+    cluster: str, namespace: str, bundle: str | None, bootstrap: Mapping[str, str] | None = None
+) -> None:
+    """The client Secret follows spec.tls: the trust bundle and SASL_SSL settings, or none; and
+    spec.listeners: `bootstrap` (`bootstrap.servers.<listener>`)."""
     data = _secret_data(names.kafka_client_secret(cluster), namespace)
     if not data or "password" not in data:
         return
     wanted = builders.scram_client_settings(
         cluster, namespace, user=names.KAFKA_CLIENT_USER, password=data["password"], ca_bundle=bundle
     )
+    wanted.update(bootstrap or {})
     changed = {k: v for k, v in wanted.items() if data.get(k) != v}
     dropped = [k for k in data if k not in wanted]
     if changed or dropped:
@@ -953,7 +978,14 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
         decision = health.decide(observation)
         _post_events(body, decision.events)
 
-        reconciled = _BrokerInCluster(cluster_spec, cluster, namespace, broker, owner)
+        reconciled = _BrokerInCluster(
+            cluster_spec,
+            cluster,
+            namespace,
+            broker,
+            owner,
+            listener_objects.for_broker(cluster_spec, cluster, namespace, broker_id),
+        )
         choices = health.choose_claims(broker.disks, claims, pod)
         existing_claims = {c["metadata"]["name"]: c for c in claims}
         _ensure_claims(reconciled, choices, existing_claims)
@@ -973,7 +1005,9 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
             kube.delete("v1", "PersistentVolumeClaim", claim_name, namespace)
 
         kube.apply(
-            builders.broker_config_map(cluster_spec, cluster, namespace, broker_id, broker.disks, owner)
+            builders.broker_config_map(
+                cluster_spec, cluster, namespace, broker_id, broker.disks, owner, reconciled.added_listeners
+            )
         )
         if pod is not None and decision.unfenced is not None:
             _set_readiness_gate(pod, pod_name, namespace, unfenced=decision.unfenced)
@@ -992,6 +1026,7 @@ class _BrokerInCluster:
     namespace: str
     broker: model.BrokerSpec
     owner: Mapping[str, Any]
+    added_listeners: listeners.BrokerListeners | None = None  # spec.listeners and spec.rack (issue 34)
 
 
 def _record_directory_ids(namespace: str, directory_ids: Mapping[str, str]) -> None:
@@ -1163,6 +1198,7 @@ def _converge_pod(
         claims=wanted,
         image=image,
         owner=owner,
+        listeners=reconciled.added_listeners,
     )
     if pod is None:
         kube.create(desired)
@@ -1328,6 +1364,12 @@ def reconcile_user(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf
     cluster_spec, token = _user_cluster(user, namespace)
     try:
         data = _user_secret(name, namespace, user, cluster_spec, token)
+        if cluster_spec.listeners:  # the external bootstrap addresses (issue 34)
+            data.update(
+                listener_objects.bootstrap_keys(
+                    kube.get(names.API_VERSION, "JbodCluster", user.cluster, namespace)
+                )
+            )
     except kopf.PermanentError as exc:
         patch.status.update({"ready": False, "reason": str(exc)})
         raise

@@ -262,6 +262,129 @@ class TlsSpec(_Frozen):
         return self
 
 
+ListenerType = Literal["internal", "cluster-ip", "nodeport", "loadbalancer", "ingress"]
+NodeAddressType = Literal["ExternalIP", "ExternalDNS", "InternalIP", "InternalDNS", "Hostname"]
+#: Ports a listener of spec.listeners may not take: the built-in Kafka listeners (9092, 9094),
+#: the controllers' (9093) and the brokers' HTTP API (9192).
+RESERVED_LISTENER_PORTS: Final = frozenset({9092, 9093, 9094, 9192})
+#: Listener names taken by the built-in listeners, Services or the HTTP API.
+RESERVED_LISTENER_NAMES: Final = frozenset(
+    {"plaintext", "ssl", "http", "https", "kafka", "brokers", "broker"}
+)
+NODE_PORTS: Final = (30000, 32767)
+
+
+class ListenerAuthentication(_Frozen):
+    type: Literal["scram-sha-512", "tls"]
+
+
+class BootstrapOverride(_Frozen):
+    """The bootstrap Service / Ingress of an external listener."""
+
+    host: str | None = Field(default=None, min_length=1, max_length=253)
+    node_port: int | None = Field(default=None, alias="nodePort", ge=NODE_PORTS[0], le=NODE_PORTS[1])
+    annotations: dict[str, str] = {}
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP", min_length=1, max_length=64)
+
+
+class BrokerOverride(_Frozen):
+    """One broker's Service / Ingress / advertised address on an external listener."""
+
+    broker: int = Field(ge=0)
+    advertised_host: str | None = Field(default=None, alias="advertisedHost", min_length=1, max_length=253)
+    advertised_port: int | None = Field(default=None, alias="advertisedPort", ge=1, le=65535)
+    node_port: int | None = Field(default=None, alias="nodePort", ge=NODE_PORTS[0], le=NODE_PORTS[1])
+    host: str | None = Field(default=None, min_length=1, max_length=253)
+    annotations: dict[str, str] = {}
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP", min_length=1, max_length=64)
+
+
+class ListenerConfiguration(_Frozen):
+    bootstrap: BootstrapOverride = BootstrapOverride()
+    brokers: tuple[BrokerOverride, ...] = ()
+    ingress_class: str | None = Field(default=None, alias="class", min_length=1, max_length=253)
+    preferred_node_port_address_type: NodeAddressType | None = Field(
+        default=None, alias="preferredNodePortAddressType"
+    )
+
+    def broker(self, broker_id: int) -> BrokerOverride:
+        return next((b for b in self.brokers if b.broker == broker_id), BrokerOverride(broker=broker_id))
+
+
+class ListenerSpec(_Frozen):
+    """A Kafka listener beside the built-in ones (Strimzi's `spec.kafka.listeners` shape)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9]{0,9}$")
+    port: int = Field(ge=1024, le=65535)
+    type: ListenerType
+    tls: bool = False
+    authentication: ListenerAuthentication | None = None
+    configuration: ListenerConfiguration = ListenerConfiguration()
+
+    @property
+    def kafka_name(self) -> str:
+        """The Kafka listener name (`listeners`, `listener.security.protocol.map`)."""
+        return self.name.upper()
+
+    @property
+    def security_protocol(self) -> str:
+        sasl = self.authentication is not None and self.authentication.type == "scram-sha-512"
+        if self.tls:
+            return "SASL_SSL" if sasl else "SSL"
+        return "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+
+    @property
+    def external(self) -> bool:
+        return self.type != "internal"
+
+
+class RackSpec(_Frozen):
+    """`broker.rack` of each broker: its node's value of this label."""
+
+    topology_key: str = Field(alias="topologyKey", min_length=1, max_length=317)
+
+
+def _check_listeners(listeners: tuple[ListenerSpec, ...], tls: bool) -> None:  # noqa: PLR0912  one check per rule
+    seen_names: set[str] = set()
+    seen_ports: set[int] = set()
+    node_ports: set[int] = set()
+    for index, listener in enumerate(listeners):
+        where = f"spec.listeners.{index}"
+        if listener.name in RESERVED_LISTENER_NAMES:
+            raise SpecError(f"{where}.name: '{listener.name}' is reserved")
+        if listener.name in seen_names:
+            raise SpecError(f"{where}.name: '{listener.name}' is listed twice")
+        if listener.port in RESERVED_LISTENER_PORTS:
+            raise SpecError(f"{where}.port: {listener.port} is reserved (9092, 9093, 9094, 9192)")
+        if listener.port in seen_ports:
+            raise SpecError(f"{where}.port: {listener.port} is taken by another listener")
+        seen_names.add(listener.name)
+        seen_ports.add(listener.port)
+        auth = listener.authentication
+        if listener.tls and not tls:
+            raise SpecError(
+                f"{where}.tls: needs spec.tls.enabled (the cluster CA signs the brokers' certificates)"
+            )
+        if auth is not None and auth.type == "tls" and not listener.tls:
+            raise SpecError(f"{where}.authentication: type tls needs tls: true")
+        config = listener.configuration
+        brokers = [b.broker for b in config.brokers]
+        if len(set(brokers)) != len(brokers):
+            raise SpecError(f"{where}.configuration.brokers: a broker is listed twice")
+        if listener.type == "ingress":
+            if not listener.tls:
+                raise SpecError(f"{where}.tls: an ingress listener needs tls: true (TLS passthrough, SNI)")
+            if config.bootstrap.host is None:
+                raise SpecError(f"{where}.configuration.bootstrap.host: an ingress listener needs it")
+        ports = [config.bootstrap.node_port] + [b.node_port for b in config.brokers]
+        for port in (p for p in ports if p is not None):
+            if listener.type != "nodeport":
+                raise SpecError(f"{where}.configuration: nodePort is for type nodeport")
+            if port in node_ports:
+                raise SpecError(f"{where}.configuration: node port {port} is used twice")
+            node_ports.add(port)
+
+
 class ClusterSpec(_Frozen):
     brokers: int = Field(ge=1, le=1000)
     image: str | None = None
@@ -278,6 +401,8 @@ class ClusterSpec(_Frozen):
     drain: DrainSettings = DrainSettings()
     rebalance: RebalancePolicy = "Never"
     tls: TlsSpec = TlsSpec()
+    listeners: tuple[ListenerSpec, ...] = Field(default=(), max_length=16)
+    rack: RackSpec | None = None
 
     def replication_factor(self) -> int:
         """The default replication factor of new topics: the spec's, else min(3, brokers)."""
@@ -319,6 +444,15 @@ def parse_cluster(name: str, spec: dict[str, Any]) -> ClusterSpec:
         )
     if parsed.config.heartbeat_interval_ms >= parsed.config.session_timeout_ms:
         raise SpecError("spec.config.heartbeatIntervalMs: must be below sessionTimeoutMs")
+    _check_listeners(parsed.listeners, parsed.tls.enabled)
+    for listener in parsed.listeners:
+        if listener.type == "ingress" and any(
+            listener.configuration.broker(b).host is None for b in range(parsed.brokers)
+        ):
+            raise SpecError(
+                f"spec.listeners: ingress listener '{listener.name}' needs configuration.brokers[].host "
+                "for every broker"
+            )
     return parsed
 
 

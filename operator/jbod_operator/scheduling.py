@@ -30,11 +30,8 @@ HOST_KEY: Final = "kubernetes.io/hostname"
 
 
 def rack_topology_key(spec: model.ClusterSpec) -> str | None:
-    """`spec.rack.topologyKey` when the spec has one (added by the listeners/racks part; read
-    defensively so this module does not depend on that field's model)."""
-    rack = getattr(spec, "rack", None)
-    key = getattr(rack, "topology_key", None) if rack is not None else None
-    return key if isinstance(key, str) and key else None
+    """`spec.rack.topologyKey` when the spec has one."""
+    return None if spec.rack is None else spec.rack.topology_key
 
 
 def default_spread(selector: Mapping[str, str], zone_key: str | None) -> list[dict[str, Any]]:

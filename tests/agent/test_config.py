@@ -10,6 +10,7 @@ of a missing, undecodable or directory path.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -266,7 +267,7 @@ def test_bad_controller_url(value: str) -> None:
         "SASL_PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2",  # one listener per name
         "SASL_PLAINTEXT://127.0.0.1",
         "SASL_PLAINTEXT://127.0.0.1:9092/path",
-        "BROKER://127.0.0.1:9092",  # names are security protocols
+        "BRO-KER://127.0.0.1:9092",  # not a listener name
     ],
 )
 def test_bad_listener(value: str) -> None:
@@ -618,3 +619,89 @@ def test_a_broker_with_only_the_http_api_gets_a_kafka_listener_for_replication()
 def test_bad_inter_broker_settings_name_their_key(changes: dict[str, str], key: str, problem: str) -> None:
     values = {**BASE, "listeners": "http://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2", **changes}
     assert problem in expect_error(text(values), key)
+
+
+def test_named_listeners_take_their_protocol_from_the_map() -> None:
+    tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/ca.pem"}
+    values = {
+        **BASE,
+        **tls,
+        "listeners": "http://0.0.0.0:9192,REPLICATION://0.0.0.0:9091,internal://0.0.0.0:9092,EXTERNAL://0.0.0.0:9095",
+        "advertised.listeners": "http://b.svc:9192,REPLICATION://b.svc:9091,INTERNAL://b.svc:9092,EXTERNAL://1.2.3.4:31001",
+        "listener.security.protocol.map": "REPLICATION:SASL_PLAINTEXT,INTERNAL:sasl_plaintext,EXTERNAL:SSL",
+        "inter.broker.listener.name": "replication",
+        "listener.name.external.ssl.client.auth": "required",
+    }
+    parsed = config.parse_config(text(values))
+    assert [(k.name, k.security_protocol, k.port) for k in parsed.kafka_listeners] == [
+        ("REPLICATION", "SASL_PLAINTEXT", 9091),
+        ("INTERNAL", "SASL_PLAINTEXT", 9092),
+        ("EXTERNAL", "SSL", 9095),
+    ]
+    assert [(k.name, k.host, k.authenticates, k.tls) for k in parsed.advertised_kafka_listeners] == [
+        ("REPLICATION", "b.svc", True, False),
+        ("INTERNAL", "b.svc", True, False),
+        ("EXTERNAL", "1.2.3.4", False, True),
+    ]
+    assert parsed.inter_broker_listener.name == "REPLICATION"
+    external = parsed.kafka_listeners[2]
+    assert parsed.client_auth_of(external) == "required"
+    assert (
+        config.parse_config(
+            text({**values, "listener.name.external.ssl.client.auth": "none"})
+        ).client_auth_of(external)
+        == "none"
+    )
+    # Without its own setting an SSL-protocol listener follows ssl.client.auth (KIP-684).
+    del values["listener.name.external.ssl.client.auth"]
+    assert (
+        config.parse_config(text({**values, "ssl.client.auth": "requested"})).client_auth_of(external)
+        == "requested"
+    )
+    problems = {
+        "listener.security.protocol.map": ({"listener.security.protocol.map": "INTERNAL:SSL"}, "REPLICATION"),
+        "listener.name.external.ssl.client.auth": (
+            {"listener.name.external.ssl.client.auth": "maybe"},
+            "maybe",
+        ),
+    }
+    for key, (changes, problem) in problems.items():
+        assert problem in expect_error(text({**values, **changes}), key)
+    for bad in ("INTERNAL:TLS", "INTERNAL", "INTERNAL:SSL,internal:SSL"):
+        expect_error(
+            text({**values, "listener.security.protocol.map": bad}), "listener.security.protocol.map"
+        )
+
+
+def test_file_references_are_read_through_kafkas_file_config_provider(tmp_path: Path) -> None:
+    node = tmp_path / "node.properties"
+    node.write_text("rack=zone-a\nadvertised.host.EXTERNAL=10.0.0.7\n")
+    values = {
+        **BASE,
+        "config.providers": "file",
+        "config.providers.file.class": config.FILE_CONFIG_PROVIDER,
+        "listeners": "http://0.0.0.0:9192,SASL_PLAINTEXT://0.0.0.0:9092,EXTERNAL://0.0.0.0:9095",
+        "advertised.listeners": f"http://b.svc:9192,SASL_PLAINTEXT://b.svc:9092,EXTERNAL://${{file:{node}:advertised.host.EXTERNAL}}:31001",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+        "broker.rack": f"${{file:{node}:rack}}",
+    }
+    source = tmp_path / "server.properties"
+    source.write_text(text(values))
+    assert config.file_references(source.read_text()) == [str(node)]
+    parsed = config.load_config(source)
+    assert parsed.rack == "zone-a"
+    assert str(parsed.advertised_kafka_listeners[1]) == "EXTERNAL://10.0.0.7:31001"
+    with pytest.raises(ConfigError, match=re.escape(f"broker.rack: {node} has no key zone")):
+        config.parse_config(
+            text({**values, "broker.rack": f"${{file:{node}:zone}}"}),
+            None,
+            {str(node): {"rack": "a", "advertised.host.EXTERNAL": "h"}},
+        )
+    with pytest.raises(ConfigError, match=r"advertised\.listeners: cannot read"):
+        config.parse_config(text(values))
+    with pytest.raises(ConfigError, match=r"config\.providers is not file"):
+        config.parse_config(text({**values, "config.providers": ""}).replace("config.providers=\n", ""))
+    expect_error(text({**BASE, "config.providers": "vault"}), "config.providers")
+    source.write_text(text({**values, "broker.rack": f"${{file:{tmp_path}/missing.properties:rack}}"}))
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load_config(source)

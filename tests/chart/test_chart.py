@@ -101,6 +101,17 @@ NAMESPACED_NEEDS: frozenset[Need] = frozenset(
         ("", "persistentvolumeclaims", "patch"),  # growth, annotations
         ("", "persistentvolumeclaims", "delete"),  # retired claims, removed brokers
         ("", "events", "create"),  # kopf events
+        # spec.listeners (listener_objects.py): Services and Ingresses applied, read back, and
+        # the ones of removed listeners or brokers listed and deleted; the brokers' ServiceAccount.
+        ("", "services", "get"),
+        ("", "services", "list"),
+        ("", "services", "delete"),
+        ("networking.k8s.io", "ingresses", "create"),
+        ("networking.k8s.io", "ingresses", "patch"),
+        ("networking.k8s.io", "ingresses", "list"),
+        ("networking.k8s.io", "ingresses", "delete"),
+        ("", "serviceaccounts", "create"),
+        ("", "serviceaccounts", "patch"),
     }
 )
 CLUSTER_NEEDS: frozenset[Need] = frozenset(
@@ -111,6 +122,10 @@ CLUSTER_NEEDS: frozenset[Need] = frozenset(
         ("storage.k8s.io", "volumeattachments", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),  # kopf resource observer
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "nodes", "get"),  # listener_objects: the brokers' nodes' addresses (nodeport)
+        # listener_objects: the brokers' ServiceAccount bound to the node-reader ClusterRole
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
     }
 )
 NAMESPACE_OBSERVER_NEEDS: frozenset[Need] = frozenset(
@@ -140,7 +155,14 @@ KOPF_RESOURCES: Mapping[str, tuple[str, str]] = {
     "persistentvolumes": ("", "persistentvolumes"),
     "volumeattachments": ("storage.k8s.io", "volumeattachments"),
 }
-CLUSTER_SCOPED = {"persistentvolumes", "volumeattachments", "customresourcedefinitions", "namespaces"}
+CLUSTER_SCOPED = {
+    "persistentvolumes",
+    "volumeattachments",
+    "customresourcedefinitions",
+    "namespaces",
+    "nodes",
+    "clusterrolebindings",
+}
 
 REQUIRED_ALERTS = {
     "JbodLogDirOffline",

@@ -172,6 +172,19 @@ for both `patch` and `create` on every kind the operator applies.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# spec.listeners (listener_objects.py): the listeners' Services are read back (node ports,
+# load balancer addresses), and those of removed listeners or brokers listed and deleted.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "delete"]
+# Ingresses of ingress listeners: server-side applied; removed ones listed and deleted.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses"]
+  verbs: ["create", "patch", "list", "delete"]
+# The brokers' ServiceAccount <cluster>-broker (node-info init container): server-side apply.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
 {{- end }}
 
 {{/*
@@ -192,6 +205,16 @@ Cluster-scoped reads, always through a ClusterRole: objects that live in no name
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# Nodes: the address of the node a broker runs on, for a nodeport listener's status and
+# certificate (listener_objects.reconcile); also what lets the operator bind the node reader below.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
+# The binding of a cluster's brokers' ServiceAccount to the ClusterRole jbod-broker-node-reader
+# (get nodes), for the node-info init container: server-side apply.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterrolebindings"]
+  verbs: ["create", "patch"]
 {{- if .Values.watchNamespaces }}
 # Namespaces: with --namespace, kopf's namespace observer lists and watches namespaces to
 # start and stop watching the named ones as they come and go (not used with --all-namespaces).

@@ -1,0 +1,103 @@
+"""The I/O side of `spec.listeners` and `spec.rack` (issue 34); the decisions are `listeners`'.
+
+* `reconcile` (the cluster's full pass) applies the listeners' Services and Ingresses for the
+  cluster's brokers, deletes those of listeners or brokers no longer there (`listeners.stale`),
+  gives the brokers their ServiceAccount and node-reading binding when a listener or the rack
+  needs the node-info init container, reads back what Kubernetes assigned
+  (node ports, LoadBalancer addresses, the brokers' nodes) and returns it with
+  `status.listeners`.
+* `for_broker` (a broker's reconcile) reads its own listener Services only: the config it gets
+  never waits on another broker's node.
+* `bootstrap_keys`: the `bootstrap.servers.<listener>` keys the client Secrets add, from the
+  cluster's `status.listeners` (only listeners whose address is known).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jbod_operator import builders, kube, listeners, model, names
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    assigned: listeners.Assigned
+    status: list[dict[str, Any]]
+    bootstrap: dict[str, str]  # `bootstrap.servers.<listener>` keys of the client Secrets
+
+
+def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its brokers, kopf's indexes, its status
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_ids: Iterable[int],
+    owner: Mapping[str, Any],
+    indexes: Mapping[str, Any],
+    previous: Mapping[str, Any],
+) -> Reconciled:
+    """Applies and cleans up the listeners' objects; no API call at all for a cluster that has
+    no listener, no rack and never had a listener (`previous`: its status)."""
+    if not spec.listeners and spec.rack is None and not previous.get("listeners"):
+        return Reconciled(assigned=listeners.Assigned(), status=[], bootstrap={})
+    ids = sorted(set(broker_ids))
+    wanted = listeners.objects(spec, cluster, namespace, ids, owner)
+    applied = [kube.apply(manifest) for manifest in wanted]
+    selector = {names.LABEL_CLUSTER: cluster}
+    for api_version, kind in (("v1", "Service"), ("networking.k8s.io/v1", "Ingress")):
+        had_ingress = any(entry.get("type") == "ingress" for entry in previous.get("listeners") or [])
+        if kind == "Ingress" and not had_ingress and all(x.type != "ingress" for x in spec.listeners):
+            continue  # no Ingress API call for a cluster that has and had no ingress listener
+        found = [{**o, "kind": kind} for o in kube.list_objects(api_version, kind, namespace, selector)]
+        for _, name in listeners.stale(found, wanted):
+            kube.delete(api_version, kind, name, namespace)
+    if spec.rack is not None or any(listener.type == "nodeport" for listener in spec.listeners):
+        for manifest in builders.broker_rbac(cluster, namespace, owner):
+            kube.apply(manifest)
+    nodes: dict[int, dict[str, Any]] = {}
+    if any(listener.type == "nodeport" for listener in spec.listeners):
+        pods_index = indexes.get("pods_index") or {}
+        for broker_id in ids:
+            pod = next(iter(pods_index.get((namespace, names.broker(cluster, broker_id)), [])), None)
+            node_name = ((pod or {}).get("spec") or {}).get("nodeName")
+            node = kube.get("v1", "Node", node_name, None) if node_name else None
+            if node is not None:
+                nodes[broker_id] = node
+    assigned = listeners.assigned_from((a for a in applied if a.get("kind") == "Service"), nodes)
+    statuses = listeners.status(spec, cluster, namespace, ids, assigned)
+    return Reconciled(
+        assigned=assigned,
+        status=[s.as_status() for s in statuses],
+        bootstrap={
+            f"bootstrap.servers.{s.name}": s.bootstrap_servers for s in statuses if s.bootstrap_servers
+        },
+    )
+
+
+def for_broker(
+    spec: model.ClusterSpec, cluster: str, namespace: str, broker_id: int
+) -> listeners.BrokerListeners:
+    """The listener entries of one broker's config, from its own Services as they are now."""
+    if not spec.listeners and spec.rack is None:
+        return listeners.BrokerListeners()
+    services = []
+    for listener in spec.listeners:
+        if listener.type in ("nodeport", "loadbalancer"):
+            found = kube.get(
+                "v1", "Service", listeners.broker_service(cluster, broker_id, listener), namespace
+            )
+            if found is not None:
+                services.append(found)
+    assigned = listeners.assigned_from(services, {})
+    return listeners.broker_listeners(spec, cluster, namespace, broker_id, assigned)
+
+
+def bootstrap_keys(cluster_body: Mapping[str, Any] | None) -> dict[str, str]:
+    """`bootstrap.servers.<listener>` of the cluster's listeners whose address is known."""
+    entries = ((cluster_body or {}).get("status") or {}).get("listeners") or []
+    return {
+        f"bootstrap.servers.{entry['name']}": entry["bootstrapServers"]
+        for entry in entries
+        if entry.get("name") and entry.get("bootstrapServers")
+    }
