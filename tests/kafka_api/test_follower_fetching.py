@@ -1,0 +1,131 @@
+"""Racks on a real cluster (issue 34): rack-aware placement through CreateTopics, and follower
+fetching (KIP-392) with librdkafka's `client.rack` — the leader points a consumer of another rack
+at its rack's in-sync follower, which serves the records; a consumer without a rack reads from
+the leader."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jbod_core.replica_selector import RACK_AWARE_SELECTOR
+from tests.broker.conftest import Cluster, start_cluster, wait_for
+
+RACKS = {1: "a", 2: "b", 3: "c"}
+RECORDS = 300
+
+
+def _racked_cluster(stack: contextlib.ExitStack, base: Path) -> Cluster:
+    cluster = start_cluster(stack, base)
+    for node_id, rack in RACKS.items():
+        cluster.add_broker(
+            node_id,
+            dirs=1,
+            loop=False,
+            properties={"broker.rack": rack, "replica.selector.class": RACK_AWARE_SELECTOR},
+        )
+    wait_for(
+        lambda: (c := cluster.admin.cluster())["brokers"] == len(RACKS) and c["fencedBrokers"] == 0,
+        what="every broker registered and unfenced",
+    )
+    return cluster
+
+
+def _follower_bytes(cluster: Cluster, node_id: int) -> float:
+    text = httpx.get(f"{cluster.brokers[node_id].url}/metrics", timeout=10).text
+    found = re.search(r"^jbod_fetch_follower_bytes_total (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def _read_all(config: dict[str, Any], topic: str) -> tuple[list[bytes], dict[str, Any]]:
+    """Every record of `topic`'s partition 0 from the beginning, and librdkafka's last statistics
+    of that partition once it has read them (its `broker`: where it fetched from)."""
+    stats: dict[str, Any] = {}
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"read-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 200,
+            "stats_cb": lambda text: stats.update(json.loads(text)),
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        while len(values) < RECORDS:
+            message = consumer.poll(30)
+            assert message is not None, f"only {len(values)} of {RECORDS} records read"
+            assert message.error() is None, message.error()
+            assert message.offset() == len(values)
+            values.append(message.value())
+        stats.clear()
+        extra: list[Any] = []
+
+        def reported() -> bool:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                extra.append(message)
+            return topic in stats.get("topics", {})
+
+        wait_for(reported, what="librdkafka's statistics")
+        assert extra == []  # nothing more: exactly what was produced
+        return values, stats["topics"][topic]["partitions"]["0"]
+    finally:
+        consumer.close()
+
+
+def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        cluster = _racked_cluster(stack, tmp_path)
+        config = cluster.kafka_config()
+        admin = AdminClient(config)
+        admin.create_topics([NewTopic("racked", 6, 3), NewTopic("pairs", 6, 2)])["racked"].result(30)
+        metadata = admin.list_topics(timeout=30)
+        racks = {b.id: RACKS[b.id] for b in metadata.brokers.values()}
+        assert racks == RACKS
+        wait_for(
+            lambda: len(admin.list_topics("pairs", timeout=30).topics["pairs"].partitions) == 6, what="pairs"
+        )
+        for name, factor in (("racked", 3), ("pairs", 2)):
+            parts = admin.list_topics(name, timeout=30).topics[name].partitions.values()
+            for part in parts:
+                assert len({racks[b] for b in part.replicas}) == factor
+            assert sorted(p.leader for p in parts) == [1, 1, 2, 2, 3, 3]  # leaders spread over racks
+
+        producer = Producer({**config, "acks": "all", "enable.idempotence": True})
+        sent = [f"record-{i}".encode() for i in range(RECORDS)]
+        for value in sent:
+            producer.produce("racked", value, partition=0)
+        assert producer.flush(30) == 0
+        part = admin.list_topics("racked", timeout=30).topics["racked"].partitions[0]
+        leader = part.leader
+        follower = next(b for b in part.replicas if b != leader)
+        wait_for(
+            lambda: (
+                set(admin.list_topics("racked", timeout=30).topics["racked"].partitions[0].isrs)
+                == set(part.replicas)
+            ),
+            what="every replica in sync",
+        )
+
+        before = {b: _follower_bytes(cluster, b) for b in RACKS}
+        values, stats = _read_all({**config, "client.rack": RACKS[follower]}, "racked")
+        assert values == sent
+        assert (stats["leader"], stats["broker"]) == (leader, follower)  # fetched from its rack's follower
+        after = {b: _follower_bytes(cluster, b) for b in RACKS}
+        assert after[follower] - before[follower] >= sum(map(len, sent))
+        assert all(after[b] == before[b] for b in RACKS if b != follower)
+
+        values, stats = _read_all(config, "racked")  # no client.rack: the leader serves
+        assert values == sent
+        assert stats["broker"] == leader
+        assert {b: _follower_bytes(cluster, b) for b in RACKS} == after
