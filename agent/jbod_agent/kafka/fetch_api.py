@@ -310,7 +310,7 @@ def _preferred_replica(
     consumer's rack to read from (`jbod_core.replica_selector`), or -1. Followers never point
     elsewhere, and a follower counts only on a live broker with the client's listener."""
     if (
-        not ctx.state.config.rack_aware_replica_selector
+        ctx.state.config.replica_selector_class is None
         or not reading.client_rack
         or hosted.role is not Role.LEADER
     ):
