@@ -9,6 +9,8 @@ import contextlib
 import json
 import re
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from tests.broker.conftest import Cluster, start_cluster, wait_for
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 RECORDS = 300
+SENT = [f"record-{i}".encode() for i in range(RECORDS)]
 
 
 def _racked_cluster(stack: contextlib.ExitStack, base: Path) -> Cluster:
@@ -83,49 +86,72 @@ def _read_all(config: dict[str, Any], topic: str) -> tuple[list[bytes], dict[str
         consumer.close()
 
 
+@dataclass(frozen=True)
+class Observed:
+    """What `placement_and_follower_fetching` saw: partition 0's leader and the follower chosen,
+    librdkafka's partition statistics of the consumer with `client.rack` and of the one without."""
+
+    leader: int
+    follower: int
+    with_rack: dict[str, Any]
+    without_rack: dict[str, Any]
+
+
+def placement_and_follower_fetching(
+    config: dict[str, Any], *, between: Callable[[int], None] = lambda _follower: None
+) -> Observed:
+    """The scenario, the same against our brokers and Kafka's (`config`: librdkafka's settings of
+    a cluster whose brokers 1-3 are in RACKS with the rack-aware selector): topics created through
+    the admin client have their replicas on distinct racks and leaders spread; a consumer with
+    `client.rack` of a follower of partition 0 and one without each read every record exactly once
+    in order. `between(follower)` runs after the first consumer (to read a broker's counters)."""
+    admin = AdminClient(config)
+    created = admin.create_topics([NewTopic("racked", 6, 3), NewTopic("pairs", 6, 2)])
+    for future in created.values():
+        future.result(30)
+    racks = {n.id: n.rack for n in admin.describe_cluster().result(timeout=30).nodes}
+    assert racks == RACKS
+    for name, factor in (("racked", 3), ("pairs", 2)):
+        wait_for(lambda n=name: len(admin.list_topics(n, timeout=30).topics[n].partitions) == 6, what=name)
+        parts = admin.list_topics(name, timeout=30).topics[name].partitions.values()
+        for part in parts:
+            assert len({racks[b] for b in part.replicas}) == factor
+        assert sorted(p.leader for p in parts) == [1, 1, 2, 2, 3, 3]  # leaders spread over racks
+
+    producer = Producer({**config, "acks": "all", "enable.idempotence": True})
+    for value in SENT:
+        producer.produce("racked", value, partition=0)
+    assert producer.flush(30) == 0
+    part = admin.list_topics("racked", timeout=30).topics["racked"].partitions[0]
+    follower = next(b for b in part.replicas if b != part.leader)
+    wait_for(
+        lambda: (
+            set(admin.list_topics("racked", timeout=30).topics["racked"].partitions[0].isrs)
+            == set(part.replicas)
+        ),
+        what="every replica in sync",
+    )
+    values, with_rack = _read_all({**config, "client.rack": RACKS[follower]}, "racked")
+    assert values == SENT
+    between(follower)
+    values, without_rack = _read_all(config, "racked")
+    assert values == SENT
+    return Observed(part.leader, follower, with_rack, without_rack)
+
+
 def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
         cluster = _racked_cluster(stack, tmp_path)
-        config = cluster.kafka_config()
-        admin = AdminClient(config)
-        admin.create_topics([NewTopic("racked", 6, 3), NewTopic("pairs", 6, 2)])["racked"].result(30)
-        metadata = admin.list_topics(timeout=30)
-        racks = {b.id: RACKS[b.id] for b in metadata.brokers.values()}
-        assert racks == RACKS
-        wait_for(
-            lambda: len(admin.list_topics("pairs", timeout=30).topics["pairs"].partitions) == 6, what="pairs"
-        )
-        for name, factor in (("racked", 3), ("pairs", 2)):
-            parts = admin.list_topics(name, timeout=30).topics[name].partitions.values()
-            for part in parts:
-                assert len({racks[b] for b in part.replicas}) == factor
-            assert sorted(p.leader for p in parts) == [1, 1, 2, 2, 3, 3]  # leaders spread over racks
-
-        producer = Producer({**config, "acks": "all", "enable.idempotence": True})
-        sent = [f"record-{i}".encode() for i in range(RECORDS)]
-        for value in sent:
-            producer.produce("racked", value, partition=0)
-        assert producer.flush(30) == 0
-        part = admin.list_topics("racked", timeout=30).topics["racked"].partitions[0]
-        leader = part.leader
-        follower = next(b for b in part.replicas if b != leader)
-        wait_for(
-            lambda: (
-                set(admin.list_topics("racked", timeout=30).topics["racked"].partitions[0].isrs)
-                == set(part.replicas)
-            ),
-            what="every replica in sync",
-        )
-
         before = {b: _follower_bytes(cluster, b) for b in RACKS}
-        values, stats = _read_all({**config, "client.rack": RACKS[follower]}, "racked")
-        assert values == sent
-        assert (stats["leader"], stats["broker"]) == (leader, follower)  # fetched from its rack's follower
-        after = {b: _follower_bytes(cluster, b) for b in RACKS}
-        assert after[follower] - before[follower] >= sum(map(len, sent))
-        assert all(after[b] == before[b] for b in RACKS if b != follower)
-
-        values, stats = _read_all(config, "racked")  # no client.rack: the leader serves
-        assert values == sent
-        assert stats["broker"] == leader
+        after: dict[int, float] = {}
+        seen = placement_and_follower_fetching(
+            cluster.kafka_config(),
+            between=lambda _f: after.update({b: _follower_bytes(cluster, b) for b in RACKS}),
+        )
+        # The consumer with client.rack fetched from its rack's follower: librdkafka says so, and
+        # that broker counted the bytes; the consumer without a rack read from the leader.
+        assert (seen.with_rack["leader"], seen.with_rack["broker"]) == (seen.leader, seen.follower)
+        assert after[seen.follower] - before[seen.follower] >= sum(map(len, SENT))
+        assert all(after[b] == before[b] for b in RACKS if b != seen.follower)
+        assert seen.without_rack["broker"] == seen.leader
         assert {b: _follower_bytes(cluster, b) for b in RACKS} == after
