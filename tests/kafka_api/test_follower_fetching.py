@@ -26,7 +26,7 @@ RECORDS = 300
 SENT = [f"record-{i}".encode() for i in range(RECORDS)]
 
 
-def _racked_cluster(stack: contextlib.ExitStack, base: Path) -> Cluster:
+def racked_cluster(stack: contextlib.ExitStack, base: Path) -> Cluster:
     cluster = start_cluster(stack, base)
     for node_id, rack in RACKS.items():
         cluster.add_broker(
@@ -42,7 +42,7 @@ def _racked_cluster(stack: contextlib.ExitStack, base: Path) -> Cluster:
     return cluster
 
 
-def _follower_bytes(cluster: Cluster, node_id: int) -> float:
+def follower_bytes(cluster: Cluster, node_id: int) -> float:
     text = httpx.get(f"{cluster.brokers[node_id].url}/metrics", timeout=10).text
     found = re.search(r"^jbod_fetch_follower_bytes_total (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
@@ -141,12 +141,12 @@ def placement_and_follower_fetching(
 
 def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
-        cluster = _racked_cluster(stack, tmp_path)
-        before = {b: _follower_bytes(cluster, b) for b in RACKS}
+        cluster = racked_cluster(stack, tmp_path)
+        before = {b: follower_bytes(cluster, b) for b in RACKS}
         after: dict[int, float] = {}
         seen = placement_and_follower_fetching(
             cluster.kafka_config(),
-            between=lambda _f: after.update({b: _follower_bytes(cluster, b) for b in RACKS}),
+            between=lambda _f: after.update({b: follower_bytes(cluster, b) for b in RACKS}),
         )
         # The consumer with client.rack fetched from its rack's follower: librdkafka says so, and
         # that broker counted the bytes; the consumer without a rack read from the leader.
@@ -154,4 +154,4 @@ def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
         assert after[seen.follower] - before[seen.follower] >= sum(map(len, SENT))
         assert all(after[b] == before[b] for b in RACKS if b != seen.follower)
         assert seen.without_rack["broker"] == seen.leader
-        assert {b: _follower_bytes(cluster, b) for b in RACKS} == after
+        assert {b: follower_bytes(cluster, b) for b in RACKS} == after
