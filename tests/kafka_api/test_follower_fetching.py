@@ -18,8 +18,12 @@ import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jbod_client.controller import read_token
+from jbod_core.errors import ErrorCode
 from jbod_core.replica_selector import RACK_AWARE_SELECTOR
+from jbod_kafka import protocol
 from tests.broker.conftest import Cluster, start_cluster, wait_for
+from tests.kafka_api.raw_client import RawConnection
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 RECORDS = 300
@@ -139,6 +143,68 @@ def placement_and_follower_fetching(
     return Observed(part.leader, follower, with_rack, without_rack)
 
 
+def _fetch(
+    cluster: Cluster, node: int, version: int, *, rack: str, offset: int = 0, leader_epoch: int = -1
+) -> Any:
+    """A consumer's raw Fetch of "racked"-0 (v10 carries no rack) to broker `node` as admin: the
+    partition's answer."""
+    fields: dict[str, Any] = {"rack_id": rack} if version >= 11 else {}
+    body = protocol.build(
+        protocol.request_type(1, version),
+        replica_id=-1,
+        max_wait=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic": "racked",
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": leader_epoch,
+                        "fetch_offset": offset,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        forgotten_topics_data=[],
+        **fields,
+    )
+    with RawConnection(cluster.brokers[node].kafka["SASL_PLAINTEXT"]) as conn:
+        login = conn.authenticate_scram("admin", read_token(cluster.controller.admin_token_file))
+        assert int(login.error_code) == 0, login
+        reply = conn.request(1, version, body)
+    [topic] = reply.responses
+    [answer] = topic.partitions
+    return answer
+
+
+def _kip_392_answers(cluster: Cluster, leader: int, follower: int) -> None:
+    """Kafka's answers, one by one: the leader points a consumer of the follower's rack there
+    with no records and its own offsets; a client in the leader's rack, or naming no rack, reads
+    from the leader; the follower serves v11+ and refuses v10; past the follower's end,
+    OFFSET_OUT_OF_RANGE, except a v11 fetch without a leader epoch (empty)."""
+    pointed = _fetch(cluster, leader, 11, rack=RACKS[follower])
+    assert (int(pointed.error_code), int(pointed.preferred_read_replica)) == (0, follower)
+    assert (bytes(pointed.records or b""), int(pointed.high_watermark)) == (b"", RECORDS)
+    for rack in (RACKS[leader], "", "elsewhere"):
+        served = _fetch(cluster, leader, 12, rack=rack)
+        assert int(served.preferred_read_replica) == -1 and served.records, rack
+    on_follower = _fetch(cluster, follower, 12, rack=RACKS[follower])
+    assert (int(on_follower.error_code), int(on_follower.high_watermark)) == (0, RECORDS)
+    assert int(on_follower.preferred_read_replica) == -1 and on_follower.records
+    assert int(_fetch(cluster, follower, 10, rack="").error_code) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    past = _fetch(cluster, follower, 12, rack="", offset=RECORDS + 10, leader_epoch=0)
+    assert int(past.error_code) == int(ErrorCode.OFFSET_OUT_OF_RANGE)
+    stale = _fetch(cluster, follower, 11, rack="", offset=RECORDS + 10)
+    assert (int(stale.error_code), bytes(stale.records or b"")) == (0, b"")
+
+
 def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
         cluster = racked_cluster(stack, tmp_path)
@@ -155,3 +221,4 @@ def test_placement_and_follower_fetching_by_rack(tmp_path: Path) -> None:
         assert all(after[b] == before[b] for b in RACKS if b != seen.follower)
         assert seen.without_rack["broker"] == seen.leader
         assert {b: follower_bytes(cluster, b) for b in RACKS} == after
+        _kip_392_answers(cluster, seen.leader, seen.follower)
