@@ -144,7 +144,14 @@ def placement_and_follower_fetching(
 
 
 def _fetch(
-    cluster: Cluster, node: int, version: int, *, rack: str, offset: int = 0, leader_epoch: int = -1
+    cluster: Cluster,
+    node: int,
+    version: int,
+    *,
+    rack: str,
+    offset: int = 0,
+    leader_epoch: int = -1,
+    isolation_level: int = 0,
 ) -> Any:
     """A consumer's raw Fetch of "racked"-0 (v10 carries no rack) to broker `node` as admin: the
     partition's answer."""
@@ -155,7 +162,7 @@ def _fetch(
         max_wait=0,
         min_bytes=1,
         max_bytes=1 << 20,
-        isolation_level=0,
+        isolation_level=isolation_level,
         session_id=0,
         session_epoch=-1,
         topics=[
@@ -198,6 +205,11 @@ def _kip_392_answers(cluster: Cluster, leader: int, follower: int) -> None:
     on_follower = _fetch(cluster, follower, 12, rack=RACKS[follower])
     assert (int(on_follower.error_code), int(on_follower.high_watermark)) == (0, RECORDS)
     assert int(on_follower.preferred_read_replica) == -1 and on_follower.records
+    committed = _fetch(cluster, follower, 12, rack="", isolation_level=1)  # read_committed: up to its LSO
+    assert (int(committed.error_code), int(committed.last_stable_offset)) == (
+        0,
+        RECORDS,
+    ) and committed.records
     assert int(_fetch(cluster, follower, 10, rack="").error_code) == int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     past = _fetch(cluster, follower, 12, rack="", offset=RECORDS + 10, leader_epoch=0)
     assert int(past.error_code) == int(ErrorCode.OFFSET_OUT_OF_RANGE)
