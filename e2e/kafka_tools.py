@@ -830,7 +830,8 @@ class KafkaNodesCluster(_ToolsAgainst):
     returns once every broker logged that it is unfenced and accepts connections; `stop()` sends
     SIGTERM to the brokers, then the controller, kills what is left after `stop_timeout`, and
     removes the work directory unless it was given. `pids` are the JVMs' (broker id → pid), for
-    CPU and memory readings. Output: `<work>/<node>/logs/server.out`.
+    CPU and memory readings. Output: `<work>/<node>/logs/server.out`. `broker_settings` adds
+    server.properties keys per broker id (e.g. `broker.rack`).
     """
 
     CONTROLLER_ID = 100
@@ -846,9 +847,11 @@ class KafkaNodesCluster(_ToolsAgainst):
         heap: Sequence[str] = (),
         start_timeout: float = 180.0,
         stop_timeout: float = 30.0,
+        broker_settings: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self.install = install
         self.scram = scram
+        self.broker_settings = {b: dict(v) for b, v in (broker_settings or {}).items()}
         self.cluster_id = random_cluster_id()
         self._given_work_dir = work_dir
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="jbod-kafka-nodes-"))
@@ -894,7 +897,7 @@ class KafkaNodesCluster(_ToolsAgainst):
             controller_port=self.controller_port,
             log_dirs=self.log_dirs(node_id),
             scram=self.scram,
-        )
+        ) | self.broker_settings.get(node_id, {})
 
     def _format_and_start(self, node_id: int) -> None:
         config = self.node_dir(node_id) / "server.properties"

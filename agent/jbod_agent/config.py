@@ -42,7 +42,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from jbod_client.controller import parse_controller_urls
-from jbod_core import acls, auto_create, broker_configs, topic_configs
+from jbod_core import acls, auto_create, broker_configs, replica_selector, topic_configs
 from jbod_core.meta_properties import parse_properties
 from jbod_runtime import tls
 
@@ -127,6 +127,9 @@ class BrokerConfig:
     min_insync_replicas: int = 1
     replica_lag_time_max_ms: int = 30000
     rack: str | None = None
+    # KIP-392: `replica.selector.class`, only Kafka's RackAwareReplicaSelector (None: the leader
+    # serves every consumer, as Kafka).
+    replica_selector_class: str | None = None
     format_on_start: bool = False
     cluster_id: str | None = None
     # The authorizer (Kafka's keys; jbod_core.acls): `User:admin` is a super user besides these.
@@ -394,6 +397,13 @@ def _text(key: str, value: str) -> str:
     return value.strip()
 
 
+def _replica_selector(key: str, value: str) -> str:
+    problem = replica_selector.selector_error(value)
+    if problem is not None:
+        raise ConfigError(problem)
+    return value.strip()
+
+
 # The controller's rule (docs/decisions.md); anything else could never register, and a line break
 # would corrupt the meta.properties it is written into.
 CLUSTER_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -496,6 +506,7 @@ _KEYS: Final[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
     "log.dir.probe.timeout.ms": ("log_dir_probe_timeout_ms", _int(10, _MAX_MS)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1, _MAX_MS)),
     "broker.rack": ("rack", _text),
+    "replica.selector.class": ("replica_selector_class", _replica_selector),
     "log.dirs.format.on.start": ("format_on_start", _bool),
     "cluster.id": ("cluster_id", _cluster_id),
     "super.users": ("super_users", _super_users),

@@ -376,7 +376,16 @@ def _key_values(items: tuple[str, ...]) -> dict[str, str]:
     multiple=True,
     metavar="KEY=VALUE",
     help="a key of every broker's server.properties (a new cluster only): auto.create.topics.enable "
-    "(default true), num.partitions (1), default.replication.factor (min(3, brokers)); repeatable",
+    "(default true), num.partitions (1), default.replication.factor (min(3, brokers)), "
+    "replica.selector.class (unset); repeatable",
+)
+@click.option(
+    "--racks",
+    default=None,
+    metavar="A,B,...",
+    help="give broker i the rack (broker.rack) A,B,... [(i - 1) % count] (a new cluster only): replicas "
+    "are placed on distinct racks; add --broker-config replica.selector.class="
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector for follower fetching",
 )
 @click.option(
     etcd_binary.RISK_FLAG,
@@ -397,6 +406,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
     timeout: float,
     tls: bool,
     broker_config: tuple[str, ...],
+    racks: str | None,
     accept_etcd_data_loss_risk: bool,
 ) -> None:
     """Start a local controller and brokers (created the first time) and wait until all are unfenced.
@@ -419,6 +429,7 @@ def up_command(  # noqa: PLR0913  click command: one parameter per option
         warn=_warn,
         tls=tls,
         config=_key_values(broker_config),
+        racks=supervisor.rack_list(racks),
     )
     for note in result.notes:
         console.print(f"[yellow]![/] {note}", highlight=False)

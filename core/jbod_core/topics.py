@@ -18,6 +18,11 @@ Guarantees:
 * Automatic placement stripes replicas over the active brokers (registered, unfenced, not
   shutting down) that accept new replicas (not every online dir cordoned, KIP-1066) in Kafka's rack-unaware pattern from a random start, so replicas of a partition
   are on distinct brokers and leaders are spread evenly. Randomness is a parameter.
+* Rack-aware placement (KIP-36, as Kafka's KRaft controller): when those brokers span two or more
+  racks (`broker.rack`; the brokers without one count as one rack of their own, as KRaft does,
+  never an error), every partition's replicas are on min(replication factor, racks) distinct
+  racks, leaders rotate over the racks (counts differ by at most one) and within a rack over its
+  brokers (at most one apart). One rack (or none) is the rack-unaware pattern above, unchanged.
 * A new replica's dir is the broker's only online dir if it has exactly one, else UNASSIGNED.
   ISR = the active replicas; leader = the first ISR member in replica order; epochs 0.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from jbod_core import records, topic_configs
@@ -107,6 +112,61 @@ def stripe_replicas(
     return assignment
 
 
+def stripe_replicas_by_rack(
+    racks: Mapping[int, str | None], *, partitions: int, replication_factor: int, rng: random.Random
+) -> list[list[int]]:
+    """Rack-aware assignment over the brokers `racks` maps to their rack (None: no rack; those
+    brokers form one rack, as in KRaft). The racks are taken round-robin from a random start that
+    advances one rack per partition: the leader comes from the first rack, the other replicas from
+    the next racks in turn (wrapping round when the factor exceeds the racks, skipping a rack
+    whose brokers are all used). Each rack hands out leaders round-robin from a random broker and
+    followers from another rotation that shifts by one every round, so replica sets vary. With
+    fewer than two racks this is `stripe_replicas`. `replication_factor` <= the brokers."""
+    groups: dict[str | None, list[int]] = {}
+    for broker_id in sorted(racks):
+        groups.setdefault(racks[broker_id], []).append(broker_id)
+    if len(groups) < 2:
+        return stripe_replicas(
+            sorted(racks), partitions=partitions, replication_factor=replication_factor, rng=rng
+        )
+    names = sorted(groups, key=lambda rack: (rack is not None, rack or ""))
+    members = [groups[name] for name in names]
+    leader_next = [rng.randrange(len(m)) for m in members]
+    follower_start = [rng.randrange(len(m)) for m in members]
+    follower_next = [0] * len(members)
+    start = rng.randrange(len(names))
+    assignment: list[list[int]] = []
+    for p in range(partitions):
+        first = (start + p) % len(names)
+        brokers = members[first]
+        replicas = [brokers[leader_next[first] % len(brokers)]]
+        leader_next[first] += 1
+        step = 1
+        while len(replicas) < replication_factor:
+            rack = (first + step) % len(names)
+            step += 1
+            brokers = members[rack]
+            for _ in range(len(brokers)):
+                turn = follower_next[rack]
+                follower_next[rack] += 1
+                candidate = brokers[(follower_start[rack] + turn + turn // len(brokers)) % len(brokers)]
+                if candidate not in replicas:
+                    replicas.append(candidate)
+                    break
+        assignment.append(replicas)
+    return assignment
+
+
+def distinct_racks(replicas: Sequence[int], racks: Mapping[int, str | None]) -> int:
+    """How many racks `replicas` span (brokers without a rack count as one rack, as KRaft)."""
+    return len({racks.get(b) for b in replicas})
+
+
+def broker_racks(image: ClusterImage, brokers: Sequence[int]) -> dict[int, str | None]:
+    """Each of `brokers`' rack from its registration (None: no rack or not registered)."""
+    return {b: (image.brokers[b].rack if b in image.brokers else None) for b in brokers}
+
+
 def _error(code: ErrorCode, message: str) -> tuple[list[records.Record], CreateTopicReply]:
     return [], CreateTopicReply(error_code=code, error_message=message)
 
@@ -177,7 +237,8 @@ def _striped_assignment(
 def _striped(
     image: ClusterImage, *, partitions: int, factor: int, rng: random.Random
 ) -> tuple[list[list[int]], ErrorCode, str]:
-    """`partitions` new partitions of `factor` replicas striped over the active brokers, or 38."""
+    """`partitions` new partitions of `factor` replicas striped over the active brokers (rack-aware
+    when they span racks), or 38."""
     brokers = placement_brokers(image)
     if factor < 1 or factor > len(brokers):
         return (
@@ -187,7 +248,9 @@ def _striped(
             "accepting new replicas (a broker whose online dirs are all cordoned takes none)",
         )
     return (
-        stripe_replicas(brokers, partitions=partitions, replication_factor=factor, rng=rng),
+        stripe_replicas_by_rack(
+            broker_racks(image, brokers), partitions=partitions, replication_factor=factor, rng=rng
+        ),
         ErrorCode.NONE,
         "",
     )

@@ -74,6 +74,7 @@ class BrokerLayout:
     directory_ids: tuple[str | None, ...] = ()  # per disk, read from meta.properties by `up`
     kafka_port: int = 0  # the Kafka listener's (SASL_PLAINTEXT); 0 in a cluster.json from before it
     ca_file: Path | None = None  # with `up --tls`: the CA bundle; https and SASL_SSL listeners
+    rack: str | None = None  # with `up --racks`: its `broker.rack`
 
     @property
     def url(self) -> str:
@@ -129,6 +130,7 @@ class BrokerLayout:
             "kafkaAddress": self.kafka_address,
             "pid": self.pid,
             **({"caFile": str(self.ca_file)} if self.ca_file else {}),
+            **({"rack": self.rack} if self.rack else {}),
         }
 
     @classmethod
@@ -142,6 +144,7 @@ class BrokerLayout:
             directory_ids=tuple(data.get("directoryIds") or ()),
             kafka_port=int(data.get("kafkaPort") or 0),
             ca_file=Path(data["caFile"]) if data.get("caFile") else None,
+            rack=str(data["rack"]) if data.get("rack") else None,
         )
 
 

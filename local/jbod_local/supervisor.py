@@ -27,6 +27,9 @@ Guarantees:
   raises `LocalClusterError` with one line, before anything is changed.
 * Every broker gets the topic auto-creation keys chosen when the cluster was created
   (`broker_config`: on by default, as Kafka), kept in cluster.json.
+* Racks (`up --racks a,b,c`, a new cluster's): broker i gets `broker.rack` racks[(i - 1) % len],
+  kept in cluster.json; `--broker-config replica.selector.class=...` (Kafka's
+  RackAwareReplicaSelector) turns on follower fetching (KIP-392).
 * A quorum's etcd binary is chosen by `jbod_local.etcd_binary` (found, or built on demand, once,
   announced through `report`) before anything is created, deleted or started, so its refusal of an
   etcd with a known data-loss bug changes nothing. The user's acceptance of that risk
@@ -49,12 +52,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from jbod_client.controller import ClientError, https_verify
-from jbod_core import auto_create, meta_properties
+from jbod_core import auto_create, meta_properties, replica_selector
 from jbod_core.ids import random_uuid
 from jbod_local import certs, etcd_binary, processes, quorum
 from jbod_local.layout import (
@@ -103,6 +106,19 @@ BROKER_SETTINGS: dict[str, str] = {
 DEFAULT_DISK_MIB = 64
 
 
+REPLICA_SELECTOR_CLASS: Final = "replica.selector.class"  # KIP-392, allowed in --broker-config
+
+
+def rack_list(value: str | None) -> tuple[str, ...]:
+    """`--racks a,b,c` as rack names (empty: no racks); `LocalClusterError` for an empty name."""
+    if value is None or not value.strip():
+        return ()
+    racks = tuple(r.strip() for r in value.split(","))
+    if any(not r for r in racks):
+        raise LocalClusterError(f"--racks: expected comma-separated rack names, got '{value}'")
+    return racks
+
+
 def broker_config(brokers: int, given: Mapping[str, str] | None = None) -> dict[str, str]:
     """The topic auto-creation keys every broker of a new cluster of `brokers` gets: Kafka's
     (`auto.create.topics.enable=true`, `num.partitions=1`) with `default.replication.factor`
@@ -115,8 +131,15 @@ def broker_config(brokers: int, given: Mapping[str, str] | None = None) -> dict[
         auto_create.DEFAULT_REPLICATION_FACTOR: str(min(3, brokers)),
     }
     for key, value in (given or {}).items():
+        if key == REPLICA_SELECTOR_CLASS:
+            problem = replica_selector.selector_error(value)
+            if problem is not None:
+                raise LocalClusterError(f"--broker-config: {problem}")
+            chosen[key] = value.strip()
+            continue
         if key not in auto_create.BY_NAME:
-            raise LocalClusterError(f"--broker-config: {key} is not one of {', '.join(auto_create.BY_NAME)}")
+            keys = ", ".join((*auto_create.BY_NAME, REPLICA_SELECTOR_CLASS))
+            raise LocalClusterError(f"--broker-config: {key} is not one of {keys}")
         try:
             auto_create.parse_setting(key, value)
         except ValueError as exc:
@@ -214,6 +237,7 @@ def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one
     loop_disk_mib: int | None,
     tls: bool = False,
     config: Mapping[str, str] | None = None,
+    racks: Sequence[str] = (),
 ) -> ClusterLayout:
     if not 1 <= brokers <= 9:
         raise LocalClusterError(f"--brokers must be between 1 and 9, got {brokers}")
@@ -250,6 +274,7 @@ def _new_layout(  # noqa: PLR0913 - the directory, then the shape asked for, one
                 disks=tuple(work_dir / f"disk-{k}" for k in range(1, disks + 1)),
                 port=port,
                 kafka_port=kafka_port,
+                rack=_racks_of(racks, brokers)[broker_id - 1],
             )
         )
     ca_file = certs.truststore(root) if tls else None
@@ -314,6 +339,7 @@ def local_broker(layout: ClusterLayout, broker: BrokerLayout) -> LocalBroker:
             **(layout.broker_config or broker_config(len(layout.brokers))),
             "broker.session.timeout.ms": str(session_timeout_ms(layout)),
             **(tls_settings(layout, broker) if layout.tls else {}),
+            **({"broker.rack": broker.rack} if broker.rack else {}),
         },
     )
 
@@ -545,6 +571,7 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
     warn: Report = _log.warning,
     tls: bool = False,
     config: Mapping[str, str] | None = None,
+    racks: Sequence[str] = (),
 ) -> UpResult:
     """Create (first time) and start the local cluster in `root`; see the module's guarantees.
     `config` holds the brokers' topic auto-creation keys of a new cluster (`broker_config`)."""
@@ -582,6 +609,7 @@ def up(  # noqa: PLR0913  `jbodctl local up`'s options, one keyword each, and th
             warn=warn,
             tls=tls,
             config=dict(config or {}),
+            racks=tuple(racks),
         )
         return _up(root, request, deadline=started_at + timeout, started_at=started_at, chosen=chosen)
 
@@ -623,6 +651,7 @@ class _UpRequest:
     warn: Report
     tls: bool = False
     config: Mapping[str, str] = field(default_factory=dict)  # `--broker-config` (a new cluster's)
+    racks: tuple[str, ...] = ()  # `--racks` (a new cluster's)
 
 
 def _up(
@@ -644,6 +673,7 @@ def _up(
             loop_disk_mib=request.disk_size_mib if request.loop else None,
             tls=request.tls,
             config=request.config,
+            racks=request.racks,
         )
     else:
         layout, kept = _existing_layout(root, request)
@@ -697,6 +727,11 @@ def _up(
     )
 
 
+def _racks_of(racks: Sequence[str], brokers: int) -> tuple[str | None, ...]:
+    """Each broker's rack from `--racks` (broker i: racks[(i - 1) % len])."""
+    return tuple(racks[i % len(racks)] if racks else None for i in range(brokers))
+
+
 def _existing_layout(root: Path, request: _UpRequest) -> tuple[ClusterLayout, list[str]]:
     """The cluster already in `root`, and a note when the request asked for another shape."""
     notes = []
@@ -709,6 +744,10 @@ def _existing_layout(root: Path, request: _UpRequest) -> tuple[ClusterLayout, li
         changed
         or (request.loop and not layout.loop)
         or (request.tls and not layout.tls)
+        or (
+            request.racks
+            and _racks_of(request.racks, len(layout.brokers)) != tuple(b.rack for b in layout.brokers)
+        )
         or request.controllers not in (None, len(layout.controllers))
     ):
         kind = "loop-mounted" if layout.loop else "plain-directory"

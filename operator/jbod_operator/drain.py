@@ -17,7 +17,11 @@ Guarantees:
   (reassignments cluster-wide, moves per broker), the running ones counted.
 * **Position-preserving targets**: the replacement of a leaving broker takes its position in the
   replica list, so the preferred leader stays first unless it leaves.
-* **Targets by free bytes**: a replacement broker is the eligible one (`acceptsNewReplicas`) with
+* **Racks kept** (KIP-36): a replacement broker is taken from the leaving broker's rack if one
+  there can take the replica, else from a rack none of the partition's other replicas is in, else
+  from any rack (brokers without a rack count as one rack, as Kafka's KRaft controller counts
+  them); a rebalance onto joining brokers prefers them in the same order.
+* **Targets by free bytes**: within that order, a replacement broker is the eligible one (`acceptsNewReplicas`) with
   the most free bytes on its online, not-cordoned dirs, among those with a dir the replica fits
   in (free bytes minus `RESERVE` of its size); a dir of a disk being drained gets the dir with the
   most free bytes. Sizes are the replica's own, else the largest of its partition's replicas.
@@ -63,6 +67,7 @@ class Broker:
     fenced: bool
     accepts_new_replicas: bool
     dirs: tuple[LogDir, ...] = ()  # empty while the broker's own view cannot be read
+    rack: str | None = None  # its `broker.rack`
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,7 @@ def snapshot(
             fenced=bool(registration.get("fenced")),
             accepts_new_replicas=bool(registration.get("acceptsNewReplicas", not registration.get("fenced"))),
             dirs=tuple(dirs),
+            rack=str(registration["rack"]) if registration.get("rack") else None,
         )
     partitions = tuple(
         Partition(
@@ -258,10 +264,31 @@ class _Room:
         self.dirs[broker_id][directory] -= size
 
 
+def _rack_order(snap: Snapshot, leaving: int, staying: Iterable[int]) -> list[set[int]]:
+    """The brokers a replica leaving broker `leaving` should go to, best first: those of its own
+    rack, then those of a rack none of the `staying` replicas is in."""
+    racks = {b.broker_id: b.rack for b in snap.brokers.values()}
+    used = {racks.get(b) for b in staying}
+    own = racks.get(leaving)
+    return [
+        {b for b, rack in racks.items() if rack == own},
+        {b for b, rack in racks.items() if rack not in used},
+    ]
+
+
 def _choose_broker(
-    room: _Room, size: int, taken: set[int], only: Iterable[int] | None = None
+    room: _Room,
+    size: int,
+    taken: set[int],
+    only: Iterable[int] | None = None,
+    prefer: Sequence[set[int]] = (),
 ) -> tuple[int, str] | None:
-    """The eligible broker not in `taken` with the most free bytes among those where `size` fits."""
+    """The eligible broker not in `taken` with the most free bytes among those where `size` fits,
+    from the first of the `prefer` sets holding one (then from all)."""
+    for preferred in prefer:
+        chosen = _choose_broker(room, size, taken, preferred if only is None else preferred & set(only))
+        if chosen is not None:
+            return chosen
     pool = set(room.dirs) if only is None else set(only) & set(room.dirs)
     best: tuple[int, int, str] | None = None
     for broker_id in sorted(pool - taken):
@@ -302,7 +329,8 @@ def plan_broker_drain(
                 continue
             size = snap.size(partition, broker_id)
             needed += size
-            chosen = _choose_broker(room, size, taken)
+            staying = [b for b in replicas if b not in leaving and b != broker_id]
+            chosen = _choose_broker(room, size, taken, prefer=_rack_order(snap, broker_id, staying))
             if chosen is None:
                 problems.append(_why_not(room, partition, size, taken, leaving=leaving))
                 break
@@ -385,7 +413,11 @@ def plan_rebalance(snap: Snapshot, *, joining: frozenset[int], max_in_flight: in
             continue
         size = snap.size(partition, source)
         chosen = _choose_broker(
-            room, size, set(partition.replicas), only=[b for b, n in wanting.items() if n > 0]
+            room,
+            size,
+            set(partition.replicas),
+            only=[b for b, n in wanting.items() if n > 0],
+            prefer=_rack_order(snap, source, [b for b in partition.replicas if b != source]),
         )
         if chosen is None:
             continue

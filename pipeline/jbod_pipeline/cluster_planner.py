@@ -35,6 +35,12 @@ The goals, in order (a later goal never undoes an earlier one):
    strictly narrow their gap. A pair with no such candidate is not tried again; the loop ends
    when no pair can improve (`unbalanced` if the margin is still exceeded).
 
+Racks (KIP-36): when the brokers span two or more racks (`broker.rack`; brokers without one count
+as one rack, as Kafka's KRaft controller counts them), a replica moves only within its broker's
+rack or to a rack none of its partition's other replicas is in, so no move ever puts two replicas
+of a partition in one rack where they were not already; a drained replica that can go nowhere so
+goes to the least used target anywhere rather than stay (the drain wins), same-rack targets first.
+
 Guarantees: never two replicas of a partition on one broker; targets only online dirs of
 usable brokers, never drained; no target pushed over the threshold; each candidate moves at
 most once and a replica moved in is never moved again; every candidate of a drain is either
@@ -69,6 +75,7 @@ class BrokerDir:
 class Broker:
     broker_id: int
     usable: bool  # registered and unfenced
+    rack: str | None = None  # its `broker.rack`
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +222,20 @@ class _Cluster:
         self.order = {k: i for i, k in enumerate(self.dirs)}
         self.used = {k: d.used_bytes for k, d in self.dirs.items()}
         self.usable = _usable(brokers, goals)
+        self.racks = {b.broker_id: b.rack for b in brokers}
+        self.racked = len(set(self.racks.values())) > 1
         self.candidates = sorted(
             candidates,
             key=lambda c: (c.size_bytes is None, c.size_bytes or 0, c.topic, c.partition, c.broker_id),
         )
         # Every broker that hosts (or hosted, before this plan) a replica of the partition.
         self.hosts: dict[tuple[str, int], set[int]] = {}
+        # The partition's replicas as this plan's moves leave them (racks are judged on these).
+        self.current: dict[tuple[str, int], set[int]] = {}
         self.sources: dict[DirKey, _Sources] = {}
         for ref, c in enumerate(self.candidates):
             self.hosts.setdefault((c.topic, c.partition), set()).update(c.replicas)
+            self.current.setdefault((c.topic, c.partition), set(c.replicas))
             if self.drained(c):
                 continue  # moved by the drain or reported, never a capacity or balance source
             if c.size_bytes is not None and (c.broker_id, c.directory_id) in self.dirs:
@@ -279,11 +291,29 @@ class _Cluster:
             self.source_entry[k] = (-self.util(k), self.order[k])
             bisect.insort(self.by_use, self.source_entry[k])
 
-    def best_target(self, size: int, excluded: set[int]) -> DirKey | None:
-        """The least used target on a broker not in `excluded` where `size` fits."""
+    def rack_tiers(self, c: Candidate) -> list[set[int]]:
+        """The brokers `c` may move to keeping its partition's racks apart, best first: those of
+        its broker's rack, then those of a rack none of the partition's other replicas is in (no
+        restriction without racks)."""
+        if not self.racked:
+            return []
+        own = self.racks.get(c.broker_id)
+        used = {self.racks.get(b) for b in self.current[(c.topic, c.partition)] if b != c.broker_id}
+        return [
+            {b for b, rack in self.racks.items() if rack == own},
+            {b for b, rack in self.racks.items() if rack not in used},
+        ]
+
+    def rack_allowed(self, c: Candidate) -> set[int] | None:
+        """The brokers a capacity or balance move of `c` may go to (None: any)."""
+        tiers = self.rack_tiers(c)
+        return set().union(*tiers) if tiers else None
+
+    def best_target(self, size: int, excluded: set[int], allowed: set[int] | None = None) -> DirKey | None:
+        """The least used target on a broker not in `excluded` (and in `allowed`) where `size` fits."""
         for _, index in self.by_util:
             k = self.keys[index]
-            if k[0] not in excluded and self.room(k) >= size:
+            if k[0] not in excluded and (allowed is None or k[0] in allowed) and self.room(k) >= size:
                 return k
         return None
 
@@ -300,6 +330,9 @@ class _Cluster:
         self.used[target] += size
         self._resort(target)
         self.hosts[(c.topic, c.partition)].add(target[0])
+        current = self.current[(c.topic, c.partition)]
+        current.discard(c.broker_id)
+        current.add(target[0])
         self.plan.moves.append(
             BrokerMove(
                 c.topic,
@@ -332,7 +365,14 @@ class _Cluster:
                 self.unplaced(c, "size-unknown", "no telemetry size for it or any replica of the partition")
                 continue
             excluded = self.hosts[(c.topic, c.partition)]
-            target = self.best_target(c.size_bytes, excluded)
+            target = next(
+                (
+                    t
+                    for allowed in (*self.rack_tiers(c), None)
+                    if (t := self.best_target(c.size_bytes, excluded, allowed)) is not None
+                ),
+                None,
+            )
             if target is None:
                 others = sorted(self.target_brokers - excluded)
                 if not others:
@@ -357,7 +397,7 @@ class _Cluster:
         if size <= 0:
             return None
         c = self.candidates[ref]
-        return self.best_target(size, self.hosts[(c.topic, c.partition)])
+        return self.best_target(size, self.hosts[(c.topic, c.partition)], self.rack_allowed(c))
 
     def capacity(self) -> None:
         over = [
@@ -400,7 +440,10 @@ class _Cluster:
             if candidates.sizes[index] <= 0:
                 continue
             c = self.candidates[candidates.refs[index]]
-            if sink_broker not in self.hosts[(c.topic, c.partition)]:
+            allowed = self.rack_allowed(c)
+            if sink_broker not in self.hosts[(c.topic, c.partition)] and (
+                allowed is None or sink_broker in allowed
+            ):
                 return index
         return None
 

@@ -357,8 +357,10 @@ def _plan_across_brokers(
     row per dir), the brokers (one row each), and only the candidate replicas (`plan.cross_candidates`)."""
     goals = run.options.goals
     brokers = [
-        cluster_planner.Broker(int(r["brokerId"]), not r["fenced"] and not r["inControlledShutdown"])
-        for r in run.cluster.brokers.select("brokerId", "fenced", "inControlledShutdown").collect()
+        cluster_planner.Broker(
+            int(r["brokerId"]), not r["fenced"] and not r["inControlledShutdown"], r["rack"] or None
+        )
+        for r in run.cluster.brokers.select("brokerId", "fenced", "inControlledShutdown", "rack").collect()
     ]
     dirs = [
         cluster_planner.BrokerDir(

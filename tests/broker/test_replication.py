@@ -81,7 +81,8 @@ def test_non_leader_answers_6_and_bad_acks_answer_21(cluster: Cluster) -> None:
     outsider = next(n for n in (1, 2, 3) if n not in topic["replicas"])
     assert produce(cluster, follower, "t", 0, [b"x"])["errorCode"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert produce(cluster, outsider, "t", 0, [b"x"])["errorCode"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert fetch(cluster, follower, "t", 0, 0)["errorCode"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch(cluster, outsider, "t", 0, 0)["errorCode"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert fetch(cluster, follower, "t", 0, 0)["errorCode"] == 0  # a follower serves consumers (KIP-392)
     assert produce(cluster, lead, "nope", 0, [b"x"])["errorCode"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert produce(cluster, lead, "t", 7, [b"x"])["errorCode"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert fetch(cluster, lead, "t", 0, 5)["errorCode"] == ErrorCode.OFFSET_OUT_OF_RANGE

@@ -52,13 +52,18 @@ def test_the_default_keys_are_kafkas_with_the_operators_replication_factor() -> 
         (
             "log.retention.ms=1",
             "--broker-config: log.retention.ms is not one of auto.create.topics.enable, num.partitions, "
-            "default.replication.factor",
+            "default.replication.factor, replica.selector.class",
         ),
         (
             "auto.create.topics.enable=yes",
             "--broker-config: auto.create.topics.enable: 'yes' is not true or false",
         ),
         ("num.partitions=0", "--broker-config: num.partitions: 0 is out of range [1, 10000]"),
+        (
+            "replica.selector.class=com.example.Mine",
+            "--broker-config: replica.selector.class: only "
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector is supported, not 'com.example.Mine'",
+        ),
         (
             "default.replication.factor=x",
             "--broker-config: default.replication.factor: 'x' is not an integer",

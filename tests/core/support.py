@@ -80,6 +80,7 @@ class Cluster:
         incarnation_id: Uuid | None = None,
         cluster_id: str = CLUSTER_ID,
         has_offline_log_dirs: bool = False,
+        rack: str | None = None,
     ) -> tuple[list[records.Record], RegisterBrokerReply]:
         request = RegisterBrokerRequest(
             broker_id=broker_id,
@@ -87,6 +88,7 @@ class Cluster:
             incarnation_id=incarnation_id or incarnation(broker_id, generation),
             log_dirs=list(log_dirs),
             has_offline_log_dirs=has_offline_log_dirs,
+            rack=rack,
         )
         return brokers.register_broker(
             self.image,
@@ -128,8 +130,10 @@ class Cluster:
 
     # -- set-up shortcuts (each step is itself a checked decision) ------------------------------
 
-    def add_broker(self, broker_id: int, log_dirs: Sequence[Uuid], *, unfence: bool = True) -> int:
-        produced, reply = self.register(broker_id, log_dirs)
+    def add_broker(
+        self, broker_id: int, log_dirs: Sequence[Uuid], *, unfence: bool = True, rack: str | None = None
+    ) -> int:
+        produced, reply = self.register(broker_id, log_dirs, rack=rack)
         assert reply.error_code == 0, reply
         self.apply(produced)
         self.touch(broker_id)

@@ -12,6 +12,8 @@ it) or reverted, and survives a restart (its record is JSON); the rebalance fill
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jbod_operator import drain
 
 GB = 10**9
@@ -258,3 +260,29 @@ def test_snapshot_from_the_wire_shapes() -> None:
     )
     assert s.brokers[0].dirs[0].cordoned and s.sizes == {("t", 0, 0): 7} and s.moving == {("t", 0, 0)}
     assert s.partitions[0].reassigning
+
+
+def test_a_drained_replica_stays_in_its_rack_else_keeps_the_racks_distinct() -> None:
+    racks = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: None}
+    free = {0: 90 * GB, 1: 10 * GB, 2: 99 * GB, 3: 20 * GB, 4: 95 * GB, 5: 30 * GB, 6: 100 * GB}
+    racked = {b: replace(broker, rack=racks[b]) for b, broker in brokers(7, free=free).items()}
+    parts = [partition("t", 0, (1, 2, 4)), partition("t", 1, (3, 5)), partition("t", 2, (0, 2, 4))]
+    s = drain.Snapshot(
+        brokers=racked,
+        partitions=tuple(parts),
+        sizes={(p.topic, p.index, b): GB for p in parts for b in p.replicas},
+    )
+    # Broker 1 (rack a) leaves: broker 0, its rack's other, takes its replica although brokers 2
+    # and 6 have more room. Broker 3 (rack b) leaves: 2 takes it.
+    plan = drain.plan_broker_drain(s, leaving=frozenset({1, 3}), started=False, max_in_flight=5)
+    assert [(r.partition, r.replicas) for r in plan.start] == [(0, (0, 2, 4)), (1, (2, 5))]
+    # Both of rack a leave: partition 0's replica goes to the rackless broker 6 (a rack none of
+    # its other replicas is in), not to 2 with more room in rack b, which 0 already uses.
+    plan = drain.plan_broker_drain(s, leaving=frozenset({0, 1}), started=False, max_in_flight=5)
+    moved = {r.partition: r.replicas for r in plan.start}
+    assert moved[0] == (6, 2, 4) and moved[2] == (6, 2, 4)
+    # On the wire: the controller's registrations name the rack.
+    wire = drain.snapshot(
+        [{"brokerId": 1, "fenced": False, "rack": "a"}, {"brokerId": 2, "fenced": False}], [], {}
+    )
+    assert (wire.brokers[1].rack, wire.brokers[2].rack) == ("a", None)

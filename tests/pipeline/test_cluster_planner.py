@@ -261,3 +261,51 @@ def test_source_dirs_are_the_drained_the_overfull_and_the_most_used() -> None:
         (1, A),
         (2, D),
     }
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), threshold=st.sampled_from([0.5, 0.7, 0.9]), balance=st.booleans())
+def test_moves_never_bring_a_partitions_replicas_into_fewer_racks(
+    seed: int, threshold: float, balance: bool
+) -> None:
+    rng = random.Random(seed)
+    count = rng.randint(3, 8)
+    d, b, candidates = _cluster(
+        rng, brokers=count, dirs=2, partitions=rng.randint(0, 120), rf=rng.randint(1, 3)
+    )
+    racks = {x.broker_id: rng.choice(["a", "b", "c", None]) for x in b}
+    b = [cp.Broker(x.broker_id, x.usable, racks[x.broker_id]) for x in b]
+    drain_brokers = frozenset(rng.sample(range(count), 1)) if rng.random() < 0.4 else frozenset()
+    goals = planner.Goals(
+        threshold=threshold, drain_brokers=drain_brokers, balance=balance, across_brokers=True
+    )
+    plan = cp.plan_cluster(d, b, candidates, goals)
+    _check(d, b, candidates, goals, plan)
+    after = {(c.topic, c.partition): list(c.replicas) for c in candidates}
+    for m in plan.moves:
+        replicas = after[(m.topic, m.partition)]
+        replicas[replicas.index(m.from_broker)] = m.to_broker
+    for c in candidates:
+        key = (c.topic, c.partition)
+        if any(m.reason == "drain" for m in plan.moves if (m.topic, m.partition) == key):
+            continue
+        assert len({racks[x] for x in after[key]}) >= len({racks[x] for x in c.replicas})
+
+
+def test_a_drained_replica_stays_in_its_rack_when_it_can() -> None:
+    dirs = [
+        cp.BrokerDir(i, x, "online", used, 100)
+        for i, x, used in ((1, A, 30), (2, B, 50), (3, C, 0), (4, D, 0))
+    ]
+    brokers = [
+        cp.Broker(1, True, "a"),
+        cp.Broker(2, True, "a"),
+        cp.Broker(3, True, "b"),
+        cp.Broker(4, True, "c"),
+    ]
+    candidates = [_c(0, 1, A, 20, (1, 4)), _c(1, 1, A, 10, (2, 1))]
+    goals = planner.Goals(drain_brokers=frozenset({1}), balance=False, across_brokers=True)
+    plan = cp.plan_cluster(dirs, brokers, candidates, goals)
+    # Partition 0 goes to broker 2, its rack's other (not the emptier 3); partition 1, already on
+    # 2, to a rack it does not use: 3 and 4 are alike, the first in dir order.
+    assert [(m.partition, m.to_broker) for m in plan.moves] == [(0, 2), (1, 3)]

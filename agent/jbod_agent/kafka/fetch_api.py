@@ -14,7 +14,7 @@ Guarantees:
   none. With less than `min_bytes` ready it
   waits up to `max_wait` (of the agent's clock) for new data on any of the partitions asked for.
 * Per partition, Kafka's codes: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID,
-  NOT_LEADER_OR_FOLLOWER (only leaders serve consumers), FENCED_LEADER_EPOCH /
+  NOT_LEADER_OR_FOLLOWER (only leaders serve consumers before v11), FENCED_LEADER_EPOCH /
   UNKNOWN_LEADER_EPOCH against `current_leader_epoch`, OFFSET_OUT_OF_RANGE, KAFKA_STORAGE_ERROR;
   a consumer whose `last_fetched_epoch` disagrees with the leader's history gets
   `diverging_epoch` and no records (KIP-320), as followers do.
@@ -22,6 +22,16 @@ Guarantees:
   tests/kafka_tools/test_error_responses.py): `records` is never null (librdkafka drops a whole
   response holding a null, issue 30); a failed read has offsets -1; from v16 NOT_LEADER_OR_FOLLOWER
   and FENCED_LEADER_EPOCH name the current leader and its endpoint (KIP-951).
+* Follower fetching (KIP-392): from v11 a consumer's Fetch is served by any replica this broker
+  hosts, a follower up to its own high watermark (read_committed: its last stable offset), with
+  its own offsets; past a follower's end it is OFFSET_OUT_OF_RANGE, except that a v11 fetch
+  without a leader epoch gets an empty answer (Kafka, KAFKA-14240). With `replica.selector.class`
+  set (Kafka's RackAwareReplicaSelector), a leader answers a consumer whose `rack_id` names
+  another rack holding an in-sync follower of the offset with that follower in
+  `preferred_read_replica`, no records, its own offsets, at once (`jbod_core.replica_selector`);
+  followers never redirect, and followers' fetches never get one. Bytes served from follower
+  replicas are counted (`ClientFetch.follower_bytes_served`). ListOffsets and
+  OffsetForLeaderEpoch stay on the leader.
 * Fetch sessions (KIP-227): a full fetch with epoch 0 opens one, incremental fetches list only
   what changed and are answered only with what changed (`fetch_sessions`).
 * From v12 (the flexible versions) the response is framed around the records by
@@ -56,7 +66,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from jbod_agent.kafka.context import BrokerContext, CurrentLeader, hinted_endpoints
 from jbod_agent.kafka.fetch_sessions import ConsumerSessions, SessionKey, Wanted
 from jbod_agent.kafka.listener import Connection
-from jbod_agent.partitions.replica_manager import HostedPartition
+from jbod_agent.partitions.replica_manager import HostedPartition, Role
 from jbod_agent.ports import monotonic_ms
 from jbod_agent.replication import divergence, replica_wire
 from jbod_agent.storage.local_log import OffsetOutOfRangeError
@@ -64,22 +74,32 @@ from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core.acls import AclOperation
 from jbod_core.errors import ErrorCode
 from jbod_core.replica_fetch import ReplicaFetchAnswer, ReplicaPartitionAnswer
+from jbod_core.replica_selector import NO_PREFERRED_REPLICA, ReplicaView, preferred_read_replica
 from jbod_core.replication import DivergingEpoch
 from jbod_kafka import fetch_response, protocol, record_batch
 from jbod_runtime.http_server import RateLimitedLog
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
 READ_COMMITTED: Final = 1  # Kafka's IsolationLevel.READ_COMMITTED
+FOLLOWER_FETCH_FROM: Final = 11  # KIP-392: Fetch v11 carries the consumer's rack
 log = logging.getLogger("jbod_agent.kafka.fetch")
 _refused_replicas = RateLimitedLog(log, interval_s=10.0)
 
 
-def _leader(
-    ctx: BrokerContext, topic: str | None, partition: int, current_leader_epoch: int, *, by_id: bool
+def _leader(  # noqa: PLR0913  the partition as the request names it, and who may serve it
+    ctx: BrokerContext,
+    topic: str | None,
+    partition: int,
+    current_leader_epoch: int,
+    *,
+    by_id: bool,
+    any_replica: bool = False,
 ) -> tuple[HostedPartition | None, KafkaError]:
+    """The hosted partition when this broker leads it (with `any_replica`, or follows it) at
+    the client's `current_leader_epoch`, else None and Kafka's error."""
     if topic is None:
         return None, KafkaError.unknown_topic_id if by_id else KafkaError.unknown_topic_or_partition
-    hosted, code, _message = ctx.manager.lookup(topic, partition)
+    hosted, code, _message = ctx.manager.lookup(topic, partition, any_replica=any_replica)
     if hosted is None:
         return None, KafkaError(int(code))
     if current_leader_epoch >= 0 and current_leader_epoch < hosted.leader_epoch:
@@ -114,6 +134,7 @@ class PartitionAnswer:
     diverging: DivergingEpoch | None = None
     current_leader: CurrentLeader | None = None
     refused: bool = False
+    preferred_read_replica: int = NO_PREFERRED_REPLICA  # KIP-392: the leader's pointer, no records
 
     @classmethod
     def refusal(cls, index: int, code: KafkaError) -> PartitionAnswer:
@@ -141,6 +162,7 @@ class PartitionAnswer:
             records=self.records,
             diverging=None if self.diverging is None else (self.diverging.epoch, self.diverging.end_offset),
             current_leader=None if self.current_leader is None else self.current_leader.hint,
+            preferred_read_replica=self.preferred_read_replica,
         )
 
     def to_kafka(self) -> dict[str, Any]:
@@ -158,6 +180,7 @@ class PartitionAnswer:
             if self.aborted is None
             else [{"producer_id": p, "first_offset": f} for p, f in self.aborted],
             "records": self.records,
+            "preferred_read_replica": self.preferred_read_replica,
         }
         if self.diverging is not None:
             fields["diverging_epoch"] = {
@@ -183,6 +206,12 @@ class _Reading:
     listener_name: str
     version: int
     read_committed: bool = False  # isolation_level 1
+    client_rack: str = ""  # v11+: the consumer's `client.rack` (KIP-392)
+
+    @property
+    def from_any_replica(self) -> bool:
+        """KIP-392: a consumer's Fetch from v11 (it names its rack) may be served by a follower."""
+        return self.version >= FOLLOWER_FETCH_FROM
 
 
 def _not_read(
@@ -203,26 +232,55 @@ def _read_partition(
 ) -> tuple[PartitionAnswer, HostedPartition | None]:
     partition = wanted.key[1]
     topic = _topic_name(ctx, wanted, by_id=reading.by_id)
-    hosted, code = _leader(ctx, topic, partition, wanted.current_leader_epoch, by_id=reading.by_id)
+    hosted, code = _leader(
+        ctx,
+        topic,
+        partition,
+        wanted.current_leader_epoch,
+        by_id=reading.by_id,
+        any_replica=reading.from_any_replica,
+    )
     if hosted is None:
         return _not_read(ctx, topic, partition, code, reading), None
     log_ = hosted.log
-    hw = log_.high_watermark
-    lso = log_.last_stable_offset
+    preferred = _preferred_replica(ctx, hosted, wanted.fetch_offset, reading)
     read = functools.partial(
         PartitionAnswer,
         partition,
-        high_watermark=hw,
+        high_watermark=log_.high_watermark,
         log_start_offset=log_.log_start_offset,
-        last_stable_offset=lso,
+        last_stable_offset=log_.last_stable_offset,
     )
+    if preferred != NO_PREFERRED_REPLICA:
+        # Kafka skips the read: the consumer is pointed at the replica of its rack.
+        return read(preferred_read_replica=preferred), hosted
     if wanted.last_fetched_epoch >= 0:
         diverging = divergence.leader_check(
             log_, fetch_offset=wanted.fetch_offset, last_fetched_epoch=wanted.last_fetched_epoch
         )
         if diverging is not None:
             return read(diverging=diverging), hosted
+    return _read_records(ctx, hosted, wanted, budget, first=first, reading=reading, read=read)
+
+
+def _read_records(  # noqa: PLR0913  the read's inputs, as `_read_partition` has them
+    ctx: BrokerContext,
+    hosted: HostedPartition,
+    wanted: Wanted,
+    budget: int,
+    *,
+    first: bool,
+    reading: _Reading,
+    read: Callable[..., PartitionAnswer],
+) -> tuple[PartitionAnswer, HostedPartition | None]:
+    """The records of `wanted` below the high watermark (read_committed: the LSO) of `hosted`."""
+    log_ = hosted.log
+    partition = wanted.key[1]
+    hw = log_.high_watermark
+    lso = log_.last_stable_offset
     if not log_.log_start_offset <= wanted.fetch_offset <= log_.end_offset:
+        if _follower_catching_up(hosted, wanted, reading):
+            return read(records=b""), hosted
         return PartitionAnswer(partition, KafkaError.offset_out_of_range), hosted
     # The partition's and the response's limits both hold; only the first partition with data
     # gets its first batch whatever its size (KIP-74), the others nothing that does not fit.
@@ -240,7 +298,60 @@ def _read_partition(
     except OSError as exc:
         ctx.manager.storage_error(hosted, exc, "reading for a consumer")
         return PartitionAnswer(partition, KafkaError.kafka_storage_error), None
+    if hosted.role is not Role.LEADER and data:
+        ctx.client_fetch.follower_bytes_served += len(data)
     return read(records=bytes(data), aborted=aborted), hosted
+
+
+def _preferred_replica(
+    ctx: BrokerContext, hosted: HostedPartition, fetch_offset: int, reading: _Reading
+) -> int:
+    """KIP-392 on the leader with `replica.selector.class` set: the in-sync follower of the
+    consumer's rack to read from (`jbod_core.replica_selector`), or -1. Followers never point
+    elsewhere, and a follower counts only on a live broker with the client's listener."""
+    if (
+        ctx.state.config.replica_selector_class is None
+        or not reading.client_rack
+        or hosted.role is not Role.LEADER
+    ):
+        return NO_PREFERRED_REPLICA
+    image = ctx.state.image
+    leader_reg = image.brokers.get(ctx.node_id)
+    log_ = hosted.log
+    leader = ReplicaView(
+        ctx.node_id, None if leader_reg is None else leader_reg.rack, log_.log_start_offset, log_.end_offset
+    )
+    followers = []
+    for broker_id in hosted.isr:
+        progress = hosted.followers.get(broker_id)
+        reg = image.brokers.get(broker_id)
+        if (
+            broker_id == ctx.node_id
+            or progress is None
+            or reg is None
+            or reg.fenced
+            or ctx.endpoint(reg, reading.listener_name) is None
+        ):
+            continue
+        followers.append(
+            ReplicaView(
+                broker_id, reg.rack, progress.log_start_offset, progress.end_offset, progress.caught_up_ms()
+            )
+        )
+    return preferred_read_replica(
+        client_rack=reading.client_rack, fetch_offset=fetch_offset, leader=leader, followers=followers
+    )
+
+
+def _follower_catching_up(hosted: HostedPartition, wanted: Wanted, reading: _Reading) -> bool:
+    """A v11 consumer that gave no leader epoch and fetches past a follower's end gets an empty
+    answer, not OFFSET_OUT_OF_RANGE: it may be there on stale metadata (Kafka, KAFKA-14240)."""
+    return (
+        hosted.role is not Role.LEADER
+        and reading.version == FOLLOWER_FETCH_FROM
+        and wanted.current_leader_epoch < 0
+        and wanted.fetch_offset > hosted.log.end_offset
+    )
 
 
 def _aborted(log_: PartitionLog, fetch_offset: int, data: bytes | memoryview) -> tuple[tuple[int, int], ...]:
@@ -329,7 +440,7 @@ async def _transactions_loaded(ctx: BrokerContext, wanted: Sequence[Wanted], *, 
     loads = []
     for item in wanted:
         topic = _topic_name(ctx, item, by_id=by_id)
-        hosted = None if topic is None else ctx.manager.lookup(topic, item.key[1])[0]
+        hosted = None if topic is None else ctx.manager.lookup(topic, item.key[1], any_replica=True)[0]
         if hosted is not None and not hosted.log.transactions_loaded:
             loads.append(hosted.log.load_transactions_off_loop())
     if loads:
@@ -373,6 +484,7 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         listener_name=conn.listener.name,
         version=request.header.api_version,
         read_committed=int(getattr(body, "isolation_level", 0)) == READ_COMMITTED,
+        client_rack=str(getattr(body, "rack_id", "") or ""),
     )
     await _transactions_loaded(ctx, plan.wanted, by_id=by_id)
     while True:
@@ -381,7 +493,8 @@ async def fetch(ctx: BrokerContext, conn: Connection, request: protocol.Request)
         )
         remaining = deadline - ctx.clock.monotonic()
         errors = any(a.error_code != KafkaError.none for a in answers)
-        if total >= body.min_bytes or remaining <= 0 or errors or not hosted_parts:
+        redirected = any(a.preferred_read_replica != NO_PREFERRED_REPLICA for a in answers)
+        if total >= body.min_bytes or remaining <= 0 or errors or redirected or not hosted_parts:
             break
         await ctx.client_fetch.wait_for_data(hosted_parts, remaining)
     responses: list[tuple[Any, list[PartitionAnswer]]] = []

@@ -8,8 +8,8 @@ Guarantees (Kafka's FetchSession rules, from the request's `session_id` and `ses
   connection's earlier sessions are closed.
 * epoch N >= 1: an incremental fetch of the session `session_id`: listed partitions are added or
   take their new position, `forgotten_topics_data` leave; the response lists a session partition
-  only when it has records, an error, a divergence, or a high watermark or log start offset other
-  than the one last sent. An unknown session, or one of another connection, is
+  only when it has records, an error, a divergence, a preferred read replica (KIP-392), or a high
+  watermark or log start offset other than the one last sent. An unknown session, or one of another connection, is
   FETCH_SESSION_ID_NOT_FOUND (70); a wrong epoch INVALID_FETCH_SESSION_EPOCH (71); both leave the
   session as it was.
 * Unlike the followers' sessions of the HTTP path, a partition answered with an error stays in
@@ -57,6 +57,9 @@ class PartitionAnswer(Protocol):
 
     @property
     def diverges(self) -> bool: ...
+
+    @property
+    def preferred_read_replica(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -164,7 +167,7 @@ class ConsumerSessions:
         held = plan.session.partitions.get(wanted.key)
         if held is None:
             return True
-        needed = held.answer_needed(
+        needed = answer.preferred_read_replica >= 0 or held.answer_needed(
             full=plan.full,
             has_data=answer.has_data,
             error_code=int(answer.error_code),

@@ -170,6 +170,11 @@ class _AgentCollector(Collector):
         yield throttled
         yield skips
         yield rates
+        yield CounterMetricFamily(
+            "jbod_fetch_follower_bytes",
+            "Record bytes served to consumers from follower replicas (KIP-392 follower fetching)",
+            value=agent.client_fetch.follower_bytes_served,
+        )
         yield from _cleaner_metrics(agent)
 
 

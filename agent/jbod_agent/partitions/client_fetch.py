@@ -7,6 +7,8 @@ Guarantees:
 * `wait_for_data` returns as soon as any of the given partitions has news (an append, a high
   watermark or log start move, a leadership change, a removal: `HostedPartition.wake_data_waiters`),
   or after `timeout` seconds of the injected clock; it leaves no waiter registered behind.
+* `follower_bytes_served` counts the record bytes the Kafka listener served to consumers from
+  follower replicas (KIP-392; the `jbod_fetch_follower_bytes_total` metric).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class ClientFetch:
 
     def __init__(self, *, clock: Clock) -> None:
         self.clock = clock
+        self.follower_bytes_served = 0
 
     async def wait_for_data(self, hosted: Iterable[HostedPartition], timeout: float) -> None:
         """Return when any of `hosted` has new data (or a moved log start), or after `timeout` s."""

@@ -377,7 +377,10 @@ class Fetchers:
         if part.log_start_offset > log_.log_start_offset:
             log_.delete_records_before(part.log_start_offset)  # the leader's DeleteRecords
         if part.high_watermark >= 0:
+            before = log_.high_watermark
             log_.high_watermark = min(part.high_watermark, log_.end_offset)
+            if log_.high_watermark != before:
+                hosted.wake_data_waiters()  # consumers reading from this follower (KIP-392)
 
     def _out_of_range(self, hosted: HostedPartition, offset: int, part: ReplicaPartitionAnswer) -> None:
         log_ = hosted.log
