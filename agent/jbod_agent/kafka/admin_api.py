@@ -6,8 +6,7 @@ Guarantees:
   CLUSTER_AUTHORIZATION_FAILED (31) for the cluster, and nothing changes: CreateTopics needs
   CREATE on the cluster or on the topic; DeleteTopics DELETE on the topic; CreatePartitions ALTER
   on the topic; DescribeConfigs / AlterConfigs / IncrementalAlterConfigs DESCRIBE_CONFIGS /
-  ALTER_CONFIGS on the topic, or on the cluster for a BROKER resource; DescribeClientQuotas DESCRIBE_CONFIGS on the
-  cluster; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
+  ALTER_CONFIGS on the topic, or on the cluster for a BROKER resource; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
   IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
 * A forwarded change is answered once the controller committed it and, for topics, once this
   broker's replica of the metadata log shows it (bounded by the request's timeout), so a client
@@ -43,7 +42,6 @@ Guarantees:
 * (Incremental)AlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
   `cordoned.log.dirs` naming this broker checks its paths against this broker's `log.dirs`
   (INVALID_REQUEST, as Kafka answers a bad broker config value) before it is forwarded.
-* DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
   (transactions are not supported). It never waits for the controller: while the broker has no
@@ -215,7 +213,6 @@ class AdminApis:
             33: self.alter_configs,
             37: self.create_partitions,
             44: self.incremental_alter_configs,
-            48: self.describe_client_quotas,
             50: self.describe_user_scram_credentials,
             51: self.alter_user_scram_credentials,
         }
@@ -623,17 +620,6 @@ class AdminApis:
         topic_id = self.ctx.topic_id(name)
         topic = self.ctx.state.image.topics.get(topic_id) if topic_id is not None else None
         return topic is not None and dict(topic.configs) == configs
-
-    async def describe_client_quotas(
-        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
-    ) -> Any:
-        """No client quotas are configured on these brokers: every filter matches nothing
-        (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
-        if not ctx.allows(conn, AclOperation.DESCRIBE_CONFIGS):
-            return kafka_response(  # as Kafka's: no message, no entries (null)
-                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=None
-            )
-        return kafka_response(request, error_code=KafkaError.none, error_message="", entries=[])
 
     # -- users ---------------------------------------------------------------------------------
 

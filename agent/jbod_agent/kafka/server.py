@@ -31,6 +31,7 @@ from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.metadata_api import MetadataApis
+from jbod_agent.kafka.quota_api import QuotaApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_agent.kafka.txn_api import TxnApis
@@ -138,6 +139,7 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **group_apis.handlers(),
         **ReassignApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
+        **QuotaApis(ctx, forwarder).handlers(),
         **TxnMarkersApi(ctx, coordinator).handlers(),
         **txn_apis.handlers(),  # after admin's: InitProducerId with a transactional id
     }
