@@ -22,6 +22,7 @@ from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, Group
 from jbod_agent.coordinators.txn_coordinator import TxnCoordinator, TxnSettings
 from jbod_agent.coordinators.txn_markers import PeerMarkerSender
 from jbod_agent.coordinators.txn_verifier import TxnVerifier
+from jbod_agent.kafka import client_quotas
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
@@ -145,6 +146,12 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
     }
     authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
     kafka = KafkaApis(ctx, authenticator, handlers)
+    kafka.quotas = admin.quotas = client_quotas.ClientQuotas(
+        lambda: agent.state.image.client_quotas,
+        clock=agent.clock,
+        windows=client_quotas.Windows(config.quota_window_num, float(config.quota_window_size_seconds)),
+        throttle_seconds=agent.state.client_throttle_seconds,
+    )
     return BrokerApis(kafka, admin, group_apis, coordinator, creator, txn_apis, markers, verifier)
 
 

@@ -170,6 +170,15 @@ class _AgentCollector(Collector):
         yield throttled
         yield skips
         yield rates
+        client_throttle = CounterMetricFamily(
+            "jbod_kafka_client_throttle_seconds",
+            "Seconds clients were throttled by their quotas (Kafka's throttle-time), by quota type "
+            "(produce, fetch, request, controller_mutation), user and client id",
+            labels=["quota_type", "user", "client_id"],
+        )
+        for (kind, user, client_id), seconds in sorted(agent.state.client_throttle_seconds.items()):
+            client_throttle.add_metric([kind, user, client_id], seconds)
+        yield client_throttle
         yield from _cleaner_metrics(agent)
 
 
