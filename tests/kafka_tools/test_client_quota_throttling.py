@@ -183,9 +183,14 @@ def kafka(install: KafkaInstall, tmp_path_factory: pytest.TempPathFactory) -> It
         f'username="{user.name}" password="{user.password}";\n'
     )
     with RealKafka(install, scram=user, properties=WINDOWS) as real:
-        yield Side(
-            "Kafka", real.bootstrap, {"bootstrap.servers": real.bootstrap, **user.client_config()}, properties
-        )
+        admin = {
+            "bootstrap.servers": real.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user.name,
+            "sasl.password": user.password,
+        }
+        yield Side("Kafka", real.bootstrap, admin, properties)
 
 
 @pytest.fixture(scope="module")
