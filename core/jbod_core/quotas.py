@@ -206,7 +206,7 @@ class SensorKey(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Resolved:
+class AppliedQuota:
     quota: float  # the bound: bytes/s, percent, or partition mutations/s
     sensor: SensorKey
     entity: Entity  # the entity that set it
@@ -214,7 +214,7 @@ class Resolved:
 
 def resolve(
     quotas: Mapping[Entity, Mapping[str, float]], key: str, *, user: str, client_id: str
-) -> Resolved | None:
+) -> AppliedQuota | None:
     """The quota `key` of a connection of `user` with `client_id` (KIP-55's order), or None."""
     both = SensorKey(user, client_id)
     user_only = SensorKey(user, "")
@@ -232,7 +232,7 @@ def resolve(
     for candidate, sensor in order:
         found = quotas.get(candidate)
         if found is not None and key in found:
-            return Resolved(found[key], sensor, candidate)
+            return AppliedQuota(found[key], sensor, candidate)
     return None
 
 

@@ -80,7 +80,7 @@ class ClientQuotas:
         self._buckets: dict[quotas.SensorKey, TokenBucket] = {}
         self.throttle_seconds = {} if throttle_seconds is None else throttle_seconds
 
-    def _resolve(self, kind: str, conn: Connection, client_id: str | None) -> quotas.Resolved | None:
+    def _resolve(self, kind: str, conn: Connection, client_id: str | None) -> quotas.AppliedQuota | None:
         if conn.principal == _EXEMPT:
             return None
         configured = self._configured()
