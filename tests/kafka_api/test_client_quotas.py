@@ -2,7 +2,8 @@
 `validate_only`, DescribeClientQuotas' filters (EXACT, DEFAULT, ANY, strict, a bad filter), and
 `controller_mutation_rate` (KIP-599) — a CreateTopics over the quota is created and answered with
 the throttle time (its connection muted), the next one at a strict version is refused with
-THROTTLING_QUOTA_EXCEEDED (89) and creates nothing, and the broker's metric counts the throttle.
+THROTTLING_QUOTA_EXCEEDED (89) and creates nothing — and `request_percentage` (a tiny quota
+throttles a later Metadata), with the broker's metric counting both.
 """
 
 from __future__ import annotations
@@ -144,6 +145,17 @@ def test_quotas_are_altered_described_and_mutations_throttled(kafka_cluster: Kaf
         # Removing the quota lets the user mutate again at once.
         assert _alter(third, [("user", "admin")], [("controller_mutation_rate", 0.0, True)]) == [(0, None)]
         assert int(_create_topic(third, 7, "mutated-3", 1).topics[0].error_code) == 0
+    # request_percentage: the handlers' own time, over a tiny quota, throttles a later request.
+    with _admin(kafka_cluster) as fourth:
+        assert _alter(fourth, [("user", "admin")], [("request_percentage", 0.001, False)]) == [(0, None)]
+    with _admin(kafka_cluster) as metered:
+        metadata = _build(
+            3, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        answers = []
+        while len(answers) < 200 and not any(a.throttle_time.total_seconds() > 0 for a in answers):
+            answers.append(metered.request(3, 12, metadata))
+        assert answers[-1].throttle_time.total_seconds() > 0, f"no throttle after {len(answers)} requests"
     metrics = httpx.get(f"{kafka_cluster.cluster.brokers[1].url}/metrics", timeout=10).text
     counted = re.search(
         r'^jbod_kafka_client_throttle_seconds_total\{client_id="[^"]*",quota_type="controller_mutation",user="admin"\} (\S+)$',
@@ -151,3 +163,4 @@ def test_quotas_are_altered_described_and_mutations_throttled(kafka_cluster: Kaf
         re.MULTILINE,
     )
     assert counted is not None and float(counted.group(1)) > 10, metrics[-2000:]
+    assert 'quota_type="request",user="admin"' in metrics
