@@ -253,9 +253,10 @@ def _with_throttle(request: protocol.Request, response: Any, throttle_ms: int) -
     if throttle_ms <= 0 or response is None:
         return response
     if isinstance(response, protocol.EncodedResponse):
-        if request.header.api_key == FETCH_KEY:
+        header = request.header
+        if header.api_key == FETCH_KEY and header.api_version >= fetch_response.FIRST_VERSION:
             return protocol.EncodedResponse(fetch_response.with_throttle(response.pieces, throttle_ms))
-        return response  # Produce: framed with `conn.throttle_ms` already
+        return response  # Produce: framed with `conn.throttle_ms`; an older Fetch: framed after
     if hasattr(response, "throttle_time"):
         return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
     return response
@@ -289,6 +290,7 @@ async def throttled(
     finally:
         conn.throttle_ms = 0
     if key == FETCH_KEY and consumer_fetch and client_quotas.meters(FETCH, conn, client_id):
+        response = _with_throttle(request, response, throttle)  # a kio body: before it is framed
         size, response = _fetch_size(request, response)
         over = client_quotas.record(FETCH, conn, client_id, size)
         if over > 0:
