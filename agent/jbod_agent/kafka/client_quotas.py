@@ -9,15 +9,16 @@ Guarantees:
 * `producer_byte_rate` counts the size of each Produce request; `consumer_byte_rate` the size of
   each Fetch response of a consumer (a follower's fetch is not counted); `request_percentage` the
   time a handler takes (100 = one handler busy all the time); `controller_mutation_rate`
-  the partitions created or deleted (`mutations_exceeded` / `record_mutations`). The rates are
+  the partitions created or deleted (`mutations_throttle_ms` / `record_mutations`). The rates are
   `jbod_core.quotas.SampledRate` over `quota.window.num` samples of `quota.window.size.seconds`;
   mutations use a token bucket of `window_num * window_s` seconds at the rate (KIP-599).
 * A consumer's Fetch asks for at most `quota * (window_num - 1) * window_s` bytes (Kafka's cap);
   a Fetch above its quota is answered without records (its bytes taken back from the rate) with
   the throttle time, as Kafka's; the client fetches the same offsets again once it is unmuted.
 * The broker's own principal (`User:jbod-broker`) is never throttled.
-* Every throttle is added to `throttle_seconds` by (quota type, user, client id) for the
-  `jbod_kafka_client_throttle_seconds_total` metric (Kafka's `throttle-time`).
+* Every throttle a response carries is added once to `throttle_seconds` by (the quota type that
+  gave it, user, client id) for the `jbod_kafka_client_throttle_seconds_total` metric (Kafka's
+  `throttle-time`).
 * Pure bookkeeping over the clock it is given: it sleeps nowhere; the listener mutes.
 """
 
@@ -95,11 +96,10 @@ class ClientQuotas:
             self._rates[(kind, sensor)] = rate
         return rate
 
-    def _count(self, kind: str, sensor: quotas.SensorKey, throttle_ms: int) -> int:
-        if throttle_ms > 0:
-            key = (kind, sensor.user, sensor.client_id)
-            self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle_ms / 1000
-        return throttle_ms
+    def count_throttle(self, kind: str, conn: Connection, client_id: str | None, throttle_ms: int) -> None:
+        """Add a throttle given to a response to the metric (by the quota that gave it)."""
+        key = (kind, user_of(conn), client_id or "")
+        self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle_ms / 1000
 
     def record(self, kind: str, conn: Connection, client_id: str | None, value: float) -> int:
         """Count `value` (bytes, or percent-seconds for REQUEST) and answer the throttle time."""
@@ -109,7 +109,7 @@ class ClientQuotas:
         now = self._clock.monotonic()
         rate = self._rate(kind, found.sensor)
         rate.record(value, now)
-        return self._count(kind, found.sensor, rate.throttle_ms(found.quota, now))
+        return rate.throttle_ms(found.quota, now)
 
     def meters(self, kind: str, conn: Connection, client_id: str | None) -> bool:
         """Is there a quota of this kind for the connection (anything to record)?"""
@@ -144,7 +144,7 @@ class ClientQuotas:
         rate = self._rates.get((kind, found.sensor))
         if rate is None:
             return 0
-        return self._count(kind, found.sensor, rate.throttle_ms(found.quota, self._clock.monotonic()))
+        return rate.throttle_ms(found.quota, self._clock.monotonic())
 
     # -- controller mutations (KIP-599) -------------------------------------------------------
 
@@ -170,9 +170,7 @@ class ClientQuotas:
         now = self._clock.monotonic()
         if not bucket.exceeded(now):
             return 0
-        found = self._resolve(CONTROLLER_MUTATION, conn, client_id)
-        assert found is not None
-        return self._count(CONTROLLER_MUTATION, found.sensor, round(bucket.wait_s(now) * 1000))
+        return round(bucket.wait_s(now) * 1000)
 
     def record_mutations(self, conn: Connection, client_id: str | None, partitions: int) -> None:
         bucket = self._bucket(conn, client_id)
@@ -274,9 +272,10 @@ async def throttled(
     key = request.header.api_key
     client_id = request.header.client_id
     metered = key not in _UNMETERED
-    throttle = client_quotas.pending_throttle_ms(REQUEST, conn, client_id) if metered else 0
+    by_kind = {REQUEST: client_quotas.pending_throttle_ms(REQUEST, conn, client_id) if metered else 0}
     if key == PRODUCE_KEY:
-        throttle = max(throttle, client_quotas.record(PRODUCE, conn, client_id, conn.request_bytes))
+        by_kind[PRODUCE] = client_quotas.record(PRODUCE, conn, client_id, conn.request_bytes)
+    throttle = max(by_kind.values())
     conn.throttle_ms = throttle
     if key == FETCH_KEY and consumer_fetch:
         request = client_quotas.capped_fetch(request, conn)
@@ -295,12 +294,15 @@ async def throttled(
         over = client_quotas.record(FETCH, conn, client_id, size)
         if over > 0:
             client_quotas.unrecord(FETCH, conn, client_id, size)
+            by_kind[FETCH] = over
             throttle = max(throttle, over)
             response = _empty_fetch(request, response, throttle)
     if key in _MUTATIONS:
-        throttle = max(throttle, client_quotas.mutations_throttle_ms(conn, client_id))
+        by_kind[CONTROLLER_MUTATION] = client_quotas.mutations_throttle_ms(conn, client_id)
+        throttle = max(throttle, by_kind[CONTROLLER_MUTATION])
     response = _with_throttle(request, response, throttle)
     if throttle > 0:
+        client_quotas.count_throttle(max(by_kind, key=lambda k: by_kind[k]), conn, client_id, throttle)
         conn.mute_s = throttle / 1000
         conn.delay_response = request.header.api_version < _CLIENT_THROTTLES_FROM.get(key, 0)
     return response
