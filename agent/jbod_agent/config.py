@@ -179,6 +179,9 @@ class BrokerConfig:
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_partition_verification_enable: bool = True  # KIP-890 part 1 on partition leaders
     offsets_retention_check_interval_ms: int = 600_000
+    # Client quotas (issue 34): the samples of each client's rate (Kafka's keys and defaults).
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     offset_metadata_max_bytes: int = 4096
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -573,6 +576,8 @@ _FIELDS_OF_BROKER_KEYS: Final = {
     "log.segment.bytes": "log_segment_bytes",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "quota.window.num": "quota_window_num",
+    "quota.window.size.seconds": "quota_window_size_seconds",
     **{
         key: key.replace(".", "_")
         for key in (

@@ -79,6 +79,8 @@ class AgentState:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     listener_port: int = 0  # the bound port once listening (config port 0 = any)
     kafka_ports: dict[str, int] = field(default_factory=dict)  # Kafka listener name -> bound port
+    # Seconds clients were throttled by their quotas, by (quota type, user, client id) (issue 34).
+    client_throttle_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.registered_dirs: tuple[Uuid, ...] = tuple(sorted(self.dirs))

@@ -99,6 +99,11 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
+from jbod_core.quota_messages import (
+    AlterClientQuotasReply,
+    AlterClientQuotasRequest,
+    DescribeClientQuotasReply,
+)
 from jbod_runtime.tls import ClientTls, client_context
 
 DEFAULT_URL = "http://127.0.0.1:9093"
@@ -498,6 +503,15 @@ class ControllerClient(_ControllerList):
     def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
         return self._post(ELECT_LEADERS_PATH, request, ElectLeadersReply)
 
+    def alter_client_quotas(self, request: AlterClientQuotasRequest) -> AlterClientQuotasReply:
+        """`POST /v1/client-quotas`: Kafka's AlterClientQuotas, one result per entry."""
+        return self._post(CLIENT_QUOTAS_PATH, request, AlterClientQuotasReply)
+
+    def describe_client_quotas(self) -> DescribeClientQuotasReply:
+        """`GET /v1/client-quotas`: every entity with a quota."""
+        data = self._call("GET", CLIENT_QUOTAS_PATH)
+        return _reply(DescribeClientQuotasReply, data, self.url, "GET", CLIENT_QUOTAS_PATH)
+
     def list_reassignments(self) -> ListReassignmentsReply:
         return _reply(
             ListReassignmentsReply, self._call("GET", REASSIGNMENTS_PATH), self.url, "GET", REASSIGNMENTS_PATH
@@ -550,6 +564,7 @@ PRODUCER_IDS_PATH: Final = "/v1/producer-ids"
 SCRAM_CREDENTIALS_PATH: Final = "/v1/scram-credentials"
 REASSIGNMENTS_PATH: Final = "/v1/reassignments"
 ELECT_LEADERS_PATH: Final = "/v1/elect-leaders"
+CLIENT_QUOTAS_PATH: Final = "/v1/client-quotas"
 
 
 def broker_configs_path(broker: str) -> str:
@@ -738,6 +753,9 @@ class ControllerLink(_ControllerList):
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersReply:
         return await self._post(ELECT_LEADERS_PATH, request, ElectLeadersReply)
+
+    async def alter_client_quotas(self, request: AlterClientQuotasRequest) -> AlterClientQuotasReply:
+        return await self._post(CLIENT_QUOTAS_PATH, request, AlterClientQuotasReply)
 
     async def list_reassignments(self) -> ListReassignmentsReply:
         data = await self._request("GET", REASSIGNMENTS_PATH)

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from jbod_controller.metrics import ControllerMetrics
 from jbod_controller.record_log import NotActiveError, log_divergence, page_checksum
 from jbod_controller.service import ControllerService
-from jbod_core import acls, frames, reassignment, scram, views
+from jbod_core import acls, frames, quota_messages, reassignment, scram, views
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import (
     MAX_ACLS_PER_REQUEST,
@@ -63,6 +63,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     validation_message,
 )
+from jbod_core.quota_messages import AlterClientQuotasRequest
 from jbod_runtime import http_server
 
 log = logging.getLogger("jbod_controller.http")
@@ -97,6 +98,7 @@ BODY_LIMITS: dict[str, int] = {
     "alter-reassignments": PARTITION_BODY_BYTES,
     "elect-leaders": PARTITION_BODY_BYTES,
     "alter-scram-credentials": ADMIN_BODY_BYTES,
+    "alter-client-quotas": ADMIN_BODY_BYTES,
     "create-acls": ACL_BODY_BYTES,
     "delete-acls": ACL_BODY_BYTES,
     "allocate-producer-ids": SMALL_BODY_BYTES,
@@ -317,6 +319,13 @@ class ControllerApi:
             "/v1/scram-credentials",
             self._timed("describe-scram-credentials", self.describe_scram_credentials, auth="admin"),
         )
+        r.add_post(
+            "/v1/client-quotas", self._timed("alter-client-quotas", self.alter_client_quotas, auth="admin")
+        )
+        r.add_get(
+            "/v1/client-quotas",
+            self._timed("describe-client-quotas", self.describe_client_quotas, auth="admin"),
+        )
         r.add_post("/v1/acls", self._timed("create-acls", self.create_acls, auth="admin"))
         r.add_post("/v1/acls/delete", self._timed("delete-acls", self.delete_acls, auth="admin"))
         r.add_get("/v1/acls", self._timed("describe-acls", self.describe_acls, auth="admin"))
@@ -519,6 +528,13 @@ class ControllerApi:
     async def describe_scram_credentials(self, request: web.Request) -> web.Response:
         results = scram.describe_credentials(self.service.image, request.query.getall("user", []))
         return json_response([r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in results])
+
+    async def alter_client_quotas(self, request: web.Request) -> web.Response:
+        parsed = await self._parse(request, "alter-client-quotas", AlterClientQuotasRequest)
+        return json_response((await self.service.alter_client_quotas(parsed)).to_wire())
+
+    async def describe_client_quotas(self, request: web.Request) -> web.Response:
+        return json_response(quota_messages.describe_all(self.service.image.client_quotas).to_wire())
 
     async def create_acls(self, request: web.Request) -> web.Response:
         parsed = await self._parse(request, "create-acls", CreateAclsRequest)

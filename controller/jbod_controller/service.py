@@ -45,6 +45,8 @@ from jbod_core import (
     isr,
     leader_election,
     producer_ids,
+    quota_messages,
+    quotas,
     reassignment,
     records,
     scram,
@@ -83,6 +85,7 @@ from jbod_core.messages import (
     RegisterBrokerRequest,
     UnregisterBrokerReply,
 )
+from jbod_core.quota_messages import AlterClientQuotasReply, AlterClientQuotasRequest
 from jbod_core.sessions import Session, StallClock
 from jbod_runtime import gc_policy
 
@@ -551,6 +554,25 @@ class ControllerService:
             return produced, reply
 
         return await self._writer().submit(decide, name="alter-scram-credentials")
+
+    async def alter_client_quotas(self, request: AlterClientQuotasRequest) -> AlterClientQuotasReply:
+        """AlterClientQuotas (`jbod_core.quotas`): a ClientQuotaRecord per key that changes."""
+
+        def decide(image: ClusterImage) -> tuple[list[records.Record], AlterClientQuotasReply]:
+            produced, results = quotas.alter_client_quotas(
+                image.client_quotas, quota_messages.to_entries(request), validate_only=request.validate_only
+            )
+            for record in produced:
+                if isinstance(record, records.ClientQuotaRecord):
+                    log.info(
+                        "%s client quota %s of %s",
+                        "Removed" if record.remove else "Set",
+                        record.key if record.remove else f"{record.key}={record.value}",
+                        quotas.describe_entity(record.entity),
+                    )
+            return produced, quota_messages.from_results(results)
+
+        return await self._writer().submit(decide, name="alter-client-quotas")
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsReply:
         """CreateAcls (`jbod_core.acls`): the new ACLs in the metadata log."""

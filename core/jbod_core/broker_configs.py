@@ -190,6 +190,8 @@ _STATIC_RULES: Final[Mapping[str, Rule]] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": AtLeast(1),
     "transaction.remove.expired.transaction.cleanup.interval.ms": AtLeast(1),
     "transaction.partition.verification.enable": NO_RULE,
+    "quota.window.num": AtLeast(1),
+    "quota.window.size.seconds": AtLeast(1),
 }
 # The dynamic keys Kafka lists only once set: (type, Kafka's default, documentation).
 _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {

@@ -16,6 +16,10 @@ Guarantees:
 * `acls` is the `jbod_core.acls.AclIndex` of every AccessControlEntryRecord not removed since (by
   id, resource type, literal name and prefix); adding an id or an ACL twice, removing an unknown
   id, or an enum code that is not Kafka's is a `ReplayError`.
+* `client_quotas` holds the client quotas by entity (`jbod_core.quotas`): every ClientQuotaRecord
+  folded in (a removal deletes the key, an entity left with no key disappears); each mapping is
+  replaced, never mutated. Removing a key the entity does not have, or an entity that is not
+  valid, is a `ReplayError`.
 * Registrations and partitions are frozen values: a change replaces the value, so a reader holding
   an older value never sees it change, and a snapshot is a shallow copy of the dicts.
 * The indexes (replicas per broker, per (broker, dir), unassigned replicas per broker, leaders per
@@ -32,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from jbod_core import acls, records
+from jbod_core import acls, quotas, records
 from jbod_core.ids import UNASSIGNED_DIR, Uuid, is_online
 
 PartitionKey: TypeAlias = tuple[Uuid, int]
@@ -278,6 +282,8 @@ class ClusterImage:
         self.scram_credentials: dict[tuple[str, int], ScramCredential] = {}
         # ACLs by id, indexed for authorization (jbod_core.acls).
         self.acls = acls.AclIndex()
+        # Client quotas by entity (jbod_core.quotas): each mapping replaced, never mutated.
+        self.client_quotas: dict[tuple[tuple[str, str | None], ...], Mapping[str, float]] = {}
         # The last producer-id block handed out (None: none yet); ids below its watermark are taken.
         self.producer_ids: records.ProducerIdsRecord | None = None
         # Offset of the record that put a broker into controlled shutdown (derived, not compared).
@@ -365,6 +371,8 @@ class ClusterImage:
                 self.acls.remove(record.id)
             except KeyError:
                 raise ReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}") from None
+        elif isinstance(record, records.ClientQuotaRecord):
+            self._replay_client_quota(record)
         else:  # pragma: no cover - the union is closed
             raise ReplayError(f"unknown record {record!r}")
 
@@ -468,6 +476,22 @@ class ClusterImage:
             server_key=record.server_key,
             iterations=record.iterations,
         )
+
+    def _replay_client_quota(self, record: records.ClientQuotaRecord) -> None:
+        if quotas.entity_problem(record.entity) is not None or record.entity != quotas.entity(record.entity):
+            raise ReplayError(f"ClientQuotaRecord for an invalid entity {record.entity}")
+        values = dict(self.client_quotas.get(record.entity, {}))
+        if record.remove:
+            if values.pop(record.key, None) is None:
+                raise ReplayError(
+                    f"ClientQuotaRecord removes {record.key} of {quotas.describe_entity(record.entity)}: not set"
+                )
+        else:
+            values[record.key] = record.value
+        if values:
+            self.client_quotas[record.entity] = values
+        else:
+            self.client_quotas.pop(record.entity, None)
 
     def _replay_remove_scram(self, record: records.RemoveUserScramCredentialRecord) -> None:
         if self.scram_credentials.pop((record.name, record.mechanism), None) is None:
@@ -591,6 +615,7 @@ class ClusterImage:
             + len(self.scram_credentials)
             + sum(len(c) for c in self.broker_configs.values())
             + len(self.acls)
+            + sum(len(q) for q in self.client_quotas.values())
             + (self.producer_ids is not None)
         )
 
@@ -644,6 +669,9 @@ class ClusterImage:
             )
         for acl_id, acl in sorted(self.acls, key=lambda item: item[0]):
             yield acl.to_record(acl_id)
+        for entity in sorted(self.client_quotas, key=lambda e: [(k, n is not None, n or "") for k, n in e]):
+            for key, number in sorted(self.client_quotas[entity].items()):
+                yield records.ClientQuotaRecord(entity=entity, key=key, value=number)
         if self.producer_ids is not None:
             yield self.producer_ids
 
@@ -660,6 +688,7 @@ class ClusterImage:
         copy.scram_credentials = dict(self.scram_credentials)
         copy.broker_configs = dict(self.broker_configs)
         copy.acls = self.acls.copy()
+        copy.client_quotas = dict(self.client_quotas)
         copy.producer_ids = self.producer_ids
         copy.end_offset = self.end_offset
         return copy
@@ -677,6 +706,7 @@ class ClusterImage:
             self.producer_ids,
             tuple(sorted((b, tuple(sorted(c.items()))) for b, c in self.broker_configs.items())),
             tuple(sorted(self.acls.by_id.items())),
+            tuple(sorted(((repr(e), tuple(sorted(q.items()))) for e, q in self.client_quotas.items()))),
         )
 
     def check_indexes(self) -> None:

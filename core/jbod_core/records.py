@@ -14,7 +14,8 @@ Guarantees:
   `ProducerIdsRecord` (the producer-id watermark) and `BrokerConfigRecord` (KRaft's ConfigRecord
   for a BROKER resource: a dynamic broker config set or deleted, issue 24), and KRaft's
   `AccessControlEntryRecord` / `RemoveAccessControlEntryRecord` (an ACL added or removed, issue
-  25; its enums as Kafka's int8 codes, `jbod_core.acls`).
+  25; its enums as Kafka's int8 codes, `jbod_core.acls`), and KRaft's `ClientQuotaRecord` (a
+  client quota set or removed, issue 34; `jbod_core.quotas`).
 * KRaft's `addingReplicas` / `removingReplicas` of a partition being reassigned (KIP-455) are
   extension fields of `PartitionRecord` (written only when non-empty) and
   `PartitionChangeRecord` (absent: unchanged).
@@ -340,6 +341,27 @@ class RemoveAccessControlEntryRecord:
         return {"id": str(self.id)}
 
 
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """KRaft's ClientQuotaRecord: the quota `key` of `entity` set to `value`, or removed (`remove`,
+    `value` then 0). `entity` is (entity type, name) pairs sorted by type, a None name being the
+    default entity (`jbod_core.quotas`)."""
+
+    TYPE: ClassVar[str] = "ClientQuotaRecord"
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float
+    remove: bool = False
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "entity": [{"entityType": kind, "entityName": name} for kind, name in self.entity],
+            "key": self.key,
+            "value": self.value,
+            "remove": self.remove,
+        }
+
+
 Record = (
     RegisterBrokerRecord
     | BrokerRegistrationChangeRecord
@@ -355,6 +377,7 @@ Record = (
     | BrokerConfigRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | ClientQuotaRecord
 )
 
 
@@ -554,6 +577,29 @@ def _decode_remove_acl(d: Mapping[str, Any]) -> RemoveAccessControlEntryRecord:
     return RemoveAccessControlEntryRecord(id=_uuid(d, "id"))
 
 
+def _decode_client_quota(d: Mapping[str, Any]) -> ClientQuotaRecord:
+    components = d["entity"]
+    if not isinstance(components, list) or not components:
+        raise RecordError("entity must be a non-empty list")
+    entity = []
+    for component in components:
+        if not isinstance(component, Mapping):
+            raise RecordError("an entity component must be an object")
+        name = component.get("entityName")
+        if name is not None and type(name) is not str:
+            raise RecordError("entityName must be a string or null")
+        entity.append((_str(component, "entityType"), name))
+    value = d["value"]
+    if type(value) not in (int, float):
+        raise RecordError("value must be a number")
+    return ClientQuotaRecord(
+        entity=tuple(sorted(entity, key=lambda c: c[0])),
+        key=_str(d, "key"),
+        value=float(value),
+        remove=_bool(d, "remove"),
+    )
+
+
 _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     RegisterBrokerRecord.TYPE: _decode_register,
     BrokerRegistrationChangeRecord.TYPE: _decode_change,
@@ -569,6 +615,7 @@ _DECODERS: Final[dict[str, Callable[[Mapping[str, Any]], Record]]] = {
     BrokerConfigRecord.TYPE: _decode_broker_config,
     AccessControlEntryRecord.TYPE: _decode_acl,
     RemoveAccessControlEntryRecord.TYPE: _decode_remove_acl,
+    ClientQuotaRecord.TYPE: _decode_client_quota,
 }
 
 RECORD_TYPES: Final = tuple(_DECODERS)

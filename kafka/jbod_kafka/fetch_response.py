@@ -117,6 +117,18 @@ def encode(  # noqa: PLR0913  the response's fields, as Kafka names them
     return pieces
 
 
+def session_of(pieces: Sequence[bytes | memoryview]) -> int:
+    """The session id of a response `encode` framed."""
+    return int(_HEADER.unpack_from(pieces[0])[5])
+
+
+def with_throttle(pieces: list[bytes | memoryview], throttle_ms: int) -> list[bytes | memoryview]:
+    """The response `encode` framed, its throttle time set to `throttle_ms` (the rest uncopied)."""
+    size, correlation_id, tags, _throttle, error_code, session_id = _HEADER.unpack_from(pieces[0])
+    head = _HEADER.pack(size, correlation_id, tags, throttle_ms, error_code, session_id)
+    return [head + bytes(pieces[0])[_HEADER.size :], *pieces[1:]]
+
+
 # -- decoding (a follower reading its leader's answer) ------------------------------------------
 
 

@@ -108,6 +108,7 @@ APIS: Final[dict[int, Api]] = {
         _api(46, "list_partition_reassignments", 0, 0),
         _api(47, "offset_delete", 0, 0),
         _api(48, "describe_client_quotas", 0, 1),
+        _api(49, "alter_client_quotas", 0, 1),
         _api(50, "describe_user_scram_credentials", 0, 0),
         _api(51, "alter_user_scram_credentials", 0, 0),
         _api(60, "describe_cluster", 0, 2),

@@ -28,8 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jbod_client.controller import ClientError, ControllerClient
+from jbod_core import quotas
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialDeletion, ScramCredentialUpsertion
+from jbod_core.quota_messages import (
+    AlterClientQuotasRequest,
+    ClientQuotaAlteration,
+    ClientQuotaOp,
+    QuotaEntityComponent,
+)
 from jbod_core.scram import SCRAM_SHA_512, salted_password
 from jbod_operator import names, users
 
@@ -157,6 +164,38 @@ def replace_acls(  # noqa: PLR0913  where the controller is (URL, token, address
     return None
 
 
+def replace_quotas(  # noqa: PLR0913  where the controller is (URL, token, address map, CA), then whose quotas and which
+    controller_url: str,
+    token: str,
+    map_url: Callable[[str], str],
+    ca_file: Path | None,
+    user: str,
+    wanted: dict[str, float],
+) -> str | None:
+    """Make `wanted` the client quotas of the user entity (docs/api.md, `/v1/client-quotas`),
+    removing the keys no longer wanted. None when done, else why not (one line)."""
+    try:
+        with _client(controller_url, token, map_url, ca_file) as client:
+            entity = [QuotaEntityComponent(entity_type=quotas.USER, entity_name=user)]
+            existing: dict[str, float] = {}
+            for entry in client.describe_client_quotas().entries:
+                if [(c.entity_type, c.entity_name) for c in entry.entity] == [(quotas.USER, user)]:
+                    existing = dict(entry.values)
+            changes = users.quota_changes(wanted, existing)
+            if not changes:
+                return None
+            ops = [ClientQuotaOp(key=key, value=value or 0.0, remove=value is None) for key, value in changes]
+            reply = client.alter_client_quotas(
+                AlterClientQuotasRequest(entries=[ClientQuotaAlteration(entity=entity, ops=ops)])
+            )
+            refused = [e for e in reply.entries if e.error_code]
+            if refused:
+                return f"setting the quotas of {user} refused: {refused[0].error_message}"
+    except ClientError as exc:
+        return f"quotas of {user} not set yet: {exc}"
+    return None
+
+
 def remove_user(
     controller_url: str, token: str, map_url: Callable[[str], str], ca_file: Path | None, user: str
 ) -> str | None:
@@ -164,6 +203,16 @@ def remove_user(
     try:
         with _client(controller_url, token, map_url, ca_file) as client:
             client.delete_acls([users.every_acl_of(user)])
+            client.alter_client_quotas(
+                AlterClientQuotasRequest(
+                    entries=[
+                        ClientQuotaAlteration(
+                            entity=[QuotaEntityComponent(entity_type=quotas.USER, entity_name=user)],
+                            ops=[ClientQuotaOp(key=key, remove=True) for key in users.QUOTA_KEYS.values()],
+                        )
+                    ]
+                )
+            )
             reply = client.alter_scram_credentials(
                 AlterScramCredentialsRequest(
                     deletions=[ScramCredentialDeletion(name=user, mechanism=SCRAM_SHA_512)]

@@ -1383,6 +1383,15 @@ def reconcile_user(  # noqa: PLR0913  kopf handler: one parameter per kwarg kopf
         name,
         users.acl_bindings(name, user.authorization.acls),
     )
+    if error is None:
+        error = credentials.replace_quotas(
+            _controller_url(user.cluster, namespace),
+            token,
+            ENDPOINTS.resolve,
+            TRUST_FILES.get((namespace, user.cluster)),
+            name,
+            users.quota_values(user.quotas),
+        )
     if error is not None:
         patch.status.update({"ready": False, "reason": error})
         raise kopf.TemporaryError(error, delay=10)

@@ -12,6 +12,10 @@ Guarantees:
   same bindings, in order, without duplicates.
 * `acl_changes` turns "replace the user's ACLs by these" into what to create and what to delete,
   leaving the bindings both sets hold alone (no moment without them).
+* `quota_values` maps `spec.quotas` (Strimzi's `producerByteRate`, `consumerByteRate`,
+  `requestPercentage`, `controllerMutationRate`) to Kafka's quota keys; `quota_changes` turns
+  "make the user's quotas these" into the controller's ops (docs/api.md, `POST /v1/client-quotas`):
+  a key set to a new value, every key no longer given removed, nothing for a key already right.
 * `client_user_bindings` are the default client user's: every topic (READ, WRITE, DESCRIBE,
   DESCRIBE_CONFIGS), every group (READ, DESCRIBE), IDEMPOTENT_WRITE on the cluster.
 """
@@ -24,7 +28,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from jbod_core import acls
+from jbod_core import acls, quotas
 from jbod_operator.model import SpecError
 
 OPERATIONS: Final = (
@@ -84,10 +88,43 @@ class Authorization(_Frozen):
     acls: tuple[AclRule, ...] = ()
 
 
+class Quotas(_Frozen):
+    producer_byte_rate: int | None = Field(default=None, ge=1, alias="producerByteRate")
+    consumer_byte_rate: int | None = Field(default=None, ge=1, alias="consumerByteRate")
+    request_percentage: int | None = Field(default=None, ge=1, alias="requestPercentage")
+    controller_mutation_rate: float | None = Field(default=None, gt=0, alias="controllerMutationRate")
+
+
 class UserSpec(_Frozen):
     cluster: str = Field(min_length=1, max_length=40)
     authentication: Authentication
     authorization: Authorization = Authorization()
+    quotas: Quotas = Quotas()
+
+
+# Strimzi's field → Kafka's quota key (jbod_core.quotas).
+QUOTA_KEYS: Final = {
+    "producer_byte_rate": quotas.PRODUCER_BYTE_RATE,
+    "consumer_byte_rate": quotas.CONSUMER_BYTE_RATE,
+    "request_percentage": quotas.REQUEST_PERCENTAGE,
+    "controller_mutation_rate": quotas.CONTROLLER_MUTATION_RATE,
+}
+
+
+def quota_values(spec: Quotas) -> dict[str, float]:
+    """The user's quotas by Kafka's key (the keys set only)."""
+    return {
+        key: float(value) for field, key in QUOTA_KEYS.items() if (value := getattr(spec, field)) is not None
+    }
+
+
+def quota_changes(wanted: dict[str, float], existing: dict[str, float]) -> list[tuple[str, float | None]]:
+    """(key, value) to set and (key, None) to remove so that exactly `wanted` remains."""
+    changes: list[tuple[str, float | None]] = [
+        (key, value) for key, value in sorted(wanted.items()) if existing.get(key) != value
+    ]
+    changes.extend((key, None) for key in sorted(existing) if key not in wanted)
+    return changes
 
 
 def parse_user(name: str, spec: dict[str, Any]) -> UserSpec:

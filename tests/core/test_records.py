@@ -94,6 +94,9 @@ EXAMPLES: list[records.Record] = [
         permission_type=3,
     ),
     records.RemoveAccessControlEntryRecord(id=Uuid(5, 6)),
+    records.ClientQuotaRecord(
+        entity=(("client-id", None), ("user", "u")), key="producer_byte_rate", value=1024.0
+    ),
 ]
 
 
@@ -119,6 +122,7 @@ def test_every_record_type_is_covered() -> None:
         "BrokerConfigRecord",
         "AccessControlEntryRecord",
         "RemoveAccessControlEntryRecord",
+        "ClientQuotaRecord",
     }
 
 

@@ -198,3 +198,17 @@ def test_garbage_and_cut_frames_raise_only_the_malformed_error(
             fetch_response.decode(version, frame)
         except fetch_response.MalformedFetchResponseError:
             continue
+
+
+def test_a_throttle_time_set_afterwards_is_the_one_encoded_and_the_records_stay_uncopied() -> None:
+    records = memoryview(b"r" * 64)
+    topics: Any = [(uuid.uuid4(), [fetch_response.Partition(0, records=records)])]
+    plain = fetch_response.encode(17, correlation_id=3, error_code=0, session_id=42, topics=topics)
+    throttled = fetch_response.with_throttle(plain, 1234)
+    assert b"".join(throttled) == b"".join(
+        fetch_response.encode(
+            17, correlation_id=3, error_code=0, session_id=42, topics=topics, throttle_ms=1234
+        )
+    )
+    assert any(piece is records for piece in throttled)
+    assert fetch_response.session_of(throttled) == 42

@@ -6,7 +6,8 @@ Covers: a user the operator registered, without ACLs, is refused a topic (the au
 on); once its ACLs are set it produces and consumes in a group; replacing its ACLs leaves exactly
 the new set at the controller (a topic it lost is refused again); the default client user's ACLs
 let it produce, consume and describe any topic; removing a user removes its ACLs and its
-credential (it can no longer log in).
+credential (it can no longer log in); a user's quotas (`credentials.replace_quotas`) are replaced
+as a set and removed with the user.
 """
 
 from __future__ import annotations
@@ -141,6 +142,30 @@ def test_a_users_acls_decide_what_it_may_do_and_are_replaced_as_a_set(kafka_clus
         from confluent_kafka.admin import AdminClient
 
         AdminClient(_config(kafka_cluster, "alice", "alice-pw")).list_topics(timeout=8)
+
+
+def test_a_users_quotas_are_replaced_as_a_set_and_removed_with_it(kafka_cluster: KafkaCluster) -> None:
+    url, token = kafka_cluster.cluster.controller.url, kafka_cluster.admin_password
+
+    def quotas_of(user: str) -> dict[str, float]:
+        with ControllerClient(url, token=token) as client:
+            entries = client.describe_client_quotas().entries
+        found = [
+            e.values
+            for e in entries
+            if [(c.entity_type, c.entity_name) for c in e.entity] == [("user", user)]
+        ]
+        return found[0] if found else {}
+
+    first = {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}
+    assert credentials.replace_quotas(url, token, _identity, None, "bob", first) is None
+    assert quotas_of("bob") == first
+    assert (
+        credentials.replace_quotas(url, token, _identity, None, "bob", {"request_percentage": 50.0}) is None
+    )
+    assert quotas_of("bob") == {"request_percentage": 50.0}
+    assert credentials.remove_user(url, token, _identity, None, "bob") is None
+    assert quotas_of("bob") == {}
 
 
 def test_the_client_users_acls_let_todays_clients_work(kafka_cluster: KafkaCluster) -> None:

@@ -172,3 +172,29 @@ def test_the_crd_describes_what_the_model_reads() -> None:
     assert {f.alias or n for n, f in users.AclResource.model_fields.items()} == set(
         rule["resource"]["properties"]
     )
+
+
+def test_quotas_map_strimzi_fields_to_kafka_keys_and_replace_the_set() -> None:
+    spec = users.parse_user(
+        "alice", {**ALICE, "quotas": {"producerByteRate": 1024, "controllerMutationRate": 0.5}}
+    )
+    wanted = users.quota_values(spec.quotas)
+    assert wanted == {"producer_byte_rate": 1024.0, "controller_mutation_rate": 0.5}
+    # Only what differs: a new value set, a key no longer wanted removed, a right one left alone.
+    existing = {"producer_byte_rate": 1024.0, "controller_mutation_rate": 2.0, "request_percentage": 50.0}
+    assert users.quota_changes(wanted, existing) == [
+        ("controller_mutation_rate", 0.5),
+        ("request_percentage", None),
+    ]
+    assert users.quota_changes(wanted, wanted) == []
+    assert users.quota_changes({}, existing) == [
+        ("controller_mutation_rate", None),
+        ("producer_byte_rate", None),
+        ("request_percentage", None),
+    ]
+    assert users.quota_values(users.parse_user("alice", ALICE).quotas) == {}
+    with pytest.raises(model.SpecError, match=r"spec\.quotas\.producerByteRate"):
+        users.parse_user("alice", {**ALICE, "quotas": {"producerByteRate": 0}})
+    crd = yaml.safe_load((ROOT / "crds" / "jbod.dev_jbodusers.yaml").read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(spec_schema["quotas"]["properties"]) == {f.alias for f in users.Quotas.model_fields.values()}

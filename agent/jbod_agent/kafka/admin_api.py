@@ -6,8 +6,7 @@ Guarantees:
   CLUSTER_AUTHORIZATION_FAILED (31) for the cluster, and nothing changes: CreateTopics needs
   CREATE on the cluster or on the topic; DeleteTopics DELETE on the topic; CreatePartitions ALTER
   on the topic; DescribeConfigs / AlterConfigs / IncrementalAlterConfigs DESCRIBE_CONFIGS /
-  ALTER_CONFIGS on the topic, or on the cluster for a BROKER resource; DescribeClientQuotas DESCRIBE_CONFIGS on the
-  cluster; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
+  ALTER_CONFIGS on the topic, or on the cluster for a BROKER resource; Describe/AlterUserScramCredentials DESCRIBE / ALTER on the cluster; InitProducerId
   IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
 * A forwarded change is answered once the controller committed it and, for topics, once this
   broker's replica of the metadata log shows it (bounded by the request's timeout), so a client
@@ -16,6 +15,10 @@ Guarantees:
   is to Kafka's clients. The controller's own codes pass through (TOPIC_ALREADY_EXISTS,
   INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ...).
 * `validate_only` requests are checked without changing anything.
+* A client over its `controller_mutation_rate` (KIP-599; `client_quotas`) gets
+  THROTTLING_QUOTA_EXCEEDED for each topic of a CreateTopics v6+, DeleteTopics v5+ or
+  CreatePartitions v3+ and nothing changes; older versions go through. The partitions created or
+  deleted are counted toward the quota once the controller committed them.
 * CreateTopics checks the counts as Kafka's controller does: 0 or below -1 partitions is
   INVALID_PARTITIONS, replicas INVALID_REPLICATION_FACTOR, an assignment with counts other than
   -1 INVALID_REQUEST; nothing is created. IncrementalAlterConfigs naming an operation Kafka does
@@ -43,7 +46,6 @@ Guarantees:
 * (Incremental)AlterConfigs of a BROKER resource ("" = the cluster default, else a broker id): a
   `cordoned.log.dirs` naming this broker checks its paths against this broker's `log.dirs`
   (INVALID_REQUEST, as Kafka answers a bad broker config value) before it is forwarded.
-* DescribeClientQuotas answers that no quota is configured (none is: quotas are not served).
 * InitProducerId gives a non-transactional producer a new producer id with epoch 0 (the Java
   client and librdkafka bump epochs themselves); a transactional id is refused
   (transactions are not supported). It never waits for the controller: while the broker has no
@@ -62,6 +64,7 @@ from typing import Any, Final, Literal
 from kio.schema.errors import ErrorCode as KafkaError
 
 from jbod_agent import dynamic_configs
+from jbod_agent.kafka.client_quotas import ClientQuotas
 from jbod_agent.kafka.context import BrokerContext, refusal
 from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.listener import Connection
@@ -103,6 +106,8 @@ _OPS: Final[dict[int, Literal["SET", "DELETE", "APPEND", "SUBTRACT"]]] = {
     3: "SUBTRACT",
 }
 _WAIT_STEP_S: Final = 0.02
+# KIP-599: the versions from which a mutation over the quota is refused (89) rather than delayed.
+_STRICT_MUTATIONS_FROM: Final[dict[int, int]] = {19: 6, 20: 5, 37: 3}
 
 
 def kafka_response(request: protocol.Request, **fields: Any) -> Any:
@@ -205,6 +210,25 @@ class AdminApis:
         self.ctx = ctx
         self.forwarder = forwarder
         self.producer_ids = producer_ids
+        self.quotas: ClientQuotas | None = None  # controller_mutation_rate (set by `server.build_apis`)
+
+    def _over_mutation_quota(self, conn: Connection, request: protocol.Request) -> dict[str, Any] | None:
+        """THROTTLING_QUOTA_EXCEEDED while the client is over its controller_mutation_rate and its
+        request version is strict (KIP-599: CreateTopics v6+, DeleteTopics v5+, CreatePartitions
+        v3+; older versions are let through and throttled after), else None."""
+        header = request.header
+        if self.quotas is None or header.api_version < _STRICT_MUTATIONS_FROM.get(header.api_key, 99):
+            return None
+        if self.quotas.mutations_throttle_ms(conn, header.client_id) <= 0:
+            return None
+        return {
+            "error_code": KafkaError.throttling_quota_exceeded,
+            "error_message": "The throttling quota has been exceeded.",
+        }
+
+    def _mutated(self, conn: Connection, request: protocol.Request, partitions: int) -> None:
+        if self.quotas is not None:
+            self.quotas.record_mutations(conn, request.header.client_id, partitions)
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -215,7 +239,6 @@ class AdminApis:
             33: self.alter_configs,
             37: self.create_partitions,
             44: self.incremental_alter_configs,
-            48: self.describe_client_quotas,
             50: self.describe_user_scram_credentials,
             51: self.alter_user_scram_credentials,
         }
@@ -227,14 +250,20 @@ class AdminApis:
         timeout_s = body.timeout.total_seconds()
         results = await asyncio.gather(
             *(
-                self._create_topic(conn, topic, timeout_s, validate_only=body.validate_only)
+                self._create_topic(conn, request, topic, timeout_s, validate_only=body.validate_only)
                 for topic in body.topics
             )
         )
         return kafka_response(request, topics=list(results))
 
     async def _create_topic(
-        self, conn: Connection, topic: Any, timeout_s: float, *, validate_only: bool
+        self,
+        conn: Connection,
+        request: protocol.Request,
+        topic: Any,
+        timeout_s: float,
+        *,
+        validate_only: bool,
     ) -> dict[str, Any]:
         name = topic.name
         result: dict[str, Any] = {
@@ -252,8 +281,15 @@ class AdminApis:
             denial = refusal(conn, AclOperation.CREATE, f"topic {name}")
             return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": denial}
         shape = _shape_error(topic)
-        if shape is not None:
-            return {**result, "error_code": shape[0], "error_message": shape[1]}
+        refused = (
+            {"error_code": shape[0], "error_message": shape[1]}
+            if shape is not None
+            else None
+            if validate_only
+            else self._over_mutation_quota(conn, request)
+        )
+        if refused is not None:
+            return {**result, **refused}
         assignment = [list(a.broker_ids) for a in sorted(topic.assignments, key=lambda a: a.partition_index)]
         defaults = self.ctx.state.config.auto_create_settings  # num.partitions, default.replication.factor
         partitions = (
@@ -296,6 +332,7 @@ class AdminApis:
             }
         if reply.error_code != 0:
             return {**result, **_controller_error(reply)}
+        self._mutated(conn, request, reply.num_partitions)
         await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
@@ -330,12 +367,12 @@ class AdminApis:
             named = [(name, None) for name in body.topic_names]
         timeout_s = body.timeout.total_seconds()
         results = await asyncio.gather(
-            *(self._delete_topic(conn, name, topic_id, timeout_s) for name, topic_id in named)
+            *(self._delete_topic(conn, request, name, topic_id, timeout_s) for name, topic_id in named)
         )
         return kafka_response(request, responses=list(results))
 
     async def _delete_topic(
-        self, conn: Connection, name: str | None, topic_id: Any, timeout_s: float
+        self, conn: Connection, request: protocol.Request, name: str | None, topic_id: Any, timeout_s: float
     ) -> dict[str, Any]:
         result: dict[str, Any] = {
             "name": name,
@@ -352,6 +389,11 @@ class AdminApis:
         if not self.ctx.allows_topic(conn, AclOperation.DELETE, name):
             message = refusal(conn, AclOperation.DELETE, f"topic {name}")
             return {**result, "error_code": KafkaError.topic_authorization_failed, "error_message": message}
+        throttled = self._over_mutation_quota(conn, request)
+        if throttled is not None:
+            return {**result, **throttled}
+        known = self.ctx.topic_id(name)
+        partitions = len(self.ctx.state.image.topics[known].partitions) if known is not None else 0
         try:
             reply = await self.forwarder.delete_topic(name)
         except ControllerCallError as exc:
@@ -359,6 +401,7 @@ class AdminApis:
         code = int(reply.get("errorCode", 0))
         if code != 0:
             return {**result, "error_code": KafkaError(code), "error_message": reply.get("errorMessage")}
+        self._mutated(conn, request, partitions)
         await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is None, timeout_s)
         return result
 
@@ -377,6 +420,11 @@ class AdminApis:
             assignment = (
                 [list(a.broker_ids) for a in topic.assignments] if topic.assignments is not None else None
             )
+            throttled = None if body.validate_only else self._over_mutation_quota(conn, request)
+            if throttled is not None:
+                results.append({**result, **throttled})
+                continue
+            before = self._partition_count(topic.name)
             try:
                 reply = await self.forwarder.create_partitions(
                     topic.name,
@@ -394,10 +442,16 @@ class AdminApis:
                 results.append({**result, **refused})
                 continue
             if not body.validate_only:
+                self._mutated(conn, request, int(topic.count) - before)
                 grown = functools.partial(self._has_partitions, topic.name, int(topic.count))
                 await until_image_shows(self.ctx.clock, grown, body.timeout.total_seconds())
             results.append(result)
         return kafka_response(request, results=results)
+
+    def _partition_count(self, name: str) -> int:
+        topic_id = self.ctx.topic_id(name)
+        topic = self.ctx.state.image.topics.get(topic_id) if topic_id is not None else None
+        return 0 if topic is None else len(topic.partitions)
 
     def _has_partitions(self, name: str, count: int) -> bool:
         topic_id = self.ctx.topic_id(name)
@@ -623,17 +677,6 @@ class AdminApis:
         topic_id = self.ctx.topic_id(name)
         topic = self.ctx.state.image.topics.get(topic_id) if topic_id is not None else None
         return topic is not None and dict(topic.configs) == configs
-
-    async def describe_client_quotas(
-        self, ctx: BrokerContext, conn: Connection, request: protocol.Request
-    ) -> Any:
-        """No client quotas are configured on these brokers: every filter matches nothing
-        (`kafka-configs.sh --describe --entity-type users` asks before listing SCRAM users)."""
-        if not ctx.allows(conn, AclOperation.DESCRIBE_CONFIGS):
-            return kafka_response(  # as Kafka's: no message, no entries (null)
-                request, error_code=KafkaError.cluster_authorization_failed, error_message=None, entries=None
-            )
-        return kafka_response(request, error_code=KafkaError.none, error_message="", entries=[])
 
     # -- users ---------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ Guarantees:
   unanswered; a handshake during an exchange is ILLEGAL_SASL_STATE (no mechanisms), then the
   connection closes; after success, a handshake is ILLEGAL_SASL_STATE with no mechanisms and a
   SaslAuthenticate ILLEGAL_SASL_STATE, the connection kept.
+* With client quotas in the metadata image, every request goes through `client_quotas.throttled`
+  (throttle time in the response, the connection muted); without any, nothing is measured.
 * Every request is authorized by its handler as Kafka's KafkaApis does, against the ACLs of the
   metadata log (`BrokerContext.allows`; docs/decisions.md, "ACLs (issue 25)"). A SASL
   connection's principal is `User:<name>` once the exchange completes.
@@ -26,9 +28,17 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from jbod_agent.kafka import delete_records_api, fetch_api, log_dirs_api, metadata_api, produce_api
+from jbod_agent.kafka import (
+    client_quotas,
+    delete_records_api,
+    fetch_api,
+    log_dirs_api,
+    metadata_api,
+    produce_api,
+)
 from jbod_agent.kafka.context import BrokerContext
 from jbod_agent.kafka.listener import CloseConnectionError, Connection
+from jbod_agent.replication import replica_wire
 from jbod_kafka import protocol
 
 #: The features ApiVersions lists once the broker serves transactions: supported ranges and
@@ -71,6 +81,7 @@ class KafkaApis:
     ) -> None:
         self.ctx = ctx
         self.authenticator = authenticator
+        self.quotas: client_quotas.ClientQuotas | None = None  # set by `server.build_apis`
         self.handlers: dict[int, ApiHandler] = {
             protocol.API_VERSIONS_KEY: self.api_versions,
             protocol.SASL_HANDSHAKE_KEY: self.sasl_handshake,
@@ -108,7 +119,18 @@ class KafkaApis:
         handler = self.handlers.get(request.header.api_key)
         if handler is None:
             raise CloseConnectionError(f"no handler for API key {request.header.api_key}")
-        return await handler(self.ctx, conn, request)
+        if self.quotas is None or not self.ctx.state.image.client_quotas:
+            return await handler(self.ctx, conn, request)
+        consumer_fetch = request.header.api_key == client_quotas.FETCH_KEY and (
+            replica_wire.replica_id_of(request.body, request.header.api_version) < 0
+        )
+        return await client_quotas.throttled(
+            self.quotas,
+            lambda capped: handler(self.ctx, conn, capped),
+            conn,
+            request,
+            consumer_fetch=consumer_fetch,
+        )
 
     async def api_versions(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         """The APIs this broker answers: `protocol.APIS` that have a handler (no other)."""

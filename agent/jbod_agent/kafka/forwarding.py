@@ -56,6 +56,7 @@ from jbod_core.messages import (
     ElectLeadersRequest,
     validation_message,
 )
+from jbod_core.quota_messages import AlterClientQuotasReply, AlterClientQuotasRequest
 from jbod_runtime.tls import ClientTls
 
 log = logging.getLogger("jbod_agent.kafka")
@@ -136,6 +137,9 @@ class Forwarder:
         self, users: Sequence[str] | None
     ) -> list[DescribeScramCredentialsResult]:
         return await answer(self._admin().describe_scram_credentials(users))
+
+    async def alter_client_quotas(self, request: AlterClientQuotasRequest) -> AlterClientQuotasReply:
+        return await answer(self._admin().alter_client_quotas(request))
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsReply:
         return await answer(self._admin().create_acls(request))

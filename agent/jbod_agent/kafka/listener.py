@@ -14,6 +14,9 @@ Guarantees, per connection (as Kafka's `SocketServer` and `KafkaApis`):
   KIP-511). Each refusal is one WARNING line, rate limited; nothing else is disturbed.
 * A connection with no request in progress for `connections.max.idle.ms` is closed; once the
   first byte of a frame has arrived, the rest must arrive within `request.read.timeout.ms`.
+* A client over its quota (`client_quotas`, KIP-219) is answered at once with the throttle time
+  and nothing more is read from its connection until that time has passed (a client too old to
+  throttle itself gets its answer after that time instead).
 * A handler that raises closes that connection and logs the error with its traceback: a bug is
   loud but never takes the listener down.
 * SSL and SASL_SSL listeners (issue 25) handshake with the listener's `ServerTls` before any
@@ -67,6 +70,13 @@ class Connection:
     raw_sasl_tokens: bool = False  # after SaslHandshake v0, tokens come as bare frames
     closing: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
+    # Client quotas (KIP-219; `client_quotas`): the size of the request being handled, the
+    # throttle time its response carries, and how long to stop reading once it is answered (or,
+    # for a client too old to throttle itself, before it is answered).
+    request_bytes: int = 0
+    throttle_ms: int = 0
+    mute_s: float = 0.0
+    delay_response: bool = False
 
     @property
     def authenticated(self) -> bool:
@@ -159,15 +169,15 @@ class KafkaServer:
                 )
                 if frame is None:
                     return  # the peer closed, or the connection was idle too long
+                conn.request_bytes = len(frame)
                 response = await self._answer(conn, frame)
-                if isinstance(response, protocol.EncodedResponse):
-                    stream.writelines(response.pieces)
-                    await stream.drain()
-                elif response:
-                    stream.write(response)
-                    await stream.drain()
+                if conn.mute_s > 0 and conn.delay_response:
+                    await self._mute(conn)
+                await self._write(stream, response)
                 if conn.closing:
                     return
+                if conn.mute_s > 0:
+                    await self._mute(conn)
         except (ConnectionError, asyncio.CancelledError):
             return  # the peer went away, or the listener is closing
         except kafka_frames.FrameSizeError as exc:
@@ -187,6 +197,23 @@ class KafkaServer:
             log.exception("Closed Kafka connection from %s: the request failed", peer)
         finally:
             stream.close()
+
+    @staticmethod
+    async def _write(
+        stream: kafka_frames.FrameConnection, response: bytes | protocol.EncodedResponse | None
+    ) -> None:
+        if isinstance(response, protocol.EncodedResponse):
+            stream.writelines(response.pieces)
+            await stream.drain()
+        elif response:
+            stream.write(response)
+            await stream.drain()
+
+    @staticmethod
+    async def _mute(conn: Connection) -> None:
+        """A throttled client (KIP-219): no request of this connection is read meanwhile."""
+        delay, conn.mute_s, conn.delay_response = conn.mute_s, 0.0, False
+        await asyncio.sleep(delay)
 
     def _first_principal(self, stream: kafka_frames.FrameConnection) -> str | None:
         """None until SASL authenticates; on SSL the client certificate's mapped subject."""

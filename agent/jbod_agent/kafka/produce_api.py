@@ -325,6 +325,7 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
                     node_endpoints=hinted_endpoints(
                         r.current_leader for answered in results for r in answered
                     ),
+                    throttle_ms=conn.throttle_ms,
                 )
             ]
         )
@@ -333,5 +334,7 @@ async def produce(ctx: BrokerContext, conn: Connection, request: protocol.Reques
         for (key, _name, _parts), answered in zip(topics, results, strict=True)
     ]
     return protocol.build(
-        protocol.response_type(request.header.api_key, version), responses=responses, throttle_time=0
+        protocol.response_type(request.header.api_key, version),
+        responses=responses,
+        throttle_time=conn.throttle_ms,
     )

@@ -22,6 +22,7 @@ from jbod_agent.coordinators.group_coordinator import CoordinatorSettings, Group
 from jbod_agent.coordinators.txn_coordinator import TxnCoordinator, TxnSettings
 from jbod_agent.coordinators.txn_markers import PeerMarkerSender
 from jbod_agent.coordinators.txn_verifier import TxnVerifier
+from jbod_agent.kafka import client_quotas
 from jbod_agent.kafka.acl_api import AclApis
 from jbod_agent.kafka.admin_api import AdminApis
 from jbod_agent.kafka.apis import KafkaApis
@@ -32,6 +33,7 @@ from jbod_agent.kafka.forwarding import Forwarder, ProducerIds
 from jbod_agent.kafka.group_api import GroupApis
 from jbod_agent.kafka.listener import KafkaServer, ListenerLimits
 from jbod_agent.kafka.metadata_api import MetadataApis
+from jbod_agent.kafka.quota_api import QuotaApis
 from jbod_agent.kafka.reassign_api import ReassignApis
 from jbod_agent.kafka.topic_creator import TopicCreator
 from jbod_agent.kafka.txn_api import TxnApis
@@ -140,11 +142,18 @@ def build_apis(agent: Agent, *, admin_password: str | None) -> BrokerApis:
         **ReassignApis(ctx, forwarder).handlers(),
         **ElectionApis(ctx, forwarder).handlers(),
         **AclApis(ctx, forwarder).handlers(),
+        **QuotaApis(ctx, forwarder).handlers(),
         **TxnMarkersApi(ctx, coordinator).handlers(),
         **txn_apis.handlers(),  # after admin's: InitProducerId with a transactional id
     }
     authenticator = BrokerAuthenticator(agent.state, admin_password, inter_broker_password=agent.token)
     kafka = KafkaApis(ctx, authenticator, handlers)
+    kafka.quotas = admin.quotas = client_quotas.ClientQuotas(
+        lambda: agent.state.image.client_quotas,
+        clock=agent.clock,
+        windows=client_quotas.Windows(config.quota_window_num, float(config.quota_window_size_seconds)),
+        throttle_seconds=agent.state.client_throttle_seconds,
+    )
     return BrokerApis(kafka, admin, group_apis, coordinator, creator, txn_apis, markers, verifier)
 
 

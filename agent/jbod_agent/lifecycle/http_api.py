@@ -175,6 +175,15 @@ class _AgentCollector(Collector):
             "Record bytes served to consumers from follower replicas (KIP-392 follower fetching)",
             value=agent.client_fetch.follower_bytes_served,
         )
+        client_throttle = CounterMetricFamily(
+            "jbod_kafka_client_throttle_seconds",
+            "Seconds clients were throttled by their quotas (Kafka's throttle-time), by quota type "
+            "(produce, fetch, request, controller_mutation), user and client id",
+            labels=["quota_type", "user", "client_id"],
+        )
+        for (kind, user, client_id), seconds in sorted(agent.state.client_throttle_seconds.items()):
+            client_throttle.add_metric([kind, user, client_id], seconds)
+        yield client_throttle
         yield from _cleaner_metrics(agent)
 
 
