@@ -1,7 +1,7 @@
 """Client quotas through Kafka's own `kafka-configs.sh` on our brokers beside Apache Kafka 4.3.1's
-(issue 34): users, client ids, user + client id, the defaults, `--delete-config`, refusals of the
-tool (a bad key) and of the controller (a fractional byte rate): the same output and exit status on
-both.
+(issue 34): users, client ids, user + client id, the default user, `--delete-config`, a refusal
+of the controller (a fractional byte rate): the same output and exit status on both (eight tool
+runs a side, each a JVM; the tool's own refusals, such as an unknown key, never reach a broker).
 
 The order of an entity's keys in a describe line is not compared (Kafka's is its hash map's).
 The only other difference allowed: Kafka's test node has a SCRAM credential for its admin user, which
@@ -36,14 +36,10 @@ CD = "--entity-type clients --entity-default"
 COMMANDS = [
     f"--alter {U} --add-config producer_byte_rate=1024,request_percentage=1.5",
     f"--alter {U} --add-config producer_byte_rate=1.5",
-    f"--alter {U} --add-config bogus=1",
     f"--alter {UD} --add-config consumer_byte_rate=2048",
     f"--alter {C} --add-config controller_mutation_rate=10",
     f"--alter {U} {C} --add-config producer_byte_rate=500",
-    f"--alter {UD} {CD} --add-config producer_byte_rate=600",
     "--describe --entity-type users",
-    "--describe --entity-type users --entity-type clients",
-    f"--describe {C}",
     f"--alter {U} --delete-config producer_byte_rate",
     f"--describe {U}",
 ]
@@ -117,12 +113,10 @@ def test_kafka_configs_quotas_answer_alike(kafka: Side, ours: Side, install: Kaf
             theirs = theirs_run.result()
             assert mine == theirs, args
             answers[args] = theirs
-    # Kafka's answers are what the commands mean: a refusal of each kind, the entities listed.
+    # Kafka's answers are what the commands mean: a refusal, the entities listed.
     assert answers[COMMANDS[1]][0] == 1 and "cannot be a fractional value" in answers[COMMANDS[1]][1][-1]
-    assert answers[COMMANDS[2]][0] == 1
     assert (
         "Quota configs for the default user-principal are consumer_byte_rate=2048.0"
-        in answers[COMMANDS[7]][1]
+        in answers[COMMANDS[5]][1]
     )
     assert answers[COMMANDS[-1]] == (0, ["Quota configs for user-principal 'u' are request_percentage=1.5"])
-    assert "Quota configs for client-id 'c1' are controller_mutation_rate=10.0" in answers[COMMANDS[9]][1]
