@@ -1,13 +1,14 @@
 """`python -m e2e.kind`: the kind cluster of the README, docs/operations.md and the e2e tier.
 
-    python -m e2e.kind up [--offline]      # images, kind cluster, image loaded, chart installed
+    python -m e2e.kind up [--offline] [--zones]  # images, kind cluster, image loaded, chart installed
     python -m e2e.kind images [--offline]  # only build the images
     python -m e2e.kind detach --namespace NS --pod POD --disk DISK
     python -m e2e.kind env                 # export KUBECONFIG=... and PATH for kubectl/helm/kind
     python -m e2e.kind down
     python -m e2e.kind stop-engine         # stop the dockerd `up` started (images stay cached)
 
-`--offline` (or JBOD_KIND_OFFLINE=1) builds everything without a registry: the Debian base with
+`--zones` creates the e2e tier's cluster (`kind-zones.yaml`: a control plane and three workers in
+zones zone-a/b/c) instead of one node. `--offline` (or JBOD_KIND_OFFLINE=1) builds everything without a registry: the Debian base with
 debootstrap, the kind node image from the e2e toolchain, the project image from a host-made
 wheelhouse. Without it the project image is `docker build --target runtime .` and the node image
 is kind's default (pulled from its registry). Errors are one line on stderr, exit status 1.
@@ -24,7 +25,7 @@ import time
 
 from e2e import toolchain
 from e2e.kind import images
-from e2e.kind.cluster import DEFAULT_NAME, TOOLS, KindCluster, KindError
+from e2e.kind.cluster import CONFIG, DEFAULT_NAME, TOOLS, ZONES_CONFIG, KindCluster, KindError
 from e2e.kind.docker import Docker, DockerUnavailableError, engine, stop_own_engine
 
 OFFLINE_UNITS = [
@@ -81,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             default=os.environ.get("JBOD_KIND_OFFLINE") == "1",
             help="build every image locally, no registry (default: $JBOD_KIND_OFFLINE=1)",
         )
+        if cmd == "up":
+            p.add_argument(
+                "--zones",
+                action="store_true",
+                help="a control plane and three workers in zones zone-a/b/c (kind-zones.yaml), as the e2e tier",
+            )
     detach = sub.add_parser("detach", help="unmount a broker's disk inside its pod (a disk failure)")
     detach.add_argument("--namespace", "-n", required=True)
     detach.add_argument("--pod", required=True)
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         docker = engine(start=args.cmd in ("up", "images"))
-        cluster = KindCluster(docker, tc, name=args.name, log=_log)
+        config = ZONES_CONFIG if getattr(args, "zones", False) else CONFIG
+        cluster = KindCluster(docker, tc, name=args.name, log=_log, config=config)
         if args.cmd == "images":
             build_images(docker, tc, offline=args.offline)
         elif args.cmd == "up":

@@ -1,9 +1,10 @@
 """A kind cluster with the jbod chart installed, and the volume detach users repeat on their own.
 
 Guarantees:
-* `KindCluster.up()` creates the cluster from `e2e/kind/kind-config.yaml` (one node; the node image
-  given, else kind's default), writes its kubeconfig to `kubeconfig` (never touching
-  ~/.kube/config), loads the project image into the node and installs the chart with helm
+* `KindCluster.up()` creates the cluster from its `config`: `e2e/kind/kind-config.yaml` (one node)
+  or `ZONES_CONFIG` (`kind-zones.yaml`: a control plane and three workers in zones zone-a/b/c);
+  the node image given, else kind's default. It writes its kubeconfig to `kubeconfig` (never touching
+  ~/.kube/config), loads the project image into the nodes pods run on and installs the chart with helm
   (`--wait`: the operator is Ready when it returns). Each step is skipped when already done, so
   `up()` on a running cluster only reloads the image and upgrades the release.
 * The API server listens on 127.0.0.1 only (kind's default port mapping); nothing here talks to
@@ -11,6 +12,12 @@ Guarantees:
 * `detach_volume(namespace, pod, disk)` unmounts a broker's disk inside that pod's mount namespace
   on its node (`docker exec <node> nsenter --mount umount --lazy`), exactly the commands
   docs/operations.md gives; the broker then finds its log dir gone and reports it offline.
+* `nodes()` lists the nodes with their zone (label `topology.kubernetes.io/zone`) and their address
+  on kind's docker network, which the host reaches directly (a NodePort is `<address>:<port>`;
+  nothing is published on the host). `drain(node)` is `kubectl drain` (DaemonSets ignored,
+  emptyDir data deleted) and returns once every evictable pod has left; `uncordon(node)` undoes
+  it. A pod whose claim is bound to a local volume on a drained node cannot be rescheduled
+  elsewhere (docs/decisions.md, "kind with zones").
 * kind, kubectl and helm are the e2e toolchain's (`e2e.toolchain`, built from Go modules) when
   built, else the ones on PATH.
 """
@@ -33,6 +40,9 @@ from e2e.kind.docker import Docker
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CONFIG = HERE / "kind-config.yaml"
+ZONES_CONFIG = HERE / "kind-zones.yaml"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+KIND_NETWORK = "kind"  # the docker network kind puts every node on
 CHART = ROOT / "charts" / "jbod"
 DEFAULT_NAME = "jbod"
 OPERATOR_NAMESPACE = "jbod-system"
@@ -66,6 +76,16 @@ def tool_path(tc: toolchain.Toolchain, name: str) -> str:
 SECRET_PROPAGATION_SECONDS = 45
 
 
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """A kind node: its name, its zone (None without the label) and its address on kind's network."""
+
+    name: str
+    zone: str | None
+    address: str
+    control_plane: bool
+
+
 def _image_parts(image: str) -> tuple[str, str]:
     name, _, tag = image.rpartition(":")
     if not name or "/" in tag:
@@ -79,6 +99,7 @@ class KindCluster:
     tc: toolchain.Toolchain
     name: str = DEFAULT_NAME
     log: Log = print
+    config: Path = CONFIG
 
     @property
     def kubeconfig(self) -> Path:
@@ -145,7 +166,15 @@ class KindCluster:
     # The commands `up()` runs, as the README shows them (program name first, paths relative to
     # the repository root); tests/e2e/test_toolchain.py keeps the README and these in step.
     def create_command(self, node_image: str | None = None) -> list[str]:
-        cmd = ["kind", "create", "cluster", "--name", self.name, "--config", str(CONFIG.relative_to(ROOT))]
+        cmd = [
+            "kind",
+            "create",
+            "cluster",
+            "--name",
+            self.name,
+            "--config",
+            str(self.config.relative_to(ROOT)),
+        ]
         if node_image:
             cmd += ["--image", node_image]
         return [*cmd, "--kubeconfig", str(self.kubeconfig), "--wait", "300s"]
@@ -188,8 +217,11 @@ class KindCluster:
         self.log(f"Created kind cluster {self.name} in {time.monotonic() - started:.0f} s")
 
     def load(self, image: str) -> None:
+        """Load `image` into the nodes pods run on (a tainted control plane with workers runs none)."""
         started = time.monotonic()
-        self._run(*self.load_command(image))
+        nodes = self.kind("get", "nodes", "--name", self.name).stdout.split()
+        workers = [n for n in nodes if n != self.node]
+        self._run(*self.load_command(image), *(["--nodes", ",".join(workers)] if workers else []))
         self.log(f"Loaded image {image} into kind cluster {self.name} in {time.monotonic() - started:.0f} s")
 
     def install_chart(self, image: str) -> None:
@@ -215,6 +247,53 @@ class KindCluster:
         if self.exists():
             self.kind("delete", "cluster", "--name", self.name)
         self.kubeconfig.unlink(missing_ok=True)
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def node_address(self, node: str) -> str:
+        """The node container's IPv4 address on kind's docker network (reachable from the host)."""
+        template = f'{{{{(index .NetworkSettings.Networks "{KIND_NETWORK}").IPAddress}}}}'
+        address = self.docker.run("inspect", "--format", template, node).stdout.strip()
+        if not address:
+            raise KindError(f"node {node} has no address on docker network {KIND_NETWORK}")
+        return address
+
+    def nodes(self) -> list[Node]:
+        """Every node of the cluster, by name."""
+        out = []
+        for item in self.get("nodes")["items"]:
+            labels = item["metadata"].get("labels", {})
+            name = item["metadata"]["name"]
+            out.append(
+                Node(
+                    name=name,
+                    zone=labels.get(ZONE_LABEL),
+                    address=self.node_address(name),
+                    control_plane="node-role.kubernetes.io/control-plane" in labels,
+                )
+            )
+        return sorted(out, key=lambda n: n.name)
+
+    def workers(self) -> list[Node]:
+        """The nodes pods run on: every node but the control plane's, or it alone in a one-node cluster."""
+        nodes = self.nodes()
+        return [n for n in nodes if not n.control_plane] or nodes
+
+    def drain(self, node: str, timeout: float = 300) -> None:
+        """`kubectl drain`: cordon `node` and evict its pods (PodDisruptionBudgets respected)."""
+        started = time.monotonic()
+        self.kubectl(
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            f"--timeout={int(timeout)}s",
+            timeout=timeout + 30,
+        )
+        self.log(f"Drained node {node} in {time.monotonic() - started:.0f} s")
+
+    def uncordon(self, node: str) -> None:
+        self.kubectl("uncordon", node)
+        self.log(f"Uncordoned node {node}")
 
     # -- failures --------------------------------------------------------------------------------
     def container_pid(self, namespace: str, pod: str, container: str | None = None) -> tuple[str, int]:

@@ -1,8 +1,9 @@
 """The kind cluster of the kind tier: built offline, created once per session, deleted at the end.
 
-* `kind_cluster` (module): a `KindCluster` named `jbod-e2e` with the project image loaded and the
+* `kind_cluster` (session): a `KindCluster` named `jbod-e2e` of `e2e/kind/kind-zones.yaml` (a
+  control plane and three workers in zones zone-a/b/c) with the project image loaded and the
   chart installed (`python -m e2e.kind up --offline`, the users' code path), plus the StorageClass
-  `jbod-e2e` (kind's local-path provisioner, expandable); deleted when the module ends, so the
+  `jbod-e2e` (kind's local-path provisioner, expandable); deleted when the session ends, so the
   rest of the suite does not share the machine with it. Needs root (skipped without); with root
   but no usable Docker engine the tier is skipped, or fails under `JBOD_E2E_REQUIRED=1` (CI).
   `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection; `JBOD_KIND_NAME` names it
@@ -26,7 +27,7 @@ import pytest
 
 from e2e import toolchain
 from e2e.kind import images
-from e2e.kind.cluster import KindCluster, tool_path
+from e2e.kind.cluster import ZONES_CONFIG, KindCluster, tool_path
 from e2e.kind.docker import DockerUnavailableError, engine
 
 NAME = os.environ.get("JBOD_KIND_NAME", "jbod-e2e")  # another name: a second kind tier beside a running one
@@ -94,7 +95,7 @@ def kind_cluster() -> Iterator[KindCluster]:
     builder = images.Builder(docker, tc)
     builder.node_image()
     builder.project_image()
-    cluster = KindCluster(docker, tc, name=NAME)
+    cluster = KindCluster(docker, tc, name=NAME, config=ZONES_CONFIG)
     cluster.delete()  # a cluster left by a killed run
     try:
         cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 
 from e2e import toolchain
 from e2e.kind import cluster, images
@@ -160,7 +161,8 @@ def test_node_files_render_every_placeholder_from_one_source(tmp_path: Path) -> 
     values = images.node_file_values()
     assert values["@POD_SUBNET@"] == "10.244.0.0/16" and values["@SERVICE_SUBNET@"] == "10.96.0.0/16"
     assert f'sandbox_image = "{values["@PAUSE_IMAGE@"]}"' in rendered["etc/containerd/config.toml"]
-    assert f'"subnet": "{values["@POD_SUBNET@"]}"' in rendered["etc/cni/net.d/10-jbod-ptp.conflist"]
+    assert '"subnet": "NODE_POD_SUBNET"' in rendered["kind/cni-ptp.conflist"]  # pod-network.sh's
+    assert f"podSubnet: {values['@POD_SUBNET@']}" in rendered["kind/manifests/default-cni.yaml"]
     assert f"-d {values['@SERVICE_SUBNET@']} " in rendered["usr/local/bin/entrypoint"]
     storage = rendered["kind/manifests/default-storage.yaml"]
     assert f"image: {images.PROVISIONER_IMAGE}" in storage and storage.count(images.HELPER_IMAGE) == 2
@@ -168,6 +170,21 @@ def test_node_files_render_every_placeholder_from_one_source(tmp_path: Path) -> 
     broken.write_text("x = @NO_SUCH_VALUE@\n")
     with pytest.raises(RuntimeError, match="NO_SUCH_VALUE"):
         images.render_node_files(files)
+
+
+def test_zoned_config_is_the_one_node_config_plus_workers() -> None:
+    """kind-zones.yaml differs from kind-config.yaml only by its three zoned workers, so the node
+    image (rendered from kind-config.yaml's subnets) serves both."""
+    one = yaml.safe_load(cluster.CONFIG.read_text())
+    zoned = yaml.safe_load(cluster.ZONES_CONFIG.read_text())
+    workers = zoned.pop("nodes")
+    assert {k: v for k, v in one.items() if k != "nodes"} == zoned
+    assert workers[0] == {"role": "control-plane"} == one["nodes"][0]
+    assert [(w["role"], w["labels"][cluster.ZONE_LABEL]) for w in workers[1:]] == [
+        ("worker", "zone-a"),
+        ("worker", "zone-b"),
+        ("worker", "zone-c"),
+    ]
 
 
 def _kubernetes_source(path: str) -> str:
