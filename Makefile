@@ -39,9 +39,10 @@ setup-dev: python-check $(BIN)/.installed-dev
 demo: setup
 	$(BIN)/jbodctl local demo
 
-# Two passes (tests/conftest.py): everything but the kind tier on three workers, then the kind
-# tier alone; the kind tier's toolchain and images build niced in the background during the first
-# pass (e2e/tiers.py). Each step prints its duration.
+# Two passes side by side (tests/conftest.py, e2e/tiers.py): everything but the kind tier on three
+# workers, and the kind tier in one process as soon as its toolchain and images (built niced in
+# the background) are ready; its output is printed after the first pass's. Each step prints its
+# duration.
 PYTEST_WORKERS ?= 3
 test: lint kafka-tools spark-kafka schema-registry
 	$(BIN)/python -m e2e.tiers --workers $(PYTEST_WORKERS)

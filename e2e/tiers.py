@@ -1,8 +1,8 @@
-"""`make test`'s tiers, the slow preparation of the kind tier overlapping the first pass.
+"""`make test`'s tiers: the first pass and the kind tier side by side.
 
     python -m e2e.tiers [--workers N]
 
-What runs, in order, each step's duration printed as `==> <step>: <seconds> s`:
+What runs, each step's duration printed as `==> <step>: <seconds> s`:
 
 1. the host binaries the first pass needs from the e2e toolchain (etcd for local quorums, helm
    for the chart tests), built in the foreground when missing;
@@ -10,16 +10,20 @@ What runs, in order, each step's duration printed as `==> <step>: <seconds> s`:
    rest of the toolchain (Kubernetes, containerd, crictl, CoreDNS, local-path-provisioner, kind)
    and the images (`python -m e2e.kind images --offline`), its output in a log file whose path is
    printed (as root only; otherwise the kind tier skips, as it does without root);
-3. in the foreground, the first pass: `pytest -m "not e2e"` on `--workers` xdist workers;
-4. the kind tier (`pytest -m e2e`), once the background build has finished; it runs even when the
-   first pass failed, so one run reports both.
+3. at the same time, the first pass: `pytest -m "not e2e"` on `--workers` xdist workers, its
+   output on stdout;
+4. the kind tier (`pytest -m e2e`) as soon as the background build has finished, while the first
+   pass goes on: its output goes to a log file and is printed whole once it has ended (after the
+   first pass's, never interleaved with it). It runs even when the first pass failed, so one run
+   reports both.
 
 Guarantees:
 * The exit status is 0 only if every step succeeded; a failed background build prints the tail
   of its log and the kind tier is not run on a half-built toolchain.
 * The background build is niced, so a core it would take is the first pass's whenever the tests
-  want it: on 2 cores the Go build fills what the tests leave idle (waits on processes, sockets
-  and disks) instead of adding its ~10 minutes after them.
+  want it. The kind tier is not niced: most of its time is spent waiting for Kubernetes (pods
+  scheduled and started, probes, the operator's timers), which leaves the cores to the first
+  pass; run after it, those waits added ~20 minutes to a run (docs/decisions.md, "CI time").
 * The environment of both pytest runs has `JBOD_E2E_REQUIRED=1`: a missing prerequisite fails
   the run instead of skipping tests.
 """
@@ -115,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     preparing_started = time.monotonic()
     preparing = _start_kind_preparation(env, log_path)
 
-    first_ok = _timed(
-        f"pytest, all but the kind tier ({args.workers} workers)",
-        [*pytest, *first_pass(args.workers)],
-        env,
-    )
+    first_started = time.monotonic()
+    _say(f"pytest, all but the kind tier ({args.workers} workers): started")
+    first = subprocess.Popen([*pytest, *first_pass(args.workers)], cwd=ROOT, env=env)
 
+    kind: subprocess.Popen[bytes] | None = None
+    kind_started = 0.0
+    kind_log = log_path.with_name(log_path.name.replace("kind-images", "kind-tier"))
     kind_ok = True
     if preparing is not None:
         code = preparing.wait()
@@ -131,10 +136,27 @@ def main(argv: list[str] | None = None) -> int:
             kind_ok = False
         else:
             _say(f"kind tier's toolchain and images: ready {waited:.0f} s after their start")
-    if kind_ok:
-        kind_ok = _timed("pytest, the kind tier", [*pytest, *kind_pass()], env)
+            _say(f"pytest, the kind tier: started beside the first pass, log {kind_log}")
+            kind_started = time.monotonic()
+            with kind_log.open("wb") as out:
+                kind = subprocess.Popen(
+                    [*pytest, *kind_pass()], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+
+    first_code = first.wait()
+    verdict = "" if first_code == 0 else f" (failed, exit {first_code})"
+    _say(
+        f"pytest, all but the kind tier ({args.workers} workers): {time.monotonic() - first_started:.0f} s{verdict}"
+    )
+    if kind is not None:
+        kind_code = kind.wait()
+        _say("pytest, the kind tier: its output")
+        print(kind_log.read_text(errors="replace"), flush=True)
+        verdict = "" if kind_code == 0 else f" (failed, exit {kind_code})"
+        _say(f"pytest, the kind tier: {time.monotonic() - kind_started:.0f} s{verdict}")
+        kind_ok = kind_code == 0
     _say(f"tiers: {time.monotonic() - total:.0f} s")
-    return 0 if first_ok and kind_ok else 1
+    return 0 if first_code == 0 and kind_ok else 1
 
 
 if __name__ == "__main__":

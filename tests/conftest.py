@@ -1,10 +1,10 @@
 """Shared fixtures: a real controller process per test (see tests/harness.py).
 
-`make test` runs the suite in two passes: everything but the kind tier on pytest-xdist workers
-(`pytest -m "not e2e" --numprocesses 3 --dist loadgroup`), then the kind tier alone (`pytest -m
-e2e`), so the kind node boots and the operator runs on a machine the rest of the suite is not
-loading. On the workers the tests of a file run on one worker (a module's shared cluster is
-started once), every test using tests/pipeline's Spark session on one worker (one session), and
+`make test` runs the suite in two passes side by side (e2e/tiers.py): everything but the kind tier
+on pytest-xdist workers (`pytest -m "not e2e" --numprocesses 3 --dist loadgroup`), and the kind
+tier in one process (`pytest -m e2e`) once its images are built. On the workers the tests of a
+file run on one worker (a module's shared cluster is started once), every test using
+tests/pipeline's Spark session on one worker (one session), and
 those groups, the longest, start first. Everything else uses its own temporary directory and ports
 picked by the kernel, so it may run beside anything.
 """
@@ -18,8 +18,29 @@ import pytest
 
 from tests.harness import ControllerProcess
 
-# Groups that take the longest, started first so that no worker is left with them at the end.
-_FIRST: tuple[str, ...] = ("kind", "spark")
+# Groups that take the longest, started first (longest first) so that no worker is left with
+# them at the end: the kind tier, the Spark session's tests, then the modules that took longer
+# than ~140 s of one worker in a profile of the whole pass (junit times, 2026-12-05).
+_FIRST: tuple[str, ...] = (
+    "kind",
+    "spark",
+    "tests/kafka_tools/test_our_brokers.py",
+    "tests/kafka_tools/test_harness.py",
+    "tests/kafka_tools/test_java_transactions.py",
+    "tests/client/test_local_tls.py",
+    "tests/client/test_readme_sections.py",
+    "tests/broker/test_bootstrap.py",
+    "tests/broker/test_kip112.py",
+    "tests/client/test_local_cluster.py",
+    "tests/kafka_tools/test_error_responses.py",
+    "tests/kafka_tools/test_kafka_connect.py",
+    "tests/client/test_local_quorum.py",
+    "tests/kafka_api/test_groups.py",
+    "tests/kafka_tools/test_leader_election_vs_kafka.py",
+    "tests/client/test_cli_data.py",
+    "tests/broker/test_replication.py",
+    "tests/kafka_tools/test_kafka_streams.py",
+)
 
 
 def _group(item: pytest.Item) -> str:

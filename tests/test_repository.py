@@ -47,7 +47,7 @@ def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
     assert warm and install < warm[0] < run, "Spark's Kafka source is resolved before the tests run"
 
 
-def test_the_tiers_run_all_but_the_kind_tier_on_workers_then_the_kind_tier_alone() -> None:
+def test_the_tiers_run_all_but_the_kind_tier_on_workers_and_the_kind_tier_in_one_process() -> None:
     assert tiers.first_pass(3) == ["-m", "not e2e", "--numprocesses", "3", "--dist", "loadgroup"]
     assert tiers.kind_pass() == ["-m", "e2e"]
 
@@ -103,3 +103,12 @@ def test_what_the_readme_commands_create_is_ignored(path: str) -> None:
         ["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", path], check=False, timeout=30
     )
     assert ignored.returncode == 0, f"{path} would show as untracked in git status"
+
+
+def test_the_modules_started_first_exist() -> None:
+    """tests/conftest.py names the longest modules to start them first; a renamed one would
+    silently drop back into the queue."""
+    from tests import conftest
+
+    paths = [group for group in conftest._FIRST if group.startswith("tests/")]
+    assert paths and [p for p in paths if not (ROOT / p).is_file()] == []

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from jbod_core import auto_create
+from jbod_core.replica_selector import RACK_AWARE_SELECTOR
 from jbod_operator import listeners as listener_decisions
 from jbod_operator import model, names, scheduling
 
@@ -846,6 +847,9 @@ def server_properties(  # noqa: PLR0913  the broker (spec, cluster, namespace, i
         f"{auto_create.NUM_PARTITIONS}={settings.num_partitions}",
         f"{auto_create.DEFAULT_REPLICATION_FACTOR}={spec.replication_factor()}",
     ]
+    if spec.rack is not None and spec.rack.follower_fetching:
+        # Follower fetching (KIP-392): a consumer with client.rack reads from its rack's replica.
+        lines.append(f"replica.selector.class={RACK_AWARE_SELECTOR}")
     if tls:
         lines += [
             # The Kafka admin (the admin token's principal) is a super user of the authorizer.

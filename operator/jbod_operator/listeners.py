@@ -274,7 +274,8 @@ def certificate_names(
 ) -> tuple[str, ...]:
     """Names and addresses a broker's certificate needs for its TLS listeners of
     `spec.listeners`: its advertised hosts, its per-broker Service's names and each
-    listener's bootstrap address (a client verifies the bootstrap's name on first contact)."""
+    listener's bootstrap address (a client verifies the bootstrap's name on first contact; a
+    nodeport bootstrap is every broker's node address, and any of them may reach this broker)."""
     wanted: list[str] = []
     for listener in spec.listeners:
         if not listener.tls:
@@ -290,6 +291,11 @@ def certificate_names(
         host = listener.configuration.bootstrap.host or assigned.ingress.get(bootstrap)
         if host:
             wanted.append(host)
+        elif listener.type == "nodeport":
+            # The bootstrap node port of any node reaches any broker: each broker's certificate
+            # names every node address of the bootstrap list.
+            preferred = listener.configuration.preferred_node_port_address_type
+            wanted += [a for n in assigned.nodes.values() if (a := _node_address(n, preferred))]
     return tuple(dict.fromkeys(wanted))
 
 

@@ -339,9 +339,12 @@ class ListenerSpec(_Frozen):
 
 
 class RackSpec(_Frozen):
-    """`broker.rack` of each broker: its node's value of this label."""
+    """`broker.rack` of each broker: its node's value of this label; with `follower_fetching` (the
+    default) the brokers run Kafka's `RackAwareReplicaSelector`, so a consumer with `client.rack`
+    reads from a replica of its own rack (KIP-392)."""
 
     topology_key: str = Field(alias="topologyKey", min_length=1, max_length=317)
+    follower_fetching: bool = Field(default=True, alias="followerFetching")
 
 
 def _check_listeners(listeners: tuple[ListenerSpec, ...], tls: bool) -> None:  # noqa: PLR0912  one check per rule

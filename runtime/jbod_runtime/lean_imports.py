@@ -10,7 +10,8 @@ Neither is used by a server, and together they cost about 14 MB per process (1,4
 modules in a development environment). Guarantee: after `skip_optional_imports()`, importing
 them raises ImportError, which both libraries expect and handle; it must run before anything
 imports kio or httpx, so this module imports nothing but `sys`, and the console scripts call it
-first (`jbod_agent.entry`, `jbod_controller.entry`).
+first (`jbod_agent.entry`, `jbod_controller.entry`, and `jbod_cli.entry` for `jbodctl`, run
+hundreds of times by the tests).
 """
 
 from __future__ import annotations

@@ -121,9 +121,9 @@ class Unreachable:
         return run(self.controller.url, self.controller.data_dir / "admin.token", *args, stdin=stdin)
 
 
-@pytest.fixture
-def dead_port() -> Iterator[int]:
-    """A loopback port bound by this test and never listened on: connecting is refused."""
+@contextlib.contextmanager
+def _dead_port() -> Iterator[int]:
+    """A loopback port bound here and never listened on: connecting is refused."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     try:
@@ -133,14 +133,28 @@ def dead_port() -> Iterator[int]:
 
 
 @pytest.fixture
-def unreachable(controller: ControllerProcess, dead_port: int) -> Unreachable:
-    """Broker 1 (unreachable listeners) leads both partitions of `orders`; broker 2 has no listener."""
-    register(controller, 1, [DIR_1], dead_port)
-    register(controller, 2, [DIR_2], None)
-    with controller.admin() as admin:
-        reply = admin.post("/v1/topics", json={"name": "orders", "replicaAssignment": [[1], [1]]}).json()
-        assert reply["errorCode"] == 0, reply
-    return Unreachable(controller, dead_port)
+def dead_port() -> Iterator[int]:
+    with _dead_port() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def unreachable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Unreachable]:
+    """Broker 1 (unreachable listeners) leads both partitions of `orders`; broker 2 has no listener.
+    One controller for the module: its tests only read, or are refused before anything changes."""
+    with (
+        _dead_port() as port,
+        # The brokers heartbeat once: a session as long as the module keeps them unfenced.
+        ControllerProcess(
+            data_dir=tmp_path_factory.mktemp("unreachable") / "controller", session_timeout_ms=3_600_000
+        ) as controller,
+    ):
+        register(controller, 1, [DIR_1], port)
+        register(controller, 2, [DIR_2], None)
+        with controller.admin() as admin:
+            reply = admin.post("/v1/topics", json={"name": "orders", "replicaAssignment": [[1], [1]]}).json()
+            assert reply["errorCode"] == 0, reply
+        yield Unreachable(controller, port)
 
 
 def test_log_dirs_with_no_brokers_is_an_empty_result(controller: ControllerProcess) -> None:

@@ -6,8 +6,9 @@
   `jbod-e2e` (kind's local-path provisioner, expandable); deleted when the session ends, so the
   rest of the suite does not share the machine with it. Needs root (skipped without); with root
   but no usable Docker engine the tier is skipped, or fails under `JBOD_E2E_REQUIRED=1` (CI).
-  `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection; `JBOD_KIND_NAME` names it
-  otherwise (a second kind tier beside a running one).
+  `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection, and `JBOD_KIND_REUSE=1` runs on
+  a kept one as it is (while changing tests only: the images loaded in it stay);
+  `JBOD_KIND_NAME` names it otherwise (a second kind tier beside a running one).
 * `ControllerTunnel`: `kubectl port-forward` to a Service on 127.0.0.1, restarted when it dies
   (the pod behind it was replaced).
 """
@@ -96,9 +97,14 @@ def kind_cluster() -> Iterator[KindCluster]:
     builder.node_image()
     builder.project_image()
     cluster = KindCluster(docker, tc, name=NAME, config=ZONES_CONFIG)
-    cluster.delete()  # a cluster left by a killed run
+    reuse = bool(os.environ.get("JBOD_KIND_REUSE")) and cluster.exists()
+    if not reuse:
+        cluster.delete()  # a cluster left by a killed run
     try:
-        cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)
+        if reuse:
+            cluster.ensure_kubeconfig()
+        else:
+            cluster.up(images.PROJECT_IMAGE, images.NODE_IMAGE)
         cluster.apply(
             {
                 "apiVersion": "storage.k8s.io/v1",

@@ -17,6 +17,14 @@ certificates, SASL_SSL and SSL with client certificates, ACLs from the JbodUser 
    signed again, and the old CA certificate leaves the bundle. Nothing acknowledged is lost, the
    clients see no fatal error and no refused handshake, and a TLS connection made at the end with
    the bundle the client read at its start is served each broker's new certificate.
+7. Issue 34 from the host, a client outside Kubernetes (the cluster has the listeners and rack of
+   `examples/jbodcluster-external.yaml`): the brokers run one per zone and report their zones as
+   racks; `status.listeners` gives the nodeport bootstrap addresses (the nodes' addresses);
+   librdkafka produces through the SCRAM listener and reads through the client-certificate TLS
+   listener (the certificates name the nodes' addresses); a JbodTopic has a replica in each zone;
+   a consumer with `client.rack` is served by its zone's follower (librdkafka's statistics); a
+   JbodUser with `producerByteRate` is held to it within 20 %; `kubectl drain` of a broker's node
+   under an idempotent acks=all producer, then `uncordon`, loses no acknowledged record.
 """
 
 from __future__ import annotations
@@ -25,15 +33,28 @@ import base64
 import json
 import textwrap
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from confluent_kafka import Producer
 from cryptography import x509
 
 from e2e.kind.cluster import KindCluster
 from e2e.kind.images import PROJECT_IMAGE
 from e2e.wait import wait_for
 from tests.e2e.conftest import jbod_cluster
+from tests.e2e.outside import (
+    SteadyProducer,
+    produced_rate,
+    read_partition,
+    read_topic,
+    scram_config,
+    tls_config,
+)
+from tests.e2e.outside import racks as outside_racks
+from tests.e2e.outside import replicas as outside_replicas
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -41,7 +62,13 @@ NS = "jbod-tls"
 CLUSTER = "sec"
 
 
+EXAMPLE = Path(__file__).parents[2] / "examples" / "jbodcluster-external.yaml"
+
+
 def cluster_spec() -> dict[str, Any]:
+    """The tier's small cluster with TLS, and the listeners and rack of
+    `examples/jbodcluster-external.yaml` as they are."""
+    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
     return jbod_cluster(
         CLUSTER,
         NS,
@@ -53,6 +80,8 @@ def cluster_spec() -> dict[str, Any]:
             "defaultReplicationFactor": 3,
         },
         tls={"enabled": True},
+        listeners=example["listeners"],
+        rack=example["rack"],
     )
 
 
@@ -454,3 +483,151 @@ def test_the_ca_and_the_pods_certificates_are_renewed_under_load(env: Env) -> No
     assert result["refused"] == [], result
     new_serials = {i: _serial((env.secret(f"{CLUSTER}-broker-{i}-tls") or {})["tls.crt"]) for i in range(3)}
     assert {int(k): v for k, v in result["served"].items()} == new_serials, result
+
+
+OUTSIDE_ACLS = [
+    {
+        "resource": {"type": "topic", "name": "zones-", "patternType": "prefix"},
+        "operations": ["Write", "Read", "Describe"],
+    },
+    {"resource": {"type": "group", "name": "outside-", "patternType": "prefix"}, "operations": ["Read"]},
+    {"resource": {"type": "cluster"}, "operations": ["IdempotentWrite", "Describe"]},
+]
+QUOTA = 102400  # the throttled user's producer_byte_rate, bytes per second per broker
+
+
+def _listener(env: Env, name: str) -> str | None:
+    """The bootstrap address of listener `name`, as a user reads it, once every broker advertises it."""
+    jsonpath = f'{{.status.listeners[?(@.name=="{name}")]}}'
+    out = env.cluster.kubectl("get", "jbodcluster", CLUSTER, "-n", NS, "-o", f"jsonpath={jsonpath}").stdout
+    status = json.loads(out) if out else {}
+    return str(status["bootstrapServers"]) if status.get("ready") else None
+
+
+def _pods_nodes(env: Env, component: str) -> dict[str, str]:
+    selector = f"jbod.dev/cluster={CLUSTER},app.kubernetes.io/component={component}"
+    pods = env.get("pods", "-n", NS, "-l", selector)["items"]
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
+
+
+def _ready_brokers(env: Env) -> int:
+    return int((env.get("jbodcluster", CLUSTER, "-n", NS).get("status") or {}).get("readyBrokers") or 0)
+
+
+def test_clients_outside_the_cluster_racks_topics_quotas_and_a_node_drain(env: Env, tmp_path: Path) -> None:
+    """Issue 34 on the zoned kind cluster, from the host (kind's network, as a client outside
+    Kubernetes): the example's nodeport listeners with SCRAM and with client certificates, brokers
+    in three zones, a JbodTopic with a replica in each zone, a `client.rack` consumer served by its
+    zone's follower, a JbodUser throttled to its produce quota, and `kubectl drain` of a broker's
+    node under an idempotent acks=all producer that loses nothing."""
+    wait_for(lambda: _ready_brokers(env) == 3, timeout=600, what="3 Ready brokers", interval=3)
+    workers = {n.name: n for n in env.cluster.workers()}
+    assert sorted(n.zone or "" for n in workers.values()) == ["zone-a", "zone-b", "zone-c"]
+    zone_of_broker = {
+        int(pod.rsplit("-", 1)[1]): workers[node].zone for pod, node in _pods_nodes(env, "broker").items()
+    }
+    assert sorted(z or "" for z in zone_of_broker.values()) == ["zone-a", "zone-b", "zone-c"], zone_of_broker
+
+    external = wait_for(lambda: _listener(env, "external"), timeout=300, what="listener external ready")
+    secure = wait_for(lambda: _listener(env, "secure"), timeout=300, what="listener secure ready")
+    print(f"\nkubectl get jbodcluster {CLUSTER} -o jsonpath=...external...bootstrapServers: {external}")
+    print(f"kubectl get jbodcluster {CLUSTER} -o jsonpath=...secure...bootstrapServers: {secure}")
+    node_addresses = {n.address for n in workers.values()}
+    assert {hp.rsplit(":", 1)[0] for hp in external.split(",")} <= node_addresses, external
+    assert all(hp.endswith(":32100") for hp in external.split(",")), external
+
+    throttled = user("throttled", "scram-sha-512", OUTSIDE_ACLS)
+    throttled["spec"]["quotas"] = {"producerByteRate": QUOTA}
+    env.cluster.apply(
+        [
+            user("outside", "scram-sha-512", OUTSIDE_ACLS),
+            user("outside-tls", "tls", OUTSIDE_ACLS),
+            throttled,
+            {
+                "apiVersion": "jbod.dev/v1alpha1",
+                "kind": "JbodTopic",
+                "metadata": {
+                    "name": "zones-orders",
+                    "namespace": NS,
+                    "labels": {"jbod.dev/cluster": CLUSTER},
+                },
+                "spec": {"partitions": 3, "replicas": 3, "config": {"min.insync.replicas": 2}},
+            },
+        ]
+    )
+    for name in ("outside", "outside-tls", "throttled"):
+        wait_for(
+            lambda name=name: (env.get("jbodusers", name, "-n", NS).get("status") or {}).get("ready"),
+            timeout=240,
+            what=f"JbodUser {name} ready",
+            interval=3,
+        )
+
+    def topic_ready() -> str | None:
+        status = env.get("jbodtopics", "zones-orders", "-n", NS).get("status") or {}
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+        return status.get("topicId") if ready else None
+
+    topic_id = wait_for(topic_ready, timeout=180, what="JbodTopic zones-orders Ready", interval=3)
+    scram = scram_config(external, env.secret("outside") or {})
+    tls = tls_config(secure, env.secret("outside-tls") or {}, tmp_path / "outside-tls")
+
+    # The racks the brokers report are their nodes' zones; every partition has a replica per zone.
+    assert outside_racks(scram) == zone_of_broker
+    placement = outside_replicas(scram, "zones-orders")
+    print(f"zones-orders ({topic_id}), partition: leader, replicas and their zones")
+    for partition, (leader, members) in sorted(placement.items()):
+        print(f"  {partition}: leader {leader}, " + ", ".join(f"{b} ({zone_of_broker[b]})" for b in members))
+        assert sorted(zone_of_broker[b] or "" for b in members) == ["zone-a", "zone-b", "zone-c"]
+
+    # A producer on the host through the SCRAM listener; a consumer through the TLS listener in
+    # the zone of a follower of partition 0 reads everything from that follower.
+    sent = [f"outside-{i}".encode() for i in range(300)]
+    producer = Producer({**scram, "acks": "all", "enable.idempotence": True})
+    for value in sent:
+        producer.produce("zones-orders", value, partition=0)
+    assert producer.flush(60) == 0
+    leader, members = placement[0]
+    follower = next(b for b in members if b != leader)
+    values, served = read_partition({**tls, "client.rack": zone_of_broker[follower]}, "zones-orders", 0, 300)
+    print(
+        f"client.rack={zone_of_broker[follower]}: partition 0 (leader {leader}) fetched from brokers {served}"
+    )
+    assert values == sent
+    assert served and served[-1] == follower, served
+
+    # The throttled user gets its quota, within 20 % (one partition: one broker's quota).
+    rate = produced_rate(scram_config(external, env.secret("throttled") or {}), "zones-orders", 1, seconds=10)
+    print(f"throttled user: {rate / 1024:.1f} KiB/s acknowledged for a quota of {QUOTA / 1024:.0f} KiB/s")
+    assert 0.8 * QUOTA <= rate <= 1.2 * QUOTA, rate
+
+    # kubectl drain of a broker's node (not the controller's: its volume is bound to its node too)
+    # under an idempotent acks=all producer. The local-path volumes cannot follow the broker to
+    # another node, so the pod waits for its node (docs/decisions.md, "kind with zones").
+    for phase in ("Succeeded", "Failed"):  # the earlier tests' client pods, owned by nothing
+        env.cluster.kubectl("delete", "pods", "-n", NS, f"--field-selector=status.phase=={phase}")
+    controller_nodes = set(_pods_nodes(env, "controller").values())
+    broker_nodes = _pods_nodes(env, "broker")
+    drained_pod, drained = next((p, n) for p, n in sorted(broker_nodes.items()) if n not in controller_nodes)
+    steady = SteadyProducer(scram, "zones-orders").start()
+    try:
+        wait_for(lambda: len(steady.acked) >= 200, timeout=60, what="the steady producer acknowledged")
+        env.cluster.drain(drained, timeout=240)
+        wait_for(lambda: _ready_brokers(env) == 2, timeout=120, what=f"{drained_pod} evicted", interval=2)
+        during = len(steady.acked)
+        wait_for(lambda: len(steady.acked) >= during + 200, timeout=120, what="acks=all writes on 2 brokers")
+        env.cluster.uncordon(drained)
+        wait_for(lambda: _ready_brokers(env) == 3, timeout=300, what=f"{drained_pod} back", interval=3)
+        back = len(steady.acked)
+        wait_for(lambda: len(steady.acked) >= back + 200, timeout=120, what="writes after the drain")
+    finally:
+        unflushed = steady.stop()
+        for node in env.get("nodes")["items"]:
+            if node["spec"].get("unschedulable"):
+                env.cluster.uncordon(node["metadata"]["name"])
+    assert steady.fatal == [] and unflushed == 0, (steady.fatal[:5], unflushed)
+    assert _pods_nodes(env, "broker")[drained_pod] == drained  # its volumes' node
+    read = read_topic(scram, "zones-orders", steady.acked)
+    missing = steady.acked - read
+    print(f"drain of {drained} ({drained_pod}): {len(steady.acked)} acknowledged, {len(missing)} missing")
+    assert not missing, sorted(missing)[:10]

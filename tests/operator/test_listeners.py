@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from jbod_agent.config import parse_config
+from jbod_core.replica_selector import RACK_AWARE_SELECTOR
 from jbod_operator import builders, listeners, model, names
 from tests.operator.test_model_builders import OWNER, _mounts_resolve, example
 
@@ -197,6 +198,7 @@ def test_nodeport_scram_listener_end_to_end_of_the_decisions() -> None:
     assert added0.pending == ("ext",)
     assert [k.name for k in config0.kafka_listeners] == ["SASL_PLAINTEXT"]
     assert config0.rack == "zone-a"
+    assert config0.replica_selector_class == RACK_AWARE_SELECTOR  # spec.rack.followerFetching's default
     # Broker 1's port is given; its host is its node's address, read from the node-info file.
     config1, _ = _config(spec, 1, listeners.Assigned())
     assert [(k.name, k.security_protocol, k.port) for k in config1.kafka_listeners] == [
@@ -480,3 +482,46 @@ def test_the_external_example_parses() -> None:
     spec = model.parse_cluster(data["metadata"]["name"], data["spec"])
     assert {listener.type for listener in spec.listeners} >= {"nodeport"}
     assert spec.rack is not None
+
+
+@pytest.mark.parametrize(
+    ("rack", "selector"),
+    [
+        (None, None),
+        ({"topologyKey": "topology.kubernetes.io/zone"}, RACK_AWARE_SELECTOR),
+        ({"topologyKey": "topology.kubernetes.io/zone", "followerFetching": False}, None),
+    ],
+)
+def test_follower_fetching_comes_with_racks_unless_turned_off(
+    rack: dict[str, Any] | None, selector: str | None
+) -> None:
+    spec = spec_with([], rack=rack)
+    added = listeners.broker_listeners(spec, "demo", "ns", 0, listeners.Assigned())
+    text = builders.server_properties(spec, "demo", "ns", 0, spec.disks, added)
+    provided = {listeners.NODE_INFO_FILE: {"rack": "zone-a"}}
+    assert parse_config(text, None, provided).replica_selector_class == selector
+
+
+def test_a_tls_nodeport_certificate_names_every_node_of_the_bootstrap() -> None:
+    """The bootstrap node port of any node may reach any broker, so every broker's certificate
+    names every broker's node address (a client checks the name of the address it dialled)."""
+    spec = spec_with(
+        [
+            {
+                "name": "secure",
+                "port": 9096,
+                "type": "nodeport",
+                "tls": True,
+                "authentication": {"type": "tls"},
+                "configuration": {"bootstrap": {"nodePort": 32200}},
+            }
+        ],
+        tls=TLS,
+    )
+    nodes = {0: node("n0", internal="10.0.0.10"), 1: node("n1", internal="10.0.0.11", external="203.0.113.1")}
+    assigned = listeners.assigned_from([], nodes)
+    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned)
+    assert entry.bootstrap_servers == "10.0.0.10:32200,203.0.113.1:32200"
+    wanted = builders.tls_certificates(spec, "demo", "ns", [0, 1], assigned)
+    for broker_id in (0, 1):
+        assert {"10.0.0.10", "203.0.113.1"} <= set(wanted[names.broker_tls("demo", broker_id)][1])
