@@ -49,6 +49,8 @@ def test_the_example_users_parse() -> None:
     for document in yaml.safe_load_all((ROOT / "examples" / "jbodusers.yaml").read_text()):
         spec = users.parse_user(document["metadata"]["name"], document["spec"])
         assert spec.cluster == "demo"
+        if document["metadata"]["name"] == "orders-writer":
+            assert spec.quotas.producer_byte_rate == 1048576
 
 
 def test_rules_become_acl_creations_with_kafkas_names() -> None:
