@@ -2,7 +2,8 @@
 certificates, SASL_SSL and SSL with client certificates, ACLs from the JbodUser specs.
 
 1. A 3-broker `JbodCluster` with `spec.tls.enabled` (issuer operator) turns Ready: its brokers
-   listen only with TLS, `status.tls` names the trust Secret with one CA.
+   listen only with TLS (but on the example's SCRAM `external` listener, plain TCP by choice),
+   `status.tls` names the trust Secret with one CA.
 2. Two JbodUsers: `writer` (SCRAM-SHA-512, may write and read topics `orders-*` and use groups
    `orders-*`) and `reader` (a client certificate, may read `orders-*`). Both turn ready and their
    Secrets hold what the docs say.
@@ -337,7 +338,14 @@ def test_a_tls_cluster_serves_its_users_over_tls_only(env: Env) -> None:
     assert status["tls"]["trustSecret"] == f"{CLUSTER}-cluster-ca-cert" and status["tls"]["caCount"] == 1
     assert status["kafka"]["securityProtocol"] == "SASL_SSL"
     properties = env.get("configmap", f"{CLUSTER}-broker-0", "-n", NS)["data"]["server.properties"]
-    assert "PLAINTEXT" not in properties and "http://" not in properties
+    # Every listener but the example's `external` one (SCRAM over plain TCP, by choice) has TLS.
+    [protocol_map] = [
+        line for line in properties.splitlines() if line.startswith("listener.security.protocol.map=")
+    ]
+    protocols = dict(pair.split(":") for pair in protocol_map.split("=", 1)[1].split(","))
+    assert protocols.pop("EXTERNAL") == "SASL_PLAINTEXT", protocols
+    assert set(protocols.values()) <= {"SSL", "SASL_SSL"}, protocols
+    assert "http://" not in properties
 
     env.cluster.apply([user("writer", "scram-sha-512", WRITER_ACLS), user("reader", "tls", READER_ACLS)])
 
