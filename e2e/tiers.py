@@ -85,8 +85,8 @@ def _tail(path: Path, lines: int) -> str:
 
 def first_pass(workers: int) -> list[str]:
     """The first pass's pytest arguments: every test but the kind tier, on `workers` xdist workers
-    that keep each `xdist_group` on one worker (tests/conftest.py)."""
-    return ["-m", "not e2e", "--numprocesses", str(workers), "--dist", "loadgroup"]
+    that keep each file on one worker (tests/conftest.py)."""
+    return ["-m", "not e2e", "--numprocesses", str(workers), "--dist", "loadfile"]
 
 
 def kind_pass() -> list[str]:

@@ -1,12 +1,12 @@
 """Shared fixtures: a real controller process per test (see tests/harness.py).
 
 `make test` runs the suite in two passes side by side (e2e/tiers.py): everything but the kind tier
-on pytest-xdist workers (`pytest -m "not e2e" --numprocesses 3 --dist loadgroup`), and the kind
+on pytest-xdist workers (`pytest -m "not e2e" --numprocesses 3 --dist loadfile`), and the kind
 tier in one process (`pytest -m e2e`) once its images are built. On the workers the tests of a
-file run on one worker (a module's shared cluster is started once), every test using
-tests/pipeline's Spark session on one worker (one session), and
-those groups, the longest, start first. Everything else uses its own temporary directory and ports
-picked by the kernel, so it may run beside anything.
+file run on one worker, so a module's shared cluster is started once (`loadfile`: xdist 3.8's
+`loadgroup` silently loses its groups under pytest 9, whose node ids it can no longer suffix, and
+spread every module over every worker); the longest files start first. Everything else uses its
+own temporary directory and ports picked by the kernel, so it may run beside anything.
 """
 
 from __future__ import annotations
@@ -52,11 +52,9 @@ def _group(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    groups = {item.nodeid: _group(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    """The longest groups first (a stable sort: a file's tests stay together and in order)."""
     rank = {group: n for n, group in enumerate(_FIRST)}
-    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(_FIRST)))
+    items.sort(key=lambda item: rank.get(_group(item), len(_FIRST)))
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def test_test_adds_the_dev_and_pipeline_extras(fresh_venv: Path) -> None:
 
 
 def test_the_tiers_run_all_but_the_kind_tier_on_workers_and_the_kind_tier_in_one_process() -> None:
-    assert tiers.first_pass(3) == ["-m", "not e2e", "--numprocesses", "3", "--dist", "loadgroup"]
+    assert tiers.first_pass(3) == ["-m", "not e2e", "--numprocesses", "3", "--dist", "loadfile"]
     assert tiers.kind_pass() == ["-m", "e2e"]
 
 
