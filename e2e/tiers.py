@@ -34,6 +34,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,6 +75,11 @@ def _start_kind_preparation(env: dict[str, str], log_path: Path) -> subprocess.P
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def _note_end(proc: subprocess.Popen[bytes], ended: list[float]) -> None:
+    proc.wait()
+    ended.append(time.monotonic())
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -125,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kind: subprocess.Popen[bytes] | None = None
     kind_started = 0.0
+    kind_ended: list[float] = []  # when the kind tier's process exited (it may end first)
     kind_log = log_path.with_name(log_path.name.replace("kind-images", "kind-tier"))
     kind_ok = True
     if preparing is not None:
@@ -142,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 kind = subprocess.Popen(
                     [*pytest, *kind_pass()], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
                 )
+            threading.Thread(target=_note_end, args=(kind, kind_ended), daemon=True).start()
 
     first_code = first.wait()
     verdict = "" if first_code == 0 else f" (failed, exit {first_code})"
@@ -153,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         _say("pytest, the kind tier: its output")
         print(kind_log.read_text(errors="replace"), flush=True)
         verdict = "" if kind_code == 0 else f" (failed, exit {kind_code})"
-        _say(f"pytest, the kind tier: {time.monotonic() - kind_started:.0f} s{verdict}")
+        ended = kind_ended[0] if kind_ended else time.monotonic()
+        _say(f"pytest, the kind tier: {ended - kind_started:.0f} s{verdict}")
         kind_ok = kind_code == 0
     _say(f"tiers: {time.monotonic() - total:.0f} s")
     return 0 if first_code == 0 and kind_ok else 1

@@ -51,10 +51,21 @@ def _group(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+# A test's time limit counts its fixtures' setup: the first Spark test of a worker builds the
+# session and computes every job of a generated cluster (tests/pipeline/conftest.py `computed`),
+# 308 s on the loaded machine beside two other Spark sessions and the kind tier.
+SPARK_TIMEOUT_S = 1200
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest groups first (a stable sort: a file's tests stay together and in order)."""
+    """The longest groups first (a stable sort: a file's tests stay together and in order); the
+    Spark tests get `SPARK_TIMEOUT_S` unless they set their own."""
     rank = {group: n for n, group in enumerate(_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(_FIRST)))
+    groups = {item.nodeid: _group(item) for item in items}
+    for item in items:
+        if groups[item.nodeid] == "spark" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT_S))
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(_FIRST)))
 
 
 @pytest.fixture
