@@ -294,9 +294,14 @@ def certificate_names(
         elif listener.type == "nodeport":
             # The bootstrap node port of any node reaches any broker: each broker's certificate
             # names every node address of the bootstrap list.
-            preferred = listener.configuration.preferred_node_port_address_type
-            wanted += [a for n in assigned.nodes.values() if (a := _node_address(n, preferred))]
+            wanted += _node_port_hosts(listener, assigned.nodes.values())
     return tuple(dict.fromkeys(wanted))
+
+
+def _node_port_hosts(listener: ListenerSpec, nodes: Iterable[Mapping[str, str] | None]) -> list[str]:
+    """The addresses a nodeport listener's bootstrap list gives: each known node's, once."""
+    preferred = listener.configuration.preferred_node_port_address_type
+    return list(dict.fromkeys(a for n in nodes if (a := _node_address(n, preferred))))
 
 
 def _bootstrap_servers(
@@ -312,9 +317,7 @@ def _bootstrap_servers(
         host = given or assigned.ingress.get(bootstrap)
         return f"{host}:{listener.port}" if host else None
     port = listener.configuration.bootstrap.node_port or assigned.node_ports.get(bootstrap)
-    preferred = listener.configuration.preferred_node_port_address_type
-    hosts = [given] if given else [_node_address(assigned.nodes.get(b), preferred) for b in broker_ids]
-    known = list(dict.fromkeys(h for h in hosts if h))
+    known = [given] if given else _node_port_hosts(listener, (assigned.nodes.get(b) for b in broker_ids))
     return ",".join(f"{h}:{port}" for h in known) if known and port else None
 
 
