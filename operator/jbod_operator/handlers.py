@@ -564,18 +564,18 @@ def _advance_ca(  # noqa: PLR0913  the cluster (body, TLS spec, name, namespace,
         signing = certificates.make_ca(
             f"{cluster}.{namespace} cluster CA", days=tls.ca_validity_days, now=now
         )
-    kube.apply(
-        builders.cluster_ca_secret(
-            cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
-        )
+    secret = builders.cluster_ca_secret(
+        cluster, namespace, key_pem=signing.key_pem, cert_pem=signing.cert_pem, owner=owner
     )
-    if requested is not None:
+    if requested is None:
+        kube.apply(secret)
+    else:  # the new CA and the request's annotation gone in one write: done means both
         kube.merge_patch(
             "v1",
             "Secret",
             names.cluster_ca(cluster),
             namespace,
-            {"metadata": {"annotations": {requested[1]: None}}},
+            {"metadata": {"annotations": {requested[1]: None}}, "data": secret["data"]},
         )
     kopf.info(body, reason="CertificateAuthority", message=_CA_ACTIONS[action])
     return _TrustState(signing, [*bundled, signing.cert_pem], now)

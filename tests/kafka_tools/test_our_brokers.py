@@ -480,7 +480,7 @@ def test_consumer_groups_describe_lag_reset_list_and_delete(cluster: Cluster) ->
             "--max-messages",
             "30",
             "--timeout-ms",
-            "30000",
+            "90000",
         ],
     )
     assert sorted(cluster.ok(consumed).split()) == sorted(f"v{i}" for i in range(30))

@@ -65,13 +65,15 @@ class Store:
     def merge_patch(
         self, api_version: str, kind: str, name: str, namespace: str | None, patch: Mapping[str, Any]
     ) -> None:
-        assert (api_version, kind) == ("v1", "Secret") and set(patch) == {"metadata"}
+        assert (api_version, kind) == ("v1", "Secret") and set(patch) <= {"metadata", "data"}
         annotations = self.secrets[name]["metadata"].setdefault("annotations", {})
         for key, value in patch["metadata"]["annotations"].items():
             if value is None:
                 annotations.pop(key, None)
             else:
                 annotations[key] = value
+        self.secrets[name]["data"] = {**self.secrets[name]["data"], **(patch.get("data") or {})}
+        self.writes += 1
 
     def annotations(self, name: str) -> dict[str, str]:
         return dict(self.secrets[name]["metadata"].get("annotations") or {})

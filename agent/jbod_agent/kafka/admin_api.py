@@ -333,7 +333,7 @@ class AdminApis:
         if reply.error_code != 0:
             return {**result, **_controller_error(reply)}
         self._mutated(conn, request, reply.num_partitions)
-        await until_image_shows(self.ctx.clock, lambda: self.ctx.topic_id(name) is not None, timeout_s)
+        await until_image_shows(self.ctx.clock, lambda: self.ctx.serves_topic(name), timeout_s)
         topic_id = self.ctx.topic_id(name)
         return {
             **result,

@@ -38,6 +38,7 @@ from jbod_agent.replication.peer_link import INTER_BROKER_USER
 from jbod_agent.replication.replica_fetch import ReplicaFetchServer
 from jbod_agent.state import AgentState
 from jbod_core import acls
+from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import BrokerRegistration
 from jbod_kafka import flexible
@@ -179,6 +180,21 @@ class BrokerContext:
 
     def topic_id(self, name: str) -> Uuid | None:
         return self.state.image.topic_ids_by_name.get(name)
+
+    def serves_topic(self, name: str) -> bool:
+        """Is topic `name` in the image, with every partition the image has this broker lead
+        hosted here as leader (or in an offline dir)? What a CreateTopics waits for, so that a
+        produce to this broker right after it is not refused as NOT_LEADER_OR_FOLLOWER."""
+        image = self.state.image
+        topic_id = image.topic_ids_by_name.get(name)
+        if topic_id is None:
+            return False
+        for index, part in image.topics[topic_id].partitions.items():
+            if part.leader == self.state.node_id:
+                hosted, code, _message = self.manager.lookup(name, index)
+                if hosted is None and code is not ErrorCode.KAFKA_STORAGE_ERROR:
+                    return False
+        return True
 
     def topic_name(self, topic_id: Uuid | uuid.UUID | None) -> str | None:
         """The name of the topic with `topic_id` (ours or Kafka's type); None if unknown or None."""
