@@ -11,6 +11,8 @@ Guarantees:
 * `cordoned_dirs` resolves `cordoned.log.dirs` to this broker's dir ids: `*` is every dir, a
   path is the dir configured with it (a trailing slash ignored); a path that is not one of this
   broker's log dirs names nothing here (the cluster default may list paths of other brokers).
+* `cordoned_dir_ids` (what the broker reports) adds to them the dirs cordoned for their space
+  (`log.dir.cordon.threshold`, `jbod_core.disk_space`) and the full ones.
 * `cordoned_paths_error` is the edge check a broker makes before forwarding a change of its own
   `cordoned.log.dirs`: only its controller-free knowledge, its log dir paths.
 * Pure reads: no I/O; the image is read as it is now.
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from jbod_agent.config import BrokerConfig
+from jbod_agent.placement import DirHealth
 from jbod_agent.state import AgentState
 from jbod_core import broker_configs
 from jbod_core.ids import Uuid
@@ -113,8 +116,19 @@ def cordoned_paths_error(config: BrokerConfig, ops: Iterable[AlterConfigOp]) -> 
     return None
 
 
+def cordon_threshold(config: BrokerConfig, image: ClusterImage) -> float:
+    """`log.dir.cordon.threshold` now: dynamic over server.properties over the default."""
+    return broker_configs.cordon_threshold(levels(config, image))
+
+
 def cordoned_dir_ids(state: AgentState) -> list[Uuid]:
-    """This broker's registered dirs that are cordoned now (what registration and heartbeats report)."""
+    """This broker's registered dirs that are cordoned now (what registration and heartbeats
+    report): those `cordoned.log.dirs` names, and those cordoned for their space or full."""
     registered = set(state.registered_dirs)
     dirs = {d: s.path for d, s in state.dirs.items() if d in registered}
-    return cordoned_dirs(state.config, state.image, dirs)
+    by_space = {
+        d
+        for d, s in state.dirs.items()
+        if d in registered and (s.space_cordoned or s.health is DirHealth.FULL)
+    }
+    return sorted(set(cordoned_dirs(state.config, state.image, dirs)) | by_space)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jbod_agent.config import BrokerConfig
 from jbod_agent.placement import DirHealth
+from jbod_core.disk_space import FillRate
 from jbod_core.ids import Uuid
 from jbod_core.image import ClusterImage, PartitionKey
 
@@ -34,6 +35,9 @@ class LogDirState:
     since: float = 0.0  # wall-clock time of the last health change
     total_bytes: int = 0
     usable_bytes: int = 0
+    # Issue 35: cordoned for its used space (`log.dir.cordon.threshold`), and its recent fill.
+    space_cordoned: bool = False
+    fill: FillRate = field(default_factory=FillRate)
 
 
 @dataclass

@@ -11,7 +11,8 @@ Where each part comes from:
   usable bytes): DescribeLogDirs on the broker's Kafka listener.
 * What each disk is (its directory id, its state and the error that took it offline, since when,
   whether it is cordoned (KIP-1066: the broker's own reading of `cordoned.log.dirs`, dynamic over
-  static, the same that it reports to the controller),
+  static, and of `log.dir.cordon.threshold`, the same that it reports to the controller), its
+  used fraction and time until full,
   a move's state and copied bytes, and a dir that failed at start and has no id): the broker's own
   `GET /v1/log-dirs`, joined by path; DescribeLogDirs names dirs by path only. An offline dir's
   replicas are the broker's list too (Kafka answers KAFKA_STORAGE_ERROR for it, without replicas).
@@ -104,6 +105,9 @@ def merge_log_dirs(
                 "directoryId": None if view is None else view.get("directoryId"),
                 "state": _state(log_dir.error_code) if view is None else view.get("state"),
                 "cordoned": bool((view or {}).get("cordoned", False)),
+                "spaceCordoned": bool((view or {}).get("spaceCordoned", False)),
+                "usedRatio": (view or {}).get("usedRatio"),
+                "secondsToFull": (view or {}).get("secondsToFull"),
                 "error": None if view is None else view.get("error"),
                 "since": None if view is None else view.get("since"),
                 "totalBytes": log_dir.total_bytes

@@ -271,7 +271,7 @@ def log_dirs_table(
             escape(path),
             names.label(str(d["directoryId"])) if d.get("directoryId") else "-",
             state,
-            "[yellow]yes[/]" if d.get("cordoned") else "-",
+            "[yellow]space[/]" if d.get("spaceCordoned") else "[yellow]yes[/]" if d.get("cordoned") else "-",
             human_bytes(d.get("usableBytes")),
             human_bytes(d.get("totalBytes")),
             str(len(replicas) - len(future)),

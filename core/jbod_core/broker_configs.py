@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Literal
 
-from jbod_core import records, topic_configs
+from jbod_core import disk_space, records, topic_configs
 from jbod_core.config_changes import list_value, replaced
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage
@@ -74,6 +74,8 @@ LEADER_THROTTLED_RATE: Final = "leader.replication.throttled.rate"
 FOLLOWER_THROTTLED_RATE: Final = "follower.replication.throttled.rate"
 ALTER_LOG_DIRS_RATE: Final = "replica.alter.log.dirs.io.max.bytes.per.second"
 CORDONED_LOG_DIRS: Final = "cordoned.log.dirs"
+#: Our extension (issue 35): the used fraction of a log dir's volume that cordons it.
+LOG_DIR_CORDON_THRESHOLD: Final = "log.dir.cordon.threshold"
 CLUSTER_DEFAULT: Final = ""
 EVERY_DIR: Final = "*"
 
@@ -171,6 +173,7 @@ _DYNAMIC_RULES: Final[Mapping[str, Rule]] = {
     FOLLOWER_THROTTLED_RATE: _NOT_NEGATIVE,
     ALTER_LOG_DIRS_RATE: _NOT_NEGATIVE,
     CORDONED_LOG_DIRS: NO_RULE,
+    LOG_DIR_CORDON_THRESHOLD: Between(0, 1),
 }
 # The keys our brokers honour from server.properties only (read-only in Kafka too).
 _STATIC_RULES: Final[Mapping[str, Rule]] = {
@@ -211,6 +214,13 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
         "long",
         str(INT64_MAX),
         "Bytes per second an intra-broker replica move copies (over the static setting).",
+    ),
+    LOG_DIR_CORDON_THRESHOLD: (
+        "double",
+        str(disk_space.DEFAULT_THRESHOLD),
+        "Not a Kafka config (this project's extension): the used fraction of a log dir's volume "
+        "at which the broker cordons the dir (no new replicas, as cordoned.log.dirs) until it "
+        "falls 0.05 below; 1.0 turns it off.",
     ),
 }
 
@@ -542,6 +552,13 @@ def rate(configs: Mapping[str, str], name: str) -> int | None:
         return None
     value = int(text)
     return None if value >= INT64_MAX else value
+
+
+def cordon_threshold(levels: BrokerLevels) -> float:
+    """`log.dir.cordon.threshold` as the broker uses it: its first level's value, else the default."""
+    text = levels.value(LOG_DIR_CORDON_THRESHOLD)
+    parsed = parse(LOG_DIR_CORDON_THRESHOLD, text) if text is not None else None
+    return float(parsed) if isinstance(parsed, int | float) else disk_space.DEFAULT_THRESHOLD
 
 
 def cordoned_paths(configs: Mapping[str, str]) -> tuple[str, ...]:

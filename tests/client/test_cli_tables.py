@@ -170,6 +170,13 @@ def test_a_cordoned_dir_says_so_in_its_row() -> None:
             "state": "online",
             "cordoned": True,
         },
+        {
+            "path": "/var/lib/kafka/data-2",
+            "directoryId": "MzMzMzMzMzMzMzMzMzMzMw",
+            "state": "online",
+            "cordoned": True,
+            "spaceCordoned": True,
+        },
     ]
     console = Console(width=100, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(tables.log_dirs_table(3, dirs))
@@ -177,6 +184,7 @@ def test_a_cordoned_dir_says_so_in_its_row() -> None:
     assert "cordoned" in next(line for line in lines if "directory id" in line)
     rows = {line.split()[1]: line.split() for line in lines if line.lstrip("│ ").startswith("data-")}
     assert "yes" in rows["data-1"] and "yes" not in rows["data-0"]
+    assert "space" in rows["data-2"]  # cordoned for its used space (log.dir.cordon.threshold)
 
 
 def test_transactions_table_shows_open_transactions_their_lso_lag_and_old_ones() -> None:

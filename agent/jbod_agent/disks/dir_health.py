@@ -12,7 +12,9 @@ Guarantees:
 * `fail_dir` takes a dir offline for good (until restart): its replicas move to the offline set,
   its failure is recorded for the next heartbeat (`FailedDir`), and every listener (`on_failed`:
   placement queue, mover, replica manager, the loop's wake-up) is told once. `mark_full` and a
-  later probe with free space move a dir between FULL and ONLINE. `io_error` classifies an error
+  later probe with free space move a dir between FULL and ONLINE. Each probe's free space also
+  decides whether the dir is cordoned for its space (`log.dir.cordon.threshold`,
+  `jbod_core.disk_space`), with its fill rate over the recent probes. `io_error` classifies an error
   from real work with the same rule as the probes (`probe.classify_io_error`).
 * A failed metadata dir is recorded in `state.metadata_dir_error`; the decision to stop is
   `decide`'s, not this module's.
@@ -28,10 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jbod_agent import dynamic_configs
 from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock
 from jbod_agent.state import AgentState, FailedDir, LogDirState
+from jbod_core import disk_space
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent")
@@ -155,11 +159,41 @@ class DirMonitor:
             self.fail_dir(state.directory_id, result.error or "probe failed")
             return
         state.total_bytes, state.usable_bytes = result.total_bytes, result.usable_bytes
+        state.fill.add(self.clock.monotonic(), result.usable_bytes)
+        self._apply_space(state)
         if result.outcome is probe.ProbeOutcome.FULL:
             self.mark_full(state.directory_id, result.error or "no space left")
         elif state.health is DirHealth.FULL:
             state.health, state.error, state.since = DirHealth.ONLINE, None, self.clock.time()
             log.info("Log dir %s (%s) has free space again", state.path, state.directory_id)
+
+    def _apply_space(self, state: LogDirState) -> None:
+        """Cordon the dir at `log.dir.cordon.threshold` of its volume used, release it 0.05 below
+        (`jbod_core.disk_space`); the next heartbeat reports the change."""
+        threshold = dynamic_configs.cordon_threshold(self.state.config, self.state.image)
+        used = disk_space.used_fraction(state.total_bytes, state.usable_bytes)
+        cordoned = disk_space.space_cordoned(used, threshold, cordoned=state.space_cordoned)
+        if cordoned == state.space_cordoned:
+            return
+        state.space_cordoned = cordoned
+        if cordoned:
+            left = state.fill.seconds_to_full()
+            log.warning(
+                "Log dir %s (%s) is %.1f%% used (log.dir.cordon.threshold %.2f): cordoned, it "
+                "receives no new replicas%s",
+                state.path,
+                state.directory_id,
+                used * 100,
+                threshold,
+                "" if left is None else f"; full in about {left:.0f} s at the current rate",
+            )
+        else:
+            log.info(
+                "Log dir %s (%s) is %.1f%% used: no longer cordoned for its space",
+                state.path,
+                state.directory_id,
+                used * 100,
+            )
 
     def _apply_metadata_probe(self, result: ProbeAnswer, on_failed: Callable[[], None]) -> None:
         if result is not None and result.outcome is not probe.ProbeOutcome.FAILED:

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ValidationError
 
+from jbod_agent import dynamic_configs
 from jbod_agent.config import BrokerConfig
 from jbod_agent.disks import probe
 from jbod_agent.lifecycle import views
@@ -99,26 +100,7 @@ class _AgentCollector(Collector):
             "Replicas hosted in offline log dirs",
             value=agent.state.offline_replica_count(),
         )
-        per_dir = GaugeMetricFamily(
-            "jbod_log_directory_offline", "1 if the log dir is offline", labels=["directory_id", "path"]
-        )
-        full = GaugeMetricFamily(
-            "jbod_log_directory_full", "1 if the log dir is full", labels=["directory_id", "path"]
-        )
-        usable = GaugeMetricFamily(
-            "jbod_log_dir_usable_bytes", "Usable bytes in the log dir (last probe)", labels=["directory_id"]
-        )
-        for directory, state in agent.state.dirs.items():
-            per_dir.add_metric(
-                [str(directory), str(state.path)], 1 if state.health is DirHealth.OFFLINE else 0
-            )
-            full.add_metric([str(directory), str(state.path)], 1 if state.health is DirHealth.FULL else 0)
-            usable.add_metric([str(directory)], state.usable_bytes)
-        for path, _reason in agent.state.startup_offline:
-            per_dir.add_metric(["", str(path)], 1)
-        yield per_dir
-        yield full
-        yield usable
+        yield from _log_dir_metrics(agent)
         replica_fetch = agent.replica_fetch
         sessions = replica_fetch.sessions.sessions
         yield GaugeMetricFamily(
@@ -185,6 +167,55 @@ class _AgentCollector(Collector):
             client_throttle.add_metric([kind, user, client_id], seconds)
         yield client_throttle
         yield from _cleaner_metrics(agent)
+
+
+def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
+    """Each log dir's health, space, cordon (by reason) and time until full."""
+    per_dir = GaugeMetricFamily(
+        "jbod_log_directory_offline", "1 if the log dir is offline", labels=["directory_id", "path"]
+    )
+    full = GaugeMetricFamily(
+        "jbod_log_directory_full", "1 if the log dir is full", labels=["directory_id", "path"]
+    )
+    usable = GaugeMetricFamily(
+        "jbod_log_dir_usable_bytes", "Usable bytes in the log dir (last probe)", labels=["directory_id"]
+    )
+    total = GaugeMetricFamily(
+        "jbod_log_dir_total_bytes", "Size of the log dir's volume (last probe)", labels=["directory_id"]
+    )
+    cordoned = GaugeMetricFamily(
+        "jbod_log_directory_cordoned",
+        "1 if the log dir takes no new replicas, by reason: config (cordoned.log.dirs) or space "
+        "(log.dir.cordon.threshold reached, or full)",
+        labels=["directory_id", "path", "reason"],
+    )
+    to_full = GaugeMetricFamily(
+        "jbod_log_dir_seconds_to_full",
+        "Seconds until the log dir is full at its fill rate of the last 10 minutes (absent: not filling)",
+        labels=["directory_id"],
+    )
+    paths = {d: s.path for d, s in agent.state.dirs.items()}
+    by_config = set(dynamic_configs.cordoned_dirs(agent.state.config, agent.state.image, paths))
+    for directory, state in agent.state.dirs.items():
+        labels = [str(directory), str(state.path)]
+        per_dir.add_metric(labels, 1 if state.health is DirHealth.OFFLINE else 0)
+        full.add_metric(labels, 1 if state.health is DirHealth.FULL else 0)
+        usable.add_metric([str(directory)], state.usable_bytes)
+        total.add_metric([str(directory)], state.total_bytes)
+        cordoned.add_metric([*labels, "config"], 1 if directory in by_config else 0)
+        by_space = state.space_cordoned or state.health is DirHealth.FULL
+        cordoned.add_metric([*labels, "space"], 1 if by_space else 0)
+        left = state.fill.seconds_to_full()
+        if left is not None:
+            to_full.add_metric([str(directory)], left)
+    for path, _reason in agent.state.startup_offline:
+        per_dir.add_metric(["", str(path)], 1)
+    yield per_dir
+    yield full
+    yield usable
+    yield total
+    yield cordoned
+    yield to_full
 
 
 def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

@@ -15,6 +15,7 @@ from jbod_agent.placement import DirHealth
 from jbod_agent.replication import mover
 from jbod_agent.state import AgentState, LocalReplica
 from jbod_agent.storage import replicas
+from jbod_core import disk_space
 from jbod_core.ids import Uuid
 from jbod_core.image import PartitionKey
 
@@ -34,6 +35,10 @@ def cleaner_view(cleaner: DirCleaner | None) -> dict[str, Any] | None:
         "lastRunMs": cleaner.last_run_ms,
         "maxDirtyRatio": round(cleaner.max_dirty_ratio, 4),
     }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
 
 
 def log_dirs_view(
@@ -57,6 +62,9 @@ def log_dirs_view(
                 "directoryId": str(directory),
                 "state": state.health.value,
                 "cordoned": directory in cordoned,
+                "spaceCordoned": state.space_cordoned,
+                "usedRatio": round(disk_space.used_fraction(state.total_bytes, state.usable_bytes), 4),
+                "secondsToFull": _rounded(state.fill.seconds_to_full()),
                 "error": state.error,
                 "since": state.since,
                 "totalBytes": state.total_bytes,
@@ -93,6 +101,9 @@ def log_dirs_view(
                 "directoryId": None,
                 "state": "offline",
                 "cordoned": False,
+                "spaceCordoned": False,
+                "usedRatio": 0.0,
+                "secondsToFull": None,
                 "error": reason,
                 "since": None,
                 "totalBytes": 0,
