@@ -5,6 +5,9 @@
   `shutdown()` issues EXT4_IOC_SHUTDOWN: from then on every I/O on it returns EIO.
   `detach()` lazily unmounts it (a volume pulled out from under a running process).
 * `tmpfs(dir, size)`: a small tmpfs, for full-disk (ENOSPC) tests via `fill()`.
+* `BlkioThrottle(pid)`: a cgroup v1 blkio group holding process `pid`, whose writes to a device
+  are throttled by the kernel (`slow(device, iops)`: a slow disk; `hang(device)`: 1 byte per
+  second, a disk that stops answering; `release(device)`: full speed again).
 Everything is unmounted and detached when the context exits, even after a failure.
 """
 
@@ -20,6 +23,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -102,3 +106,54 @@ def fill(path: Path) -> None:
                 if exc.errno == errno.ENOSPC:
                     return
                 raise
+
+
+BLKIO: Final = Path("/sys/fs/cgroup/blkio")
+requires_blkio = pytest.mark.skipif(
+    not (IS_ROOT and (BLKIO / "blkio.throttle.write_iops_device").exists()),
+    reason="needs root and cgroup v1 blkio throttling (a disk made slow by the kernel)",
+)
+
+
+def device_number(device: str) -> str:
+    """`major:minor` of a block device such as /dev/loop3."""
+    rdev = os.stat(device).st_rdev
+    return f"{os.major(rdev)}:{os.minor(rdev)}"
+
+
+class BlkioThrottle:
+    """A blkio cgroup holding process `pid` (every thread): its writes to a device are throttled
+    by the kernel's block layer, fsync included, so the disk is really slow for that process."""
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.group = BLKIO / name
+        self.group.mkdir(exist_ok=True)
+        self.pid = pid
+        self.devices: set[str] = set()
+        (self.group / "cgroup.procs").write_text(str(pid))
+
+    def _set(self, device: str, knob: str, value: int) -> None:
+        (self.group / f"blkio.throttle.{knob}").write_text(f"{device_number(device)} {value}")
+
+    def slow(self, device: str, *, iops: int) -> None:
+        self.devices.add(device)
+        self._set(device, "write_iops_device", iops)
+
+    def hang(self, device: str) -> None:
+        self.devices.add(device)
+        self._set(device, "write_bps_device", 1)
+
+    def release(self, device: str) -> None:
+        """Full speed again: the throttled writes queued so far go through."""
+        for knob in ("write_iops_device", "write_bps_device"):
+            self._set(device, knob, 0)
+        self.devices.discard(device)
+
+    def close(self) -> None:
+        for device in list(self.devices):
+            with contextlib.suppress(OSError):
+                self.release(device)
+        with contextlib.suppress(OSError):
+            (BLKIO / "cgroup.procs").write_text(str(self.pid))
+        with contextlib.suppress(OSError):
+            self.group.rmdir()

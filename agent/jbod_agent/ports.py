@@ -85,6 +85,9 @@ class DirFailures(Protocol):
     def fail_dir(self, directory: Uuid, error: str) -> None:
         """Take `directory` offline for good (until restart)."""
 
+    def latency(self, directory: Uuid, seconds: float) -> None:
+        """A write-and-fsync of real work in `directory` took `seconds` (a log flush)."""
+
 
 class PlacementSink(Protocol):
     def place(self, key: PartitionKey, directory: Uuid, *, reason: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jbod_agent.config import BrokerConfig
 from jbod_agent.placement import DirHealth
+from jbod_core.disk_latency import DirLatency
 from jbod_core.disk_space import FillRate
 from jbod_core.ids import Uuid
 from jbod_core.image import ClusterImage, PartitionKey
@@ -38,6 +39,9 @@ class LogDirState:
     # Issue 35: cordoned for its used space (`log.dir.cordon.threshold`), and its recent fill.
     space_cordoned: bool = False
     fill: FillRate = field(default_factory=FillRate)
+    # Issue 35: slow (`log.dir.slow.threshold.ms`) by its recent write-and-fsync latencies.
+    slow: bool = False
+    latency: DirLatency = field(default_factory=DirLatency)
 
 
 @dataclass
@@ -94,6 +98,15 @@ class AgentState:
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    def slow_dir_ids(self) -> list[Uuid]:
+        """The registered dirs that are slow now and not offline (what heartbeats report)."""
+        registered = set(self.registered_dirs)
+        return sorted(
+            d
+            for d, s in self.dirs.items()
+            if d in registered and s.slow and s.health is not DirHealth.OFFLINE
+        )
 
     def reported_offline_dirs(self) -> list[Uuid]:
         """Every registered dir that failed since start: sent in every heartbeat until restart."""

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Literal
 
-from jbod_core import disk_space, records, topic_configs
+from jbod_core import disk_latency, disk_space, records, topic_configs
 from jbod_core.config_changes import list_value, replaced
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage
@@ -76,6 +76,8 @@ ALTER_LOG_DIRS_RATE: Final = "replica.alter.log.dirs.io.max.bytes.per.second"
 CORDONED_LOG_DIRS: Final = "cordoned.log.dirs"
 #: Our extension (issue 35): the used fraction of a log dir's volume that cordons it.
 LOG_DIR_CORDON_THRESHOLD: Final = "log.dir.cordon.threshold"
+#: Our extension (issue 35): the median write-and-fsync latency that makes a log dir slow.
+LOG_DIR_SLOW_THRESHOLD_MS: Final = "log.dir.slow.threshold.ms"
 CLUSTER_DEFAULT: Final = ""
 EVERY_DIR: Final = "*"
 
@@ -174,6 +176,7 @@ _DYNAMIC_RULES: Final[Mapping[str, Rule]] = {
     ALTER_LOG_DIRS_RATE: _NOT_NEGATIVE,
     CORDONED_LOG_DIRS: NO_RULE,
     LOG_DIR_CORDON_THRESHOLD: Between(0, 1),
+    LOG_DIR_SLOW_THRESHOLD_MS: _NOT_NEGATIVE,
 }
 # The keys our brokers honour from server.properties only (read-only in Kafka too).
 _STATIC_RULES: Final[Mapping[str, Rule]] = {
@@ -221,6 +224,13 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
         "Not a Kafka config (this project's extension): the used fraction of a log dir's volume "
         "at which the broker cordons the dir (no new replicas, as cordoned.log.dirs) until it "
         "falls 0.05 below; 1.0 turns it off.",
+    ),
+    LOG_DIR_SLOW_THRESHOLD_MS: (
+        "long",
+        str(disk_latency.DEFAULT_THRESHOLD_MS),
+        "Not a Kafka config (this project's extension): the median write-and-fsync latency, over "
+        "a log dir's last 5 probes and log flushes, at which the broker reports the dir slow, "
+        "until the median falls below half of it; 0 turns it off.",
     ),
 }
 
@@ -559,6 +569,13 @@ def cordon_threshold(levels: BrokerLevels) -> float:
     text = levels.value(LOG_DIR_CORDON_THRESHOLD)
     parsed = parse(LOG_DIR_CORDON_THRESHOLD, text) if text is not None else None
     return float(parsed) if isinstance(parsed, int | float) else disk_space.DEFAULT_THRESHOLD
+
+
+def slow_threshold_ms(levels: BrokerLevels) -> int:
+    """`log.dir.slow.threshold.ms` as the broker uses it: its first level's value, else the default."""
+    text = levels.value(LOG_DIR_SLOW_THRESHOLD_MS)
+    parsed = parse(LOG_DIR_SLOW_THRESHOLD_MS, text) if text is not None else None
+    return int(parsed) if isinstance(parsed, int) else disk_latency.DEFAULT_THRESHOLD_MS
 
 
 def cordoned_paths(configs: Mapping[str, str]) -> tuple[str, ...]:

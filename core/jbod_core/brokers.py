@@ -221,6 +221,25 @@ def _next_from_controlled_shutdown(
     return BrokerState.SHUTDOWN_NOW
 
 
+def _unknown_dir(reg: BrokerRegistration, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply | None:
+    """LOG_DIR_NOT_FOUND for a dir the heartbeat names (offline, cordoned or slow) that is not
+    one of the registration's, else None."""
+    known = set(reg.log_dirs) | set(reg.offline_log_dirs)
+    for what, dirs in (
+        ("Directory", request.offline_log_dirs),
+        ("Cordoned directory", request.cordoned_log_dirs or ()),
+        ("Slow directory", request.slow_log_dirs or ()),
+    ):
+        for directory in dirs:
+            if directory not in known:
+                return BrokerHeartbeatReply(
+                    error_code=ErrorCode.LOG_DIR_NOT_FOUND,
+                    error_message=f"{what} {directory} is not a registered directory of broker {reg.broker_id}",
+                    is_fenced=reg.fenced,
+                )
+    return None
+
+
 def broker_heartbeat(
     image: ClusterImage,
     sessions: Mapping[int, Session],
@@ -237,22 +256,14 @@ def broker_heartbeat(
             error_code=ErrorCode.STALE_BROKER_EPOCH,
             error_message=f"Expected broker epoch {reg.broker_epoch}, but got broker epoch {request.broker_epoch}",
         )
-    known = set(reg.log_dirs) | set(reg.offline_log_dirs)
-    for directory in request.offline_log_dirs:
-        if directory not in known:
-            return [], BrokerHeartbeatReply(
-                error_code=ErrorCode.LOG_DIR_NOT_FOUND,
-                error_message=f"Directory {directory} is not a registered directory of broker {reg.broker_id}",
-                is_fenced=reg.fenced,
-            )
-    for directory in request.cordoned_log_dirs or ():
-        if directory not in known:
-            return [], BrokerHeartbeatReply(
-                error_code=ErrorCode.LOG_DIR_NOT_FOUND,
-                error_message=f"Cordoned directory {directory} is not a registered directory of broker {reg.broker_id}",
-                is_fenced=reg.fenced,
-            )
+    unknown = _unknown_dir(reg, request)
+    if unknown is not None:
+        return [], unknown
     draft = Draft(image)
+    if request.slow_log_dirs is not None:
+        slow = tuple(sorted(set(request.slow_log_dirs)))
+        if slow != reg.slow_log_dirs:
+            election.report_slow_dirs(draft, reg.broker_id, slow)
     if request.cordoned_log_dirs is not None:
         cordoned = tuple(sorted(set(request.cordoned_log_dirs)))
         if cordoned != reg.cordoned_log_dirs:

@@ -21,6 +21,9 @@ Guarantees:
   a topic (`elect_unclean_leaders`: the topic's leaderless partitions).
 * `is_unclean(before, record)` tells a change that elects a leader outside the ISR (only an
   unclean election does), for the controller's log.
+* A replica in a dir its broker reports slow (`report_slow_dirs`, issue 35) leads only when no
+  other clean replica may: the current leader stays unless slow, else the first acceptable ISR
+  member not slow, else the slow ones as before. A newly slow dir's leaderships move at once.
 * `fence_broker`, `elect_unfenced_broker` and `handle_offline_dirs` touch only the partitions the
   image's indexes name for that broker (or broker and dir), never the whole cluster.
 """
@@ -54,12 +57,23 @@ class Acceptor:
     once per broker instead of once per replica.
     """
 
-    __slots__ = ("_draft", "_online", "_unclean")
+    __slots__ = ("_draft", "_online", "_slow", "_unclean")
 
     def __init__(self, draft: Draft) -> None:
         self._draft = draft
         self._online: dict[int, frozenset[Uuid] | None] = {}
+        self._slow: dict[int, frozenset[Uuid]] = {}
         self._unclean: dict[Uuid, bool] = {}
+
+    def slow(self, broker_id: int, directory: Uuid) -> bool:
+        """Does the broker report the replica's dir slow (issue 35)?"""
+        try:
+            dirs = self._slow[broker_id]
+        except KeyError:
+            reg = self._draft.broker(broker_id)
+            dirs = frozenset(() if reg is None else reg.slow_log_dirs)
+            self._slow[broker_id] = dirs
+        return directory in dirs
 
     def online_dirs(self, broker_id: int) -> frozenset[Uuid] | None:
         """The broker's online dirs if it may lead at all (registered, unfenced, not shutting down)."""
@@ -109,16 +123,24 @@ def elect_leader(  # noqa: PLR0913  the acceptor and partition, then one keyword
     the topic allows it), the first replica that may lead, else -1. A returned leader outside
     `isr` was elected uncleanly: the caller makes it the ISR alone."""
     leader = part.leader
-    # The ISR is a subset of the replicas, so a leader in the target ISR is a replica.
-    if (
-        leader not in (records.NO_LEADER, remove)
-        and leader in isr
-        and acceptor.accepts(leader, directories[part.replicas.index(leader)])
-    ):
-        return leader
-    for broker_id, directory in zip(part.replicas, directories, strict=True):
-        if broker_id != remove and broker_id in isr and acceptor.accepts(broker_id, directory):
-            return broker_id
+    # The ISR is a subset of the replicas, so a leader in the target ISR is a replica. A replica
+    # in a dir its broker reports slow leads only when no other clean replica may (issue 35).
+    for avoid_slow in (True, False):
+        if (
+            leader not in (records.NO_LEADER, remove)
+            and leader in isr
+            and acceptor.accepts(leader, directories[part.replicas.index(leader)])
+            and not (avoid_slow and acceptor.slow(leader, directories[part.replicas.index(leader)]))
+        ):
+            return leader
+        for broker_id, directory in zip(part.replicas, directories, strict=True):
+            if (
+                broker_id != remove
+                and broker_id in isr
+                and acceptor.accepts(broker_id, directory)
+                and not (avoid_slow and acceptor.slow(broker_id, directory))
+            ):
+                return broker_id
     if acceptor.unclean_allowed(topic_id) if unclean is None else unclean:
         for broker_id, directory in zip(part.replicas, directories, strict=True):
             if broker_id != remove and acceptor.accepts(broker_id, directory):
@@ -283,3 +305,28 @@ def handle_offline_dirs(draft: Draft, broker_id: int, offline_dirs: Sequence[Uui
     )
     for directory in sorted(newly):
         _change_all(draft, draft.image.replicas_by_dir.get((broker_id, directory), ()), remove=broker_id)
+
+
+def report_slow_dirs(draft: Draft, broker_id: int, slow_dirs: Sequence[Uuid]) -> None:
+    """Record the dirs a broker reports slow now (issue 35), then move the leadership of the
+    replicas it leads from a newly slow dir to another ISR member that may lead and is not in a
+    slow dir (the broker stays in the ISR: a slow dir still follows). A partition with no such
+    member keeps its leader."""
+    reg = draft.broker(broker_id)
+    if reg is None:
+        raise ValueError(f"cannot record slow dirs of unregistered broker {broker_id}")
+    newly = set(slow_dirs) - set(reg.slow_log_dirs)
+    draft.append(
+        records.BrokerRegistrationChangeRecord(
+            broker_id=broker_id, broker_epoch=reg.broker_epoch, slow_log_dirs=tuple(sorted(slow_dirs))
+        )
+    )
+    acceptor = Acceptor(draft)
+    for directory in sorted(newly):
+        for key in sorted(draft.image.replicas_by_dir.get((broker_id, directory), ())):
+            part = draft.partition(key)
+            if part is None or part.leader != broker_id:
+                continue
+            record = partition_change(draft, key, part, acceptor=acceptor)
+            if record is not None:
+                draft.append(record)

@@ -59,6 +59,7 @@ class BrokerRegistration:
     listeners: tuple[records.Listener, ...]
     rack: str | None
     cordoned_log_dirs: tuple[Uuid, ...] = ()  # KIP-1066: dirs the broker reports cordoned, sorted
+    slow_log_dirs: tuple[Uuid, ...] = ()  # issue 35: dirs the broker reports slow, sorted
 
     @property
     def is_multi_dir(self) -> bool:
@@ -155,6 +156,7 @@ def registration_from_record(record: records.RegisterBrokerRecord) -> BrokerRegi
         listeners=record.listeners,
         rack=record.rack,
         cordoned_log_dirs=tuple(sorted(record.cordoned_log_dirs)),
+        slow_log_dirs=tuple(sorted(record.slow_log_dirs)),
     )
 
 
@@ -178,6 +180,8 @@ def apply_broker_change(
         changes["offline_log_dirs"] = tuple(sorted(record.offline_log_dirs))
     if record.cordoned_log_dirs is not None:
         changes["cordoned_log_dirs"] = tuple(sorted(record.cordoned_log_dirs))
+    if record.slow_log_dirs is not None:
+        changes["slow_log_dirs"] = tuple(sorted(record.slow_log_dirs))
     return replace(current, **changes) if changes else current
 
 
@@ -635,6 +639,7 @@ class ClusterImage:
                     rack=reg.rack,
                     offline_log_dirs=reg.offline_log_dirs,
                     cordoned_log_dirs=reg.cordoned_log_dirs,
+                    slow_log_dirs=reg.slow_log_dirs,
                 )
             )
         for topic in self.topics.values():

@@ -5,8 +5,8 @@ controller decides them (pure).
 Guarantees:
 * PREFERRED: a partition whose leader is its preferred replica (the first in its replica list)
   is ELECTION_NOT_NEEDED (84); else the preferred replica becomes leader when it is in the ISR
-  and may lead (registered, unfenced, not shutting down, its dir online: `election.Acceptor`),
-  else PREFERRED_LEADER_NOT_AVAILABLE (80) and nothing changes.
+  and may lead (registered, unfenced, not shutting down, its dir online and not reported slow:
+  `election.Acceptor`), else PREFERRED_LEADER_NOT_AVAILABLE (80) and nothing changes.
 * UNCLEAN: a partition that has a leader is ELECTION_NOT_NEEDED; else a leader is elected by the
   §3.6 rule with unclean election allowed whatever the topic says (a clean leader first, else
   the first replica that may lead, the ISR then that leader alone), else
@@ -60,7 +60,11 @@ def _preferred_change(
 ) -> records.PartitionChangeRecord | None:
     """Leadership to the preferred replica, or None when it is not in the ISR or may not lead."""
     preferred = part.replicas[0]
-    if preferred not in part.isr or not acceptor.accepts(preferred, part.directories[0]):
+    if (
+        preferred not in part.isr
+        or not acceptor.accepts(preferred, part.directories[0])
+        or acceptor.slow(preferred, part.directories[0])
+    ):
         return None
     return records.PartitionChangeRecord(
         topic_id=key[0],

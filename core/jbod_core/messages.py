@@ -142,6 +142,8 @@ class BrokerHeartbeatRequest(Message):
     offline_log_dirs: list[UuidField] = []
     # Extension (KIP-1066): the cordoned dirs; None (an old agent) leaves them as registered.
     cordoned_log_dirs: list[UuidField] | None = None
+    # Extension (issue 35): the slow dirs; None (an old agent) leaves them as registered.
+    slow_log_dirs: list[UuidField] | None = None
 
 
 class PartitionIndex(Message):

@@ -76,6 +76,8 @@ class RegisterBrokerRecord:
     offline_log_dirs: tuple[Uuid, ...] = ()
     # Extension (KIP-1066): the online dirs the broker reports cordoned (no new replica there).
     cordoned_log_dirs: tuple[Uuid, ...] = ()
+    # Extension (issue 35): the online dirs the broker reports slow (no leadership while others may lead).
+    slow_log_dirs: tuple[Uuid, ...] = ()
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -92,6 +94,8 @@ class RegisterBrokerRecord:
         }
         if self.cordoned_log_dirs:
             data["cordonedLogDirs"] = _uuids(self.cordoned_log_dirs)
+        if self.slow_log_dirs:
+            data["slowLogDirs"] = _uuids(self.slow_log_dirs)
         return data
 
 
@@ -105,6 +109,7 @@ class BrokerRegistrationChangeRecord:
     log_dirs: tuple[Uuid, ...] | None = None
     offline_log_dirs: tuple[Uuid, ...] | None = None
     cordoned_log_dirs: tuple[Uuid, ...] | None = None  # extension (KIP-1066)
+    slow_log_dirs: tuple[Uuid, ...] | None = None  # extension (issue 35)
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"brokerId": self.broker_id, "brokerEpoch": self.broker_epoch}
@@ -118,6 +123,8 @@ class BrokerRegistrationChangeRecord:
             data["offlineLogDirs"] = _uuids(self.offline_log_dirs)
         if self.cordoned_log_dirs is not None:
             data["cordonedLogDirs"] = _uuids(self.cordoned_log_dirs)
+        if self.slow_log_dirs is not None:
+            data["slowLogDirs"] = _uuids(self.slow_log_dirs)
         return data
 
 
@@ -458,6 +465,7 @@ def _decode_register(d: Mapping[str, Any]) -> RegisterBrokerRecord:
         rack=d.get("rack"),
         offline_log_dirs=_uuid_list(d, "offlineLogDirs") if "offlineLogDirs" in d else (),
         cordoned_log_dirs=_uuid_list(d, "cordonedLogDirs") if "cordonedLogDirs" in d else (),
+        slow_log_dirs=_uuid_list(d, "slowLogDirs") if "slowLogDirs" in d else (),
     )
 
 
@@ -470,6 +478,7 @@ def _decode_change(d: Mapping[str, Any]) -> BrokerRegistrationChangeRecord:
         log_dirs=_opt(d, "logDirs", _uuid_list),
         offline_log_dirs=_opt(d, "offlineLogDirs", _uuid_list),
         cordoned_log_dirs=_opt(d, "cordonedLogDirs", _uuid_list),
+        slow_log_dirs=_opt(d, "slowLogDirs", _uuid_list),
     )
 
 

@@ -58,6 +58,7 @@ def describe_broker(image: ClusterImage, reg: BrokerRegistration) -> dict[str, A
         "offlineLogDirs": [str(d) for d in reg.offline_log_dirs],
         "hasOfflineLogDirs": reg.has_offline_log_dirs,
         "cordonedLogDirs": [str(d) for d in reg.cordoned_log_dirs],
+        "slowLogDirs": [str(d) for d in reg.slow_log_dirs],
         "acceptsNewReplicas": accepts_new_replicas(reg),
         "listeners": [listener.to_data() for listener in reg.listeners],
         "rack": reg.rack,

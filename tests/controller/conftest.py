@@ -343,6 +343,7 @@ class ReplayedImage:
                     "offlineLogDirs": sorted(b.get("offlineLogDirs", []), key=uuid_key),
                     "hasOfflineLogDirs": b["hasOfflineLogDirs"],
                     "cordonedLogDirs": sorted(b.get("cordonedLogDirs", []), key=uuid_key),
+                    "slowLogDirs": sorted(b.get("slowLogDirs", []), key=uuid_key),
                     "listeners": b["listeners"],
                     "rack": b["rack"],
                 }

@@ -14,7 +14,9 @@ Guarantees:
   placement queue, mover, replica manager, the loop's wake-up) is told once. `mark_full` and a
   later probe with free space move a dir between FULL and ONLINE. Each probe's free space also
   decides whether the dir is cordoned for its space (`log.dir.cordon.threshold`,
-  `jbod_core.disk_space`), with its fill rate over the recent probes. `io_error` classifies an error
+  `jbod_core.disk_space`), with its fill rate over the recent probes; and each probe's latency,
+  like each log flush's (`latency`), whether the dir is slow (`log.dir.slow.threshold.ms`,
+  `jbod_core.disk_latency`). `io_error` classifies an error
   from real work with the same rule as the probes (`probe.classify_io_error`).
 * A failed metadata dir is recorded in `state.metadata_dir_error`; the decision to stop is
   `decide`'s, not this module's.
@@ -59,6 +61,7 @@ class DirMonitor:
         self.prober = prober
         self.on_failed: list[Callable[[Uuid], None]] = []
         self.on_probe: list[ProbeHook] = []
+        self.on_flush: list[Callable[[Uuid, float], None]] = []  # a log flush's fsync seconds
         self.probes_in_flight = 0  # probe rounds started and not yet answered (or timed out)
         self._payload = os.urandom(512)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -92,6 +95,37 @@ class DirMonitor:
         log.error("Took log dir %s (%s) offline: %s", state.path, directory, error)
         for listener in self.on_failed:
             listener(directory)
+
+    def latency(self, directory: Uuid, seconds: float) -> None:
+        """A log flush's fsync of `directory` took `seconds` (the `DirFailures` port)."""
+        for hook in self.on_flush:
+            hook(directory, seconds)
+        self._record_latency(directory, seconds)
+
+    def _record_latency(self, directory: Uuid, seconds: float) -> None:
+        """A write-and-fsync latency of `directory` (a probe round's or a log flush's)."""
+        state = self.state.dirs.get(directory)
+        if state is None or state.health is DirHealth.OFFLINE:
+            return
+        state.latency.add(seconds)
+        threshold = dynamic_configs.slow_threshold_s(self.state.config, self.state.image)
+        slow = state.latency.slow(threshold, slow=state.slow)
+        if slow == state.slow:
+            return
+        state.slow = slow
+        median = (state.latency.median() or 0.0) * 1000
+        if slow:
+            log.warning(
+                "Log dir %s (%s) is slow: its median write-and-fsync latency over the last %d is "
+                "%.0f ms (log.dir.slow.threshold.ms %.0f)",
+                state.path,
+                directory,
+                len(state.latency.samples),
+                median,
+                threshold * 1000,
+            )
+        else:
+            log.info("Log dir %s (%s) is no longer slow (median %.0f ms)", state.path, directory, median)
 
     # -- probe rounds --------------------------------------------------------------------------
 
@@ -155,6 +189,7 @@ class DirMonitor:
             return
         for hook in self.on_probe:
             hook(state.directory_id, result)
+        self._record_latency(state.directory_id, result.seconds)
         if result.outcome is probe.ProbeOutcome.FAILED:
             self.fail_dir(state.directory_id, result.error or "probe failed")
             return

@@ -189,6 +189,17 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
         "(log.dir.cordon.threshold reached, or full)",
         labels=["directory_id", "path", "reason"],
     )
+    slow = GaugeMetricFamily(
+        "jbod_log_directory_slow",
+        "1 if the log dir is slow: its median write-and-fsync latency over its last 5 probes and "
+        "log flushes reached log.dir.slow.threshold.ms",
+        labels=["directory_id", "path"],
+    )
+    latency = GaugeMetricFamily(
+        "jbod_log_dir_latency_seconds",
+        "Median write-and-fsync latency of the log dir's last 5 probes and log flushes",
+        labels=["directory_id"],
+    )
     to_full = GaugeMetricFamily(
         "jbod_log_dir_seconds_to_full",
         "Seconds until the log dir is full at its fill rate of the last 10 minutes (absent: not filling)",
@@ -205,6 +216,10 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
         cordoned.add_metric([*labels, "config"], 1 if directory in by_config else 0)
         by_space = state.space_cordoned or state.health is DirHealth.FULL
         cordoned.add_metric([*labels, "space"], 1 if by_space else 0)
+        slow.add_metric(labels, 1 if state.slow else 0)
+        median = state.latency.median()
+        if median is not None:
+            latency.add_metric([str(directory)], median)
         left = state.fill.seconds_to_full()
         if left is not None:
             to_full.add_metric([str(directory)], left)
@@ -216,6 +231,8 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
     yield total
     yield cordoned
     yield to_full
+    yield slow
+    yield latency
 
 
 def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -275,8 +292,16 @@ class AgentApi:
             registry=self.registry,
             buckets=_PROBE_BUCKETS,
         )
+        self.flush_seconds = Histogram(
+            "jbod_log_dir_flush_seconds",
+            "Time of one log flush (fsync of a log's appends) in the log dir",
+            ["directory_id"],
+            registry=self.registry,
+            buckets=_PROBE_BUCKETS,
+        )
         self.registry.register(_AgentCollector(agent))
         agent.monitor.on_probe.append(self._observe_probe)
+        agent.monitor.on_flush.append(self._observe_flush)
 
     def runner(self, *, shutdown_timeout: float) -> web.AppRunner:
         """The app under the configured connection limits, ready for `web.TCPSite`."""
@@ -296,6 +321,9 @@ class AgentApi:
 
     def _observe_probe(self, directory: Uuid, result: probe.ProbeResult) -> None:
         self.probe_seconds.labels(directory_id=str(directory)).observe(result.seconds)
+
+    def _observe_flush(self, directory: Uuid, seconds: float) -> None:
+        self.flush_seconds.labels(directory_id=str(directory)).observe(seconds)
 
     def _authorized(self, request: web.Request) -> bool:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")

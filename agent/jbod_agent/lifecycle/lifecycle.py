@@ -10,7 +10,8 @@ Guarantees:
 * Placements: a batch's reply confirms or requeues each placement (`AssignmentQueue`); a failed
   request backs the queue off.
 * Registration and every heartbeat (once caught up with the metadata log) carry the cordoned dirs
-  (`dynamic_configs.cordoned_dir_ids`, KIP-1066).
+  (`dynamic_configs.cordoned_dir_ids`, KIP-1066); every heartbeat the dirs that are slow now
+  (`AgentState.slow_dir_ids`, issue 35).
 * Nothing here decides what to do next: that is `decide`; the loop in `agent` calls these.
 """
 
@@ -140,6 +141,7 @@ class LifecycleCalls:
             # KIP-1066 (and KAFKA-20441): only once caught up, so a dynamic change is never undone
             # by a broker that has not replayed it yet.
             cordoned_log_dirs=dynamic_configs.cordoned_dir_ids(state) if state.caught_up() else None,
+            slow_log_dirs=state.slow_dir_ids(),
         )
 
     async def heartbeat(self, offline: list[Uuid]) -> None:

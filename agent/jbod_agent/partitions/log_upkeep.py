@@ -2,7 +2,10 @@
 
 Guarantees:
 * Every `log.flush.interval.ms` of the injected clock (or sooner for a log whose topic sets a
-  shorter `flush.ms`), each log appended to since (`dirty`) is fsynced in a worker thread, off the event loop (`PartitionLog.flush` allows that); a leader's
+  shorter `flush.ms`), each log appended to since (`dirty`) is fsynced in a worker thread, off
+  the event loop (`PartitionLog.flush` allows that), each dir's logs by a task of their own: a
+  slow dir does not hold up the others' flushes, each flush's time is the dir's latency
+  (`DirFailures.latency`); a hung dir is left to the probes; a leader's
   changed producer state is first expired (`producer.id.expiration.ms`, the clock's wall time)
   and saved as a snapshot (`producers.save`: derived data, so a failure is logged, not fatal).
 * Every `log.retention.check.interval.ms`, retention runs on each hosted log against the clock's
@@ -24,6 +27,7 @@ from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManage
 from jbod_agent.ports import Clock, wall_ms
 from jbod_agent.storage import producers
 from jbod_core import producer_state
+from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent.replicas")
 
@@ -40,33 +44,55 @@ class LogUpkeep:
     async def flush_forever(self) -> None:
         """fsync dirty logs periodically, off the event loop: every `log.flush.interval.ms`, or a
         log's `flush.ms` when that is shorter (the loop then wakes that often, at least
-        `MIN_FLUSH_TICK_MS` apart)."""
+        `MIN_FLUSH_TICK_MS` apart). Each dir's logs are flushed by a task of their own, so a slow
+        or hung dir delays only its own logs; a dir still flushing from the last tick is left for
+        the next (a hung one is the probes' to take offline)."""
         manager = self.manager
         state = manager.state
         interval_ms = state.config.log_flush_interval_ms
         tick_ms = interval_ms
-        while not state.stopping.is_set():
-            await self.clock.sleep(tick_ms / 1000)
-            now_ms = wall_ms(self.clock)
-            hosted_logs = list(manager.partitions.values())
-            tick_ms = max(MIN_FLUSH_TICK_MS, min([interval_ms, *(h.log.flush_ms for h in hosted_logs)]))
-            dirty = [
-                h
-                for h in hosted_logs
-                if h.dirty and now_ms - h.log.last_flush_ms >= min(interval_ms, h.log.flush_ms) - tick_ms // 2
-            ]
-            for hosted in dirty:
-                hosted.dirty = False
-                self._save_producers(hosted)
-                hosted.log.flush_starting(now_ms)
-                try:
-                    hosted.log.write_index()  # on the loop, which appends: the flush only fsyncs
-                    await asyncio.to_thread(hosted.log.flush)
-                except OSError as exc:
-                    if manager.partitions.get(hosted.key) is hosted:
-                        manager.storage_error(hosted, exc, "flushing")
-                except ValueError:
-                    pass  # closed meanwhile
+        flushing: dict[Uuid, asyncio.Task[None]] = {}
+        try:
+            while not state.stopping.is_set():
+                await self.clock.sleep(tick_ms / 1000)
+                now_ms = wall_ms(self.clock)
+                hosted_logs = list(manager.partitions.values())
+                tick_ms = max(MIN_FLUSH_TICK_MS, min([interval_ms, *(h.log.flush_ms for h in hosted_logs)]))
+                by_dir: dict[Uuid, list[HostedPartition]] = {}
+                for h in hosted_logs:
+                    if (
+                        h.dirty
+                        and now_ms - h.log.last_flush_ms >= min(interval_ms, h.log.flush_ms) - tick_ms // 2
+                    ):
+                        by_dir.setdefault(h.directory_id, []).append(h)
+                for directory in [d for d, task in flushing.items() if task.done()]:
+                    flushing.pop(directory).result()  # a bug in a flush is not swallowed
+                for directory, dirty in by_dir.items():
+                    if directory not in flushing:
+                        flushing[directory] = asyncio.create_task(self._flush_dir(directory, dirty, now_ms))
+        finally:
+            for task in flushing.values():
+                task.cancel()
+
+    async def _flush_dir(self, directory: Uuid, dirty: list[HostedPartition], now_ms: int) -> None:
+        """fsync `dirty` (the logs of one dir) one after the other, each timed: the dir's latency."""
+        manager = self.manager
+        for hosted in dirty:
+            if manager.partitions.get(hosted.key) is not hosted:
+                continue
+            hosted.dirty = False
+            self._save_producers(hosted)
+            hosted.log.flush_starting(now_ms)
+            try:
+                hosted.log.write_index()  # on the loop, which appends: the flush only fsyncs
+                started = self.clock.monotonic()
+                await asyncio.to_thread(hosted.log.flush)
+                manager.failures.latency(directory, self.clock.monotonic() - started)
+            except OSError as exc:
+                if manager.partitions.get(hosted.key) is hosted:
+                    manager.storage_error(hosted, exc, "flushing")
+            except ValueError:
+                pass  # closed meanwhile
 
     def save_producer_snapshots(self) -> None:
         """Snapshot every changed producer state now, on the event loop (no append can come
