@@ -24,6 +24,8 @@ compaction (issue 32; writes some 1 GB to the temp dir's disk).
 `transactions` runs our 3 agents and Apache Kafka 4.3 (1 controller + 3 brokers) in turn:
 transactional produce (confluent-kafka producers, transactions of 100 x 1 KiB, acks=all, RF 3),
 records/s and `commit_transaction()` p50 / p99 side by side (issue 33).
+`disk_gray_failures` runs our 3 agents and Apache Kafka 4.3 in turn (root: loop volumes and
+cgroup v1 blkio throttling): how long until a slow and a hung disk's leaderships move (issue 35).
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -55,6 +57,7 @@ BENCHMARKS = (
     "tls_throughput",
     "compaction",
     "transactions",
+    "disk_gray_failures",
     "pipeline_scale",
 )
 

@@ -232,6 +232,7 @@ class _Context:
     broker_dirs: Mapping[str, Mapping[str, Any]]  # disk name → the broker's own view of its log dir
     controller_offline: frozenset[str]  # directory ids the controller lists offline
     controller_cordoned: frozenset[str]  # directory ids the controller lists cordoned (KIP-1066)
+    controller_slow: frozenset[str]  # directory ids the controller lists slow (issue 35)
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,7 @@ def _context(obs: Observation) -> _Context:
         },
         controller_offline=frozenset((obs.registration or {}).get("offlineLogDirs") or []),
         controller_cordoned=frozenset((obs.registration or {}).get("cordonedLogDirs") or []),
+        controller_slow=frozenset((obs.registration or {}).get("slowLogDirs") or []),
     )
 
 
@@ -379,10 +381,12 @@ def _decide_disk(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskOutc
     ):
         if value is not None:
             entry[key] = value
+    entry.update(_space_and_speed(seen, directory_id, ctx))
 
     old_state = (before or {}).get("state")
     where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {directory_id})"
     events = [event for event in (_state_change_event(where, state, old_state, error),) if event is not None]
+    events += _space_and_speed_events(where, entry, before)
     newer = (
         choice.newest is not None
         and choice.current is not None
@@ -424,6 +428,65 @@ def _disk_state(
     if seen is not None:
         return "Online", None
     return "Pending", None
+
+
+def _space_and_speed(
+    seen: Mapping[str, Any] | None, directory_id: str | None, ctx: _Context
+) -> dict[str, Any]:
+    """The dir's space and speed as its broker reports them (issue 35): cordoned for its space,
+    the used fraction, the time until full, slow (or listed slow by the controller), the median
+    write-and-fsync latency; each only when known (and the two flags only when true)."""
+    seen = seen or {}
+    out: dict[str, Any] = {}
+    if seen.get("spaceCordoned"):
+        out["spaceCordoned"] = True
+    if seen.get("slow") or (directory_id is not None and directory_id in ctx.controller_slow):
+        out["slow"] = True
+    for key in ("usedRatio", "secondsToFull", "latencyMs"):
+        if isinstance(seen.get(key), int | float):
+            out[key] = seen[key]
+    return out
+
+
+def _space_and_speed_events(
+    where: str, entry: Mapping[str, Any], before: Mapping[str, Any] | None
+) -> list[Event]:
+    """An Event when the dir is cordoned for its space or released, and when it turns slow or
+    recovers (against the previous status)."""
+    before = before or {}
+    events = []
+    used = f"{entry.get('usedRatio', 0):.0%} used"
+    if entry.get("spaceCordoned") and not before.get("spaceCordoned"):
+        left = entry.get("secondsToFull")
+        when = f", full in about {_duration(left)} at the current rate" if left is not None else ""
+        events.append(
+            Event(
+                "Warning",
+                "LogDirCordoned",
+                f"Cordoned {where} for its space: {used} (log.dir.cordon.threshold){when}; it takes no new replicas",
+            )
+        )
+    elif before.get("spaceCordoned") and not entry.get("spaceCordoned"):
+        events.append(Event("Normal", "LogDirUncordoned", f"{where} takes new replicas again: {used}"))
+    if entry.get("slow") and not before.get("slow"):
+        latency = entry.get("latencyMs")
+        median = f": median write-and-fsync {latency:.0f} ms" if latency is not None else ""
+        events.append(
+            Event(
+                "Warning", "LogDirSlow", f"{where} is slow{median}; its leaderships moved to other replicas"
+            )
+        )
+    elif before.get("slow") and not entry.get("slow"):
+        events.append(Event("Normal", "LogDirNoLongerSlow", f"{where} is no longer slow"))
+    return events
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 7200:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def _state_change_event(where: str, state: str, old_state: str | None, error: str | None) -> Event | None:

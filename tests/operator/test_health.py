@@ -294,3 +294,33 @@ def test_a_dir_the_controller_lists_cordoned_is_shown_cordoned_and_stays_online(
     assert by_name["d1"]["cordoned"] is True and by_name["d1"]["state"] == "Online"
     assert "cordoned" not in by_name["d0"]
     assert decision.replace == ()
+
+
+def test_a_dir_cordoned_for_its_space_or_slow_is_shown_so_with_an_event_each_way() -> None:
+    """Issue 35: the broker's view of its dir (space cordon, used ratio, time to full, slow,
+    latency) reaches the status; an Event when the dir is cordoned for its space or turns slow,
+    and one when it is released or recovers."""
+    filling = {**log_dir("d0", DIR0), "spaceCordoned": True, "usedRatio": 0.96, "secondsToFull": 5400.0}
+    slow = {**log_dir("d1", DIR1), "slow": True, "latencyMs": 812.0}
+    first = health.decide(observe(log_dirs=[filling, slow]))
+    by_name = {d["name"]: d for d in first.status["logDirs"]}
+    assert by_name["d0"]["spaceCordoned"] is True and by_name["d0"]["usedRatio"] == 0.96
+    assert by_name["d0"]["secondsToFull"] == 5400.0 and by_name["d0"]["state"] == "Online"
+    assert by_name["d1"]["slow"] is True and by_name["d1"]["latencyMs"] == 812.0
+    assert "slow" not in by_name["d0"] and "spaceCordoned" not in by_name["d1"]
+    reasons = {e.reason: e.message for e in first.events}
+    assert "96% used" in reasons["LogDirCordoned"] and "about 90 min" in reasons["LogDirCordoned"]
+    assert "812 ms" in reasons["LogDirSlow"]
+    again = health.decide(observe(log_dirs=[filling, slow], previous=first.status))
+    assert not {"LogDirCordoned", "LogDirSlow"} & {e.reason for e in again.events}, "once per change"
+    released = health.decide(
+        observe(
+            log_dirs=[{**log_dir("d0", DIR0), "usedRatio": 0.5}, log_dir("d1", DIR1)], previous=first.status
+        )
+    )
+    assert {"LogDirUncordoned", "LogDirNoLongerSlow"} <= {e.reason for e in released.events}
+    # The controller's list alone marks a dir slow (the broker's view may lag).
+    listed = health.decide(
+        observe(registration={"brokerId": 0, "fenced": False, "offlineLogDirs": [], "slowLogDirs": [DIR0]})
+    )
+    assert {d["name"]: d.get("slow") for d in listed.status["logDirs"]} == {"d0": True, "d1": None}
