@@ -132,7 +132,9 @@ def _create(config: dict[str, Any]) -> None:
 
     admin = AdminClient(config)
     assignment = [[1, 2, 3] if p % 2 == 0 else [1, 3, 2] for p in range(PARTITIONS)]
-    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replica_assignment=assignment)])[TOPIC].result(60)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replica_assignment=assignment)])[
+        TOPIC
+    ].result(60)
 
     def led_by_1() -> bool:
         topic = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
