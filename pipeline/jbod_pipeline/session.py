@@ -17,6 +17,9 @@ Guarantees:
   throughput garbage collector (`LOCAL_JAVA_OPTIONS`).
 * No generated method is too big for HotSpot to compile (`spark.sql.codegen.hugeMethodLimit`
   8000, as Spark's own documentation advises on HotSpot).
+* No query plan's text is longer than `MAX_PLAN_STRING_LENGTH` characters
+  (`spark.sql.maxPlanStringLength`), and the driver keeps the plans of the last 50 queries
+  only (`spark.sql.ui.retainedExecutions`): it never spends its heap describing deep plans.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ SMALL_INPUT_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # A larger local run: the throughput collector (G1's concurrent work competes with the tasks for
 # the few cores of one machine; the 1M-partition run went about 15 % faster).
 LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
+MAX_PLAN_STRING_LENGTH = 100_000
 
 
 def is_local(master: str) -> bool:
@@ -73,6 +77,13 @@ def settings(
         # run interpreted: the input checks of a million records took 3.4 s instead of 1.3 s.
         # At 8,000 such a stage falls back to per-expression code, which is compiled.
         "spark.sql.codegen.hugeMethodLimit": "8000",
+        # The text of a query plan, written for every query run (its listener event), is cut at
+        # this length: the plan of an iterative job (the across-brokers plan) grows with each
+        # round, and its full text ran the driver out of heap in a CI run.
+        "spark.sql.maxPlanStringLength": str(MAX_PLAN_STRING_LENGTH),
+        # The driver keeps each finished query's plan for the SQL UI (1,000 by default), UI off or
+        # not: a long session of iterative jobs keeps only the last few.
+        "spark.sql.ui.retainedExecutions": "50",
     }
     if local:
         cores = local_cores(master)

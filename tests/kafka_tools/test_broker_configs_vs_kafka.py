@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -136,7 +136,20 @@ def _described(side: Side, kind: ResourceType, name: str) -> dict[str, dict[str,
 
 
 def _create(side: Side, topic: str) -> None:
+    """Create `topic`, then wait until DescribeConfigs knows it: the broker the client asks may
+    learn of a new topic a moment after the one that created it (on Kafka as on ours)."""
     side.admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=TIMEOUT)[topic].result(TIMEOUT)
+
+    def known() -> bool:
+        try:
+            _described(side, ResourceType.TOPIC, topic)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            raise
+        return True
+
+    wait_for(known, timeout=TIMEOUT, what=f"{side.name} to describe the new topic {topic}")
 
 
 def _alter_broker(side: Side, key: str, value: str | None) -> tuple[str, str]:

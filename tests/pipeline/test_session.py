@@ -28,6 +28,7 @@ def test_large_unknown_or_remote_inputs_keep_the_throughput_settings() -> None:
     assert "spark.sql.shuffle.partitions" not in cluster and "spark.driver.extraJavaOptions" not in cluster
     # Generated code stays within what HotSpot compiles, local or not.
     assert conf["spark.sql.codegen.hugeMethodLimit"] == cluster["spark.sql.codegen.hugeMethodLimit"] == "8000"
+    assert conf["spark.sql.maxPlanStringLength"] == cluster["spark.sql.maxPlanStringLength"] == "100000"
     assert (
         session.settings(master="local[2]", input_bytes=1, shuffle_partitions=5)[
             "spark.sql.shuffle.partitions"
