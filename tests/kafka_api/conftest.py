@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from jbod_client.controller import read_token
 from jbod_local.processes import DEFAULT_LISTENERS
@@ -70,6 +70,25 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
         yield start_kafka_cluster(stack, tmp_path_factory.mktemp("kafka"))
 
 
+def _watermarks(consumer: Consumer, topic: str, timeout: float) -> tuple[int, int]:
+    """Partition 0's watermarks; a partition librdkafka's metadata does not know yet (a leader
+    that just came back) is asked again until `timeout`."""
+    found: list[tuple[int, int]] = []
+
+    def known() -> bool:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            return False
+        found.append((int(low), int(high)))
+        return True
+
+    wait_for(known, timeout=timeout, what=f"the watermarks of {topic}-0")
+    return found[-1]
+
+
 def earliest_and_values(
     config: dict[str, Any], topic: str, *, timeout: float = 30.0
 ) -> tuple[int, list[bytes]]:
@@ -77,7 +96,7 @@ def earliest_and_values(
     a consumer reads from there up to the end offset (a fresh group, nothing committed)."""
     consumer = Consumer({**config, "group.id": f"read-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
     try:
-        earliest, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        earliest, end = _watermarks(consumer, topic, timeout)
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         values: list[bytes] = []
         while len(values) < end - earliest:

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from e2e.wait import wait_for
 from jbod_agent.config import parse_config
 from jbod_core.messages import AlterScramCredentialsRequest, ScramCredentialDeletion
 from jbod_core.meta_properties import parse_properties
@@ -167,7 +168,8 @@ def test_an_unreachable_controller_is_not_yet_and_a_lost_credential_is_registere
             deletions=[ScramCredentialDeletion(name=names.KAFKA_CLIENT_USER, mechanism=2)]
         )
     )
-    assert _refused(kafka_cluster, "third")
+    # The brokers learn of the deletion from the metadata log, a moment after the controller.
+    wait_for(lambda: _refused(kafka_cluster, "third"), timeout=60, what="the deleted credential refused")
     assert credentials.ensure(url, token, _identity, "third", state, now=30.0)  # not due: no call
     assert _refused(kafka_cluster, "third")
     assert credentials.ensure(url, token, _identity, "third", state, now=61.0)
