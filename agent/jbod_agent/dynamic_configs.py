@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from jbod_agent.config import BrokerConfig
-from jbod_agent.placement import DirHealth
 from jbod_agent.state import AgentState
 from jbod_core import broker_configs
 from jbod_core.ids import Uuid
@@ -131,9 +130,5 @@ def cordoned_dir_ids(state: AgentState) -> list[Uuid]:
     report): those `cordoned.log.dirs` names, and those cordoned for their space or full."""
     registered = set(state.registered_dirs)
     dirs = {d: s.path for d, s in state.dirs.items() if d in registered}
-    by_space = {
-        d
-        for d, s in state.dirs.items()
-        if d in registered and (s.space_cordoned or s.health is DirHealth.FULL)
-    }
+    by_space = {d for d, s in state.dirs.items() if d in registered and s.cordoned_for_space}
     return sorted(set(cordoned_dirs(state.config, state.image, dirs)) | by_space)

@@ -43,6 +43,11 @@ class LogDirState:
     slow: bool = False
     latency: DirLatency = field(default_factory=DirLatency)
 
+    @property
+    def cordoned_for_space(self) -> bool:
+        """Cordoned for its space: `log.dir.cordon.threshold` reached, or full (ENOSPC)."""
+        return self.space_cordoned or self.health is DirHealth.FULL
+
 
 @dataclass
 class LocalReplica:

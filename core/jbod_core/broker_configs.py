@@ -488,12 +488,20 @@ def cleaner_settings(levels: BrokerLevels) -> CleanerSettings:
     not parse, say from an older version's log, is skipped)."""
     values: dict[str, bool | int | float] = {}
     for name, field in _CLEANER_FIELDS.items():
-        for level in levels.levels_of(name):
-            parsed = parse(name, level.value or "")
-            if not isinstance(parsed, ConfigProblem) and isinstance(parsed, bool | int | float):
-                values[field] = parsed
-                break
+        found = _first_number(name, levels)
+        if found is not None:
+            values[field] = found
     return CleanerSettings(**values)  # type: ignore[arg-type]  # each field its key's type
+
+
+def _first_number(name: str, levels: BrokerLevels) -> bool | int | float | None:
+    """The value of the first level of `name` that parses (a value that does not, say from an
+    older version's log, is skipped), or None."""
+    for level in levels.levels_of(name):
+        parsed = parse(name, level.value or "")
+        if not isinstance(parsed, ConfigProblem) and isinstance(parsed, bool | int | float):
+            return parsed
+    return None
 
 
 def _definition(key: BrokerKey) -> topic_configs.ConfigDefinition:
@@ -565,17 +573,15 @@ def rate(configs: Mapping[str, str], name: str) -> int | None:
 
 
 def cordon_threshold(levels: BrokerLevels) -> float:
-    """`log.dir.cordon.threshold` as the broker uses it: its first level's value, else the default."""
-    text = levels.value(LOG_DIR_CORDON_THRESHOLD)
-    parsed = parse(LOG_DIR_CORDON_THRESHOLD, text) if text is not None else None
-    return float(parsed) if isinstance(parsed, int | float) else disk_space.DEFAULT_THRESHOLD
+    """`log.dir.cordon.threshold` as the broker uses it: its first usable level, else the default."""
+    found = _first_number(LOG_DIR_CORDON_THRESHOLD, levels)
+    return disk_space.DEFAULT_THRESHOLD if found is None else float(found)
 
 
 def slow_threshold_ms(levels: BrokerLevels) -> int:
-    """`log.dir.slow.threshold.ms` as the broker uses it: its first level's value, else the default."""
-    text = levels.value(LOG_DIR_SLOW_THRESHOLD_MS)
-    parsed = parse(LOG_DIR_SLOW_THRESHOLD_MS, text) if text is not None else None
-    return int(parsed) if isinstance(parsed, int) else disk_latency.DEFAULT_THRESHOLD_MS
+    """`log.dir.slow.threshold.ms` as the broker uses it: its first usable level, else the default."""
+    found = _first_number(LOG_DIR_SLOW_THRESHOLD_MS, levels)
+    return disk_latency.DEFAULT_THRESHOLD_MS if found is None else int(found)
 
 
 def cordoned_paths(configs: Mapping[str, str]) -> tuple[str, ...]:

@@ -28,12 +28,13 @@ DEFAULT_THRESHOLD_MS: Final = 1000
 @dataclass
 class DirLatency:
     window: int = WINDOW
-    samples: deque[float] = field(default_factory=deque)
+    samples: deque[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.samples = deque(maxlen=self.window)
 
     def add(self, seconds: float) -> None:
         self.samples.append(max(0.0, seconds))
-        while len(self.samples) > self.window:
-            self.samples.popleft()
 
     def median(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None

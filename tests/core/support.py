@@ -108,6 +108,8 @@ class Cluster:
         want_fence: bool = False,
         want_shut_down: bool = False,
         offline: Sequence[Uuid] = (),
+        cordoned: Sequence[Uuid] | None = None,
+        slow: Sequence[Uuid] | None = None,
     ) -> tuple[list[records.Record], BrokerHeartbeatReply]:
         if epoch is None:
             epoch = self.epoch(broker_id)
@@ -118,6 +120,8 @@ class Cluster:
             want_fence=want_fence,
             want_shut_down=want_shut_down,
             offline_log_dirs=list(offline),
+            cordoned_log_dirs=None if cordoned is None else list(cordoned),
+            slow_log_dirs=None if slow is None else list(slow),
         )
         return brokers.broker_heartbeat(self.image, self.sessions, request)
 

@@ -10,7 +10,7 @@ from jbod_core import brokers, records, topics
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
 from jbod_core.image import accepts_new_replicas
-from jbod_core.messages import BrokerHeartbeatRequest, CreateTopicRequest, RegisterBrokerRequest
+from jbod_core.messages import CreateTopicRequest, RegisterBrokerRequest
 from tests.core.support import CLUSTER_ID, SESSION_TIMEOUT, Cluster, d, incarnation
 
 
@@ -36,13 +36,7 @@ def _register(
 
 
 def _beat(cluster: Cluster, broker_id: int, cordoned: list[Uuid] | None) -> tuple[list[records.Record], int]:
-    request = BrokerHeartbeatRequest(
-        broker_id=broker_id,
-        broker_epoch=cluster.epoch(broker_id),
-        current_metadata_offset=cluster.image.end_offset,
-        cordoned_log_dirs=cordoned,
-    )
-    produced, reply = brokers.broker_heartbeat(cluster.image, cluster.sessions, request)
+    produced, reply = cluster.heartbeat(broker_id, cordoned=cordoned)
     return produced, reply.error_code
 
 

@@ -4,23 +4,17 @@ the ISR), later elections and preferred elections avoid slow dirs, and the image
 
 from __future__ import annotations
 
-from jbod_core import brokers, leader_election, records
+from jbod_core import leader_election, records
 from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid
-from jbod_core.messages import BrokerHeartbeatRequest, ElectLeadersRequest
+from jbod_core.messages import ElectLeadersRequest
 from tests.core.support import TOPIC, Cluster, change, d
 
 A1, A2, B1, C1 = d(11), d(12), d(21), d(31)
 
 
 def _beat(cluster: Cluster, broker_id: int, slow: list[Uuid] | None) -> tuple[list[records.Record], int]:
-    request = BrokerHeartbeatRequest(
-        broker_id=broker_id,
-        broker_epoch=cluster.epoch(broker_id),
-        current_metadata_offset=cluster.image.end_offset,
-        slow_log_dirs=slow,
-    )
-    produced, reply = brokers.broker_heartbeat(cluster.image, cluster.sessions, request)
+    produced, reply = cluster.heartbeat(broker_id, slow=slow)
     return produced, reply.error_code
 
 

@@ -214,8 +214,7 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
         usable.add_metric([str(directory)], state.usable_bytes)
         total.add_metric([str(directory)], state.total_bytes)
         cordoned.add_metric([*labels, "config"], 1 if directory in by_config else 0)
-        by_space = state.space_cordoned or state.health is DirHealth.FULL
-        cordoned.add_metric([*labels, "space"], 1 if by_space else 0)
+        cordoned.add_metric([*labels, "space"], 1 if state.cordoned_for_space else 0)
         slow.add_metric(labels, 1 if state.slow else 0)
         median = state.latency.median()
         if median is not None:

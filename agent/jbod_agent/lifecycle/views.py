@@ -62,7 +62,7 @@ def log_dirs_view(
                 "directoryId": str(directory),
                 "state": state.health.value,
                 "cordoned": directory in cordoned,
-                "spaceCordoned": state.space_cordoned,
+                "spaceCordoned": state.cordoned_for_space,
                 "usedRatio": round(disk_space.used_fraction(state.total_bytes, state.usable_bytes), 4),
                 "secondsToFull": _rounded(state.fill.seconds_to_full()),
                 "slow": state.slow,
