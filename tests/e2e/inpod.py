@@ -98,6 +98,10 @@ def produce() -> None:
                     break
                 except BufferError:  # the local queue is full while brokers catch up
                     producer.poll(0.1)
+                except KafkaException:
+                    # A fatal error: its reason reaches the error callback at the next poll.
+                    producer.poll(1.0)
+                    raise
             seq += 1
         producer.poll(0)
         next_tick = max(next_tick + tick, time.monotonic() - 1.0)

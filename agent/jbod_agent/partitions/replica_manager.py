@@ -111,6 +111,8 @@ class HostedPartition:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     pending_isr: tuple[int, ...] | None = None
+    isr_in_flight: bool = False  # `isr_upkeep`'s AlterPartition for `pending_isr` is out
+    isr_resend: bool = False  # that call failed: `isr_upkeep` asks for `pending_isr` again
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     epoch_start_offset: int = 0
     min_isr: int = 1
@@ -304,10 +306,17 @@ class ReplicaManager:
                 del hosted.followers[gone]  # reassigned away: its progress no longer counts
         hosted.replicas = part.replicas
         if part.partition_epoch >= hosted.partition_epoch:
+            newer = part.partition_epoch > hosted.partition_epoch
             hosted.isr = part.isr
             hosted.partition_epoch = part.partition_epoch
-            if hosted.pending_isr is not None and hosted.pending_isr == part.isr:
+            if hosted.pending_isr is not None and (
+                hosted.pending_isr == part.isr or (newer and not hosted.isr_in_flight)
+            ):
+                # The image shows what the controller committed (a pending change answered with
+                # another leader epoch or an error is settled here, as Kafka's metadata update
+                # ends its pending ISR state); one still in flight is settled by its answer.
                 hosted.pending_isr = None
+                hosted.isr_resend = False
         if part.leader == me:
             if hosted.role is not Role.LEADER or new_epoch:
                 self._become_leader(hosted, part)
@@ -326,6 +335,7 @@ class ReplicaManager:
         hosted.leader_epoch = part.leader_epoch
         hosted.followers.clear()
         hosted.pending_isr = None
+        hosted.isr_resend = False
         hosted.fetch_retry_at = 0.0
         return was_following != (hosted.role, hosted.leader_id, hosted.leader_epoch)
 
@@ -335,6 +345,7 @@ class ReplicaManager:
         hosted.leader_id = self.state.node_id
         hosted.leader_epoch = part.leader_epoch
         hosted.pending_isr = None
+        hosted.isr_resend = False
         hosted.epoch_start_offset = hosted.log.end_offset
         try:
             hosted.log.assign_epoch_start(part.leader_epoch)

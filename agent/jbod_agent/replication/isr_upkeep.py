@@ -8,8 +8,13 @@ Guarantees:
 * At most one change per partition is in flight (`HostedPartition.pending_isr`); while it is, the
   maximal ISR (old plus new) holds the high watermark and the low watermark (DeleteRecords). An
   answer is applied only to a partition still hosted as it was and only when it is newer (same
-  leader epoch, higher partition epoch); a failed call or an error code leaves the ISR as the
-  image says.
+  leader epoch, higher partition epoch). The maximal ISR is kept (Kafka's pending ISR state)
+  until this broker knows what the controller committed: an answer of another leader epoch (the
+  change completed a reassignment that moved the leadership), or an error saying the
+  controller's partition moved on (6, 74, 108, 3, 100), keeps it until the image shows a newer
+  partition epoch or another role (`ReplicaManager._apply`); a failed call keeps it and asks the
+  same change again at the next scan. Dropping it earlier let a leader that had just lost the
+  partition count only its old ISR and acknowledge records the new leader never had.
 * The scan runs every `replica.lag.time.max.ms / 2` (Kafka's isr-expiration period) and at once
   when a follower's fetch may allow an expansion (`check_now`), only while registered; requests
   carry at most `MAX_PARTITIONS_PER_REQUEST` partitions.
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from jbod_agent.partitions.replica_manager import HostedPartition, ReplicaManager, Role
 from jbod_agent.ports import Clock, ControllerCallError, PartitionAlterations, monotonic_ms
 from jbod_core import replication
+from jbod_core.errors import ErrorCode
 from jbod_core.ids import Uuid, is_online
 from jbod_core.image import PartitionKey
 from jbod_core.messages import (
@@ -35,6 +41,18 @@ from jbod_core.messages import (
 )
 
 log = logging.getLogger("jbod_agent.replicas")
+
+#: Answers meaning the controller's partition is ahead of this broker's image (leadership or epochs
+#: moved): the maximal ISR is kept until the image catches up.
+_IMAGE_BEHIND = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_UPDATE_VERSION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
 
 
 class IsrUpkeep:
@@ -67,7 +85,12 @@ class IsrUpkeep:
         lag = state.config.replica_lag_time_max_ms
         out: list[tuple[HostedPartition, tuple[int, ...]]] = []
         for hosted in self.manager.partitions.values():
-            if hosted.role is not Role.LEADER or hosted.pending_isr is not None:
+            if hosted.role is not Role.LEADER:
+                continue
+            if hosted.pending_isr is not None:
+                if hosted.isr_resend and not hosted.isr_in_flight:
+                    hosted.isr_resend = False
+                    out.append((hosted, hosted.pending_isr))  # the call failed: the same change again
                 continue
             shrink = replication.isr_to_shrink(
                 hosted.isr, state.node_id, hosted.followers, now_ms=now, lag_time_max_ms=lag
@@ -113,8 +136,11 @@ class IsrUpkeep:
         they were (the maximal ISR holds the high watermark while the request is out)."""
         state = self.manager.state
         by_topic: dict[Uuid, list[AlterPartitionData]] = {}
+        sent_epochs: dict[PartitionKey, int] = {}
         for hosted, new_isr in changes:
             hosted.pending_isr = new_isr
+            hosted.isr_in_flight = True
+            sent_epochs[hosted.key] = hosted.partition_epoch
             by_topic.setdefault(hosted.key[0], []).append(
                 AlterPartitionData(
                     partition_index=hosted.key[1],
@@ -139,15 +165,32 @@ class IsrUpkeep:
                 for topic in reply.topics:
                     for p in topic.partitions:
                         results[(topic.topic_id, p.partition_index)] = p
-        for hosted, _new_isr in changes:
-            hosted.pending_isr = None
-            result = results.get(hosted.key)
-            if result is None or self.manager.partitions.get(hosted.key) is not hosted:
-                continue
-            if result.error_code != 0:
-                log.info("%s: AlterPartition answered errorCode %s", hosted.name, result.error_code)
-                continue
-            if result.leader_epoch == hosted.leader_epoch and result.partition_epoch > hosted.partition_epoch:
-                hosted.isr = tuple(result.isr)
-                hosted.partition_epoch = result.partition_epoch
-            hosted.complete_delayed_requests()
+        for hosted, new_isr in changes:
+            hosted.isr_in_flight = False
+            if self.manager.partitions.get(hosted.key) is not hosted or hosted.pending_isr != new_isr:
+                continue  # removed, or the image already settled it (a new role or partition epoch)
+            _settle(hosted, results.get(hosted.key), sent_partition_epoch=sent_epochs[hosted.key])
+
+
+def _settle(
+    hosted: HostedPartition, result: AlterPartitionResult | None, *, sent_partition_epoch: int
+) -> None:
+    """The answer to `hosted`'s pending ISR change (None: the call got no answer)."""
+    if result is None:
+        hosted.isr_resend = True  # the controller may have applied it: keep the maximal ISR
+        return
+    if result.error_code != 0:
+        log.info("%s: AlterPartition answered errorCode %s", hosted.name, result.error_code)
+        image_moved_on = hosted.partition_epoch > sent_partition_epoch
+        if result.error_code in _IMAGE_BEHIND and not image_moved_on:
+            return  # the maximal ISR holds until the image shows what was committed
+    elif result.leader_epoch != hosted.leader_epoch:
+        # The change moved the leadership (it completed a reassignment): until the image says so
+        # this broker still leads, and only the maximal ISR may move its high watermark (the new
+        # leader is in it and no longer fetches from here).
+        return
+    elif result.partition_epoch > hosted.partition_epoch:
+        hosted.isr = tuple(result.isr)
+        hosted.partition_epoch = result.partition_epoch
+    hosted.pending_isr = None
+    hosted.complete_delayed_requests()
