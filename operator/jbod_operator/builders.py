@@ -772,6 +772,8 @@ def disk_entry(disk: model.Disk) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": disk.name, "size": disk.size}
     if disk.storage_class:
         entry["storageClass"] = disk.storage_class
+    if disk.max_size:
+        entry["maxSize"] = disk.max_size
     if disk.removed:
         entry["removed"] = True
     return entry

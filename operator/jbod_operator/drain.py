@@ -25,6 +25,10 @@ Guarantees:
   the most free bytes on its online, not-cordoned dirs, among those with a dir the replica fits
   in (free bytes minus `RESERVE` of its size); a dir of a disk being drained gets the dir with the
   most free bytes. Sizes are the replica's own, else the largest of its partition's replicas.
+* **Full disks that cannot grow are relieved in rounds** (`plan_relief`): only dirs their broker
+  cordons for their space; the largest replicas first until `RELIEF_SHARE` of the dir moves, to
+  the broker's other online dirs not cordoned for any reason, each kept `2 * RELIEF_SHARE` under
+  the full dir's use; no round while the last one's moves run; no cordon and no throttle set.
 * **Throttles as `kafka-reassign-partitions.sh --throttle` sets them**: for every partition being
   reassigned, `leader.replication.throttled.replicas` names its existing replicas and
   `follower.replication.throttled.replicas` its adding ones, and the rate goes on every broker
@@ -39,6 +43,7 @@ from typing import Any, Final
 
 EVERY_DIR: Final = "*"
 RESERVE: Final = 0.05  # the share of a dir's total bytes a drain never fills
+RELIEF_SHARE: Final = 0.10  # the share of a full dir's total bytes one relief round moves off it
 LEADER_THROTTLED: Final = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED: Final = "follower.replication.throttled.replicas"
 LEADER_RATE: Final = "leader.replication.throttled.rate"
@@ -54,6 +59,11 @@ class LogDir:
     cordoned: bool
     usable_bytes: int
     total_bytes: int
+    space_cordoned: bool = False  # the broker cordoned it for its space (log.dir.cordon.threshold)
+
+    @property
+    def used_ratio(self) -> float:
+        return 1 - self.usable_bytes / self.total_bytes if self.total_bytes > 0 else 0.0
 
     @property
     def free_bytes(self) -> int:
@@ -195,6 +205,7 @@ def snapshot(
                     cordoned=bool(entry.get("cordoned")) or directory in cordoned,
                     usable_bytes=int(entry.get("usableBytes") or 0),
                     total_bytes=int(entry.get("totalBytes") or 0),
+                    space_cordoned=bool(entry.get("spaceCordoned")),
                 )
             )
             for replica in entry.get("replicas") or []:
@@ -492,6 +503,69 @@ def plan_disk_drain(
 
 
 # ---------------------------------------------------------------------------------------------
+# A full disk that cannot grow (issue 35)
+
+
+def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in_flight: int) -> DiskDrain:
+    """One round of moves off the broker's dirs at `paths` that it cordoned for their space: the
+    largest replicas first, at least `RELIEF_SHARE` of the dir's total bytes (or all that fit),
+    each to the broker's other online, not-cordoned dir with the most room, where room keeps the
+    target at least `2 * RELIEF_SHARE` emptier than the full dir was (so the target is not the
+    next full dir). A round starts only once the last one's moves are done."""
+    broker = snap.brokers.get(broker_id)
+    if broker is None or not broker.dirs:
+        return DiskDrain(waiting=(f"broker {broker_id}'s log dirs cannot be read",))
+    moves: list[Move] = []
+    waiting: list[str] = []
+    moving_total = 0
+    for source in broker.dirs:
+        if source.path not in paths or not source.space_cordoned or not source.online:
+            continue
+        on_source = [p for p in snap.partitions if p.directory_of(broker_id) == source.directory_id]
+        moving = sum(1 for p in on_source if (p.topic, p.index, broker_id) in snap.moving)
+        moving_total += moving
+        if moving:
+            continue  # the round under way first: the dir's use is measured again after it
+        ceiling = source.used_ratio - 2 * RELIEF_SHARE
+        room = {
+            d.directory_id: min(d.free_bytes, int(ceiling * d.total_bytes) - (d.total_bytes - d.usable_bytes))
+            for d in broker.dirs
+            if d.online and not d.cordoned and not d.space_cordoned and d.path not in paths
+        }
+        goal, moved = int(RELIEF_SHARE * source.total_bytes), 0
+        for partition in sorted(on_source, key=lambda p: (-snap.size(p, broker_id), p.topic, p.index)):
+            size = snap.size(partition, broker_id)
+            if moved >= goal or len(moves) + moving_total >= max_in_flight:
+                break
+            fits = [(free, d) for d, free in room.items() if size > 0 and free >= size]
+            if not fits:
+                continue
+            _, target = max(fits)
+            room[target] -= size
+            moved += size
+            moves.append(Move(broker_id, partition.topic, partition.index, target))
+        if moved == 0 and not any(snap.size(p, broker_id) > 0 for p in on_source):
+            waiting.append(
+                f"full dir {source.path} of broker {broker_id}: no replica with data to move off it"
+            )
+        elif moved == 0:
+            waiting.append(
+                f"full dir {source.path} of broker {broker_id}: no other dir of the broker has room "
+                "for its replicas (free space or move some to another broker)"
+            )
+    left = sum(snap.size(m_p, broker_id) for m_p in snap.partitions if _moved(m_p, moves))
+    return DiskDrain(
+        moves=tuple(moves),
+        waiting=tuple(waiting),
+        progress=Progress(replicas=len(moves), bytes=left, in_flight=moving_total),
+    )
+
+
+def _moved(partition: Partition, moves: Sequence[Move]) -> bool:
+    return any(m.topic == partition.topic and m.partition == partition.index for m in moves)
+
+
+# ---------------------------------------------------------------------------------------------
 # Throttles and cordons
 
 
@@ -573,6 +647,8 @@ class Wanted:
     leaving: frozenset[int] = frozenset()
     disks: Mapping[int, frozenset[str]] = field(default_factory=dict)
     spec_paths: frozenset[str] = frozenset()  # the log dir paths of the spec's disks
+    # Full disks whose claim cannot grow (broker → log dir paths): replicas move off them.
+    relieve: Mapping[int, frozenset[str]] = field(default_factory=dict)
     max_bytes_per_second: int = 50_000_000
     max_partitions_in_flight: int = 5
 
@@ -674,6 +750,27 @@ def _drain_disks(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
         draft.bytes_left += plan.progress.bytes
 
 
+def _relieve(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
+    """Move replicas off full disks that cannot grow (not those draining or leaving anyway)."""
+    for broker_id in sorted(set(wanted.relieve) - wanted.leaving):
+        paths = wanted.relieve[broker_id] - wanted.disks.get(broker_id, frozenset())
+        if not paths:
+            continue
+        plan = plan_relief(
+            snap, broker_id=broker_id, paths=paths, max_in_flight=wanted.max_partitions_in_flight
+        )
+        where = f"full {', '.join(sorted(paths))} of broker {broker_id}"
+        if plan.moves:
+            draft.started.append(
+                f"Moving {len(plan.moves)} replicas ({plan.progress.bytes} bytes) off {where} to its other "
+                "dirs: it cannot grow"
+            )
+        draft.moves.extend(plan.moves)
+        draft.waiting.extend(plan.waiting)
+        if plan.moves or plan.progress.in_flight or plan.waiting:  # shown in the Draining condition
+            draft.progress.append(plan.progress.describe(where))
+
+
 def _rebalance(snap: Snapshot, wanted: Wanted, joining: frozenset[int], draft: _Draft) -> bool:
     """Rebalance onto `joining`; True once it is over."""
     names = ", ".join(str(b) for b in sorted(joining))
@@ -770,6 +867,7 @@ def decide(
     if wanted.leaving:
         _drain_brokers(snap, wanted, draft)
     _drain_disks(snap, wanted, draft)
+    _relieve(snap, wanted, draft)
     rebalance = owned.rebalance - wanted.leaving
     if rebalance and not wanted.leaving and _rebalance(snap, wanted, rebalance, draft):
         rebalance = frozenset()

@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from jbod_operator import (
     builders,
     certificates,
     credentials,
+    disk_growth,
     drain,
     health,
     kube,
@@ -355,7 +356,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 plan.with_replica_counts(statuses, fresh),
                 None if fresh is None else health.hosted_replicas(fresh),
             )
-        actions = _drive_drains(body, name, namespace, meta, cluster_spec, existing, view)
+        actions = _drive_drains(body, name, namespace, meta, cluster_spec, existing, statuses, view)
         for broker_id, disks in broker_plan.brokers.items():
             desired = builders.jbod_broker(name, namespace, broker_id, disks, owner)
             if full or current_disks.get(broker_id) != desired["spec"]["disks"]:
@@ -737,12 +738,26 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
     meta: kopf.Meta,
     spec: model.ClusterSpec,
     existing: Mapping[int, model.BrokerSpec],
+    statuses: Mapping[int, Mapping[str, Any]],
     view: views.ClusterView,
 ) -> drain.Actions:
-    """Drains of the disks and brokers leaving the spec, and the scale-up rebalance (`drain.decide`
-    on a fresh snapshot; what the operator sets is recorded in an annotation before it is set).
-    One at a time per cluster: the timer and the update handler may run together."""
+    """Drains of the disks and brokers leaving the spec, the scale-up rebalance, and replicas moved
+    off full disks that cannot grow (`drain.decide` on a fresh snapshot; what the operator sets is
+    recorded in an annotation before it is set). One at a time per cluster: the timer and the
+    update handler may run together."""
     wanted_disks = {d.name for d in spec.disks}
+    relieve = {
+        b: paths
+        for b in existing
+        if b < spec.brokers
+        and (
+            paths := frozenset(
+                names.log_dir(str(e.get("name")))
+                for e in (statuses.get(b) or {}).get("logDirs") or []
+                if e.get("spaceCordoned") and e.get("notGrowable")
+            )
+        )
+    }
     wanted = drain.Wanted(
         leaving=frozenset(b for b in existing if b >= spec.brokers),
         disks={
@@ -754,13 +769,14 @@ def _drive_drains(  # noqa: PLR0913  the cluster (body, name, namespace, meta), 
             )
         },
         spec_paths=frozenset(names.log_dir(d) for d in wanted_disks),
+        relieve=relieve,
         max_bytes_per_second=spec.drain.max_bytes_per_second,
         max_partitions_in_flight=spec.drain.max_partitions_in_flight,
     )
     joining = frozenset(b for b in range(spec.brokers) if b not in existing) if existing else frozenset()
     joining = joining if spec.rebalance == "OnScaleUp" else frozenset()
     recorded = (meta.get("annotations") or {}).get(names.ANNOTATION_DRAIN_OWNED)
-    if not (wanted.leaving or wanted.disks or joining or recorded):
+    if not (wanted.leaving or wanted.disks or wanted.relieve or joining or recorded):
         return drain.Actions(owned=drain.Owned())
     with _DRAINS.lock(namespace, cluster):
         fresh_body = kube.get(names.API_VERSION, "JbodCluster", cluster, namespace) or {}
@@ -986,23 +1002,7 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
             owner,
             listener_objects.for_broker(cluster_spec, cluster, namespace, broker_id),
         )
-        choices = health.choose_claims(broker.disks, claims, pod)
-        existing_claims = {c["metadata"]["name"]: c for c in claims}
-        _ensure_claims(reconciled, choices, existing_claims)
-        _record_directory_ids(namespace, decision.directory_ids)
-        restart = decision.restart_pod
-        for disk in decision.replace:
-            choice = choices[disk]
-            replaced_id: str | None = next(
-                (d.get("directoryId") for d in decision.status["logDirs"] if d["name"] == disk), None
-            )
-            _replace_volume(reconciled, disk, choice, existing_claims, replaced_id)
-            metrics.REPLACEMENTS.labels(cluster=cluster).inc()
-            restart = f"disk {disk} gets a new volume"
-        if decision.replace:
-            _forget_replace_requests(name, namespace, meta, replaced=decision.replace)
-        for claim_name in decision.delete_claims:
-            kube.delete("v1", "PersistentVolumeClaim", claim_name, namespace)
+        restart = _converge_claims(body, reconciled, decision, status, claims, pod)
 
         kube.apply(
             builders.broker_config_map(
@@ -1014,6 +1014,38 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
         patch.status.update({**decision.status, "observedGeneration": meta.get("generation")})
         metrics.observe_broker(namespace, cluster, broker_id, decision.status)
         _converge_pod(reconciled, pod, restart, claims, pods_index)
+
+
+def _converge_claims(  # noqa: PLR0913  the broker (body, reconciled), the decision, its old status, claims, pod
+    body: kopf.Body,
+    reconciled: _BrokerInCluster,
+    decision: health.Decision,
+    previous: Mapping[str, Any],
+    claims: Sequence[Mapping[str, Any]],
+    pod: Mapping[str, Any] | None,
+) -> str | None:
+    """Create, grow, annotate, replace and delete the broker's claims as decided; the reason to
+    restart its pod, if any."""
+    choices = health.choose_claims(reconciled.broker.disks, claims, pod)
+    existing_claims = {c["metadata"]["name"]: c for c in claims}
+    _ensure_claims(reconciled, choices, existing_claims)
+    _grow_full_disks(body, reconciled, decision.status, previous, choices, existing_claims)
+    _record_directory_ids(reconciled.namespace, decision.directory_ids)
+    restart = decision.restart_pod
+    for disk in decision.replace:
+        choice = choices[disk]
+        replaced_id: str | None = next(
+            (d.get("directoryId") for d in decision.status["logDirs"] if d["name"] == disk), None
+        )
+        _replace_volume(reconciled, disk, choice, existing_claims, replaced_id)
+        metrics.REPLACEMENTS.labels(cluster=reconciled.cluster).inc()
+        restart = f"disk {disk} gets a new volume"
+    if decision.replace:
+        meta = body.get("metadata") or {}
+        _forget_replace_requests(str(meta.get("name")), reconciled.namespace, meta, replaced=decision.replace)
+    for claim_name in decision.delete_claims:
+        kube.delete("v1", "PersistentVolumeClaim", claim_name, reconciled.namespace)
+    return restart
 
 
 @dataclass(frozen=True)
@@ -1041,7 +1073,9 @@ def _record_directory_ids(namespace: str, directory_ids: Mapping[str, str]) -> N
         )
 
 
-def _forget_replace_requests(name: str, namespace: str, meta: kopf.Meta, *, replaced: Iterable[str]) -> None:
+def _forget_replace_requests(
+    name: str, namespace: str, meta: Mapping[str, Any], *, replaced: Iterable[str]
+) -> None:
     """Take the disks whose volume is being replaced out of the JbodBroker's replace annotation."""
     remaining = _replace_requested(meta) - set(replaced)
     kube.merge_patch(
@@ -1116,12 +1150,57 @@ def _ensure_claims(
             _create_or_grow(manifest, existing[target], disk)
 
 
+def _grow_full_disks(  # noqa: PLR0913  the broker (body, reconciled), its new and old status, its claims
+    body: kopf.Body,
+    reconciled: _BrokerInCluster,
+    status: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    choices: Mapping[str, health.ClaimChoice],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Grow the claim of each disk its broker cordoned for its space, as `disk_growth` decides;
+    a disk that cannot grow gets the reason as `notGrowable` in `status` (the status about to be
+    written), which the cluster's reconcile takes as a request to move replicas off it."""
+    entries = {d.get("name"): d for d in status.get("logDirs") or []}
+    before = {d.get("name"): d for d in previous.get("logDirs") or []}
+    for disk in reconciled.broker.disks:
+        entry = entries.get(disk.name) or {}
+        if not entry.get("spaceCordoned"):
+            continue
+        claim = existing.get(choices[disk.name].current or "")
+        decision = disk_growth.decide(disk, entry, claim, expandable=_expandable(claim))
+        if isinstance(decision, disk_growth.Grow):
+            kube.merge_patch(
+                "v1",
+                "PersistentVolumeClaim",
+                decision.claim,
+                reconciled.namespace,
+                {"spec": {"resources": {"requests": {"storage": decision.size}}}},
+            )
+        elif isinstance(decision, disk_growth.CannotGrow):
+            entry["notGrowable"] = decision.reason
+        where = f"log dir {disk.name} of broker {reconciled.broker.broker_id}"
+        newly = not (before.get(disk.name) or {}).get("spaceCordoned")
+        _post_events(body, [e for e in (disk_growth.event(decision, where, newly_cordoned=newly),) if e])
+
+
+def _expandable(claim: Mapping[str, Any] | None) -> bool | None:
+    """The claim's StorageClass's `allowVolumeExpansion` (None: no claim or no such class)."""
+    storage_class = disk_growth.storage_class_of(claim) if claim is not None else None
+    if storage_class is None:
+        return None
+    found = kube.get("storage.k8s.io/v1", "StorageClass", storage_class, None)
+    return None if found is None else bool(found.get("allowVolumeExpansion"))
+
+
 def _create_or_grow(
     manifest: Mapping[str, Any], current: Mapping[str, Any] | None, volume: model.Volume
 ) -> None:
     if current is None:
         kube.create(manifest)
         return
+    if (current.get("status") or {}).get("phase") != "Bound":
+        return  # Kubernetes grows bound claims only; this one grows once its pod has bound it
     requested = (current.get("spec", {}).get("resources", {}).get("requests") or {}).get("storage")
     if requested is not None and model.quantity_bytes(str(requested)) < volume.size_bytes:
         kube.merge_patch(

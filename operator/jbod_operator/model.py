@@ -61,6 +61,22 @@ class Volume(_Frozen):
 class Disk(Volume):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=20)
     removed: bool = False
+    # How far the operator may grow the disk's claim when its broker cordons it for its space
+    # (`disk_growth`); None: never beyond `size`.
+    max_size: str | None = Field(default=None, alias="maxSize")
+
+    @field_validator("max_size")
+    @classmethod
+    def _max_size(cls, value: str | None) -> str | None:
+        if value is not None and quantity_bytes(value) <= 0:
+            raise SpecError(f"maxSize '{value}' must be positive")
+        return value
+
+    @model_validator(mode="after")
+    def _max_size_not_below_size(self) -> Disk:
+        if self.max_size is not None and quantity_bytes(self.max_size) < self.size_bytes:
+            raise SpecError(f"disk {self.name}: maxSize {self.max_size} is below its size {self.size}")
+        return self
 
     @field_validator("name")
     @classmethod

@@ -21,13 +21,16 @@ def _view(cluster: Cluster, directory: str) -> dict:
     return next(d for d in cluster.log_dirs(1) if d["directoryId"] == directory)
 
 
+def _metric(cluster: Cluster, name: str, directory: str) -> float:
+    """Broker 1's value of the series `name` of `directory` (0 while it has none)."""
+    text = httpx.get(cluster.brokers[1].url + "/metrics", timeout=10).text
+    found = re.search(rf'{name}{{directory_id="{re.escape(directory)}"}} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
 def _flushes(cluster: Cluster, directory: str) -> float:
     """How many log flushes of `directory` the broker has timed (its histogram's count)."""
-    text = httpx.get(cluster.brokers[1].url + "/metrics", timeout=10).text
-    found = re.search(
-        rf'jbod_log_dir_flush_seconds_count{{directory_id="{re.escape(directory)}"}} (\S+)', text
-    )
-    return float(found.group(1)) if found else 0.0
+    return _metric(cluster, "jbod_log_dir_flush_seconds_count", directory)
 
 
 def test_a_slow_disk_is_reported_and_a_hung_one_holds_up_no_other_dir(cluster: Cluster) -> None:
@@ -78,10 +81,19 @@ def test_a_slow_disk_is_reported_and_a_hung_one_holds_up_no_other_dir(cluster: C
                 producer.produce("both-dirs", b"x" * 100, partition=partition)
             producer.poll(0.02)
 
+    written = _metric(cluster, "jbod_log_dir_written_bytes_total", other_dir)
+    writes = _metric(cluster, "jbod_log_dir_writes_total", other_dir)
     produce_for(1.0)
     wait_for(
         lambda: _flushes(cluster, other_dir) > 0 and _flushes(cluster, slow_dir) > 0, what="both dirs flushed"
     )
+    # The kernel's counters of each dir's loop device: the flushed appends reached the disk.
+    wait_for(
+        lambda: _metric(cluster, "jbod_log_dir_written_bytes_total", other_dir) > written,
+        what="dir 1's device wrote",
+    )
+    assert _metric(cluster, "jbod_log_dir_writes_total", other_dir) > writes
+    assert _metric(cluster, "jbod_log_dir_busy_seconds_total", other_dir) > 0
 
     throttle.hang(device)
     started = time.monotonic()

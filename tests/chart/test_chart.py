@@ -123,6 +123,7 @@ CLUSTER_NEEDS: frozenset[Need] = frozenset(
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),  # kopf resource observer
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "nodes", "get"),  # listener_objects: the brokers' nodes' addresses (nodeport)
+        ("storage.k8s.io", "storageclasses", "get"),  # disk_growth: allowVolumeExpansion
         # listener_objects: the brokers' ServiceAccount bound to the node-reader ClusterRole
         ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
         ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
@@ -144,6 +145,7 @@ KINDS: Mapping[str, tuple[str, str]] = {
     "JbodCluster": ("jbod.dev", "jbodclusters"),
     "JbodBroker": ("jbod.dev", "jbodbrokers"),
     "JbodUser": ("jbod.dev", "jbodusers"),
+    "StorageClass": ("storage.k8s.io", "storageclasses"),
 }
 KOPF_RESOURCES: Mapping[str, tuple[str, str]] = {
     "names.CLUSTERS": ("jbod.dev", "jbodclusters"),
@@ -162,6 +164,7 @@ CLUSTER_SCOPED = {
     "namespaces",
     "nodes",
     "clusterrolebindings",
+    "storageclasses",
 }
 
 REQUIRED_ALERTS = {

@@ -43,6 +43,7 @@ from e2e.kind.images import PROJECT_IMAGE
 from e2e.wait import wait_for
 from jbod_client.controller import ControllerClient
 from jbod_client.history import History, Report
+from jbod_core.messages import AlterBrokerConfigsRequest, AlterConfigOp
 from tests.e2e.conftest import ControllerTunnel, jbod_cluster, tier_disk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -630,10 +631,11 @@ def test_a_drain_that_cannot_finish_is_refused_and_changes_nothing(env: Env) -> 
 
 def test_add_and_grow_disks(env: Env) -> None:
     """A new disk reaches every broker through a rolling restart (one broker at a time); a bigger
-    size reaches the claims."""
+    size reaches the claims. A disk its broker cordons for its space grows within its maxSize
+    (the tier's class allows expansion), and one without maxSize is reported (issue 35)."""
     spec = cluster_spec()
     spec["spec"]["disks"][0]["size"] = "128Mi"
-    spec["spec"]["disks"].append(tier_disk("d2"))
+    spec["spec"]["disks"].append({**tier_disk("d2"), "maxSize": "256Mi"})
     env.apply(spec)
     max_unready = 0
 
@@ -654,6 +656,65 @@ def test_add_and_grow_disks(env: Env) -> None:
     assert (
         f'jbod_operator_log_dirs{{broker="0",cluster="demo",namespace="{NS}",state="Online"}} 3.0' in metrics
     )
+
+    # Broker 0's threshold below what its volumes' file system already uses: every dir of it is
+    # cordoned for its space. The operator grows d2's claim one step (96Mi -> 144Mi; kind's
+    # local-path volumes never report the new capacity, so it stops there, as it does for d0's
+    # growth to 128Mi above), and says d1 has no maxSize. The threshold removed, the dirs take
+    # replicas again.
+    _set_cordon_threshold(env, "0.01")
+    try:
+        wait_for(
+            lambda: _requested(env, 0, "d2") == ["144Mi"],
+            timeout=120,
+            what=lambda: f"d2's claim grown; log:\n{env.operator_log()}",
+        )
+        assert all(env.log_dir(0, d).get("spaceCordoned") for d in ("d0", "d1", "d2"))
+        growing = [e["message"] for e in env.events("GrowingVolume")]
+        assert any("log dir d2 of broker 0 from 96Mi to 144Mi" in m for m in growing), growing
+        wait_for(
+            lambda: any("disk d1 has no maxSize" in e["message"] for e in env.events("VolumeNotGrown")),
+            timeout=60,
+            what="a VolumeNotGrown event for d1",
+        )
+        assert _requested(env, 1, "d2") == ["96Mi"]
+        # d1 cannot grow: the operator would move replicas off it to broker 0's other dirs, but
+        # every one of them is full too (or d1 holds no data), and the Draining condition says so.
+        wait_for(
+            lambda: "full dir /var/lib/jbod/disks/d1/log of broker 0: no" in _draining(env),
+            timeout=60,
+            what=lambda: f"the relief waiting in the Draining condition: {_draining(env)}",
+        )
+    finally:
+        _set_cordon_threshold(env, None)
+    wait_for(
+        lambda: not any(env.log_dir(0, d).get("spaceCordoned") for d in ("d0", "d1", "d2")),
+        timeout=120,
+        what="broker 0's dirs released",
+    )
+
+
+def _draining(env: Env) -> str:
+    """The message of the JbodCluster's Draining condition."""
+    conditions = env.get("jbodcluster", CLUSTER, "-n", NS).get("status", {}).get("conditions") or []
+    return next((str(c.get("message")) for c in conditions if c.get("type") == "Draining"), "")
+
+
+def _requested(env: Env, broker_id: int, disk: str) -> list[str]:
+    """The storage requests of the claims of one disk of one broker."""
+    selector = f"jbod.dev/broker-id={broker_id},jbod.dev/disk={disk}"
+    return [
+        c["spec"]["resources"]["requests"]["storage"]
+        for c in env.get("pvc", "-n", NS, "-l", selector)["items"]
+    ]
+
+
+def _set_cordon_threshold(env: Env, value: str | None) -> None:
+    """Broker 0's `log.dir.cordon.threshold` (None: back to the default)."""
+    name = "log.dir.cordon.threshold"
+    op = AlterConfigOp(name=name, op="SET", value=value) if value else AlterConfigOp(name=name, op="DELETE")
+    reply = env.call("alter", lambda c: c.alter_broker_configs("0", AlterBrokerConfigsRequest(configs=[op])))
+    assert reply.error_code == 0, reply
 
 
 def test_manual_policy_waits_for_the_annotation(env: Env) -> None:

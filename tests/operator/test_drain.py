@@ -286,3 +286,93 @@ def test_a_drained_replica_stays_in_its_rack_else_keeps_the_racks_distinct() -> 
         [{"brokerId": 1, "fenced": False, "rack": "a"}, {"brokerId": 2, "fenced": False}], [], {}
     )
     assert (wire.brokers[1].rack, wire.brokers[2].rack) == ("a", None)
+
+
+def full_dir(broker_id: int, disk: str, *, used: int, total: int = 100 * GB, **kw: bool) -> drain.LogDir:
+    return drain.LogDir(
+        directory_id=f"b{broker_id}-{disk}",
+        path=f"/var/lib/jbod/disks/{disk}/log",
+        online=kw.get("online", True),
+        cordoned=kw.get("cordoned", False),
+        usable_bytes=total - used,
+        total_bytes=total,
+        space_cordoned=kw.get("space_cordoned", False),
+    )
+
+
+FULL = "/var/lib/jbod/disks/d0/log"
+
+
+def test_a_full_disk_that_cannot_grow_moves_its_largest_replicas_to_emptier_dirs() -> None:
+    """d0 96 % used: one round moves at least 10 % of it, largest first, to the dir with the most
+    room, where room keeps a target at most 76 % used (20 points under d0); d2 is too full to take
+    anything, d3 is cordoned."""
+    b = drain.Broker(
+        0,
+        False,
+        True,
+        (
+            full_dir(0, "d0", used=96 * GB, space_cordoned=True),
+            full_dir(0, "d1", used=60 * GB),
+            full_dir(0, "d2", used=75 * GB),
+            full_dir(0, "d3", used=0, cordoned=True),
+        ),
+    )
+    parts = [partition("t", i, (0,)) for i in range(5)]
+    sizes = {
+        ("t", 0, 0): 20 * GB,
+        ("t", 1, 0): 6 * GB,
+        ("t", 2, 0): 5 * GB,
+        ("t", 3, 0): 4 * GB,
+        ("t", 4, 0): 0,
+    }
+    s = drain.Snapshot(brokers={0: b}, partitions=tuple(parts), sizes=sizes)
+    plan = drain.plan_relief(s, broker_id=0, paths=frozenset({FULL}), max_in_flight=5)
+    # 20 GB fits nowhere (d1 has room for 16 GB); 6 + 5 GB reach the 10 GB goal, both to d1.
+    assert [(m.partition, m.directory_id) for m in plan.moves] == [(1, "b0-d1"), (2, "b0-d1")]
+    assert plan.progress == drain.Progress(replicas=2, bytes=11 * GB, in_flight=0)
+    # A round under way: nothing more until it is done.
+    running = replace(s, moving=frozenset({("t", 1, 0)}))
+    assert drain.plan_relief(running, broker_id=0, paths=frozenset({FULL}), max_in_flight=5).moves == ()
+    # At most max_in_flight moves.
+    assert len(drain.plan_relief(s, broker_id=0, paths=frozenset({FULL}), max_in_flight=1).moves) == 1
+
+
+def test_a_full_disk_without_an_emptier_dir_waits_and_says_why() -> None:
+    b = drain.Broker(
+        0,
+        False,
+        True,
+        (full_dir(0, "d0", used=97 * GB, space_cordoned=True), full_dir(0, "d1", used=90 * GB)),
+    )
+    s = drain.Snapshot(brokers={0: b}, partitions=(partition("t", 0, (0,)),), sizes={("t", 0, 0): GB})
+    plan = drain.plan_relief(s, broker_id=0, paths=frozenset({FULL}), max_in_flight=5)
+    assert plan.moves == () and "no other dir of the broker has room" in plan.waiting[0]
+    empty = replace(s, sizes={("t", 0, 0): 0})
+    waits = drain.plan_relief(empty, broker_id=0, paths=frozenset({FULL}), max_in_flight=5).waiting
+    assert waits == (f"full dir {FULL} of broker 0: no replica with data to move off it",)
+    # A dir the broker no longer cordons for its space is left alone.
+    released = drain.Broker(0, False, True, (full_dir(0, "d0", used=97 * GB), full_dir(0, "d1", used=0)))
+    calm = drain.plan_relief(
+        replace(s, brokers={0: released}), broker_id=0, paths=frozenset({FULL}), max_in_flight=5
+    )
+    assert calm == drain.DiskDrain()
+
+
+def test_decide_relieves_full_disks_without_cordons_or_throttles_and_not_draining_ones() -> None:
+    b = drain.Broker(
+        0,
+        False,
+        True,
+        (full_dir(0, "d0", used=96 * GB, space_cordoned=True), full_dir(0, "d1", used=10 * GB)),
+    )
+    s = drain.Snapshot(brokers={0: b}, partitions=(partition("t", 0, (0,)),), sizes={("t", 0, 0): 12 * GB})
+    actions = drain.decide(s, drain.Wanted(relieve={0: frozenset({FULL})}), drain.Owned(), {})
+    assert [(m.partition, m.directory_id) for m in actions.moves] == [(0, "b0-d1")]
+    assert actions.cordon == {} and actions.broker_rates == frozenset() and actions.topic_configs == {}
+    assert actions.started and "cannot grow" in actions.started[0]
+    # The same dir leaving the spec is drained (cordoned, everything moved), not relieved on top.
+    draining = drain.decide(
+        s, drain.Wanted(disks={0: frozenset({FULL})}, relieve={0: frozenset({FULL})}), drain.Owned(), {}
+    )
+    assert [m.partition for m in draining.moves] == [0] and draining.cordon == {0: (FULL,)}

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from jbod_agent import dynamic_configs
 from jbod_agent.config import BrokerConfig
-from jbod_agent.disks import probe
+from jbod_agent.disks import block_stats, probe
 from jbod_agent.lifecycle import views
 from jbod_agent.lifecycle.agent import Agent
 from jbod_agent.partitions.log_cleaning import CleanerState
@@ -167,6 +167,7 @@ class _AgentCollector(Collector):
             client_throttle.add_metric([kind, user, client_id], seconds)
         yield client_throttle
         yield from _cleaner_metrics(agent)
+        yield from _block_device_metrics(agent)
 
 
 def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
@@ -275,6 +276,44 @@ def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetric
             last.add_metric(label, cleaner.last_run_ms / 1000)
         dirty.add_metric(label, cleaner.max_dirty_ratio)
     yield from (state, failed, read, written, removed, freed, last, dirty)
+
+
+def _block_device_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Each dir's block device as the kernel counts its I/O (`block_stats`; absent for a dir
+    without one). Dirs on one device show the same counters."""
+    labels = ["directory_id"]
+    read = CounterMetricFamily("jbod_log_dir_read_bytes", "Bytes the dir's block device read", labels=labels)
+    written = CounterMetricFamily(
+        "jbod_log_dir_written_bytes", "Bytes the dir's block device wrote", labels=labels
+    )
+    reads = CounterMetricFamily(
+        "jbod_log_dir_reads", "Read requests the dir's block device completed", labels=labels
+    )
+    writes = CounterMetricFamily(
+        "jbod_log_dir_writes", "Write requests the dir's block device completed", labels=labels
+    )
+    read_time = CounterMetricFamily(
+        "jbod_log_dir_read_seconds", "Time the dir's block device spent on reads (summed)", labels=labels
+    )
+    write_time = CounterMetricFamily(
+        "jbod_log_dir_write_seconds", "Time the dir's block device spent on writes (summed)", labels=labels
+    )
+    busy = CounterMetricFamily(
+        "jbod_log_dir_busy_seconds", "Time the dir's block device had requests in flight", labels=labels
+    )
+    for directory, state in agent.state.dirs.items():
+        stats = block_stats.read_block_stats(state.device)
+        if stats is None:
+            continue
+        label = [str(directory)]
+        read.add_metric(label, stats.read_bytes)
+        written.add_metric(label, stats.written_bytes)
+        reads.add_metric(label, stats.reads)
+        writes.add_metric(label, stats.writes)
+        read_time.add_metric(label, stats.read_ms / 1000)
+        write_time.add_metric(label, stats.write_ms / 1000)
+        busy.add_metric(label, stats.busy_ms / 1000)
+    yield from (read, written, reads, writes, read_time, write_time, busy)
 
 
 class AgentApi:

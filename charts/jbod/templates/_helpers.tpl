@@ -200,6 +200,10 @@ Cluster-scoped reads, always through a ClusterRole: objects that live in no name
 - apiGroups: ["storage.k8s.io"]
   resources: ["volumeattachments"]
   verbs: ["list", "watch"]
+# StorageClasses: whether a full disk's claim may grow (allowVolumeExpansion; disk_growth).
+- apiGroups: ["storage.k8s.io"]
+  resources: ["storageclasses"]
+  verbs: ["get"]
 # CRDs: kopf's resource observer watches CustomResourceDefinitions to notice JbodCluster and
 # JbodBroker being added, changed or removed (else it only scans at start-up).
 - apiGroups: ["apiextensions.k8s.io"]
