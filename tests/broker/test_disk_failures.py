@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import time
+from typing import Any
 
 import httpx
 
@@ -207,17 +208,28 @@ def test_multi_dir_broker_stays_fenced_until_placements_are_confirmed(cluster: C
     before = cluster.admin.cluster()["metadataEndOffset"]
     third.start()
     wait_for(lambda: not cluster.admin.broker(3)["fenced"], what="broker 3 unfenced again")
-    records = list(cluster.admin.iter_metadata(from_offset=before))
+
+    def unfencing(records: list[dict[str, Any]]) -> list[int]:
+        return [
+            r["offset"]
+            for r in records
+            if r["type"] == "BrokerRegistrationChangeRecord"
+            and r["data"]["brokerId"] == 3
+            and r["data"].get("fenced") is False
+        ]
+
+    # The controller's view may show the unfencing before its record is readable from the log
+    # (a loaded machine): read the log until it holds it.
+    records = wait_for(
+        lambda: (
+            (found := list(cluster.admin.iter_metadata(from_offset=before))) and unfencing(found) and found
+        ),
+        what="broker 3's unfencing in the metadata log",
+    )
     registered = max(
         r["offset"] for r in records if r["type"] == "RegisterBrokerRecord" and r["data"]["brokerId"] == 3
     )
-    unfenced = min(
-        r["offset"]
-        for r in records
-        if r["type"] == "BrokerRegistrationChangeRecord"
-        and r["data"]["brokerId"] == 3
-        and r["data"].get("fenced") is False
-    )
+    unfenced = min(unfencing(records))
     topic = cluster.admin.describe_topic("pending")
     position = {p["partitionIndex"]: p["replicas"].index(3) for p in topic["partitions"]}
     placed = {
