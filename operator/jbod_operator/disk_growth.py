@@ -22,7 +22,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,12 +34,16 @@ MIB: Final = 2**20
 
 @dataclass(frozen=True)
 class Grow:
-    """Patch the claim's storage request to `size` (a quantity such as `1536Mi`)."""
+    """Patch the claim's storage request from `from_bytes` to `to_bytes` (`size`)."""
 
     claim: str
-    size: str
     from_bytes: int
     to_bytes: int
+
+    @property
+    def size(self) -> str:
+        """`to_bytes` as a quantity (`1536Mi`)."""
+        return _size_text(self.to_bytes)
 
 
 @dataclass(frozen=True)
@@ -98,13 +102,13 @@ def _settled_request(claim: Mapping[str, Any]) -> int | None:
 
 
 def _refusal(
-    disk: model.Disk, claim: Mapping[str, Any], requested: int, expandable: bool | None
+    disk: model.Disk, claim: Mapping[str, Any], requested: int, expandable: Callable[[], bool | None]
 ) -> str | None:
     if disk.max_size is None:
         return f"disk {disk.name} has no maxSize"
     if requested >= model.quantity_bytes(disk.max_size):
         return f"disk {disk.name} is at its maxSize {disk.max_size}"
-    if not expandable:
+    if not expandable():
         storage_class = storage_class_of(claim)
         which = f"StorageClass {storage_class}" if storage_class else "its StorageClass"
         return f"{which} does not allow volume expansion"
@@ -116,11 +120,12 @@ def decide(
     log_dir: Mapping[str, Any],
     claim: Mapping[str, Any] | None,
     *,
-    expandable: bool | None,
+    expandable: Callable[[], bool | None],
 ) -> GrowthDecision:
     """`log_dir`: the disk's entry of the JbodBroker's `status.logDirs` (as `health` builds it);
     `claim`: the disk's current PersistentVolumeClaim; `expandable`: its StorageClass's
-    `allowVolumeExpansion` (None: the class is unknown)."""
+    `allowVolumeExpansion` (None: the class is unknown), asked only when everything else allows
+    a growth (it is a read of the API server)."""
     if disk.removed or claim is None or not log_dir.get("spaceCordoned"):
         return None
     requested = _settled_request(claim)
@@ -131,13 +136,15 @@ def decide(
     if refusal is not None:
         return CannotGrow(name, refusal)
     assert disk.max_size is not None  # _refusal checked it
-    size = next_size(requested, model.quantity_bytes(disk.max_size))
-    return Grow(claim=name, size=_size_text(size), from_bytes=requested, to_bytes=size)
+    return Grow(
+        claim=name, from_bytes=requested, to_bytes=next_size(requested, model.quantity_bytes(disk.max_size))
+    )
 
 
 def event(decision: GrowthDecision, where: str, *, newly_cordoned: bool) -> health.Event | None:
     """The Event of a decision: every growth; a refusal only when the cordon is new (the
-    operator reconciles every 30 s; the refusal stands until the spec or the class changes)."""
+    operator reconciles every few seconds; the refusal stands until the spec or the class
+    changes)."""
     if isinstance(decision, Grow):
         return health.Event(
             "Normal",
@@ -150,6 +157,6 @@ def event(decision: GrowthDecision, where: str, *, newly_cordoned: bool) -> heal
             "Warning",
             "VolumeNotGrown",
             f"Not growing PVC {decision.claim} of {where}: {decision.reason}; it takes no new "
-            "replicas, move some away (kafka-reassign-partitions.sh) or free space",
+            "replicas, and the operator moves replicas off it to the broker's other disks",
         )
     return None

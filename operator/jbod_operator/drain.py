@@ -62,8 +62,12 @@ class LogDir:
     space_cordoned: bool = False  # the broker cordoned it for its space (log.dir.cordon.threshold)
 
     @property
+    def used_bytes(self) -> int:
+        return self.total_bytes - self.usable_bytes
+
+    @property
     def used_ratio(self) -> float:
-        return 1 - self.usable_bytes / self.total_bytes if self.total_bytes > 0 else 0.0
+        return self.used_bytes / self.total_bytes if self.total_bytes > 0 else 0.0
 
     @property
     def free_bytes(self) -> int:
@@ -482,12 +486,10 @@ def plan_disk_drain(
             continue
         size = snap.size(partition, broker_id)
         needed += size
-        fits = [(free, d) for d, free in room.items() if free >= size]
-        if not fits:
+        target = _take_room(room, size)
+        if target is None:
             problems.append(f"no room on {where} for {partition.topic}-{partition.index} ({size} bytes)")
             continue
-        _, target = max(fits)
-        room[target] -= size
         moves.append(Move(broker_id, partition.topic, partition.index, target))
     lines: tuple[str, ...] = ()
     if problems:
@@ -517,7 +519,7 @@ def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in
         return DiskDrain(waiting=(f"broker {broker_id}'s log dirs cannot be read",))
     moves: list[Move] = []
     waiting: list[str] = []
-    moving_total = 0
+    moving_total = planned = 0
     for source in broker.dirs:
         if source.path not in paths or not source.space_cordoned or not source.online:
             continue
@@ -528,7 +530,7 @@ def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in
             continue  # the round under way first: the dir's use is measured again after it
         ceiling = source.used_ratio - 2 * RELIEF_SHARE
         room = {
-            d.directory_id: min(d.free_bytes, int(ceiling * d.total_bytes) - (d.total_bytes - d.usable_bytes))
+            d.directory_id: min(d.free_bytes, int(ceiling * d.total_bytes) - d.used_bytes)
             for d in broker.dirs
             if d.online and not d.cordoned and not d.space_cordoned and d.path not in paths
         }
@@ -537,13 +539,12 @@ def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in
             size = snap.size(partition, broker_id)
             if moved >= goal or len(moves) + moving_total >= max_in_flight:
                 break
-            fits = [(free, d) for d, free in room.items() if size > 0 and free >= size]
-            if not fits:
+            target = _take_room(room, size) if size > 0 else None
+            if target is None:
                 continue
-            _, target = max(fits)
-            room[target] -= size
             moved += size
             moves.append(Move(broker_id, partition.topic, partition.index, target))
+        planned += moved
         if moved == 0 and not any(snap.size(p, broker_id) > 0 for p in on_source):
             waiting.append(
                 f"full dir {source.path} of broker {broker_id}: no replica with data to move off it"
@@ -553,16 +554,21 @@ def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in
                 f"full dir {source.path} of broker {broker_id}: no other dir of the broker has room "
                 "for its replicas (free space or move some to another broker)"
             )
-    left = sum(snap.size(m_p, broker_id) for m_p in snap.partitions if _moved(m_p, moves))
     return DiskDrain(
         moves=tuple(moves),
         waiting=tuple(waiting),
-        progress=Progress(replicas=len(moves), bytes=left, in_flight=moving_total),
+        progress=Progress(replicas=len(moves), bytes=planned, in_flight=moving_total),
     )
 
 
-def _moved(partition: Partition, moves: Sequence[Move]) -> bool:
-    return any(m.topic == partition.topic and m.partition == partition.index for m in moves)
+def _take_room(room: dict[str, int], size: int) -> str | None:
+    """The dir with the most room that `size` bytes fit in (its room taken), or None."""
+    fits = [(free, d) for d, free in room.items() if free >= size]
+    if not fits:
+        return None
+    _, target = max(fits)
+    room[target] -= size
+    return target
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import secrets
@@ -1168,20 +1169,15 @@ def _grow_full_disks(  # noqa: PLR0913  the broker (body, reconciled), its new a
         if not entry.get("spaceCordoned"):
             continue
         claim = existing.get(choices[disk.name].current or "")
-        decision = disk_growth.decide(disk, entry, claim, expandable=_expandable(claim))
+        decision = disk_growth.decide(disk, entry, claim, expandable=functools.partial(_expandable, claim))
         if isinstance(decision, disk_growth.Grow):
-            kube.merge_patch(
-                "v1",
-                "PersistentVolumeClaim",
-                decision.claim,
-                reconciled.namespace,
-                {"spec": {"resources": {"requests": {"storage": decision.size}}}},
-            )
+            _request_storage(decision.claim, reconciled.namespace, decision.size)
         elif isinstance(decision, disk_growth.CannotGrow):
             entry["notGrowable"] = decision.reason
         where = f"log dir {disk.name} of broker {reconciled.broker.broker_id}"
         newly = not (before.get(disk.name) or {}).get("spaceCordoned")
-        _post_events(body, [e for e in (disk_growth.event(decision, where, newly_cordoned=newly),) if e])
+        if event := disk_growth.event(decision, where, newly_cordoned=newly):
+            _post_events(body, [event])
 
 
 def _expandable(claim: Mapping[str, Any] | None) -> bool | None:
@@ -1201,15 +1197,20 @@ def _create_or_grow(
         return
     if (current.get("status") or {}).get("phase") != "Bound":
         return  # Kubernetes grows bound claims only; this one grows once its pod has bound it
-    requested = (current.get("spec", {}).get("resources", {}).get("requests") or {}).get("storage")
-    if requested is not None and model.quantity_bytes(str(requested)) < volume.size_bytes:
-        kube.merge_patch(
-            "v1",
-            "PersistentVolumeClaim",
-            current["metadata"]["name"],
-            current["metadata"]["namespace"],
-            {"spec": {"resources": {"requests": {"storage": volume.size}}}},
-        )
+    requested = disk_growth.requested_bytes(current)
+    if requested is not None and requested < volume.size_bytes:
+        _request_storage(current["metadata"]["name"], current["metadata"]["namespace"], volume.size)
+
+
+def _request_storage(claim: str, namespace: str, size: str) -> None:
+    """Grow a bound claim's storage request to `size` (a quantity)."""
+    kube.merge_patch(
+        "v1",
+        "PersistentVolumeClaim",
+        claim,
+        namespace,
+        {"spec": {"resources": {"requests": {"storage": size}}}},
+    )
 
 
 def _replace_volume(

@@ -24,7 +24,6 @@ def test_fields_in_bytes_and_milliseconds() -> None:
         writes=5000,
         written_bytes=160000 * 512,
         write_ms=9100,
-        in_flight=2,
         busy_ms=12000,
     )
 

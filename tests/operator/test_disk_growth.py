@@ -36,15 +36,15 @@ def disk(size: str = "1Gi", max_size: str | None = "4Gi", **extra: Any) -> model
 
 
 def test_a_cordoned_disk_grows_by_half_within_its_max_size() -> None:
-    assert disk_growth.decide(disk(), CORDONED, pvc("1Gi"), expandable=True) == Grow(
-        claim="c-broker-0-d0-0", size="1536Mi", from_bytes=1024 * MI, to_bytes=1536 * MI
-    )
+    grown = disk_growth.decide(disk(), CORDONED, pvc("1Gi"), expandable=lambda: True)
+    assert grown == Grow(claim="c-broker-0-d0-0", from_bytes=1024 * MI, to_bytes=1536 * MI)
+    assert grown.size == "1536Mi"
     # Grown before (beyond the spec's size): from the claim's request, capped at maxSize.
-    assert disk_growth.decide(disk(), CORDONED, pvc("3Gi"), expandable=True) == Grow(
-        claim="c-broker-0-d0-0", size="4096Mi", from_bytes=3072 * MI, to_bytes=4096 * MI
-    )
+    capped = disk_growth.decide(disk(), CORDONED, pvc("3Gi"), expandable=lambda: True)
+    assert capped == Grow(claim="c-broker-0-d0-0", from_bytes=3072 * MI, to_bytes=4096 * MI)
+    assert capped.size == "4096Mi"
     # A request that is no whole MiB is rounded up; a tiny one still grows by a MiB.
-    odd = disk_growth.decide(disk(size="1M", max_size="1Gi"), CORDONED, pvc("1000k"), expandable=True)
+    odd = disk_growth.decide(disk(size="1M", max_size="1Gi"), CORDONED, pvc("1000k"), expandable=lambda: True)
     assert isinstance(odd, Grow) and odd.to_bytes == 2 * MI and odd.size == "2Mi"
 
 
@@ -59,28 +59,43 @@ def test_a_cordoned_disk_grows_by_half_within_its_max_size() -> None:
     ],
 )
 def test_left_alone(the_disk: model.Disk, entry: dict[str, Any], claim: dict[str, Any] | None) -> None:
-    assert disk_growth.decide(the_disk, entry, claim, expandable=True) is None
+    assert disk_growth.decide(the_disk, entry, claim, expandable=lambda: True) is None
 
 
 def test_a_refusal_says_why() -> None:
     claim = "c-broker-0-d0-0"
-    assert disk_growth.decide(disk(max_size=None), CORDONED, pvc("1Gi"), expandable=True) == CannotGrow(
-        claim, "disk d0 has no maxSize"
-    )
-    assert disk_growth.decide(disk(), CORDONED, pvc("4Gi"), expandable=True) == CannotGrow(
+    assert disk_growth.decide(
+        disk(max_size=None), CORDONED, pvc("1Gi"), expandable=lambda: True
+    ) == CannotGrow(claim, "disk d0 has no maxSize")
+    assert disk_growth.decide(disk(), CORDONED, pvc("4Gi"), expandable=lambda: True) == CannotGrow(
         claim, "disk d0 is at its maxSize 4Gi"
     )
-    assert disk_growth.decide(disk(), CORDONED, pvc("1Gi"), expandable=False) == CannotGrow(
+    assert disk_growth.decide(disk(), CORDONED, pvc("1Gi"), expandable=lambda: False) == CannotGrow(
         claim, "StorageClass fast does not allow volume expansion"
     )
     assert disk_growth.decide(
-        disk(), CORDONED, pvc("1Gi", storage_class=None), expandable=None
+        disk(), CORDONED, pvc("1Gi", storage_class=None), expandable=lambda: None
     ) == CannotGrow(claim, "its StorageClass does not allow volume expansion")
+
+
+def test_the_storage_class_is_asked_only_when_nothing_else_refuses() -> None:
+    asked: list[str] = []
+
+    def expandable() -> bool:
+        asked.append("asked")
+        return True
+
+    disk_growth.decide(disk(max_size=None), CORDONED, pvc("1Gi"), expandable=expandable)
+    disk_growth.decide(disk(), CORDONED, pvc("1536Mi", capacity="1Gi"), expandable=expandable)
+    disk_growth.decide(disk(), {"name": "d0"}, pvc("1Gi"), expandable=expandable)
+    assert asked == []
+    assert isinstance(disk_growth.decide(disk(), CORDONED, pvc("1Gi"), expandable=expandable), Grow)
+    assert asked == ["asked"]
 
 
 def test_events_every_growth_and_a_refusal_once_per_cordon() -> None:
     where = "log dir d0 of broker 0"
-    grow = Grow(claim="c", size="1536Mi", from_bytes=1024 * MI, to_bytes=1536 * MI)
+    grow = Grow(claim="c", from_bytes=1024 * MI, to_bytes=1536 * MI)
     event = disk_growth.event(grow, where, newly_cordoned=False)
     assert event is not None and (event.type, event.reason) == ("Normal", "GrowingVolume")
     assert "from 1024Mi to 1536Mi" in event.message

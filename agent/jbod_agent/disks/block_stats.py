@@ -32,7 +32,6 @@ class BlockStats:
     writes: int  # write requests completed
     written_bytes: int
     write_ms: int
-    in_flight: int  # requests issued and not completed now
     busy_ms: int  # time the device had requests in flight (its utilisation)
 
 
@@ -48,7 +47,6 @@ def parse_stat(text: str) -> BlockStats:
         writes=values[4],
         written_bytes=values[6] * SECTOR_BYTES,
         write_ms=values[7],
-        in_flight=values[8],
         busy_ms=values[9],
     )
 

@@ -278,7 +278,7 @@ def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetric
     yield from (state, failed, read, written, removed, freed, last, dirty)
 
 
-def _block_device_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+def _block_device_metrics(agent: Agent) -> Iterator[CounterMetricFamily]:
     """Each dir's block device as the kernel counts its I/O (`block_stats`; absent for a dir
     without one). Dirs on one device show the same counters."""
     labels = ["directory_id"]
