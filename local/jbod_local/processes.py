@@ -44,9 +44,31 @@ KAFKA_LISTENING_LINE = re.compile(r"Listening on ([A-Z_]+)://([^\s:]+):(\d+)")
 
 def _tail(path: Path, lines: int = 5) -> str:
     try:
-        return " | ".join(path.read_text().strip().splitlines()[-lines:])
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+#: How long an empty command line (an exec under way) is read again before the pid counts as another
+#: process's.
+EXEC_SETTLE_S = 2.0
+
+#: How the children this process reaped in `process_alive` ended (pid → wait status).
+_REAPED: dict[int, int] = {}
+
+
+def _ending(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def exit_report(pid: int | None, log_path: Path, lines: int = 3) -> str:
+    """Why a detached process is gone, in one line: how it ended when this process reaped it,
+    then its log's last `lines` lines (or that its log is empty)."""
+    status = None if pid is None else _REAPED.get(pid)
+    ending = "" if status is None else f"({_ending(status)}) "
+    return ending + (_tail(log_path, lines) or f"nothing in {log_path}")
 
 
 def _stop(process: subprocess.Popen[str] | None, grace: float) -> int | None:
@@ -200,11 +222,19 @@ def process_alive(pid: int | None, marker: Path) -> bool:
     if pid is None:
         return False
     with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if we started it in this process
-    args = _cmdline(pid)
-    if not args or _is_zombie(pid):
-        return False
-    return str(marker) in args
+        reaped, status = os.waitpid(pid, os.WNOHANG)  # reap it if we started it in this process
+        if reaped == pid:
+            _REAPED[pid] = status
+    # A process in the middle of its exec shows an empty command line for a moment (the kernel
+    # sets the new one up after the exec closed the pipe `Popen` waits on): read it again.
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        args = _cmdline(pid)
+        if args is None or _is_zombie(pid):
+            return False
+        if args or time.monotonic() > deadline:
+            return str(marker) in args
+        time.sleep(0.005)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -31,7 +31,13 @@ import httpx
 from jbod_client.controller import https_verify
 from jbod_local.etcd import EtcdCluster, EtcdMember
 from jbod_local.etcd_binary import EtcdBinary
-from jbod_local.processes import LocalClusterError, process_alive, spawn_detached, stop_processes
+from jbod_local.processes import (
+    LocalClusterError,
+    exit_report,
+    process_alive,
+    spawn_detached,
+    stop_processes,
+)
 
 HOST = "127.0.0.1"
 CONTROLLER_COUNTS = (1, 3, 5)
@@ -195,13 +201,6 @@ def start_etcd(
     return tuple(out), started
 
 
-def _log_tail(path: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def await_etcd(root: Path, nodes: Sequence[EtcdNode], started: Sequence[int], *, deadline: float) -> None:
     """Return once the members `started` are healthy and etcd has a quorum."""
     cluster = etcd_cluster(root, nodes)
@@ -210,7 +209,7 @@ def await_etcd(root: Path, nodes: Sequence[EtcdNode], started: Sequence[int], *,
         for i in started:
             if not nodes[i].alive():
                 raise LocalClusterError(
-                    f"etcd member {nodes[i].name} exited: {_log_tail(nodes[i].member.log_path)}"
+                    f"etcd member {nodes[i].name} exited: {exit_report(nodes[i].pid, nodes[i].member.log_path)}"
                 )
         healthy = set(cluster.healthy_members())
         if set(started) <= healthy and len(healthy) >= majority:

@@ -84,6 +84,7 @@ from jbod_local.processes import (
     LocalBroker,
     await_readyz,
     console_script,
+    exit_report,
     spawn_detached,
     stop_processes,
 )
@@ -159,14 +160,6 @@ def quiet(_message: str) -> None:
 
 
 # -- ports, tokens, logs ------------------------------------------------------------------------
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(text[-lines:])
 
 
 def port_free(port: int) -> bool:
@@ -501,7 +494,7 @@ def await_brokers(
                 broker = layout.broker(broker_id)
                 if not broker_alive(broker):
                     raise LocalClusterError(
-                        f"broker {broker_id} exited: {_tail(layout.broker_log(broker_id))}"
+                        f"broker {broker_id} exited: {exit_report(broker.pid, layout.broker_log(broker_id))}"
                     )
             with contextlib.suppress(ClientError):
                 for view in client.brokers():

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from jbod_client.controller import ClientError, ControllerClient, read_token
 from jbod_client.kafka_config import KafkaSecurity
@@ -163,6 +164,25 @@ class Cluster:
         if start:
             broker.start()
         return broker
+
+    def applied_offset(self, node_id: int) -> int:
+        """The last metadata record broker `node_id` applied (its `jbod_metadata_last_applied_offset`)."""
+        text = httpx.get(f"{self.brokers[node_id].url}/metrics", timeout=10, trust_env=False).text
+        for family in text_string_to_metric_families(text):
+            if family.name == "jbod_metadata_last_applied_offset":
+                return int(family.samples[0].value)
+        raise AssertionError(f"broker {node_id} exports no jbod_metadata_last_applied_offset")
+
+    def wait_until_applied(self, *, timeout: float = 60.0) -> None:
+        """Waits until every running broker applied the metadata log up to its end now: what the
+        controller committed (a credential, an ACL, a quota) is then in force at every broker."""
+        last = int(self.admin.metadata(from_offset=0, max_records=1)["endOffset"]) - 1
+        running = [n for n, b in self.brokers.items() if b.process is not None and b.process.poll() is None]
+        wait_for(
+            lambda: all(self.applied_offset(n) >= last for n in running),
+            timeout=timeout,
+            what=f"brokers {running} to apply the metadata log up to offset {last}",
+        )
 
     def log_dirs(self, node_id: int) -> list[dict[str, Any]]:
         url = self.brokers[node_id].url

@@ -200,6 +200,7 @@ def _user(kafka: KafkaCluster, user: str, password: str) -> None:
     )
     reply = kafka.cluster.admin.alter_scram_credentials(AlterScramCredentialsRequest(upsertions=[upsertion]))
     assert reply.results[0].error_code == 0
+    kafka.cluster.wait_until_applied()  # the brokers learn of it from the metadata log
 
 
 def _leader_address(kafka: KafkaCluster, topic: str) -> str:
@@ -250,6 +251,7 @@ def test_the_same_requests_pass_once_their_acls_are_granted(kafka_cluster: Kafka
         allow("TRANSACTIONAL_ID", f"txn-{group}", "WRITE"),
     ]
     assert [r["errorCode"] for r in kafka_cluster.cluster.admin.create_acls(granted)] == [0, 0, 0, 0]
+    kafka_cluster.cluster.wait_until_applied()
     with RawConnection(_leader_address(kafka_cluster, topic)) as conn:
         assert int(conn.authenticate(user, "pw").error_code) == 0
         for what, (key, version, body), code_of, denied in _cases(topic, group):

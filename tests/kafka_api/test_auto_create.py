@@ -170,6 +170,7 @@ def _user(kafka: KafkaCluster, user: str, password: str) -> None:
         )
     )
     assert reply.results[0].error_code == 0
+    kafka.cluster.wait_until_applied()  # the brokers learn of it from the metadata log
 
 
 def _allow(user: str, kind: str, name: str, operation: str, pattern: str = "LITERAL") -> dict[str, str]:
@@ -381,6 +382,7 @@ def test_a_producer_without_create_gets_the_authorization_error_and_nothing_is_c
     prefix = f"w-{suffix}-"
     granted = [_allow(user, "TOPIC", prefix, "WRITE", "PREFIXED")]  # WRITE implies DESCRIBE
     assert [r["errorCode"] for r in on.cluster.admin.create_acls(granted)] == [0]
+    on.cluster.wait_until_applied()
     topic = f"{prefix}new"
     producer = Producer(
         on.client_config(

@@ -113,6 +113,7 @@ def _may_describe(cluster: KafkaCluster, topic: str) -> None:
         "permissionType": "ALLOW",
     }
     assert cluster.cluster.admin.create_acls([acl]) == [{"errorCode": 0, "errorMessage": None}]
+    cluster.cluster.wait_until_applied()  # the broker follows the ACLs from its metadata log
 
 
 def _refused(cluster: KafkaCluster, password: str) -> bool:
@@ -138,6 +139,7 @@ def test_the_client_user_logs_in_once_registered_and_after_a_new_password(
     assert _refused(kafka_cluster, "first")
 
     assert credentials.ensure(url, token, _identity, "first", state, now=0.0)
+    kafka_cluster.cluster.wait_until_applied()
     assert state.ready
     assert "access" in _login(kafka_cluster, "first")
     assert not state.due(credentials.digest("first"), now=10.0)
@@ -145,6 +147,7 @@ def test_the_client_user_logs_in_once_registered_and_after_a_new_password(
     # A new password (the Secret deleted and recreated) is due at once and replaces the old one.
     assert state.due(credentials.digest("second"), now=10.0)
     assert credentials.ensure(url, token, _identity, "second", state, now=10.0)
+    kafka_cluster.cluster.wait_until_applied()
     assert "access" in _login(kafka_cluster, "second")
     assert _refused(kafka_cluster, "first")
 

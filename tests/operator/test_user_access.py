@@ -93,6 +93,14 @@ def _register(cluster: KafkaCluster, user: str, password: str) -> None:
     state = credentials.CredentialState()
     url = cluster.cluster.controller.url
     assert credentials.ensure(url, cluster.admin_password, _identity, password, state, now=0.0, user=user)
+    cluster.cluster.wait_until_applied()  # the broker learns of it from the metadata log
+
+
+def _replace_acls(cluster: KafkaCluster, user: str, bindings: list[users.Binding]) -> None:
+    """Sets `user`'s ACLs at the controller and waits until the broker applied them."""
+    url, token = cluster.cluster.controller.url, cluster.admin_password
+    assert credentials.replace_acls(url, token, _identity, None, user, bindings) is None
+    cluster.cluster.wait_until_applied()
 
 
 def test_a_users_acls_decide_what_it_may_do_and_are_replaced_as_a_set(kafka_cluster: KafkaCluster) -> None:
@@ -123,20 +131,21 @@ def test_a_users_acls_decide_what_it_may_do_and_are_replaced_as_a_set(kafka_clus
         },
     )
     wanted = users.acl_bindings("alice", spec.authorization.acls)
-    assert credentials.replace_acls(url, token, _identity, None, "alice", wanted) is None
+    _replace_acls(kafka_cluster, "alice", wanted)
     assert _acls(kafka_cluster, "alice") == set(wanted)
     assert _produce(kafka_cluster, "alice", "alice-pw", "orders-1") is None
     assert _produce(kafka_cluster, "alice", "alice-pw", "payments") is None
     assert _consume(kafka_cluster, "alice", "alice-pw", "orders-1") == 5
 
     fewer = [b for b in wanted if b[1] != "payments"]
-    assert credentials.replace_acls(url, token, _identity, None, "alice", fewer) is None
+    _replace_acls(kafka_cluster, "alice", fewer)
     assert _acls(kafka_cluster, "alice") == set(fewer)
     lost = _produce(kafka_cluster, "alice", "alice-pw", "payments")
     assert lost is not None and lost.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert _produce(kafka_cluster, "alice", "alice-pw", "orders-1") is None
 
     assert credentials.remove_user(url, token, _identity, None, "alice") is None
+    kafka_cluster.cluster.wait_until_applied()
     assert _acls(kafka_cluster, "alice") == set()
     with pytest.raises(KafkaException):
         from confluent_kafka.admin import AdminClient
@@ -175,7 +184,7 @@ def test_the_client_users_acls_let_todays_clients_work(kafka_cluster: KafkaClust
     user = names.KAFKA_CLIENT_USER
     _register(kafka_cluster, user, "client-pw")
     wanted = users.client_user_bindings(user)
-    assert credentials.replace_acls(url, token, _identity, None, user, wanted) is None
+    _replace_acls(kafka_cluster, user, wanted)
     assert _produce(kafka_cluster, user, "client-pw", "anything") is None
     assert _consume(kafka_cluster, user, "client-pw", "anything") == 5
     # Setting the same set again changes nothing.

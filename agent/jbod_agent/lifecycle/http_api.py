@@ -100,6 +100,11 @@ class _AgentCollector(Collector):
             "Replicas hosted in offline log dirs",
             value=agent.state.offline_replica_count(),
         )
+        yield GaugeMetricFamily(
+            "jbod_metadata_last_applied_offset",
+            "Offset of the last metadata log record this broker applied (Kafka's last-applied-record-offset)",
+            value=agent.state.applied_offset,
+        )
         yield from _log_dir_metrics(agent)
         replica_fetch = agent.replica_fetch
         sessions = replica_fetch.sessions.sessions
