@@ -1,4 +1,4 @@
-"""`jbod-operator`: runs the kopf operator (protocol §5) with the handlers of `jbod_operator.handlers`.
+"""`jbod-operator`: runs the kopf operator (protocol §5) with the handlers `jbod_operator.handlers` registers.
 
 Bad flags or missing Kubernetes credentials print one line and exit non-zero (2 for usage, 1
 otherwise; `jbod_runtime.console`), Ctrl-C exits 130. The operator runs
@@ -101,19 +101,19 @@ def command(  # noqa: PLR0913  click command: one parameter per option
             raise click.ClickException(f"no Kubernetes credentials: {exc}".splitlines()[0]) from None
     if endpoints_file:
         os.environ["JBOD_ENDPOINTS_FILE"] = endpoints_file
-    from jbod_operator import (  # importing handlers registers them with kopf
-        handlers,
-        lag_handlers,  # the consumer lag task, registered alike (also configured below)
-        topic_handlers,  # noqa: F401  the JbodTopic handlers, registered alike
+    from jbod_operator import (
+        cluster_access,
+        handlers,  # noqa: F401  importing it registers every handler with kopf
+        lag_handlers,
         views,
     )
 
-    handlers.ENDPOINTS = views.Endpoints(endpoints_file)
-    handlers.SETTINGS["poll_seconds"] = poll_seconds
+    cluster_access.ENDPOINTS = views.Endpoints(endpoints_file)
+    cluster_access.SETTINGS["poll_seconds"] = poll_seconds
     lag_handlers.SETTINGS["lag_seconds"] = lag_seconds
-    handlers.SETTINGS["secret_propagation"] = dt.timedelta(seconds=secret_propagation_seconds)
+    cluster_access.SETTINGS["secret_propagation"] = dt.timedelta(seconds=secret_propagation_seconds)
     if image:
-        handlers.SETTINGS["image"] = image
+        cluster_access.SETTINGS["image"] = image
     if metrics_address:
         host, port = _listen(metrics_address)
         try:

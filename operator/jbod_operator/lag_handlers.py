@@ -19,7 +19,7 @@ import kopf
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from jbod_operator import handlers, lag, names
+from jbod_operator import cluster_access, lag, names
 
 log = logging.getLogger("jbod_operator.lag")
 
@@ -32,11 +32,11 @@ async def poll_consumer_lag(name: str, namespace: str | None, stopped: kopf.Daem
     client: tuple[dict[str, Any], AdminClient] | None = None
     try:
         while not stopped and SETTINGS["lag_seconds"] > 0:
-            tokens = await asyncio.to_thread(handlers._tokens, name, namespace)
+            tokens = await asyncio.to_thread(cluster_access.tokens, name, namespace)
             token = (tokens or {}).get(names.SECRET_ADMIN_TOKEN)
             if token:
                 config = lag.client_config(
-                    name, namespace, token, handlers.TRUST_FILES.get((namespace, name))
+                    name, namespace, token, cluster_access.TRUST_FILES.get((namespace, name))
                 )
                 if client is None or client[0] != config:
                     client = (config, AdminClient(config))

@@ -37,7 +37,7 @@ import kopf
 from jbod_client.controller import ApiError, ClientError, ControllerClient
 from jbod_core.errors import ErrorCode
 from jbod_core.messages import AlterConfigOp, AlterTopicConfigsRequest, CreatePartitionsRequest
-from jbod_operator import handlers, kube, metrics, names, topic_plan
+from jbod_operator import cluster_access, kube, metrics, names, topic_plan
 from jbod_operator.model import SpecError
 
 log = logging.getLogger("jbod_operator")
@@ -191,12 +191,12 @@ def _claims(index: Any, key: tuple[str, str, str]) -> Iterable[topic_plan.Claim]
 
 def _client(cluster: str, namespace: str, token: str) -> ControllerClient:
     return ControllerClient(
-        handlers._controller_url(cluster, namespace),
+        cluster_access.controller_url(cluster, namespace),
         token=token,
         timeout=10.0,
         failover_timeout=10.0,
-        map_url=handlers.ENDPOINTS.resolve,
-        ca_file=handlers.TRUST_FILES.get((namespace, cluster)),
+        map_url=cluster_access.ENDPOINTS.resolve,
+        ca_file=cluster_access.TRUST_FILES.get((namespace, cluster)),
     )
 
 
@@ -206,7 +206,7 @@ def _token(cluster: str, namespace: str) -> str | None:
     body = kube.get(names.API_VERSION, "JbodCluster", cluster, namespace)
     if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
         return None
-    return (handlers._tokens(cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
+    return (cluster_access.tokens(cluster, namespace) or {}).get(names.SECRET_ADMIN_TOKEN)
 
 
 @kopf.index(names.GROUP, names.VERSION, names.TOPICS, labels={names.LABEL_CLUSTER: kopf.PRESENT})

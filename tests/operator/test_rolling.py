@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jbod_operator.handlers import _RollingRestarts
+from jbod_operator.broker_handlers import _RollingRestarts
 
 READY = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 NOT_READY = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}

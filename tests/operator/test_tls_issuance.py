@@ -1,4 +1,4 @@
-"""`handlers._ensure_tls` through a whole life of a cluster CA, on an in-memory store of Secrets
+"""`cluster_tls.ensure_tls` through a whole life of a cluster CA, on an in-memory store of Secrets
 (a unit test of that one function: the API server's get and apply are replaced by a dict).
 
 Covers: the first pass makes the CA, the trust bundle and a certificate per broker and for the
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from jbod_operator import certificates, handlers, model, names, rotation
+from jbod_operator import certificates, cluster_access, cluster_tls, model, names, rotation
 from tests.operator.test_model_builders import OWNER, example
 from tests.operator.test_rotation import _handshake
 
@@ -85,11 +85,11 @@ class Store:
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> Store:
     fake = Store()
-    monkeypatch.setattr(handlers.kube, "get", fake.get)
-    monkeypatch.setattr(handlers.kube, "apply", fake.apply)
-    monkeypatch.setattr(handlers.kube, "list_objects", fake.list_objects)
-    monkeypatch.setattr(handlers.kube, "merge_patch", fake.merge_patch)
-    monkeypatch.setattr(handlers.kopf, "info", lambda *a, **k: None)
+    monkeypatch.setattr(cluster_tls.kube, "get", fake.get)
+    monkeypatch.setattr(cluster_tls.kube, "apply", fake.apply)
+    monkeypatch.setattr(cluster_tls.kube, "list_objects", fake.list_objects)
+    monkeypatch.setattr(cluster_tls.kube, "merge_patch", fake.merge_patch)
+    monkeypatch.setattr(cluster_tls.kopf, "info", lambda *a, **k: None)
     return fake
 
 
@@ -106,8 +106,8 @@ LEAVES = ["demo-broker-0-tls", "demo-broker-1-tls", "demo-broker-2-tls", "demo-c
 def _pass(
     store: Store, monkeypatch: pytest.MonkeyPatch, at: dt.datetime, spec: model.ClusterSpec
 ) -> str | None:
-    monkeypatch.setattr(handlers, "_now", lambda: at)
-    return handlers._ensure_tls({}, spec, "demo", "ns", OWNER, [0, 1, 2])
+    monkeypatch.setattr(cluster_access, "now", lambda: at)
+    return cluster_tls.ensure_tls({}, spec, "demo", "ns", OWNER, [0, 1, 2])
 
 
 def _fingerprints(store: Store) -> dict[str, str]:
@@ -275,7 +275,7 @@ def test_issuer_secret_signs_with_the_users_ca_and_makes_none(
 
 
 def test_issuer_secret_without_its_secret_waits(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(handlers.kopf.TemporaryError, match="caSecret"):
+    with pytest.raises(cluster_tls.kopf.TemporaryError, match="caSecret"):
         _pass(store, monkeypatch, T0, _spec(issuer="secret", caSecret="missing"))
     assert store.secrets == {}
 
@@ -354,13 +354,13 @@ def test_the_bundle_makes_the_operators_own_calls_https_and_verified() -> None:
     """`reconcile_cluster` hands `_ensure_tls`'s bundle to `_trust`: from then on the operator
     dials the controllers over https, verifying them with that bundle (None: back to http)."""
     try:
-        handlers._trust("demo", "ns", "BUNDLE\n")
-        url = handlers._controller_url("demo", "ns")
+        cluster_access.trust("demo", "ns", "BUNDLE\n")
+        url = cluster_access.controller_url("demo", "ns")
         assert url == "https://demo-controller.ns.svc:9093"
-        path = handlers.ENDPOINTS.ca_file(url)
+        path = cluster_access.ENDPOINTS.ca_file(url)
         assert path is not None and path.read_text() == "BUNDLE\n"
-        assert handlers.ENDPOINTS.ca_file("https://demo-broker-0.demo-brokers.ns.svc:9192") == path
+        assert cluster_access.ENDPOINTS.ca_file("https://demo-broker-0.demo-brokers.ns.svc:9192") == path
     finally:
-        handlers._trust("demo", "ns", None)
-    assert handlers._controller_url("demo", "ns") == "http://demo-controller.ns.svc:9093"
-    assert handlers.ENDPOINTS.ca_file("https://demo-controller.ns.svc:9093") is None
+        cluster_access.trust("demo", "ns", None)
+    assert cluster_access.controller_url("demo", "ns") == "http://demo-controller.ns.svc:9093"
+    assert cluster_access.ENDPOINTS.ca_file("https://demo-controller.ns.svc:9093") is None

@@ -80,7 +80,7 @@ app.kubernetes.io/part-of: jbod
 {{/*
 The operator's permissions in every namespace it watches: a Role per namespace when
 watchNamespaces is set, else one ClusterRole. Exactly the verbs of jbod_operator/kube.py,
-jbod_operator/handlers.py and kopf itself; no wildcards.
+jbod_operator's handler modules and kopf itself; no wildcards.
 Server-side apply (kube.apply) is a PATCH that creates a missing object, so the API server asks
 for both `patch` and `create` on every kind the operator applies.
 */}}
@@ -112,12 +112,12 @@ for both `patch` and `create` on every kind the operator applies.
 - apiGroups: ["jbod.dev"]
   resources: ["jbodclusters/finalizers", "jbodbrokers/finalizers", "jbodusers/finalizers"]
   verbs: ["update"]
-# Secrets <cluster>-tokens (the cluster id and admin token, handlers._tokens) and
-# <cluster>-kafka-client (the Kafka client user's password, handlers._register_kafka_user): read,
+# Secrets <cluster>-tokens (the cluster id and admin token, cluster_access.tokens) and
+# <cluster>-kafka-client (the Kafka client user's password, cluster_handlers._register_kafka_user): read,
 # and created once with fresh values (kube.create). With spec.tls: the cluster CA, its trust
 # bundle and the pods' certificates are server-side applied when issued or renewed
-# (handlers._ensure_tls), and the client Secret's CA and properties merge-patched
-# (handlers._update_client_secret). A JbodUser's Secret is applied by reconcile_user and deleted
+# (cluster_tls.ensure_tls), and the client Secret's CA and properties merge-patched
+# (cluster_handlers._update_client_secret). A JbodUser's Secret is applied by reconcile_user and deleted
 # by remove_user; never listed or watched.
 - apiGroups: [""]
   resources: ["secrets"]
