@@ -176,9 +176,13 @@ class EtcdRecordLog:
     standby's copy grows through `extend_committed` as it follows the log.
     """
 
-    def __init__(self, gateway: EtcdGateway, keys: Keys) -> None:
+    def __init__(
+        self, gateway: EtcdGateway, keys: Keys, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`clock`: the monotonic clock the lease deadlines are on (the controller's)."""
         self.gateway = gateway
         self.keys = keys
+        self.clock = clock
         self.directory = f"etcd {keys.prefix.decode()}"
         self._lock = threading.Lock()
         self._start = 0
@@ -315,17 +319,17 @@ class EtcdRecordLog:
         self.give_up_s = give_up_s
 
     def writable_now(self) -> bool:
-        return self.fence != 0 and time.monotonic() < self.lease_deadline()
+        return self.fence != 0 and self.clock() < self.lease_deadline()
 
     def wait_writable(self) -> None:
         """Wait while the lease deadline has passed but the lease may live on (etcd electing a new
         leader, a pause shorter than the lease in etcd): a renewal proves the leader key is still
         ours. `NotActiveError` once the lease is known lost or after `give_up_s`."""
-        give_up = time.monotonic() + self.give_up_s
+        give_up = self.clock() + self.give_up_s
         while True:
             if self.fence == 0:
                 raise NotActiveError("this controller is a standby")
-            now = time.monotonic()
+            now = self.clock()
             if now < self.lease_deadline():
                 return
             if now >= give_up:
@@ -335,7 +339,7 @@ class EtcdRecordLog:
     def check_writable(self) -> None:
         if self.fence == 0:
             raise NotActiveError("this controller is a standby")
-        if time.monotonic() >= self.lease_deadline():
+        if self.clock() >= self.lease_deadline():
             self.wait_writable()
 
     def append(self, entries: list[bytes]) -> None:

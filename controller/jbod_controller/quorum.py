@@ -84,9 +84,17 @@ def _info(value: bytes) -> ControllerInfo | None:
 class LeaseKeeper:
     """Grants this controller's lease and keeps it alive from a thread of its own."""
 
-    def __init__(self, config: QuorumConfig, keys: Keys, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: QuorumConfig,
+        keys: Keys,
+        on_lost: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.keys = keys
+        self.clock = clock
         self._gateway = EtcdGateway(
             config.endpoints, timeout=max(0.5, config.lease_ms / 2000), tls=config.tls
         )
@@ -106,7 +114,7 @@ class LeaseKeeper:
         self._thread.start()
 
     def _grant(self) -> None:
-        sent = time.monotonic()
+        sent = self.clock()
         self.lease_id = self._gateway.lease_grant(self.config.lease_ttl_s)
         self._valid_until = sent + self.config.lease_ttl_s
         me = orjson.dumps({"nodeId": self.config.node_id, "url": self.config.url})
@@ -115,7 +123,7 @@ class LeaseKeeper:
     def _run(self) -> None:
         period = self.config.lease_ttl_s / 4
         while not self._stop.wait(period):
-            sent = time.monotonic()
+            sent = self.clock()
             try:
                 ttl = self._gateway.lease_keepalive(self.lease_id)
             except (EtcdUnavailableError, EtcdError) as exc:
@@ -185,7 +193,9 @@ class Quorum:
     async def start(self) -> None:
         """Grant the lease (the log has been recovered by the caller), then follow and campaign."""
         self._loop = asyncio.get_running_loop()
-        self.keeper = LeaseKeeper(self.config, self.keys, self._lease_lost_from_thread)
+        self.keeper = LeaseKeeper(
+            self.config, self.keys, self._lease_lost_from_thread, clock=self.record_log.clock
+        )
         await self._loop.run_in_executor(None, self.keeper.start)
         await self._load_membership()
         self._tasks.append(self._loop.create_task(self._follow_forever(), name="quorum-follow"))
@@ -252,7 +262,7 @@ class Quorum:
 
     async def _campaign(self) -> None:
         keeper = self.keeper
-        if keeper is None or time.monotonic() >= keeper.lease_deadline():
+        if keeper is None or self.record_log.clock() >= keeper.lease_deadline():
             return
         me = orjson.dumps(self.me.to_json())
         result = await self.gateway.txn(

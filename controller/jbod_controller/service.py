@@ -162,7 +162,7 @@ class ControllerService:
             self.record_log = FileRecordLog(config.data_dir / "metadata", segment_bytes=config.segment_bytes)
         else:
             gateway = EtcdGateway(config.quorum.endpoints, tls=config.quorum.tls)
-            etcd_log = EtcdRecordLog(gateway, Keys.under(config.quorum.prefix))
+            etcd_log = EtcdRecordLog(gateway, Keys.under(config.quorum.prefix), clock=clock)
             self.record_log = etcd_log
             self.quorum = Quorum(config.quorum, etcd_log, self)
         self.commits = CommitSignal(lambda: self.record_log.committed_offset)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -437,7 +436,7 @@ class _RollingRestarts:
 
     def acquire(self, namespace: str, cluster: str, broker_id: int) -> int:
         """The broker holding the token after the call (`broker_id` if it got it)."""
-        now = time.monotonic()
+        now = cluster_access.monotonic()
         with self._lock:
             holder = self._holders.get((namespace, cluster))
             if holder is None or holder[0] == broker_id or now - holder[1] > self.timeout_s:

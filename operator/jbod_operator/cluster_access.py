@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,11 @@ def first(store: Iterable[Any] | None) -> Any:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def monotonic() -> float:
+    """Seconds on the operator's clock that never goes back (credentials' and drains' timing)."""
+    return time.monotonic()
 
 
 def secret_data(name: str, namespace: str) -> dict[str, str] | None:

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -94,7 +93,8 @@ def drive(  # noqa: PLR0913  the cluster (body, name, namespace, meta), its spec
             raise kopf.TemporaryError("the controller cannot be reached to plan the drain", delay=5)
         snapshot, topic_configs = fresh
         snapshot = dataclasses.replace(
-            snapshot, moving=snapshot.moving | _DRAINS.recent_moves(namespace, cluster, now=time.monotonic())
+            snapshot,
+            moving=snapshot.moving | _DRAINS.recent_moves(namespace, cluster, now=cluster_access.monotonic()),
         )
         actions = drain.decide(snapshot, wanted, owned, topic_configs)
         before = _union(owned, actions.owned)
@@ -108,7 +108,7 @@ def drive(  # noqa: PLR0913  the cluster (body, name, namespace, meta), its spec
             actions,
             rate=spec.drain.max_bytes_per_second,
         )
-        _DRAINS.moved(namespace, cluster, actions.moves, now=time.monotonic())
+        _DRAINS.moved(namespace, cluster, actions.moves, now=cluster_access.monotonic())
         for line in errors:
             log.warning("Failed a drain step of %s/%s: %s", namespace, cluster, line)
         if errors:

@@ -43,7 +43,7 @@ def _register_kafka_user(cluster: str, namespace: str, admin_token: str) -> None
     if not client or "password" not in client:
         return
     state = cluster_access.CREDENTIALS.setdefault((namespace, cluster), credentials.CredentialState())
-    now = time.monotonic()
+    now = cluster_access.monotonic()
     ca_file = cluster_access.TRUST_FILES.get((namespace, cluster))
     credentials.ensure(
         cluster_access.controller_url(cluster, namespace),

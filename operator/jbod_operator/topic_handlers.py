@@ -246,7 +246,7 @@ def reconcile_topic(  # noqa: PLR0913  kopf handler: one parameter per kwarg kop
     if meta.get("deletionTimestamp"):
         return
     with metrics.reconcile("JbodTopic"):
-        now = datetime.now(UTC)
+        now = cluster_access.now()
         generation = meta.get("generation")
         if not _managed(meta.annotations):
             message = f"{MANAGED_ANNOTATION} is false: the topic is left as it is"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from typing import Any
 
 import kopf
@@ -62,7 +61,7 @@ def _user_secret(
             cluster_access.ENDPOINTS.resolve,
             password,
             state,
-            now=time.monotonic(),
+            now=cluster_access.monotonic(),
             ca_file=cluster_access.TRUST_FILES.get((namespace, spec.cluster)),
             user=name,
         ):

@@ -14,6 +14,7 @@ from jbod_agent.config import parse_config
 from jbod_agent.disks import probe
 from jbod_agent.lifecycle import telemetry
 from jbod_agent.placement import DirHealth
+from jbod_agent.ports import SystemClock
 from jbod_agent.state import LocalReplica, LogDirState
 from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
@@ -45,7 +46,7 @@ def _agent(tmp_path: Path) -> SimpleNamespace:
 
 def test_samples_describe_every_dir_with_replica_sizes_and_probe_stats(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
-    writer = telemetry.TelemetryWriter(agent, tmp_path / "telemetry", interval_ms=1000)  # type: ignore[arg-type]
+    writer = telemetry.TelemetryWriter(agent, tmp_path / "telemetry", interval_ms=1000, clock=SystemClock())  # type: ignore[arg-type]
     for hook in [writer.observe_probe]:
         hook(A, probe.ProbeResult(probe.ProbeOutcome.OK, None, 0.004, 1000, 600))
         hook(B, probe.ProbeResult(probe.ProbeOutcome.FAILED, "EIO", 0.5))
@@ -86,7 +87,7 @@ def test_files_rotate_and_stay_bounded(tmp_path: Path) -> None:
 
 def test_the_pipeline_reads_the_agents_samples(spark: SparkSession, tmp_path: Path) -> None:
     agent = _agent(tmp_path)
-    writer = telemetry.TelemetryWriter(agent, tmp_path / "telemetry", interval_ms=1000)  # type: ignore[arg-type]
+    writer = telemetry.TelemetryWriter(agent, tmp_path / "telemetry", interval_ms=1000, clock=SystemClock())  # type: ignore[arg-type]
     writer.write_once(now=1.0)
     writer.write_once(now=2.0)
     read = inputs.read_telemetry(spark, str(tmp_path / "telemetry"))

@@ -28,7 +28,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -160,7 +159,9 @@ class DirMonitor:
         timeout = self.state.config.log_dir_probe_timeout_ms / 1000
         self.probes_in_flight += 1
         try:
-            finished = await bounded_by_running_time(future, timeout, restart=lambda: progress.probing)
+            finished = await bounded_by_running_time(
+                future, timeout, restart=lambda: progress.probing, monotonic=self.clock.monotonic
+            )
         finally:
             self.probes_in_flight -= 1
         if finished:
@@ -254,7 +255,11 @@ class _RoundProgress:
 
 
 async def bounded_by_running_time(
-    future: asyncio.Future[None], timeout: float, *, restart: Callable[[], object] = lambda: None
+    future: asyncio.Future[None],
+    timeout: float,
+    *,
+    monotonic: Callable[[], float],
+    restart: Callable[[], object] = lambda: None,
 ) -> bool:
     """True once the future is done; False once it has taken `timeout` seconds of this process's
     time since `restart()` last changed (the probe thread moved on to the next dir).
@@ -265,14 +270,14 @@ async def bounded_by_running_time(
     """
     step = max(0.005, min(0.1, timeout / 10))
     counted = 0.0
-    last = time.monotonic()
+    last = monotonic()
     marker = restart()
     while True:
         done, _ = await asyncio.wait({future}, timeout=step)
         if done:
             future.result()
             return True
-        now = time.monotonic()
+        now = monotonic()
         if restart() != marker:
             marker, counted = restart(), 0.0
         counted += min(now - last, 2 * step)

@@ -162,7 +162,10 @@ class Agent:
         self._spawn(self.reconciler.scan_local_replicas(), "scan")
         if state.config.telemetry_dir is not None:
             writer = telemetry.TelemetryWriter(
-                state, state.config.telemetry_dir, interval_ms=state.config.telemetry_interval_ms
+                state,
+                state.config.telemetry_dir,
+                interval_ms=state.config.telemetry_interval_ms,
+                clock=self.clock,
             )
             self.monitor.on_probe.append(writer.observe_probe)
             self._spawn(writer.run_forever(), "telemetry")

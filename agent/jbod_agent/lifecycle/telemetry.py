@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import orjson
 
 from jbod_agent.disks import probe
 from jbod_agent.placement import DirHealth
+from jbod_agent.ports import Clock
 from jbod_agent.state import AgentState
 from jbod_agent.storage import replicas
 from jbod_core.ids import Uuid
@@ -133,9 +133,10 @@ class RotatingFiles:
 
 
 class TelemetryWriter:
-    def __init__(self, broker: AgentState, directory: Path, *, interval_ms: int) -> None:
+    def __init__(self, broker: AgentState, directory: Path, *, interval_ms: int, clock: Clock) -> None:
         """Call `observe_probe` with every probe result (the agent hooks it to its probes)."""
         self.broker = broker
+        self.clock = clock
         self.interval = interval_ms / 1000
         self.files = RotatingFiles(directory, prefix=f"telemetry-{broker.node_id}")
         self.probes: dict[str, ProbeStats] = {}
@@ -179,9 +180,9 @@ class TelemetryWriter:
                 {k: ProbeStats(v.seconds, v.errors) for k, v in self.probes.items()},
             )
             try:
-                await asyncio.to_thread(self._write, dirs, probes, time.time())
+                await asyncio.to_thread(self._write, dirs, probes, self.clock.time())
             except OSError as exc:
                 log.warning(
                     "Could not write telemetry to %s: %s", self.files.directory, probe.describe_os_error(exc)
                 )
-            await asyncio.sleep(self.interval)
+            await self.clock.sleep(self.interval)
