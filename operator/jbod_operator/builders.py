@@ -776,6 +776,8 @@ def disk_entry(disk: model.Disk) -> dict[str, Any]:
         entry["maxSize"] = disk.max_size
     if disk.removed:
         entry["removed"] = True
+    if disk.spec_name:
+        entry["specName"] = disk.spec_name
     return entry
 
 

@@ -46,7 +46,7 @@ def drive(  # noqa: PLR0913  the cluster (body, name, namespace, meta), its spec
     off full disks that cannot grow (`drain.decide` on a fresh snapshot; what the operator sets is
     recorded in an annotation before it is set). One at a time per cluster: the timer and the
     update handler may run together."""
-    wanted_disks = {d.name for d in spec.disks}
+    leaving_disks = plan.leaving_disks(spec, existing)
     relieve = {
         b: paths
         for b in existing
@@ -61,15 +61,9 @@ def drive(  # noqa: PLR0913  the cluster (body, name, namespace, meta), its spec
     }
     wanted = drain.Wanted(
         leaving=frozenset(b for b in existing if b >= spec.brokers),
-        disks={
-            b: paths
-            for b, broker in existing.items()
-            if b < spec.brokers
-            and (
-                paths := frozenset(names.log_dir(d.name) for d in broker.disks if d.name not in wanted_disks)
-            )
-        },
-        spec_paths=frozenset(names.log_dir(d) for d in wanted_disks),
+        disks=leaving_disks.paths,
+        spec_paths=leaving_disks.kept_paths,
+        into=leaving_disks.into,
         relieve=relieve,
         max_bytes_per_second=spec.drain.max_bytes_per_second,
         max_partitions_in_flight=spec.drain.max_partitions_in_flight,

@@ -232,6 +232,10 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             _delete_broker(body, name, namespace, broker_id)
         _unregister_removed(name, namespace, cluster_spec, existing, view)
         cluster_drains.warn_new_refusals(body, actions.refused, status)
+        for line in broker_plan.moving:
+            kopf.info(body, reason="MovingDisk", message=line)
+        for line in broker_plan.moved:
+            kopf.info(body, reason="DiskMoved", message=line)
         broker_statuses = [statuses.get(i, {}) for i in range(cluster_spec.brokers)]
         metrics.observe_drain(namespace, name, actions)
         computed = plan.cluster_status(

@@ -25,6 +25,8 @@ Guarantees:
   the most free bytes on its online, not-cordoned dirs, among those with a dir the replica fits
   in (free bytes minus `RESERVE` of its size); a dir of a disk being drained gets the dir with the
   most free bytes. Sizes are the replica's own, else the largest of its partition's replicas.
+* **A disk moved to a new volume drains into it only** (`into`): not before the new volume's dir
+  is online (nothing cordoned or moved until then), refused up front if it does not fit there.
 * **Full disks that cannot grow are relieved in rounds** (`plan_relief`): only dirs their broker
   cordons for their space; the largest replicas first until `RELIEF_SHARE` of the dir moves, to
   the broker's other online dirs not cordoned for any reason, each kept `2 * RELIEF_SHARE` under
@@ -174,6 +176,7 @@ class DiskDrain:
     moves: tuple[Move, ...] = ()
     waiting: tuple[str, ...] = ()
     progress: Progress = Progress()
+    ready: bool = True  # False: a disk's new volume is not online yet, the drain has not begun
 
     @property
     def done(self) -> bool:
@@ -457,16 +460,26 @@ def plan_rebalance(snap: Snapshot, *, joining: frozenset[int], max_in_flight: in
 # A disk leaving one broker
 
 
-def plan_disk_drain(
-    snap: Snapshot, *, broker_id: int, paths: frozenset[str], started: bool, max_in_flight: int
+def plan_disk_drain(  # noqa: PLR0913  the snapshot, then the broker, its dirs leaving and their targets, the state
+    snap: Snapshot,
+    *,
+    broker_id: int,
+    paths: frozenset[str],
+    started: bool,
+    max_in_flight: int,
+    into: Mapping[str, str] | None = None,
 ) -> DiskDrain:
-    """Move the broker's replicas off the dirs at `paths` to its other online, not-cordoned dirs."""
+    """Move the broker's replicas off the dirs at `paths` to its other online, not-cordoned dirs;
+    a dir named in `into` (a disk moved to a new volume) only to the dir at its target path, and
+    not before that dir is online (`ready` False: nothing is cordoned or moved yet)."""
     broker = snap.brokers.get(broker_id)
     where = f"broker {broker_id}"
     if broker is None or not broker.dirs:
         message = f"{where}'s log dirs cannot be read"
         return DiskDrain(refused=() if started else (message,), waiting=(message,) if started else ())
-    sources = {d.directory_id for d in broker.dirs if d.path in paths}
+    into = into or {}
+    by_path = {d.path: d for d in broker.dirs}
+    sources = {d.directory_id: d.path for d in broker.dirs if d.path in paths}
     room = {
         d.directory_id: d.free_bytes
         for d in broker.dirs
@@ -478,6 +491,14 @@ def plan_disk_drain(
     moving = [p for p in on_sources if (p.topic, p.index, broker_id) in snap.moving]
     left_bytes = sum(snap.size(p, broker_id) for p in on_sources)
     progress = Progress(replicas=len(on_sources), bytes=left_bytes, in_flight=len(moving))
+    targets = sorted({into[p] for p in paths if p in into})
+    absent = [t for t in targets if t not in by_path or not by_path[t].online]
+    if absent and not started:
+        return DiskDrain(
+            waiting=(f"{where}: the new volume {', '.join(absent)} is not online yet",),
+            progress=progress,
+            ready=False,
+        )
     moves: list[Move] = []
     problems: list[str] = []
     needed = 0
@@ -486,7 +507,15 @@ def plan_disk_drain(
             continue
         size = snap.size(partition, broker_id)
         needed += size
-        target = _take_room(room, size)
+        source = sources[str(partition.directory_of(broker_id))]
+        target_path = into.get(source)
+        target = _take_room(
+            room,
+            size,
+            only=None
+            if target_path is None
+            else {d.directory_id for d in broker.dirs if d.path == target_path},
+        )
         if target is None:
             problems.append(f"no room on {where} for {partition.topic}-{partition.index} ({size} bytes)")
             continue
@@ -495,7 +524,10 @@ def plan_disk_drain(
     if problems:
         free = sum(room.values()) if room else 0
         detail = (
-            "no other online dir that is not cordoned" if not room else f"{free} bytes free in its other dirs"
+            "no other online dir that is not cordoned"
+            if not room
+            else f"{free} bytes free in its other dirs"
+            + (f" ({', '.join(targets)} for the disks moved to a new volume)" if targets else "")
         )
         lines = (f"{where} needs {needed} bytes to empty {', '.join(sorted(paths))}, {detail}",)
         if not started:
@@ -561,9 +593,10 @@ def plan_relief(snap: Snapshot, *, broker_id: int, paths: frozenset[str], max_in
     )
 
 
-def _take_room(room: dict[str, int], size: int) -> str | None:
-    """The dir with the most room that `size` bytes fit in (its room taken), or None."""
-    fits = [(free, d) for d, free in room.items() if free >= size]
+def _take_room(room: dict[str, int], size: int, only: set[str] | None = None) -> str | None:
+    """The dir (of `only`, if given) with the most room that `size` bytes fit in (its room
+    taken), or None."""
+    fits = [(free, d) for d, free in room.items() if free >= size and (only is None or d in only)]
     if not fits:
         return None
     _, target = max(fits)
@@ -655,6 +688,9 @@ class Wanted:
     spec_paths: frozenset[str] = frozenset()  # the log dir paths of the spec's disks
     # Full disks whose claim cannot grow (broker → log dir paths): replicas move off them.
     relieve: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    # Disks moved to a new volume (broker → leaving log dir path → the new volume's path): their
+    # replicas go there only.
+    into: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     max_bytes_per_second: int = 50_000_000
     max_partitions_in_flight: int = 5
 
@@ -740,10 +776,17 @@ def _drain_disks(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
             paths=paths,
             started=begun,
             max_in_flight=wanted.max_partitions_in_flight,
+            into=wanted.into.get(broker_id),
         )
         where = f"{', '.join(sorted(paths))} of broker {broker_id}"
         if plan.refused:
             draft.refused.append(f"Refused to drain {where}: {'; '.join(plan.refused)}")
+            continue
+        if not plan.ready:
+            draft.waiting.extend(plan.waiting)
+            draft.progress.append(plan.progress.describe(where))
+            draft.replicas_left += plan.progress.replicas
+            draft.bytes_left += plan.progress.bytes
             continue
         for path in sorted(paths):
             draft.add_cordon(broker_id, path)

@@ -58,9 +58,18 @@ class Volume(_Frozen):
         return quantity_bytes(self.size)
 
 
+#: The longest name of a disk in a cluster's spec; a broker's volume moved for it is named
+#: `<name>-m<n>` (`plan.successor_name`), within `MAX_VOLUME_NAME`.
+MAX_DISK_NAME = 20
+MAX_VOLUME_NAME = 24
+
+
 class Disk(Volume):
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=20)
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=MAX_VOLUME_NAME)
     removed: bool = False
+    # In a JbodBroker: the cluster's disk this volume serves when it is not named after it (a
+    # disk moved to another size or StorageClass gets a new volume, `<name>-m<n>`).
+    spec_name: str | None = Field(default=None, alias="specName")
     # How far the operator may grow the disk's claim when its broker cordons it for its space
     # (`disk_growth`); None: never beyond `size`.
     max_size: str | None = Field(default=None, alias="maxSize")
@@ -84,6 +93,11 @@ class Disk(Volume):
         if value in RESERVED_DISK_NAMES:
             raise SpecError(f"'{value}' is reserved for the metadata disk")
         return value
+
+    @property
+    def serves(self) -> str:
+        """The name of the cluster's disk this volume is for."""
+        return self.spec_name or self.name
 
 
 class Resources(_Frozen):
@@ -453,6 +467,9 @@ def parse_cluster(name: str, spec: dict[str, Any]) -> ClusterSpec:
     except ValidationError as exc:
         raise SpecError(_one_line(exc)) from None
     names = [d.name for d in parsed.disks]
+    long = next((n for n in names if len(n) > MAX_DISK_NAME), None)
+    if long is not None:
+        raise SpecError(f"spec.disks: disk name '{long}' is longer than {MAX_DISK_NAME} characters")
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
         raise SpecError(f"spec.disks: disk '{duplicate}' is listed twice")

@@ -4,6 +4,10 @@ Guarantees (the data-loss traps this refuses to walk into):
 * A disk removed from the spec leaves a broker only once that broker's log dir on it is known to
   hold no replicas; until then it stays mounted, marked `removed` (state `Draining`), and the
   wait is reported with the number of replicas left (`drain` empties it meanwhile).
+* A disk whose StorageClass changes or whose size is lowered moves to a new volume
+  (`<name>-m<n>`, `specName` naming the disk) while its old volume stays mounted, marked
+  `removed`, until it holds no replica (`drain` moves them into the new one): never a replica
+  without a copy on the way. A larger size grows the claim in place.
 * A broker beyond `spec.brokers` is removed only once the controller shows it hosts no replica;
   an unknown count (controller unreachable) is treated as "not empty". This stays the last check
   after `drain` has reassigned its replicas.
@@ -13,12 +17,12 @@ Guarantees (the data-loss traps this refuses to walk into):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jbod_operator import drain, health, model
+from jbod_operator import drain, health, model, names
 
 DRAIN_REFUSED = "DrainRefused"
 
@@ -28,6 +32,8 @@ class BrokerPlan:
     brokers: dict[int, tuple[model.Disk, ...]]  # JbodBrokers to keep or create, with their disks
     delete: tuple[int, ...]  # JbodBrokers to delete: beyond the count and empty
     refused: tuple[str, ...]  # one line per removal that waits (a disk or broker still holding replicas)
+    moving: tuple[str, ...] = ()  # one line per disk given a new volume now (Event MovingDisk)
+    moved: tuple[str, ...] = ()  # one line per old volume of a moved disk let go now (Event DiskMoved)
 
 
 def _disk_replicas(broker_status: Mapping[str, Any] | None, disk: str) -> int | None:
@@ -38,6 +44,51 @@ def _disk_replicas(broker_status: Mapping[str, Any] | None, disk: str) -> int | 
     return None
 
 
+def move_reason(volume: model.Disk, wanted: model.Disk) -> str | None:
+    """Why a broker's `volume` cannot become the spec's `wanted` in place, so that the disk moves to
+    a new volume: another StorageClass, or a smaller size (a claim never shrinks). None: in place
+    (a larger size grows the claim)."""
+    if (volume.storage_class or None) != (wanted.storage_class or None):
+        return f"storageClass {volume.storage_class or '(default)'} → {wanted.storage_class or '(default)'}"
+    if wanted.size_bytes < volume.size_bytes:
+        return f"size {volume.size} → {wanted.size}"
+    return None
+
+
+def successor_name(disk: str, taken: Iterable[str]) -> str:
+    """The name of disk `disk`'s next volume: `<disk>-m<n>`, the first n not `taken`."""
+    used = set(taken)
+    n = 1
+    while f"{disk}-m{n}" in used:
+        n += 1
+    return f"{disk}-m{n}"
+
+
+def _broker_disks(
+    spec: model.ClusterSpec, broker_id: int, current: Sequence[model.Disk]
+) -> tuple[list[model.Disk], list[str]]:
+    """The volumes broker `broker_id` keeps for the spec's disks (a disk already served by a
+    volume of another name keeps it), a new volume for each disk that moves, and a line per move
+    started now."""
+    disks: list[model.Disk] = []
+    moving: list[str] = []
+    taken = {d.name for d in current} | {d.name for d in spec.disks}
+    for wanted in spec.disks:
+        volume = next((d for d in current if d.serves == wanted.name and not d.removed), None)
+        if volume is None:
+            disks.append(wanted)
+            continue
+        reason = move_reason(volume, wanted)
+        if reason is None:
+            disks.append(wanted.model_copy(update={"name": volume.name, "spec_name": volume.spec_name}))
+            continue
+        name = successor_name(wanted.name, taken)
+        taken.add(name)
+        disks.append(wanted.model_copy(update={"name": name, "spec_name": wanted.name}))
+        moving.append(f"disk {wanted.name} of broker {broker_id} moves to a new volume {name}: {reason}")
+    return disks, moving
+
+
 def plan_brokers(
     spec: model.ClusterSpec,
     existing: Mapping[int, model.BrokerSpec],
@@ -46,17 +97,23 @@ def plan_brokers(
 ) -> BrokerPlan:
     """`existing`/`statuses`: current JbodBrokers by id; `hosted`: replicas per broker id from the
     controller (None when it could not be reached)."""
-    wanted = {d.name: d for d in spec.disks}
+    wanted = {d.name for d in spec.disks}
     brokers: dict[int, tuple[model.Disk, ...]] = {}
     refused: list[str] = []
+    moving: list[str] = []
+    moved: list[str] = []
     for broker_id in range(spec.brokers):
-        disks = list(spec.disks)
         current = existing.get(broker_id)
+        disks, started = _broker_disks(spec, broker_id, current.disks if current else ())
+        moving.extend(started)
+        kept = {d.name for d in disks}
         for disk in current.disks if current else ():
-            if disk.name in wanted:
+            if disk.name in kept:
                 continue
             replicas = _disk_replicas(statuses.get(broker_id), disk.name)
             if replicas == 0:
+                if disk.serves in wanted:
+                    moved.append(f"disk {disk.serves} of broker {broker_id} left its old volume {disk.name}")
                 continue
             disks.append(disk.model_copy(update={"removed": True}))
             left = "an unknown number of" if replicas is None else str(replicas)
@@ -74,7 +131,51 @@ def plan_brokers(
         else:
             left = "an unknown number of" if count is None else str(count)
             refused.append(f"Keeping broker {broker_id} until it hosts no replica: {left} left")
-    return BrokerPlan(brokers=brokers, delete=tuple(delete), refused=tuple(refused))
+    return BrokerPlan(
+        brokers=brokers,
+        delete=tuple(delete),
+        refused=tuple(refused),
+        moving=tuple(moving),
+        moved=tuple(moved),
+    )
+
+
+@dataclass(frozen=True)
+class LeavingDisks:
+    """The volumes the brokers' drains empty: those of disks left out of the spec and the old
+    volumes of moved disks (broker → log dir paths), where a moved disk's replicas go (broker →
+    old path → new volume's path), and the log dir paths of the volumes kept."""
+
+    paths: dict[int, frozenset[str]]
+    into: dict[int, dict[str, str]]
+    kept_paths: frozenset[str]
+
+
+def leaving_disks(spec: model.ClusterSpec, existing: Mapping[int, model.BrokerSpec]) -> LeavingDisks:
+    """From the brokers' current disks (a removed one is leaving; so is one the spec no longer names)."""
+    wanted = {d.name for d in spec.disks}
+    paths: dict[int, frozenset[str]] = {}
+    into: dict[int, dict[str, str]] = {}
+    kept: set[str] = {names.log_dir(n) for n in wanted}
+    left: set[str] = set()
+    for broker_id, broker in existing.items():
+        if broker_id >= spec.brokers:
+            continue
+        leaving = [d for d in broker.disks if d.removed or d.serves not in wanted]
+        staying = [d for d in broker.disks if d not in leaving]
+        kept |= {names.log_dir(d.name) for d in staying}
+        left |= {names.log_dir(d.name) for d in leaving}
+        if leaving:
+            paths[broker_id] = frozenset(names.log_dir(d.name) for d in leaving)
+        successors = {d.serves: d.name for d in staying}
+        moved = {
+            names.log_dir(d.name): names.log_dir(successors[d.serves])
+            for d in leaving
+            if d.serves in wanted and successors.get(d.serves, d.name) != d.name
+        }
+        if moved:
+            into[broker_id] = moved
+    return LeavingDisks(paths=paths, into=into, kept_paths=frozenset(kept - left))
 
 
 def removes_something(broker_plan: BrokerPlan, existing: Mapping[int, model.BrokerSpec]) -> bool:

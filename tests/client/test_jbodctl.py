@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,14 @@ def register(controller: ControllerProcess, broker_id: int, dirs: list[str]) -> 
 
 
 DIRS = {1: ["ERERERERERERERERERERQQ"], 2: ["IiIiIiIiIiIiIiIiIiIiIg", "MzMzMzMzMzMzMzMzMzMzMw"]}
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[ControllerProcess]:
+    """The controller of these tests' brokers, which heartbeat once: a session that outlasts the
+    test, so that no broker is fenced between two `jbodctl` runs on a loaded machine."""
+    with ControllerProcess(data_dir=tmp_path / "controller", session_timeout_ms=600_000) as proc:
+        yield proc
 
 
 @pytest.fixture

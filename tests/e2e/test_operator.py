@@ -23,7 +23,9 @@ built locally, chart installed with helm; the operator runs as the chart's Deplo
    operator's /metrics shows the log dirs by state.
 6. With the Manual policy a failed disk waits for the `jbod.dev/replace-disks` annotation.
 7. Removing a disk that holds replicas drains it by itself (cordoned, its replicas moved to the
-   broker's other disks), then it leaves every broker with its claims, nothing acknowledged lost.
+   broker's other disks), then it leaves every broker with its claims; in the same spec edit a
+   disk's size is lowered, so it moves to a new volume (`d0-m1`) and its replicas into it before
+   its old claims go; nothing acknowledged lost.
 """
 
 from __future__ import annotations
@@ -768,9 +770,11 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
     assert "jbod.dev/replace-disks" not in annotations, "the request is consumed"
 
 
-def test_removing_a_disk_drains_it_by_itself(env: Env) -> None:
-    """d1 leaves spec.disks while acks=all production runs: its replicas move to the brokers' other
-    disks, then it leaves every broker (one pod restart at a time) with its claims."""
+def test_removing_a_disk_and_moving_one_to_a_smaller_volume_under_load(env: Env) -> None:
+    """One spec edit while acks=all production runs: d1 leaves spec.disks (its replicas move to the
+    brokers' other disks), and d0's size is lowered (128Mi -> 96Mi: a claim cannot shrink, so d0
+    moves to a new volume d0-m1 and its replicas into it, issue 35); then d1 and d0's old volume
+    leave every broker (one pod restart at a time) with their claims, and nothing acked is lost."""
     started = time.monotonic()
     topic = "disk-drained"
     created = env.call("create", lambda c: c.create_topic(topic, partitions=6, replication_factor=3))
@@ -778,33 +782,52 @@ def test_removing_a_disk_drains_it_by_itself(env: Env) -> None:
     producer = InPodWorkload(env, "disk-producer", topic, "produce")
     producer.wait_acked(300, timeout=240, what="before the disk removal")
     held = [env.log_dir(b, "d1").get("replicas", 0) for b in range(3)]
-    print(f"replicas on d1 per broker before: {held}")
+    on_d0 = [env.log_dir(b, "d0").get("replicas", 0) for b in range(3)]
+    print(f"replicas per broker before: on d1 {held}, on d0 {on_d0}")
     spec = cluster_spec()
     spec["spec"]["diskFailurePolicy"] = "Manual"
-    spec["spec"]["disks"][0]["size"] = "128Mi"
+    spec["spec"]["disks"][0]["size"] = "96Mi"  # was 128Mi (test_add_and_grow_disks)
     spec["spec"]["disks"].append(tier_disk("d2"))
     spec["spec"]["disks"] = [d for d in spec["spec"]["disks"] if d["name"] != "d1"]
     env.apply(spec)
-    if any(held):
-        wait_for(lambda: env.events("DrainStarted"), timeout=60, what="a DrainStarted event")
+    wait_for(lambda: env.events("MovingDisk"), timeout=60, what="a MovingDisk event")
+    moving = [e["message"] for e in env.events("MovingDisk")]
+    assert any("disk d0 of broker 0 moves to a new volume d0-m1: size 128Mi → 96Mi" in m for m in moving), (
+        moving
+    )
+    if any(held) or any(on_d0):
+        wait_for(lambda: env.events("DrainStarted"), timeout=300, what="a DrainStarted event")
 
-    def removed() -> bool:
+    def done() -> bool:
         for broker_id in range(3):
-            if any(d["name"] == "d1" for d in env.jbod_broker(broker_id)["spec"]["disks"]):
+            disks = {d["name"]: d for d in env.jbod_broker(broker_id)["spec"]["disks"]}
+            if set(disks) != {"d0-m1", "d2"} or disks["d0-m1"].get("specName") != "d0":
                 return False
             if not _pod_ready(env.broker_pod(broker_id)):
                 return False
-        return not env.get("pvc", "-n", NS, "-l", "jbod.dev/disk=d1")["items"]
+        return not any(
+            env.get("pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"] for disk in ("d0", "d1")
+        )
 
     wait_for(
-        removed, timeout=900, what=lambda: f"d1 drained and removed; log:\n{env.operator_log()}", interval=2
+        done,
+        timeout=1200,
+        what=lambda: f"d1 removed and d0 moved on every broker; log:\n{env.operator_log()}",
+        interval=2,
     )
     drained_in = time.monotonic() - started
+    for broker_id in range(3):
+        assert _requested(env, broker_id, "d0-m1") == ["96Mi"]
+        assert env.log_dir(broker_id, "d0-m1").get("state") == "Online"
+    moved = [e["message"] for e in env.events("DiskMoved")]
+    assert all(any(f"disk d0 of broker {b} left its old volume d0" in m for m in moved) for b in range(3)), (
+        moved
+    )
     acked = producer.acked()
-    producer.wait_acked(acked + 200, timeout=180, what="after the disk removal")
+    producer.wait_acked(acked + 200, timeout=180, what="after the disk removal and move")
     wait_for(
         lambda: _condition(env, "Draining").get("reason") == "Idle", timeout=90, what="Draining=False, Idle"
     )
     _no_cordon_or_throttle(env, topic)
     _read_back(env, producer, topic, "disk-check")
-    print(f"disk drain: {drained_in:.0f} s to drain d1 and remove it from 3 brokers")
+    print(f"disk drain: {drained_in:.0f} s to remove d1 and move d0 to a new volume on 3 brokers")

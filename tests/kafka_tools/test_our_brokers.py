@@ -452,14 +452,20 @@ def _offsets_topic_records(cluster: Cluster, group: str, formatter: str) -> list
     """The records of `group` in its partition of `__consumer_offsets`, printed as JSON by one of
     Kafka's formatters (the others' records are left out)."""
     partition = group_records.partition_for(group, group_records.DEFAULT_PARTITIONS)
-    args = ["--topic", group_records.OFFSETS_TOPIC, "--partition", str(partition), "--offset", "earliest",
-            "--formatter", formatter, "--timeout-ms", "5000"]  # fmt: skip
-    out = cluster.run("kafka-console-consumer.sh", args).stdout  # exits 1 on its timeout
-    decoder, position, records = json.JSONDecoder(), 0, []
-    while (start := out.find("{", position)) >= 0:
-        record, position = decoder.raw_decode(out, start)
-        if record["key"]["data"]["group"] == group:
-            records.append(record)
+    records: list[dict[str, Any]] = []
+    # The consumer stops once nothing came for its timeout, counted from its start: on a loaded
+    # machine its first fetch may come later than that, so an empty read is tried again, longer.
+    for timeout_ms in ("5000", "20000", "60000"):
+        args = ["--topic", group_records.OFFSETS_TOPIC, "--partition", str(partition), "--offset", "earliest",
+                "--formatter", formatter, "--timeout-ms", timeout_ms]  # fmt: skip
+        out = cluster.run("kafka-console-consumer.sh", args).stdout  # exits 1 on its timeout
+        decoder, position = json.JSONDecoder(), 0
+        while (start := out.find("{", position)) >= 0:
+            record, position = decoder.raw_decode(out, start)
+            if record["key"]["data"]["group"] == group:
+                records.append(record)
+        if records:
+            break
     return records
 
 

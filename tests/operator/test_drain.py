@@ -376,3 +376,44 @@ def test_decide_relieves_full_disks_without_cordons_or_throttles_and_not_drainin
         s, drain.Wanted(disks={0: frozenset({FULL})}, relieve={0: frozenset({FULL})}), drain.Owned(), {}
     )
     assert [m.partition for m in draining.moves] == [0] and draining.cordon == {0: (FULL,)}
+
+
+def test_a_disk_moved_to_a_new_volume_drains_into_it_only_and_not_before_it_is_online() -> None:
+    old, new = "/var/lib/jbod/disks/d0/log", "/var/lib/jbod/disks/d0-m1/log"
+    parts = [partition("t", i, (0,)) for i in range(2)]
+    sizes = {("t", i, 0): GB for i in range(2)}
+    roomy = log_dir(0, "d1", free=500 * GB)  # the emptiest dir, which a plain removal would fill
+    waiting = drain.Snapshot(
+        brokers={0: drain.Broker(0, False, True, (log_dir(0, "d0"), roomy))},
+        partitions=tuple(parts),
+        sizes=sizes,
+    )
+    wanted = drain.Wanted(disks={0: frozenset({old})}, into={0: {old: new}})
+    before = drain.decide(waiting, wanted, drain.Owned(), {})
+    assert before.cordon == {} and before.moves == () and before.refused == () and before.started == ()
+    assert any("d0-m1/log is not online yet" in line for line in before.waiting)
+    assert before.replicas_left == 2
+    mounted = replace(
+        waiting,
+        brokers={
+            0: drain.Broker(0, False, True, (log_dir(0, "d0"), roomy, log_dir(0, "d0-m1", free=10 * GB)))
+        },
+    )
+    after = drain.decide(mounted, wanted, drain.Owned(), {})
+    assert after.cordon == {0: (old,)} and after.started
+    assert [(m.partition, m.directory_id) for m in after.moves] == [(0, "b0-d0-m1"), (1, "b0-d0-m1")]
+
+
+def test_a_disk_that_does_not_fit_its_new_volume_is_refused() -> None:
+    old, new = "/var/lib/jbod/disks/d0/log", "/var/lib/jbod/disks/d0-m1/log"
+    dirs = (log_dir(0, "d0"), log_dir(0, "d1", free=500 * GB), log_dir(0, "d0-m1", free=GB))
+    s = drain.Snapshot(
+        brokers={0: drain.Broker(0, False, True, dirs)},
+        partitions=(partition("t", 0, (0,)),),
+        sizes={("t", 0, 0): 2 * GB},
+    )
+    plan = drain.plan_disk_drain(
+        s, broker_id=0, paths=frozenset({old}), started=False, max_in_flight=5, into={old: new}
+    )
+    assert plan.moves == () and plan.refused
+    assert f"needs {2 * GB} bytes" in plan.refused[0] and "d0-m1/log" in plan.refused[0]

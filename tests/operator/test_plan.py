@@ -3,13 +3,17 @@
 Covers: a removed disk that still holds replicas (or an unknown number) stays, marked removed,
 with a wait naming the count; an empty one leaves; a broker beyond the count is deleted only
 when the controller shows it empty; the cluster status counts ready and fenced brokers and
-offline dirs.
+offline dirs; a disk given another StorageClass or a smaller size moves to a new volume
+(`<name>-m<n>`) while the old one stays, removed, until it is empty, and its drain goes into the
+new volume only.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from jbod_operator import drain, model, plan
 
@@ -133,3 +137,95 @@ def test_removals_are_rechecked_against_fresh_placements() -> None:
     assert not plan.removes_something(second, existing)
     unknown = plan.plan_brokers(spec, existing, plan.with_replica_counts(stale, None), None)
     assert unknown.delete == () and [d.name for d in unknown.brokers[0]] == ["d0", "d1"]
+
+
+def _spec_disk(**fields: str) -> model.ClusterSpec:
+    return model.parse_cluster(
+        "c", {"brokers": 1, "disks": [{"name": "d0", "size": "1Gi"}, {"name": "d1", **fields}]}
+    )
+
+
+def _broker_disks(*disks: dict[str, Any]) -> model.BrokerSpec:
+    return model.parse_broker(
+        {"clusterName": "c", "brokerId": 0, "disks": [{"name": "d0", "size": "1Gi"}, *disks]}
+    )
+
+
+def test_another_storage_class_or_a_smaller_size_moves_the_disk_to_a_new_volume() -> None:
+    current = {0: _broker_disks({"name": "d1", "size": "1Gi", "storageClass": "standard"})}
+    for fields, reason in (
+        ({"size": "1Gi", "storageClass": "fast"}, "storageClass standard → fast"),
+        ({"size": "512Mi", "storageClass": "standard"}, "size 1Gi → 512Mi"),
+    ):
+        result = plan.plan_brokers(_spec_disk(**fields), current, {0: with_replicas(d0=1, d1=4)}, {0: 5})
+        disks = {d.name: d for d in result.brokers[0]}
+        assert set(disks) == {"d0", "d1", "d1-m1"}
+        assert disks["d1"].removed and not disks["d1-m1"].removed
+        assert disks["d1-m1"].serves == "d1" and disks["d1-m1"].size == fields["size"]
+        assert disks["d1-m1"].storage_class == fields["storageClass"]
+        [line] = result.moving
+        assert "disk d1 of broker 0 moves to a new volume d1-m1" in line and reason in line
+        assert "4 left" in result.refused[0]
+
+
+def test_a_larger_size_grows_in_place_and_a_moved_disk_keeps_its_new_volume() -> None:
+    grown = plan.plan_brokers(
+        _spec_disk(size="2Gi"), {0: _broker_disks({"name": "d1", "size": "1Gi"})}, {}, {0: 0}
+    )
+    assert [(d.name, d.size, d.removed) for d in grown.brokers[0]] == [
+        ("d0", "1Gi", False),
+        ("d1", "2Gi", False),
+    ]
+    assert grown.moving == ()
+    midway = _broker_disks(
+        {"name": "d1-m1", "size": "512Mi", "specName": "d1"}, {"name": "d1", "size": "1Gi", "removed": True}
+    )
+    spec = _spec_disk(size="512Mi")
+    draining = plan.plan_brokers(spec, {0: midway}, {0: with_replicas(d0=1, d1=2, **{"d1-m1": 2})}, {0: 5})
+    assert [(d.name, d.removed) for d in draining.brokers[0]] == [
+        ("d0", False),
+        ("d1-m1", False),
+        ("d1", True),
+    ]
+    assert draining.moving == () and draining.moved == ()
+    done = plan.plan_brokers(spec, {0: midway}, {0: with_replicas(d0=1, d1=0, **{"d1-m1": 4})}, {0: 5})
+    assert [(d.name, d.serves) for d in done.brokers[0]] == [("d0", "d0"), ("d1-m1", "d1")]
+    assert done.moved == ("disk d1 of broker 0 left its old volume d1",)
+    # Moved again (back to 1Gi is no move: it grows; another class is): the next name.
+    again = plan.plan_brokers(
+        _spec_disk(size="512Mi", storageClass="fast"),
+        {0: _broker_disks({"name": "d1-m1", "size": "512Mi", "specName": "d1"})},
+        {},
+        {0: 0},
+    )
+    assert [d.name for d in again.brokers[0] if not d.removed] == ["d0", "d1-m2"]
+
+
+def test_the_drains_of_moved_and_removed_disks() -> None:
+    spec = cluster(2, ("d0", "d1"))
+    existing = {
+        0: model.parse_broker(
+            {
+                "clusterName": "c",
+                "brokerId": 0,
+                "disks": [
+                    {"name": "d0", "size": "1Gi"},
+                    {"name": "d1-m1", "size": "1Gi", "specName": "d1"},
+                    {"name": "d1", "size": "1Gi", "removed": True},
+                    {"name": "d9", "size": "1Gi"},
+                ],
+            }
+        ),
+        1: broker(1, ("d0", "d1")),
+    }
+    leaving = plan.leaving_disks(spec, existing)
+    root = "/var/lib/jbod/disks"
+    assert leaving.paths == {0: frozenset({f"{root}/d1/log", f"{root}/d9/log"})}
+    assert leaving.into == {0: {f"{root}/d1/log": f"{root}/d1-m1/log"}}
+    assert leaving.kept_paths == frozenset({f"{root}/d0/log", f"{root}/d1-m1/log"})
+
+
+def test_a_disk_name_in_the_cluster_spec_leaves_room_for_its_moves() -> None:
+    with pytest.raises(model.SpecError, match="longer than 20"):
+        model.parse_cluster("c", {"brokers": 1, "disks": [{"name": "a" * 21, "size": "1Gi"}]})
+    assert plan.successor_name("d1", {"d1", "d1-m1", "d1-m3"}) == "d1-m2"
