@@ -26,6 +26,8 @@ transactional produce (confluent-kafka producers, transactions of 100 x 1 KiB, a
 records/s and `commit_transaction()` p50 / p99 side by side (issue 33).
 `disk_gray_failures` runs our 3 agents and Apache Kafka 4.3 in turn (root: loop volumes and
 cgroup v1 blkio throttling): how long until a slow and a hung disk's leaderships move (issue 35).
+`disk_migration` runs 3 agents: produce latency while every broker's disk is drained into a new
+volume, as the operator migrates a disk, against the same load without (issue 35).
 `pipeline_scale` runs `jbod-pipeline` on Spark local[2] (Java 17 and the `pipeline` extra).
 """
 
@@ -58,6 +60,7 @@ BENCHMARKS = (
     "compaction",
     "transactions",
     "disk_gray_failures",
+    "disk_migration",
     "pipeline_scale",
 )
 

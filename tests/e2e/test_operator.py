@@ -24,7 +24,7 @@ built locally, chart installed with helm; the operator runs as the chart's Deplo
 6. With the Manual policy a failed disk waits for the `jbod.dev/replace-disks` annotation.
 7. Removing a disk that holds replicas drains it by itself (cordoned, its replicas moved to the
    broker's other disks), then it leaves every broker with its claims; in the same spec edit a
-   disk's size is lowered, so it moves to a new volume (`d0-m1`) and its replicas into it before
+   disk's size is lowered, so it moves to a new volume (`d2-m1`) and its replicas into it before
    its old claims go; nothing acknowledged lost.
 """
 
@@ -772,9 +772,11 @@ def test_manual_policy_waits_for_the_annotation(env: Env) -> None:
 
 def test_removing_a_disk_and_moving_one_to_a_smaller_volume_under_load(env: Env) -> None:
     """One spec edit while acks=all production runs: d1 leaves spec.disks (its replicas move to the
-    brokers' other disks), and d0's size is lowered (128Mi -> 96Mi: a claim cannot shrink, so d0
-    moves to a new volume d0-m1 and its replicas into it, issue 35); then d1 and d0's old volume
-    leave every broker (one pod restart at a time) with their claims, and nothing acked is lost."""
+    brokers' other disks), and d2's size is lowered (96Mi -> 64Mi: a claim cannot shrink, so d2
+    moves to a new volume d2-m1 and its replicas into it, issue 35); then d1 and d2's old volume
+    leave every broker (one pod restart at a time) with their claims, and nothing acked is lost.
+    The topic's replicas are on d2, the emptiest disk when it was created (test_add_and_grow_disks
+    added it)."""
     started = time.monotonic()
     topic = "disk-drained"
     created = env.call("create", lambda c: c.create_topic(topic, partitions=6, replication_factor=3))
@@ -782,45 +784,52 @@ def test_removing_a_disk_and_moving_one_to_a_smaller_volume_under_load(env: Env)
     producer = InPodWorkload(env, "disk-producer", topic, "produce")
     producer.wait_acked(300, timeout=240, what="before the disk removal")
     held = [env.log_dir(b, "d1").get("replicas", 0) for b in range(3)]
-    on_d0 = [env.log_dir(b, "d0").get("replicas", 0) for b in range(3)]
-    print(f"replicas per broker before: on d1 {held}, on d0 {on_d0}")
+    on_d2 = [env.log_dir(b, "d2").get("replicas", 0) for b in range(3)]
+    print(f"replicas per broker before: on d1 {held}, on d2 {on_d2}")
+    assert any(on_d2), "d2 holds replicas to move"
     spec = cluster_spec()
     spec["spec"]["diskFailurePolicy"] = "Manual"
-    spec["spec"]["disks"][0]["size"] = "96Mi"  # was 128Mi (test_add_and_grow_disks)
-    spec["spec"]["disks"].append(tier_disk("d2"))
+    spec["spec"]["disks"][0]["size"] = "128Mi"  # as test_add_and_grow_disks left it
+    spec["spec"]["disks"].append({**tier_disk("d2"), "size": "64Mi"})  # was 96Mi
     spec["spec"]["disks"] = [d for d in spec["spec"]["disks"] if d["name"] != "d1"]
     env.apply(spec)
     wait_for(lambda: env.events("MovingDisk"), timeout=60, what="a MovingDisk event")
     moving = [e["message"] for e in env.events("MovingDisk")]
-    assert any("disk d0 of broker 0 moves to a new volume d0-m1: size 128Mi → 96Mi" in m for m in moving), (
+    assert any("disk d2 of broker 0 moves to a new volume d2-m1: size 96Mi → 64Mi" in m for m in moving), (
         moving
     )
-    if any(held) or any(on_d0):
-        wait_for(lambda: env.events("DrainStarted"), timeout=300, what="a DrainStarted event")
+    wait_for(
+        lambda: any("/var/lib/jbod/disks/d2/log" in e["message"] for e in env.events("DrainStarted")),
+        timeout=300,
+        what="a DrainStarted event for d2's old volume",
+    )
 
     def done() -> bool:
         for broker_id in range(3):
             disks = {d["name"]: d for d in env.jbod_broker(broker_id)["spec"]["disks"]}
-            if set(disks) != {"d0-m1", "d2"} or disks["d0-m1"].get("specName") != "d0":
+            if set(disks) != {"d0", "d2-m1"} or disks["d2-m1"].get("specName") != "d2":
                 return False
             if not _pod_ready(env.broker_pod(broker_id)):
                 return False
         return not any(
-            env.get("pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"] for disk in ("d0", "d1")
+            env.get("pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"] for disk in ("d1", "d2")
         )
 
     wait_for(
         done,
         timeout=1200,
-        what=lambda: f"d1 removed and d0 moved on every broker; log:\n{env.operator_log()}",
+        what=lambda: f"d1 removed and d2 moved on every broker; log:\n{env.operator_log()}",
         interval=2,
     )
     drained_in = time.monotonic() - started
     for broker_id in range(3):
-        assert _requested(env, broker_id, "d0-m1") == ["96Mi"]
-        assert env.log_dir(broker_id, "d0-m1").get("state") == "Online"
+        assert _requested(env, broker_id, "d2-m1") == ["64Mi"]
+        moved_in = env.log_dir(broker_id, "d2-m1")
+        assert moved_in.get("state") == "Online"
+        # Every replica d2 held is now in its new volume (d1's may have gone there too).
+        assert moved_in.get("replicas", 0) >= on_d2[broker_id], (broker_id, moved_in, on_d2)
     moved = [e["message"] for e in env.events("DiskMoved")]
-    assert all(any(f"disk d0 of broker {b} left its old volume d0" in m for m in moved) for b in range(3)), (
+    assert all(any(f"disk d2 of broker {b} left its old volume d2" in m for m in moved) for b in range(3)), (
         moved
     )
     acked = producer.acked()
@@ -830,4 +839,4 @@ def test_removing_a_disk_and_moving_one_to_a_smaller_volume_under_load(env: Env)
     )
     _no_cordon_or_throttle(env, topic)
     _read_back(env, producer, topic, "disk-check")
-    print(f"disk drain: {drained_in:.0f} s to remove d1 and move d0 to a new volume on 3 brokers")
+    print(f"disk drain: {drained_in:.0f} s to remove d1 and move d2 to a new volume on 3 brokers")
