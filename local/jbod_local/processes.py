@@ -53,21 +53,23 @@ def _tail(path: Path, lines: int = 5) -> str:
 #: process's.
 EXEC_SETTLE_S = 2.0
 
-#: How the children this process reaped in `process_alive` ended (pid → wait status).
-_REAPED: dict[int, int] = {}
+#: The processes this process started detached, by pid. Kept, not dropped: a `Popen` that is
+#: garbage-collected is reaped by the next `Popen` anywhere in the process, and how it ended lost.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _ending(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-    return f"exit code {os.waitstatus_to_exitcode(status)}"
+def _ending(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
 
 
 def exit_report(pid: int | None, log_path: Path, lines: int = 3) -> str:
-    """Why a detached process is gone, in one line: how it ended when this process reaped it,
+    """Why a detached process is gone, in one line: how it ended (when this process started it),
     then its log's last `lines` lines (or that its log is empty)."""
-    status = None if pid is None else _REAPED.get(pid)
-    ending = "" if status is None else f"({_ending(status)}) "
+    child = None if pid is None else _CHILDREN.get(pid)
+    code = None if child is None else child.poll()
+    ending = "" if code is None else f"({_ending(code)}) "
     return ending + (_tail(log_path, lines) or f"nothing in {log_path}")
 
 
@@ -116,6 +118,7 @@ def spawn_detached(command: list[str], *, log_path: Path) -> int:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
+    _CHILDREN[process.pid] = process
     return process.pid
 
 
@@ -221,10 +224,9 @@ def process_alive(pid: int | None, marker: Path) -> bool:
     """True iff `pid` runs and its command line names `marker` (a recycled pid does not)."""
     if pid is None:
         return False
-    with contextlib.suppress(ChildProcessError, OSError):
-        reaped, status = os.waitpid(pid, os.WNOHANG)  # reap it if we started it in this process
-        if reaped == pid:
-            _REAPED[pid] = status
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:  # reaped: its pid may be another's now
+        return False
     # A process in the middle of its exec shows an empty command line for a moment (the kernel
     # sets the new one up after the exec closed the pipe `Popen` waits on): read it again.
     deadline = time.monotonic() + EXEC_SETTLE_S

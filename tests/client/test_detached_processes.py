@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def test_a_process_killed_without_a_word_is_reported_with_its_signal(tmp_path: P
 def test_a_process_that_fails_is_reported_with_its_code_and_last_lines(tmp_path: Path) -> None:
     pid, marker, log = _spawn(tmp_path, "import sys; print('one'); print('two', flush=True); sys.exit(3)")
     wait_for(lambda: not process_alive(pid, marker), what="the process to exit")
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # another child, reaped by subprocess
     assert exit_report(pid, log, lines=1) == "(exit code 3) two"
 
 
