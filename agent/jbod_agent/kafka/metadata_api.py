@@ -54,6 +54,17 @@ def brokers(ctx: BrokerContext, conn: Connection) -> list[dict[str, Any]]:
     return out
 
 
+def controller_id(ctx: BrokerContext, listed: list[dict[str, Any]]) -> int:
+    """The controller id a client is given: this broker (it forwards controller requests) once
+    the brokers it lists include it; until then (its image does not show it unfenced yet, just
+    after it started) the first broker it lists, else -1. Never an id missing from the answer's
+    brokers: librdkafka waits for such a broker until its next periodic metadata refresh."""
+    ids = [int(b["node_id"]) for b in listed]
+    if ctx.node_id in ids:
+        return ctx.node_id
+    return ids[0] if ids else -1
+
+
 def _topic(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
     image = ctx.state.image
     partitions = []
@@ -105,12 +116,13 @@ class MetadataApis:
 
     async def metadata(self, ctx: BrokerContext, conn: Connection, request: protocol.Request) -> Any:
         response = protocol.response_type(request.header.api_key, request.header.api_version)
+        listed = brokers(ctx, conn)
         return protocol.build(
             response,
             throttle_time=0,
-            brokers=brokers(ctx, conn),
+            brokers=listed,
             cluster_id=ctx.state.cluster_id,
-            controller_id=ctx.node_id,
+            controller_id=controller_id(ctx, listed),
             topics=self._with_operations(conn, request, self._requested_topics(conn, request)),
             cluster_authorized_operations=_cluster_operations(
                 ctx, conn, asked=bool(getattr(request.body, "include_cluster_authorized_operations", False))
@@ -244,6 +256,7 @@ async def describe_cluster(ctx: BrokerContext, conn: Connection, request: protoc
             cluster_id="",
             brokers=[],
         )
+    listed = brokers(ctx, conn)
     return protocol.build(
         response,
         throttle_time=0,
@@ -251,8 +264,8 @@ async def describe_cluster(ctx: BrokerContext, conn: Connection, request: protoc
         error_message=None,
         endpoint_type=endpoint_type,
         cluster_id=ctx.state.cluster_id,
-        controller_id=ctx.node_id,
-        brokers=[{**b, "broker_id": b["node_id"], "is_fenced": False} for b in brokers(ctx, conn)],
+        controller_id=controller_id(ctx, listed),
+        brokers=[{**b, "broker_id": b["node_id"], "is_fenced": False} for b in listed],
         cluster_authorized_operations=_cluster_operations(
             ctx, conn, asked=bool(getattr(request.body, "include_cluster_authorized_operations", False))
         ),
