@@ -26,8 +26,13 @@ def _spawn(tmp_path: Path, code: str) -> tuple[int, Path, Path]:
 
 
 def test_a_process_killed_without_a_word_is_reported_with_its_signal(tmp_path: Path) -> None:
-    pid, marker, log = _spawn(tmp_path, "import os, signal, time; time.sleep(0.2); os.kill(os.getpid(), 9)")
+    go = tmp_path / "go"
+    code = (
+        f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\nos.kill(os.getpid(), 9)"
+    )
+    pid, marker, log = _spawn(tmp_path, code)
     assert process_alive(pid, marker)
+    go.touch()  # now it kills itself
     wait_for(lambda: not process_alive(pid, marker), what="the process to die")
     assert exit_report(pid, log) == f"(killed by SIGKILL) nothing in {log}"
 
