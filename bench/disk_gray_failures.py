@@ -12,15 +12,17 @@ producer writes 1 KiB records to every partition throughout. Then the kernel's b
 2. **hung** (after the slow one is released and leadership is back): 1 byte per second, so a
    write never completes: measured the same way.
 
-Ours runs with its defaults (probe every 1 s, `log.dir.probe.timeout.ms` 5 s) but
-`log.dir.slow.threshold.ms` 500 (the default 1000 ms is at the edge of a 1-IOPS disk). Kafka has
-neither slow-disk nor hung-disk detection: its figures are "not found in the window". Note that
+Ours runs with its defaults (probe every 1 s, `log.dir.probe.timeout.ms` 5 s, pulses every 50 ms
+with `log.dir.stall.timeout.ms` 100) but `log.dir.slow.threshold.ms` 500 (the default 1000 ms is
+at the edge of a 1-IOPS disk). Besides leadership, ours is timed to the moment broker 1 shows the
+dir stalled (polled every 10 ms), and the broker says how long the dir had answered nothing and
+how long the write it left unanswered had waited when it found the stall. Kafka has neither
+slow-disk nor hung-disk detection: its figures are "not found in the window". Note that
 only broker 1's own synchronous writes and fsyncs are throttled (cgroup v1 does not throttle the
 kernel's writeback), and Kafka does not fsync appends, so its produce path may not even slow
 down; ours fsyncs every `log.flush.interval.ms` and probes each dir.
 
-The produce p99 during a disk migration (issue 35's other figure) is not measured: migrating a
-disk to another size or class is not built yet.
+The produce p99 during a disk migration (issue 35's other figure) is `bench.disk_migration`'s.
 
     python -m bench.disk_gray_failures [--quick]
 """
@@ -68,6 +70,8 @@ class System:
     pid: int
     device: str
     in_volume: Callable[[], list[int]]
+    # ours: the volume's dir as broker 1 shows it (`stalls`, `stallFoundAfterMs`); Kafka: None
+    dir_view: Callable[[], dict[str, Any]] | None = None
 
 
 @contextlib.contextmanager
@@ -93,7 +97,10 @@ def ours(ws: Workspace) -> Iterator[System]:
                 p["partitionIndex"] for p in parts if p["directories"][p["replicas"].index(1)] == directory
             ]
 
-        yield System("ours", config, cluster.pid(1), volume.device, in_volume)
+        def dir_view() -> dict[str, Any]:
+            return next(d for d in cluster.log_dirs(1) if d["directoryId"] == directory)
+
+        yield System("ours", config, cluster.pid(1), volume.device, in_volume, dir_view)
 
 
 @contextlib.contextmanager
@@ -171,19 +178,28 @@ class Load:
         self.producer.flush(10)
 
 
-def _time_to_move(config: dict[str, Any], partitions: list[int]) -> float | None:
-    """Seconds until none of `partitions` is led by broker 1, or None within `WINDOW_S`."""
+def _time_to_move(system: System, partitions: list[int]) -> tuple[float | None, float | None]:
+    """(seconds until none of `partitions` is led by broker 1, seconds until broker 1 shows the
+    volume's dir stalled), each None if not within `WINDOW_S`; the stall is not looked for once
+    leadership moved without it (Kafka, or ours finding a slow disk by its latency first)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(config)
+    admin = AdminClient(system.config)
+    stalls = None if system.dir_view is None else system.dir_view()["stalls"]
+    moved: float | None = None
+    stalled: float | None = None
     started = time.monotonic()
     while time.monotonic() - started < WINDOW_S:
+        if stalled is None and system.dir_view is not None and system.dir_view()["stalls"] != stalls:
+            stalled = time.monotonic() - started
         with contextlib.suppress(Exception):
             topic = admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
-            if all(topic.partitions[p].leader not in (1, -1) for p in partitions):
-                return time.monotonic() - started
-        time.sleep(0.02)
-    return None
+            if moved is None and all(topic.partitions[p].leader not in (1, -1) for p in partitions):
+                moved = time.monotonic() - started
+        if moved is not None and (stalled is not None or system.dir_view is None):
+            break
+        time.sleep(0.01)
+    return moved, stalled
 
 
 def measure(system: System) -> dict[str, float | None]:
@@ -198,7 +214,7 @@ def measure(system: System) -> dict[str, float | None]:
         with Load(system.config):
             time.sleep(2)  # the load runs, the disk still healthy
             throttle.slow(system.device, iops=1)
-            found["slow"] = _time_to_move(system.config, partitions)
+            found["slow"], found["slow_stalled"] = _time_to_move(system, partitions)
             throttle.release(system.device)
             log(f"  {system.name}: slow disk -> leadership moved: {_text(found['slow'])}")
             if found["slow"] is not None:
@@ -217,8 +233,15 @@ def measure(system: System) -> dict[str, float | None]:
                     interval=1.0,
                     what="leadership back on broker 1",
                 )
+            if system.dir_view is not None:  # released once its pulses answer promptly for 10 s
+                view = system.dir_view
+                wait_until(lambda: not view()["stalled"], timeout=60, what="the dir no longer stalled")
             throttle.hang(system.device)
-            found["hung"] = _time_to_move(system.config, partitions)
+            found["hung"], found["hung_stalled"] = _time_to_move(system, partitions)
+            if system.dir_view is not None:
+                seen = system.dir_view()
+                found["hung_silent"] = (seen.get("stallFoundAfterMs") or 0) / 1000
+                found["hung_unanswered"] = (seen.get("stallUnansweredMs") or 0) / 1000
             log(f"  {system.name}: hung disk -> leadership moved: {_text(found['hung'])}")
     finally:
         throttle.close()
@@ -236,6 +259,10 @@ def _elect_preferred(admin: Any) -> bool:
     return False
 
 
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
 def _text(seconds: float | None) -> str:
     return f"{seconds:.2f} s" if seconds is not None else f"not found in {WINDOW_S:.0f} s"
 
@@ -248,13 +275,31 @@ def run(args: argparse.Namespace) -> list[Figure]:
         for name, start in (("ours", ours), ("kafka", kafka)):
             with start(ws) as system:
                 results[name] = measure(system)
+    ours_found = results["ours"]
     rows = [
-        [label, _text(results["ours"][key]), _text(results["kafka"][key])]
+        [label, _ms(ours_found.get(f"{key}_stalled")), _text(ours_found[key]), _text(results["kafka"][key])]
         for key, label in (("slow", "slow disk (1 write IOPS)"), ("hung", "hung disk (1 byte/s)"))
     ]
     print()
-    print_table(["broker 1's volume made", "ours: leadership moved", "Apache Kafka 4.3.1"], rows)
-    figures = []
+    print_table(
+        ["broker 1's volume made", "ours: found (stalled)", "ours: leadership moved", "Apache Kafka 4.3.1"],
+        rows,
+    )
+    silent, unanswered = ours_found.get("hung_silent"), ours_found.get("hung_unanswered")
+    print(
+        f"ours: the hung dir was found stalled {_ms(unanswered)} after the write it left unanswered, "
+        f"{_ms(silent)} after its last answer"
+    )
+    figures = [
+        Figure(
+            name="ours: hung disk → found stalled after the first write it left unanswered",
+            measured=WINDOW_S * 1000 if unanswered is None else unanswered * 1000,
+            unit="ms",
+            goal=100.0,
+            detail=f"{_ms(silent)} after its last answer (log.dir.stall.timeout.ms 100, the default); "
+            "Apache Kafka 4.3.1 does not find it",
+        )
+    ]
     for key, goal, label in (("slow", 10.0, "slow disk"), ("hung", 10.0, "hung disk")):
         value = results["ours"][key]
         figures.append(

@@ -125,6 +125,11 @@ def slow_threshold_s(config: BrokerConfig, image: ClusterImage) -> float:
     return broker_configs.slow_threshold_ms(levels(config, image)) / 1000
 
 
+def stall_timeout_s(config: BrokerConfig, image: ClusterImage) -> float:
+    """`log.dir.stall.timeout.ms` now, in seconds (0: detection off)."""
+    return broker_configs.stall_timeout_ms(levels(config, image)) / 1000
+
+
 def cordoned_dir_ids(state: AgentState) -> list[Uuid]:
     """This broker's registered dirs that are cordoned now (what registration and heartbeats
     report): those `cordoned.log.dirs` names, and those cordoned for their space or full."""

@@ -42,6 +42,17 @@ class LogDirState:
     # Issue 35: slow (`log.dir.slow.threshold.ms`) by its recent write-and-fsync latencies.
     slow: bool = False
     latency: DirLatency = field(default_factory=DirLatency)
+    # Issue 35: its pulse unanswered for `log.dir.stall.timeout.ms` while other dirs answer.
+    stalled: bool = False
+    stalls: int = 0  # how often it stalled since start
+    stall_found_after_s: float | None = None  # the last stall: its silence when found
+    stall_unanswered_s: float | None = None  # the last stall: its unanswered pulse's wait then
+
+    @property
+    def out_of_leaders_path(self) -> bool:
+        """Reported slow to the controller (it leads nothing another replica can): slow by its
+        latencies, or stalled."""
+        return self.slow or self.stalled
 
     @property
     def cordoned_for_space(self) -> bool:
@@ -105,12 +116,12 @@ class AgentState:
         return self.config.node_id
 
     def slow_dir_ids(self) -> list[Uuid]:
-        """The registered dirs that are slow now and not offline (what heartbeats report)."""
+        """The registered dirs that are slow or stalled now and not offline (what heartbeats report)."""
         registered = set(self.registered_dirs)
         return sorted(
             d
             for d, s in self.dirs.items()
-            if d in registered and s.slow and s.health is not DirHealth.OFFLINE
+            if d in registered and s.out_of_leaders_path and s.health is not DirHealth.OFFLINE
         )
 
     def reported_offline_dirs(self) -> list[Uuid]:

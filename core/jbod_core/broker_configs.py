@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Literal
 
-from jbod_core import disk_latency, disk_space, records, topic_configs
+from jbod_core import disk_latency, disk_space, disk_stall, records, topic_configs
 from jbod_core.config_changes import list_value, replaced
 from jbod_core.errors import ErrorCode
 from jbod_core.image import ClusterImage
@@ -78,6 +78,7 @@ CORDONED_LOG_DIRS: Final = "cordoned.log.dirs"
 LOG_DIR_CORDON_THRESHOLD: Final = "log.dir.cordon.threshold"
 #: Our extension (issue 35): the median write-and-fsync latency that makes a log dir slow.
 LOG_DIR_SLOW_THRESHOLD_MS: Final = "log.dir.slow.threshold.ms"
+LOG_DIR_STALL_TIMEOUT_MS: Final = "log.dir.stall.timeout.ms"
 CLUSTER_DEFAULT: Final = ""
 EVERY_DIR: Final = "*"
 
@@ -177,6 +178,7 @@ _DYNAMIC_RULES: Final[Mapping[str, Rule]] = {
     CORDONED_LOG_DIRS: NO_RULE,
     LOG_DIR_CORDON_THRESHOLD: Between(0, 1),
     LOG_DIR_SLOW_THRESHOLD_MS: _NOT_NEGATIVE,
+    LOG_DIR_STALL_TIMEOUT_MS: _NOT_NEGATIVE,
 }
 # The keys our brokers honour from server.properties only (read-only in Kafka too).
 _STATIC_RULES: Final[Mapping[str, Rule]] = {
@@ -231,6 +233,14 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
         "Not a Kafka config (this project's extension): the median write-and-fsync latency, over "
         "a log dir's last 5 probes and log flushes, at which the broker reports the dir slow, "
         "until the median falls below half of it; 0 turns it off.",
+    ),
+    LOG_DIR_STALL_TIMEOUT_MS: (
+        "long",
+        str(disk_stall.DEFAULT_TIMEOUT_MS),
+        "Not a Kafka config (this project's extension): how long a log dir may leave its pulse (a "
+        "4 KiB write and read, every half of this) unanswered while the broker's other dirs answer "
+        "theirs before the broker reports it slow at once (its leaderships move away); offline is "
+        "still for log.dir.probe.timeout.ms; 0 turns it off.",
     ),
 }
 
@@ -582,6 +592,12 @@ def slow_threshold_ms(levels: BrokerLevels) -> int:
     """`log.dir.slow.threshold.ms` as the broker uses it: its first usable level, else the default."""
     found = _first_number(LOG_DIR_SLOW_THRESHOLD_MS, levels)
     return disk_latency.DEFAULT_THRESHOLD_MS if found is None else int(found)
+
+
+def stall_timeout_ms(levels: BrokerLevels) -> int:
+    """`log.dir.stall.timeout.ms` as the broker uses it: its first usable level, else the default."""
+    found = _first_number(LOG_DIR_STALL_TIMEOUT_MS, levels)
+    return disk_stall.DEFAULT_TIMEOUT_MS if found is None else int(found)
 
 
 def cordoned_paths(configs: Mapping[str, str]) -> tuple[str, ...]:

@@ -41,6 +41,8 @@ def snapshot(**changes: Any) -> Snapshot:
         last_heartbeat_at=NOW - 1.0,
         heartbeat_interval_ms=2000,
         sent_offline_dirs=frozenset(),
+        slow_dirs=frozenset(),
+        sent_slow_dirs=frozenset(),
         fenced=False,
         ready_to_unfence=True,
         caught_up=True,
@@ -236,3 +238,15 @@ def test_shutdown_wins_over_everything_else() -> None:
         )
     )
     assert only_shutdown(plan) == EXIT_STORAGE_LOST
+
+
+def test_a_dir_newly_slow_or_stalled_is_sent_at_once_and_so_is_its_release() -> None:
+    """The controller moves leaderships off a stalled dir at the heartbeat that names it: that
+    heartbeat goes at once, not at the interval; so does the one that no longer names it."""
+    assert decide(snapshot()).actions == ()
+    found = decide(snapshot(slow_dirs=frozenset({A})))
+    assert found.kinds == (ActionKind.HEARTBEAT,) and "slow or stalled" in found.reason
+    released = decide(snapshot(sent_slow_dirs=frozenset({A})))
+    assert released.kinds == (ActionKind.HEARTBEAT,) and "no longer" in released.reason
+    assert decide(snapshot(slow_dirs=frozenset({A}), sent_slow_dirs=frozenset({A}))).actions == ()
+    assert decide(snapshot(slow_dirs=frozenset({A}), heartbeat_in_flight=True)).actions == ()

@@ -36,7 +36,8 @@ def _flushes(cluster: Cluster, directory: str) -> float:
 def test_a_slow_disk_is_reported_and_a_hung_one_holds_up_no_other_dir(cluster: Cluster) -> None:
     """Dir 0's writes throttled to 2 IOPS: its probes' fsyncs take ~0.5 s, over
     `log.dir.slow.threshold.ms` 200, so the broker reports it slow (view, metric) and dir 1 not;
-    released, it is normal again. Then dir 0 hangs (1 byte/s): while its flush never returns,
+    released, it is normal again. Then dir 0 hangs (1 byte/s): its pulse finds it stalled (100 ms
+    after its last answer, by default) while it is still online; while its flush never returns,
     the logs of dir 1 are still flushed, and the probe takes dir 0 offline at its timeout."""
     broker = cluster.add_broker(
         1,
@@ -65,6 +66,10 @@ def test_a_slow_disk_is_reported_and_a_hung_one_holds_up_no_other_dir(cluster: C
 
     throttle.release(device)
     wait_for(lambda: not _view(cluster, slow_dir)["slow"], timeout=30, what="dir 0 normal again")
+    # Its pulses (a 4 KiB write and read every 50 ms) went unanswered for 100 ms too: stalled, and
+    # released once they answer promptly for 10 s.
+    wait_for(lambda: not _view(cluster, slow_dir)["stalled"], timeout=60, what="dir 0 no longer stalled")
+    stalls = _view(cluster, slow_dir)["stalls"]
 
     # Partitions in both dirs, written all the time: each dir's logs are flushed.
     admin = AdminClient(cluster.kafka_config())
@@ -97,6 +102,16 @@ def test_a_slow_disk_is_reported_and_a_hung_one_holds_up_no_other_dir(cluster: C
 
     throttle.hang(device)
     started = time.monotonic()
+    # Found by its pulse long before the probe's timeout: stalled, still online, reported slow.
+    wait_for(lambda: _view(cluster, slow_dir)["stalls"] > stalls, timeout=30, what="dir 0 stalled")
+    stalled = _view(cluster, slow_dir)
+    assert stalled["stalled"] and stalled["state"] == "online", stalled
+    assert 100 <= stalled["stallFoundAfterMs"] < 3000, stalled
+    print(f"hung dir stalled {stalled['stallFoundAfterMs']:.1f} ms after its last answered pulse")
+    assert not _view(cluster, other_dir)["stalled"]
+    assert f'jbod_log_directory_stalled{{directory_id="{slow_dir}",path="{stalled["path"]}"}} 1.0' in (
+        httpx.get(broker.url + "/metrics", timeout=10).text
+    )
     produce_for(1.0)  # appends to dir 0 reach the page cache; its next flush never returns
     hung_flushes, before = _flushes(cluster, slow_dir), _flushes(cluster, other_dir)
     produce_for(1.5)

@@ -18,6 +18,11 @@ Guarantees:
   like each log flush's (`latency`), whether the dir is slow (`log.dir.slow.threshold.ms`,
   `jbod_core.disk_latency`). `io_error` classifies an error
   from real work with the same rule as the probes (`probe.classify_io_error`).
+* `start_pulses` pulses every dir not offline and the metadata dir (`pulse`); a dir whose pulse
+  goes unanswered for `log.dir.stall.timeout.ms` while the others answer is `stalled` (reported
+  slow, so its leaderships move at the next heartbeat, which the agent sends at once) until its
+  pulses answer promptly again; `on_stall` listeners are told of each change. A dir taken
+  offline is no longer pulsed. Offline stays the probe timeout's decision.
 * A failed metadata dir is recorded in `state.metadata_dir_error`; the decision to stop is
   `decide`'s, not this module's.
 """
@@ -30,13 +35,14 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from jbod_agent import dynamic_configs
-from jbod_agent.disks import probe
+from jbod_agent.disks import probe, pulse
 from jbod_agent.placement import DirHealth
 from jbod_agent.ports import Clock
 from jbod_agent.state import AgentState, FailedDir, LogDirState
-from jbod_core import disk_space
+from jbod_core import disk_space, disk_stall
 from jbod_core.ids import Uuid
 
 log = logging.getLogger("jbod_agent")
@@ -44,6 +50,7 @@ log = logging.getLogger("jbod_agent")
 Prober = Callable[[LogDirState, bytes], probe.ProbeResult]
 ProbeHook = Callable[[Uuid, probe.ProbeResult], None]
 ProbeAnswer = probe.ProbeResult | None  # None: the probe timed out
+_METADATA: Final = "metadata"  # the metadata dir's key among the pulsed paths
 
 
 def probe_log_dir(state: LogDirState, payload: bytes) -> probe.ProbeResult:
@@ -61,9 +68,11 @@ class DirMonitor:
         self.on_failed: list[Callable[[Uuid], None]] = []
         self.on_probe: list[ProbeHook] = []
         self.on_flush: list[Callable[[Uuid, float], None]] = []  # a log flush's fsync seconds
+        self.on_stall: list[Callable[[Uuid], None]] = []  # a dir's stall found or released
         self.probes_in_flight = 0  # probe rounds started and not yet answered (or timed out)
         self._payload = os.urandom(512)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.pulses: pulse.Pulses | None = None
 
     # -- health changes ------------------------------------------------------------------------
 
@@ -87,6 +96,9 @@ class DirMonitor:
         if state.health is DirHealth.OFFLINE:
             return
         state.health, state.error, state.since = DirHealth.OFFLINE, error, self.clock.time()
+        state.stalled = False
+        if self.pulses is not None:
+            self.pulses.forget(directory)
         self.state.failed[directory] = FailedDir(failed_at=self.clock.monotonic())
         for key, local in list(self.state.local.items()):
             if local.directory_id == directory:
@@ -126,6 +138,57 @@ class DirMonitor:
         else:
             log.info("Log dir %s (%s) is no longer slow (median %.0f ms)", state.path, directory, median)
 
+    def _stall_changed(self, key: object, stalled: bool, silent_s: float, waited_s: float) -> None:
+        """On the event loop: the pulses found a dir stalled (`silent_s` after its last answer,
+        `waited_s` after the pulse it left unanswered was issued), or released it."""
+        state = self.state.dirs.get(key) if isinstance(key, Uuid) else None
+        if state is None or state.health is DirHealth.OFFLINE or state.stalled == stalled:
+            return
+        state.stalled = stalled
+        if stalled:
+            state.stalls += 1
+            state.stall_found_after_s = silent_s
+            state.stall_unanswered_s = waited_s
+        timeout_ms = dynamic_configs.stall_timeout_s(self.state.config, self.state.image) * 1000
+        if stalled:
+            log.warning(
+                "Log dir %s (%s) stalled: it has answered nothing for %.1f ms, its last pulse "
+                "waits since %.1f ms (log.dir.stall.timeout.ms %.0f), while the broker's other "
+                "dirs answer; it leads nothing another replica can lead until it answers again",
+                state.path,
+                state.directory_id,
+                silent_s * 1000,
+                waited_s * 1000,
+                timeout_ms,
+            )
+        else:
+            log.info(
+                "Log dir %s (%s) no longer stalled: its pulses answered within %.0f ms for %.0f s",
+                state.path,
+                state.directory_id,
+                timeout_ms / 2,
+                disk_stall.RELEASE_S,
+            )
+        for listener in self.on_stall:
+            listener(state.directory_id)
+
+    def start_pulses(self) -> None:
+        """Pulse every data dir not offline and the metadata dir (on the event loop)."""
+        targets: dict[object, pulse.Beat] = {
+            d: pulse.PulseFile(s.path)
+            for d, s in self.state.dirs.items()
+            if s.health is not DirHealth.OFFLINE
+        }
+        targets[_METADATA] = pulse.PulseFile(self.state.metadata_dir.path)
+        self.pulses = pulse.Pulses(
+            targets,
+            timeout_s=dynamic_configs.stall_timeout_s(self.state.config, self.state.image),
+            monotonic=self.clock.monotonic,
+            on_change=self._stall_changed,
+            loop=asyncio.get_running_loop(),
+        )
+        self.pulses.start()
+
     # -- probe rounds --------------------------------------------------------------------------
 
     async def probe_forever(self, on_metadata_dir_failed: Callable[[], None]) -> None:
@@ -134,6 +197,8 @@ class DirMonitor:
         interval = self.state.config.log_dir_probe_interval_ms / 1000
         metadata = self.state.metadata_dir
         while not self.state.stopping.is_set():
+            if self.pulses is not None:  # a dynamic change takes effect at the next round
+                self.pulses.timeout_s = dynamic_configs.stall_timeout_s(self.state.config, self.state.image)
             targets = [d for d in self.state.dirs.values() if d.health is not DirHealth.OFFLINE]
             if self.state.metadata_dir_error is None:
                 targets.append(metadata)
@@ -241,6 +306,8 @@ class DirMonitor:
         on_failed()
 
     def shutdown(self) -> None:
+        if self.pulses is not None:
+            self.pulses.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -144,6 +144,7 @@ class Agent:
             self.state, link=self.link, reconciler=self.reconciler, clock=self.clock, wake=self.wakeup.set
         )
         self.monitor.on_failed.append(self._dir_failed)
+        self.monitor.on_stall.append(lambda _directory: self.wakeup.set())
         self.fetchers: Fetchers | None = None
         self.calls = LifecycleCalls(self.state, link=self.link, clock=self.clock, queue=self.queue)
         self.calls.on_registered.append(self.follower.recheck.set)
@@ -169,6 +170,7 @@ class Agent:
             )
             self.monitor.on_probe.append(writer.observe_probe)
             self._spawn(writer.run_forever(), "telemetry")
+        self.monitor.start_pulses()
         self._spawn(self.monitor.probe_forever(self.wakeup.set), "probes")
         self._spawn(self._control_loop(), "control")
         self._spawn(self.follower.follow_forever(), "metadata")
@@ -270,6 +272,8 @@ class Agent:
             last_heartbeat_at=progress.last_heartbeat_at,
             heartbeat_interval_ms=state.config.heartbeat_interval_ms,
             sent_offline_dirs=progress.sent_offline,
+            slow_dirs=frozenset(state.slow_dir_ids()),
+            sent_slow_dirs=progress.sent_slow,
             fenced=state.fenced,
             ready_to_unfence=state.ready_to_unfence,
             caught_up=state.caught_up(),
@@ -304,6 +308,7 @@ class Agent:
             elif action.kind is ActionKind.HEARTBEAT:
                 offline = self.state.reported_offline_dirs()
                 self.calls.progress.sent_offline = frozenset(offline)
+                self.calls.progress.sent_slow = frozenset(self.state.slow_dir_ids())
                 self._lifecycle_call = self._call(self.calls.heartbeat(offline), "heartbeat")
             elif action.kind is ActionKind.SEND_PLACEMENTS:
                 now = self.clock.monotonic()

@@ -17,8 +17,9 @@ look again. No I/O, no clock reads, no state: the loop (`jbod_agent.lifecycle.ag
      replica is being created or waiting for its placement to be confirmed (then for good, as Kafka
      does: `wantFence` stays false);
    * heartbeat when the interval passed (every 100 ms while fenced, so the controller's
-     unfencing is seen at once), at once when a failed dir has not been sent yet or readiness was
-     just reached;
+     unfencing is seen at once), at once when a failed dir has not been sent yet, readiness was
+     just reached, or the dirs that are slow or stalled are not those the last heartbeat named
+     (so the controller moves leaderships off a stalled dir at once);
    * send placements when the queue says a batch is due.
 One controller call of each kind is in flight at a time: a call in flight is never repeated.
 """
@@ -80,6 +81,8 @@ class Snapshot:
     last_heartbeat_at: float | None
     heartbeat_interval_ms: int
     sent_offline_dirs: frozenset[Uuid]  # failed dirs named in a heartbeat already
+    slow_dirs: frozenset[Uuid]  # slow or stalled dirs now (what the next heartbeat names)
+    sent_slow_dirs: frozenset[Uuid]  # as the last heartbeat named them
     # readiness
     fenced: bool  # as the controller last said
     ready_to_unfence: bool
@@ -181,9 +184,20 @@ def _heartbeat(s: Snapshot, *, becomes_ready: bool) -> tuple[Action | None, floa
         return Action(ActionKind.HEARTBEAT, f"log dir(s) {_names(unsent)} failed"), None
     if becomes_ready:
         return Action(ActionKind.HEARTBEAT, "ready to be unfenced"), None
+    if s.slow_dirs != s.sent_slow_dirs:
+        return Action(ActionKind.HEARTBEAT, _slow_change(s.slow_dirs, s.sent_slow_dirs)), None
     if s.now >= due:
         return Action(ActionKind.HEARTBEAT, "heartbeat interval"), None
     return None, due
+
+
+def _slow_change(now: frozenset[Uuid], sent: frozenset[Uuid]) -> str:
+    parts = []
+    if now - sent:
+        parts.append(f"log dir(s) {_names(sorted(now - sent))} slow or stalled")
+    if sent - now:
+        parts.append(f"log dir(s) {_names(sorted(sent - now))} no longer slow or stalled")
+    return "; ".join(parts)
 
 
 def _placements(s: Snapshot) -> tuple[Action | None, float | None]:

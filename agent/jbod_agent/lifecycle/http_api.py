@@ -175,7 +175,7 @@ class _AgentCollector(Collector):
         yield from _block_device_metrics(agent)
 
 
-def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
+def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     """Each log dir's health, space, cordon (by reason) and time until full."""
     per_dir = GaugeMetricFamily(
         "jbod_log_directory_offline", "1 if the log dir is offline", labels=["directory_id", "path"]
@@ -201,6 +201,17 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
         "log flushes reached log.dir.slow.threshold.ms",
         labels=["directory_id", "path"],
     )
+    stalled = GaugeMetricFamily(
+        "jbod_log_directory_stalled",
+        "1 if the log dir is stalled: its pulse went unanswered for log.dir.stall.timeout.ms while "
+        "the broker's other dirs answered (it is reported slow until its pulses answer again)",
+        labels=["directory_id", "path"],
+    )
+    stalls = CounterMetricFamily(
+        "jbod_log_directory_stalls",
+        "How often the log dir stalled since the broker started",
+        labels=["directory_id", "path"],
+    )
     latency = GaugeMetricFamily(
         "jbod_log_dir_latency_seconds",
         "Median write-and-fsync latency of the log dir's last 5 probes and log flushes",
@@ -222,6 +233,8 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
         cordoned.add_metric([*labels, "config"], 1 if directory in by_config else 0)
         cordoned.add_metric([*labels, "space"], 1 if state.cordoned_for_space else 0)
         slow.add_metric(labels, 1 if state.slow else 0)
+        stalled.add_metric(labels, 1 if state.stalled else 0)
+        stalls.add_metric(labels, state.stalls)
         median = state.latency.median()
         if median is not None:
             latency.add_metric([str(directory)], median)
@@ -237,6 +250,8 @@ def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily]:
     yield cordoned
     yield to_full
     yield slow
+    yield stalled
+    yield stalls
     yield latency
 
 

@@ -51,6 +51,7 @@ class LifecycleProgress:
     register_backoff: float = REGISTER_BACKOFF_INITIAL
     last_heartbeat_at: float | None = None
     sent_offline: frozenset[Uuid] = frozenset()
+    sent_slow: frozenset[Uuid] = frozenset()  # slow or stalled dirs named in the last heartbeat
 
 
 class LifecycleCalls:
@@ -157,6 +158,7 @@ class LifecycleCalls:
             log.warning("Heartbeat was stale (%s); registering again", reply.error_message)
             state.registered = False
             self.progress.sent_offline = frozenset()
+            self.progress.sent_slow = frozenset()
             return
         if reply.error_code != ErrorCode.NONE:
             log.warning("Heartbeat answered errorCode %s: %s", reply.error_code, reply.error_message)

@@ -41,6 +41,10 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 1)
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
 def log_dirs_view(
     broker: AgentState, moves: mover.Mover, cleaners: Mapping[Uuid, DirCleaner]
 ) -> list[dict[str, Any]]:
@@ -66,6 +70,10 @@ def log_dirs_view(
                 "usedRatio": round(disk_space.used_fraction(state.total_bytes, state.usable_bytes), 4),
                 "secondsToFull": _rounded(state.fill.seconds_to_full()),
                 "slow": state.slow,
+                "stalled": state.stalled,
+                "stalls": state.stalls,
+                "stallFoundAfterMs": _ms(state.stall_found_after_s),
+                "stallUnansweredMs": _ms(state.stall_unanswered_s),
                 "latencyMs": _rounded(None if (m := state.latency.median()) is None else m * 1000),
                 "error": state.error,
                 "since": state.since,
