@@ -238,7 +238,7 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
         "long",
         str(disk_stall.DEFAULT_TIMEOUT_MS),
         "Not a Kafka config (this project's extension): how long a log dir may leave its pulse (a "
-        "4 KiB write and read, every half of this) unanswered while the broker's other dirs answer "
+        "4 KiB write, every half of this) unanswered while the broker's other dirs answer "
         "theirs before the broker reports it slow at once (its leaderships move away); offline is "
         "still for log.dir.probe.timeout.ms; 0 turns it off.",
     ),

@@ -1,9 +1,8 @@
 """When a log dir stalls: a disk that stops answering, found within `log.dir.stall.timeout.ms`
 (issue 35; our extension, docs/decisions.md "Hung disks found within 100 ms").
 
-Each path of a broker (its log dirs and its metadata dir) is pulsed: a tiny write and read of a
-block that is already allocated, one after the other, every half timeout, each path in its own
-thread. These are the rules that turn the pulses' times into a verdict.
+Each log dir of a broker (and its metadata dir when it has a single log dir) is pulsed: a tiny
+write of a block that is already allocated, every half timeout, each path in its own thread. These are the rules that turn the pulses' times into a verdict.
 
 Guarantees:
 * `Pulse` is what one path's pulses last did, in the caller's monotonic seconds: when the pulse

@@ -18,7 +18,8 @@ Guarantees:
   like each log flush's (`latency`), whether the dir is slow (`log.dir.slow.threshold.ms`,
   `jbod_core.disk_latency`). `io_error` classifies an error
   from real work with the same rule as the probes (`probe.classify_io_error`).
-* `start_pulses` pulses every dir not offline and the metadata dir (`pulse`); a dir whose pulse
+* `start_pulses` pulses every dir not offline, and the metadata dir when there is only one such
+  dir (`pulse`); a dir whose pulse
   goes unanswered for `log.dir.stall.timeout.ms` while the others answer is `stalled` (reported
   slow, so its leaderships move at the next heartbeat, which the agent sends at once) until its
   pulses answer promptly again; `on_stall` listeners are told of each change. A dir taken
@@ -173,13 +174,15 @@ class DirMonitor:
             listener(state.directory_id)
 
     def start_pulses(self) -> None:
-        """Pulse every data dir not offline and the metadata dir (on the event loop)."""
+        """Pulse every data dir not offline, and the metadata dir when there is one such dir only
+        (a stall needs a peer that answers); on the event loop."""
         targets: dict[object, pulse.Beat] = {
             d: pulse.PulseFile(s.path)
             for d, s in self.state.dirs.items()
             if s.health is not DirHealth.OFFLINE
         }
-        targets[_METADATA] = pulse.PulseFile(self.state.metadata_dir.path)
+        if len(targets) < 2:
+            targets[_METADATA] = pulse.PulseFile(self.state.metadata_dir.path)
         self.pulses = pulse.Pulses(
             targets,
             timeout_s=dynamic_configs.stall_timeout_s(self.state.config, self.state.image),
