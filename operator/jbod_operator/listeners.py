@@ -12,7 +12,9 @@ this module computes:
   the built-in listeners (`BrokerListeners.amend` writes them into `server.properties`), and what
   the node-info init container writes for it (the node's address, the rack);
 * `certificate_names`: the extra DNS names and IP addresses of a broker's certificate;
-* `status`: `status.listeners`, each listener's bootstrap address and per-broker addresses.
+* `status`: `status.listeners`, each listener's bootstrap address and per-broker addresses;
+* `needs_node_reader` and `orphan_node_readers`: which clusters' brokers need the node-reader
+  ClusterRoleBinding (`builders.broker_rbac`), and which of those bindings nothing needs any more.
 
 Guarantees:
 * Without `spec.listeners` and `spec.rack` every result is empty: `server.properties` and the
@@ -25,11 +27,15 @@ Guarantees:
   is scheduled: the config refers to it as `${file:<node info file>:advertised.host.<NAME>}`
   (Kafka's FileConfigProvider), written by `jbod_operator.node_info` in an init container; the
   rack likewise (`broker.rack=${file:...:rack}`). An `advertisedHost` override replaces it.
+* The node-reader binding is cluster-scoped, so no owner reference deletes it: a binding is an
+  orphan once its JbodCluster is gone or no longer has a rack or a `nodeport` listener, and only
+  for a namespace the operator watches (another operator's bindings are never touched); a
+  cluster whose spec does not parse keeps its binding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -343,6 +349,45 @@ def status(
                 ready=bootstrap is not None and len(addresses) == len(ids),
             )
         )
+    return out
+
+
+def needs_node_reader(spec: ClusterSpec) -> bool:
+    """Whether the cluster's brokers need the node-reader binding: the node-info init container
+    reads their node for the rack and for `nodeport` listeners."""
+    return spec.rack is not None or any(listener.type == "nodeport" for listener in spec.listeners)
+
+
+def orphan_node_readers(
+    bindings: Iterable[Mapping[str, Any]],
+    clusters: Mapping[tuple[str, str], ClusterSpec | None],
+    *,
+    namespaces: Collection[str] | None,
+) -> list[str]:
+    """The names of the brokers' node-reader ClusterRoleBindings among `bindings` that nothing
+    needs any more: of a namespace in `namespaces` (None: every namespace) whose cluster is not
+    in `clusters` ((namespace, name) → its spec, None if it does not parse) or needs none
+    (`needs_node_reader`). Bindings without the operator's labels are never orphans."""
+    out = []
+    for binding in bindings:
+        meta = binding.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        namespace, cluster = labels.get(names.LABEL_NAMESPACE), labels.get(names.LABEL_CLUSTER)
+        ours = (
+            labels.get("app.kubernetes.io/managed-by") == names.MANAGED_BY
+            and labels.get(names.LABEL_COMPONENT) == "broker"
+        )
+        if not (ours and namespace and cluster and meta.get("name")):
+            continue
+        if namespaces is not None and namespace not in namespaces:
+            continue
+        key = (namespace, cluster)
+        if key not in clusters:
+            out.append(meta["name"])
+            continue
+        spec = clusters[key]
+        if spec is not None and not needs_node_reader(spec):
+            out.append(meta["name"])
     return out
 
 
