@@ -216,6 +216,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
         existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
+        view = cluster_access.view(namespace, name)
         listened = None
         if full:
             listened = listener_objects.reconcile(
@@ -226,6 +227,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 owner,
                 kwargs,
                 status,
+                registrations=view.registrations if view.reachable else None,
             )
             bundle = cluster_tls.ensure_tls(
                 body,
@@ -239,7 +241,6 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             cluster_access.trust(name, namespace, bundle)
             _update_client_secret(name, namespace, bundle, listened.bootstrap)
             _apply_cluster_objects(cluster_spec, name, namespace, owner)
-        view = cluster_access.view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         if plan.removes_something(broker_plan, existing):
             # Removing a broker or a disk rests on "it holds no replica": ask the controller now

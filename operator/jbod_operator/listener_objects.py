@@ -5,7 +5,9 @@
   gives the brokers their ServiceAccount and node-reading binding when a listener or the rack
   needs the node-info init container, reads back what Kubernetes assigned
   (node ports, LoadBalancer addresses, the brokers' nodes) and returns it with
-  `status.listeners`.
+  `status.listeners`, whose `ready` also rests on what the brokers serve: their registrations
+  (the controller's view the caller passes) and, for `tls` listeners, their certificate Secrets
+  (`listeners.status`).
 * The node-reader binding (cluster-scoped, so without an owner) is deleted by `reconcile` once
   the cluster needs it no longer (no rack, no `nodeport` listener) while a broker pod still runs
   with the brokers' ServiceAccount or `status.listeners` still has a `nodeport` listener, by
@@ -23,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jbod_operator import builders, kube, listeners, model, names
+from jbod_operator import builders, certificates, cluster_access, kube, listeners, model, names, rotation
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Reconciled:
     bootstrap: dict[str, str]  # `bootstrap.servers.<listener>` keys of the client Secrets
 
 
-def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its brokers, kopf's indexes, its status
+def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its brokers, kopf's indexes, its status, the controller's view
     spec: model.ClusterSpec,
     cluster: str,
     namespace: str,
@@ -41,6 +43,8 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
     owner: Mapping[str, Any],
     indexes: Mapping[str, Any],
     previous: Mapping[str, Any],
+    *,
+    registrations: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Reconciled:
     """Applies and cleans up the listeners' objects; no API call at all for a cluster that has
     no listener, no rack, never had a listener (`previous`: its status) and whose broker pods
@@ -77,7 +81,15 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
             if node is not None:
                 nodes[broker_id] = node
     assigned = listeners.assigned_from((a for a in applied if a.get("kind") == "Service"), nodes)
-    statuses = listeners.status(spec, cluster, namespace, ids, assigned)
+    statuses = listeners.status(
+        spec,
+        cluster,
+        namespace,
+        ids,
+        assigned,
+        serving=_serving(spec, cluster, namespace, ids, registrations),
+        previous=previous.get("listeners") or [],
+    )
     return Reconciled(
         assigned=assigned,
         status=[s.as_status() for s in statuses],
@@ -85,6 +97,38 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
             f"bootstrap.servers.{s.name}": s.bootstrap_servers for s in statuses if s.bootstrap_servers
         },
     )
+
+
+def _serving(
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    ids: Iterable[int],
+    registrations: Mapping[int, Mapping[str, Any]] | None,
+) -> dict[int, listeners.BrokerServes] | None:
+    """What each broker serves: its registration, and its certificate Secret's leaf when a
+    listener has `tls` (None without the controller's view)."""
+    if registrations is None:
+        return None
+    with_tls = spec.tls.enabled and any(listener.tls for listener in spec.listeners)
+    now, propagation = cluster_access.now(), cluster_access.SETTINGS["secret_propagation"]
+    return {
+        broker_id: listeners.broker_serves(
+            registrations.get(broker_id),
+            _certificate(names.broker_tls(cluster, broker_id), namespace) if with_tls else None,
+            now=now,
+            propagation=propagation,
+        )
+        for broker_id in ids
+    }
+
+
+def _certificate(secret: str, namespace: str) -> rotation.Certificate | None:
+    pem = (cluster_access.secret_data(secret, namespace) or {}).get(names.TLS_CERT)
+    try:
+        return certificates.describe(certificates.split(pem)[0]) if pem else None
+    except (certificates.CertificateError, IndexError):
+        return None
 
 
 def _pods_read_nodes(cluster: str, namespace: str, ids: Iterable[int], indexes: Mapping[str, Any]) -> bool:

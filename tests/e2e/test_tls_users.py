@@ -539,7 +539,9 @@ def test_clients_outside_the_cluster_racks_topics_quotas_and_a_node_drain(env: E
     assert sorted(z or "" for z in zone_of_broker.values()) == ["zone-a", "zone-b", "zone-c"], zone_of_broker
 
     external = wait_for(lambda: _listener(env, "external"), timeout=300, what="listener external ready")
-    secure = wait_for(lambda: _listener(env, "secure"), timeout=300, what="listener secure ready")
+    # A TLS listener is ready once every broker's certificate names its node's address and was
+    # issued --secret-propagation-seconds (60 s) ago: a minute or two after the brokers.
+    secure = wait_for(lambda: _listener(env, "secure"), timeout=420, what="listener secure ready")
     print(f"\nkubectl get jbodcluster {CLUSTER} -o jsonpath=...external...bootstrapServers: {external}")
     print(f"kubectl get jbodcluster {CLUSTER} -o jsonpath=...secure...bootstrapServers: {secure}")
     node_addresses = {n.address for n in workers.values()}
