@@ -26,7 +26,9 @@ Guarantees:
   the samples' sum over the time since the oldest kept sample, but never over less than
   `window_num - 1` whole windows; samples older than `window_num` windows are dropped. Its
   `throttle_ms` is how long a client must stay idle for the rate to fall back to the quota,
-  `(rate - quota) / quota * window`, bounded by `window_num * window_s`.
+  `(rate - quota) / quota * window`, bounded by `window_num * window_s`. Once nothing was
+  recorded for more than `window_num * window_s` seconds it is `obsolete`: every sample has
+  expired, so it measures as a new rate would and its owner may drop it.
 * Pure: time is a parameter (monotonic seconds); no clock, no I/O.
 """
 
@@ -310,6 +312,11 @@ class SampledRate:
     window_s: float
     samples: list[_Sample] = field(default_factory=list)
     current: int = 0
+    last_record: float = -math.inf  # when `record` last counted something
+
+    def obsolete(self, now: float) -> bool:
+        """Nothing recorded for more than the whole sample span: it measures as a new rate."""
+        return now - self.last_record > self.window_num * self.window_s
 
     def _purge(self, now: float) -> None:
         horizon = now - self.window_num * self.window_s
@@ -330,6 +337,7 @@ class SampledRate:
                 self.samples[self.current] = _Sample(now)
             sample = self.samples[self.current]
         sample.value += value
+        self.last_record = now
 
     def unrecord(self, value: float, now: float) -> None:
         """Take back what `record` just counted (a response that was not sent)."""

@@ -10,6 +10,8 @@ Guarantees:
   reads at most m bytes at a time).
 * `wait_s(now)` is how long until the bucket is no longer exceeded (0 when it is not).
 * `set_rate` keeps the tokens (capped at the new burst): a rate change applies at once.
+* `refilled(now)`: it holds its whole burst again, so it answers as a new (full) bucket at its
+  rate would; its owner may drop it.
 * Pure: time is a parameter (monotonic seconds); no clock is read here.
 """
 
@@ -51,6 +53,10 @@ class TokenBucket:
     def exceeded(self, now: float) -> bool:
         self._refill(now)
         return self.tokens <= 0
+
+    def refilled(self, now: float) -> bool:
+        self._refill(now)
+        return self.tokens >= self.burst
 
     def record(self, n: int, now: float) -> None:
         self._refill(now)

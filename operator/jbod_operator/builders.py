@@ -1092,10 +1092,17 @@ def add_node_info(
     pod_spec["serviceAccountName"] = broker_service_account(cluster)
 
 
+def node_reader_binding(cluster: str, namespace: str) -> str:
+    """The name of the cluster's brokers' ClusterRoleBinding to `BROKER_NODE_READER`."""
+    return f"jbod-{namespace}-{broker_service_account(cluster)}"
+
+
 def broker_rbac(cluster: str, namespace: str, owner: Mapping[str, Any]) -> list[Manifest]:
     """The brokers' ServiceAccount (owned by the cluster) and its binding to the chart's
     ClusterRole `BROKER_NODE_READER` (get nodes): what the node-info init container reads with.
-    The binding is cluster-scoped, so it has no owner; it names the cluster and namespace."""
+    The binding is cluster-scoped, so it has no owner; it names the cluster and namespace in its
+    labels, by which the operator deletes it once the cluster is gone
+    (`listeners.orphan_node_readers`)."""
     account = broker_service_account(cluster)
     return [
         {
@@ -1108,8 +1115,8 @@ def broker_rbac(cluster: str, namespace: str, owner: Mapping[str, Any]) -> list[
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {
-                "name": f"jbod-{namespace}-{account}",
-                "labels": {**names.cluster_labels(cluster, "broker"), "jbod.dev/namespace": namespace},
+                "name": node_reader_binding(cluster, namespace),
+                "labels": {**names.cluster_labels(cluster, "broker"), names.LABEL_NAMESPACE: namespace},
             },
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",

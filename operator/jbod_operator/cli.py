@@ -130,6 +130,7 @@ def command(  # noqa: PLR0913  click command: one parameter per option
     }
     if namespaces:
         kwargs["namespaces"] = list(namespaces)
+        cluster_access.SETTINGS["namespaces"] = frozenset(namespaces)
     else:
         kwargs["clusterwide"] = True
     asyncio.run(kopf.operator(**kwargs))

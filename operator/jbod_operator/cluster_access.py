@@ -25,6 +25,7 @@ SETTINGS: dict[str, Any] = {  # set once by `jbod-operator`'s options before kop
     "poll_seconds": 2.0,
     "broker_interval": 2.0,
     "secret_propagation": rotation.PROPAGATION,  # --secret-propagation-seconds
+    "namespaces": None,  # --namespace (a frozenset), None with --all-namespaces
 }
 VIEWS: dict[tuple[str, str], views.ClusterView] = {}  # (namespace, cluster) → its latest view
 CREDENTIALS: dict[tuple[str, str], credentials.CredentialState] = {}

@@ -2,6 +2,10 @@
 (`views.poll_cluster`) into `cluster_access.VIEWS`; `reconcile_cluster` runs on create, update,
 resume and two timers (a full pass every minute, a refresh of brokers and status every few
 seconds). Idempotent: running it again converges; "not yet" is a `TemporaryError`.
+
+The brokers' node-reader ClusterRoleBinding has no owner: `cluster_deleted` deletes it on the
+JbodCluster's deletion and `sweep_node_readers` at the operator's start-up deletes those of
+clusters deleted meanwhile, so no finalizer holds a JbodCluster (or its namespace) back.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from jbod_core import ids
 from jbod_operator import (
@@ -93,6 +98,34 @@ async def poll_cluster(name: str, namespace: str | None, stopped: kopf.DaemonSto
     finally:
         cluster_access.VIEWS.pop(key, None)
         cluster_access.CREDENTIALS.pop(key, None)
+
+
+@kopf.on.startup()
+def sweep_node_readers(**_: Any) -> None:
+    """Deletes the node-reader bindings of clusters deleted (or changed) while the operator was
+    down; a failure is logged and the next start-up tries again (the operator starts anyway)."""
+    try:
+        deleted = listener_objects.sweep_node_readers(cluster_access.SETTINGS.get("namespaces"))
+    except ApiException as exc:
+        log.warning("Left the brokers' node-reader bindings unswept: %s %s", exc.status, exc.reason)
+        return
+    for binding in deleted:
+        log.info("Deleted ClusterRoleBinding %s: its JbodCluster is gone or reads no node", binding)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.CLUSTERS)
+def cluster_deleted(event: Mapping[str, Any], name: str, namespace: str | None, **_: Any) -> None:
+    """On a JbodCluster's deletion, deletes its brokers' node-reader binding (cluster-scoped, so
+    not the garbage collector's). Not retried: a failure is left to the next start-up's sweep."""
+    if event.get("type") != "DELETED":
+        return
+    try:
+        deleted = listener_objects.delete_node_reader(name, namespace or "default")
+    except ApiException as exc:
+        log.warning("Left the node-reader binding of %s/%s: %s %s", namespace, name, exc.status, exc.reason)
+        return
+    if deleted:
+        log.info("Deleted the node-reader binding of deleted cluster %s/%s", namespace, name)
 
 
 def _ensure_secret(cluster: str, namespace: str, owner: Mapping[str, Any]) -> str:
@@ -183,6 +216,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
         if full or not cluster_id:
             cluster_id = _ensure_secret(name, namespace, owner)
         existing, statuses, current_disks = _indexed_brokers(brokers_index.get((namespace, name), []))
+        view = cluster_access.view(namespace, name)
         listened = None
         if full:
             listened = listener_objects.reconcile(
@@ -193,6 +227,7 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
                 owner,
                 kwargs,
                 status,
+                registrations=view.registrations if view.reachable else None,
             )
             bundle = cluster_tls.ensure_tls(
                 body,
@@ -206,7 +241,6 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             cluster_access.trust(name, namespace, bundle)
             _update_client_secret(name, namespace, bundle, listened.bootstrap)
             _apply_cluster_objects(cluster_spec, name, namespace, owner)
-        view = cluster_access.view(namespace, name)
         broker_plan = plan.plan_brokers(cluster_spec, existing, statuses, view.hosted())
         if plan.removes_something(broker_plan, existing):
             # Removing a broker or a disk rests on "it holds no replica": ask the controller now

@@ -5,7 +5,14 @@
   gives the brokers their ServiceAccount and node-reading binding when a listener or the rack
   needs the node-info init container, reads back what Kubernetes assigned
   (node ports, LoadBalancer addresses, the brokers' nodes) and returns it with
-  `status.listeners`.
+  `status.listeners`, whose `ready` also rests on what the brokers serve: their registrations
+  (the controller's view the caller passes) and, for `tls` listeners, their certificate Secrets
+  (`listeners.status`).
+* The node-reader binding (cluster-scoped, so without an owner) is deleted by `reconcile` once
+  the cluster needs it no longer (no rack, no `nodeport` listener) while a broker pod still runs
+  with the brokers' ServiceAccount or `status.listeners` still has a `nodeport` listener, by
+  `delete_node_reader` when the JbodCluster is deleted, and by `sweep_node_readers` (at the
+  operator's start-up) for clusters deleted or changed while the operator was down.
 * `for_broker` (a broker's reconcile) reads its own listener Services only: the config it gets
   never waits on another broker's node.
 * `bootstrap_keys`: the `bootstrap.servers.<listener>` keys the client Secrets add, from the
@@ -14,11 +21,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jbod_operator import builders, kube, listeners, model, names
+from jbod_operator import builders, certificates, cluster_access, kube, listeners, model, names, rotation
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class Reconciled:
     bootstrap: dict[str, str]  # `bootstrap.servers.<listener>` keys of the client Secrets
 
 
-def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its brokers, kopf's indexes, its status
+def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its brokers, kopf's indexes, its status, the controller's view
     spec: model.ClusterSpec,
     cluster: str,
     namespace: str,
@@ -36,12 +43,19 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
     owner: Mapping[str, Any],
     indexes: Mapping[str, Any],
     previous: Mapping[str, Any],
+    *,
+    registrations: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Reconciled:
     """Applies and cleans up the listeners' objects; no API call at all for a cluster that has
-    no listener, no rack and never had a listener (`previous`: its status)."""
-    if not spec.listeners and spec.rack is None and not previous.get("listeners"):
-        return Reconciled(assigned=listeners.Assigned(), status=[], bootstrap={})
+    no listener, no rack, never had a listener (`previous`: its status) and whose broker pods
+    do not run with the node-reading ServiceAccount."""
     ids = sorted(set(broker_ids))
+    node_reader = listeners.needs_node_reader(spec)
+    had_node_reader = _pods_read_nodes(cluster, namespace, ids, indexes) or any(
+        entry.get("type") == "nodeport" for entry in previous.get("listeners") or []
+    )
+    if not spec.listeners and not node_reader and not had_node_reader and not previous.get("listeners"):
+        return Reconciled(assigned=listeners.Assigned(), status=[], bootstrap={})
     wanted = listeners.objects(spec, cluster, namespace, ids, owner)
     applied = [kube.apply(manifest) for manifest in wanted]
     selector = {names.LABEL_CLUSTER: cluster}
@@ -52,9 +66,11 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
         found = [{**o, "kind": kind} for o in kube.list_objects(api_version, kind, namespace, selector)]
         for _, name in listeners.stale(found, wanted):
             kube.delete(api_version, kind, name, namespace)
-    if spec.rack is not None or any(listener.type == "nodeport" for listener in spec.listeners):
+    if node_reader:
         for manifest in builders.broker_rbac(cluster, namespace, owner):
             kube.apply(manifest)
+    elif had_node_reader:
+        delete_node_reader(cluster, namespace)
     nodes: dict[int, dict[str, Any]] = {}
     if any(listener.type == "nodeport" for listener in spec.listeners):
         pods_index = indexes.get("pods_index") or {}
@@ -65,7 +81,15 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
             if node is not None:
                 nodes[broker_id] = node
     assigned = listeners.assigned_from((a for a in applied if a.get("kind") == "Service"), nodes)
-    statuses = listeners.status(spec, cluster, namespace, ids, assigned)
+    statuses = listeners.status(
+        spec,
+        cluster,
+        namespace,
+        ids,
+        assigned,
+        serving=_serving(spec, cluster, namespace, ids, registrations),
+        previous=previous.get("listeners") or [],
+    )
     return Reconciled(
         assigned=assigned,
         status=[s.as_status() for s in statuses],
@@ -73,6 +97,85 @@ def reconcile(  # noqa: PLR0913  the cluster (spec, name, namespace, owner), its
             f"bootstrap.servers.{s.name}": s.bootstrap_servers for s in statuses if s.bootstrap_servers
         },
     )
+
+
+def _serving(
+    spec: model.ClusterSpec,
+    cluster: str,
+    namespace: str,
+    ids: Iterable[int],
+    registrations: Mapping[int, Mapping[str, Any]] | None,
+) -> dict[int, listeners.BrokerServes] | None:
+    """What each broker serves: its registration, and its certificate Secret's leaf when a
+    listener has `tls` (None without the controller's view)."""
+    if registrations is None:
+        return None
+    with_tls = spec.tls.enabled and any(listener.tls for listener in spec.listeners)
+    now, propagation = cluster_access.now(), cluster_access.SETTINGS["secret_propagation"]
+    return {
+        broker_id: listeners.broker_serves(
+            registrations.get(broker_id),
+            _certificate(names.broker_tls(cluster, broker_id), namespace) if with_tls else None,
+            now=now,
+            propagation=propagation,
+        )
+        for broker_id in ids
+    }
+
+
+def _certificate(secret: str, namespace: str) -> rotation.Certificate | None:
+    pem = (cluster_access.secret_data(secret, namespace) or {}).get(names.TLS_CERT)
+    try:
+        return certificates.describe(certificates.split(pem)[0]) if pem else None
+    except (certificates.CertificateError, IndexError):
+        return None
+
+
+def _pods_read_nodes(cluster: str, namespace: str, ids: Iterable[int], indexes: Mapping[str, Any]) -> bool:
+    """Whether a broker pod of the cluster (kopf's pod index) runs with the node-reading
+    ServiceAccount, so the node-reader binding may still be there."""
+    pods_index = indexes.get("pods_index") or {}
+    account = builders.broker_service_account(cluster)
+    return any(
+        ((pod.get("spec") or {}).get("serviceAccountName")) == account
+        for broker_id in ids
+        for pod in pods_index.get((namespace, names.broker(cluster, broker_id)), [])
+    )
+
+
+_BINDING_LABELS = {names.LABEL_COMPONENT: "broker", "app.kubernetes.io/managed-by": names.MANAGED_BY}
+
+
+def delete_node_reader(cluster: str, namespace: str) -> bool:
+    """Deletes the cluster's node-reader binding; False if there was none."""
+    return kube.delete(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        builders.node_reader_binding(cluster, namespace),
+        None,
+    )
+
+
+def sweep_node_readers(namespaces: Collection[str] | None) -> list[str]:
+    """Deletes the node-reader bindings nothing needs any more (`listeners.orphan_node_readers`)
+    of the JbodClusters in `namespaces` (None: every namespace) and returns their names. The
+    bindings are listed before the clusters, so a cluster created in between keeps its binding."""
+    bindings = kube.list_objects("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, _BINDING_LABELS)
+    found: list[dict[str, Any]] = []
+    for namespace in sorted(namespaces) if namespaces is not None else [None]:
+        found += kube.list_objects(names.API_VERSION, "JbodCluster", namespace, {})
+    clusters: dict[tuple[str, str], model.ClusterSpec | None] = {}
+    for body in found:
+        meta = body.get("metadata") or {}
+        try:
+            spec: model.ClusterSpec | None = model.parse_cluster(meta["name"], dict(body.get("spec") or {}))
+        except model.SpecError:
+            spec = None
+        clusters[(meta.get("namespace") or "default", meta["name"])] = spec
+    orphans = listeners.orphan_node_readers(bindings, clusters, namespaces=namespaces)
+    for name in orphans:
+        kube.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", name, None)
+    return orphans
 
 
 def for_broker(

@@ -12,7 +12,10 @@ this module computes:
   the built-in listeners (`BrokerListeners.amend` writes them into `server.properties`), and what
   the node-info init container writes for it (the node's address, the rack);
 * `certificate_names`: the extra DNS names and IP addresses of a broker's certificate;
-* `status`: `status.listeners`, each listener's bootstrap address and per-broker addresses.
+* `status`: `status.listeners`, each listener's bootstrap address, per-broker addresses and
+  whether it is `ready` (what the brokers serve: `BrokerServes`, `broker_serves`);
+* `needs_node_reader` and `orphan_node_readers`: which clusters' brokers need the node-reader
+  ClusterRoleBinding (`builders.broker_rbac`), and which of those bindings nothing needs any more.
 
 Guarantees:
 * Without `spec.listeners` and `spec.rack` every result is empty: `server.properties` and the
@@ -25,15 +28,29 @@ Guarantees:
   is scheduled: the config refers to it as `${file:<node info file>:advertised.host.<NAME>}`
   (Kafka's FileConfigProvider), written by `jbod_operator.node_info` in an init container; the
   rack likewise (`broker.rack=${file:...:rack}`). An `advertisedHost` override replaces it.
+* A listener is `ready` only once clients can use it: its bootstrap address and every broker's
+  address are known, every broker's registration (the controller's view) advertises the
+  listener at that address, and, for a `tls` listener, every broker's certificate names its
+  advertised host and the listener's bootstrap hosts and was issued `propagation` ago (the
+  kubelets have updated the pod's files by then, and a broker loads changed files on its next
+  handshake), or it was ready at the same addresses before and the new certificate names them
+  too (whichever file the pod has, it names them: a renewal does not flap `ready`). Without the
+  controller's view, a listener is ready only if it was ready before at the same addresses.
+* The node-reader binding is cluster-scoped, so no owner reference deletes it: a binding is an
+  orphan once its JbodCluster is gone or no longer has a rack or a `nodeport` listener, and only
+  for a namespace the operator watches (another operator's bindings are never touched); a
+  cluster whose spec does not parse keeps its binding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+import datetime as dt
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from jbod_operator import names
+from jbod_operator import names, rotation
 from jbod_operator.model import ClusterSpec, ListenerSpec
 
 Manifest = dict[str, Any]
@@ -89,8 +106,42 @@ class BrokerAddress:
 
 
 @dataclass(frozen=True)
+class BrokerServes:
+    """What one broker shows clients, as the operator last saw it: its registration's
+    advertised Kafka listeners (name → (host, port)), the names of its certificate Secret, and
+    whether that certificate is surely in the pod's files (issued `propagation` ago)."""
+
+    advertised: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    certificate_names: frozenset[str] = frozenset()
+    certificate_settled: bool = False
+
+
+def broker_serves(
+    registration: Mapping[str, Any] | None,
+    certificate: rotation.Certificate | None,
+    *,
+    now: dt.datetime,
+    propagation: dt.timedelta,
+) -> BrokerServes:
+    """`BrokerServes` from the broker's registration (the controller's `/v1/brokers` entry;
+    None: not registered) and its certificate Secret's leaf (None: none)."""
+    advertised = {
+        str(entry["name"]): (str(entry["host"]), int(entry["port"]))
+        for entry in (registration or {}).get("listeners") or []
+        if entry.get("name") and entry.get("host") and entry.get("port")
+    }
+    if certificate is None:
+        return BrokerServes(advertised=advertised)
+    return BrokerServes(
+        advertised=advertised,
+        certificate_names=certificate.dns_names,
+        certificate_settled=now >= certificate.made_at + propagation,
+    )
+
+
+@dataclass(frozen=True)
 class ListenerStatus:
-    """One entry of `status.listeners`; `ready` once every broker's address is known."""
+    """One entry of `status.listeners`; `ready` once clients can use it (the module's guarantees)."""
 
     name: str
     type: str
@@ -321,11 +372,21 @@ def _bootstrap_servers(
     return ",".join(f"{h}:{port}" for h in known) if known and port else None
 
 
-def status(
-    spec: ClusterSpec, cluster: str, namespace: str, broker_ids: Iterable[int], assigned: Assigned
+def status(  # noqa: PLR0913  the cluster (spec, name, namespace, brokers), what is assigned and served, before
+    spec: ClusterSpec,
+    cluster: str,
+    namespace: str,
+    broker_ids: Iterable[int],
+    assigned: Assigned,
+    *,
+    serving: Mapping[int, BrokerServes] | None,
+    previous: Iterable[Mapping[str, Any]] = (),
 ) -> list[ListenerStatus]:
-    """`status.listeners`: every listener of `spec.listeners` in order."""
+    """`status.listeners`: every listener of `spec.listeners` in order. `serving`: what each
+    broker serves (None: the controller could not be asked); `previous`: the last
+    `status.listeners` (the module's guarantees say how both decide `ready`)."""
     ids = sorted(set(broker_ids))
+    before = {entry.get("name"): entry for entry in previous}
     out = []
     for listener in spec.listeners:
         addresses = []
@@ -334,15 +395,89 @@ def status(
             if address is not None:
                 addresses.append(BrokerAddress(broker_id, *address))
         bootstrap = _bootstrap_servers(listener, cluster, namespace, ids, assigned)
-        out.append(
-            ListenerStatus(
-                name=listener.name,
-                type=listener.type,
-                bootstrap_servers=bootstrap,
-                addresses=tuple(addresses),
-                ready=bootstrap is not None and len(addresses) == len(ids),
-            )
+        entry = ListenerStatus(
+            name=listener.name,
+            type=listener.type,
+            bootstrap_servers=bootstrap,
+            addresses=tuple(addresses),
+            ready=False,
         )
+        unchanged = _ready_before(before.get(listener.name), entry)
+        if bootstrap is None or len(addresses) != len(ids):
+            ready = False
+        elif serving is None:
+            ready = unchanged
+        else:
+            ready = all(
+                _serves(listener, address, bootstrap, serving.get(address.broker), unchanged=unchanged)
+                for address in addresses
+            )
+        out.append(dataclasses.replace(entry, ready=ready))
+    return out
+
+
+def _ready_before(previous: Mapping[str, Any] | None, entry: ListenerStatus) -> bool:
+    """Whether the listener was ready before at exactly `entry`'s addresses."""
+    if previous is None or previous.get("ready") is not True:
+        return False
+    same = {**entry.as_status(), "ready": True}
+    return {key: previous.get(key) for key in same} == same
+
+
+def _serves(
+    listener: ListenerSpec,
+    address: BrokerAddress,
+    bootstrap: str,
+    serves: BrokerServes | None,
+    *,
+    unchanged: bool,
+) -> bool:
+    """Whether one broker serves `listener` at `address` (with a certificate naming what a
+    client checks: its advertised host and the listener's bootstrap hosts)."""
+    if serves is None or serves.advertised.get(listener.kafka_name) != (address.host, address.port):
+        return False
+    if not listener.tls:
+        return True
+    wanted = {address.host, *(server.rsplit(":", 1)[0] for server in bootstrap.split(","))}
+    return wanted <= serves.certificate_names and (serves.certificate_settled or unchanged)
+
+
+def needs_node_reader(spec: ClusterSpec) -> bool:
+    """Whether the cluster's brokers need the node-reader binding: the node-info init container
+    reads their node for the rack and for `nodeport` listeners."""
+    return spec.rack is not None or any(listener.type == "nodeport" for listener in spec.listeners)
+
+
+def orphan_node_readers(
+    bindings: Iterable[Mapping[str, Any]],
+    clusters: Mapping[tuple[str, str], ClusterSpec | None],
+    *,
+    namespaces: Collection[str] | None,
+) -> list[str]:
+    """The names of the brokers' node-reader ClusterRoleBindings among `bindings` that nothing
+    needs any more: of a namespace in `namespaces` (None: every namespace) whose cluster is not
+    in `clusters` ((namespace, name) → its spec, None if it does not parse) or needs none
+    (`needs_node_reader`). Bindings without the operator's labels are never orphans."""
+    out = []
+    for binding in bindings:
+        meta = binding.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        namespace, cluster = labels.get(names.LABEL_NAMESPACE), labels.get(names.LABEL_CLUSTER)
+        ours = (
+            labels.get("app.kubernetes.io/managed-by") == names.MANAGED_BY
+            and labels.get(names.LABEL_COMPONENT) == "broker"
+        )
+        if not (ours and namespace and cluster and meta.get("name")):
+            continue
+        if namespaces is not None and namespace not in namespaces:
+            continue
+        key = (namespace, cluster)
+        if key not in clusters:
+            out.append(meta["name"])
+            continue
+        spec = clusters[key]
+        if spec is not None and not needs_node_reader(spec):
+            out.append(meta["name"])
     return out
 
 
@@ -352,7 +487,7 @@ def bootstrap_servers(
     """Listener name → its bootstrap servers, for the listeners whose address is known."""
     return {
         s.name: s.bootstrap_servers
-        for s in status(spec, cluster, namespace, broker_ids, assigned)
+        for s in status(spec, cluster, namespace, broker_ids, assigned, serving=None)
         if s.bootstrap_servers
     }
 

@@ -20,6 +20,8 @@ LABEL_BROKER: Final = "jbod.dev/broker-id"
 LABEL_DISK: Final = "jbod.dev/disk"
 LABEL_GENERATION: Final = "jbod.dev/generation"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+# On a cluster-scoped object made for a cluster (the brokers' node-reader binding): its namespace.
+LABEL_NAMESPACE: Final = "jbod.dev/namespace"
 MANAGED_BY: Final = "jbod-operator"
 
 ANNOTATION_SPEC_HASH: Final = "jbod.dev/spec-hash"

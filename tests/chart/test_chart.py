@@ -124,9 +124,12 @@ CLUSTER_NEEDS: frozenset[Need] = frozenset(
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "nodes", "get"),  # listener_objects: the brokers' nodes' addresses (nodeport)
         ("storage.k8s.io", "storageclasses", "get"),  # disk_growth: allowVolumeExpansion
-        # listener_objects: the brokers' ServiceAccount bound to the node-reader ClusterRole
+        # listener_objects: the brokers' ServiceAccount bound to the node-reader ClusterRole,
+        # the binding deleted once its cluster is gone (swept at start-up) or reads no node
         ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
         ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "list"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "delete"),
     }
 )
 NAMESPACE_OBSERVER_NEEDS: frozenset[Need] = frozenset(

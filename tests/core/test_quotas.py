@@ -206,3 +206,15 @@ def test_sampled_rate_and_throttle_time_as_kafka_windows() -> None:
     assert steady.rate(4.5) == pytest.approx(200 / 1.5)
     steady.unrecord(100, now=4.5)
     assert steady.rate(4.5) == pytest.approx(100 / 1.5)
+
+
+def test_a_rate_is_obsolete_once_nothing_was_recorded_for_its_whole_span() -> None:
+    rate = SampledRate(window_num=11, window_s=1.0)
+    assert rate.obsolete(0.0)  # nothing recorded yet: as new
+    rate.record(1000, now=0.0)
+    assert not rate.obsolete(11.0)
+    assert rate.obsolete(11.01)
+    new = SampledRate(window_num=11, window_s=1.0)
+    for measured in (rate, new):  # measures from then on as a new rate does
+        measured.record(500, now=11.5)
+    assert rate.rate(12.0) == new.rate(12.0) and rate.throttle_ms(10.0, 12.0) == new.throttle_ms(10.0, 12.0)

@@ -65,3 +65,12 @@ def test_bytes_moved_while_not_exceeded_stay_within_the_bound(
             bucket.record(size, now)
             moved += size
     assert moved <= bucket.burst + rate * now + max(size for _, size in steps)
+
+
+def test_a_bucket_is_refilled_once_it_holds_its_whole_burst_again() -> None:
+    bucket = TokenBucket.full(10.0, now=0.0, burst_s=2.0)  # 20 tokens
+    assert bucket.refilled(0.0)
+    bucket.record(50, now=0.0)  # 30 in debt: 5 s to refill to 20
+    assert not bucket.refilled(4.0)
+    assert bucket.refilled(5.0)
+    assert bucket == TokenBucket.full(10.0, now=5.0, burst_s=2.0)  # as a new bucket

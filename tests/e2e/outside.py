@@ -9,7 +9,7 @@ JbodCluster's external listeners, at the addresses `status.listeners` gives.
 * `produced_rate`: bytes per second acknowledged to one producer writing as fast as it may, once
   the broker's quota holds it;
 * `SteadyProducer`: an idempotent acks=all producer in a thread until stopped, recording what
-  was acknowledged and any fatal error.
+  was acknowledged and any fatal error; a full local queue makes it wait for room, not stop.
 """
 
 from __future__ import annotations
@@ -176,7 +176,11 @@ class SteadyProducer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._producer.produce(self.topic, b"d-%d" % self.sent, on_delivery=self._delivered)
+            try:
+                self._producer.produce(self.topic, b"d-%d" % self.sent, on_delivery=self._delivered)
+            except BufferError:  # librdkafka's local queue is full (brokers away): wait for room
+                self._producer.poll(0.1)
+                continue
             self.sent += 1
             self._producer.poll(0.005)
 

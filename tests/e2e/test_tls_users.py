@@ -26,6 +26,8 @@ certificates, SASL_SSL and SSL with client certificates, ACLs from the JbodUser 
    a consumer with `client.rack` is served by its zone's follower (librdkafka's statistics); a
    JbodUser with `producerByteRate` is held to it within 20 %; `kubectl drain` of a broker's node
    under an idempotent acks=all producer, then `uncordon`, loses no acknowledged record.
+8. Deleting the JbodCluster deletes its brokers' node-reader ClusterRoleBinding (cluster-scoped,
+   so no owner reference does), with no finalizer holding the cluster back.
 """
 
 from __future__ import annotations
@@ -537,7 +539,9 @@ def test_clients_outside_the_cluster_racks_topics_quotas_and_a_node_drain(env: E
     assert sorted(z or "" for z in zone_of_broker.values()) == ["zone-a", "zone-b", "zone-c"], zone_of_broker
 
     external = wait_for(lambda: _listener(env, "external"), timeout=300, what="listener external ready")
-    secure = wait_for(lambda: _listener(env, "secure"), timeout=300, what="listener secure ready")
+    # A TLS listener is ready once every broker's certificate names its node's address and was
+    # issued --secret-propagation-seconds (60 s) ago: a minute or two after the brokers.
+    secure = wait_for(lambda: _listener(env, "secure"), timeout=420, what="listener secure ready")
     print(f"\nkubectl get jbodcluster {CLUSTER} -o jsonpath=...external...bootstrapServers: {external}")
     print(f"kubectl get jbodcluster {CLUSTER} -o jsonpath=...secure...bootstrapServers: {secure}")
     node_addresses = {n.address for n in workers.values()}
@@ -639,3 +643,25 @@ def test_clients_outside_the_cluster_racks_topics_quotas_and_a_node_drain(env: E
     missing = steady.acked - read
     print(f"drain of {drained} ({drained_pod}): {len(steady.acked)} acknowledged, {len(missing)} missing")
     assert not missing, sorted(missing)[:10]
+
+
+def _node_reader_binding(env: Env) -> str | None:
+    """The cluster's node-reader ClusterRoleBinding's name, None once it is gone."""
+    name = f"jbod-{NS}-{CLUSTER}-broker"
+    proc = env.cluster.kubectl("get", "clusterrolebinding", name, "-o", "name", check=False)
+    return name if proc.returncode == 0 else None
+
+
+def test_deleting_the_cluster_deletes_its_node_reader_binding(env: Env) -> None:
+    """The last step: the cluster has a rack and nodeport listeners, so its brokers' node-reader
+    binding exists; deleting the JbodCluster deletes it (the operator's DELETED event handler)."""
+    binding = wait_for(lambda: _node_reader_binding(env), timeout=300, what="the node-reader binding")
+    labels = env.get("clusterrolebinding", binding)["metadata"]["labels"]
+    assert labels["jbod.dev/namespace"] == NS and labels["jbod.dev/cluster"] == CLUSTER, labels
+    env.cluster.kubectl("delete", "jbodcluster", CLUSTER, "-n", NS, "--wait=true", "--timeout=120s")
+    wait_for(
+        lambda: _node_reader_binding(env) is None,
+        timeout=60,
+        what=f"ClusterRoleBinding {binding} deleted with its cluster",
+        interval=1,
+    )

@@ -7,6 +7,8 @@ and across a scale-up; the broker's config is read back by the agent's own parse
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import yaml
 
 from jbod_agent.config import parse_config
 from jbod_core.replica_selector import RACK_AWARE_SELECTOR
-from jbod_operator import builders, listeners, model, names
+from jbod_operator import builders, listeners, model, names, rotation
 from tests.operator.test_model_builders import OWNER, _mounts_resolve, example
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,29 @@ def spec_with(listener_specs: list[dict[str, Any]], *, brokers: int = 2, **extra
     data.update({"brokers": brokers, "listeners": listener_specs, **extra})
     data.setdefault("config", {}).pop("defaultReplicationFactor", None)
     return model.parse_cluster("demo", data)
+
+
+def serving(
+    spec: model.ClusterSpec, ids: list[int], assigned: listeners.Assigned, *, settled: bool = True
+) -> dict[int, listeners.BrokerServes]:
+    """What the brokers serve once each registered every listener at the address the operator
+    computes and holds the certificate the operator issues for it (issued `propagation` ago
+    unless not `settled`)."""
+    advertised: dict[int, dict[str, tuple[str, int]]] = {b: {} for b in ids}
+    for listener, entry in zip(
+        spec.listeners, listeners.status(spec, "demo", "ns", ids, assigned, serving=None), strict=True
+    ):
+        for address in entry.addresses:
+            advertised[address.broker][listener.kafka_name] = (address.host, address.port)
+    issued = builders.tls_certificates(spec, "demo", "ns", ids, assigned)
+    return {
+        b: listeners.BrokerServes(
+            advertised=advertised[b],
+            certificate_names=frozenset(issued.get(names.broker_tls("demo", b), ("", ()))[1]),
+            certificate_settled=settled,
+        )
+        for b in ids
+    }
 
 
 def node(
@@ -52,7 +77,7 @@ def test_without_listeners_and_rack_nothing_changes() -> None:
     )
     assert pod == same
     assert listeners.objects(spec, "demo", "ns", [0, 1], OWNER) == []
-    assert listeners.status(spec, "demo", "ns", [0, 1], listeners.Assigned()) == []
+    assert listeners.status(spec, "demo", "ns", [0, 1], listeners.Assigned(), serving={}) == []
 
 
 @pytest.mark.parametrize(
@@ -257,7 +282,7 @@ def test_nodeport_scram_listener_end_to_end_of_the_decisions() -> None:
     ]
 
     # Status: the operator's view of the nodes (InternalIP preferred), the bootstrap over them.
-    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned)
+    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned, serving=serving(spec, [0, 1], assigned))
     assert entry.as_status() == {
         "name": "ext",
         "type": "nodeport",
@@ -268,7 +293,7 @@ def test_nodeport_scram_listener_end_to_end_of_the_decisions() -> None:
             {"broker": 1, "host": "10.0.0.2", "port": 32101},
         ],
     }
-    [early] = listeners.status(spec, "demo", "ns", [0, 1], listeners.Assigned())
+    [early] = listeners.status(spec, "demo", "ns", [0, 1], listeners.Assigned(), serving={})
     assert early.ready is False and early.bootstrap_servers is None and early.addresses == ()
 
     # The node-info container's own decision.
@@ -333,7 +358,7 @@ def test_loadbalancer_tls_listener_waits_for_its_address_and_names_it_in_the_cer
     assigned = listeners.assigned_from(services, {})
     config0, _ = _config(spec, 0, assigned)
     assert "LB://192.0.2.20:9096" in [str(k) for k in config0.advertised_kafka_listeners]
-    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned)
+    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned, serving=serving(spec, [0, 1], assigned))
     assert (entry.bootstrap_servers, entry.ready) == ("lb-boot.elb.example:9096", True)
     assert listeners.bootstrap_servers(spec, "demo", "ns", [0, 1], assigned) == {
         "lb": "lb-boot.elb.example:9096"
@@ -438,7 +463,15 @@ def test_ingress_cluster_ip_and_internal_listeners() -> None:
     inside = config.kafka_listeners[4]
     assert config.client_auth_of(inside) == "none"  # no authentication: no certificate asked
     statuses = {
-        s.name: s.as_status() for s in listeners.status(spec, "demo", "ns", [0, 1], listeners.Assigned())
+        s.name: s.as_status()
+        for s in listeners.status(
+            spec,
+            "demo",
+            "ns",
+            [0, 1],
+            listeners.Assigned(),
+            serving=serving(spec, [0, 1], listeners.Assigned()),
+        )
     }
     assert statuses["ing"]["bootstrapServers"] == "kafka.example.com:443"
     assert statuses["cip"]["bootstrapServers"] == "demo-cip-bootstrap.ns.svc:9098"
@@ -472,7 +505,7 @@ def test_scaling_adds_and_removes_each_brokers_objects_and_addresses() -> None:
         ("Service", m["metadata"]["name"]) for m in made
     )
     [entry] = listeners.status(
-        spec_with([listener], brokers=3), "demo", "ns", [0, 1, 2], listeners.Assigned()
+        spec_with([listener], brokers=3), "demo", "ns", [0, 1, 2], listeners.Assigned(), serving=None
     )
     assert [a.broker for a in entry.addresses] == [0, 1, 2]
 
@@ -520,8 +553,93 @@ def test_a_tls_nodeport_certificate_names_every_node_of_the_bootstrap() -> None:
     )
     nodes = {0: node("n0", internal="10.0.0.10"), 1: node("n1", internal="10.0.0.11", external="203.0.113.1")}
     assigned = listeners.assigned_from([], nodes)
-    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned)
+    [entry] = listeners.status(spec, "demo", "ns", [0, 1], assigned, serving=None)
     assert entry.bootstrap_servers == "10.0.0.10:32200,203.0.113.1:32200"
     wanted = builders.tls_certificates(spec, "demo", "ns", [0, 1], assigned)
     for broker_id in (0, 1):
         assert {"10.0.0.10", "203.0.113.1"} <= set(wanted[names.broker_tls("demo", broker_id)][1])
+
+
+def test_a_tls_nodeport_listener_is_ready_once_every_broker_serves_a_certificate_naming_its_node() -> None:
+    """`ready` needs more than the addresses: every broker registered the listener at its
+    address, and its certificate names its node's address and the bootstrap's, issued long
+    enough ago for the pod's files to hold it. A re-issue at the same addresses keeps `ready`;
+    a move to another node does not."""
+    secure = {"name": "secure", "port": 9096, "type": "nodeport", "tls": True}
+    spec = spec_with([{**secure, "configuration": {"bootstrap": {"nodePort": 32200}}}], tls=TLS)
+    [listener] = spec.listeners
+    ports = {listeners.broker_service("demo", b, listener): 31000 + b for b in (0, 1)}
+    assigned = listeners.assigned_from(
+        [
+            {"metadata": {"name": name}, "spec": {"ports": [{"nodePort": port}]}}
+            for name, port in ports.items()
+        ],
+        {0: node("n0", internal="10.0.0.10"), 1: node("n1", internal="10.0.0.11")},
+    )
+
+    def ready(served: dict[int, listeners.BrokerServes] | None, previous: list[Any] | None = None) -> bool:
+        [entry] = listeners.status(
+            spec, "demo", "ns", [0, 1], assigned, serving=served, previous=previous or []
+        )
+        return entry.ready
+
+    settled = serving(spec, [0, 1], assigned)
+    assert settled[0].advertised == {"SECURE": ("10.0.0.10", 31000)}
+    assert {"10.0.0.10", "10.0.0.11"} <= settled[1].certificate_names  # its own node and the bootstrap's
+    assert ready(settled)
+    assert not ready({})  # no broker registered yet
+    assert not ready({0: settled[0]})  # broker 1 has not
+    # Broker 1 still advertises its previous node's address.
+    moved = dataclasses.replace(settled[1], advertised={"SECURE": ("10.0.0.99", 31001)})
+    assert not ready({0: settled[0], 1: moved})
+    # The certificates issued before the nodes were known name no node address.
+    before_nodes = builders.tls_certificates(spec, "demo", "ns", [0, 1])
+    unnamed = {
+        b: dataclasses.replace(
+            settled[b], certificate_names=frozenset(before_nodes[names.broker_tls("demo", b)][1])
+        )
+        for b in (0, 1)
+    }
+    assert not ready(unnamed)
+    # Re-issued with the nodes' addresses, but too recently for the pods' files to hold it.
+    fresh = serving(spec, [0, 1], assigned, settled=False)
+    assert not ready(fresh)
+
+    # Ready before at the same addresses: a re-issue naming them too keeps it ready (whichever
+    # file a pod has names them); at other addresses it does not; a re-issue naming less does not.
+    [was] = listeners.status(spec, "demo", "ns", [0, 1], assigned, serving=settled)
+    assert ready(fresh, [was.as_status()])
+    elsewhere = {**was.as_status(), "bootstrapServers": "10.0.0.99:32200,10.0.0.11:32200"}
+    assert not ready(fresh, [elsewhere])
+    assert not ready(
+        {b: dataclasses.replace(unnamed[b], certificate_settled=False) for b in (0, 1)}, [was.as_status()]
+    )
+    # Without the controller's view: ready only if it was, at the same addresses.
+    assert ready(None, [was.as_status()]) and not ready(None) and not ready(None, [elsewhere])
+
+
+def test_broker_serves_reads_the_registration_and_the_certificates_age() -> None:
+    registration = {
+        "brokerId": 0,
+        "listeners": [
+            {"name": "http", "host": "demo-broker-0.demo-brokers.ns.svc", "port": 8080},
+            {"name": "SECURE", "host": "10.0.0.10", "port": 31000},
+        ],
+    }
+    issued = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    leaf = rotation.Certificate(
+        fingerprint="f",
+        issuer="ca",
+        not_before=issued,
+        not_after=issued + dt.timedelta(days=365),
+        dns_names=frozenset({"10.0.0.10"}),
+        issued_at=issued,
+    )
+    wait = dt.timedelta(minutes=1)
+    early = listeners.broker_serves(registration, leaf, now=issued + wait / 2, propagation=wait)
+    assert early.advertised["SECURE"] == ("10.0.0.10", 31000)
+    assert early.certificate_names == {"10.0.0.10"} and not early.certificate_settled
+    assert listeners.broker_serves(
+        registration, leaf, now=issued + wait, propagation=wait
+    ).certificate_settled
+    assert listeners.broker_serves(None, None, now=issued, propagation=wait) == listeners.BrokerServes()

@@ -19,6 +19,12 @@ Guarantees:
 * Every throttle a response carries is added once to `throttle_seconds` by (the quota type that
   gave it, user, client id) for the `jbod_kafka_client_throttle_seconds_total` metric (Kafka's
   `throttle-time`).
+* Memory stays bounded by the clients seen lately, however many client ids come and go: a rate
+  nothing was recorded to for `window_num * window_s` seconds and a mutation bucket full again
+  are dropped (each then answers as a new one would: no throttle changes), and a throttle
+  counter after `THROTTLE_COUNTER_EXPIRY_S` without a throttle (Kafka's sensor expiry, so a
+  metric series is not cut short between scrapes). The sweep runs on a request, at most once
+  per `window_num * window_s` seconds.
 * Pure bookkeeping over the clock it is given: it sleeps nowhere; the listener mutes.
 """
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -49,6 +56,9 @@ _KEYS: Final[Mapping[str, str]] = {
     CONTROLLER_MUTATION: quotas.CONTROLLER_MUTATION_RATE,
 }
 _EXEMPT: Final = f"User:{INTER_BROKER_USER}"
+# How long a (quota type, user, client id) throttle counter stays without a throttle: Kafka's
+# ClientQuotaManager drops an inactive quota sensor, its throttle-time metric with it, after 1 h.
+THROTTLE_COUNTER_EXPIRY_S: Final = 3600.0
 
 
 def user_of(conn: Connection) -> str:
@@ -80,6 +90,27 @@ class ClientQuotas:
         self._rates: dict[tuple[str, quotas.SensorKey], quotas.SampledRate] = {}
         self._buckets: dict[quotas.SensorKey, TokenBucket] = {}
         self.throttle_seconds = {} if throttle_seconds is None else throttle_seconds
+        self._throttled_at: dict[tuple[str, str, str], float] = {}  # a counter's last throttle
+        self._next_sweep = -math.inf
+
+    def _sweep(self, now: float) -> None:
+        """Drops what no longer changes an answer (the module's guarantees), at most once a span."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self._windows.num * self._windows.size_s
+        for rate_key in [k for k, rate in self._rates.items() if rate.obsolete(now)]:
+            del self._rates[rate_key]
+        for sensor in [k for k, bucket in self._buckets.items() if bucket.refilled(now)]:
+            del self._buckets[sensor]
+        idle = [k for k, at in self._throttled_at.items() if now - at >= THROTTLE_COUNTER_EXPIRY_S]
+        for counter in idle:
+            del self._throttled_at[counter]
+            self.throttle_seconds.pop(counter, None)
+
+    def kept(self) -> int:
+        """How many rates, mutation buckets and throttle counters are kept (bounded: the
+        module's guarantees)."""
+        return len(self._rates) + len(self._buckets) + len(self.throttle_seconds)
 
     def _resolve(self, kind: str, conn: Connection, client_id: str | None) -> quotas.AppliedQuota | None:
         if conn.principal == _EXEMPT:
@@ -99,7 +130,10 @@ class ClientQuotas:
     def count_throttle(self, kind: str, conn: Connection, client_id: str | None, throttle_ms: int) -> None:
         """Add a throttle given to a response to the metric (by the quota that gave it)."""
         key = (kind, user_of(conn), client_id or "")
+        now = self._clock.monotonic()
+        self._sweep(now)
         self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle_ms / 1000
+        self._throttled_at[key] = now
 
     def record(self, kind: str, conn: Connection, client_id: str | None, value: float) -> int:
         """Count `value` (bytes, or percent-seconds for REQUEST) and answer the throttle time."""
@@ -107,6 +141,7 @@ class ClientQuotas:
         if found is None:
             return 0
         now = self._clock.monotonic()
+        self._sweep(now)
         rate = self._rate(kind, found.sensor)
         rate.record(value, now)
         return rate.throttle_ms(found.quota, now)
@@ -153,6 +188,7 @@ class ClientQuotas:
         if found is None:
             return None
         now = self._clock.monotonic()
+        self._sweep(now)
         burst_s = self._windows.num * self._windows.size_s
         bucket = self._buckets.get(found.sensor)
         if bucket is None:

@@ -215,10 +215,11 @@ Cluster-scoped reads, always through a ClusterRole: objects that live in no name
   resources: ["nodes"]
   verbs: ["get"]
 # The binding of a cluster's brokers' ServiceAccount to the ClusterRole jbod-broker-node-reader
-# (get nodes), for the node-info init container: server-side apply.
+# (get nodes), for the node-info init container: server-side apply; listed and deleted once its
+# JbodCluster is gone or reads no node (the binding is cluster-scoped, so nothing owns it).
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["clusterrolebindings"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list", "delete"]
 {{- if .Values.watchNamespaces }}
 # Namespaces: with --namespace, kopf's namespace observer lists and watches namespaces to
 # start and stop watching the named ones as they come and go (not used with --all-namespaces).
