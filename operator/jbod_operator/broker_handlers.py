@@ -26,6 +26,7 @@ from jbod_operator import (
     metrics,
     model,
     names,
+    volume_attributes,
 )
 
 log = logging.getLogger("jbod_operator")
@@ -156,6 +157,7 @@ def _converge_claims(  # noqa: PLR0913  the broker (body, reconciled), the decis
     existing_claims = {c["metadata"]["name"]: c for c in claims}
     _ensure_claims(reconciled, choices, existing_claims)
     _grow_full_disks(body, reconciled, decision.status, previous, choices, existing_claims)
+    _set_volume_attributes(reconciled, choices, existing_claims)
     _record_directory_ids(reconciled.namespace, decision.directory_ids)
     restart = decision.restart_pod
     for disk in decision.replace:
@@ -303,6 +305,32 @@ def _grow_full_disks(  # noqa: PLR0913  the broker (body, reconciled), its new a
         newly = not (before.get(disk.name) or {}).get("spaceCordoned")
         if event := disk_growth.event(decision, where, newly_cordoned=newly):
             _post_events(body, [event])
+
+
+def _set_volume_attributes(
+    reconciled: _BrokerInCluster,
+    choices: Mapping[str, health.ClaimChoice],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Ask the claims of each disk (the one in use and a newer one) for the disk's
+    VolumeAttributesClass, in place, as `volume_attributes.change` decides."""
+    for disk in reconciled.broker.disks:
+        choice = choices[disk.name]
+        claims = [existing[n] for n in dict.fromkeys((choice.current, choice.newest)) if n and n in existing]
+        for claim in claims:
+            change = volume_attributes.change(disk, claim)
+            if change is None:
+                continue
+            log.info(
+                "Setting VolumeAttributesClass %s on PVC %s/%s (was %s)",
+                change.to,
+                reconciled.namespace,
+                change.claim,
+                change.before or "none",
+            )
+            kube.merge_patch(
+                "v1", "PersistentVolumeClaim", change.claim, reconciled.namespace, change.patch()
+            )
 
 
 def _expandable(claim: Mapping[str, Any] | None) -> bool | None:

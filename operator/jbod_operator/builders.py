@@ -104,6 +104,8 @@ def _claim_template(name: str, volume: model.Volume) -> dict[str, Any]:
     }
     if volume.storage_class:
         spec["storageClassName"] = volume.storage_class
+    if isinstance(volume, model.Disk) and volume.volume_attributes_class:
+        spec["volumeAttributesClassName"] = volume.volume_attributes_class
     return {"metadata": {"name": name}, "spec": spec}
 
 
@@ -778,6 +780,8 @@ def disk_entry(disk: model.Disk) -> dict[str, Any]:
         entry["removed"] = True
     if disk.spec_name:
         entry["specName"] = disk.spec_name
+    if disk.volume_attributes_class:
+        entry["volumeAttributesClassName"] = disk.volume_attributes_class
     return entry
 
 

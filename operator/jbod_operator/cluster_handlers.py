@@ -270,6 +270,8 @@ def reconcile_cluster(  # noqa: PLR0913  kopf handler: one parameter per kwarg k
             kopf.info(body, reason="MovingDisk", message=line)
         for line in broker_plan.moved:
             kopf.info(body, reason="DiskMoved", message=line)
+        for line in broker_plan.reclassed:
+            kopf.info(body, reason="VolumeAttributesClassChanged", message=line)
         broker_statuses = [statuses.get(i, {}) for i in range(cluster_spec.brokers)]
         metrics.observe_drain(namespace, name, actions)
         computed = plan.cluster_status(

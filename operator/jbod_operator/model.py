@@ -73,6 +73,12 @@ class Disk(Volume):
     # How far the operator may grow the disk's claim when its broker cordons it for its space
     # (`disk_growth`); None: never beyond `size`.
     max_size: str | None = Field(default=None, alias="maxSize")
+    # The Kubernetes VolumeAttributesClass of the disk's claims (IOPS, throughput: whatever the
+    # CSI driver lets change in place); a change is applied to the claims in place, never a move
+    # (`volume_attributes`). None: the claims get none, and keep the one they have.
+    volume_attributes_class: str | None = Field(
+        default=None, alias="volumeAttributesClassName", min_length=1, max_length=253
+    )
 
     @field_validator("max_size")
     @classmethod

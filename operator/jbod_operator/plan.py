@@ -7,7 +7,8 @@ Guarantees (the data-loss traps this refuses to walk into):
 * A disk whose StorageClass changes or whose size is lowered moves to a new volume
   (`<name>-m<n>`, `specName` naming the disk) while its old volume stays mounted, marked
   `removed`, until it holds no replica (`drain` moves them into the new one): never a replica
-  without a copy on the way. A larger size grows the claim in place.
+  without a copy on the way. A larger size grows the claim in place, and so does another
+  VolumeAttributesClass change the claims in place (`volume_attributes`): never a move.
 * A broker beyond `spec.brokers` is removed only once the controller shows it hosts no replica;
   an unknown count (controller unreachable) is treated as "not empty". This stays the last check
   after `drain` has reassigned its replicas.
@@ -34,6 +35,8 @@ class BrokerPlan:
     refused: tuple[str, ...]  # one line per removal that waits (a disk or broker still holding replicas)
     moving: tuple[str, ...] = ()  # one line per disk given a new volume now (Event MovingDisk)
     moved: tuple[str, ...] = ()  # one line per old volume of a moved disk let go now (Event DiskMoved)
+    # One line per disk whose VolumeAttributesClass changes now (Event VolumeAttributesClassChanged).
+    reclassed: tuple[str, ...] = ()
 
 
 def _disk_replicas(broker_status: Mapping[str, Any] | None, disk: str) -> int | None:
@@ -53,6 +56,38 @@ def move_reason(volume: model.Disk, wanted: model.Disk) -> str | None:
     if wanted.size_bytes < volume.size_bytes:
         return f"size {volume.size} → {wanted.size}"
     return None
+
+
+def reclassed(spec: model.ClusterSpec, existing: Mapping[int, model.BrokerSpec]) -> tuple[str, ...]:
+    """One line per disk of the spec whose VolumeAttributesClass differs from the one its
+    brokers' current volumes were given (their claims change in place); a disk no longer naming
+    one says its claims keep theirs. Brokers and volumes that are new or moving are not counted:
+    their new claims are made with the spec's class."""
+    changes: dict[tuple[str, str | None, str | None], list[int]] = {}
+    for broker_id, broker in sorted(existing.items()):
+        if broker_id >= spec.brokers:
+            continue
+        for wanted in spec.disks:
+            volume = next((d for d in broker.disks if d.serves == wanted.name and not d.removed), None)
+            if volume is None or move_reason(volume, wanted) is not None:
+                continue
+            before, to = volume.volume_attributes_class, wanted.volume_attributes_class
+            if before != to:
+                changes.setdefault((wanted.name, before, to), []).append(broker_id)
+    lines = []
+    for (disk, before, to), brokers in changes.items():
+        where = f"broker{'s' if len(brokers) > 1 else ''} {', '.join(str(b) for b in brokers)}"
+        if to is None:
+            lines.append(
+                f"Disk {disk} names no VolumeAttributesClass any more: the PVCs of {where} keep "
+                f"{before} (Kubernetes does not unset a class that took effect); new PVCs get none"
+            )
+        else:
+            lines.append(
+                f"Giving the PVCs of disk {disk} on {where} VolumeAttributesClass {to} "
+                f"(was {before or 'none'}): modified in place, no new volume, no restart"
+            )
+    return tuple(lines)
 
 
 def successor_name(disk: str, taken: Iterable[str]) -> str:
@@ -137,6 +172,7 @@ def plan_brokers(
         refused=tuple(refused),
         moving=tuple(moving),
         moved=tuple(moved),
+        reclassed=reclassed(spec, existing),
     )
 
 

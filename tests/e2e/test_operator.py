@@ -20,7 +20,8 @@ built locally, chart installed with helm; the operator runs as the chart's Deplo
 4. Scaling 3 -> 2 while a topic has replication factor 3 is refused up front (condition
    `Draining=False, reason DrainRefused`, Event) and changes nothing.
 5. Adding a disk rolls it out one broker at a time; growing a disk grows its claims; the
-   operator's /metrics shows the log dirs by state.
+   operator's /metrics shows the log dirs by state. A VolumeAttributesClass given to a disk
+   reaches its claims in place (no move, no restart) and the JbodBroker status reports it.
 6. With the Manual policy a failed disk waits for the `jbod.dev/replace-disks` annotation.
 7. Removing a disk that holds replicas drains it by itself (cordoned, its replicas moved to the
    broker's other disks), then it leaves every broker with its claims; in the same spec edit a
@@ -694,6 +695,69 @@ def test_add_and_grow_disks(env: Env) -> None:
         timeout=120,
         what="broker 0's dirs released",
     )
+
+
+def test_a_volume_attributes_class_changes_the_claims_in_place(env: Env) -> None:
+    """Issue 35: `volumeAttributesClassName` on d1 reaches every broker's claim of d1 in place: no
+    new volume (`d1-m1`), no pod restarted, an Event; the JbodBroker status reports the class
+    asked for and how its modification goes. kind's local-path provisioner is not a CSI driver,
+    so no external-resizer takes the change up: the class never takes effect, and the status
+    stays NotStarted (or Pending, should something report it so)."""
+    env.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "VolumeAttributesClass",
+            "metadata": {"name": "jbod-fast"},
+            "driverName": "rancher.io/local-path",
+            "parameters": {"iops": "3000"},
+        }
+    )
+    pods = {b: (env.broker_pod(b) or {}).get("metadata", {}).get("uid") for b in range(3)}
+    assert all(pods.values()), pods
+    claims_before = {b: env.claims(b, "d1") for b in range(3)}
+    spec = cluster_spec()
+    spec["spec"]["disks"][0]["size"] = "128Mi"  # as test_add_and_grow_disks left them
+    spec["spec"]["disks"][1]["volumeAttributesClassName"] = "jbod-fast"
+    spec["spec"]["disks"].append({**tier_disk("d2"), "maxSize": "256Mi"})
+    env.apply(spec)
+
+    def d1_claims() -> list[dict[str, Any]]:
+        return list(env.get("pvc", "-n", NS, "-l", "jbod.dev/disk=d1")["items"])
+
+    def reported() -> bool:
+        claims = d1_claims()
+        asked = len(claims) == sum(map(len, claims_before.values())) and all(
+            c["spec"].get("volumeAttributesClassName") == "jbod-fast" for c in claims
+        )
+        return asked and all(
+            env.log_dir(b, "d1").get("targetVolumeAttributesClass") == "jbod-fast" for b in range(3)
+        )
+
+    wait_for(
+        reported,
+        timeout=120,
+        what=lambda: f"every d1 claim asking for jbod-fast, and reported; log:\n{env.operator_log()}",
+    )
+    for broker_id in range(3):
+        entry = env.log_dir(broker_id, "d1")
+        print(f"broker {broker_id} d1: {entry}")
+        assert entry.get("modifyVolumeStatus") in ("NotStarted", "Pending"), entry
+        assert "volumeAttributesClass" not in entry, entry  # never took effect
+        assert entry.get("state") == "Online", entry
+        disks = [d["name"] for d in env.jbod_broker(broker_id)["spec"]["disks"]]
+        assert disks == ["d0", "d1", "d2"], disks  # no d1-m1: not a move
+        assert env.claims(broker_id, "d1") == claims_before[broker_id]  # the same claims, patched
+    changed = [e["message"] for e in env.events("VolumeAttributesClassChanged")]
+    assert any(
+        "disk d1 on brokers 0, 1, 2 VolumeAttributesClass jbod-fast (was none)" in m for m in changed
+    ), changed
+    # Several reconciles of every broker later (a timer every 2 s each), still no restart.
+    reconciled = env.reconciles("JbodBroker")
+    wait_for(
+        lambda: env.reconciles("JbodBroker") >= reconciled + 9, timeout=60, what="9 more broker reconciles"
+    )
+    after = {b: (env.broker_pod(b) or {}).get("metadata", {}).get("uid") for b in range(3)}
+    assert after == pods, "no broker pod was restarted"
 
 
 def _draining(env: Env) -> str:

@@ -5,7 +5,7 @@ with a wait naming the count; an empty one leaves; a broker beyond the count is 
 when the controller shows it empty; the cluster status counts ready and fenced brokers and
 offline dirs; a disk given another StorageClass or a smaller size moves to a new volume
 (`<name>-m<n>`) while the old one stays, removed, until it is empty, and its drain goes into the
-new volume only.
+new volume only; another VolumeAttributesClass changes the claims in place, never a move.
 """
 
 from __future__ import annotations
@@ -229,3 +229,65 @@ def test_a_disk_name_in_the_cluster_spec_leaves_room_for_its_moves() -> None:
     with pytest.raises(model.SpecError, match="longer than 20"):
         model.parse_cluster("c", {"brokers": 1, "disks": [{"name": "a" * 21, "size": "1Gi"}]})
     assert plan.successor_name("d1", {"d1", "d1-m1", "d1-m3"}) == "d1-m2"
+
+
+def test_another_volume_attributes_class_changes_the_claims_in_place() -> None:
+    """Issue 35: a VolumeAttributesClass given, changed or dropped is never a move: the broker keeps
+    the volume, with the spec's class; one line per disk names the brokers whose claims change."""
+    spec = model.parse_cluster(
+        "c",
+        {
+            "brokers": 3,
+            "disks": [
+                {"name": "d0", "size": "1Gi"},
+                {"name": "d1", "size": "1Gi", "volumeAttributesClassName": "fast"},
+            ],
+        },
+    )
+    existing = {
+        0: broker(0, ("d0", "d1")),
+        1: model.parse_broker(
+            {
+                "clusterName": "c",
+                "brokerId": 1,
+                "disks": [
+                    {"name": "d0", "size": "1Gi"},
+                    {"name": "d1", "size": "1Gi", "volumeAttributesClassName": "slow"},
+                ],
+            }
+        ),
+        2: broker(2, ("d0", "d1")),
+    }
+    result = plan.plan_brokers(spec, existing, {}, {0: 0, 1: 0, 2: 0})
+    for broker_id in range(3):
+        assert [(d.name, d.volume_attributes_class, d.removed) for d in result.brokers[broker_id]] == [
+            ("d0", None, False),
+            ("d1", "fast", False),
+        ]
+    assert result.moving == () and result.refused == ()
+    assert result.reclassed == (
+        "Giving the PVCs of disk d1 on brokers 0, 2 VolumeAttributesClass fast (was none): "
+        "modified in place, no new volume, no restart",
+        "Giving the PVCs of disk d1 on broker 1 VolumeAttributesClass fast (was slow): "
+        "modified in place, no new volume, no restart",
+    )
+    # Once the JbodBrokers carry the class, nothing is left to say.
+    settled = {b: model.BrokerSpec(cluster_name="c", broker_id=b, disks=result.brokers[b]) for b in range(3)}
+    assert plan.plan_brokers(spec, settled, {}, {0: 0, 1: 0, 2: 0}).reclassed == ()
+    # Dropped from the spec: the claims keep their class (Kubernetes does not unset one that took effect).
+    dropped = plan.plan_brokers(cluster(3, ("d0", "d1")), settled, {}, {0: 0, 1: 0, 2: 0})
+    assert dropped.moving == ()
+    assert dropped.reclassed == (
+        "Disk d1 names no VolumeAttributesClass any more: the PVCs of brokers 0, 1, 2 keep fast "
+        "(Kubernetes does not unset a class that took effect); new PVCs get none",
+    )
+
+
+def test_a_moved_disk_takes_its_class_to_the_new_volume() -> None:
+    """A class given with another StorageClass: the new volume is made with it, and that is the
+    move's line, not a class change."""
+    spec = _spec_disk(size="1Gi", storageClass="fast", volumeAttributesClassName="gold")
+    result = plan.plan_brokers(spec, {0: _broker_disks({"name": "d1", "size": "1Gi"})}, {}, {0: 0})
+    disks = {d.name: d for d in result.brokers[0]}
+    assert disks["d1-m1"].volume_attributes_class == "gold"
+    assert len(result.moving) == 1 and result.reclassed == ()
