@@ -125,6 +125,12 @@ def slow_threshold_s(config: BrokerConfig, image: ClusterImage) -> float:
     return broker_configs.slow_threshold_ms(levels(config, image)) / 1000
 
 
+def stall_offline_s(config: BrokerConfig, image: ClusterImage) -> float | None:
+    """`log.dir.stall.offline.ms` now, in seconds (None: a stall alone never takes a dir offline)."""
+    ms = broker_configs.stall_offline_ms(levels(config, image))
+    return None if ms < 0 else ms / 1000
+
+
 def stall_timeout_s(config: BrokerConfig, image: ClusterImage) -> float:
     """`log.dir.stall.timeout.ms` now, in seconds (0: detection off)."""
     return broker_configs.stall_timeout_ms(levels(config, image)) / 1000

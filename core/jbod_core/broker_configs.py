@@ -79,6 +79,7 @@ LOG_DIR_CORDON_THRESHOLD: Final = "log.dir.cordon.threshold"
 #: Our extension (issue 35): the median write-and-fsync latency that makes a log dir slow.
 LOG_DIR_SLOW_THRESHOLD_MS: Final = "log.dir.slow.threshold.ms"
 LOG_DIR_STALL_TIMEOUT_MS: Final = "log.dir.stall.timeout.ms"
+LOG_DIR_STALL_OFFLINE_MS: Final = "log.dir.stall.offline.ms"
 CLUSTER_DEFAULT: Final = ""
 EVERY_DIR: Final = "*"
 
@@ -179,6 +180,7 @@ _DYNAMIC_RULES: Final[Mapping[str, Rule]] = {
     LOG_DIR_CORDON_THRESHOLD: Between(0, 1),
     LOG_DIR_SLOW_THRESHOLD_MS: _NOT_NEGATIVE,
     LOG_DIR_STALL_TIMEOUT_MS: _NOT_NEGATIVE,
+    LOG_DIR_STALL_OFFLINE_MS: AtLeast(-1),
 }
 # The keys our brokers honour from server.properties only (read-only in Kafka too).
 _STATIC_RULES: Final[Mapping[str, Rule]] = {
@@ -241,6 +243,13 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
         "4 KiB write, every half of this) unanswered while the broker's other dirs answer "
         "theirs before the broker reports it slow at once (its leaderships move away); offline is "
         "still for log.dir.probe.timeout.ms; 0 turns it off.",
+    ),
+    LOG_DIR_STALL_OFFLINE_MS: (
+        "long",
+        str(disk_stall.DEFAULT_OFFLINE_MS),
+        "Not a Kafka config (this project's extension): how long a log dir may stay stalled "
+        "(log.dir.stall.timeout.ms) before the broker takes it offline, 0 at once; -1 leaves "
+        "offline to log.dir.probe.timeout.ms.",
     ),
 }
 
@@ -592,6 +601,12 @@ def slow_threshold_ms(levels: BrokerLevels) -> int:
     """`log.dir.slow.threshold.ms` as the broker uses it: its first usable level, else the default."""
     found = _first_number(LOG_DIR_SLOW_THRESHOLD_MS, levels)
     return disk_latency.DEFAULT_THRESHOLD_MS if found is None else int(found)
+
+
+def stall_offline_ms(levels: BrokerLevels) -> int:
+    """`log.dir.stall.offline.ms` as the broker uses it: its first usable level, else the default."""
+    found = _first_number(LOG_DIR_STALL_OFFLINE_MS, levels)
+    return disk_stall.DEFAULT_OFFLINE_MS if found is None else int(found)
 
 
 def stall_timeout_ms(levels: BrokerLevels) -> int:

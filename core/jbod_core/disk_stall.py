@@ -18,6 +18,8 @@ Guarantees:
 * `released`: a stalled path is normal again once its pulses have answered within half the
   timeout for `release_s` without a break (it does not flap between stalled and normal).
 * `pulse_interval`: the pause between a path's pulses: half the timeout, within [10 ms, 1 s].
+* `still_hung`: a dir stalled at some moment is still hung (and may be taken offline after
+  `log.dir.stall.offline.ms`) while its pulse has answered nothing since that moment.
 * Pure: the caller measures with its injected clock and passes the seconds.
 """
 
@@ -29,6 +31,8 @@ from typing import Final
 
 #: The default of `log.dir.stall.timeout.ms`.
 DEFAULT_TIMEOUT_MS: Final = 100
+#: The default of `log.dir.stall.offline.ms`: a stall alone never takes a dir offline.
+DEFAULT_OFFLINE_MS: Final = -1
 #: How long a stalled path's pulses must answer promptly before it is normal again.
 RELEASE_S: Final = 10.0
 _MIN_INTERVAL_S: Final = 0.01
@@ -72,6 +76,11 @@ def released(pulse: Pulse, *, now: float, timeout_s: float, release_s: float = R
     if pulse.in_flight_since is not None and now - pulse.in_flight_since >= timeout_s / 2:
         return False
     return pulse.prompt_since is not None and now - pulse.prompt_since >= release_s
+
+
+def still_hung(pulse: Pulse, *, stalled_at: float) -> bool:
+    """Has the path answered nothing since it was found stalled at `stalled_at`?"""
+    return pulse.answered_at is None or pulse.answered_at <= stalled_at
 
 
 def next_check(pulse: Pulse, *, now: float, timeout_s: float) -> float | None:

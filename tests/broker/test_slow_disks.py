@@ -212,3 +212,24 @@ def test_a_slow_dir_leads_nothing_while_it_is_slow_and_leads_again_once_it_recov
             what="leadership back on the recovered dir",
         )
         assert broker.process.poll() is None
+
+
+def test_a_hung_disk_goes_offline_within_100_ms_of_its_last_answer_when_asked_to(cluster: Cluster) -> None:
+    """With `log.dir.stall.offline.ms` 0 a stall takes the dir offline at once: a dir whose disk
+    hangs (1 byte/s) is offline 100 ms (`log.dir.stall.timeout.ms`) after its last answered
+    pulse, long before the probe's timeout (5 s by default); the other dir stays online."""
+    broker = cluster.add_broker(1, properties={"log.dir.stall.offline.ms": "0"})
+    wait_for(lambda: cluster.all_unfenced(1), what="broker 1 unfenced")
+    assert broker.process is not None
+    hung_dir, other_dir = cluster.dir_id(1, 0), cluster.dir_id(1, 1)
+    throttle = BlkioThrottle(broker.process.pid, f"jbod-test-{uuid.uuid4().hex[:8]}")
+    cluster.stack.callback(throttle.close)
+    throttle.hang(cluster.mounts[(1, 0)].device)
+    wait_for(lambda: _view(cluster, hung_dir)["state"] == "offline", timeout=30, what="dir 0 offline")
+    offline = _view(cluster, hung_dir)
+    silent = float(re.search(r"stalled: its pulse unanswered for (\d+) ms", offline["error"]).group(1))  # type: ignore[union-attr]
+    print(f"hung dir offline {silent:.0f} ms after its last answered pulse: {offline['error']}")
+    assert 100 <= silent < 5000, offline  # the stall's timeout, not the probe's
+    assert offline["stalls"] == 1 and offline["stallFoundAfterMs"] >= 100, offline
+    assert _view(cluster, other_dir)["state"] == "online"
+    assert broker.process.poll() is None

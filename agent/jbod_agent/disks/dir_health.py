@@ -23,7 +23,9 @@ Guarantees:
   goes unanswered for `log.dir.stall.timeout.ms` while the others answer is `stalled` (reported
   slow, so its leaderships move at the next heartbeat, which the agent sends at once) until its
   pulses answer promptly again; `on_stall` listeners are told of each change. A dir taken
-  offline is no longer pulsed. Offline stays the probe timeout's decision.
+  offline is no longer pulsed. A stalled dir that has answered nothing for
+  `log.dir.stall.offline.ms` more (0: at once) is taken offline; by default (-1) offline stays
+  the probe timeout's decision.
 * A failed metadata dir is recorded in `state.metadata_dir_error`; the decision to stop is
   `decide`'s, not this module's.
 """
@@ -172,6 +174,38 @@ class DirMonitor:
             )
         for listener in self.on_stall:
             listener(state.directory_id)
+        if stalled:
+            self._offline_if_still_hung(state, stalled_at=self.clock.monotonic())
+
+    def _offline_if_still_hung(self, state: LogDirState, *, stalled_at: float) -> None:
+        """Take a stalled dir offline once it has answered nothing for `log.dir.stall.offline.ms`
+        since it was found stalled (at once for 0; never for -1). A check that runs late (the
+        process was frozen) looks again a little later rather than decide on stale pulses."""
+        after = dynamic_configs.stall_offline_s(self.state.config, self.state.image)
+        if after is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def check(due: float) -> None:
+            if state.health is DirHealth.OFFLINE or not state.stalled or self.pulses is None:
+                return
+            now = self.clock.monotonic()
+            if now - due > pulse.LATE_S:
+                again = now + 2 * disk_stall.pulse_interval(self.pulses.timeout_s)
+                loop.call_later(again - now, check, again)
+                return
+            found = self.pulses.pulse(state.directory_id)
+            if found is not None and disk_stall.still_hung(found, stalled_at=stalled_at):
+                self.fail_dir(
+                    state.directory_id,
+                    f"stalled: its pulse unanswered for {(now - (found.answered_at or now)) * 1000:.0f} ms "
+                    f"(log.dir.stall.offline.ms {after * 1000:.0f})",
+                )
+
+        if after == 0:
+            check(self.clock.monotonic())
+        else:
+            loop.call_later(after, check, stalled_at + after)
 
     def start_pulses(self) -> None:
         """Pulse every data dir not offline, and the metadata dir when there is one such dir only
