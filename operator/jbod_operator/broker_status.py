@@ -61,6 +61,11 @@ class LogDirStatus(_Status):
     used_ratio: int | float | None = Field(default=None, alias="usedRatio")
     seconds_to_full: int | float | None = Field(default=None, alias="secondsToFull")
     latency_ms: int | float | None = Field(default=None, alias="latencyMs")
+    # The claim's VolumeAttributesClass (`volume_attributes.ClassStatus`): in effect, asked for, and
+    # how the change goes.
+    volume_attributes_class: str | None = Field(default=None, alias="volumeAttributesClass")
+    target_volume_attributes_class: str | None = Field(default=None, alias="targetVolumeAttributesClass")
+    modify_volume_status: str | None = Field(default=None, alias="modifyVolumeStatus")
     not_growable: str | None = Field(default=None, alias="notGrowable")  # set by the broker's reconcile
 
 

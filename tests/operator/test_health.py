@@ -442,6 +442,19 @@ def test_a_written_status_reads_back_whole() -> None:
     dict, in the same order, as was written; keys the model does not know are ignored."""
     parsed = broker_status.BrokerStatus.from_status({**WRITTEN, "unknownKey": {"x": 1}})
     assert json.dumps(parsed.as_status()) == json.dumps(WRITTEN)
+    d0 = WRITTEN["logDirs"][0]
+    classes = {
+        "volumeAttributesClass": "slow",
+        "targetVolumeAttributesClass": "fast",
+        "modifyVolumeStatus": "NotStarted",
+    }
+    with_classes = {
+        **WRITTEN,
+        "logDirs": [{**{k: v for k, v in d0.items() if k != "notGrowable"}, **classes}],
+    }
+    assert json.dumps(broker_status.BrokerStatus.from_status(with_classes).as_status()) == json.dumps(
+        with_classes
+    )
     d1 = parsed.log_dir("d1")
     assert d1 is not None and (d1.state, d1.last_error, d1.used_ratio) == ("Offline", "Input/output error", 1)
     assert isinstance(d1.used_ratio, int) and parsed.fenced is False
