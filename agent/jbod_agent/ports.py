@@ -10,9 +10,11 @@ Guarantees:
 * `SystemClock` is the real clock; tests pass a fake one (`tests/agent/runtime_support.py`) and
   drive time by hand. Every wait of the agent's loop and probes goes through the clock, and so
   does the data plane's time (`replica_manager` and its parts, `fetcher`, `mover`, the Kafka
-  listener's fetch): deadlines, lag and throttling on `monotonic`, batch timestamps, producer
-  activity and retention on `time` (`monotonic_ms`, `wall_ms`). Only the network's own timeouts
-  (a socket's idle or read limit, an HTTP client's total) are real time.
+  listener's fetch, the logs' delete delay): deadlines, lag and throttling on `monotonic`, batch
+  timestamps, producer activity and retention on `time` (`monotonic_ms`, `wall_ms`). Only the
+  network's own timeouts (a socket's idle or read limit, an HTTP client's total) and a log
+  cleaner's process (its I/O throttle and timings, where the agent's clock does not reach) are
+  real time.
 """
 
 from __future__ import annotations

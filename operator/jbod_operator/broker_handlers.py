@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from jbod_operator import (
+    broker_status,
     builders,
     cluster_access,
     disk_growth,
@@ -100,6 +101,7 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
         pod = cluster_access.first(pods_index.get((namespace, pod_name)))
         view = cluster_access.view(namespace, cluster)
         volume_names = {c.get("spec", {}).get("volumeName") for c in claims} - {None}
+        previous = broker_status.BrokerStatus.from_status(status)
         observation = health.Observation(
             broker_id=broker_id,
             disks=broker.disks,
@@ -115,7 +117,7 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
             registration=view.registrations.get(broker_id),
             placements=view.placements.get(broker_id, {}),
             log_dirs=view.log_dirs.get(broker_id),
-            previous=status,
+            previous=previous,
             now=cluster_access.now(),
         )
         decision = health.decide(observation)
@@ -129,7 +131,7 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
             owner,
             listener_objects.for_broker(cluster_spec, cluster, namespace, broker_id),
         )
-        restart = _converge_claims(body, reconciled, decision, status, claims, pod)
+        restart, new_status = _converge_claims(body, reconciled, decision, previous, claims, pod)
 
         kube.apply(
             builders.broker_config_map(
@@ -138,8 +140,9 @@ def reconcile_broker(  # noqa: PLR0913  kopf handler: one parameter per kwarg ko
         )
         if pod is not None and decision.unfenced is not None:
             _set_readiness_gate(pod, pod_name, namespace, unfenced=decision.unfenced)
-        patch.status.update({**decision.status, "observedGeneration": meta.get("generation")})
-        metrics.observe_broker(namespace, cluster, broker_id, decision.status)
+        written = new_status.as_status()
+        patch.status.update({**written, "observedGeneration": meta.get("generation")})
+        metrics.observe_broker(namespace, cluster, broker_id, written)
         _converge_pod(reconciled, pod, restart, claims, pods_index)
 
 
@@ -147,24 +150,24 @@ def _converge_claims(  # noqa: PLR0913  the broker (body, reconciled), the decis
     body: kopf.Body,
     reconciled: _BrokerInCluster,
     decision: health.Decision,
-    previous: Mapping[str, Any],
+    previous: broker_status.BrokerStatus,
     claims: Sequence[Mapping[str, Any]],
     pod: Mapping[str, Any] | None,
-) -> str | None:
+) -> tuple[str | None, broker_status.BrokerStatus]:
     """Create, grow, annotate, replace and delete the broker's claims as decided; the reason to
-    restart its pod, if any."""
+    restart its pod, if any, and the status to write (the decided one, with the disks that cannot
+    grow marked)."""
     choices = health.choose_claims(reconciled.broker.disks, claims, pod)
     existing_claims = {c["metadata"]["name"]: c for c in claims}
     _ensure_claims(reconciled, choices, existing_claims)
-    _grow_full_disks(body, reconciled, decision.status, previous, choices, existing_claims)
+    not_growable = _grow_full_disks(body, reconciled, decision.status, previous, choices, existing_claims)
     _set_volume_attributes(reconciled, choices, existing_claims)
     _record_directory_ids(reconciled.namespace, decision.directory_ids)
     restart = decision.restart_pod
     for disk in decision.replace:
         choice = choices[disk]
-        replaced_id: str | None = next(
-            (d.get("directoryId") for d in decision.status["logDirs"] if d["name"] == disk), None
-        )
+        replaced = decision.status.log_dir(disk)
+        replaced_id = replaced.directory_id if replaced is not None else None
         _replace_volume(reconciled, disk, choice, existing_claims, replaced_id)
         metrics.REPLACEMENTS.labels(cluster=reconciled.cluster).inc()
         restart = f"disk {disk} gets a new volume"
@@ -173,7 +176,7 @@ def _converge_claims(  # noqa: PLR0913  the broker (body, reconciled), the decis
         _forget_replace_requests(str(meta.get("name")), reconciled.namespace, meta, replaced=decision.replace)
     for claim_name in decision.delete_claims:
         kube.delete("v1", "PersistentVolumeClaim", claim_name, reconciled.namespace)
-    return restart
+    return restart, decision.status.with_not_growable(not_growable)
 
 
 @dataclass(frozen=True)
@@ -281,30 +284,33 @@ def _ensure_claims(
 def _grow_full_disks(  # noqa: PLR0913  the broker (body, reconciled), its new and old status, its claims
     body: kopf.Body,
     reconciled: _BrokerInCluster,
-    status: Mapping[str, Any],
-    previous: Mapping[str, Any],
+    status: broker_status.BrokerStatus,
+    previous: broker_status.BrokerStatus,
     choices: Mapping[str, health.ClaimChoice],
     existing: Mapping[str, Mapping[str, Any]],
-) -> None:
+) -> dict[str, str]:
     """Grow the claim of each disk its broker cordoned for its space, as `disk_growth` decides;
-    a disk that cannot grow gets the reason as `notGrowable` in `status` (the status about to be
-    written), which the cluster's reconcile takes as a request to move replicas off it."""
-    entries = {d.get("name"): d for d in status.get("logDirs") or []}
-    before = {d.get("name"): d for d in previous.get("logDirs") or []}
+    disk name → why it cannot grow, for each disk that cannot (written as its `notGrowable`, which
+    the cluster's reconcile takes as a request to move replicas off it)."""
+    not_growable: dict[str, str] = {}
     for disk in reconciled.broker.disks:
-        entry = entries.get(disk.name) or {}
-        if not entry.get("spaceCordoned"):
+        entry = status.log_dir(disk.name)
+        if entry is None or not entry.space_cordoned:
             continue
         claim = existing.get(choices[disk.name].current or "")
-        decision = disk_growth.decide(disk, entry, claim, expandable=functools.partial(_expandable, claim))
+        decision = disk_growth.decide(
+            disk, entry.as_status(), claim, expandable=functools.partial(_expandable, claim)
+        )
         if isinstance(decision, disk_growth.Grow):
             _request_storage(decision.claim, reconciled.namespace, decision.size)
         elif isinstance(decision, disk_growth.CannotGrow):
-            entry["notGrowable"] = decision.reason
+            not_growable[disk.name] = decision.reason
         where = f"log dir {disk.name} of broker {reconciled.broker.broker_id}"
-        newly = not (before.get(disk.name) or {}).get("spaceCordoned")
+        before = previous.log_dir(disk.name)
+        newly = not (before is not None and before.space_cordoned)
         if event := disk_growth.event(decision, where, newly_cordoned=newly):
             _post_events(body, [event])
+    return not_growable
 
 
 def _set_volume_attributes(

@@ -743,6 +743,14 @@ class _Draft:
             self.cordons[broker_id].add(entry)
             self.cordon.setdefault(broker_id, []).append(entry)
 
+    def count_progress(self, where: str, progress: Progress, waiting: Iterable[str]) -> None:
+        """What one drain still waits for and has left: the `Draining` condition's lines and the
+        replicas and bytes counted in the metrics."""
+        self.waiting.extend(waiting)
+        self.progress.append(progress.describe(where))
+        self.replicas_left += progress.replicas
+        self.bytes_left += progress.bytes
+
 
 def _drain_brokers(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
     begun = all(EVERY_DIR in draft.cordons.get(b, set()) for b in wanted.leaving)
@@ -760,10 +768,9 @@ def _drain_brokers(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
             f"Started draining broker(s) {names}: {plan.progress.replicas} replicas to reassign"
         )
     draft.reassignments.extend(plan.start)
-    draft.waiting.extend(f"broker(s) {names}: {line}" for line in plan.waiting)
-    draft.progress.append(plan.progress.describe(f"broker(s) {names}"))
-    draft.replicas_left += plan.progress.replicas
-    draft.bytes_left += plan.progress.bytes
+    draft.count_progress(
+        f"broker(s) {names}", plan.progress, (f"broker(s) {names}: {line}" for line in plan.waiting)
+    )
 
 
 def _drain_disks(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
@@ -782,21 +789,13 @@ def _drain_disks(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:
         if plan.refused:
             draft.refused.append(f"Refused to drain {where}: {'; '.join(plan.refused)}")
             continue
-        if not plan.ready:
-            draft.waiting.extend(plan.waiting)
-            draft.progress.append(plan.progress.describe(where))
-            draft.replicas_left += plan.progress.replicas
-            draft.bytes_left += plan.progress.bytes
-            continue
-        for path in sorted(paths):
-            draft.add_cordon(broker_id, path)
-        if not begun:
-            draft.started.append(f"Started draining {where}: {plan.progress.replicas} replicas to move")
-        draft.moves.extend(plan.moves)
-        draft.waiting.extend(plan.waiting)
-        draft.progress.append(plan.progress.describe(where))
-        draft.replicas_left += plan.progress.replicas
-        draft.bytes_left += plan.progress.bytes
+        if plan.ready:  # else it waits for a new volume: nothing cordoned or moved yet
+            for path in sorted(paths):
+                draft.add_cordon(broker_id, path)
+            if not begun:
+                draft.started.append(f"Started draining {where}: {plan.progress.replicas} replicas to move")
+            draft.moves.extend(plan.moves)
+        draft.count_progress(where, plan.progress, plan.waiting)
 
 
 def _relieve(snap: Snapshot, wanted: Wanted, draft: _Draft) -> None:

@@ -2,7 +2,14 @@
 
 `decide(observation)` turns what the operator saw (the pod, the broker's volume claims, PVs and
 VolumeAttachments, the controller's registration and placements, the broker's own log-dir view, and
-the previous status) into the `JbodBroker` status plus the actions to take. It never does I/O.
+the previous status) into the `JbodBroker` status (`broker_status.BrokerStatus`) plus the actions
+to take. It never does I/O, and reads no clock but the observation's `now`.
+
+It works in small steps, each a pure function: the context shared by the disks (`_context`: the
+broker's report parsed once into `ReportedLogDir`s, the previous status already typed); per disk,
+what is known of it (`_disk_facts`), its volume at the Kubernetes level (`_volume_check`), its
+state (`_disk_state`), its status entry (`_log_dir_status`), its Events and whether to replace its
+volume (`_replacement`); then the claims to delete and the broker's phase and conditions.
 
 Guarantees:
 * A disk's state is `Detached` when its volume is gone at the Kubernetes level (claim deleted or
@@ -28,12 +35,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from jbod_operator import model, names
+from pydantic import BaseModel, ConfigDict, Field
+
+from jbod_operator import broker_status, model, names
 
 _GENERATION: Final = re.compile(r"-g([0-9]+)$")
 TROUBLED: Final = frozenset({"Offline", "Detached"})
+UNAVAILABLE: Final = TROUBLED | {"Full"}  # the states that make a broker Degraded
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,27 @@ class Event:
     message: str
 
 
+class ReportedLogDir(BaseModel):
+    """One log dir as its broker reports it (`GET /v1/log-dirs`): the fields read here."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    path: str = ""
+    directory_id: str | None = Field(default=None, alias="directoryId")
+    state: str | None = None  # online, offline or full
+    error: str | None = None
+    usable_bytes: int | None = Field(default=None, alias="usableBytes")
+    total_bytes: int | None = Field(default=None, alias="totalBytes")
+    space_cordoned: bool | None = Field(default=None, alias="spaceCordoned")
+    slow: bool | None = None
+    used_ratio: int | float | None = Field(default=None, alias="usedRatio")
+    seconds_to_full: int | float | None = Field(default=None, alias="secondsToFull")
+    latency_ms: int | float | None = Field(default=None, alias="latencyMs")
+
+
+_NOT_REPORTED: Final = ReportedLogDir()
+
+
 @dataclass(frozen=True)
 class Observation:
     broker_id: int
@@ -64,14 +95,14 @@ class Observation:
     controller_reachable: bool
     registration: Mapping[str, Any] | None
     placements: Mapping[str, DirPlacements]
-    log_dirs: Sequence[Mapping[str, Any]] | None
-    previous: Mapping[str, Any]
+    log_dirs: Sequence[Mapping[str, Any]] | None  # the broker's `GET /v1/log-dirs`
+    previous: broker_status.BrokerStatus
     now: datetime
 
 
 @dataclass(frozen=True)
 class Decision:
-    status: dict[str, Any]
+    status: broker_status.BrokerStatus
     unfenced: bool | None
     events: tuple[Event, ...] = ()
     replace: tuple[str, ...] = ()
@@ -169,37 +200,47 @@ def _volume_gone(pv_name: str, volume: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _detached_reason(
-    obs: Observation, ctx: _Context, claim_name: str | None, *, was_attached: bool
-) -> tuple[str | None, str | None, bool]:
-    """(why the volume is detached or None, the PV name, attached now)."""
+@dataclass(frozen=True)
+class _Volume:
+    """A disk's volume at the Kubernetes level."""
+
+    detached: str | None = None  # why the disk lost its volume, or None
+    pv: str | None = None
+    attached: bool = False  # a VolumeAttachment of the PV is attached to the pod's node
+
+
+def _volume_check(obs: Observation, ctx: _Context, claim_name: str | None, *, was_attached: bool) -> _Volume:
     if claim_name is None:
-        return None, None, False
+        return _Volume()
     claim = ctx.claims_by_name.get(claim_name)
     gone = _claim_gone(claim_name, claim)
     if gone is not None or claim is None:
-        return gone, None, False
+        return _Volume(detached=gone)
     pv_name = claim.get("spec", {}).get("volumeName")
     if not pv_name:
-        return None, None, False
+        return _Volume()
     gone = _volume_gone(pv_name, obs.volumes.get(pv_name))
     if gone is not None:
-        return gone, pv_name, False
-    attached = any(
-        (a.get("status") or {}).get("attached")
-        and (ctx.node is None or a.get("spec", {}).get("nodeName") == ctx.node)
-        for a in obs.attachments.get(pv_name, ())
-    )
+        return _Volume(detached=gone, pv=pv_name)
+    attached = _attached(obs.attachments.get(pv_name, ()), ctx.node)
     if was_attached and not attached:
-        return f"VolumeAttachment of PV {pv_name} was removed", pv_name, False
-    return None, pv_name, attached
+        return _Volume(detached=f"VolumeAttachment of PV {pv_name} was removed", pv=pv_name)
+    return _Volume(pv=pv_name, attached=attached)
+
+
+def _attached(attachments: Sequence[Mapping[str, Any]], node: str | None) -> bool:
+    return any(
+        (a.get("status") or {}).get("attached")
+        and (node is None or a.get("spec", {}).get("nodeName") == node)
+        for a in attachments
+    )
 
 
 def _stale(
-    seen: Mapping[str, Any], claim: Mapping[str, Any] | None, disk_claims: Sequence[Mapping[str, Any]]
+    seen: ReportedLogDir, claim: Mapping[str, Any] | None, disk_claims: Sequence[Mapping[str, Any]]
 ) -> bool:
     """True when the log dir the broker reports is the one another claim of this disk held."""
-    seen_id = seen.get("directoryId")
+    seen_id = seen.directory_id
     if not seen_id:
         return False
     own = _annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) if claim is not None else None
@@ -213,9 +254,9 @@ def _stale(
     return seen_id in others
 
 
-def _since(previous: Mapping[str, Any] | None, state: str, now: str) -> str:
-    if previous is not None and previous.get("state") == state and previous.get("since"):
-        return str(previous["since"])
+def _since(before: broker_status.LogDirStatus | None, state: broker_status.DiskState, now: str) -> str:
+    if before is not None and before.state == state and before.since:
+        return before.since
     return now
 
 
@@ -226,20 +267,36 @@ class _Context:
     now: str
     claims_by_name: Mapping[str, Mapping[str, Any]]
     choices: Mapping[str, ClaimChoice]
-    previous_dirs: Mapping[str, Mapping[str, Any]]
+    previous_dirs: Mapping[str, broker_status.LogDirStatus]
     node: str | None
     same_pod: bool  # the running pod is the one the previous status saw
-    broker_dirs: Mapping[str, Mapping[str, Any]]  # disk name → the broker's own view of its log dir
+    broker_dirs: Mapping[str, ReportedLogDir]  # disk name → the broker's own view of its log dir
     controller_offline: frozenset[str]  # directory ids the controller lists offline
     controller_cordoned: frozenset[str]  # directory ids the controller lists cordoned (KIP-1066)
     controller_slow: frozenset[str]  # directory ids the controller lists slow (issue 35)
 
 
 @dataclass(frozen=True)
+class _DiskFacts:
+    """What `decide` knows of one disk before it decides the disk's state."""
+
+    disk: model.Disk
+    choice: ClaimChoice
+    claim: Mapping[str, Any] | None  # the claim the disk uses now
+    before: broker_status.LogDirStatus | None  # the disk's entry in the previous status
+    seen: ReportedLogDir | None  # the broker's view of its log dir (None: none, or of a replaced volume)
+    directory_id: str | None
+
+    @property
+    def report(self) -> ReportedLogDir:
+        return self.seen or _NOT_REPORTED
+
+
+@dataclass(frozen=True)
 class _DiskOutcome:
     """What `decide` concludes for one disk."""
 
-    log_dir: dict[str, Any]
+    log_dir: broker_status.LogDirStatus
     events: tuple[Event, ...]
     replace: bool
     directory_id: tuple[str, str] | None  # (claim name, directory id) to record on the claim
@@ -247,62 +304,87 @@ class _DiskOutcome:
 
 
 def _context(obs: Observation) -> _Context:
-    pod_uid = (obs.pod or {}).get("metadata", {}).get("uid")
-    # A missing VolumeAttachment means a detach only for the running pod that had it attached: a
-    # recreated pod (new uid) gets its attachments anew, possibly on another node.
-    running = (obs.pod or {}).get("status", {}).get("phase") == "Running"
+    pod = obs.pod or {}
+    registration = obs.registration or {}
     return _Context(
-        now=obs.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        now=broker_status.timestamp(obs.now),
         claims_by_name={_name(c): c for c in obs.claims},
         choices=choose_claims(obs.disks, obs.claims, obs.pod),
-        previous_dirs={d.get("name"): d for d in obs.previous.get("logDirs") or []},
-        node=(obs.pod or {}).get("spec", {}).get("nodeName"),
-        same_pod=running and pod_uid is not None and obs.previous.get("podUid") == pod_uid,
-        broker_dirs={
-            disk_name: entry
-            for entry in obs.log_dirs or []
-            if (disk_name := names.disk_of_log_dir(str(entry.get("path", "")))) is not None
-        },
-        controller_offline=frozenset((obs.registration or {}).get("offlineLogDirs") or []),
-        controller_cordoned=frozenset((obs.registration or {}).get("cordonedLogDirs") or []),
-        controller_slow=frozenset((obs.registration or {}).get("slowLogDirs") or []),
+        previous_dirs={d.name: d for d in obs.previous.log_dirs},
+        node=pod.get("spec", {}).get("nodeName"),
+        same_pod=_same_pod(pod, obs.previous),
+        broker_dirs=_reported_dirs(obs.log_dirs),
+        controller_offline=frozenset(registration.get("offlineLogDirs") or []),
+        controller_cordoned=frozenset(registration.get("cordonedLogDirs") or []),
+        controller_slow=frozenset(registration.get("slowLogDirs") or []),
     )
+
+
+def _same_pod(pod: Mapping[str, Any], previous: broker_status.BrokerStatus) -> bool:
+    """The pod runs and is the one the previous status saw. A missing VolumeAttachment means a
+    detach only for the running pod that had it attached: a recreated pod (new uid) gets its
+    attachments anew, possibly on another node."""
+    uid = pod.get("metadata", {}).get("uid")
+    running = pod.get("status", {}).get("phase") == "Running"
+    return running and uid is not None and previous.pod_uid == uid
+
+
+def _reported_dirs(log_dirs: Sequence[Mapping[str, Any]] | None) -> dict[str, ReportedLogDir]:
+    """Disk name → the broker's view of the disk's log dir, parsed once."""
+    reported = (ReportedLogDir.model_validate(dict(entry)) for entry in log_dirs or ())
+    return {disk: entry for entry in reported if (disk := names.disk_of_log_dir(entry.path)) is not None}
 
 
 def decide(obs: Observation) -> Decision:
     ctx = _context(obs)
     outcomes = [_decide_disk(obs, ctx, disk) for disk in obs.disks]
-    events = [event for outcome in outcomes for event in outcome.events]
-    replace = [disk.name for disk, outcome in zip(obs.disks, outcomes, strict=True) if outcome.replace]
-    directory_ids = dict(outcome.directory_id for outcome in outcomes if outcome.directory_id is not None)
-    restarts = [outcome.restart for outcome in outcomes if outcome.restart is not None]
-    restart = restarts[-1] if restarts else None
-
-    delete_claims = _retired_claims_to_delete(obs, ctx.choices)
-    for claim_name in delete_claims:
-        events.append(
-            Event("Normal", "DeletedClaim", f"Deleted retired PVC {claim_name}: it holds no replicas")
-        )
-    removed = _removed_disk_claims(obs)
-    for claim_name in removed:
-        events.append(
-            Event("Normal", "DeletedClaim", f"Deleted PVC {claim_name}: its disk left the broker's spec")
-        )
-    delete_claims = tuple(sorted({*delete_claims, *removed}))
-
+    replace = tuple(disk.name for disk, outcome in zip(obs.disks, outcomes, strict=True) if outcome.replace)
+    restart = _restart(outcomes)
+    delete_claims, claim_events = _claims_to_delete(obs, ctx.choices)
     status = _broker_status(
-        obs, [outcome.log_dir for outcome in outcomes], replacing=bool(replace) or restart is not None
+        obs, tuple(outcome.log_dir for outcome in outcomes), replacing=bool(replace) or restart is not None
     )
-    events.extend(_fencing_events(obs, status))
     return Decision(
         status=status,
         unfenced=_unfenced(obs),
-        events=tuple(events),
-        replace=tuple(replace),
+        events=(
+            *(event for outcome in outcomes for event in outcome.events),
+            *claim_events,
+            *_fencing_events(obs, status),
+        ),
+        replace=replace,
         delete_claims=delete_claims,
-        directory_ids=directory_ids,
+        directory_ids=_directory_ids(outcomes),
         restart_pod=restart,
     )
+
+
+def _restart(outcomes: Sequence[_DiskOutcome]) -> str | None:
+    """Why the pod must be recreated (the last disk's reason), or None."""
+    restarts = [outcome.restart for outcome in outcomes if outcome.restart is not None]
+    return restarts[-1] if restarts else None
+
+
+def _directory_ids(outcomes: Sequence[_DiskOutcome]) -> dict[str, str]:
+    """Claim name → the directory id to record on it."""
+    return dict(outcome.directory_id for outcome in outcomes if outcome.directory_id is not None)
+
+
+def _claims_to_delete(
+    obs: Observation, choices: Mapping[str, ClaimChoice]
+) -> tuple[tuple[str, ...], tuple[Event, ...]]:
+    """The claims to delete (retired ones that hold nothing, those of disks that left), and an
+    Event for each."""
+    retired = _retired_claims_to_delete(obs, choices)
+    removed = _removed_disk_claims(obs)
+    events = (
+        *(Event("Normal", "DeletedClaim", f"Deleted retired PVC {c}: it holds no replicas") for c in retired),
+        *(
+            Event("Normal", "DeletedClaim", f"Deleted PVC {c}: its disk left the broker's spec")
+            for c in removed
+        ),
+    )
+    return tuple(sorted({*retired, *removed})), events
 
 
 def _unfenced(obs: Observation) -> bool | None:
@@ -317,94 +399,34 @@ def _unfenced(obs: Observation) -> bool | None:
     )
 
 
-def _fencing_events(obs: Observation, status: Mapping[str, Any]) -> tuple[Event, ...]:
-    was_fenced = obs.previous.get("fenced")
-    if "fenced" not in status or was_fenced is None or status["fenced"] == was_fenced:
+def _fencing_events(obs: Observation, status: broker_status.BrokerStatus) -> tuple[Event, ...]:
+    was_fenced = obs.previous.fenced
+    if status.fenced is None or was_fenced is None or status.fenced == was_fenced:
         return ()
-    if status["fenced"]:
+    if status.fenced:
         return (Event("Warning", "BrokerFenced", f"Broker {obs.broker_id} was fenced by the controller"),)
     return (Event("Normal", "BrokerUnfenced", f"Broker {obs.broker_id} was unfenced: placements confirmed"),)
 
 
 def _decide_disk(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskOutcome:
-    choice = ctx.choices[disk.name]
-    before = ctx.previous_dirs.get(disk.name)
-    seen = ctx.broker_dirs.get(disk.name)
-    claim = ctx.claims_by_name.get(choice.current or "")
-    if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
-        seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
-    directory_id = (seen or {}).get("directoryId") or (_annotations(claim) if claim else {}).get(
-        names.ANNOTATION_DIRECTORY_ID
-    )
-    if directory_id is None and before is not None and before.get("pvc") == choice.current:
-        directory_id = before.get("directoryId")
-    record: tuple[str, str] | None = None
-    if (
-        claim is not None
-        and seen is not None
-        and directory_id
-        and (_annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) != directory_id)
-    ):
-        record = (_name(claim), str(directory_id))
-    detached, pv_name, attached = _detached_reason(
-        obs,
-        ctx,
-        choice.current,
-        was_attached=bool(
-            ctx.same_pod and before and before.get("attached") and before.get("pvc") == choice.current
-        ),
-    )
+    facts = _disk_facts(obs, ctx, disk)
+    choice = facts.choice
+    volume = _volume_check(obs, ctx, choice.current, was_attached=_was_attached(ctx, facts))
     state, error = _disk_state(
-        disk, seen, detached=detached, listed_offline=directory_id in ctx.controller_offline
+        disk,
+        facts.seen,
+        detached=volume.detached,
+        listed_offline=facts.directory_id in ctx.controller_offline,
     )
-    placed = obs.placements.get(str(directory_id)) if directory_id else None
-    # Replicas and leaders: unknown without a directory id or while the controller cannot be reached.
-    no_placements = 0 if directory_id and obs.controller_reachable else None
-    entry: dict[str, Any] = {
-        "name": disk.name,
-        "mountPath": names.disk_mount(disk.name),
-        "state": state,
-        "since": _since(before, state, ctx.now),
-        "attached": attached,
-    }
-    for key, value in (
-        ("pvc", choice.current),
-        ("pv", pv_name),
-        ("directoryId", directory_id),
-        ("usableBytes", (seen or {}).get("usableBytes")),
-        ("totalBytes", (seen or {}).get("totalBytes")),
-        ("replicas", placed.replicas if placed else no_placements),
-        ("leaders", placed.leaders if placed else no_placements),
-        ("lastError", error or (before or {}).get("lastError")),
-        # KIP-1066: receives no new replica; shown only when cordoned.
-        ("cordoned", True if directory_id and directory_id in ctx.controller_cordoned else None),
-    ):
-        if value is not None:
-            entry[key] = value
-    entry.update(_space_and_speed(seen, directory_id, ctx))
-
-    old_state = (before or {}).get("state")
-    where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {directory_id})"
-    events = [event for event in (_state_change_event(where, state, old_state, error),) if event is not None]
-    events += _space_and_speed_events(where, entry, before)
-    newer = (
-        choice.newest is not None
-        and choice.current is not None
-        and (generation_of(choice.newest) or 0) > (generation_of(choice.current) or 0)
-    )
-    replace = False
-    if state in TROUBLED and not disk.removed and not newer:
-        wants = obs.policy == "Automatic" or disk.name in obs.replace_requested
-        replace = wants and obs.controller_reachable and (placed.leaders if placed else 0) == 0
-        if replace:
-            events.append(_replacing_event(obs.broker_id, disk.name, choice.current, error))
-        elif not wants and state != old_state:
-            events.append(_needs_replacement_event(obs.broker_id, disk.name))
+    entry = _log_dir_status(obs, ctx, facts, volume, (state, error))
+    newer = _newer_claim(choice)
+    where = f"log dir {disk.name} of broker {obs.broker_id} (PVC {choice.current}, directory {facts.directory_id})"
+    replace, replace_events = _replacement(obs, facts, (state, error), newer=newer)
     return _DiskOutcome(
         log_dir=entry,
-        events=tuple(events),
+        events=(*_disk_events(where, entry, facts.before, error), *replace_events),
         replace=replace,
-        directory_id=record,
+        directory_id=_directory_id_to_record(facts),
         restart=(
             f"disk {disk.name} moves to its replacement volume {choice.newest}"
             if newer and obs.pod is not None
@@ -413,16 +435,90 @@ def _decide_disk(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskOutc
     )
 
 
+def _disk_facts(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskFacts:
+    choice = ctx.choices[disk.name]
+    before = ctx.previous_dirs.get(disk.name)
+    claim = ctx.claims_by_name.get(choice.current or "")
+    seen = ctx.broker_dirs.get(disk.name)
+    if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
+        seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
+    return _DiskFacts(
+        disk=disk,
+        choice=choice,
+        claim=claim,
+        before=before,
+        seen=seen,
+        directory_id=_directory_id(seen, claim, before, choice.current),
+    )
+
+
+def _directory_id(
+    seen: ReportedLogDir | None,
+    claim: Mapping[str, Any] | None,
+    before: broker_status.LogDirStatus | None,
+    current: str | None,
+) -> str | None:
+    """The disk's log dir id: as the broker reports it, else as recorded on its claim, else as
+    the previous status had it for the same claim."""
+    recorded = _annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) if claim is not None else None
+    directory_id = (seen.directory_id if seen is not None else None) or recorded
+    if directory_id is None and before is not None and before.pvc == current:
+        return before.directory_id
+    return directory_id
+
+
+def _directory_id_to_record(facts: _DiskFacts) -> tuple[str, str] | None:
+    """(claim name, directory id) when the broker reports a directory id its claim does not carry."""
+    claim, directory_id = facts.claim, facts.directory_id
+    if claim is None or facts.seen is None or not directory_id:
+        return None
+    if _annotations(claim).get(names.ANNOTATION_DIRECTORY_ID) == directory_id:
+        return None
+    return _name(claim), directory_id
+
+
+def _was_attached(ctx: _Context, facts: _DiskFacts) -> bool:
+    """The previous status saw the disk's current claim attached, in the pod running now."""
+    before = facts.before
+    return bool(
+        ctx.same_pod and before is not None and before.attached and before.pvc == facts.choice.current
+    )
+
+
+def _newer_claim(choice: ClaimChoice) -> bool:
+    """A newer claim than the one in use exists: a replacement is under way."""
+    return (
+        choice.newest is not None
+        and choice.current is not None
+        and (generation_of(choice.newest) or 0) > (generation_of(choice.current) or 0)
+    )
+
+
+def _placed(obs: Observation, directory_id: str | None) -> DirPlacements | None:
+    return obs.placements.get(directory_id) if directory_id else None
+
+
+def _placement_counts(obs: Observation, directory_id: str | None) -> tuple[int | None, int | None]:
+    """(replicas, leaders) in the disk's dir: unknown without a directory id or while the
+    controller cannot be reached."""
+    placed = _placed(obs, directory_id)
+    if placed is not None:
+        return placed.replicas, placed.leaders
+    none_placed = 0 if directory_id and obs.controller_reachable else None
+    return none_placed, none_placed
+
+
 def _disk_state(
-    disk: model.Disk, seen: Mapping[str, Any] | None, *, detached: str | None, listed_offline: bool
-) -> tuple[str, str | None]:
+    disk: model.Disk, seen: ReportedLogDir | None, *, detached: str | None, listed_offline: bool
+) -> tuple[broker_status.DiskState, str | None]:
     """(state, error): the precedence of the module docstring's first guarantee."""
+    report = seen or _NOT_REPORTED
     if detached is not None:
         return "Detached", detached
-    if (seen is not None and seen.get("state") == "offline") or listed_offline:
-        return "Offline", (seen or {}).get("error") or "the controller lists the log dir offline"
-    if seen is not None and seen.get("state") == "full":
-        return "Full", (seen.get("error") or "no space left on the volume")
+    if report.state == "offline" or listed_offline:
+        return "Offline", report.error or "the controller lists the log dir offline"
+    if report.state == "full":
+        return "Full", report.error or "no space left on the volume"
     if disk.removed:
         return "Draining", None
     if seen is not None:
@@ -430,55 +526,125 @@ def _disk_state(
     return "Pending", None
 
 
-def _space_and_speed(
-    seen: Mapping[str, Any] | None, directory_id: str | None, ctx: _Context
-) -> dict[str, Any]:
-    """The dir's space and speed as its broker reports them (issue 35): cordoned for its space,
-    the used fraction, the time until full, slow (or listed slow by the controller), the median
-    write-and-fsync latency; each only when known (and the two flags only when true)."""
-    seen = seen or {}
-    out: dict[str, Any] = {}
-    if seen.get("spaceCordoned"):
-        out["spaceCordoned"] = True
-    if seen.get("slow") or (directory_id is not None and directory_id in ctx.controller_slow):
-        out["slow"] = True
-    for key in ("usedRatio", "secondsToFull", "latencyMs"):
-        if isinstance(seen.get(key), int | float):
-            out[key] = seen[key]
-    return out
+def _log_dir_status(
+    obs: Observation,
+    ctx: _Context,
+    facts: _DiskFacts,
+    volume: _Volume,
+    state_and_error: tuple[broker_status.DiskState, str | None],
+) -> broker_status.LogDirStatus:
+    """The disk's entry of `status.logDirs`. Its space and speed are as its broker reports them
+    (issue 35): cordoned for its space, the used fraction, the time until full, slow (or listed
+    slow by the controller), the median write-and-fsync latency; each only when known (and the
+    flags only when true)."""
+    state, error = state_and_error
+    report, before, directory_id = facts.report, facts.before, facts.directory_id
+    replicas, leaders = _placement_counts(obs, directory_id)
+    return broker_status.LogDirStatus(
+        name=facts.disk.name,
+        mount_path=names.disk_mount(facts.disk.name),
+        state=state,
+        since=_since(before, state, ctx.now),
+        attached=volume.attached,
+        pvc=facts.choice.current,
+        pv=volume.pv,
+        directory_id=directory_id,
+        usable_bytes=report.usable_bytes,
+        total_bytes=report.total_bytes,
+        replicas=replicas,
+        leaders=leaders,
+        last_error=error or (before.last_error if before is not None else None),
+        # KIP-1066: receives no new replica.
+        cordoned=_true_or_none(bool(directory_id) and directory_id in ctx.controller_cordoned),
+        space_cordoned=_true_or_none(report.space_cordoned),
+        slow=_true_or_none(report.slow or directory_id in ctx.controller_slow),
+        used_ratio=report.used_ratio,
+        seconds_to_full=report.seconds_to_full,
+        latency_ms=report.latency_ms,
+    )
 
 
-def _space_and_speed_events(
-    where: str, entry: Mapping[str, Any], before: Mapping[str, Any] | None
+def _true_or_none(flag: bool | None) -> Literal[True] | None:
+    """A status flag: shown only when true."""
+    return True if flag else None
+
+
+def _replacement(
+    obs: Observation,
+    facts: _DiskFacts,
+    state_and_error: tuple[broker_status.DiskState, str | None],
+    *,
+    newer: bool,
+) -> tuple[bool, tuple[Event, ...]]:
+    """Whether to replace the disk's volume now (the module docstring's second guarantee), and the
+    Event saying so, or asking for the replacement when the policy waits for one."""
+    state, error = state_and_error
+    disk = facts.disk
+    if state not in TROUBLED or disk.removed or newer:
+        return False, ()
+    wants = obs.policy == "Automatic" or disk.name in obs.replace_requested
+    placed = _placed(obs, facts.directory_id)
+    if wants and obs.controller_reachable and (placed.leaders if placed else 0) == 0:
+        return True, (_replacing_event(obs.broker_id, disk.name, facts.choice.current, error),)
+    old_state = facts.before.state if facts.before is not None else None
+    if not wants and state != old_state:
+        return False, (_needs_replacement_event(obs.broker_id, disk.name),)
+    return False, ()
+
+
+def _disk_events(
+    where: str,
+    entry: broker_status.LogDirStatus,
+    before: broker_status.LogDirStatus | None,
+    error: str | None,
 ) -> list[Event]:
-    """An Event when the dir is cordoned for its space or released, and when it turns slow or
-    recovers (against the previous status)."""
-    before = before or {}
-    events = []
-    used = f"{entry.get('usedRatio', 0):.0%} used"
-    if entry.get("spaceCordoned") and not before.get("spaceCordoned"):
-        left = entry.get("secondsToFull")
+    """The disk's Events against the previous status: its state, its space and its speed."""
+    old_state = before.state if before is not None else None
+    changed = _state_change_event(where, entry.state, old_state, error)
+    return [
+        *([changed] if changed is not None else []),
+        *_space_events(where, entry, before),
+        *_speed_events(where, entry, before),
+    ]
+
+
+def _space_events(
+    where: str, entry: broker_status.LogDirStatus, before: broker_status.LogDirStatus | None
+) -> list[Event]:
+    """An Event when the dir is cordoned for its space, and when it is released."""
+    was_cordoned = before is not None and bool(before.space_cordoned)
+    used = f"{0 if entry.used_ratio is None else entry.used_ratio:.0%} used"
+    if entry.space_cordoned and not was_cordoned:
+        left = entry.seconds_to_full
         when = f", full in about {_duration(left)} at the current rate" if left is not None else ""
-        events.append(
+        return [
             Event(
                 "Warning",
                 "LogDirCordoned",
                 f"Cordoned {where} for its space: {used} (log.dir.cordon.threshold){when}; it takes no new replicas",
             )
-        )
-    elif before.get("spaceCordoned") and not entry.get("spaceCordoned"):
-        events.append(Event("Normal", "LogDirUncordoned", f"{where} takes new replicas again: {used}"))
-    if entry.get("slow") and not before.get("slow"):
-        latency = entry.get("latencyMs")
+        ]
+    if was_cordoned and not entry.space_cordoned:
+        return [Event("Normal", "LogDirUncordoned", f"{where} takes new replicas again: {used}")]
+    return []
+
+
+def _speed_events(
+    where: str, entry: broker_status.LogDirStatus, before: broker_status.LogDirStatus | None
+) -> list[Event]:
+    """An Event when the dir turns slow, and when it recovers."""
+    was_slow = before is not None and bool(before.slow)
+    if entry.slow and not was_slow:
+        latency = entry.latency_ms
         median = f": median write-and-fsync {latency:.0f} ms" if latency is not None else ""
-        events.append(
+        return [
             Event(
                 "Warning", "LogDirSlow", f"{where} is slow{median}; its leaderships moved to other replicas"
             )
-        )
-    elif before.get("slow") and not entry.get("slow"):
-        events.append(Event("Normal", "LogDirNoLongerSlow", f"{where} is no longer slow"))
-    return events
+        ]
+    if was_slow and not entry.slow:
+        return [Event("Normal", "LogDirNoLongerSlow", f"{where} is no longer slow")]
+    return []
 
 
 def _duration(seconds: float) -> str:
@@ -498,7 +664,7 @@ def _state_change_event(where: str, state: str, old_state: str | None, error: st
         return Event("Warning", "LogDirOffline", f"Took {where} offline: {error}")
     if state == "Full":
         return Event("Warning", "LogDirFull", f"Filled {where}: {error}")
-    if state == "Online" and old_state in TROUBLED | {"Full"}:
+    if state == "Online" and old_state in UNAVAILABLE:
         return Event("Normal", "LogDirOnline", f"Brought {where} back online")
     return None
 
@@ -564,69 +730,85 @@ def pod_condition(pod: Mapping[str, Any] | None, condition_type: str) -> str | N
     return None
 
 
-def _broker_status(obs: Observation, log_dirs: list[dict[str, Any]], *, replacing: bool) -> dict[str, Any]:
+def _broker_status(
+    obs: Observation, log_dirs: tuple[broker_status.LogDirStatus, ...], *, replacing: bool
+) -> broker_status.BrokerStatus:
+    phase = _phase(obs, log_dirs, replacing=replacing)
+    pod, registration = obs.pod, obs.registration
+    return broker_status.BrokerStatus(
+        phase=phase,
+        log_dirs=log_dirs,
+        online_dirs=sum(1 for d in log_dirs if d.state in ("Online", "Full", "Draining")),
+        offline_dirs=sum(1 for d in log_dirs if d.state in TROUBLED),
+        pod_name=None if pod is None else _name(pod),
+        pod_uid=(pod or {}).get("metadata", {}).get("uid") or None,
+        fenced=_fenced(obs),
+        broker_epoch=None if registration is None else int(registration.get("brokerEpoch", -1)),
+        queued_placements=None if registration is None else int(registration.get("unassignedReplicas", 0)),
+        conditions=_conditions(obs, phase, log_dirs),
+    )
+
+
+def _phase(
+    obs: Observation, log_dirs: Sequence[broker_status.LogDirStatus], *, replacing: bool
+) -> broker_status.Phase:
     registration = obs.registration
-    pod = obs.pod
-    running = pod is not None and pod.get("status", {}).get("phase") == "Running"
-    troubled = [d for d in log_dirs if d["state"] in TROUBLED | {"Full"}]
-    if pod is None or not running:
-        phase = "Pending"
-    elif replacing:
-        phase = "Replacing"
-    elif registration is None:
-        phase = "Starting"
-    elif registration.get("fenced"):
-        phase = "Fenced"
-    elif troubled:
-        phase = "Degraded"
-    else:
-        phase = "Running"
-    status: dict[str, Any] = {
-        "phase": phase,
-        "logDirs": log_dirs,
-        "onlineDirs": sum(1 for d in log_dirs if d["state"] in ("Online", "Full", "Draining")),
-        "offlineDirs": sum(1 for d in log_dirs if d["state"] in TROUBLED),
-    }
-    if pod is not None:
-        status["podName"] = _name(pod)
-        if pod.get("metadata", {}).get("uid"):
-            status["podUid"] = pod["metadata"]["uid"]
-    if registration is not None:
-        status["fenced"] = bool(registration.get("fenced"))
-        status["brokerEpoch"] = int(registration.get("brokerEpoch", -1))
-        status["queuedPlacements"] = int(registration.get("unassignedReplicas", 0))
-    elif obs.controller_reachable:
-        status["fenced"] = True
-    ready = pod_condition(pod, "Ready") == "True"
-    degraded = [f"{d['name']} is {d['state']}" for d in troubled]
-    stamps: dict[str, Any] = {"previous": obs.previous.get("conditions"), "now": obs.now}
-    status["conditions"] = [
-        condition(
+    if obs.pod is None or obs.pod.get("status", {}).get("phase") != "Running":
+        return "Pending"
+    if replacing:
+        return "Replacing"
+    if registration is None:
+        return "Starting"
+    if registration.get("fenced"):
+        return "Fenced"
+    if any(d.state in UNAVAILABLE for d in log_dirs):
+        return "Degraded"
+    return "Running"
+
+
+def _fenced(obs: Observation) -> bool | None:
+    """As the controller registered the broker; True when it does not know the broker, None when
+    it cannot be asked."""
+    if obs.registration is not None:
+        return bool(obs.registration.get("fenced"))
+    return True if obs.controller_reachable else None
+
+
+def _conditions(
+    obs: Observation, phase: broker_status.Phase, log_dirs: Sequence[broker_status.LogDirStatus]
+) -> tuple[broker_status.Condition, ...]:
+    ready = pod_condition(obs.pod, "Ready") == "True"
+    degraded = [f"{d.name} is {d.state}" for d in log_dirs if d.state in UNAVAILABLE]
+    progressing = phase in ("Pending", "Starting", "Fenced", "Replacing") or any(
+        d.state == "Draining" for d in log_dirs
+    )
+    return (
+        _condition(
+            obs,
             "Ready",
             ready,
             "BrokerReady" if ready else phase,
             "the pod is Ready: the broker runs and the controller has unfenced it"
             if ready
             else f"the broker is {phase}",
-            **stamps,
         ),
-        condition(
-            "Progressing",
-            phase in ("Pending", "Starting", "Fenced", "Replacing")
-            or any(d["state"] == "Draining" for d in log_dirs),
-            phase,
-            f"the broker is {phase}",
-            **stamps,
-        ),
-        condition(
+        _condition(obs, "Progressing", progressing, phase, f"the broker is {phase}"),
+        _condition(
+            obs,
             "Degraded",
             bool(degraded),
             "LogDirsUnavailable" if degraded else "AllLogDirsOnline",
             "; ".join(degraded) if degraded else "every log dir is online",
-            **stamps,
         ),
-    ]
-    return status
+    )
+
+
+def _condition(
+    obs: Observation, type_: str, value: bool, reason: str, message: str
+) -> broker_status.Condition:
+    return broker_status.Condition.of(
+        type_, value, reason, message, before=obs.previous.condition(type_), now=obs.now
+    )
 
 
 def condition(  # noqa: PLR0913  a status condition's four fields, plus the previous conditions and the clock
@@ -638,19 +820,17 @@ def condition(  # noqa: PLR0913  a status condition's four fields, plus the prev
     previous: Sequence[Mapping[str, Any]] | None,
     now: datetime,
 ) -> dict[str, Any]:
-    """A status condition; keeps the previous `lastTransitionTime` while its status does not change."""
-    status = "True" if value else "False"
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A status condition as a dict (the other kinds' statuses); keeps the previous
+    `lastTransitionTime` while its status does not change (`broker_status.Condition.of`)."""
     before = next((c for c in previous or () if c.get("type") == type_), None)
-    if before is not None and before.get("status") == status and before.get("lastTransitionTime"):
-        stamp = str(before["lastTransitionTime"])
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": stamp,
-    }
+    return broker_status.Condition.of(
+        type_,
+        value,
+        reason,
+        message,
+        before=None if before is None else broker_status.Condition.model_validate(dict(before)),
+        now=now,
+    ).as_status()
 
 
 def hosted_replicas(placements: Mapping[int, Mapping[str, DirPlacements]]) -> dict[int, int]:

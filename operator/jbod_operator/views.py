@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,6 @@ class ClusterView:
     placements: Mapping[int, Mapping[str, health.DirPlacements]] = field(default_factory=dict)
     log_dirs: Mapping[int, list[dict[str, Any]] | None] = field(default_factory=dict)
     error: str | None = None
-    fetched_at: float = 0.0
 
     def hosted(self) -> dict[int, int] | None:
         """Replicas per broker id, or None when the controller could not be reached."""
@@ -150,13 +148,12 @@ async def _log_dirs(url: str, token: str, ca_file: Path | None = None) -> list[d
 
 
 async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) -> ClusterView:
-    started = time.time()
     try:
         _cluster, brokers, topics = await asyncio.to_thread(
             _controller_snapshot, controller_url, token, endpoints
         )
     except ClientError as exc:
-        return ClusterView(reachable=False, error=str(exc), fetched_at=started)
+        return ClusterView(reachable=False, error=str(exc))
     registrations = {int(b["brokerId"]): b for b in brokers}
     urls = {b: listener_url(r) for b, r in registrations.items()}
     broker_ids = [b for b, u in urls.items() if u is not None]
@@ -172,7 +169,6 @@ async def poll_cluster(controller_url: str, token: str, endpoints: Endpoints) ->
         registrations=registrations,
         placements=health.placements_by_broker(topics),
         log_dirs=dict(zip(broker_ids, answers, strict=True)),
-        fetched_at=started,
     )
 
 

@@ -14,6 +14,7 @@ from disk, leaves every latest record and nothing a model does not hold.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -27,6 +28,7 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from jbod_agent.storage.log_cleaner import (
+    CleanerStoppedError,
     CleanJob,
     CleanResult,
     Throttle,
@@ -38,6 +40,7 @@ from jbod_agent.storage.partition_log import PartitionLog
 from jbod_core.compaction import CompactionSettings
 from jbod_kafka import record_batch
 from jbod_kafka.record_batch import Compression
+from tests.agent.runtime_support import FakeClock
 
 NOW = 1_700_000_000_000
 KEEP_TOMBSTONES = CompactionSettings(delete_retention_ms=2**62, min_cleanable_dirty_ratio=0.0)
@@ -135,6 +138,52 @@ def expected_after(model: Model, dirty_end: int) -> list[tuple[int, bytes | None
     """The model compacted below `dirty_end` (tombstones kept), untouched above it."""
     latest = {key: offset for offset, key, _ in model if offset < dirty_end}
     return [(o, k, v) for o, k, v in model if o >= dirty_end or latest[k] == o]
+
+
+class _StopOnClock(threading.Event):
+    """A throttle's stop signal whose waits pass on a fake clock (and are recorded) instead of real time."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        self.clock.advance(timeout)
+        return self.is_set()
+
+
+def test_the_throttle_keeps_the_rate_on_its_clock() -> None:
+    clock = FakeClock(start=100.0)
+    stop = _StopOnClock(clock)
+    throttle = Throttle(1000, stop, monotonic=clock.monotonic)
+    throttle.spend(500)  # half a second's worth at once: waits for it
+    throttle.spend(500)
+    assert stop.waits == [0.5, 0.5]
+    throttle.spend(5)  # 5 ms ahead: not worth a wait
+    assert stop.waits == [0.5, 0.5]
+    clock.advance(5.0)  # idle for 5 s: the next second's worth passes, and the throttle starts over
+    throttle.spend(1000)
+    assert stop.waits == [0.5, 0.5]
+    throttle.spend(1000)  # no credit for the idle past: waits as from a standing start
+    assert stop.waits == [0.5, 0.5, 1.0]
+    stop.set()
+    with pytest.raises(CleanerStoppedError):
+        throttle.spend(1)
+
+
+def test_a_cleaning_is_timed_on_its_throttle_clock(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append_random(log, random.Random(7), [], batches=200, keys=5)
+    log.high_watermark = log.end_offset
+    ticks = itertools.count()  # each reading of the clock one second after the one before
+    throttle = Throttle(None, threading.Event(), monotonic=lambda: float(next(ticks)))
+    result = clean(job_of(log), map_budget_bytes=1 << 20, throttle=throttle)
+    assert result is not None
+    assert (result.map_seconds, result.write_seconds) == (1.0, 1.0)
+    log.close()
 
 
 def test_random_workloads_keep_the_latest_record_of_each_key(tmp_path: Path) -> None:

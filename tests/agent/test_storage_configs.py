@@ -3,26 +3,30 @@
 `index.interval.bytes` spaces the index entries written from then on, `segment.jitter.ms` rolls
 some segments earlier than `segment.ms`, `preallocate` reserves a new segment's blocks without
 changing its size (recovery reads it as before), `file.delete.delay.ms` keeps a deleted segment as
-`.deleted` until its delay passed (and reopening removes leftovers), `flush.messages` says when a
-forced flush is due."""
+`.deleted` until its delay passed on the log's clock (and reopening removes leftovers),
+`flush.messages` says when a forced flush is due."""
 
 from __future__ import annotations
 
 import os
 import random
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from e2e.wait import wait_for
 from jbod_agent.storage.partition_log import PartitionLog
 from jbod_kafka import record_batch
+from tests.agent.runtime_support import FakeClock
 from tests.agent.support import append_records
 
 NEVER = 2**63 - 1
 
 
-def open_log(path: Path, **configs: int | bool) -> PartitionLog:
+def open_log(
+    path: Path, *, monotonic: Callable[[], float] = time.monotonic, **configs: int | bool
+) -> PartitionLog:
     path.mkdir(exist_ok=True)
-    log = PartitionLog.open(path, segment_bytes=1 << 20, index_interval_bytes=0)
+    log = PartitionLog.open(path, segment_bytes=1 << 20, index_interval_bytes=0, monotonic=monotonic)
     settings: dict[str, int | bool] = {
         "index_interval_bytes": 0,
         "segment_index_bytes": 10485760,
@@ -106,7 +110,10 @@ def test_preallocate_reserves_blocks_and_keeps_the_size(tmp_path: Path) -> None:
 
 
 def test_a_deleted_segment_waits_for_its_delay(tmp_path: Path) -> None:
-    log = open_log(tmp_path / "t-0", segment_index_bytes=8, file_delete_delay_ms=200)
+    clock = FakeClock()
+    log = open_log(
+        tmp_path / "t-0", monotonic=clock.monotonic, segment_index_bytes=8, file_delete_delay_ms=2000
+    )
     for _ in range(3):
         append_records(log, [(b"k", b"v")], leader_epoch=0)
     log.high_watermark = log.end_offset
@@ -119,7 +126,10 @@ def test_a_deleted_segment_waits_for_its_delay(tmp_path: Path) -> None:
         "00000000000000000001.log.deleted",
     ]
     assert log.purge_deleted() == 0  # not yet
-    wait_for(lambda: log.purge_deleted() == 4, timeout=10, what="the delay passed")
+    clock.advance(1.5)
+    assert log.purge_deleted() == 0  # still not
+    clock.advance(0.5)
+    assert log.purge_deleted() == 4
     assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith(".deleted")]
     log.close()
 

@@ -10,10 +10,11 @@ with a known directory id; nothing is decided about fencing while the controller
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
-from jbod_operator import health, model, names
+from jbod_operator import broker_status, health, model, names
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 DIR0, DIR1 = "AAAAAAAAAAAAAAAAAAAAZA", "AAAAAAAAAAAAAAAAAAAAZQ"
@@ -82,18 +83,23 @@ def observe(**overrides: Any) -> health.Observation:
         "registration": {"brokerId": 0, "fenced": False, "brokerEpoch": 7, "unassignedReplicas": 0},
         "placements": {DIR0: health.DirPlacements(4, 2), DIR1: health.DirPlacements(3, 1)},
         "log_dirs": [log_dir("d0", DIR0), log_dir("d1", DIR1)],
-        "previous": {},
+        "previous": broker_status.BrokerStatus(),
         "now": NOW,
     }
     base.update(overrides)
     return health.Observation(**base)
 
 
+def wire(decision: health.Decision) -> dict[str, Any]:
+    """The status as the operator writes it."""
+    return decision.status.as_status()
+
+
 def states(decision: health.Decision) -> dict[str, str]:
-    return {d["name"]: d["state"] for d in decision.status["logDirs"]}
+    return {d["name"]: d["state"] for d in wire(decision)["logDirs"]}
 
 
-def previous_of(decision: health.Decision) -> dict[str, Any]:
+def previous_of(decision: health.Decision) -> broker_status.BrokerStatus:
     return decision.status
 
 
@@ -101,8 +107,8 @@ def test_healthy_broker() -> None:
     decision = health.decide(observe())
     assert states(decision) == {"d0": "Online", "d1": "Online"}
     assert decision.unfenced is True
-    assert decision.status["phase"] == "Running"
-    d0 = decision.status["logDirs"][0]
+    assert wire(decision)["phase"] == "Running"
+    d0 = wire(decision)["logDirs"][0]
     assert (d0["directoryId"], d0["replicas"], d0["leaders"], d0["attached"]) == (DIR0, 4, 2, True)
     assert decision.replace == () and decision.delete_claims == () and decision.restart_pod is None
     assert decision.directory_ids == {"c-0-d0-g0": DIR0, "c-0-d1-g0": DIR1}
@@ -111,8 +117,8 @@ def test_healthy_broker() -> None:
 def test_fenced_broker_keeps_its_gate_false() -> None:
     decision = health.decide(observe(registration={"brokerId": 0, "fenced": True, "unassignedReplicas": 12}))
     assert decision.unfenced is False
-    assert decision.status["phase"] == "Fenced"
-    assert decision.status["queuedPlacements"] == 12
+    assert wire(decision)["phase"] == "Fenced"
+    assert wire(decision)["queuedPlacements"] == 12
 
 
 def test_unreachable_controller_decides_nothing_about_fencing_or_volumes() -> None:
@@ -142,7 +148,7 @@ def test_each_way_a_volume_goes_away_is_detached() -> None:
         assert states(decision)["d1"] == "Online", why
         [event] = [e for e in decision.events if e.reason == "VolumeDetached"]
         assert event.type == "Warning" and "d0" in event.message, why
-        assert decision.status["phase"] == "Degraded"
+        assert wire(decision)["phase"] == "Degraded"
 
 
 def test_attachment_never_seen_is_not_a_detach() -> None:
@@ -155,7 +161,7 @@ def test_offline_dir_waits_for_leadership_to_move_then_is_replaced() -> None:
     registration = {"brokerId": 0, "fenced": False, "offlineLogDirs": [DIR0]}
     leading = health.decide(observe(log_dirs=offline, registration=registration))
     assert states(leading)["d0"] == "Offline"
-    assert leading.status["logDirs"][0]["lastError"] == "Input/output error"
+    assert wire(leading)["logDirs"][0]["lastError"] == "Input/output error"
     assert leading.replace == ()
     moved = health.decide(
         observe(
@@ -193,7 +199,7 @@ def test_replacement_under_way_restarts_the_pod_instead_of_replacing_again() -> 
     )
     assert decision.replace == ()
     assert decision.restart_pod is not None and "c-0-d0-g1" in decision.restart_pod
-    assert decision.status["phase"] == "Replacing"
+    assert wire(decision)["phase"] == "Replacing"
     choice = health.choose_claims(DISKS, claims, None)["d0"]
     assert (choice.current, choice.newest, choice.next_generation) == ("c-0-d0-g1", "c-0-d0-g1", 2)
 
@@ -229,14 +235,14 @@ def test_removed_disk_is_draining_and_counts_as_online() -> None:
     disks = (DISKS[0], DISKS[1].model_copy(update={"removed": True}))
     decision = health.decide(observe(disks=disks))
     assert states(decision) == {"d0": "Online", "d1": "Draining"}
-    assert decision.status["onlineDirs"] == 2
+    assert wire(decision)["onlineDirs"] == 2
 
 
 def test_since_and_transition_times_hold_while_nothing_changes() -> None:
     first = health.decide(observe())
     later = health.decide(observe(previous=previous_of(first), now=NOW.replace(hour=13)))
-    assert later.status["logDirs"][0]["since"] == first.status["logDirs"][0]["since"]
-    assert later.status["conditions"] == first.status["conditions"]
+    assert wire(later)["logDirs"][0]["since"] == wire(first)["logDirs"][0]["since"]
+    assert wire(later)["conditions"] == wire(first)["conditions"]
 
 
 def test_placements_by_broker_counts_replicas_and_leaders_per_dir() -> None:
@@ -278,7 +284,7 @@ def test_a_stale_view_of_the_replaced_volume_never_triggers_another_replacement(
 
 def test_a_recreated_pod_without_attachments_yet_is_not_detached() -> None:
     first = health.decide(observe())
-    assert first.status["podUid"] == "uid-1"
+    assert wire(first)["podUid"] == "uid-1"
     recreated = observe(
         previous=previous_of(first),
         pod=pod({"d0": "c-0-d0-g0", "d1": "c-0-d1-g0"}, uid="uid-2"),
@@ -290,7 +296,7 @@ def test_a_recreated_pod_without_attachments_yet_is_not_detached() -> None:
 def test_a_dir_the_controller_lists_cordoned_is_shown_cordoned_and_stays_online() -> None:
     registration = {"brokerId": 0, "fenced": False, "offlineLogDirs": [], "cordonedLogDirs": [DIR1]}
     decision = health.decide(observe(registration=registration))
-    by_name = {d["name"]: d for d in decision.status["logDirs"]}
+    by_name = {d["name"]: d for d in wire(decision)["logDirs"]}
     assert by_name["d1"]["cordoned"] is True and by_name["d1"]["state"] == "Online"
     assert "cordoned" not in by_name["d0"]
     assert decision.replace == ()
@@ -303,7 +309,7 @@ def test_a_dir_cordoned_for_its_space_or_slow_is_shown_so_with_an_event_each_way
     filling = {**log_dir("d0", DIR0), "spaceCordoned": True, "usedRatio": 0.96, "secondsToFull": 5400.0}
     slow = {**log_dir("d1", DIR1), "slow": True, "latencyMs": 812.0}
     first = health.decide(observe(log_dirs=[filling, slow]))
-    by_name = {d["name"]: d for d in first.status["logDirs"]}
+    by_name = {d["name"]: d for d in wire(first)["logDirs"]}
     assert by_name["d0"]["spaceCordoned"] is True and by_name["d0"]["usedRatio"] == 0.96
     assert by_name["d0"]["secondsToFull"] == 5400.0 and by_name["d0"]["state"] == "Online"
     assert by_name["d1"]["slow"] is True and by_name["d1"]["latencyMs"] == 812.0
@@ -323,4 +329,136 @@ def test_a_dir_cordoned_for_its_space_or_slow_is_shown_so_with_an_event_each_way
     listed = health.decide(
         observe(registration={"brokerId": 0, "fenced": False, "offlineLogDirs": [], "slowLogDirs": [DIR0]})
     )
-    assert {d["name"]: d.get("slow") for d in listed.status["logDirs"]} == {"d0": True, "d1": None}
+    assert {d["name"]: d.get("slow") for d in wire(listed)["logDirs"]} == {"d0": True, "d1": None}
+
+
+# The status of `test_the_status_keeps_its_wire_shape`'s observation as the operator wrote it before
+# its status became typed (dict by dict), with what the broker's reconcile adds (`notGrowable`,
+# `observedGeneration`): the CRD's schema, `kubectl` and the kind tests read this shape.
+WRITTEN: dict[str, Any] = {
+    "phase": "Degraded",
+    "logDirs": [
+        {
+            "name": "d0",
+            "mountPath": "/var/lib/jbod/disks/d0",
+            "state": "Online",
+            "since": "2026-11-22T12:00:00Z",
+            "attached": True,
+            "pvc": "c-0-d0-g0",
+            "pv": "pv-d0-0",
+            "directoryId": DIR0,
+            "usableBytes": 10,
+            "totalBytes": 20,
+            "replicas": 4,
+            "leaders": 2,
+            "cordoned": True,
+            "spaceCordoned": True,
+            "usedRatio": 0.96,
+            "secondsToFull": 5400.0,
+            "latencyMs": 3.5,
+            "notGrowable": "disk d0 has no maxSize",
+        },
+        {
+            "name": "d1",
+            "mountPath": "/var/lib/jbod/disks/d1",
+            "state": "Offline",
+            "since": "2026-11-22T12:00:00Z",
+            "attached": False,
+            "pvc": "c-0-d1-g0",
+            "pv": "pv-d1-0",
+            "directoryId": DIR1,
+            "usableBytes": 10,
+            "totalBytes": 20,
+            "replicas": 3,
+            "leaders": 1,
+            "lastError": "Input/output error",
+            "slow": True,
+            "usedRatio": 1,
+            "latencyMs": 812.0,
+        },
+    ],
+    "onlineDirs": 1,
+    "offlineDirs": 1,
+    "podName": "c-broker-0",
+    "podUid": "uid-1",
+    "fenced": False,
+    "brokerEpoch": 7,
+    "queuedPlacements": 2,
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "BrokerReady",
+            "message": "the pod is Ready: the broker runs and the controller has unfenced it",
+            "lastTransitionTime": "2026-11-22T12:00:00Z",
+        },
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "Degraded",
+            "message": "the broker is Degraded",
+            "lastTransitionTime": "2026-11-22T12:00:00Z",
+        },
+        {
+            "type": "Degraded",
+            "status": "True",
+            "reason": "LogDirsUnavailable",
+            "message": "d1 is Offline",
+            "lastTransitionTime": "2026-11-22T12:00:00Z",
+        },
+    ],
+    "observedGeneration": 3,
+}
+
+
+def test_the_status_keeps_its_wire_shape() -> None:
+    """The typed status is written key for key, in the same order, as the dicts were: a field
+    left out when unknown, a flag only when true, a number in the type the broker reported."""
+    filling = {**log_dir("d0", DIR0), "spaceCordoned": True, "usedRatio": 0.96, "secondsToFull": 5400.0}
+    offline = {**log_dir("d1", DIR1, "offline", "Input/output error"), "slow": True, "usedRatio": 1}
+    decision = health.decide(
+        observe(
+            log_dirs=[{**filling, "latencyMs": 3.5}, {**offline, "latencyMs": 812.0}],
+            attachments={"pv-d0-0": [attachment("pv-d0-0")]},
+            registration={
+                "brokerId": 0,
+                "fenced": False,
+                "brokerEpoch": 7,
+                "unassignedReplicas": 2,
+                "offlineLogDirs": [DIR1],
+                "cordonedLogDirs": [DIR0],
+            },
+        )
+    )
+    written = {
+        **decision.status.with_not_growable({"d0": "disk d0 has no maxSize"}).as_status(),
+        "observedGeneration": 3,
+    }
+    assert json.dumps(written) == json.dumps(WRITTEN)
+
+
+def test_a_written_status_reads_back_whole() -> None:
+    """The previous status is parsed once (`BrokerStatus.from_status`) and gives back the same
+    dict, in the same order, as was written; keys the model does not know are ignored."""
+    parsed = broker_status.BrokerStatus.from_status({**WRITTEN, "unknownKey": {"x": 1}})
+    assert json.dumps(parsed.as_status()) == json.dumps(WRITTEN)
+    d0 = WRITTEN["logDirs"][0]
+    classes = {
+        "volumeAttributesClass": "slow",
+        "targetVolumeAttributesClass": "fast",
+        "modifyVolumeStatus": "NotStarted",
+    }
+    with_classes = {
+        **WRITTEN,
+        "logDirs": [{**{k: v for k, v in d0.items() if k != "notGrowable"}, **classes}],
+    }
+    assert json.dumps(broker_status.BrokerStatus.from_status(with_classes).as_status()) == json.dumps(
+        with_classes
+    )
+    d1 = parsed.log_dir("d1")
+    assert d1 is not None and (d1.state, d1.last_error, d1.used_ratio) == ("Offline", "Input/output error", 1)
+    assert isinstance(d1.used_ratio, int) and parsed.fenced is False
+    later = health.decide(observe(previous=parsed, now=NOW.replace(hour=13)))
+    assert wire(later)["logDirs"][0]["since"] == "2026-11-22T12:00:00Z"  # still Online since then
+    assert wire(later)["logDirs"][1]["since"] == "2026-11-22T13:00:00Z"  # Online again now
+    assert "LogDirOnline" in {e.reason for e in later.events}

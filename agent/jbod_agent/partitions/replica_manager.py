@@ -250,6 +250,7 @@ class ReplicaManager:
             segment_bytes=settings[topic_configs.SEGMENT_BYTES],
             retention_bytes=settings[topic_configs.RETENTION_BYTES],
             retention_ms=settings[topic_configs.RETENTION_MS],
+            monotonic=self.clock.monotonic,
         )
 
     def sync(self, keys: Iterable[PartitionKey]) -> None:

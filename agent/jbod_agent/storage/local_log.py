@@ -29,8 +29,8 @@ Guarantees:
   index is full rolls), `index.interval.bytes` (from the next entry), `preallocate` (a new
   segment's blocks reserved without changing its size, so recovery reads it as before) and
   `file.delete.delay.ms` (`delete_delay_ms`: a segment deleted by retention or DeleteRecords is
-  renamed `.deleted` and removed by `purge_deleted` or `close` once the delay passed; recovery
-  removes leftovers).
+  renamed `.deleted` and removed by `purge_deleted` or `close` once the delay passed on the
+  `monotonic` clock given to `recover`, the agent's; recovery removes leftovers).
 * A compacted log stays contiguous: a cleaned segment (`swap_cleaned`, written by
   `log_cleaner`) covers exactly the offsets of the segments it replaces, and the swap is
   crash-safe (a kill -9 at any moment leaves either the old segments or the cleaned one).
@@ -206,9 +206,16 @@ class LocalLog:
     """The segments of one replica dir (see the module docstring); build it with `LocalLog.recover`."""
 
     def __init__(
-        self, path: Path, segments: list[Segment], *, segment_bytes: int, index_interval_bytes: int
+        self,
+        path: Path,
+        segments: list[Segment],
+        *,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._path = path
+        self._monotonic = monotonic  # the agent's clock (`Clock.monotonic`): the delete delay
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
         self._segment_bytes = segment_bytes
@@ -247,9 +254,17 @@ class LocalLog:
     # -- recovery ------------------------------------------------------------------------------
 
     @classmethod
-    def recover(cls, path: Path, *, segment_bytes: int, index_interval_bytes: int) -> tuple[LocalLog, int]:
+    def recover(
+        cls,
+        path: Path,
+        *,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> tuple[LocalLog, int]:
         """Recover the segments in the replica dir `path` (see the module docstring); returns the
-        log and the largest leader epoch of a batch in it (-1: none), for the epoch cache."""
+        log and the largest leader epoch of a batch in it (-1: none), for the epoch cache.
+        `monotonic` times the delete delay (the agent passes its clock's)."""
         if not 1 <= segment_bytes <= MAX_SEGMENT_BYTES:
             raise ValueError(f"segment_bytes must be in [1, {MAX_SEGMENT_BYTES}], got {segment_bytes}")
         if index_interval_bytes < 0:
@@ -272,7 +287,11 @@ class LocalLog:
                 )
             segments.append(segment)
         local_log = cls(
-            path, segments, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
+            path,
+            segments,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            monotonic=monotonic,
         )
         persisted = _read_log_start(path)
         if persisted is not None:
@@ -858,12 +877,12 @@ class LocalLog:
     def _delete_later(self, segment: Segment) -> None:
         """Rename a deleted segment's files `.deleted`, removed by `purge_deleted` once
         `delete_delay_ms` passed."""
-        due = time.monotonic() + self.delete_delay_ms / 1000
+        due = self._monotonic() + self.delete_delay_ms / 1000
         self._deleted.extend((due, path) for path in self._rename_deleted(segment))
 
     def purge_deleted(self) -> int:
         """Remove the `.deleted` files whose delay passed; how many were removed."""
-        now = time.monotonic()
+        now = self._monotonic()
         due = [path for when, path in self._deleted if when <= now]
         if not due:
             return 0

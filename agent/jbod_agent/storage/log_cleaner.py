@@ -50,7 +50,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -77,12 +77,20 @@ class CleanerStoppedError(Exception):
 
 class Throttle:
     """At most `bytes_per_second` on average over the cleaner's reads and writes (None: no limit);
-    waits on `stop` so that a stop is prompt."""
+    waits on `stop` so that a stop is prompt. `monotonic` is the clock the rate is kept on (in a
+    cleaner process, where the agent's clock does not reach, the system's)."""
 
-    def __init__(self, bytes_per_second: float | None, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        bytes_per_second: float | None,
+        stop: threading.Event,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.bytes_per_second = bytes_per_second
+        self.monotonic = monotonic
         self._stop = stop
-        self._started = time.monotonic()
+        self._started = monotonic()
         self._spent = 0
 
     def spend(self, count: int) -> None:
@@ -92,11 +100,11 @@ class Throttle:
         if rate is None or rate <= 0:
             return
         self._spent += count
-        ahead = self._spent / rate - (time.monotonic() - self._started)
+        ahead = self._spent / rate - (self.monotonic() - self._started)
         if ahead > 0.01 and self._stop.wait(ahead):
             raise CleanerStoppedError
         if ahead < -1.0:  # idle for a while: no credit for the past
-            self._started, self._spent = time.monotonic(), 0
+            self._started, self._spent = self.monotonic(), 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,18 +259,18 @@ def members_of(job: CleanJob, bases: Sequence[int]) -> tuple[Segment, ...]:
 def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanResult | None:
     """Clean the log of `job` (see the module docstring); None when it needs no cleaning. May
     run in another process: the result names the segments each cleaned one replaces by their
-    base offsets (`members_of`)."""
+    base offsets (`members_of`). Its timings are taken on the throttle's clock."""
     found = plan(job)
     if not found.needed:
         return None
     result = CleanResult(dirty_ratio=found.state.dirty_ratio)
-    started, cpu_started = time.monotonic(), time.process_time()
+    started, cpu_started = throttle.monotonic(), time.process_time()
     aborted = AbortedRanges.of(job.aborted)
     latest, result.dirty_end, producers_seen = _map_dirty(
         job, found.infos, found.first_dirty, found.uncleanable, map_budget_bytes, throttle, result, aborted
     )
     key_map = KeyMap.of(latest, found.first_dirty, result.dirty_end)
-    mapped = time.monotonic()
+    mapped = throttle.monotonic()
     result.map_seconds = mapped - started
     last_of_producer = _last_batches(job.segments, found.sizes, producers_seen)
     cleanable = [
@@ -281,7 +289,7 @@ def clean(job: CleanJob, *, map_budget_bytes: int, throttle: Throttle) -> CleanR
         )
         if cleaned is not None:
             result.groups.append((bases, cleaned))
-    result.write_seconds = time.monotonic() - mapped
+    result.write_seconds = throttle.monotonic() - mapped
     result.cpu_seconds = time.process_time() - cpu_started
     return result
 

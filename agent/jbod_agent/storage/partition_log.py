@@ -59,7 +59,8 @@ import asyncio
 import bisect
 import os
 import re
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -123,7 +124,7 @@ class PartitionLog:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(
+    def open(  # noqa: PLR0913  the replica dir, its four segment and retention settings, the clock
         cls,
         path: Path,
         *,
@@ -131,10 +132,12 @@ class PartitionLog:
         index_interval_bytes: int = 4096,
         retention_bytes: int = -1,
         retention_ms: int = -1,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> PartitionLog:
-        """Recover the log in the replica dir `path` (see the module docstring)."""
+        """Recover the log in the replica dir `path` (see the module docstring); `monotonic`: the
+        agent's clock (`Clock.monotonic`), which times the local log's delete delay."""
         local, last_batch_epoch = LocalLog.recover(
-            path, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes
+            path, segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes, monotonic=monotonic
         )
         epochs, rebuilt = epoch_cache.LeaderEpochCache.load(
             local.path, last_batch_epoch=last_batch_epoch, batch_epochs=local.batch_epochs
