@@ -39,7 +39,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jbod_operator import broker_status, model, names
+from jbod_operator import broker_status, model, names, volume_attributes
 
 _GENERATION: Final = re.compile(r"-g([0-9]+)$")
 TROUBLED: Final = frozenset({"Offline", "Detached"})
@@ -536,10 +536,11 @@ def _log_dir_status(
     """The disk's entry of `status.logDirs`. Its space and speed are as its broker reports them
     (issue 35): cordoned for its space, the used fraction, the time until full, slow (or listed
     slow by the controller), the median write-and-fsync latency; each only when known (and the
-    flags only when true)."""
+    flags only when true). Its claim's VolumeAttributesClass: `volume_attributes.status_of`."""
     state, error = state_and_error
     report, before, directory_id = facts.report, facts.before, facts.directory_id
     replicas, leaders = _placement_counts(obs, directory_id)
+    attributes = volume_attributes.status_of(facts.claim)
     return broker_status.LogDirStatus(
         name=facts.disk.name,
         mount_path=names.disk_mount(facts.disk.name),
@@ -561,6 +562,9 @@ def _log_dir_status(
         used_ratio=report.used_ratio,
         seconds_to_full=report.seconds_to_full,
         latency_ms=report.latency_ms,
+        volume_attributes_class=attributes.current,
+        target_volume_attributes_class=attributes.target,
+        modify_volume_status=attributes.modify,
     )
 
 

@@ -462,3 +462,21 @@ def test_a_written_status_reads_back_whole() -> None:
     assert wire(later)["logDirs"][0]["since"] == "2026-11-22T12:00:00Z"  # still Online since then
     assert wire(later)["logDirs"][1]["since"] == "2026-11-22T13:00:00Z"  # Online again now
     assert "LogDirOnline" in {e.reason for e in later.events}
+
+
+def test_a_log_dir_shows_its_claims_volume_attributes_class() -> None:
+    """The class a disk's claim asks for and how its change goes (`volume_attributes`), in the
+    log dir's status entry; a claim without one shows none of the three keys."""
+    asked = claim("d0", 0)
+    asked["spec"]["volumeAttributesClassName"] = "fast"
+    in_effect = claim("d1", 0)
+    in_effect["spec"]["volumeAttributesClassName"] = "gold"
+    in_effect["status"]["currentVolumeAttributesClassName"] = "gold"
+    entries = {d["name"]: d for d in wire(health.decide(observe(claims=[asked, in_effect])))["logDirs"]}
+    assert entries["d0"]["targetVolumeAttributesClass"] == "fast"
+    assert entries["d0"]["modifyVolumeStatus"] == "NotStarted"
+    assert "volumeAttributesClass" not in entries["d0"]
+    assert entries["d1"]["volumeAttributesClass"] == "gold"
+    assert "targetVolumeAttributesClass" not in entries["d1"]
+    plain = wire(health.decide(observe()))["logDirs"][0]
+    assert not {"volumeAttributesClass", "targetVolumeAttributesClass", "modifyVolumeStatus"} & set(plain)
