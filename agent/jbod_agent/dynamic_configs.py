@@ -122,18 +122,18 @@ def cordon_threshold(config: BrokerConfig, image: ClusterImage) -> float:
 
 def slow_threshold_s(config: BrokerConfig, image: ClusterImage) -> float:
     """`log.dir.slow.threshold.ms` now, in seconds (0: detection off)."""
-    return broker_configs.slow_threshold_ms(levels(config, image)) / 1000
+    return broker_configs.disk_millis(levels(config, image), broker_configs.LOG_DIR_SLOW_THRESHOLD_MS) / 1000
 
 
 def stall_offline_s(config: BrokerConfig, image: ClusterImage) -> float | None:
     """`log.dir.stall.offline.ms` now, in seconds (None: a stall alone never takes a dir offline)."""
-    ms = broker_configs.stall_offline_ms(levels(config, image))
+    ms = broker_configs.disk_millis(levels(config, image), broker_configs.LOG_DIR_STALL_OFFLINE_MS)
     return None if ms < 0 else ms / 1000
 
 
 def stall_timeout_s(config: BrokerConfig, image: ClusterImage) -> float:
     """`log.dir.stall.timeout.ms` now, in seconds (0: detection off)."""
-    return broker_configs.stall_timeout_ms(levels(config, image)) / 1000
+    return broker_configs.disk_millis(levels(config, image), broker_configs.LOG_DIR_STALL_TIMEOUT_MS) / 1000
 
 
 def cordoned_dir_ids(state: AgentState) -> list[Uuid]:

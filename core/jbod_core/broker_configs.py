@@ -597,22 +597,19 @@ def cordon_threshold(levels: BrokerLevels) -> float:
     return disk_space.DEFAULT_THRESHOLD if found is None else float(found)
 
 
-def slow_threshold_ms(levels: BrokerLevels) -> int:
-    """`log.dir.slow.threshold.ms` as the broker uses it: its first usable level, else the default."""
-    found = _first_number(LOG_DIR_SLOW_THRESHOLD_MS, levels)
-    return disk_latency.DEFAULT_THRESHOLD_MS if found is None else int(found)
+def disk_millis(levels: BrokerLevels, name: str) -> int:
+    """One of the disk-health millisecond keys (`log.dir.slow.threshold.ms`,
+    `log.dir.stall.timeout.ms`, `log.dir.stall.offline.ms`) as the broker uses it: its first
+    usable level, else its default."""
+    found = _first_number(name, levels)
+    return _DISK_MILLIS_DEFAULTS[name] if found is None else int(found)
 
 
-def stall_offline_ms(levels: BrokerLevels) -> int:
-    """`log.dir.stall.offline.ms` as the broker uses it: its first usable level, else the default."""
-    found = _first_number(LOG_DIR_STALL_OFFLINE_MS, levels)
-    return disk_stall.DEFAULT_OFFLINE_MS if found is None else int(found)
-
-
-def stall_timeout_ms(levels: BrokerLevels) -> int:
-    """`log.dir.stall.timeout.ms` as the broker uses it: its first usable level, else the default."""
-    found = _first_number(LOG_DIR_STALL_TIMEOUT_MS, levels)
-    return disk_stall.DEFAULT_TIMEOUT_MS if found is None else int(found)
+_DISK_MILLIS_DEFAULTS: Final[Mapping[str, int]] = {
+    LOG_DIR_SLOW_THRESHOLD_MS: disk_latency.DEFAULT_THRESHOLD_MS,
+    LOG_DIR_STALL_TIMEOUT_MS: disk_stall.DEFAULT_TIMEOUT_MS,
+    LOG_DIR_STALL_OFFLINE_MS: disk_stall.DEFAULT_OFFLINE_MS,
+}
 
 
 def cordoned_paths(configs: Mapping[str, str]) -> tuple[str, ...]:
