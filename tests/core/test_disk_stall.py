@@ -79,3 +79,11 @@ def test_the_next_check_is_the_moment_the_timeout_passes() -> None:
     assert disk_stall.next_check(in_flight, now=10.5, timeout_s=T) == 10.5
     assert disk_stall.next_check(Pulse(answered_at=10.0), now=10.06, timeout_s=T) is None
     assert disk_stall.next_check(in_flight, now=10.06, timeout_s=0) is None
+
+
+def test_a_stalled_path_is_still_hung_until_a_pulse_answers_after_the_stall() -> None:
+    hung = Pulse(in_flight_since=10.05, answered_at=10.0)
+    assert disk_stall.still_hung(hung, stalled_at=10.1)
+    assert disk_stall.still_hung(Pulse(in_flight_since=1.0), stalled_at=1.1)
+    came_back = disk_stall.answered(hung, started=10.05, now=10.4, timeout_s=T)
+    assert not disk_stall.still_hung(came_back, stalled_at=10.1)
