@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import httpx
@@ -65,6 +66,15 @@ def _copied(cluster: Cluster, directory: str) -> int:
     )
 
 
+def _moved_bytes(cluster: Cluster) -> dict[tuple[str, str], float]:
+    """`jbod_log_dir_moved_bytes_total` of broker 1: (directory id, direction) → bytes."""
+    text = httpx.get(cluster.brokers[1].url + "/metrics", timeout=10).text
+    found = re.findall(
+        r'jbod_log_dir_moved_bytes_total\{direction="(in|out)",directory_id="([^"]+)"\} (\S+)', text
+    )
+    return {(directory, direction): float(value) for direction, directory, value in found}
+
+
 def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Cluster) -> None:
     source, other, values = _setup(cluster)
     slow = {"topic": "t", "partition": 0, "directoryId": other, "maxBytesPerSecond": 100_000}
@@ -83,6 +93,10 @@ def test_move_switches_only_after_the_copy_and_keeps_every_record(cluster: Clust
     wait_for(lambda: _where(cluster) == {source: [], other: [False]}, timeout=30, what="the move to finish")
     assert _assigned(cluster) == other
     assert [v for _, v in fetch_all(cluster, 1, "t", 0)] == values + extra
+    # The mover's traffic per dir: everything it copied left the source and entered the other dir.
+    moved = _moved_bytes(cluster)
+    assert moved[(source, "out")] == moved[(other, "in")] >= sum(map(len, values + extra)), moved
+    assert (source, "in") not in moved and (other, "out") not in moved, moved
     # The old copy is gone from the source volume; the broker restarts cleanly on the new layout.
     source_path = next(d["path"] for d in cluster.log_dirs(1) if d["directoryId"] == source)
     wait_for(lambda: not [n for n in os.listdir(source_path) if n.startswith("t-0")], what="old copy deleted")

@@ -173,6 +173,7 @@ class _AgentCollector(Collector):
         yield client_throttle
         yield from _cleaner_metrics(agent)
         yield from _block_device_metrics(agent)
+        yield _mover_metric(agent)
 
 
 def _log_dir_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -296,6 +297,21 @@ def _cleaner_metrics(agent: Agent) -> Iterator[GaugeMetricFamily | CounterMetric
             last.add_metric(label, cleaner.last_run_ms / 1000)
         dirty.add_metric(label, cleaner.max_dirty_ratio)
     yield from (state, failed, read, written, removed, freed, last, dirty)
+
+
+def _mover_metric(agent: Agent) -> CounterMetricFamily:
+    """The bytes replica moves between this broker's dirs copied, out of and into each dir."""
+    moved = CounterMetricFamily(
+        "jbod_log_dir_moved_bytes",
+        "Bytes replica moves between the broker's dirs (AlterReplicaLogDirs, drains) copied out of "
+        "(direction out) or into (in) the dir since the broker started",
+        labels=["directory_id", "direction"],
+    )
+    mover = agent.mover
+    for direction, counts in (("out", mover.copied_out), ("in", mover.copied_in)):
+        for directory, copied in sorted(counts.items()):
+            moved.add_metric([str(directory), direction], copied)
+    return moved
 
 
 def _block_device_metrics(agent: Agent) -> Iterator[CounterMetricFamily]:

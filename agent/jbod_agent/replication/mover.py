@@ -147,6 +147,9 @@ class Mover:
         self.failures = failures
         self.clock = clock
         self.moves: dict[PartitionKey, Move] = {}
+        # Bytes the moves copied since start, by dir: out of each source, into each destination.
+        self.copied_out: dict[Uuid, int] = {}
+        self.copied_in: dict[Uuid, int] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
     def _in_background(self, work: Any) -> None:
@@ -303,7 +306,9 @@ class Mover:
                 if future.end_offset < source.end_offset:
                     if move.configured_rate:
                         move.rate = self._configured_rate()
-                    await _copy_chunk(move, source, future, self.clock)
+                    copied = await _copy_chunk(move, source, future, self.clock)
+                    self.copied_out[move.source] = self.copied_out.get(move.source, 0) + copied
+                    self.copied_in[move.destination] = self.copied_in.get(move.destination, 0) + copied
                     continue
                 if move.state is MoveState.COPYING:
                     move.state = MoveState.QUEUED
@@ -406,8 +411,9 @@ def _follow_truncation(move: Move, source: PartitionLog) -> None:
         future.truncate_to(offset)
 
 
-async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog, clock: Clock) -> None:
-    """Copy the next chunk of the current replica into the future one, keeping to the move's rate."""
+async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog, clock: Clock) -> int:
+    """Copy the next chunk of the current replica into the future one, keeping to the move's rate;
+    the bytes copied."""
     chunk = _CHUNK if move.rate <= 0 else max(4096, min(_CHUNK, move.rate // 10))
     data = source.read(future.end_offset, chunk)
     started = clock.monotonic()
@@ -417,6 +423,7 @@ async def _copy_chunk(move: Move, source: PartitionLog, future: PartitionLog, cl
         pause = len(data) / move.rate - (clock.monotonic() - started)
         if pause > 0:
             await clock.sleep(pause)
+    return len(data)
 
 
 class _MoveRefusedError(Exception):
