@@ -239,10 +239,10 @@ _UNLISTED: Final[Mapping[str, tuple[KafkaType, str, str]]] = {
     LOG_DIR_STALL_TIMEOUT_MS: (
         "long",
         str(disk_stall.DEFAULT_TIMEOUT_MS),
-        "Not a Kafka config (this project's extension): how long a log dir may leave its pulse (a "
-        "4 KiB write, every half of this) unanswered while the broker's other dirs answer "
-        "theirs before the broker reports it slow at once (its leaderships move away); offline is "
-        "still for log.dir.probe.timeout.ms; 0 turns it off.",
+        "Not a Kafka config (this project's extension): how long a log dir may answer nothing, its "
+        "pulse (a 4 KiB write, every half of this) in flight for at least half of it, while the "
+        "broker's other dirs answer theirs, before the broker reports it slow at once (its "
+        "leaderships move away); offline is still for log.dir.probe.timeout.ms; 0 turns it off.",
     ),
     LOG_DIR_STALL_OFFLINE_MS: (
         "long",

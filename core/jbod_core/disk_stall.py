@@ -9,9 +9,10 @@ Guarantees:
   in flight started (None while none is), when a pulse last answered, the start of that answered
   pulse, and since when every pulse has answered within half the timeout (None after a slower
   one, or while one is in flight longer than that).
-* `stalls`: a path stalls once its pulse in flight is unanswered and the path has answered
-  nothing for `timeout_s`, **while another path of the same broker answered a pulse that started
-  after the unanswered one**: evidence that the process runs and other disks answer. A process
+* `stalls`: a path stalls once its pulse in flight has waited half of `timeout_s` and the path
+  has answered nothing for `timeout_s` (a disk that stops answering is found within `timeout_s`:
+  the next pulse starts at most half of it after the last answer), **while another path of the
+  same broker answered a pulse that started after the unanswered one**: evidence that the process runs and other disks answer. A process
   that was frozen or starved of CPU, or a machine whose every disk is slow at once, is not taken
   for a hung disk; a broker with one path only never finds a stall (the probe timeout still
   takes a hung dir offline). A timeout of 0 turns the detection off.
@@ -29,8 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-#: The default of `log.dir.stall.timeout.ms`.
-DEFAULT_TIMEOUT_MS: Final = 100
+#: The default of `log.dir.stall.timeout.ms` (100 finds a hung disk within 100 ms on hosts whose
+#: threads are never starved that long: docs/decisions.md, "Hung disks found within 100 ms").
+DEFAULT_TIMEOUT_MS: Final = 1000
 #: The default of `log.dir.stall.offline.ms`: a stall alone never takes a dir offline.
 DEFAULT_OFFLINE_MS: Final = -1
 #: How long a stalled path's pulses must answer promptly before it is normal again.
@@ -63,8 +65,8 @@ def stalls(pulse: Pulse, peers: Iterable[Pulse], *, now: float, timeout_s: float
     """Does the path of `pulse` stall now (the module's second guarantee)?"""
     if timeout_s <= 0 or pulse.in_flight_since is None or pulse.answered_at is None:
         return False
-    if now - pulse.answered_at < timeout_s:
-        return False
+    if now - pulse.answered_at < timeout_s or now - pulse.in_flight_since < timeout_s / 2:
+        return False  # not silent long enough, or the pulse thread itself started late
     started = pulse.in_flight_since
     return any(peer.answered_started_at is not None and peer.answered_started_at > started for peer in peers)
 
@@ -88,4 +90,4 @@ def next_check(pulse: Pulse, *, now: float, timeout_s: float) -> float | None:
     flight); a check then finds it the moment its timeout passes."""
     if timeout_s <= 0 or pulse.in_flight_since is None or pulse.answered_at is None:
         return None
-    return max(now, pulse.answered_at + timeout_s)
+    return max(now, pulse.answered_at + timeout_s, pulse.in_flight_since + timeout_s / 2)

@@ -75,7 +75,9 @@ def test_the_pulse_interval_is_half_the_timeout_within_bounds() -> None:
 
 def test_the_next_check_is_the_moment_the_timeout_passes() -> None:
     in_flight = Pulse(in_flight_since=10.05, answered_at=10.0)
-    assert disk_stall.next_check(in_flight, now=10.06, timeout_s=T) == 10.0 + T
+    assert disk_stall.next_check(in_flight, now=10.06, timeout_s=T) == max(10.0 + T, 10.05 + T / 2)
+    late = Pulse(in_flight_since=10.09, answered_at=10.0)
+    assert disk_stall.next_check(late, now=10.1, timeout_s=T) == 10.09 + T / 2
     assert disk_stall.next_check(in_flight, now=10.5, timeout_s=T) == 10.5
     assert disk_stall.next_check(Pulse(answered_at=10.0), now=10.06, timeout_s=T) is None
     assert disk_stall.next_check(in_flight, now=10.06, timeout_s=0) is None
@@ -87,3 +89,12 @@ def test_a_stalled_path_is_still_hung_until_a_pulse_answers_after_the_stall() ->
     assert disk_stall.still_hung(Pulse(in_flight_since=1.0), stalled_at=1.1)
     came_back = disk_stall.answered(hung, started=10.05, now=10.4, timeout_s=T)
     assert not disk_stall.still_hung(came_back, stalled_at=10.1)
+
+
+def test_a_pulse_that_started_late_must_wait_half_the_timeout_itself() -> None:
+    """A pulse thread starved of CPU starts its pulse late: the path's silence is then not the
+    disk's. It stalls only once that pulse itself has waited half the timeout."""
+    late = Pulse(in_flight_since=10.09, answered_at=10.0, answered_started_at=9.999)
+    peers = [healthy(10.1)]
+    assert not disk_stall.stalls(late, peers, now=10.12, timeout_s=T)
+    assert disk_stall.stalls(late, peers, now=10.1401, timeout_s=T)
