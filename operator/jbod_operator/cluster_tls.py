@@ -99,7 +99,7 @@ def ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, owne
 
     def leaves(trust: str) -> list[rotation.Certificate | None]:
         return [
-            *(_leaf(secret, namespace, trust) for secret in wanted),
+            *(leaf(secret, namespace, trust) for secret in wanted),
             *(_user_leaf(user, namespace, trust) for user in _tls_users(cluster, namespace)),
         ]
 
@@ -117,8 +117,8 @@ def ensure_tls(  # noqa: PLR0913  the cluster (body, spec, name, namespace, owne
     authority = certificates.authority(signing.cert_pem, bundled, since)
     trust = certificates.signing_first(signing.cert_pem, bundled)
     for secret, (common_name, dns) in wanted.items():
-        leaf = _leaf(secret, namespace, trust)
-        reason = rotation.leaf_reason(leaf, frozenset(dns), authority, policy, now)
+        current = leaf(secret, namespace, trust)
+        reason = rotation.leaf_reason(current, frozenset(dns), authority, policy, now)
         if reason is None:
             continue
         pair = certificates.issue(signing, common_name, dns, days=tls.validity_days, now=now)
@@ -255,7 +255,9 @@ def _user_leaf(user: str, namespace: str, bundle: str) -> rotation.Certificate |
         return None
 
 
-def _leaf(secret: str, namespace: str, bundle: str) -> rotation.Certificate | None:
+def leaf(secret: str, namespace: str, bundle: str = "") -> rotation.Certificate | None:
+    """The first certificate of a TLS Secret (`tls.crt`), checked against `bundle`; None when the
+    Secret, its certificate or a readable one is missing."""
     data = cluster_access.secret_data(secret, namespace)
     if not data or not data.get(names.TLS_CERT):
         return None

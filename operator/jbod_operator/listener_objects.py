@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jbod_operator import builders, certificates, cluster_access, kube, listeners, model, names, rotation
+from jbod_operator import builders, cluster_access, cluster_tls, kube, listeners, model, names
 
 
 @dataclass(frozen=True)
@@ -115,20 +115,12 @@ def _serving(
     return {
         broker_id: listeners.broker_serves(
             registrations.get(broker_id),
-            _certificate(names.broker_tls(cluster, broker_id), namespace) if with_tls else None,
+            cluster_tls.leaf(names.broker_tls(cluster, broker_id), namespace) if with_tls else None,
             now=now,
             propagation=propagation,
         )
         for broker_id in ids
     }
-
-
-def _certificate(secret: str, namespace: str) -> rotation.Certificate | None:
-    pem = (cluster_access.secret_data(secret, namespace) or {}).get(names.TLS_CERT)
-    try:
-        return certificates.describe(certificates.split(pem)[0]) if pem else None
-    except (certificates.CertificateError, IndexError):
-        return None
 
 
 def _pods_read_nodes(cluster: str, namespace: str, ids: Iterable[int], indexes: Mapping[str, Any]) -> bool:

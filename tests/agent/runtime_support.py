@@ -336,3 +336,11 @@ def make_harness(
     disks = FakeDisks()
     agent = Agent(config, storage, token="t", link=controller, clock=clock, prober=disks)
     return Harness(agent, clock, disks, controller, data_dirs, metadata_dir, ids)
+
+
+async def until_in_real_time(condition: Callable[[], bool], within: float = 20.0) -> None:
+    """Poll `condition` every 10 ms of real time until it holds (for the agent's parts that run in
+    real threads: the probe thread, the pulses); TimeoutError after `within` seconds."""
+    async with asyncio.timeout(within):
+        while not condition():
+            await asyncio.sleep(0.01)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from jbod_agent.placement import DirHealth
 from jbod_agent.ports import SystemClock
 from jbod_agent.state import AgentState, LogDirState
 from jbod_core.ids import Uuid
+from tests.agent.runtime_support import until_in_real_time
 from tests.agent.test_config import parse
 
 pytestmark = pytest.mark.asyncio
@@ -53,13 +53,6 @@ def _state(paths: list[Path]) -> AgentState:
     )
 
 
-async def _until(condition: Callable[[], bool], within: float = 20.0) -> None:
-    """Poll `condition` (every 10 ms: the probe thread runs in real time) until it holds."""
-    async with asyncio.timeout(within):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 async def test_a_round_probes_every_dir_and_the_metadata_dir_in_one_thread() -> None:
     disks = HangingDisks(hung=Path("/none"))
     state = _state([Path("/d0"), Path("/d1")])
@@ -78,11 +71,11 @@ async def test_a_hung_probe_fails_its_dir_only_and_the_others_go_on_in_a_fresh_t
     monitor.on_failed.append(failed.append)
     task = asyncio.create_task(monitor.probe_forever(lambda: None))
     try:
-        await _until(lambda: bool(failed))
+        await until_in_real_time(lambda: bool(failed))
         hung_thread = next(t for p, t in disks.probes if p == Path("/d1"))
         # After the timeout, /d2 and the metadata dir are probed again, on another thread.
-        await _until(lambda: any(p == Path("/d2") and t != hung_thread for p, t in disks.probes))
-        await _until(lambda: sum(1 for p, _ in disks.probes if p == Path("/meta")) >= 3)
+        await until_in_real_time(lambda: any(p == Path("/d2") and t != hung_thread for p, t in disks.probes))
+        await until_in_real_time(lambda: sum(1 for p, _ in disks.probes if p == Path("/meta")) >= 3)
     finally:
         task.cancel()
         disks.release.set()

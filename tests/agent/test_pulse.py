@@ -14,6 +14,7 @@ import pytest
 
 from jbod_agent.disks import pulse
 from jbod_core import disk_stall
+from tests.agent.runtime_support import until_in_real_time
 
 TIMEOUT = 0.1
 
@@ -33,13 +34,6 @@ class Disk:
 
     def close(self) -> None:
         self.closed = True
-
-
-async def until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
 
 
 def _in_flight_for(pulses: pulse.Pulses, key: Hashable) -> float:
@@ -69,9 +63,9 @@ async def test_a_disk_that_stops_answering_stalls_at_the_timeout_and_is_released
     changes: list[tuple[Hashable, bool, float]] = []
     pulses = start(disks, changes, release_s=0.5)
     try:
-        await until(lambda: disks["a"].beats >= 3 and disks["b"].beats >= 3)
+        await until_in_real_time(lambda: disks["a"].beats >= 3 and disks["b"].beats >= 3)
         disks["a"].answering.clear()
-        await until(lambda: changes != [])
+        await until_in_real_time(lambda: changes != [])
         key, stalled, found_at = changes[0]
         last_answer = pulses.pulse("a").answered_at  # type: ignore[union-attr]
         assert (key, stalled) == ("a", True)
@@ -80,7 +74,7 @@ async def test_a_disk_that_stops_answering_stalls_at_the_timeout_and_is_released
         assert found_at - last_answer >= TIMEOUT  # not before the timeout
         assert found_at - last_answer < disk_stall.DEFAULT_TIMEOUT_MS / 1000 + 1.0  # nowhere near 5 s
         disks["a"].answering.set()
-        await until(lambda: len(changes) >= 2)
+        await until_in_real_time(lambda: len(changes) >= 2)
         assert [(k, s) for k, s, _ in changes] == [("a", True), ("a", False)]
         assert changes[1][2] - changes[0][2] >= 0.5  # released only after prompt answers for 0.5 s
     finally:
@@ -93,9 +87,9 @@ async def test_a_path_without_a_peer_and_a_forgotten_path_get_no_verdict() -> No
     changes: list[tuple[Hashable, bool, float]] = []
     pulses = start(alone, changes)
     try:
-        await until(lambda: alone["a"].beats >= 2)
+        await until_in_real_time(lambda: alone["a"].beats >= 2)
         alone["a"].answering.clear()
-        await until(lambda: _in_flight_for(pulses, "a") > 5 * TIMEOUT)
+        await until_in_real_time(lambda: _in_flight_for(pulses, "a") > 5 * TIMEOUT)
         assert changes == []  # a machine whose every disk is slow is not a hung disk
     finally:
         alone["a"].answering.set()
@@ -103,11 +97,11 @@ async def test_a_path_without_a_peer_and_a_forgotten_path_get_no_verdict() -> No
     disks = {"a": Disk(), "b": Disk()}
     pulses = start(disks, changes)
     try:
-        await until(lambda: disks["a"].beats >= 2)
+        await until_in_real_time(lambda: disks["a"].beats >= 2)
         pulses.forget("a")
         disks["a"].answering.clear()
         beats = disks["b"].beats
-        await until(lambda: disks["b"].beats >= beats + 10)
+        await until_in_real_time(lambda: disks["b"].beats >= beats + 10)
         assert changes == []
     finally:
         disks["a"].answering.set()
@@ -120,11 +114,11 @@ async def test_switching_the_detection_off_releases_a_stalled_path() -> None:
     changes: list[tuple[Hashable, bool, float]] = []
     pulses = start(disks, changes)
     try:
-        await until(lambda: disks["a"].beats >= 2 and disks["b"].beats >= 2)
+        await until_in_real_time(lambda: disks["a"].beats >= 2 and disks["b"].beats >= 2)
         disks["a"].answering.clear()
-        await until(lambda: [(k, s) for k, s, _ in changes] == [("a", True)])
+        await until_in_real_time(lambda: [(k, s) for k, s, _ in changes] == [("a", True)])
         pulses.timeout_s = 0  # log.dir.stall.timeout.ms set to 0 while the disk still hangs
-        await until(lambda: [(k, s) for k, s, _ in changes] == [("a", True), ("a", False)])
+        await until_in_real_time(lambda: [(k, s) for k, s, _ in changes] == [("a", True), ("a", False)])
     finally:
         disks["a"].answering.set()
         pulses.stop()

@@ -148,12 +148,11 @@ class DirMonitor:
         if state is None or state.health is DirHealth.OFFLINE or state.stalled == stalled:
             return
         state.stalled = stalled
+        timeout_ms = dynamic_configs.stall_timeout_s(self.state.config, self.state.image) * 1000
         if stalled:
             state.stalls += 1
             state.stall_found_after_s = silent_s
             state.stall_unanswered_s = waited_s
-        timeout_ms = dynamic_configs.stall_timeout_s(self.state.config, self.state.image) * 1000
-        if stalled:
             log.warning(
                 "Log dir %s (%s) stalled: it has answered nothing for %.1f ms, its last pulse "
                 "waits since %.1f ms (log.dir.stall.timeout.ms %.0f), while the broker's other "
@@ -164,6 +163,7 @@ class DirMonitor:
                 waited_s * 1000,
                 timeout_ms,
             )
+            self._offline_if_still_hung(state, stalled_at=self.clock.monotonic())
         else:
             log.info(
                 "Log dir %s (%s) no longer stalled: its pulses answered within %.0f ms for %.0f s",
@@ -174,8 +174,6 @@ class DirMonitor:
             )
         for listener in self.on_stall:
             listener(state.directory_id)
-        if stalled:
-            self._offline_if_still_hung(state, stalled_at=self.clock.monotonic())
 
     def _offline_if_still_hung(self, state: LogDirState, *, stalled_at: float) -> None:
         """Take a stalled dir offline once it has answered nothing for `log.dir.stall.offline.ms`

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
-import logging
 import mmap
 import os
 import threading
@@ -39,8 +38,6 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from jbod_core import disk_stall
-
-log = logging.getLogger("jbod_agent")
 
 PULSE_FILE: Final = ".jbod-pulse"
 BLOCK: Final = 4096
@@ -153,7 +150,6 @@ class Pulses:
         self._loop = loop
         self._paths = {key: _PathPulse(key, target, self) for key, target in targets.items()}
         self._stalled: set[Hashable] = set()
-        self._wake = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="pulse-watch", daemon=True)
 
     def start(self) -> None:
@@ -163,7 +159,6 @@ class Pulses:
 
     def stop(self) -> None:
         self.stopped.set()
-        self._wake.set()
 
     def forget(self, key: Hashable) -> None:
         """Stop pulsing `key`'s path and give no further verdict on it."""
@@ -177,10 +172,7 @@ class Pulses:
 
     def _watch(self) -> None:
         intended = self.monotonic()
-        while not self.stopped.is_set():
-            self._wake.wait(max(0.0, intended - self.monotonic()))
-            if self.stopped.is_set():
-                return
+        while not self.stopped.wait(max(0.0, intended - self.monotonic())):
             now = self.monotonic()
             on_time = now - intended <= LATE_S
             intended = self._judge(now, on_time=on_time)

@@ -74,7 +74,7 @@ def log_dirs_view(
                 "stalls": state.stalls,
                 "stallFoundAfterMs": _ms(state.stall_found_after_s),
                 "stallUnansweredMs": _ms(state.stall_unanswered_s),
-                "latencyMs": _rounded(None if (m := state.latency.median()) is None else m * 1000),
+                "latencyMs": _ms(state.latency.median()),
                 "error": state.error,
                 "since": state.since,
                 "totalBytes": state.total_bytes,
