@@ -875,6 +875,9 @@ def test_removing_a_disk_and_moving_one_to_a_smaller_volume_under_load(env: Env)
                 return False
             if not _pod_ready(env.broker_pod(broker_id)):
                 return False
+            # The JbodBroker's status follows the pod by a reconcile (a timer every 2 s).
+            if env.log_dir(broker_id, "d2-m1").get("state") != "Online":
+                return False
         return not any(
             env.get("pvc", "-n", NS, "-l", f"jbod.dev/disk={disk}")["items"] for disk in ("d1", "d2")
         )
