@@ -131,6 +131,15 @@ class AgentState:
     def online_dirs(self) -> int:
         return sum(1 for s in self.dirs.values() if s.health is not DirHealth.OFFLINE)
 
+    def serves_clients(self) -> bool:
+        """Registered and unfenced, and its own image shows it so at its epoch: the Metadata it
+        answers lists it (and names a controller). Until then librdkafka's admin requests wait for
+        a controller until their timeout, so `/readyz` waits for this."""
+        if not self.registered or self.fenced:
+            return False
+        reg = self.image.brokers.get(self.node_id)
+        return reg is not None and reg.broker_epoch == self.epoch and not reg.fenced
+
     def caught_up(self) -> bool:
         return (
             self.registered

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -58,10 +59,21 @@ def start_kafka_cluster(
             properties={k.replace("_", "."): v for k, v in settings.items()},
         )
     wait_for(
-        lambda: (c := cluster.admin.cluster())["brokers"] == brokers and c["fencedBrokers"] == 0,
-        what="every broker registered and unfenced",
+        lambda: (c := cluster.admin.cluster())["brokers"] == brokers
+        and c["fencedBrokers"] == 0
+        and all(_serves_clients(b.url) for b in cluster.brokers.values()),
+        what="every broker registered, unfenced and listing itself in its Metadata (/readyz)",
     )
     return KafkaCluster(cluster, read_token(cluster.controller.admin_token_file))
+
+
+def _serves_clients(url: str) -> bool:
+    """The broker's own `/readyz`: its image shows it unfenced, so a client's first Metadata lists
+    it as the controller (librdkafka's admin requests would otherwise wait their whole timeout)."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ API serves no produce or fetch route.
 
 Guarantees: `/healthz`, `/readyz` and `/metrics` need no token; everything else accepts the
 cluster or the admin token (401 + 31 otherwise); `/readyz` is 200 only while the broker is
-registered and unfenced. Metrics are computed from the agent's state when scraped.
+registered and unfenced and its own image shows it so (`AgentState.serves_clients`). Metrics are computed from the agent's state when scraped.
 * A body or query that does not match the schema is answered HTTP 400 with errorCode 42 and a
   message naming the field, before anything is appended or changed.
 * The `jbod_replica_fetch_*` metrics count the fetch sessions this broker holds as a leader and
@@ -449,11 +449,12 @@ class AgentApi:
 
     async def readyz(self, request: web.Request) -> web.Response:
         agent = self.agent
-        ready = agent.state.registered and not agent.state.fenced
+        ready = agent.state.serves_clients()
         body = {
             "registered": agent.state.registered,
             "fenced": agent.state.fenced,
             "brokerEpoch": agent.state.epoch,
+            "servesClients": ready,
         }
         return _json(body, 200 if ready else 503)
 
