@@ -59,9 +59,11 @@ def start_kafka_cluster(
             properties={k.replace("_", "."): v for k, v in settings.items()},
         )
     wait_for(
-        lambda: (c := cluster.admin.cluster())["brokers"] == brokers
-        and c["fencedBrokers"] == 0
-        and all(_serves_clients(b.url) for b in cluster.brokers.values()),
+        lambda: (
+            (c := cluster.admin.cluster())["brokers"] == brokers
+            and c["fencedBrokers"] == 0
+            and all(_serves_clients(b.url) for b in cluster.brokers.values())
+        ),
         what="every broker registered, unfenced and listing itself in its Metadata (/readyz)",
     )
     return KafkaCluster(cluster, read_token(cluster.controller.admin_token_file))
