@@ -19,6 +19,8 @@ Guarantees:
   user, client-id, default client-id; the first entity that sets the key decides, and its
   level gives the `SensorKey` the connection shares its rate with (all clients of a user share a
   user-level quota; one client-id's connections share a client-level quota).
+* `ip_connection_rate` is KIP-612's quota of an address: its own `ip` entity's
+  `connection_creation_rate`, else the default `ip` entity's, else None (unlimited).
 * `filter_problem` / `matches` are DescribeClientQuotas' filter: each component's entity type
   must be in the entity, matched EXACT (that name), DEFAULT (the default entity) or ANY; strict
   filters also need the entity to have no other type.
@@ -238,6 +240,29 @@ def resolve(
     return None
 
 
+def ip_connection_rate(quotas: Mapping[Entity, Mapping[str, float]], address: str) -> float | None:
+    """The connections per second `address` may open (KIP-612), or None without a quota. Names
+    compare as addresses (`::1` and `0:0::1` are one entity)."""
+    wanted = _address(address)
+    default: float | None = None
+    for value, keys in quotas.items():
+        if len(value) != 1 or value[0][0] != IP or CONNECTION_CREATION_RATE not in keys:
+            continue
+        name = value[0][1]
+        if name is None:
+            default = keys[CONNECTION_CREATION_RATE]
+        elif wanted is not None and _address(name) == wanted:
+            return keys[CONNECTION_CREATION_RATE]
+    return default
+
+
+def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
+
+
 # -- DescribeClientQuotas --------------------------------------------------------------------
 
 
@@ -358,10 +383,12 @@ class SampledRate:
         elapsed = self.window(now)
         return sum(s.value for s in self.samples) / elapsed
 
-    def throttle_ms(self, quota: float, now: float) -> int:
-        """0 within `quota`; else the milliseconds without traffic that bring the rate back."""
+    def throttle_ms(self, quota: float, now: float, *, most_s: float | None = None) -> int:
+        """0 within `quota`; else the milliseconds without traffic that bring the rate back, at
+        most `most_s` (default: the whole sample span)."""
         rate = self.rate(now)
         if rate <= quota:
             return 0
         ms = (rate - quota) / quota * self.window(now) * 1000
-        return min(round(ms), round(self.window_num * self.window_s * 1000))
+        bound = self.window_num * self.window_s if most_s is None else most_s
+        return min(round(ms), round(bound * 1000))

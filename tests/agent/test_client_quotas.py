@@ -82,3 +82,27 @@ def test_throttle_counters_are_dropped_an_hour_after_their_last_throttle() -> No
     clock.advance(client_quotas.THROTTLE_COUNTER_EXPIRY_S / 2)
     state.count_throttle(client_quotas.PRODUCE, ALICE, "recent", 250)
     assert state.throttle_seconds == {(client_quotas.PRODUCE, "alice", "recent"): 0.75}
+
+
+def test_an_address_over_its_connection_rate_is_held_for_at_most_a_window_and_not_counted() -> None:
+    """KIP-612 as Kafka's acceptor measures it: a fresh rate spans 10 windows, so a quota of 2/s
+    admits 20 connections at once; the 21st is held (at most one window) and not counted, so the
+    address is admitted again as soon as its rate allows one more, and other addresses are not
+    affected."""
+    clock = FakeClock()
+    state = quota_state({((quotas.IP, None),): {quotas.CONNECTION_CREATION_RATE: 2.0}}, clock)
+    assert [state.admit_connection("10.0.0.1") for _ in range(20)] == [0] * 20
+    held = state.admit_connection("10.0.0.1")
+    assert 0 < held <= 1000
+    assert state.admit_connection("10.0.0.1") == held  # the held ones were not counted
+    assert state.admit_connection("10.0.0.2") == 0
+    assert state.throttle_seconds[(client_quotas.CONNECTION, "", "")] == 2 * held / 1000
+    clock.advance(0.5)  # 20 connections over 10.5 s: 1.9/s, room for one more
+    assert state.admit_connection("10.0.0.1") == 0
+    assert state.admit_connection("10.0.0.1") > 0
+
+
+def test_without_an_ip_quota_connections_are_not_counted() -> None:
+    state = quota_state(PER_CLIENT, FakeClock())
+    assert all(state.admit_connection("10.0.0.1") == 0 for _ in range(1000))
+    assert state.kept() == 0

@@ -218,3 +218,23 @@ def test_a_rate_is_obsolete_once_nothing_was_recorded_for_its_whole_span() -> No
     for measured in (rate, new):  # measures from then on as a new rate does
         measured.record(500, now=11.5)
     assert rate.rate(12.0) == new.rate(12.0) and rate.throttle_ms(10.0, 12.0) == new.throttle_ms(10.0, 12.0)
+
+
+def test_an_address_has_its_own_connection_rate_else_the_default_ip_one() -> None:
+    configured = {
+        ((IP, None),): {quotas.CONNECTION_CREATION_RATE: 5.0},
+        ((IP, "10.0.0.7"),): {quotas.CONNECTION_CREATION_RATE: 2.0},
+        ((IP, "::1"),): {quotas.CONNECTION_CREATION_RATE: 3.0},
+        ((USER, None),): {quotas.PRODUCER_BYTE_RATE: 1.0},
+    }
+    assert quotas.ip_connection_rate(configured, "10.0.0.7") == 2.0
+    assert quotas.ip_connection_rate(configured, "0:0::1") == 3.0  # compared as addresses
+    assert quotas.ip_connection_rate(configured, "10.0.0.8") == 5.0  # the default ip entity
+    assert quotas.ip_connection_rate({((USER, None),): {quotas.PRODUCER_BYTE_RATE: 1.0}}, "10.0.0.8") is None
+
+
+def test_a_throttle_time_may_be_bounded_below_the_sample_span() -> None:
+    rate = SampledRate(window_num=11, window_s=1.0)
+    rate.record(1000, now=0.0)
+    assert rate.throttle_ms(1.0, now=0.0) == 11_000
+    assert rate.throttle_ms(1.0, now=0.0, most_s=1.0) == 1_000  # KIP-612: one window at the most

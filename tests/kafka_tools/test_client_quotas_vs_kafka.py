@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
+import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 from e2e import kafka_tools
 from e2e.kafka_tools import KafkaCluster as RealKafka
 from e2e.kafka_tools import KafkaInstall, ScramUser
+from e2e.wait import wait_for
 from jbod_local.kafka_clients import client_properties
 from tests.kafka_api.conftest import start_kafka_cluster
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
@@ -120,3 +123,61 @@ def test_kafka_configs_quotas_answer_alike(kafka: Side, ours: Side, install: Kaf
         in answers[COMMANDS[5]][1]
     )
     assert answers[COMMANDS[-1]] == (0, ["Quota configs for user-principal 'u' are request_percentage=1.5"])
+
+
+CONNECTIONS = 24  # from one address at once
+QUOTA = 2  # connection_creation_rate: a fresh rate spans 10 windows, so 20 connections at once
+
+
+def _connect(bootstrap: str, source: str) -> socket.socket:
+    host, port = bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+
+
+def _answered(sock: socket.socket) -> bool:
+    """Send ApiVersions v0: True if answered, False if the broker closes the connection unanswered
+    (held over its address's connection_creation_rate)."""
+    client_id = b"ip-quota"
+    body = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        return len(sock.recv(4)) == 4
+    except ConnectionResetError:  # closed with the request unread: a reset rather than a FIN
+        return False
+    finally:
+        sock.close()
+
+
+def _answered_at_once(bootstrap: str, source: str, count: int) -> list[bool]:
+    """`count` connections from `source` opened together, then each asked ApiVersions."""
+    return [_answered(sock) for sock in [_connect(bootstrap, source) for _ in range(count)]]
+
+
+def test_an_ip_connection_creation_rate_holds_new_connections_as_kafka_does(
+    kafka: Side,
+    ours: Side,
+    install: KafkaInstall,  # noqa: F811
+) -> None:
+    """KIP-612 through `kafka-configs.sh --entity-type ips`: of 24 connections opened together
+    from 127.0.0.2 with `connection_creation_rate=2`, Kafka and ours answer the same 20 (a fresh
+    rate spans 10 windows of 1 s) and close the others unanswered. The tests' own clients come
+    from 127.0.0.1, which no quota names; 127.0.0.3's quota, set last, shows when a broker
+    applies them (its connections are answered until then)."""
+    for address, rate in (("127.0.0.2", QUOTA), ("127.0.0.3", 1)):
+        args = (
+            f"--alter --entity-type ips --entity-name {address} --add-config connection_creation_rate={rate}"
+        )
+        with ThreadPoolExecutor(1) as both:
+            theirs_run = both.submit(kafka.run, args, install)
+            mine = ours.run(args, install)
+            assert mine == theirs_run.result() == (0, [f"Completed updating config for ip {address}."])
+    answered: dict[str, int] = {}
+    for side in (kafka, ours):
+        wait_for(
+            lambda side=side: not _answered(_connect(side.bootstrap, "127.0.0.3")),
+            timeout=60,
+            what=f"{side.bootstrap} applying the ip quotas",
+        )
+        outcomes = _answered_at_once(side.bootstrap, "127.0.0.2", CONNECTIONS)
+        answered[side.bootstrap] = sum(outcomes)
+    assert answered[ours.bootstrap] == answered[kafka.bootstrap] == QUOTA * 10

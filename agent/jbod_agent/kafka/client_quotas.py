@@ -15,6 +15,10 @@ Guarantees:
 * A consumer's Fetch asks for at most `quota * (window_num - 1) * window_s` bytes (Kafka's cap);
   a Fetch above its quota is answered without records (its bytes taken back from the rate) with
   the throttle time, as Kafka's; the client fetches the same offsets again once it is unmuted.
+* `connection_creation_rate` (KIP-612) counts each connection a listener accepts from an
+  address with an `ip` quota (`admit_connection`); one over the quota is not counted and gets a
+  throttle time (at most one `quota.window.size.seconds`), after which the listener closes it
+  unread, as Kafka's acceptor does.
 * The broker's own principal (`User:jbod-broker`) is never throttled.
 * Every throttle a response carries is added once to `throttle_seconds` by (the quota type that
   gave it, user, client id) for the `jbod_kafka_client_throttle_seconds_total` metric (Kafka's
@@ -49,6 +53,7 @@ PRODUCE: Final = "produce"
 FETCH: Final = "fetch"
 REQUEST: Final = "request"
 CONTROLLER_MUTATION: Final = "controller_mutation"
+CONNECTION: Final = "connection"  # KIP-612: connections accepted per second, per address
 _KEYS: Final[Mapping[str, str]] = {
     PRODUCE: quotas.PRODUCER_BYTE_RATE,
     FETCH: quotas.CONSUMER_BYTE_RATE,
@@ -145,6 +150,25 @@ class ClientQuotas:
         rate = self._rate(kind, found.sensor)
         rate.record(value, now)
         return rate.throttle_ms(found.quota, now)
+
+    def admit_connection(self, address: str) -> int:
+        """Count a connection accepted from `address`: 0 to serve it, or the milliseconds to hold
+        it unread before closing it (over the address's `connection_creation_rate`; not counted)."""
+        configured = self._configured()
+        quota = quotas.ip_connection_rate(configured, address) if configured else None
+        if quota is None:
+            return 0
+        now = self._clock.monotonic()
+        self._sweep(now)
+        rate = self._rate(CONNECTION, quotas.SensorKey(address, ""))
+        rate.record(1.0, now)
+        throttle = rate.throttle_ms(quota, now, most_s=self._windows.size_s)
+        if throttle > 0:
+            rate.unrecord(1.0, now)
+            key = (CONNECTION, "", "")  # one series: the connection has no user or client id yet
+            self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle / 1000
+            self._throttled_at[key] = now
+        return throttle
 
     def meters(self, kind: str, conn: Connection, client_id: str | None) -> bool:
         """Is there a quota of this kind for the connection (anything to record)?"""

@@ -17,6 +17,9 @@ Guarantees, per connection (as Kafka's `SocketServer` and `KafkaApis`):
 * A client over its quota (`client_quotas`, KIP-219) is answered at once with the throttle time
   and nothing more is read from its connection until that time has passed (a client too old to
   throttle itself gets its answer after that time instead).
+* A connection from an address over its `connection_creation_rate` (KIP-612, `admit`) is held
+  open and unread for the throttle time `admit` gives, then closed, as Kafka's acceptor does:
+  no request of it reaches a handler.
 * A handler that raises closes that connection and logs the error with its traceback: a bug is
   loud but never takes the listener down.
 * SSL and SASL_SSL listeners (issue 25) handshake with the listener's `ServerTls` before any
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -107,7 +111,7 @@ class _HandlerFailedError(Exception):
 class KafkaServer:
     """One asyncio server per Kafka listener (the module's guarantees)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  the listener and its handlers, then four keyword settings
         self,
         listener: KafkaListener,
         handlers: RequestHandlers,
@@ -115,10 +119,12 @@ class KafkaServer:
         limits: ListenerLimits,
         tls: tls_files.ServerTls | None = None,
         principal_rules: tuple[tls_files.PrincipalRule, ...] = (),
+        admit: Callable[[str], int] | None = None,
     ) -> None:
         if listener.tls and tls is None:
             raise ValueError(f"{listener} needs a TLS context")
         self.listener = listener
+        self._admit = admit
         self._tls = tls
         self._principal_rules = principal_rules
         self._handlers = handlers
@@ -198,6 +204,24 @@ class KafkaServer:
         finally:
             stream.close()
 
+    def _handling(self, stream: kafka_frames.FrameConnection) -> Coroutine[Any, Any, None]:
+        """What a new connection gets: served, or held unread over its address's
+        connection_creation_rate (KIP-612) and then closed."""
+        peername = stream.get_extra_info("peername")
+        if self._admit is None or not isinstance(peername, tuple):
+            return self._serve(stream)
+        throttle_ms = self._admit(str(peername[0]))
+        if throttle_ms <= 0:
+            return self._serve(stream)
+        return self._hold(stream, throttle_ms / 1000)
+
+    @staticmethod
+    async def _hold(stream: kafka_frames.FrameConnection, seconds: float) -> None:
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            stream.close()
+
     @staticmethod
     async def _write(
         stream: kafka_frames.FrameConnection, response: bytes | protocol.EncodedResponse | None
@@ -269,6 +293,6 @@ class _ServedConnection(kafka_frames.FrameConnection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         connections = self._server._connections
-        task = asyncio.get_running_loop().create_task(self._server._serve(self))
+        task = asyncio.get_running_loop().create_task(self._server._handling(self))
         connections.add(task)  # held until it ends; `KafkaServer.close` cancels what is left
         task.add_done_callback(connections.discard)

@@ -199,6 +199,7 @@ async def start_listeners(
         read_timeout_s=config.request_read_timeout_ms / 1000,
     )
     started: list[KafkaServer] = []
+    quotas = apis.kafka.quotas
     for listener in config.kafka_listeners:
         server = KafkaServer(
             listener,
@@ -206,6 +207,7 @@ async def start_listeners(
             limits=limits,
             tls=(tls or {}).get(listener.name) if listener.tls else None,
             principal_rules=config.ssl_principal_mapping_rules,
+            admit=None if quotas is None else quotas.admit_connection,  # KIP-612's ip quotas
         )
         try:
             port = await server.start()

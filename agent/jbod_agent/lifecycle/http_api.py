@@ -165,7 +165,8 @@ class _AgentCollector(Collector):
         client_throttle = CounterMetricFamily(
             "jbod_kafka_client_throttle_seconds",
             "Seconds clients were throttled by their quotas (Kafka's throttle-time), by quota type "
-            "(produce, fetch, request, controller_mutation), user and client id",
+            "(produce, fetch, request, controller_mutation), user and client id; connection: "
+            "connections held unread over an ip's connection_creation_rate (no user or client id)",
             labels=["quota_type", "user", "client_id"],
         )
         for (kind, user, client_id), seconds in sorted(agent.state.client_throttle_seconds.items()):
