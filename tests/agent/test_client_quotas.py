@@ -1,7 +1,8 @@
 """A broker's client quota state stays bounded by the clients seen lately (issue 34): the rate of
 a (user, client id) nothing was recorded to for the whole sample span, a mutation bucket full
 again and a throttle counter idle for an hour are dropped, and dropping them changes no answer.
-Time is a fake clock moved by the test.
+Time is a fake clock moved by the test. And an address's connections are counted against its
+`connection_creation_rate` (KIP-612) as Kafka's acceptor counts them.
 """
 
 from __future__ import annotations

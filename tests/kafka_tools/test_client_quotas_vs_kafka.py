@@ -1,7 +1,8 @@
 """Client quotas through Kafka's own `kafka-configs.sh` on our brokers beside Apache Kafka 4.3.1's
 (issue 34): users, client ids, user + client id, the default user, `--delete-config`, a refusal
 of the controller (a fractional byte rate): the same output and exit status on both (eight tool
-runs a side, each a JVM; the tool's own refusals, such as an unknown key, never reach a broker).
+runs a side, each a JVM; the tool's own refusals, such as an unknown key, never reach a broker);
+and an ip entity's `connection_creation_rate` (KIP-612) holding the same connections on both.
 
 The order of an entity's keys in a describe line is not compared (Kafka's is its hash map's).
 The only other difference allowed: Kafka's test node has a SCRAM credential for its admin user, which
