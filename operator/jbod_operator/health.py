@@ -16,7 +16,9 @@ Guarantees:
   lost, PV missing, released or failed, or its VolumeAttachment removed after one was seen),
   else `Offline` when the broker or the controller report its log dir offline, else `Full`,
   else `Draining` (left the spec but still holds replicas), else `Online` once the broker reports
-  it, else `Pending`.
+  it, else `Pending`. While the broker's report cannot be read (a poll that timed out, its
+  container restarting), the last report the running pod gave of the disk's current claim
+  stands (`_last_report`): a disk does not fall back to `Pending` on one missed read.
 * A volume is replaced only when the disk is `Detached` or `Offline`, the policy is `Automatic`
   or the disk is named in `jbod.dev/replace-disks`, the controller is reachable, and it shows no
   partition led from that log dir (leadership has moved off it). Never twice for one failure: a
@@ -271,6 +273,7 @@ class _Context:
     node: str | None
     same_pod: bool  # the running pod is the one the previous status saw
     broker_dirs: Mapping[str, ReportedLogDir]  # disk name → the broker's own view of its log dir
+    report_unread: bool  # the broker's view could not be read this time (not: read, without a disk)
     controller_offline: frozenset[str]  # directory ids the controller lists offline
     controller_cordoned: frozenset[str]  # directory ids the controller lists cordoned (KIP-1066)
     controller_slow: frozenset[str]  # directory ids the controller lists slow (issue 35)
@@ -314,6 +317,7 @@ def _context(obs: Observation) -> _Context:
         node=pod.get("spec", {}).get("nodeName"),
         same_pod=_same_pod(pod, obs.previous),
         broker_dirs=_reported_dirs(obs.log_dirs),
+        report_unread=obs.log_dirs is None,
         controller_offline=frozenset(registration.get("offlineLogDirs") or []),
         controller_cordoned=frozenset(registration.get("cordonedLogDirs") or []),
         controller_slow=frozenset(registration.get("slowLogDirs") or []),
@@ -442,6 +446,8 @@ def _disk_facts(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskFacts
     seen = ctx.broker_dirs.get(disk.name)
     if seen is not None and _stale(seen, claim, _data_claims(obs.claims, disk.name)):
         seen = None  # the broker's view (or the poller's cache) is still of the replaced volume
+    if seen is None and ctx.report_unread:
+        seen = _last_report(ctx, before, choice.current)
     return _DiskFacts(
         disk=disk,
         choice=choice,
@@ -449,6 +455,40 @@ def _disk_facts(obs: Observation, ctx: _Context, disk: model.Disk) -> _DiskFacts
         before=before,
         seen=seen,
         directory_id=_directory_id(seen, claim, before, choice.current),
+    )
+
+
+# A disk state the broker's report gave, as its report says it (Draining is an online dir).
+_REPORTED_AS: Final[Mapping[str, str]] = {
+    "Online": "online",
+    "Draining": "online",
+    "Full": "full",
+    "Offline": "offline",
+}
+
+
+def _last_report(
+    ctx: _Context, before: broker_status.LogDirStatus | None, current: str | None
+) -> ReportedLogDir | None:
+    """The report the previous status was made from, while the broker's cannot be read: only
+    for the pod the previous status saw and the claim the disk still uses, and only for a state
+    the broker had reported (never Pending or Detached)."""
+    if before is None or not ctx.same_pod or before.pvc != current:
+        return None
+    state = _REPORTED_AS.get(before.state)
+    if state is None:
+        return None
+    return ReportedLogDir(
+        directory_id=before.directory_id,
+        state=state,
+        error=before.last_error if state == "offline" else None,
+        usable_bytes=before.usable_bytes,
+        total_bytes=before.total_bytes,
+        space_cordoned=before.space_cordoned,
+        slow=before.slow,
+        used_ratio=before.used_ratio,
+        seconds_to_full=before.seconds_to_full,
+        latency_ms=before.latency_ms,
     )
 
 

@@ -245,6 +245,28 @@ def test_since_and_transition_times_hold_while_nothing_changes() -> None:
     assert wire(later)["conditions"] == wire(first)["conditions"]
 
 
+def test_a_report_that_cannot_be_read_keeps_the_last_one_of_the_same_pod() -> None:
+    """One poll of the broker's log dirs that fails (a timeout under load; the last CI's kind run
+    read `Pending` then) leaves each disk as the running pod last reported it, an offline one
+    with its error; a report read without a disk, or a new pod, is Pending as before."""
+    failed = log_dir("d1", DIR1, "offline", "I/O error")
+    first = health.decide(observe(log_dirs=[log_dir("d0", DIR0), failed]))
+    unread = health.decide(observe(log_dirs=None, previous=previous_of(first), now=NOW.replace(hour=13)))
+    assert states(unread) == {"d0": "Online", "d1": "Offline"}
+    assert wire(unread)["logDirs"] == wire(first)["logDirs"]  # since, bytes and error kept
+    assert unread.events == ()
+    without_d0 = health.decide(observe(log_dirs=[failed], previous=previous_of(first)))
+    assert states(without_d0)["d0"] == "Pending"
+    new_pod = health.decide(
+        observe(
+            log_dirs=None,
+            previous=previous_of(first),
+            pod=pod({"d0": "c-0-d0-g0", "d1": "c-0-d1-g0"}, uid="uid-2"),
+        )
+    )
+    assert states(new_pod) == {"d0": "Pending", "d1": "Pending"}
+
+
 def test_placements_by_broker_counts_replicas_and_leaders_per_dir() -> None:
     topics = [
         {
