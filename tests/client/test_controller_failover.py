@@ -317,8 +317,11 @@ async def test_the_link_gives_up_at_the_deadline(servers: Servers, slept: list[f
     finally:
         await link.aclose()
     assert info.value.code == 41
-    # Past the refused URL at once, a backoff after each 41; never waiting past the deadline.
-    assert len(recovering.seen) >= 2 and 0 < max(slept) <= 0.2 and sum(slept) <= 0.5, slept
+    # Past the refused URL at once, a backoff after a 41; never waiting past the deadline. How many
+    # 41s fit in 0.5 s depends on the machine's load (a CI run saw one): repeated backoffs are
+    # test_the_link_waits_for_a_recovering_controller's.
+    assert recovering.seen and slept[0] == 0.0, slept
+    assert 0 < max(slept) <= 0.2 and sum(slept) <= 0.5, slept
     assert time.monotonic() - started >= 0.5  # not before the deadline
 
 
