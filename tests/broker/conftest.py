@@ -41,6 +41,15 @@ def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str =
         time.sleep(0.05)
 
 
+def broker_ready(url: str) -> bool:
+    """The broker process itself answers `/readyz` 200: registered, unfenced, and its own image
+    shows it so (the Metadata it answers lists it)."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @dataclass
 class Cluster:
     """`controller` is the first of `controllers` (the only one without a quorum); with a quorum

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from jbod_client.controller import ClientError
 from jbod_client.history import History
 from jbod_local.processes import LocalController
-from tests.broker.conftest import Cluster, start_cluster, wait_for
+from tests.broker.conftest import Cluster, broker_ready, start_cluster, wait_for
 from tests.broker.workload import Workload, check
 from tests.fs import loop_ext4, requires_root
 
@@ -345,10 +344,7 @@ def ready(cluster: Cluster, broker: int) -> bool:
     the controller may still show the previous incarnation's live session."""
     if not alive(cluster, broker):
         return False
-    try:
-        return httpx.get(f"{cluster.brokers[broker].url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return broker_ready(cluster.brokers[broker].url)
 
 
 def cluster_state(cluster: Cluster, topic: str) -> str:

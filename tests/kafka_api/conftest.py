@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from jbod_client.controller import read_token
 from jbod_local.processes import DEFAULT_LISTENERS
-from tests.broker.conftest import Cluster, start_cluster, wait_for
+from tests.broker.conftest import Cluster, broker_ready, start_cluster, wait_for
 
 #: Every test broker's listeners (the HTTP API and SASL_PLAINTEXT), for tests that set them again.
 KAFKA_LISTENERS = DEFAULT_LISTENERS
@@ -62,20 +61,11 @@ def start_kafka_cluster(
         lambda: (
             (c := cluster.admin.cluster())["brokers"] == brokers
             and c["fencedBrokers"] == 0
-            and all(_serves_clients(b.url) for b in cluster.brokers.values())
+            and all(broker_ready(b.url) for b in cluster.brokers.values())
         ),
         what="every broker registered, unfenced and listing itself in its Metadata (/readyz)",
     )
     return KafkaCluster(cluster, read_token(cluster.controller.admin_token_file))
-
-
-def _serves_clients(url: str) -> bool:
-    """The broker's own `/readyz`: its image shows it unfenced, so a client's first Metadata lists
-    it as the controller (librdkafka's admin requests would otherwise wait their whole timeout)."""
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -46,11 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from tests.broker.conftest import Cluster, wait_for
+from tests.broker.conftest import Cluster, broker_ready, wait_for
 from tests.fs import requires_root
 from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
 from tests.kafka_api.test_librdkafka import new_topic
@@ -195,10 +194,7 @@ def ready(cluster: Cluster, broker: int) -> bool:
     process = cluster.brokers[broker].process
     if process is None or process.poll() is not None:
         return False
-    try:
-        return httpx.get(f"{cluster.brokers[broker].url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return broker_ready(cluster.brokers[broker].url)
 
 
 def read_back(kafka: KafkaCluster, topic: str) -> dict[int, list[tuple[int, bytes]]]:

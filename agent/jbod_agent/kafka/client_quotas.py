@@ -134,9 +134,11 @@ class ClientQuotas:
 
     def count_throttle(self, kind: str, conn: Connection, client_id: str | None, throttle_ms: int) -> None:
         """Add a throttle given to a response to the metric (by the quota that gave it)."""
-        key = (kind, user_of(conn), client_id or "")
         now = self._clock.monotonic()
         self._sweep(now)
+        self._count((kind, user_of(conn), client_id or ""), throttle_ms, now)
+
+    def _count(self, key: tuple[str, str, str], throttle_ms: int, now: float) -> None:
         self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle_ms / 1000
         self._throttled_at[key] = now
 
@@ -165,9 +167,7 @@ class ClientQuotas:
         throttle = rate.throttle_ms(quota, now, most_s=self._windows.size_s)
         if throttle > 0:
             rate.unrecord(1.0, now)
-            key = (CONNECTION, "", "")  # one series: the connection has no user or client id yet
-            self.throttle_seconds[key] = self.throttle_seconds.get(key, 0.0) + throttle / 1000
-            self._throttled_at[key] = now
+            self._count((CONNECTION, "", ""), throttle, now)  # no user or client id yet: one series
         return throttle
 
     def meters(self, kind: str, conn: Connection, client_id: str | None) -> bool:
