@@ -128,7 +128,10 @@ class Env:
         )["items"]
         port = service["spec"]["ports"][0]["port"]
         path = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/services/{service['metadata']['name']}:{port}"
-        return self.cluster.kubectl("get", "--raw", f"{path}/proxy/metrics").stdout
+        proc = self.cluster.kubectl("get", "--raw", f"{path}/proxy/metrics", check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the operator's metrics: {proc.stderr.strip()}; {self.operator_restarts()}")
+        return proc.stdout
 
     def reconciles(self, kind: str) -> float:
         """How many reconciliations of `kind` the operator ran (`jbod_operator_reconciles_total`)."""
@@ -173,7 +176,34 @@ class Env:
             check=False,
         )
         kept = [line for line in proc.stdout.splitlines() if not any(n in line for n in _ROUTINE_LOG)]
-        return "\n".join(kept)[-6000:]
+        return f"{self.operator_restarts()}\n" + "\n".join(kept)[-6000:]
+
+    def operator_restarts(self) -> str:
+        """How often the operator's container restarted, why the last time, and the end of the log
+        of the container before it (an operator restart resets its counters and loses its views)."""
+        pods = self.get("pod", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/component=operator")[
+            "items"
+        ]
+        lines = []
+        for pod in pods:
+            for container in pod.get("status", {}).get("containerStatuses") or []:
+                restarts = container.get("restartCount", 0)
+                lines.append(
+                    f"operator pod {pod['metadata']['name']}: {restarts} restarts, "
+                    f"last state {container.get('lastState')}, now {container.get('state')}"
+                )
+                if restarts:
+                    previous = self.cluster.kubectl(
+                        "logs",
+                        "-n",
+                        OPERATOR_NAMESPACE,
+                        pod["metadata"]["name"],
+                        "--previous",
+                        "--tail=40",
+                        check=False,
+                    )
+                    lines.append(f"its previous container's log ends:\n{previous.stdout[-3000:]}")
+        return "\n".join(lines)
 
     def conditions(self) -> list[dict[str, Any]]:
         return self.get("jbodcluster", self.name, "-n", self.ns).get("status", {}).get("conditions") or []
