@@ -13,6 +13,8 @@
 # Read-only root filesystem: the image writes nothing at run time outside /tmp (HOME and
 # TMPDIR), which the pods mount as an emptyDir; bytecode is compiled at build time and
 # PYTHONDONTWRITEBYTECODE keeps Python from trying to write more. Runs as uid/gid 10001.
+# PYTHONFAULTHANDLER: a native crash (SIGSEGV, SIGABRT) prints every thread's Python stack to the
+# container's log, which `kubectl logs --previous` shows.
 #
 # Debian 12 (bookworm) is pinned rather than python:3.11-slim's moving Debian release: the
 # pipeline target installs openjdk-17-jre-headless, which bookworm ships and later releases drop.
@@ -48,6 +50,7 @@ RUN groupadd --gid 10001 jbod \
     && useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin jbod
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    PYTHONFAULTHANDLER=1 \
     HOME=/tmp \
     TMPDIR=/tmp \
     VIRTUAL_ENV=/opt/jbod \

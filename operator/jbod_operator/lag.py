@@ -14,6 +14,11 @@ Guarantees:
   (a committed offset past the end, after a truncation, is no lag). Sorted by group, topic, partition.
 * `fetch_lags` asks the cluster once and raises `KafkaException` when it cannot list the groups;
   a group whose offsets cannot be fetched, or a partition whose end cannot, is left out.
+* `LagClient` owns at most one `AdminClient` at a time. It builds it (or rebuilds it, when the
+  configuration changed) in the thread that asks for lags, and destroys it with its context
+  manager's exit, in a Python thread, never while another thread uses it: never left to the
+  garbage collector, which can run in one of librdkafka's own threads, where destroying its
+  handle crashes the process (confluent-kafka-python #2129; the operator died with SIGSEGV).
 * `LagMetrics.publish` sets the three gauges of a cluster's partitions and removes the series of
   the partitions and groups no longer there; `forget` removes a cluster's series.
 """
@@ -127,6 +132,42 @@ def fetch_lags(admin: AdminClient, *, timeout: float = 10.0) -> list[PartitionLa
             except KafkaException:
                 continue  # a partition without a leader (or deleted): no lag said rather than a wrong one
     return partition_lags(committed, log_end)
+
+
+class LagClient:
+    """A cluster's Kafka admin for lag, owned: every call made in a Python thread, one at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._admin: tuple[dict[str, Any], AdminClient] | None = None
+
+    def fetch(self, config: dict[str, Any], *, timeout: float) -> list[PartitionLag]:
+        """`fetch_lags` with an admin of `config` (the previous one closed first if it differs)."""
+        with self._lock:
+            if self._admin is not None and self._admin[0] != config:
+                self._close_locked()
+            if self._admin is None:
+                self._admin = (dict(config), AdminClient(config))
+            return fetch_lags(self._admin[1], timeout=timeout)
+
+    @property
+    def open(self) -> bool:
+        """An admin is built (and not destroyed yet)."""
+        return self._admin is not None
+
+    def close(self) -> None:
+        """Destroy the admin, once a `fetch` running in another thread has returned."""
+        with self._lock:
+            self._close_locked()
+
+    def close_in_background(self) -> None:
+        """`close` in a thread of its own: for an event loop that must not wait for a fetch."""
+        threading.Thread(target=self.close, name="jbod-lag-close", daemon=True).start()
+
+    def _close_locked(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin[1], None
+            admin.__exit__(None, None, None)
 
 
 class LagMetrics:

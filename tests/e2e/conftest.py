@@ -9,6 +9,9 @@
   `JBOD_KIND_KEEP=1` keeps the cluster afterwards for inspection, and `JBOD_KIND_REUSE=1` runs on
   a kept one as it is (while changing tests only: the images loaded in it stay);
   `JBOD_KIND_NAME` names it otherwise (a second kind tier beside a running one).
+* The operator's container never restarts in a session (it crashed, or stopped answering its
+  liveness probe): the session fails at its end, naming why it last restarted and how the log of
+  the container before ended (`operator_restarts`).
 * `ControllerTunnel`: `kubectl port-forward` to a Service on 127.0.0.1, restarted when it dies
   (the pod behind it was replaced).
 """
@@ -28,7 +31,7 @@ import pytest
 
 from e2e import toolchain
 from e2e.kind import images
-from e2e.kind.cluster import ZONES_CONFIG, KindCluster, tool_path
+from e2e.kind.cluster import OPERATOR_NAMESPACE, ZONES_CONFIG, KindCluster, tool_path
 from e2e.kind.docker import DockerUnavailableError, engine
 
 NAME = os.environ.get("JBOD_KIND_NAME", "jbod-e2e")  # another name: a second kind tier beside a running one
@@ -80,6 +83,29 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def operator_restarts(cluster: KindCluster) -> tuple[int, str]:
+    """How many times the operator's containers restarted, with a description: each pod's count,
+    last state and current state, and the end of the log of the container before a restart (an
+    operator restart resets its counters and loses its views)."""
+    pods = cluster.get("pod", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/component=operator")["items"]
+    total, lines = 0, []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for container in pod.get("status", {}).get("containerStatuses") or []:
+            restarts = int(container.get("restartCount", 0))
+            total += restarts
+            lines.append(
+                f"operator pod {name}: {restarts} restarts, last state {container.get('lastState')}, "
+                f"now {container.get('state')}"
+            )
+            if restarts:
+                previous = cluster.kubectl(
+                    "logs", "-n", OPERATOR_NAMESPACE, name, "--previous", "--tail=60", check=False
+                )
+                lines.append(f"its previous container's log ends:\n{previous.stdout[-4000:]}")
+    return total, "\n".join(lines)
+
+
 @pytest.fixture(scope="session")
 def kind_cluster() -> Iterator[KindCluster]:
     if os.geteuid() != 0:
@@ -117,6 +143,8 @@ def kind_cluster() -> Iterator[KindCluster]:
             }
         )
         yield cluster
+        restarts, described = operator_restarts(cluster)
+        assert restarts == 0, f"the operator restarted during the kind tier:\n{described}"
     finally:
         if not os.environ.get("JBOD_KIND_KEEP"):
             cluster.delete()

@@ -47,7 +47,7 @@ from e2e.wait import wait_for
 from jbod_client.controller import ControllerClient
 from jbod_client.history import History, Report
 from jbod_core.messages import AlterBrokerConfigsRequest, AlterConfigOp
-from tests.e2e.conftest import ControllerTunnel, jbod_cluster, tier_disk
+from tests.e2e.conftest import ControllerTunnel, jbod_cluster, operator_restarts, tier_disk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -179,31 +179,8 @@ class Env:
         return f"{self.operator_restarts()}\n" + "\n".join(kept)[-6000:]
 
     def operator_restarts(self) -> str:
-        """How often the operator's container restarted, why the last time, and the end of the log
-        of the container before it (an operator restart resets its counters and loses its views)."""
-        pods = self.get("pod", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/component=operator")[
-            "items"
-        ]
-        lines = []
-        for pod in pods:
-            for container in pod.get("status", {}).get("containerStatuses") or []:
-                restarts = container.get("restartCount", 0)
-                lines.append(
-                    f"operator pod {pod['metadata']['name']}: {restarts} restarts, "
-                    f"last state {container.get('lastState')}, now {container.get('state')}"
-                )
-                if restarts:
-                    previous = self.cluster.kubectl(
-                        "logs",
-                        "-n",
-                        OPERATOR_NAMESPACE,
-                        pod["metadata"]["name"],
-                        "--previous",
-                        "--tail=40",
-                        check=False,
-                    )
-                    lines.append(f"its previous container's log ends:\n{previous.stdout[-3000:]}")
-        return "\n".join(lines)
+        """How often the operator's container restarted and why (`operator_restarts`)."""
+        return operator_restarts(self.cluster)[1]
 
     def conditions(self) -> list[dict[str, Any]]:
         return self.get("jbodcluster", self.name, "-n", self.ns).get("status", {}).get("conditions") or []
