@@ -53,9 +53,12 @@ DESCRIBE_LOG_DIRS: Final = 35
 ALTER_PARTITION_REASSIGNMENTS: Final = 45
 LIST_PARTITION_REASSIGNMENTS: Final = 46
 DESCRIBE_PRODUCERS: Final = 61
+OFFSET_FETCH: Final = 9
+LIST_GROUPS: Final = 16
 #: The versions this client sends of each API it uses: (lowest, highest). DescribeLogDirs v4 is
 #: the first with total and usable bytes (KIP-827); Metadata v1 the first where no topics means none;
-#: ListOffsets v2 the first with an isolation level (KIP-98).
+#: ListOffsets v2 the first with an isolation level (KIP-98); OffsetFetch v8 the first with many
+#: groups in one request (KIP-709), v9 the last naming topics (v10 names them by id).
 CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
     LIST_OFFSETS: (2, 7),
     METADATA: (1, 12),
@@ -66,6 +69,8 @@ CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
     ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DESCRIBE_PRODUCERS: (0, 0),
+    OFFSET_FETCH: (8, 9),
+    LIST_GROUPS: (0, 5),
 }
 _API_NAMES: Final = {
     LIST_OFFSETS: "ListOffsets",
@@ -77,6 +82,8 @@ _API_NAMES: Final = {
     ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
     DESCRIBE_PRODUCERS: "DescribeProducers",
+    OFFSET_FETCH: "OffsetFetch",
+    LIST_GROUPS: "ListGroups",
 }
 _SIZE: Final = struct.Struct(">i")
 _CORRELATION: Final = struct.Struct(">i")

@@ -95,7 +95,7 @@ class PartitionTransactions:
 Partition = tuple[str, int]
 
 
-async def _leaders(
+async def partition_leaders(
     connection: KafkaConnection, topics: Sequence[str] | None
 ) -> tuple[dict[int, str], dict[Partition, int], list[PartitionTransactions]]:
     """Brokers (id → address), each partition's leader, and the topics Metadata refused."""
@@ -126,7 +126,7 @@ def _by_topic(partitions: Sequence[Partition]) -> dict[str, list[int]]:
     return {t: sorted(ps) for t, ps in grouped.items()}
 
 
-async def _latest(
+async def latest_offsets(
     connection: KafkaConnection, partitions: Sequence[Partition], isolation: int
 ) -> dict[Partition, tuple[int, int]]:
     """(error code, offset) of each partition's latest offset under `isolation`."""
@@ -185,8 +185,8 @@ async def _ask_leader(
     try:
         connection = await admin.connection(address)
         ends, stable, producers = await asyncio.gather(
-            _latest(connection, partitions, READ_UNCOMMITTED),
-            _latest(connection, partitions, READ_COMMITTED),
+            latest_offsets(connection, partitions, READ_UNCOMMITTED),
+            latest_offsets(connection, partitions, READ_COMMITTED),
             _producers(connection, partitions),
         )
     except ClientError as exc:
@@ -214,7 +214,7 @@ async def open_transactions(
 ) -> list[PartitionTransactions]:
     """Every partition of `topics` (all when None) with its LSO and open transactions (the
     module's guarantees)."""
-    brokers, leaders, found = await _leaders(await admin.any_broker(), topics)
+    brokers, leaders, found = await partition_leaders(await admin.any_broker(), topics)
     by_leader: dict[int, list[Partition]] = {}
     for name, leader in leaders.items():
         if leader == NO_LEADER or leader not in brokers:

@@ -6,19 +6,18 @@ coordinator, but the log end offsets of partitions that broker does not lead are
 broker alone cannot say every partition's lag. The operator asks the cluster as a Kafka client
 would (`kafka-consumer-groups.sh --describe`): ListGroups, OffsetFetch per group, ListOffsets
 (latest, the high watermark) for every partition a group committed to, logged in as the Kafka
-admin (`User:admin`, the admin token) through the bootstrap Service.
+admin (`User:admin`, the admin token) through the bootstrap Service. OffsetFetch goes to the
+broker that listed the group, in one request for all of its groups.
 
 Guarantees:
 * `partition_lags` (pure) gives one `PartitionLag` per partition a group has a committed offset
   for and whose log end offset is known; lag = log end offset - committed offset, never below 0
   (a committed offset past the end, after a truncation, is no lag). Sorted by group, topic, partition.
-* `fetch_lags` asks the cluster once and raises `KafkaException` when it cannot list the groups;
-  a group whose offsets cannot be fetched, or a partition whose end cannot, is left out.
-* `LagClient` owns at most one `AdminClient` at a time. It builds it (or rebuilds it, when the
-  configuration changed) in the thread that asks for lags, and destroys it with its context
-  manager's exit, in a Python thread, never while another thread uses it: never left to the
-  garbage collector, which can run in one of librdkafka's own threads, where destroying its
-  handle crashes the process (confluent-kafka-python #2129; the operator died with SIGSEGV).
+* `fetch_lags` asks the cluster once, through this project's Kafka protocol client
+  (`jbod_client.group_offsets`), not librdkafka's admin, which crashed the operator (SIGSEGV)
+  while group coordinators moved (docs/decisions.md, "The operator asks for consumer lag with
+  its own Kafka client"). It raises `ClientError` only when no bootstrap server gives Metadata;
+  a group or partition that cannot be had is left out.
 * `LagMetrics.publish` sets the three gauges of a cluster's partitions and removes the series of
   the partitions and groups no longer there; `forget` removes a cluster's series.
 """
@@ -26,15 +25,16 @@ Guarantees:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]  # not in its __all__
 from prometheus_client import Gauge
 
+from jbod_client.group_offsets import group_offsets
+from jbod_client.kafka_admin import KafkaAdmin
+from jbod_client.kafka_config import KafkaSecurity
 from jbod_operator import names
 
 LABELS: Final = ("namespace", "cluster", "group", "topic", "partition")
@@ -83,91 +83,25 @@ def partition_lags(
     return sorted(out)
 
 
-def client_config(cluster: str, namespace: str, admin_token: str, ca_file: Path | None) -> dict[str, Any]:
-    """librdkafka's configuration of the Kafka admin on the cluster's bootstrap Service."""
-    config: dict[str, Any] = {
-        "bootstrap.servers": names.kafka_bootstrap_servers(cluster, namespace),
-        "security.protocol": names.KAFKA_TLS_SECURITY_PROTOCOL if ca_file else names.KAFKA_SECURITY_PROTOCOL,
-        "sasl.mechanism": names.KAFKA_SASL_MECHANISM,
-        "sasl.username": ADMIN_USER,
-        "sasl.password": admin_token,
-        "client.id": "jbod-operator-lag",
-    }
-    if ca_file is not None:
-        config["ssl.ca.location"] = str(ca_file)
-    return config
+def security(admin_token: str, ca_file: Path | None) -> KafkaSecurity:
+    """How the operator logs in for lag: as the Kafka admin (SCRAM), over TLS when the cluster
+    has a trust bundle."""
+    return KafkaSecurity.admin(admin_token, truststore=ca_file)
 
 
-def fetch_lags(admin: AdminClient, *, timeout: float = 10.0) -> list[PartitionLag]:
-    """Every consumer group's lag, asked of the cluster once (`KafkaException` if it cannot)."""
-    listed = admin.list_consumer_groups(request_timeout=timeout).result()
-    if listed.errors:
-        raise KafkaException(listed.errors[0])
-    committed: dict[str, dict[Partition, int]] = {}
-    for listing in listed.valid:
-        # One group per OffsetFetch (librdkafka's admin API takes one at a time).
-        [future] = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(listing.group_id)], request_timeout=timeout
-        ).values()
-        try:
-            offsets = future.result()
-        except KafkaException:
-            continue  # a group deleted (or its coordinator moving) since ListGroups: next poll
-        committed[listing.group_id] = {
-            (tp.topic, tp.partition): tp.offset for tp in offsets.topic_partitions or [] if tp.error is None
-        }
-    wanted = {p for offsets in committed.values() for p, offset in offsets.items() if offset >= 0}
-    log_end: dict[Partition, int] = {}
-    if wanted:
-        futures = admin.list_offsets(
-            {
-                TopicPartition(topic, partition): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-                for topic, partition in sorted(wanted)
-            },
-            request_timeout=timeout,
-        )
-        for tp, future in futures.items():
-            try:
-                log_end[(tp.topic, tp.partition)] = future.result().offset
-            except KafkaException:
-                continue  # a partition without a leader (or deleted): no lag said rather than a wrong one
-    return partition_lags(committed, log_end)
+def bootstrap(cluster: str, namespace: str) -> list[str]:
+    """The cluster's bootstrap Service."""
+    return [names.kafka_bootstrap_servers(cluster, namespace)]
 
 
-class LagClient:
-    """A cluster's Kafka admin for lag, owned: every call made in a Python thread, one at a time."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._admin: tuple[dict[str, Any], AdminClient] | None = None
-
-    def fetch(self, config: dict[str, Any], *, timeout: float) -> list[PartitionLag]:
-        """`fetch_lags` with an admin of `config` (the previous one closed first if it differs)."""
-        with self._lock:
-            if self._admin is not None and self._admin[0] != config:
-                self._close_locked()
-            if self._admin is None:
-                self._admin = (dict(config), AdminClient(config))
-            return fetch_lags(self._admin[1], timeout=timeout)
-
-    @property
-    def open(self) -> bool:
-        """An admin is built (and not destroyed yet)."""
-        return self._admin is not None
-
-    def close(self) -> None:
-        """Destroy the admin, once a `fetch` running in another thread has returned."""
-        with self._lock:
-            self._close_locked()
-
-    def close_in_background(self) -> None:
-        """`close` in a thread of its own: for an event loop that must not wait for a fetch."""
-        threading.Thread(target=self.close, name="jbod-lag-close", daemon=True).start()
-
-    def _close_locked(self) -> None:
-        if self._admin is not None:
-            admin, self._admin = self._admin[1], None
-            admin.__exit__(None, None, None)
+async def fetch_lags(
+    servers: Sequence[str], login: KafkaSecurity, *, timeout: float = 10.0
+) -> list[PartitionLag]:
+    """Every consumer group's lag, asked of the cluster once (`ClientError` when no bootstrap
+    server answers Metadata)."""
+    async with KafkaAdmin(servers, login, timeout=timeout) as admin:
+        offsets = await group_offsets(admin)
+    return partition_lags(offsets.committed, offsets.log_end)
 
 
 class LagMetrics:

@@ -4,8 +4,7 @@ client against a real local cluster of our brokers and controller.
 * `partition_lags` pairs committed offsets with log end offsets: partitions without a committed
   offset or a known end are left out, a committed offset past the end is no lag.
 * `LagMetrics.publish` sets the gauges and removes vanished partitions' series; `forget` all.
-* `LagClient.close` waits for a fetch running in another thread before it destroys the admin.
-* Against a real cluster, logged in as the operator is (the admin, `lag.client_config`): a
+* Against a real cluster, logged in as the operator is (the admin, `lag.security`): a
   producer writes 10 and 5 records to two partitions, a subscribed consumer group reads and
   commits 4 of the first; the lag is exactly 6 and 5, the gauges say so, then 0 once the group
   has read and committed everything.
@@ -13,14 +12,13 @@ client against a real local cluster of our brokers and controller.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 from e2e.wait import wait_for
@@ -68,41 +66,10 @@ def test_the_gauges_follow_the_groups_and_partitions_still_there() -> None:
     assert _sample("jbod_consumergroup_lag", "g", "t", 0) is None
 
 
-def test_closing_the_lag_client_waits_for_a_running_fetch() -> None:
-    """The admin is destroyed only once the fetch using it has returned (here: timed out against a
-    listener that never answers), never under it (which would end the fetch with _DESTROY)."""
-    client = lag.LagClient()
-    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
-    try:
-        bootstrap = f"127.0.0.1:{silent.getsockname()[1]}"
-        config = {**lag.client_config("demo", "ns", "token", None), "bootstrap.servers": bootstrap}
-        failed: list[KafkaException] = []
-
-        def fetch() -> None:
-            try:
-                client.fetch(config, timeout=2.0)
-            except KafkaException as exc:
-                failed.append(exc)
-
-        fetching = threading.Thread(target=fetch)
-        fetching.start()
-        wait_for(lambda: client.open, timeout=10, what="the admin built by the fetch")
-        client.close()
-        assert [e.args[0].code() for e in failed] == [KafkaError._TIMED_OUT], failed
-        assert not client.open
-        fetching.join(10)
-        with pytest.raises(KafkaException):  # a fetch after close builds a new admin
-            client.fetch(config, timeout=0.5)
-        assert client.open
-        client.close()
-    finally:
-        silent.close()
-
-
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     with contextlib.ExitStack() as stack:
-        yield start_kafka_cluster(stack, tmp_path_factory.mktemp("lag"), brokers=1, dirs=1)
+        yield start_kafka_cluster(stack, tmp_path_factory.mktemp("lag"), brokers=2, dirs=1)
 
 
 def _consume(consumer: Consumer, count: int) -> None:
@@ -121,12 +88,9 @@ def _consume(consumer: Consumer, count: int) -> None:
 
 
 def test_the_operator_reads_the_exact_lag_of_a_real_group(kafka_cluster: KafkaCluster) -> None:
-    admin_token = kafka_cluster.admin_password
-    config = {
-        **lag.client_config("demo", "ns", admin_token, None),
-        "bootstrap.servers": kafka_cluster.bootstrap,
-    }
-    assert config["sasl.username"] == "admin" and config["security.protocol"] == "SASL_PLAINTEXT"
+    login = lag.security(kafka_cluster.admin_password, None)
+    servers = kafka_cluster.bootstrap.split(",")
+    assert login.username == "admin" and login.protocol == "SASL_PLAINTEXT"
     kafka_cluster.cluster.admin.create_topic("lagged", partitions=2, replication_factor=1)
     producer = Producer(kafka_cluster.client_config(**{"enable.idempotence": True}))
     for partition, count in ((0, 10), (1, 5)):
@@ -145,7 +109,6 @@ def test_the_operator_reads_the_exact_lag_of_a_real_group(kafka_cluster: KafkaCl
             }
         )
     )
-    admin = lag.LagClient()
     metrics = lag.LagMetrics()
     try:
         # Partition 0 only at first: the group reads 4 records and commits them; partition 1
@@ -157,12 +120,12 @@ def test_the_operator_reads_the_exact_lag_of_a_real_group(kafka_cluster: KafkaCl
         def lags() -> list[tuple[str, int, int, int, int]]:
             return [
                 (x.topic, x.partition, x.committed_offset, x.log_end_offset, x.lag)
-                for x in admin.fetch(config, timeout=10)
+                for x in asyncio.run(lag.fetch_lags(servers, login))
                 if x.group == group
             ]
 
         assert lags() == [("lagged", 0, 4, 10, 6), ("lagged", 1, 0, 5, 5)]
-        metrics.publish("ns", "local", admin.fetch(config, timeout=10))
+        metrics.publish("ns", "local", asyncio.run(lag.fetch_lags(servers, login)))
         assert _sample("jbod_consumergroup_lag", group, "lagged", 0, cluster="local") == 6
         assert _sample("jbod_consumergroup_lag", group, "lagged", 1, cluster="local") == 5
 
@@ -171,12 +134,11 @@ def test_the_operator_reads_the_exact_lag_of_a_real_group(kafka_cluster: KafkaCl
         consumer.subscribe(["lagged"])
         _consume(consumer, 6 + 5)
         assert lags() == [("lagged", 0, 10, 10, 0), ("lagged", 1, 5, 5, 0)]
-        metrics.publish("ns", "local", admin.fetch(config, timeout=10))
+        metrics.publish("ns", "local", asyncio.run(lag.fetch_lags(servers, login)))
         assert _sample("jbod_consumergroup_lag", group, "lagged", 0, cluster="local") == 0
         assert _sample("jbod_consumergroup_lag", group, "lagged", 1, cluster="local") == 0
     finally:
         consumer.close()
-        admin.close()
         metrics.forget("ns", "local")
 
 
