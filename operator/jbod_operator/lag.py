@@ -52,7 +52,6 @@ LOG_END_OFFSET = Gauge(
     "The partition's log end offset (high watermark) when the group's lag was computed",
     LABELS,
 )
-ADMIN_USER: Final = names.ADMIN_PRINCIPAL.removeprefix("User:")
 Partition = tuple[str, int]
 
 

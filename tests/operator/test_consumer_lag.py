@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 from e2e.wait import wait_for
-from jbod_operator import lag
+from jbod_operator import lag, names
 from tests.kafka_api.conftest import KafkaCluster, start_kafka_cluster
 
 
@@ -90,7 +90,7 @@ def _consume(consumer: Consumer, count: int) -> None:
 def test_the_operator_reads_the_exact_lag_of_a_real_group(kafka_cluster: KafkaCluster) -> None:
     login = lag.security(kafka_cluster.admin_password, None)
     servers = kafka_cluster.bootstrap.split(",")
-    assert login.username == "admin" and login.protocol == "SASL_PLAINTEXT"
+    assert f"User:{login.username}" == names.ADMIN_PRINCIPAL and login.protocol == "SASL_PLAINTEXT"
     kafka_cluster.cluster.admin.create_topic("lagged", partitions=2, replication_factor=1)
     producer = Producer(kafka_cluster.client_config(**{"enable.idempotence": True}))
     for partition, count in ((0, 10), (1, 5)):
