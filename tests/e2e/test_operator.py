@@ -685,8 +685,8 @@ def test_add_and_grow_disks(env: Env) -> None:
             timeout=120,
             what=lambda: f"d2's claim grown; log:\n{env.operator_log()}",
         )
-        # Each dir is cordoned by its own probe and reported by the next status poll: d2 may be
-        # grown before the others are shown.
+        # The reconcile that grows d2's claim writes the status after it: the claim can be read
+        # grown before the status shows the cordons.
         wait_for(
             lambda: all(env.log_dir(0, d).get("spaceCordoned") for d in ("d0", "d1", "d2")),
             timeout=60,
