@@ -24,8 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jbod_client.controller import ClientError
-from jbod_client.kafka_admin import LIST_GROUPS, OFFSET_FETCH, KafkaAdmin
-from jbod_client.open_transactions import READ_UNCOMMITTED, latest_offsets, partition_leaders
+from jbod_client.kafka_admin import (
+    LIST_GROUPS,
+    OFFSET_FETCH,
+    READ_UNCOMMITTED,
+    KafkaAdmin,
+    latest_offsets,
+    partition_leaders,
+)
 
 Partition = tuple[str, int]
 

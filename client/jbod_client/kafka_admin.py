@@ -20,6 +20,8 @@ Guarantees:
   API the broker does not serve).
 * Results are frozen values (`LogDir`, `ReplicaOnDisk`); error codes stay Kafka's ints, and
   `describe_error` names them as Kafka does (`KAFKA_STORAGE_ERROR (errorCode 56)`).
+* `partition_leaders` (Metadata: brokers, leaders, refused topics) and `latest_offsets`
+  (ListOffsets latest under an isolation level) serve `open_transactions` and `group_offsets`.
 * `KafkaAdmin` keeps one connection per address for the life of one command; a connection that
   failed is dropped, so the next call opens a new one.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -85,6 +88,12 @@ _API_NAMES: Final = {
     OFFSET_FETCH: "OffsetFetch",
     LIST_GROUPS: "ListGroups",
 }
+LATEST: Final = -1  # ListOffsets' timestamp for the log end (or the LSO under read_committed)
+READ_UNCOMMITTED: Final = 0
+READ_COMMITTED: Final = 1
+CONSUMER: Final = -1  # ListOffsets' replica id of a client
+NO_TOPIC_ID: Final = uuid.UUID(int=0)  # Metadata by name, not by id
+PartitionName = tuple[str, int]
 _SIZE: Final = struct.Struct(">i")
 _CORRELATION: Final = struct.Struct(">i")
 CLIENT_ID: Final = "jbodctl"
@@ -329,6 +338,64 @@ async def metadata_brokers(connection: KafkaConnection) -> dict[int, str]:
     return {int(b.node_id): f"{b.host}:{int(b.port)}" for b in response.brokers}
 
 
+async def partition_leaders(
+    connection: KafkaConnection, topics: Sequence[str] | None
+) -> tuple[dict[int, str], dict[PartitionName, int], dict[str, int]]:
+    """Metadata of `topics` (every topic when None): brokers (id → `host:port`), each partition's
+    leader (-1: none), and the error code of each topic Metadata refused."""
+    response = await connection.request(
+        METADATA,
+        topics=None if topics is None else [{"name": t, "topic_id": NO_TOPIC_ID} for t in topics],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in response.brokers}
+    leaders: dict[PartitionName, int] = {}
+    refused: dict[str, int] = {}
+    for topic in response.topics:
+        code = int(topic.error_code)
+        if code != 0:
+            refused[str(topic.name)] = code
+            continue
+        for p in topic.partitions:
+            leaders[(str(topic.name), int(p.partition_index))] = int(p.leader_id)
+    return brokers, leaders, refused
+
+
+def by_topic(partitions: Sequence[PartitionName]) -> dict[str, list[int]]:
+    """Each topic's partition indexes, sorted."""
+    grouped: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        grouped.setdefault(topic, []).append(index)
+    return {t: sorted(ps) for t, ps in grouped.items()}
+
+
+async def latest_offsets(
+    connection: KafkaConnection, partitions: Sequence[PartitionName], isolation: int
+) -> dict[PartitionName, tuple[int, int]]:
+    """(error code, offset) of each partition's latest offset under `isolation`
+    (`READ_UNCOMMITTED`: the high watermark; `READ_COMMITTED`: the last stable offset)."""
+    response = await connection.request(
+        LIST_OFFSETS,
+        replica_id=CONSUMER,
+        isolation_level=isolation,
+        topics=[
+            {
+                "name": t,
+                "partitions": [
+                    {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST} for i in ps
+                ],
+            }
+            for t, ps in by_topic(partitions).items()
+        ],
+    )
+    return {
+        (str(t.name), int(p.partition_index)): (int(p.error_code), int(p.offset))
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
 async def describe_log_dirs(
     connection: KafkaConnection, topics: Mapping[str, Sequence[int]] | None = None
 ) -> list[LogDir]:
@@ -379,9 +446,6 @@ async def alter_replica_log_dir(connection: KafkaConnection, *, path: str, topic
             if result.topic_name == topic and int(p.partition_index) == partition:
                 return int(p.error_code)
     raise KafkaProtocolError(f"the broker at {connection.address} did not answer for {topic}-{partition}")
-
-
-PartitionName = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

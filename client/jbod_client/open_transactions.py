@@ -21,22 +21,25 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 
 from jbod_client.controller import ClientError
-from jbod_client.kafka_admin import DESCRIBE_PRODUCERS, LIST_OFFSETS, METADATA, KafkaAdmin, KafkaConnection
+from jbod_client.kafka_admin import (
+    DESCRIBE_PRODUCERS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    KafkaAdmin,
+    KafkaConnection,
+    by_topic,
+    latest_offsets,
+    partition_leaders,
+)
 
-LATEST: Final = -1  # ListOffsets' timestamp for the log end (or the LSO under read_committed)
-READ_UNCOMMITTED: Final = 0
-READ_COMMITTED: Final = 1
-CONSUMER: Final = -1  # ListOffsets' replica id of a client
 NO_LEADER: Final = -1
-NO_TOPIC_ID: Final = uuid.UUID(int=0)  # Metadata by name, not by id
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,60 +98,9 @@ class PartitionTransactions:
 Partition = tuple[str, int]
 
 
-async def partition_leaders(
-    connection: KafkaConnection, topics: Sequence[str] | None
-) -> tuple[dict[int, str], dict[Partition, int], list[PartitionTransactions]]:
-    """Brokers (id → address), each partition's leader, and the topics Metadata refused."""
-    response = await connection.request(
-        METADATA,
-        topics=None if topics is None else [{"name": t, "topic_id": NO_TOPIC_ID} for t in topics],
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    brokers = {int(b.node_id): f"{b.host}:{int(b.port)}" for b in response.brokers}
-    leaders: dict[Partition, int] = {}
-    refused: list[PartitionTransactions] = []
-    for topic in response.topics:
-        code = int(topic.error_code)
-        if code != 0:
-            refused.append(PartitionTransactions(str(topic.name), -1, NO_LEADER, error_code=code))
-            continue
-        for p in topic.partitions:
-            leaders[(str(topic.name), int(p.partition_index))] = int(p.leader_id)
-    return brokers, leaders, refused
-
-
-def _by_topic(partitions: Sequence[Partition]) -> dict[str, list[int]]:
-    """Each topic's partition indexes, sorted."""
-    grouped: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        grouped.setdefault(topic, []).append(index)
-    return {t: sorted(ps) for t, ps in grouped.items()}
-
-
-async def latest_offsets(
-    connection: KafkaConnection, partitions: Sequence[Partition], isolation: int
-) -> dict[Partition, tuple[int, int]]:
-    """(error code, offset) of each partition's latest offset under `isolation`."""
-    response = await connection.request(
-        LIST_OFFSETS,
-        replica_id=CONSUMER,
-        isolation_level=isolation,
-        topics=[
-            {
-                "name": t,
-                "partitions": [
-                    {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST} for i in ps
-                ],
-            }
-            for t, ps in _by_topic(partitions).items()
-        ],
-    )
-    return {
-        (str(t.name), int(p.partition_index)): (int(p.error_code), int(p.offset))
-        for t in response.topics
-        for p in t.partitions
-    }
+def _refused(refused: Mapping[str, int]) -> list[PartitionTransactions]:
+    """A topic Metadata refused: its error for partition -1."""
+    return [PartitionTransactions(topic, -1, NO_LEADER, error_code=code) for topic, code in refused.items()]
 
 
 async def _producers(
@@ -156,7 +108,7 @@ async def _producers(
 ) -> dict[Partition, tuple[int, tuple[OpenTransaction, ...]]]:
     response = await connection.request(
         DESCRIBE_PRODUCERS,
-        topics=[{"name": t, "partition_indexes": ps} for t, ps in _by_topic(partitions).items()],
+        topics=[{"name": t, "partition_indexes": ps} for t, ps in by_topic(partitions).items()],
     )
     out: dict[Partition, tuple[int, tuple[OpenTransaction, ...]]] = {}
     for t in response.topics:
@@ -214,7 +166,8 @@ async def open_transactions(
 ) -> list[PartitionTransactions]:
     """Every partition of `topics` (all when None) with its LSO and open transactions (the
     module's guarantees)."""
-    brokers, leaders, found = await partition_leaders(await admin.any_broker(), topics)
+    brokers, leaders, refused = await partition_leaders(await admin.any_broker(), topics)
+    found = _refused(refused)
     by_leader: dict[int, list[Partition]] = {}
     for name, leader in leaders.items():
         if leader == NO_LEADER or leader not in brokers:
