@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from e2e.kafka_tools import KafkaCluster as RealKafka
@@ -30,6 +30,13 @@ from tests.kafka_api.conftest import start_kafka_cluster
 from tests.kafka_tools.test_harness import install  # noqa: F401  the module's fixture: Kafka's jars or a skip
 
 TOPIC = "lagged"
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
 class Side:
@@ -115,19 +122,23 @@ def _scenario(side: Side) -> tuple[str, str]:
 
 
 def _commit(consumer: Consumer, offset: TopicPartition) -> None:
-    """Commit `offset`, again after a retriable error (a coordinator still being found or
-    loaded, as a new group's is), as applications do."""
+    """Commit `offset`, again after a retriable error or one of a coordinator still being found,
+    moved or loaded (as a new group's is; Kafka's Java client retries these, librdkafka's
+    synchronous commit hands them to the application); any other error fails at once."""
+    failed: list[KafkaException] = []
 
     def committed() -> bool:
         try:
             consumer.commit(offsets=[offset], asynchronous=False)
         except KafkaException as exc:
-            if not exc.args[0].retriable():
-                raise
-            return False
+            if exc.args[0].retriable() or exc.args[0].code() in COORDINATOR_MOVING:
+                return False
+            failed.append(exc)
         return True
 
     wait_for(committed, timeout=60, what=f"offset {offset.offset} of {offset.partition} committed")
+    if failed:
+        raise failed[0]
 
 
 def test_group_offsets_answer_alike(kafka: Side, ours: Side) -> None:
